@@ -1,0 +1,99 @@
+# vllm.c build. `make` builds build/vllmc and build/libvllmc.a (CPU);
+# `make CUDA=1` adds the CUDA backend; `make HIP=1 HIP_ARCH=gfx1100` compiles the kernels with hipcc.
+# Targets: all, test, asan, fuzz, run, clean. Files named *_avx2.c / *_avx512.c get their ISA flags;
+# the code picks between them at run time.
+
+CC      ?= cc
+BUILD   ?= build
+OPT     ?= -O2
+CFLAGS  += -std=c11 -D_GNU_SOURCE $(OPT) -g -Wall -Wextra -Werror -Iinclude -Isrc -MMD -MP -pthread
+LDLIBS  += -lpcre2-8 -lm -pthread
+AVX2_FLAGS   := -mavx2 -mfma -mf16c -mbmi2
+AVX512_FLAGS := $(AVX2_FLAGS) -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavxvnni
+
+LIB_SRC := $(sort $(wildcard src/common/*.c src/gguf/*.c src/quant/*.c src/tokenizer/*.c src/template/*.c \
+             src/model/*.c src/backend/*.c src/backend/cpu/*.c src/engine/*.c))
+SRV_SRC := $(sort $(wildcard src/server/*.c))
+CLI_SRC := $(sort $(wildcard src/cli/*.c))
+TEST_SRC := $(sort $(wildcard tests/test_*.c))
+FUZZ_SRC := $(sort $(wildcard fuzz/fuzz_*.c))
+
+ifneq ($(SRV_SRC),)
+LDLIBS += -lmicrohttpd -lcjson
+endif
+
+LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(SRV_SRC:%.c=$(BUILD)/%.o)
+CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/%.o)
+TESTS   := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+
+ifeq ($(CUDA),1)
+NVCC      ?= nvcc
+CUDA_ARCH ?= -gencode=arch=compute_90,code=sm_90
+NVFLAGS   += -O3 -std=c++17 $(CUDA_ARCH) -Iinclude -Isrc -Xcompiler -Wall,-Wextra,-Werror -lineinfo -MMD -MP
+CU_SRC    := $(sort $(wildcard src/backend/cuda/*.cu))
+LIB_OBJ   += $(CU_SRC:%.cu=$(BUILD)/%.o)
+CFLAGS    += -DVLLMC_CUDA=1
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(shell which $(NVCC)))
+LDLIBS    += -L$(CUDA_HOME)/lib64 -lcudart -lcublas -lcublasLt -lstdc++
+endif
+
+all: $(BUILD)/vllmc $(BUILD)/libvllmc.a
+
+$(BUILD)/libvllmc.a: $(LIB_OBJ)
+	@mkdir -p $(@D)
+	$(AR) rcs $@ $^
+
+$(BUILD)/vllmc: $(CLI_OBJ) $(BUILD)/libvllmc.a
+	$(CC) $(CFLAGS) -o $@ $(CLI_OBJ) $(BUILD)/libvllmc.a $(LDFLAGS) $(LDLIBS)
+
+$(BUILD)/%_avx2.o: %_avx2.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(AVX2_FLAGS) -c $< -o $@
+
+$(BUILD)/%_avx512.o: %_avx512.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(AVX512_FLAGS) -c $< -o $@
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/%.o: %.cu
+	@mkdir -p $(@D)
+	$(NVCC) $(NVFLAGS) -c $< -o $@
+
+$(BUILD)/tests/%: tests/%.c $(BUILD)/libvllmc.a tests/test.h
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -Itests -o $@ $< $(BUILD)/libvllmc.a $(LDFLAGS) $(LDLIBS)
+
+tests: $(TESTS)
+
+# The whole test suite: C unit tests, then the oracle tests (Python venv, see tests/requirements.txt).
+test: all tests
+	@bash tests/run.sh $(BUILD)
+
+# Sanitizer build of everything, tests run under ASan + UBSan.
+asan:
+	$(MAKE) BUILD=build/asan OPT="-O1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
+	    LDFLAGS="-fsanitize=address,undefined" all tests
+	@VLLMC_TEST_ONLY_C=1 bash tests/run.sh build/asan
+
+# libFuzzer targets (clang), with ASan + UBSan.
+FUZZ_BUILD := build/fuzz
+fuzz:
+	$(MAKE) CC=clang BUILD=$(FUZZ_BUILD) OPT="-O1 -fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer" $(FUZZ_BUILD)/libvllmc.a
+	@mkdir -p $(FUZZ_BUILD)/fuzz
+	@for f in $(FUZZ_SRC); do n=$$(basename $$f .c); \
+	  echo "clang $$f"; \
+	  clang -std=c11 -D_GNU_SOURCE -O1 -g -Iinclude -Isrc -fsanitize=fuzzer,address,undefined -o $(FUZZ_BUILD)/fuzz/$$n $$f $(FUZZ_BUILD)/libvllmc.a $(LDLIBS) || exit 1; done
+
+# Build, make a small model, and run the main job on it.
+run: all
+	@bash scripts/run.sh
+
+clean:
+	rm -rf build
+
+.PHONY: all tests test asan fuzz run clean
+
+-include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d)

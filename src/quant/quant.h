@@ -1,0 +1,35 @@
+/* Quantization formats: ggml type ids, per-type traits, and the row-level entry points
+ * (dequantize, reference quantize, quantized dot products). Block layouts live in blocks.h. */
+#ifndef VLLMC_QUANT_H
+#define VLLMC_QUANT_H
+
+#include <stdbool.h>
+#include "common/common.h"
+
+/* ggml type ids exactly as stored in GGUF tensor infos. */
+enum ggml_type {
+    GGML_TYPE_F32 = 0, GGML_TYPE_F16 = 1, GGML_TYPE_Q4_0 = 2, GGML_TYPE_Q4_1 = 3,
+    GGML_TYPE_Q5_0 = 6, GGML_TYPE_Q5_1 = 7, GGML_TYPE_Q8_0 = 8, GGML_TYPE_Q8_1 = 9,
+    GGML_TYPE_Q2_K = 10, GGML_TYPE_Q3_K = 11, GGML_TYPE_Q4_K = 12, GGML_TYPE_Q5_K = 13,
+    GGML_TYPE_Q6_K = 14, GGML_TYPE_Q8_K = 15, GGML_TYPE_IQ2_XXS = 16, GGML_TYPE_IQ2_XS = 17,
+    GGML_TYPE_IQ3_XXS = 18, GGML_TYPE_IQ1_S = 19, GGML_TYPE_IQ4_NL = 20, GGML_TYPE_IQ3_S = 21,
+    GGML_TYPE_IQ2_S = 22, GGML_TYPE_IQ4_XS = 23, GGML_TYPE_I8 = 24, GGML_TYPE_I16 = 25,
+    GGML_TYPE_I32 = 26, GGML_TYPE_I64 = 27, GGML_TYPE_F64 = 28, GGML_TYPE_IQ1_M = 29,
+    GGML_TYPE_BF16 = 30, GGML_TYPE_TQ1_0 = 34, GGML_TYPE_TQ2_0 = 35, GGML_TYPE_MXFP4 = 39,
+    GGML_TYPE_COUNT = 40
+};
+
+struct quant_traits {
+    const char *name;   /* "Q4_K" */
+    int block_size;     /* elements per block */
+    int type_size;      /* bytes per block */
+    bool supported;     /* dequantize (and dot) implemented here */
+    int vec_dot_type;   /* activation type its dot product pairs with (GGML_TYPE_Q8_0/Q8_1/Q8_K/F32) */
+};
+
+/* NULL for an id that is not a ggml type (ids in the gaps, >= GGML_TYPE_COUNT). */
+const struct quant_traits *quant_traits(uint32_t type);
+/* Bytes of a row of n elements; 0 if n is not a multiple of the block size or type unknown. */
+uint64_t quant_row_size(uint32_t type, int64_t n);
+
+#endif
