@@ -7,7 +7,7 @@ CC      ?= cc
 BUILD   ?= build
 OPT     ?= -O2
 CFLAGS  += -std=c11 -D_GNU_SOURCE $(OPT) -g -Wall -Wextra -Werror -Iinclude -Isrc -MMD -MP -pthread
-LDLIBS  += -lpcre2-8 -lm -pthread
+LDLIBS  += -lpcre2-8 -lcjson -lm -pthread
 AVX2_FLAGS   := -mavx2 -mfma -mf16c -mbmi2
 AVX512_FLAGS := $(AVX2_FLAGS) -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavxvnni
 
@@ -19,7 +19,7 @@ TEST_SRC := $(sort $(wildcard tests/test_*.c))
 FUZZ_SRC := $(sort $(wildcard fuzz/fuzz_*.c))
 
 ifneq ($(SRV_SRC),)
-LDLIBS += -lmicrohttpd -lcjson
+LDLIBS += -lmicrohttpd
 endif
 
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(SRV_SRC:%.c=$(BUILD)/%.o)

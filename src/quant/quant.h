@@ -16,7 +16,8 @@ enum ggml_type {
     GGML_TYPE_IQ2_S = 22, GGML_TYPE_IQ4_XS = 23, GGML_TYPE_I8 = 24, GGML_TYPE_I16 = 25,
     GGML_TYPE_I32 = 26, GGML_TYPE_I64 = 27, GGML_TYPE_F64 = 28, GGML_TYPE_IQ1_M = 29,
     GGML_TYPE_BF16 = 30, GGML_TYPE_TQ1_0 = 34, GGML_TYPE_TQ2_0 = 35, GGML_TYPE_MXFP4 = 39,
-    GGML_TYPE_COUNT = 40
+    GGML_TYPE_NVFP4 = 40, GGML_TYPE_Q1_0 = 41, GGML_TYPE_Q2_0 = 42,
+    GGML_TYPE_COUNT = 43
 };
 
 struct quant_traits {
@@ -31,5 +32,32 @@ struct quant_traits {
 const struct quant_traits *quant_traits(uint32_t type);
 /* Bytes of a row of n elements; 0 if n is not a multiple of the block size or type unknown. */
 uint64_t quant_row_size(uint32_t type, int64_t n);
+
+/* ---- Row-level entry points. n is the number of elements and a multiple of the block size. ---- */
+
+/* Dequantize n elements of a weight row (any supported type) to f32. */
+void dequantize_row(uint32_t type, const void *src, float *dst, int64_t n);
+
+/* Reference quantizer of weights (no importance matrix), byte-identical to llama.cpp's
+ * quantize_row_*_ref. Returns VLLMC_ERR_UNSUPPORTED for a type it cannot produce. */
+vllmc_status quantize_row_ref(uint32_t type, const float *src, void *dst, int64_t n);
+
+/* Activation quantizers for the dot products (GGUF-QUANTS.md section 4). */
+void quantize_row_q8_0(const float *x, void *dst, int64_t n);
+void quantize_row_q8_1(const float *x, void *dst, int64_t n);
+void quantize_row_q8_K(const float *x, void *dst, int64_t n);
+/* Quantize to the activation type that weight type wtype pairs with (traits->vec_dot_type). */
+void quantize_row_act(uint32_t wtype, const float *x, void *dst, int64_t n);
+
+/* Dot product of a weight row (type wtype) with an activation row already quantized to
+ * traits(wtype)->vec_dot_type (F32 weights take F32 activations). The integer part is computed
+ * in integers; the float combination order is fixed (per block, in block order), so the scalar
+ * reference and the SIMD paths give the same bits. */
+typedef float (*vec_dot_fn)(int64_t n, const void *w, const void *a);
+float vec_dot_ref(uint32_t wtype, int64_t n, const void *w, const void *a);
+/* The fastest implementation this CPU supports (AVX-512 VNNI / AVX2 / scalar), chosen once. */
+vec_dot_fn quant_get_vec_dot(uint32_t wtype);
+/* Name of the instruction set the dispatcher chose ("avx512vnni", "avx2", "scalar"). */
+const char *quant_simd_name(void);
 
 #endif
