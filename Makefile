@@ -37,7 +37,25 @@ CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(shell which $(NVCC)))
 LDLIBS    += -L$(CUDA_HOME)/lib64 -lcudart -lcublas -lcublasLt -lstdc++
 endif
 
+# HIP: compile every kernel file with hipcc for an AMD target. Debian's ROCm 5.2 ships no gfx11 device
+# library, so device code is generated and checked (-nogpulib -fgpu-rdc -c) but not linked.
+HIPCC    ?= hipcc
+HIP_ARCH ?= gfx1100
+HIP_SRC  := $(sort $(wildcard src/backend/cuda/*.cu))
+HIP_OBJ  := $(HIP_SRC:src/backend/cuda/%.cu=build/hip/$(HIP_ARCH)/%.o)
+ifeq ($(HIP),1)
+all: hip-check
+endif
+
 all: $(BUILD)/vllmc $(BUILD)/libvllmc.a
+
+hip-check: $(HIP_OBJ)
+	@echo "hip: $(words $(HIP_OBJ)) kernel files compiled for $(HIP_ARCH)"
+
+build/hip/$(HIP_ARCH)/%.o: src/backend/cuda/%.cu
+	@mkdir -p $(@D)
+	$(HIPCC) -x hip --offload-arch=$(HIP_ARCH) -nogpulib -fgpu-rdc -O3 -std=c++17 -Iinclude -Isrc \
+	    -Wall -Wextra -Werror -Wno-unused-command-line-argument -c $< -o $@
 
 $(BUILD)/libvllmc.a: $(LIB_OBJ)
 	@mkdir -p $(@D)
@@ -68,8 +86,15 @@ $(BUILD)/tests/%: tests/%.c $(BUILD)/libvllmc.a tests/test.h
 
 tests: $(TESTS)
 
-# The whole test suite: C unit tests, then the oracle tests (Python venv, see tests/requirements.txt).
-test: all tests
+# Debian packages (build + test) and the pinned Python test oracles in .venv.
+deps:
+	@bash scripts/install-deps.sh
+	@bash scripts/setup-venv.sh
+
+# The whole test suite: installs what it needs, builds, then runs the C unit tests, the fuzzers for a
+# bounded time, and the oracle tests (Python venv, see tests/requirements.txt).
+test: deps
+	@$(MAKE) --no-print-directory all tests
 	@bash tests/run.sh $(BUILD)
 
 # Sanitizer build of everything, tests run under ASan + UBSan.
@@ -87,13 +112,15 @@ fuzz:
 	  echo "clang $$f"; \
 	  clang -std=c11 -D_GNU_SOURCE -O1 -g -Iinclude -Isrc -fsanitize=fuzzer,address,undefined -o $(FUZZ_BUILD)/fuzz/$$n $$f $(FUZZ_BUILD)/libvllmc.a $(LDLIBS) || exit 1; done
 
-# Build, make a small model, and run the main job on it.
-run: all
+# Build, fetch a small real checkpoint, and generate text from it.
+run:
+	@bash scripts/install-deps.sh
+	@$(MAKE) --no-print-directory all
 	@bash scripts/run.sh
 
 clean:
 	rm -rf build
 
-.PHONY: all tests test asan fuzz run clean
+.PHONY: all tests test deps asan fuzz run clean hip-check
 
 -include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d)

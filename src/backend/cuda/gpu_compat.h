@@ -1,0 +1,151 @@
+/* GPU portability: every kernel file includes this instead of a vendor header, so the same .cu compiles
+ * with nvcc (CUDA, sm_90) and hipcc (ROCm, gfx11/gfx12 wave32, gfx9 wave64).
+ * The warp width is a compile-time constant of the target (VLLMC_WARP_SIZE), never assumed 32; shuffles and
+ * ballots take explicit full-warp masks; the packed int8 dot is one inline function per target. */
+#ifndef VLLMC_GPU_COMPAT_H
+#define VLLMC_GPU_COMPAT_H
+
+#include <stdint.h>
+
+#if defined(__HIPCC__) || defined(__HIP_PLATFORM_AMD__)
+#include <hip/hip_runtime.h>
+#define VLLMC_HIP 1
+typedef hipStream_t gpuStream_t;
+typedef hipError_t gpuError_t;
+typedef hipEvent_t gpuEvent_t;
+typedef hipGraph_t gpuGraph_t;
+typedef hipGraphExec_t gpuGraphExec_t;
+#define gpuSuccess hipSuccess
+#define gpuMalloc hipMalloc
+#define gpuFree hipFree
+#define gpuMemcpy hipMemcpy
+#define gpuMemcpyAsync hipMemcpyAsync
+#define gpuMemsetAsync hipMemsetAsync
+#define gpuMemcpyHostToDevice hipMemcpyHostToDevice
+#define gpuMemcpyDeviceToHost hipMemcpyDeviceToHost
+#define gpuMemcpyDeviceToDevice hipMemcpyDeviceToDevice
+#define gpuStreamCreate hipStreamCreate
+#define gpuStreamDestroy hipStreamDestroy
+#define gpuStreamSynchronize hipStreamSynchronize
+#define gpuStreamBeginCapture hipStreamBeginCapture
+#define gpuStreamEndCapture hipStreamEndCapture
+#define gpuStreamCaptureModeGlobal hipStreamCaptureModeGlobal
+#define gpuGraphInstantiate(e, g) hipGraphInstantiate((e), (g), NULL, NULL, 0)
+#define gpuGraphLaunch hipGraphLaunch
+#define gpuGraphExecDestroy hipGraphExecDestroy
+#define gpuGraphDestroy hipGraphDestroy
+#define gpuEventCreate hipEventCreate
+#define gpuEventRecord hipEventRecord
+#define gpuEventSynchronize hipEventSynchronize
+#define gpuEventElapsedTime hipEventElapsedTime
+#define gpuEventDestroy hipEventDestroy
+#define gpuGetLastError hipGetLastError
+#define gpuGetErrorString hipGetErrorString
+#define gpuDeviceSynchronize hipDeviceSynchronize
+#define gpuMemGetInfo hipMemGetInfo
+#if defined(__GFX9__) && !defined(__GFX11__)
+#define VLLMC_WARP_SIZE 64 /* CDNA / GCN: wave64 */
+#else
+#define VLLMC_WARP_SIZE 32 /* RDNA3 (gfx11) and RDNA4 (gfx12): wave32 (compiled with -mwavefrontsize32 default) */
+#endif
+typedef uint64_t lane_mask_t;
+#define VLLMC_FULL_MASK (~0ull)
+#else
+#include <cuda_runtime.h>
+#define VLLMC_CUDA_DEVICE 1
+typedef cudaStream_t gpuStream_t;
+typedef cudaError_t gpuError_t;
+typedef cudaEvent_t gpuEvent_t;
+typedef cudaGraph_t gpuGraph_t;
+typedef cudaGraphExec_t gpuGraphExec_t;
+#define gpuSuccess cudaSuccess
+#define gpuMalloc cudaMalloc
+#define gpuFree cudaFree
+#define gpuMemcpy cudaMemcpy
+#define gpuMemcpyAsync cudaMemcpyAsync
+#define gpuMemsetAsync cudaMemsetAsync
+#define gpuMemcpyHostToDevice cudaMemcpyHostToDevice
+#define gpuMemcpyDeviceToHost cudaMemcpyDeviceToHost
+#define gpuMemcpyDeviceToDevice cudaMemcpyDeviceToDevice
+#define gpuStreamCreate cudaStreamCreate
+#define gpuStreamDestroy cudaStreamDestroy
+#define gpuStreamSynchronize cudaStreamSynchronize
+#define gpuStreamBeginCapture cudaStreamBeginCapture
+#define gpuStreamEndCapture cudaStreamEndCapture
+#define gpuStreamCaptureModeGlobal cudaStreamCaptureModeGlobal
+#define gpuGraphInstantiate(e, g) cudaGraphInstantiate((e), (g), 0)
+#define gpuGraphLaunch cudaGraphLaunch
+#define gpuGraphExecDestroy cudaGraphExecDestroy
+#define gpuGraphDestroy cudaGraphDestroy
+#define gpuEventCreate cudaEventCreate
+#define gpuEventRecord cudaEventRecord
+#define gpuEventSynchronize cudaEventSynchronize
+#define gpuEventElapsedTime cudaEventElapsedTime
+#define gpuEventDestroy cudaEventDestroy
+#define gpuGetLastError cudaGetLastError
+#define gpuGetErrorString cudaGetErrorString
+#define gpuDeviceSynchronize cudaDeviceSynchronize
+#define gpuMemGetInfo cudaMemGetInfo
+#define VLLMC_WARP_SIZE 32
+typedef uint32_t lane_mask_t;
+#define VLLMC_FULL_MASK 0xffffffffu
+#endif
+
+#define GPU_CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
+
+/* Full-warp reductions with explicit masks. */
+static __device__ __forceinline__ float warp_reduce_sum(float v) {
+#pragma unroll
+    for (int off = VLLMC_WARP_SIZE / 2; off > 0; off >>= 1) {
+#if defined(VLLMC_HIP)
+        v += __shfl_xor(v, off, VLLMC_WARP_SIZE);
+#else
+        v += __shfl_xor_sync(VLLMC_FULL_MASK, v, off, VLLMC_WARP_SIZE);
+#endif
+    }
+    return v;
+}
+
+static __device__ __forceinline__ float warp_reduce_max(float v) {
+#pragma unroll
+    for (int off = VLLMC_WARP_SIZE / 2; off > 0; off >>= 1) {
+#if defined(VLLMC_HIP)
+        v = fmaxf(v, __shfl_xor(v, off, VLLMC_WARP_SIZE));
+#else
+        v = fmaxf(v, __shfl_xor_sync(VLLMC_FULL_MASK, v, off, VLLMC_WARP_SIZE));
+#endif
+    }
+    return v;
+}
+
+static __device__ __forceinline__ int warp_reduce_sum_int(int v) {
+#pragma unroll
+    for (int off = VLLMC_WARP_SIZE / 2; off > 0; off >>= 1) {
+#if defined(VLLMC_HIP)
+        v += __shfl_xor(v, off, VLLMC_WARP_SIZE);
+#else
+        v += __shfl_xor_sync(VLLMC_FULL_MASK, v, off, VLLMC_WARP_SIZE);
+#endif
+    }
+    return v;
+}
+
+/* c + dot(4 x int8 of a, 4 x int8 of b): dp4a on NVIDIA, sudot4 (signed form) on RDNA3/4, a scalar
+ * fallback elsewhere. Exact in int32 on every target. gfx11 lacks the sdot4 builtin (it crashes
+ * ROCm 5.2's clang): it takes the sudot4 form with both operands signed. */
+static __device__ __forceinline__ int dot4_i8(int a, int b, int c) {
+#if defined(VLLMC_HIP)
+#if defined(__gfx1100__) || defined(__gfx1101__) || defined(__gfx1102__) || defined(__gfx1200__) || defined(__gfx1201__)
+    return __builtin_amdgcn_sudot4(true, a, true, b, c, false);
+#elif defined(__gfx906__) || defined(__gfx908__) || defined(__gfx90a__) || defined(__gfx1030__)
+    return __builtin_amdgcn_sdot4(a, b, c, false);
+#else
+    const int8_t *pa = (const int8_t *)&a, *pb = (const int8_t *)&b;
+    return c + pa[0] * pb[0] + pa[1] * pb[1] + pa[2] * pb[2] + pa[3] * pb[3];
+#endif
+#else
+    return __dp4a(a, b, c);
+#endif
+}
+
+#endif
