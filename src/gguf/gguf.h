@@ -26,7 +26,8 @@ struct gguf_kv {
     enum gguf_type type;     /* GGUF_TYPE_ARRAY for arrays */
     enum gguf_type arr_type; /* element type when type == ARRAY */
     uint64_t n;              /* array length (1 for scalars) */
-    const uint8_t *data;     /* scalar: the value's bytes; array of numbers: the packed elements;
+    const uint8_t *data;     /* scalar: the value's bytes (a string: its (u64 len, bytes) record);
+                                array of numbers: the packed elements;
                                 array of strings: the first (u64 len, bytes) record */
     const struct gguf_str *strs; /* array of strings: n decoded slices (owned by the ctx); else NULL */
 };
@@ -51,9 +52,18 @@ struct gguf_ctx {
     uint64_t data_offset;      /* start of the data section from the file start */
     const uint8_t *base;       /* the buffer parsed */
     uint64_t size;
+    /* Private lookup tables (open addressing, slot = index + 1, 0 = empty); NULL means linear scan. */
+    uint32_t *kv_slots, *tensor_slots;
+    uint64_t kv_mask, tensor_mask;
 };
 
-/* Parse a GGUF image. On success *out owns the index arrays (free with gguf_free). */
+/* Parse a GGUF image. On success *out owns the index arrays (free with gguf_free).
+ * Checks (all give VLLMC_ERR_CORRUPT naming the problem): magic, version 2/3 (byte-swapped files
+ * rejected), every count/length/offset against the size, key rules (non-empty, <= 65535 bytes,
+ * unique), value types (nested arrays rejected), bools strictly 0 or 1, general.alignment (UINT32,
+ * a power of two), tensor names (non-empty, < 64 bytes, unique), n_dims <= 4, extents > 0, element
+ * and byte counts below 2^63, known ggml type (quant_traits), row a multiple of the block size,
+ * offsets aligned, data inside the buffer, no two tensors overlapping. */
 vllmc_status gguf_parse(const void *data, uint64_t size, struct gguf_ctx **out);
 void gguf_free(struct gguf_ctx *ctx); /* accepts NULL */
 
@@ -81,6 +91,8 @@ bool gguf_str_eq(struct gguf_str s, const char *cstr);
 /* Copy a slice into buf (truncating), NUL-terminated; returns buf. */
 char *gguf_str_copy(struct gguf_str s, char *buf, size_t buf_size);
 const char *gguf_type_name(enum gguf_type t);
+/* Bytes of one value of a fixed-size type; 0 for STRING, ARRAY and unknown ids. */
+uint64_t gguf_type_size(enum gguf_type t);
 
 /* A GGUF file mapped read-only; the ctx points into the mapping. */
 struct gguf_file {
@@ -91,9 +103,15 @@ struct gguf_file {
 };
 vllmc_status gguf_file_open(const char *path, struct gguf_file **out);
 void gguf_file_close(struct gguf_file *f); /* accepts NULL */
+/* Ask the kernel to start reading the whole tensor-data section in the background (MADV_WILLNEED).
+ * gguf_file_open itself only touches the header and tensor infos. */
+void gguf_file_prefetch(const struct gguf_file *f);
 
 /* Writer: collect kvs and tensor infos, then stream header + data to a FILE.
- * Values are copied at add time. */
+ * Values are copied at add time. Setting a key again replaces its value in place (as gguf-py does).
+ * Layout is gguf-py's: header, kvs in insertion order, tensor infos (n_dims as given), zero padding to
+ * the alignment, then each tensor's bytes followed by zero padding to the alignment. The alignment
+ * is 32, or the value of a UINT32 general.alignment key (a power of two). */
 struct gguf_writer;
 struct gguf_writer *gguf_writer_create(void);
 void gguf_writer_destroy(struct gguf_writer *w);
@@ -103,6 +121,8 @@ vllmc_status gguf_writer_set_u64(struct gguf_writer *w, const char *key, uint64_
 vllmc_status gguf_writer_set_f32(struct gguf_writer *w, const char *key, float v);
 vllmc_status gguf_writer_set_bool(struct gguf_writer *w, const char *key, bool v);
 vllmc_status gguf_writer_set_str(struct gguf_writer *w, const char *key, const char *v);
+/* Any fixed-size scalar type (UINT8 .. FLOAT64, BOOL): val points at one value of that type. */
+vllmc_status gguf_writer_set_val(struct gguf_writer *w, const char *key, enum gguf_type type, const void *val);
 /* Numeric array: n elements of arr_type packed in data. */
 vllmc_status gguf_writer_set_arr(struct gguf_writer *w, const char *key, enum gguf_type arr_type,
                                  const void *data, uint64_t n);
