@@ -1,0 +1,236 @@
+/* Backend interface: the table of coarse, fused ops the model code calls (struct backend_ops).
+ * Every buffer an op reads or writes was allocated by the same backend (backend memory: a host
+ * pointer on CPU, a device pointer on CUDA); the model never dereferences activation pointers.
+ * Only copy_to_host (final logits / token ids) brings data back to the host.
+ * Invariant: an op's result never depends on the number of threads (work is split by output row). */
+#ifndef VLLMC_BACKEND_H
+#define VLLMC_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "common/common.h"
+
+/* Paged KV cache block size in tokens (vLLM's default). */
+#define BK_KV_BLOCK 16
+
+/* ---------------------------------------------------------------------------------------------
+ * Tensors and activations
+ * ------------------------------------------------------------------------------------------- */
+
+/* A weight (or any read-only tensor) living in backend memory.
+ * 2-D: ne[0] = n_in (row length, contiguous), ne[1] = n_out (rows); row_size_bytes = bytes of one row.
+ * 1-D norm weights and biases are always F32 (the backend converts them at upload). */
+struct bk_tensor {
+    void *data;              /* backend memory; NULL = tensor absent */
+    uint32_t type;           /* ggml type id (quant/quant.h) */
+    int n_dims;
+    int64_t ne[4];           /* unused dims are 1 */
+    uint64_t row_size_bytes; /* bytes of one ne[0]-row */
+    const char *name;        /* for messages; points into the GGUF (NUL-terminated copy owned by the model) */
+};
+
+/* Activation formats a quantized matmul can read. A weight of type t reads the format
+ * bk_act_fmt_for_weight(t) (= quant_traits(t)->vec_dot_type). */
+enum bk_act_fmt {
+    BK_ACT_F32 = 0,  /* the f32 rows themselves (F32 weights) */
+    BK_ACT_F16 = 1,  /* fp16 rows (F16 weights) */
+    BK_ACT_Q8_0 = 2, /* blocks of 32 (legacy quants, Q8_0, IQ4_NL, MXFP4) */
+    BK_ACT_Q8_1 = 3, /* blocks of 32 with sums (Q4_1, Q5_1) */
+    BK_ACT_Q8_K = 4, /* super-blocks of 256 (k-quants, IQ types) */
+    BK_ACT_BF16 = 5, /* bf16 rows (BF16 weights) */
+    BK_ACT_NFMT
+};
+#define BK_ACT_BIT(f) (1u << (f))
+
+/* An activation matrix [n_rows][n_cols] in f32 plus the quantized copies the matmuls that read it
+ * need. fmts (a mask of BK_ACT_BIT) is fixed when the buffers are allocated (bk_act_alloc): the
+ * model computes it at load time as the union over the weights that read this activation, so each
+ * activation is quantized once and shared by every matmul that reads it (q/k/v; gate/up).
+ * x has row stride n_cols floats; q[f] holds n_rows rows of bk_act_row_bytes(f, n_cols) bytes. */
+struct bk_act {
+    float *x;                  /* [max_rows][n_cols] f32, backend memory */
+    void *q[BK_ACT_NFMT];      /* quantized rows per format (NULL if not in fmts; q[F32] = x) */
+    int64_t n_cols;
+    int64_t max_rows;
+    int64_t n_rows;            /* rows currently valid (set by the op that fills it) */
+    uint32_t fmts;             /* formats kept up to date by rmsnorm_quantize / quantize */
+};
+
+/* One output of a fused matmul: y[r][o] = sum_i w[o][i] * act[r][i] (+ bias[o]).
+ * y: [n_rows][ld_y] f32 backend memory, ld_y >= w->ne[1] (0 means ld_y = w->ne[1]). */
+struct bk_matmul_out {
+    const struct bk_tensor *w;
+    const float *bias;         /* [w->ne[1]] or NULL (from a bk_tensor's data) */
+    float *y;
+    int64_t ld_y;
+};
+
+/* ---------------------------------------------------------------------------------------------
+ * Batch: n_tokens rows that may come from several sequences (as the engine's scheduler builds it)
+ * ------------------------------------------------------------------------------------------- */
+
+/* Per-sequence state the engine owns. */
+struct bk_seq {
+    const int32_t *block_table; /* KV block ids; block b holds positions [16b, 16b+16) */
+    int32_t n_blocks;           /* entries in block_table: must cover every position used */
+    int32_t state_slot;         /* recurrent-state slot (hybrid models); -1 if none */
+};
+
+/* Host-side description of one forward step. Arrays are host memory; batch_set uploads them.
+ * Invariants checked by batch_set: seq_idx[t] < n_seqs; pos[t] >= 0 and pos[t] / 16 < n_blocks of
+ * its sequence; within one sequence, positions are increasing in row order; logit_rows ascending. */
+struct bk_batch {
+    int32_t n_tokens;
+    const int32_t *token_ids;  /* [n_tokens] */
+    const int32_t *pos;        /* [n_tokens] absolute position in its sequence */
+    const int32_t *seq_idx;    /* [n_tokens] index into seqs */
+    int32_t n_seqs;
+    const struct bk_seq *seqs; /* [n_seqs] */
+    int32_t n_logits;
+    const int32_t *logit_rows; /* [n_logits] rows of the batch whose logits are wanted */
+};
+
+/* ---------------------------------------------------------------------------------------------
+ * KV cache: one pool per attention layer, blocks of 16 tokens. Layout of each layer's K and V pools:
+ * [n_blocks][n_kv_head][BK_KV_BLOCK][head_dim] so one head's 16 tokens are contiguous.
+ * ------------------------------------------------------------------------------------------- */
+enum bk_kv_dtype { BK_KV_F32 = 0, BK_KV_F16 = 1 /* BK_KV_FP8_E4M3 later (with k/v scales) */ };
+
+struct bk_kv_cache {
+    enum bk_kv_dtype dtype;
+    int32_t n_layers;          /* attention layers only (the model maps its layers onto these) */
+    int32_t n_blocks;
+    int32_t n_kv_head, head_dim;
+    void **k, **v;             /* [n_layers] host array of backend pointers to each layer's pool */
+    float k_scale, v_scale;    /* for fp8 later; 1.0 */
+};
+
+/* ---------------------------------------------------------------------------------------------
+ * Op parameters
+ * ------------------------------------------------------------------------------------------- */
+enum bk_rope_mode {
+    BK_ROPE_NORM = 0, /* pairs (2i, 2i+1) (llama) */
+    BK_ROPE_NEOX = 2, /* pairs (i, i + n_rot/2) (qwen2/qwen3/qwen35) */
+};
+
+struct bk_rope_params {
+    enum bk_rope_mode mode;
+    int32_t n_rot;              /* rotated dims per head (<= head_dim, even); the rest pass through */
+    float freq_base;
+    float freq_scale;           /* 1 = no linear scaling */
+    const float *freq_factors;  /* [n_rot/2] divisors of theta_i (llama3 rope_freqs) or NULL */
+};
+
+struct bk_attn_params {
+    int32_t n_head, n_kv_head, head_dim; /* query head j uses kv head j / (n_head / n_kv_head) */
+    float scale;                         /* usually 1/sqrt(head_dim) */
+    int32_t kv_layer;                    /* index into the KV cache's layers */
+};
+
+/* ---------------------------------------------------------------------------------------------
+ * The ops table. Every op takes the backend first. Shapes: n_rows rows of n_cols (row stride
+ * `ld` elements where given; 0 means ld = n_cols). In-place (out == in) is allowed where noted.
+ * Ops that need the batch (embed, rope, attention, get_rows) use the one last given to batch_set.
+ * Ops return VLLMC_OK or an error status (never abort on bad shapes: they are checked).
+ * To add ops (GDN, MoE, ...), append members at the end; backends leave unknown ones NULL and the
+ * model checks for NULL at load time.
+ * ------------------------------------------------------------------------------------------- */
+struct backend;
+
+struct backend_ops {
+    const char *name;
+    void (*destroy)(struct backend *be);
+
+    /* Memory. alloc returns zeroed, 64-byte aligned backend memory. */
+    vllmc_status (*alloc)(struct backend *be, size_t size_bytes, void **out);
+    void (*free)(struct backend *be, void *p);
+    vllmc_status (*copy_to_device)(struct backend *be, void *dst, const void *host_src, size_t n);
+    vllmc_status (*copy_to_host)(struct backend *be, void *host_dst, const void *src, size_t n);
+    /* Make a weight from host data (e.g. a mmap'd GGUF tensor) of ggml type `type`, shape ne.
+     * The CPU backend uses host_data in place (the caller keeps it alive) except 1-D tensors,
+     * which it converts to an owned F32 copy (type becomes F32). Free with weight_free. */
+    vllmc_status (*weight_upload)(struct backend *be, const void *host_data, uint32_t type, int n_dims,
+                                  const int64_t *ne, struct bk_tensor *out);
+    void (*weight_free)(struct backend *be, struct bk_tensor *t);
+
+    /* Upload the batch description (validated; VLLMC_ERR_INVALID names a bad field). */
+    vllmc_status (*batch_set)(struct backend *be, const struct bk_batch *b);
+
+    /* out[t][:] = dequant(table row token_ids[t]) for every batch row. out: [n_tokens][table->ne[0]]. */
+    vllmc_status (*embed)(struct backend *be, const struct bk_tensor *table, float *out);
+
+    /* out[r] = x[r] * w / sqrt(mean(x[r]^2) + eps), w as stored in GGUF (F32 [n_cols]) or NULL (=1).
+     * x and out have row strides ld_x / ld_out; out == x allowed. Sum of squares in double. */
+    vllmc_status (*rmsnorm)(struct backend *be, const float *x, int64_t ld_x, const float *w, float eps,
+                            int64_t n_rows, int64_t n_cols, float *out, int64_t ld_out);
+    /* rmsnorm of x [n_rows][out->n_cols] into out->x, then quantize it into every format in out->fmts. */
+    vllmc_status (*rmsnorm_quantize)(struct backend *be, const float *x, const float *w, float eps,
+                                     int64_t n_rows, struct bk_act *out);
+    /* Quantize act->x (act->n_rows rows, set by the caller) into every format in act->fmts. */
+    vllmc_status (*quantize)(struct backend *be, struct bk_act *act);
+
+    /* n_out matmuls sharing one activation: outs[i].y = act * outs[i].w^T (+ bias). Each weight's
+     * ne[0] must equal act->n_cols and its activation format must be in act->fmts. */
+    vllmc_status (*matmul)(struct backend *be, const struct bk_act *act, int n_out, const struct bk_matmul_out *outs);
+
+    /* y[r][c] += x[r][c] for n_rows x n_cols (residual add), both with row stride n_cols. */
+    vllmc_status (*add)(struct backend *be, float *y, const float *x, int64_t n_rows, int64_t n_cols);
+
+    /* In-place RoPE of x: batch rows t, each holding n_head heads of head_dim at row stride ld
+     * (0 = n_head*head_dim); position pos[t] from the batch. */
+    vllmc_status (*rope)(struct backend *be, float *x, int64_t ld, int32_t n_head, int32_t head_dim,
+                         const struct bk_rope_params *p);
+
+    /* Paged causal attention. Stores k, v ([n_tokens][n_kv_head*head_dim], row strides ld_k/ld_v,
+     * 0 = packed) into the cache at each row's (sequence, position), then for every row t and query
+     * head j: out[t][j] = softmax_{tau <= pos[t]}(scale * q_j . K[seq][tau]) . V[seq][tau].
+     * q: [n_tokens][ld_q] (0 = n_head*head_dim); out: [n_tokens][n_head*head_dim]. */
+    vllmc_status (*attention)(struct backend *be, struct bk_kv_cache *kv, const struct bk_attn_params *p,
+                              const float *q, int64_t ld_q, const float *k, int64_t ld_k, const float *v,
+                              int64_t ld_v, float *out);
+
+    /* out->x[r][c] = silu(gate[r][c]) * up[r][c] with gate/up row stride ld (0 = out->n_cols),
+     * then quantize out into its formats. n_rows rows. */
+    vllmc_status (*swiglu_quantize)(struct backend *be, const float *gate, const float *up, int64_t ld,
+                                    int64_t n_rows, struct bk_act *out);
+
+    /* out[i] = x[batch.logit_rows[i]] (n_cols each): gathers the rows that need logits. */
+    vllmc_status (*get_rows)(struct backend *be, const float *x, int64_t n_cols, float *out);
+
+    /* LM head: logits[r] = w * act[r] for act->n_rows rows (w: [n_vocab][n_embd]); if argmax is not
+     * NULL also writes argmax[r] (host memory; ties to the lowest id). logits: backend memory. */
+    vllmc_status (*logits)(struct backend *be, const struct bk_act *act, const struct bk_tensor *w, float *logits,
+                           int32_t *argmax);
+
+    /* KV cache (pools allocated zeroed). */
+    vllmc_status (*kv_create)(struct backend *be, enum bk_kv_dtype dtype, int32_t n_layers, int32_t n_blocks,
+                              int32_t n_kv_head, int32_t head_dim, struct bk_kv_cache **out);
+    void (*kv_destroy)(struct backend *be, struct bk_kv_cache *kv);
+
+    /* ---- appended by model families that need more (keep members above stable) ---- */
+};
+
+/* A backend instance. Backends embed this as their first member. */
+struct backend {
+    const struct backend_ops *ops;
+    int n_threads;
+};
+
+/* CPU backend. n_threads <= 0: all online CPUs. reference = true selects the plain scalar,
+ * single-threaded reference path of every op (the oracle the fast path is tested against). */
+vllmc_status backend_cpu_create(int n_threads, bool reference, struct backend **out);
+
+/* Helpers shared by backends and models (backend.c). */
+/* The activation format a weight of ggml type t reads; -1 if unsupported. */
+int bk_act_fmt_for_weight(uint32_t type);
+/* Bytes of one row of n_cols elements in activation format f (0 if n_cols is not a block multiple). */
+uint64_t bk_act_row_bytes(int fmt, int64_t n_cols);
+/* Allocate the buffers of an activation [max_rows][n_cols] holding formats fmts (BK_ACT_F32 always). */
+vllmc_status bk_act_alloc(struct backend *be, int64_t max_rows, int64_t n_cols, uint32_t fmts, struct bk_act *a);
+void bk_act_free(struct backend *be, struct bk_act *a); /* accepts a zeroed/half-built act */
+/* Bytes of one KV-cache block (one layer, K or V): BK_KV_BLOCK * n_kv_head * head_dim * elt. */
+uint64_t bk_kv_block_bytes(enum bk_kv_dtype dtype, int32_t n_kv_head, int32_t head_dim);
+const char *bk_act_fmt_name(int fmt);
+
+#endif

@@ -1,0 +1,48 @@
+/* Sampler: turns one logits row into a token id, deterministically from (logits, params, rng state,
+ * token history). Order of the transforms (as vLLM): repetition/presence/frequency penalties,
+ * temperature, top-k, top-p, min-p, then a draw from the renormalized distribution.
+ * temperature == 0 is greedy: the argmax, ties to the lowest id (penalties still apply first). */
+#ifndef VLLMC_SAMPLER_H
+#define VLLMC_SAMPLER_H
+
+#include <stdint.h>
+#include "common/common.h"
+
+struct sampler_params {
+    float temperature;       /* 0 = greedy; > 0 divides the logits */
+    int32_t top_k;           /* <= 0: off */
+    float top_p;             /* (0, 1]; 1: off */
+    float min_p;             /* [0, 1]; 0: off. Keeps p >= min_p * p_max */
+    float repetition_penalty;/* > 0; 1: off. Tokens seen in prompt or output: l > 0 ? l / r : l * r */
+    float presence_penalty;  /* [-2, 2]; 0: off. l -= presence if the token occurs in the output */
+    float frequency_penalty; /* [-2, 2]; 0: off. l -= frequency * count in the output */
+    uint64_t seed;
+};
+
+/* Defaults: greedy, every filter off, seed 0. */
+void sampler_params_default(struct sampler_params *p);
+/* VLLMC_ERR_INVALID with a message naming the bad field (NaN, out of range). */
+vllmc_status sampler_params_check(const struct sampler_params *p);
+
+/* Per-request RNG (xoshiro256**), seeded by splitmix64 of the seed. */
+struct sampler_rng { uint64_t s[4]; };
+void sampler_rng_seed(struct sampler_rng *r, uint64_t seed);
+uint64_t sampler_rng_next(struct sampler_rng *r);
+/* Uniform in [0, 1) with 53 bits. */
+double sampler_rng_uniform(struct sampler_rng *r);
+
+/* Scratch sized for a vocabulary (no allocation per call). */
+struct sampler;
+vllmc_status sampler_create(int32_t n_vocab, struct sampler **out);
+void sampler_destroy(struct sampler *s); /* accepts NULL */
+
+/* Sample one token from logits[n_vocab] (not modified). history: the tokens of the request so far,
+ * the first n_prompt of them the prompt (repetition penalty uses all, presence/frequency only the
+ * rest). Ids in history outside [0, n_vocab) are ignored. Returns the token id in [0, n_vocab). */
+int32_t sampler_sample(struct sampler *s, const float *logits, const struct sampler_params *p,
+                       struct sampler_rng *rng, const int32_t *history, int32_t n_history, int32_t n_prompt);
+
+/* Argmax with ties to the lowest id (NaN never wins). */
+int32_t sampler_argmax(const float *logits, int32_t n);
+
+#endif
