@@ -1,0 +1,253 @@
+/* Gated DeltaNet ops on the CPU (see ops_gdn.h). The recurrent and the chunked delta rule are two
+ * evaluations of the same recurrence: value heads are independent, so both run one task per head, and the
+ * state row of one value dimension (d_k contiguous floats) is the unit every inner loop walks. */
+#include "backend/cpu/ops_gdn.h"
+
+#include <math.h>
+#include <string.h>
+
+/* Dot product with 8 independent partial sums so the compiler can vectorize it without reassociation. */
+static inline float gdn_dot(const float *a, const float *b, int n) {
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int l = 0; l < 8; l++) acc[l] += a[i + l] * b[i + l];
+    float s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    for (; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+static inline void gdn_axpy(float *y, float a, const float *x, int n) {
+    for (int i = 0; i < n; i++) y[i] += a * x[i];
+}
+
+static inline float gdn_silu(float x) { return x / (1.0f + expf(-x)); }
+
+/* ---- conv1d ---- */
+
+#define GDN_CONV_BLOCK 64 /* channels per task */
+
+struct gdn_conv_ctx {
+    float *y;
+    int64_t y_stride;
+    const float *x;
+    int64_t x_stride;
+    int n_tokens, n_ch, d_conv;
+    const float *w;
+    float *state;
+};
+
+static void gdn_conv_task(void *vctx, int i_task, int i_thread) {
+    (void)i_thread;
+    const struct gdn_conv_ctx *c = vctx;
+    const int nh = c->d_conv - 1, T = c->n_tokens;
+    int ch0 = i_task * GDN_CONV_BLOCK, ch1 = VLLMC_MIN(ch0 + GDN_CONV_BLOCK, c->n_ch);
+    for (int ch = ch0; ch < ch1; ch++) {
+        const float *w = c->w + (int64_t)ch * c->d_conv;
+        float *st = c->state + (int64_t)ch * nh;
+        float win[8]; /* win[j] = input at time t - nh + j */
+        for (int j = 0; j < nh; j++) win[j] = st[j];
+        for (int t = 0; t < T; t++) {
+            win[nh] = c->x[(int64_t)t * c->x_stride + ch];
+            float s = 0.0f;
+            for (int j = 0; j <= nh; j++) s += win[j] * w[j];
+            c->y[(int64_t)t * c->y_stride + ch] = gdn_silu(s);
+            for (int j = 0; j < nh; j++) win[j] = win[j + 1];
+        }
+        for (int j = 0; j < nh; j++) st[j] = win[j];
+    }
+}
+
+void gdn_conv1d_silu(float *y, int64_t y_stride, const float *x, int64_t x_stride, int n_tokens, int n_ch,
+                     const float *w, int d_conv, float *state, struct threadpool *tp) {
+    VLLMC_ASSERT(d_conv >= 2 && d_conv <= 8 && n_tokens >= 0 && n_ch >= 0);
+    struct gdn_conv_ctx c = {y, y_stride, x, x_stride, n_tokens, n_ch, d_conv, w, state};
+    threadpool_run(tp, gdn_conv_task, &c, CEIL_DIV(n_ch, GDN_CONV_BLOCK));
+}
+
+/* ---- norms and gates ---- */
+
+void gdn_l2norm(float *x, int n, float eps) {
+    double sum = 0.0;
+    for (int i = 0; i < n; i++) sum += (double)x[i] * x[i];
+    const float scale = 1.0f / fmaxf(sqrtf((float)sum), eps);
+    for (int i = 0; i < n; i++) x[i] *= scale;
+}
+
+void gdn_qk_norm(float *qkv, int64_t stride, int n_tokens, const struct gdn_dims *d, float eps) {
+    const float q_scale = 1.0f / sqrtf((float)d->d_k);
+    for (int t = 0; t < n_tokens; t++) {
+        float *row = qkv + (int64_t)t * stride;
+        for (int h = 0; h < 2 * d->n_k_head; h++) gdn_l2norm(row + (int64_t)h * d->d_k, d->d_k, eps);
+        for (int i = 0; i < d->n_k_head * d->d_k; i++) row[i] *= q_scale;
+    }
+}
+
+void gdn_gates(float *beta, float *g, const float *b, const float *a, int64_t ab_stride, int n_tokens,
+               int n_v_head, const float *dt_bias, const float *ssm_a) {
+    for (int t = 0; t < n_tokens; t++)
+        for (int m = 0; m < n_v_head; m++) {
+            const float bv = b[(int64_t)t * ab_stride + m];
+            const float x = a[(int64_t)t * ab_stride + m] + dt_bias[m];
+            const float sp = x > 20.0f ? x : logf(1.0f + expf(x));
+            beta[(int64_t)t * n_v_head + m] = 1.0f / (1.0f + expf(-bv));
+            g[(int64_t)t * n_v_head + m] = sp * ssm_a[m];
+        }
+}
+
+void gdn_gated_rmsnorm(float *out, const float *o, int64_t stride, const float *z, int64_t z_stride,
+                       int n_tokens, int n_head, int d_v, const float *w, float eps) {
+    for (int t = 0; t < n_tokens; t++)
+        for (int m = 0; m < n_head; m++) {
+            const float *x = o + (int64_t)t * stride + (int64_t)m * d_v;
+            const float *zz = z + (int64_t)t * z_stride + (int64_t)m * d_v;
+            float *y = out + (int64_t)t * stride + (int64_t)m * d_v;
+            double sum = 0.0;
+            for (int i = 0; i < d_v; i++) sum += (double)x[i] * x[i];
+            const float scale = 1.0f / sqrtf((float)(sum / d_v) + eps);
+            for (int i = 0; i < d_v; i++) y[i] = x[i] * scale * w[i] * gdn_silu(zz[i]);
+        }
+}
+
+/* ---- delta rule ---- */
+
+struct gdn_rule_ctx {
+    const struct gdn_dims *d;
+    int n_tokens, chunk;
+    const float *q, *k, *v, *g, *beta;
+    int64_t qk_stride, v_stride, o_stride;
+    float *state, *o, *scratch;
+    int64_t scratch_per_thread;
+};
+
+static void gdn_recurrent_task(void *vctx, int m, int i_thread) {
+    (void)i_thread;
+    const struct gdn_rule_ctx *c = vctx;
+    const int dk = c->d->d_k, dv = c->d->d_v, nv = c->d->n_v_head, kh = m % c->d->n_k_head;
+    float *S = c->state + (int64_t)m * dv * dk;
+    for (int t = 0; t < c->n_tokens; t++) {
+        const float *q = c->q + (int64_t)t * c->qk_stride + (int64_t)kh * dk;
+        const float *k = c->k + (int64_t)t * c->qk_stride + (int64_t)kh * dk;
+        const float *v = c->v + (int64_t)t * c->v_stride + (int64_t)m * dv;
+        float *o = c->o + (int64_t)t * c->o_stride + (int64_t)m * dv;
+        const float decay = expf(c->g[(int64_t)t * nv + m]), b = c->beta[(int64_t)t * nv + m];
+        for (int j = 0; j < dv; j++) {
+            float *row = S + (int64_t)j * dk;
+            for (int i = 0; i < dk; i++) row[i] *= decay;
+            const float delta = b * (v[j] - gdn_dot(row, k, dk));
+            gdn_axpy(row, delta, k, dk);
+            o[j] = gdn_dot(row, q, dk);
+        }
+    }
+}
+
+void gdn_delta_rule_recurrent(const struct gdn_dims *d, int n_tokens, const float *q, const float *k,
+                              int64_t qk_stride, const float *v, int64_t v_stride, const float *g,
+                              const float *beta, float *state, float *o, int64_t o_stride,
+                              struct threadpool *tp) {
+    VLLMC_ASSERT(d->n_k_head > 0 && d->n_v_head % d->n_k_head == 0);
+    struct gdn_rule_ctx c = {d, n_tokens, 0, q, k, v, g, beta, qk_stride, v_stride, o_stride, state, o, NULL, 0};
+    threadpool_run(tp, gdn_recurrent_task, &c, d->n_v_head);
+}
+
+int64_t gdn_chunked_scratch_floats(const struct gdn_dims *d, int chunk) {
+    const int64_t C = chunk;
+    /* gamma (double, 2 floats each), exp(gamma), A, QK, U/Vt, W */
+    const int64_t n = 2 * C + C + 2 * C * C + C * d->d_v + C * d->d_k;
+    return (n + 15) & ~(int64_t)15; /* keeps each thread's part 64-byte aligned relative to the base */
+}
+
+/* One value head, chunk by chunk. Within a chunk of n tokens, with G the cumulative log-decay:
+ *   A[t][s]  = beta_t exp(G_t - G_s) k_t.k_s        (s < t)
+ *   (I + A) U = diag(beta) V,   (I + A) W = diag(beta exp(G)) K      (forward substitution)
+ *   Vt_t     = U_t - S0^T W_t
+ *   o_t      = exp(G_t) S0^T q_t + sum_{s<=t} exp(G_t - G_s) (q_t.k_s) Vt_s
+ *   S_n      = exp(G_n) S0 + sum_s exp(G_n - G_s) k_s Vt_s^T
+ * Only non-positive differences of G are exponentiated. */
+static void gdn_chunked_task(void *vctx, int m, int i_thread) {
+    const struct gdn_rule_ctx *c = vctx;
+    const int dk = c->d->d_k, dv = c->d->d_v, nv = c->d->n_v_head, kh = m % c->d->n_k_head;
+    const int C = c->chunk;
+    float *sc = c->scratch + (int64_t)i_thread * c->scratch_per_thread;
+    double *G = (double *)(void *)sc;       /* [C] */
+    float *eG = sc + 2 * C;                 /* [C] exp(G_t) */
+    float *A = eG + C;                      /* [C][C] */
+    float *QK = A + (int64_t)C * C;         /* [C][C] */
+    float *U = QK + (int64_t)C * C;         /* [C][dv], becomes Vt */
+    float *W = U + (int64_t)C * dv;         /* [C][dk] */
+    float *S = c->state + (int64_t)m * dv * dk;
+
+    for (int c0 = 0; c0 < c->n_tokens; c0 += C) {
+        const int n = VLLMC_MIN(C, c->n_tokens - c0);
+#define GDN_Q(t) (c->q + (int64_t)(c0 + (t)) * c->qk_stride + (int64_t)kh * dk)
+#define GDN_K(t) (c->k + (int64_t)(c0 + (t)) * c->qk_stride + (int64_t)kh * dk)
+#define GDN_V(t) (c->v + (int64_t)(c0 + (t)) * c->v_stride + (int64_t)m * dv)
+#define GDN_O(t) (c->o + (int64_t)(c0 + (t)) * c->o_stride + (int64_t)m * dv)
+        double acc = 0.0;
+        for (int t = 0; t < n; t++) {
+            acc += c->g[(int64_t)(c0 + t) * nv + m];
+            G[t] = acc;
+            eG[t] = (float)exp(acc);
+        }
+        /* A and QK, lower triangle only (the mask comes before exp). */
+        for (int t = 0; t < n; t++) {
+            const float *kt = GDN_K(t), *qt = GDN_Q(t);
+            const float bt = c->beta[(int64_t)(c0 + t) * nv + m];
+            for (int s = 0; s <= t; s++) {
+                const float *ks = GDN_K(s);
+                const float dec = (float)exp(G[t] - G[s]);
+                if (s < t) A[(int64_t)t * C + s] = bt * dec * gdn_dot(kt, ks, dk);
+                QK[(int64_t)t * C + s] = dec * gdn_dot(qt, ks, dk);
+            }
+        }
+        /* Forward substitution for U and W. */
+        for (int t = 0; t < n; t++) {
+            const float bt = c->beta[(int64_t)(c0 + t) * nv + m];
+            float *u = U + (int64_t)t * dv, *w = W + (int64_t)t * dk;
+            const float *vt = GDN_V(t), *kt = GDN_K(t);
+            const float bw = bt * eG[t];
+            for (int j = 0; j < dv; j++) u[j] = bt * vt[j];
+            for (int i = 0; i < dk; i++) w[i] = bw * kt[i];
+            for (int s = 0; s < t; s++) {
+                const float a = A[(int64_t)t * C + s];
+                gdn_axpy(u, -a, U + (int64_t)s * dv, dv);
+                gdn_axpy(w, -a, W + (int64_t)s * dk, dk);
+            }
+        }
+        /* Reads of the incoming state: Vt = U - S0^T W, o = exp(G) S0^T q. */
+        for (int j = 0; j < dv; j++) {
+            const float *row = S + (int64_t)j * dk;
+            for (int t = 0; t < n; t++) {
+                U[(int64_t)t * dv + j] -= gdn_dot(row, W + (int64_t)t * dk, dk);
+                GDN_O(t)[j] = eG[t] * gdn_dot(row, GDN_Q(t), dk);
+            }
+        }
+        /* Intra-chunk part of the output. */
+        for (int t = 0; t < n; t++) {
+            float *ot = GDN_O(t);
+            for (int s = 0; s <= t; s++) gdn_axpy(ot, QK[(int64_t)t * C + s], U + (int64_t)s * dv, dv);
+        }
+        /* State carry. */
+        const float eGn = eG[n - 1];
+        for (int t = 0; t < n; t++) A[t] = (float)exp(G[n - 1] - G[t]); /* reuse row 0 of A */
+        for (int j = 0; j < dv; j++) {
+            float *row = S + (int64_t)j * dk;
+            for (int i = 0; i < dk; i++) row[i] *= eGn;
+            for (int t = 0; t < n; t++) gdn_axpy(row, A[t] * U[(int64_t)t * dv + j], GDN_K(t), dk);
+        }
+#undef GDN_Q
+#undef GDN_K
+#undef GDN_V
+#undef GDN_O
+    }
+}
+
+void gdn_delta_rule_chunked(const struct gdn_dims *d, int n_tokens, int chunk, const float *q,
+                            const float *k, int64_t qk_stride, const float *v, int64_t v_stride,
+                            const float *g, const float *beta, float *state, float *o, int64_t o_stride,
+                            float *scratch, struct threadpool *tp) {
+    VLLMC_ASSERT(d->n_k_head > 0 && d->n_v_head % d->n_k_head == 0 && chunk > 0);
+    struct gdn_rule_ctx c = {d, n_tokens, chunk, q, k, v, g, beta, qk_stride, v_stride, o_stride, state, o,
+                             scratch, gdn_chunked_scratch_floats(d, chunk)};
+    threadpool_run(tp, gdn_chunked_task, &c, d->n_v_head);
+}

@@ -1,0 +1,69 @@
+/* Gated DeltaNet (GDN) ops on the CPU, all in f32 (ARCH-QWEN35.md sections 4.5 and 5):
+ * causal depthwise conv1d with a rolling state, per-head L2 norm, the beta/decay gates, the gated delta
+ * rule (token-by-token recurrence for decode, chunked WY form for prefill; both give the same result up
+ * to rounding) and the gated RMSNorm.
+ * State layouts, per sequence and layer, owned by the caller:
+ *   conv state      [n_ch][d_conv-1]      the last d_conv-1 raw inputs of each channel, oldest first
+ *   recurrent state [n_v_head][d_v][d_k]  S transposed (v-major): element (k_i, v_j) at j*d_k + i,
+ *                                         the layout llama.cpp keeps. Zero at sequence start.
+ * Value head m reads query/key head m % n_k_head (GGUF tiled order). */
+#ifndef VLLMC_OPS_GDN_H
+#define VLLMC_OPS_GDN_H
+
+#include <stdint.h>
+#include "common/threadpool.h"
+
+struct gdn_dims {
+    int n_k_head; /* query/key heads */
+    int n_v_head; /* value heads, a multiple of n_k_head */
+    int d_k;      /* key (and query) head size */
+    int d_v;      /* value head size */
+};
+
+/* Causal depthwise conv (no bias) followed by SiLU, over n_tokens tokens of n_ch channels.
+ * x: [n_tokens][x_stride] raw inputs (first n_ch used); w: [n_ch][d_conv], tap d_conv-1 multiplies the
+ * current token; state: [n_ch][d_conv-1], read as the history before token 0 and replaced by the last
+ * d_conv-1 raw inputs (the tail of old state + x when n_tokens < d_conv-1); y: [n_tokens][y_stride].
+ * y must not alias x. 2 <= d_conv <= 8. tp may be NULL. */
+void gdn_conv1d_silu(float *y, int64_t y_stride, const float *x, int64_t x_stride, int n_tokens, int n_ch,
+                     const float *w, int d_conv, float *state, struct threadpool *tp);
+
+/* x[i] /= max(sqrt(sum x^2), eps) over n values (ggml l2_norm; the sum accumulated in double). */
+void gdn_l2norm(float *x, int n, float eps);
+
+/* After the conv, in place on each token's row [q: n_k_head*d_k | k: n_k_head*d_k | ...]:
+ * L2-normalize every q and k head, then scale q by 1/sqrt(d_k). */
+void gdn_qk_norm(float *qkv, int64_t stride, int n_tokens, const struct gdn_dims *d, float eps);
+
+/* Per token t and value head m: beta = sigmoid(b), g = softplus(a + dt_bias[m]) * ssm_a[m]
+ * (softplus(x) = x for x > 20). b, a: [n_tokens][ab_stride]; beta, g: [n_tokens][n_v_head]. */
+void gdn_gates(float *beta, float *g, const float *b, const float *a, int64_t ab_stride, int n_tokens,
+               int n_v_head, const float *dt_bias, const float *ssm_a);
+
+/* The gated delta rule, token by token: per value head m with q, k from head m % n_k_head,
+ *   S <- exp(g) S;  d = beta (v - S^T k);  S <- S + k d^T;  o = S^T q.
+ * q, k: [n_tokens][qk_stride] (head h at h*d_k; q already normalized and scaled, k normalized);
+ * v: [n_tokens][v_stride] (head m at m*d_v); g, beta: [n_tokens][n_v_head];
+ * state: [n_v_head][d_v][d_k], updated; o: [n_tokens][o_stride] (head m at m*d_v). tp may be NULL. */
+void gdn_delta_rule_recurrent(const struct gdn_dims *d, int n_tokens, const float *q, const float *k,
+                              int64_t qk_stride, const float *v, int64_t v_stride, const float *g,
+                              const float *beta, float *state, float *o, int64_t o_stride,
+                              struct threadpool *tp);
+
+/* The same rule in chunks of `chunk` tokens (WY / UT-transform form, ARCH-QWEN35.md 5.2): within a chunk
+ * the sequential corrections become a triangular solve and dense products; only the state is carried
+ * from chunk to chunk. Same arguments and result as gdn_delta_rule_recurrent; scratch holds
+ * gdn_chunked_scratch_floats(d, chunk) floats per thread of tp (1 thread when tp is NULL). */
+int64_t gdn_chunked_scratch_floats(const struct gdn_dims *d, int chunk);
+void gdn_delta_rule_chunked(const struct gdn_dims *d, int n_tokens, int chunk, const float *q,
+                            const float *k, int64_t qk_stride, const float *v, int64_t v_stride,
+                            const float *g, const float *beta, float *state, float *o, int64_t o_stride,
+                            float *scratch, struct threadpool *tp);
+
+/* Gated RMSNorm per head: out[m] = rmsnorm(o[m]; w) * silu(z[m]) over each head's d_v values, with one
+ * weight w[d_v] shared by all heads (no +1; sum of squares in double as ggml). o and out: [n_tokens][stride],
+ * z: [n_tokens][z_stride], rows of n_head*d_v; out may alias o. */
+void gdn_gated_rmsnorm(float *out, const float *o, int64_t stride, const float *z, int64_t z_stride,
+                       int n_tokens, int n_head, int d_v, const float *w, float eps);
+
+#endif
