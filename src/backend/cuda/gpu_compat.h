@@ -93,7 +93,16 @@ typedef uint32_t lane_mask_t;
 
 #define GPU_CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
 
-/* Full-warp reductions with explicit masks. */
+/* Full-warp butterfly exchange with an explicit mask. */
+template <typename T> static __device__ __forceinline__ T shfl_xor(T v, int off) {
+#if defined(VLLMC_HIP)
+    return __shfl_xor(v, off, VLLMC_WARP_SIZE);
+#else
+    return __shfl_xor_sync(VLLMC_FULL_MASK, v, off, VLLMC_WARP_SIZE);
+#endif
+}
+
+/* Full-warp reductions. */
 static __device__ __forceinline__ float warp_reduce_sum(float v) {
 #pragma unroll
     for (int off = VLLMC_WARP_SIZE / 2; off > 0; off >>= 1) {
