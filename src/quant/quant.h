@@ -35,12 +35,23 @@ uint64_t quant_row_size(uint32_t type, int64_t n);
 
 /* ---- Row-level entry points. n is the number of elements and a multiple of the block size. ---- */
 
-/* Dequantize n elements of a weight row (any supported type) to f32. */
+/* Dequantize n elements of a weight row (any supported type) to f32, bit-identical to ggml's
+ * dequantize_row_*. Precondition (asserted, not an error path): quant_traits(type)->supported and n a
+ * multiple of the block size; callers validate types read from a file with quant_traits() first.
+ * Handles F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K..Q6_K, IQ4_NL, IQ4_XS, MXFP4. */
 void dequantize_row(uint32_t type, const void *src, float *dst, int64_t n);
 
-/* Reference quantizer of weights (no importance matrix), byte-identical to llama.cpp's
- * quantize_row_*_ref. Returns VLLMC_ERR_UNSUPPORTED for a type it cannot produce. */
+/* Reference quantizer of weights (no importance matrix), byte-identical to what llama-quantize writes
+ * for that type without an imatrix (ggml_quantize_chunk: the *_ref code, except IQ4_NL/IQ4_XS, which
+ * take quantize_iq4_*'s +-7 scale search). Types: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
+ * Q2_K..Q6_K, IQ4_NL, IQ4_XS, MXFP4. Returns VLLMC_ERR_UNSUPPORTED for another type and
+ * VLLMC_ERR_INVALID if n is not a multiple of the block size. Thread-safe (no shared state). Non-finite
+ * inputs give unspecified (but memory-safe) blocks, as in ggml. */
 vllmc_status quantize_row_ref(uint32_t type, const float *src, void *dst, int64_t n);
+/* True if quantize_row_ref can produce this type. */
+bool quant_can_quantize(uint32_t type);
+/* Half of the MXFP4 E8M0 block scale as f32: 2^(e-128) (subnormal for e = 0, 1), as ggml decodes it. */
+float quant_e8m0_to_fp32_half(uint8_t e);
 
 /* Activation quantizers for the dot products (GGUF-QUANTS.md section 4). */
 void quantize_row_q8_0(const float *x, void *dst, int64_t n);
