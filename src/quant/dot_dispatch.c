@@ -1,0 +1,72 @@
+/* Run-time choice of the dot-product kernels: AVX-512 (BW/VL/VNNI), AVX2+FMA+F16C, or scalar.
+ * Chosen once from the CPU's features (__builtin_cpu_supports) and $VLLMC_SIMD; every ISA gives the
+ * same bits as the scalar reference, so the choice changes speed only. */
+#include <pthread.h>
+#include <string.h>
+#include "dot_impl.h"
+#include "gemv.h"
+
+static const char *const g_isa_names[QUANT_ISA_COUNT] = {"scalar", "avx2", "avx512vnni"};
+static pthread_once_t g_isa_once = PTHREAD_ONCE_INIT;
+static int g_isa_active;
+
+bool quant_isa_supported(int isa) {
+    switch (isa) {
+    case QUANT_ISA_SCALAR: return true;
+#if defined(__x86_64__) || defined(__i386__)
+    case QUANT_ISA_AVX2:
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c") &&
+               __builtin_cpu_supports("bmi2");
+    case QUANT_ISA_AVX512:
+        return quant_isa_supported(QUANT_ISA_AVX2) && __builtin_cpu_supports("avx512f") &&
+               __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+               __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vnni");
+#endif
+    default: return false;
+    }
+}
+
+static void dot_isa_init(void) {
+    int best = QUANT_ISA_SCALAR;
+    for (int isa = QUANT_ISA_COUNT - 1; isa > 0; isa--) {
+        if (quant_isa_supported(isa)) {
+            best = isa;
+            break;
+        }
+    }
+    const char *env = getenv("VLLMC_SIMD");
+    if (env && *env) {
+        int want = -1;
+        if (!strcmp(env, "scalar")) want = QUANT_ISA_SCALAR;
+        else if (!strcmp(env, "avx2")) want = QUANT_ISA_AVX2;
+        else if (!strcmp(env, "avx512") || !strcmp(env, "avx512vnni")) want = QUANT_ISA_AVX512;
+        if (want < 0) LOG_WARN("VLLMC_SIMD=%s is not one of scalar|avx2|avx512; using %s", env, g_isa_names[best]);
+        else if (!quant_isa_supported(want)) LOG_WARN("VLLMC_SIMD=%s is not supported by this CPU; using %s", env, g_isa_names[best]);
+        else best = want;
+    }
+    g_isa_active = best;
+}
+
+int quant_isa_active(void) {
+    pthread_once(&g_isa_once, dot_isa_init);
+    return g_isa_active;
+}
+
+const char *quant_simd_name(void) {
+    return g_isa_names[quant_isa_active()];
+}
+
+vec_dot_fn quant_get_vec_dot_isa(uint32_t wtype, int isa) {
+    vec_dot_fn ref = dot_ref_get(wtype);
+    if (!ref || !quant_isa_supported(isa)) return NULL;
+    vec_dot_fn f = NULL;
+#if defined(__x86_64__) || defined(__i386__)
+    if (isa == QUANT_ISA_AVX512) f = dot_avx512_get(wtype);
+    if (isa == QUANT_ISA_AVX2 || (isa == QUANT_ISA_AVX512 && !f)) f = dot_avx2_get(wtype);
+#endif
+    return f ? f : ref;
+}
+
+vec_dot_fn quant_get_vec_dot(uint32_t wtype) {
+    return quant_get_vec_dot_isa(wtype, quant_isa_active());
+}

@@ -1,0 +1,34 @@
+/* Multi-row quantized products (decode GEMV, prefill GEMM) on top of the dispatched dot kernels.
+ * Each output is exactly one kernel call on one (weight row, activation row) pair, so results are
+ * bit-identical to vec_dot_ref for any row range, batch size or thread split. */
+#include "dot_impl.h"
+#include "gemv.h"
+
+void quant_gemv(uint32_t wtype, int64_t n_cols, const void *w, size_t w_row_bytes, int64_t row0, int64_t n_rows,
+                const void *act, float *out) {
+    vec_dot_fn f = quant_get_vec_dot(wtype);
+    VLLMC_ASSERT(f != NULL);
+    const uint8_t *wr = (const uint8_t *)w + (size_t)row0 * w_row_bytes;
+    for (int64_t r = 0; r < n_rows; r++, wr += w_row_bytes) out[r] = f(n_cols, wr, act);
+}
+
+/* Activation rows are taken in tiles that fit in L2 next to one weight row; within a tile every
+ * weight row is streamed from memory once and dotted with all rows of the tile. */
+#define GEMM_ACT_TILE_BYTES (512 * 1024)
+
+void quant_gemm(uint32_t wtype, int64_t n_cols, const void *w, size_t w_row_bytes, int64_t row0, int64_t n_rows,
+                const void *act, size_t act_row_bytes, int64_t n_act, float *out, int64_t out_stride) {
+    vec_dot_fn f = quant_get_vec_dot(wtype);
+    VLLMC_ASSERT(f != NULL);
+    int64_t tile = act_row_bytes ? (int64_t)(GEMM_ACT_TILE_BYTES / act_row_bytes) : n_act;
+    if (tile < 8) tile = 8;
+    const uint8_t *w0 = (const uint8_t *)w + (size_t)row0 * w_row_bytes;
+    for (int64_t i0 = 0; i0 < n_act; i0 += tile) {
+        int64_t i1 = VLLMC_MIN(n_act, i0 + tile);
+        const uint8_t *wr = w0;
+        for (int64_t r = 0; r < n_rows; r++, wr += w_row_bytes) {
+            const uint8_t *ar = (const uint8_t *)act + (size_t)i0 * act_row_bytes;
+            for (int64_t i = i0; i < i1; i++, ar += act_row_bytes) out[i * out_stride + r] = f(n_cols, wr, ar);
+        }
+    }
+}
