@@ -10,6 +10,10 @@
 #include <stdlib.h>
 #include "vllmc.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #if defined(__GNUC__)
 #define VLLMC_PRINTF(a, b) __attribute__((format(printf, a, b)))
 #else
@@ -51,5 +55,9 @@ void *vllmc_calloc(size_t n, size_t size);
 /* 64-byte aligned allocation, freed with vllmc_free_aligned. */
 void *vllmc_malloc_aligned(size_t n);
 void vllmc_free_aligned(void *p);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -6,6 +6,10 @@
 #include <stdbool.h>
 #include "common/common.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* ggml type ids exactly as stored in GGUF tensor infos. */
 enum ggml_type {
     GGML_TYPE_F32 = 0, GGML_TYPE_F16 = 1, GGML_TYPE_Q4_0 = 2, GGML_TYPE_Q4_1 = 3,
@@ -70,5 +74,9 @@ float vec_dot_ref(uint32_t wtype, int64_t n, const void *w, const void *a);
 vec_dot_fn quant_get_vec_dot(uint32_t wtype);
 /* Name of the instruction set the dispatcher chose ("avx512vnni", "avx2", "scalar"). */
 const char *quant_simd_name(void);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif
