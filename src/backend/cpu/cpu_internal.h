@@ -1,0 +1,90 @@
+/* CPU backend internals: the backend struct, the current batch, and the op implementations
+ * (cpu_ops_ref.c: plain scalar reference, single thread; cpu_ops.c: threaded fast paths).
+ * Backend memory is host memory, so every pointer an op gets is directly usable. */
+#ifndef VLLMC_CPU_INTERNAL_H
+#define VLLMC_CPU_INTERNAL_H
+
+#include "backend/backend.h"
+#include "common/threadpool.h"
+
+struct cpu_backend {
+    struct backend base;
+    struct threadpool *tp;      /* NULL for the reference backend */
+    bool reference;
+    /* The batch of the last batch_set (owned copies). */
+    int32_t n_tokens, n_seqs, n_logits;
+    int32_t *token_ids, *pos, *seq_idx, *logit_rows;
+    struct bk_seq *seqs;
+    int32_t *block_tables;      /* concatenated; seqs[i].block_table points in here */
+    int64_t cap_tokens, cap_seqs, cap_blocks, cap_logits;
+    /* Scratch for attention (per thread: scores over the context + a rounded query). */
+    float *attn_scratch;
+    int64_t attn_scratch_per_thread;
+};
+
+static inline struct cpu_backend *cpu_be(struct backend *be) { return (struct cpu_backend *)be; }
+
+/* Pointer to the KV slot of (layer pool base, block, kv head, slot) for an element size. */
+static inline void *cpu_kv_slot(void *pool, int32_t block, int32_t kvh, int32_t slot, int32_t n_kv_head,
+                                int32_t head_dim, size_t elt) {
+    size_t idx = (((size_t)block * (size_t)n_kv_head + (size_t)kvh) * BK_KV_BLOCK + (size_t)slot) * (size_t)head_dim;
+    return (char *)pool + idx * elt;
+}
+
+/* Shared checks (cpu_backend.c). */
+vllmc_status cpu_check_act_for_weight(const struct bk_act *act, const struct bk_tensor *w);
+vllmc_status cpu_ensure_attn_scratch(struct cpu_backend *c, int64_t max_ctx, int64_t head_dim);
+/* Quantize rows [r0, r1) of act->x into the formats of act->fmts (all but F32). */
+void cpu_quantize_rows(struct bk_act *act, int64_t r0, int64_t r1);
+/* One row of RMSNorm (the exact formula all CPU paths share). */
+void cpu_rmsnorm_row(const float *x, const float *w, float eps, int64_t n, float *out);
+/* RoPE of one head vector in place at position pos. */
+void cpu_rope_head(float *x, int32_t pos, const struct bk_rope_params *p);
+/* Attention of one (row, query head): the shared scalar kernel (cpu_ops_ref.c). */
+void cpu_attn_row_head_ref(const struct cpu_backend *c, const struct bk_kv_cache *kv, const struct bk_attn_params *p,
+                           int32_t t, int32_t j, const float *q, float *out, float *scores);
+/* Store the k/v rows of the batch into the cache (shared by both paths). */
+void cpu_kv_store(const struct cpu_backend *c, struct bk_kv_cache *kv, const struct bk_attn_params *p, int64_t t0,
+                  int64_t t1, const float *k, int64_t ld_k, const float *v, int64_t ld_v);
+vllmc_status cpu_attn_check(const struct cpu_backend *c, const struct bk_kv_cache *kv, const struct bk_attn_params *p);
+
+/* Reference ops (cpu_ops_ref.c). */
+vllmc_status cpu_ref_embed(struct backend *be, const struct bk_tensor *table, float *out);
+vllmc_status cpu_ref_rmsnorm(struct backend *be, const float *x, int64_t ld_x, const float *w, float eps,
+                             int64_t n_rows, int64_t n_cols, float *out, int64_t ld_out);
+vllmc_status cpu_ref_rmsnorm_quantize(struct backend *be, const float *x, const float *w, float eps, int64_t n_rows,
+                                      struct bk_act *out);
+vllmc_status cpu_ref_quantize(struct backend *be, struct bk_act *act);
+vllmc_status cpu_ref_matmul(struct backend *be, const struct bk_act *act, int n_out, const struct bk_matmul_out *outs);
+vllmc_status cpu_ref_add(struct backend *be, float *y, const float *x, int64_t n_rows, int64_t n_cols);
+vllmc_status cpu_ref_rope(struct backend *be, float *x, int64_t ld, int32_t n_head, int32_t head_dim,
+                          const struct bk_rope_params *p);
+vllmc_status cpu_ref_attention(struct backend *be, struct bk_kv_cache *kv, const struct bk_attn_params *p,
+                               const float *q, int64_t ld_q, const float *k, int64_t ld_k, const float *v,
+                               int64_t ld_v, float *out);
+vllmc_status cpu_ref_swiglu_quantize(struct backend *be, const float *gate, const float *up, int64_t ld,
+                                     int64_t n_rows, struct bk_act *out);
+vllmc_status cpu_ref_get_rows(struct backend *be, const float *x, int64_t n_cols, float *out);
+vllmc_status cpu_ref_logits(struct backend *be, const struct bk_act *act, const struct bk_tensor *w, float *logits,
+                            int32_t *argmax);
+
+/* Fast ops (cpu_ops.c). */
+vllmc_status cpu_fast_embed(struct backend *be, const struct bk_tensor *table, float *out);
+vllmc_status cpu_fast_rmsnorm(struct backend *be, const float *x, int64_t ld_x, const float *w, float eps,
+                              int64_t n_rows, int64_t n_cols, float *out, int64_t ld_out);
+vllmc_status cpu_fast_rmsnorm_quantize(struct backend *be, const float *x, const float *w, float eps, int64_t n_rows,
+                                       struct bk_act *out);
+vllmc_status cpu_fast_quantize(struct backend *be, struct bk_act *act);
+vllmc_status cpu_fast_matmul(struct backend *be, const struct bk_act *act, int n_out, const struct bk_matmul_out *outs);
+vllmc_status cpu_fast_add(struct backend *be, float *y, const float *x, int64_t n_rows, int64_t n_cols);
+vllmc_status cpu_fast_rope(struct backend *be, float *x, int64_t ld, int32_t n_head, int32_t head_dim,
+                           const struct bk_rope_params *p);
+vllmc_status cpu_fast_attention(struct backend *be, struct bk_kv_cache *kv, const struct bk_attn_params *p,
+                                const float *q, int64_t ld_q, const float *k, int64_t ld_k, const float *v,
+                                int64_t ld_v, float *out);
+vllmc_status cpu_fast_swiglu_quantize(struct backend *be, const float *gate, const float *up, int64_t ld,
+                                      int64_t n_rows, struct bk_act *out);
+vllmc_status cpu_fast_logits(struct backend *be, const struct bk_act *act, const struct bk_tensor *w, float *logits,
+                             int32_t *argmax);
+
+#endif
