@@ -194,6 +194,8 @@ static vllmc_status gguf_parse_kvs(struct gguf_cursor *c, struct gguf_ctx *ctx) 
             return vllmc_errorf(VLLMC_ERR_CORRUPT, "gguf: kv %llu key too long (%llu bytes, at most %d)",
                                 (unsigned long long)i, (unsigned long long)kv->key.len, GGUF_MAX_KEY_LEN);
         gguf_show(kv->key, keybuf, sizeof(keybuf));
+        if (memchr(kv->key.ptr, 0, kv->key.len))
+            return vllmc_errorf(VLLMC_ERR_CORRUPT, "gguf: kv %llu key '%s' contains a NUL byte", (unsigned long long)i, keybuf);
         int64_t dup;
         GGUF_SLOT_INSERT(ctx->kv_slots, ctx->kv_mask, ctx->kv, key, i, dup);
         if (dup >= 0)
@@ -231,6 +233,8 @@ static vllmc_status gguf_parse_tensor_info(struct gguf_cursor *c, struct gguf_ct
     if (t->name.len == 0)
         return vllmc_errorf(VLLMC_ERR_CORRUPT, "gguf: tensor %llu has an empty name", (unsigned long long)i);
     gguf_show(t->name, nm, sizeof(nm));
+    if (memchr(t->name.ptr, 0, t->name.len))
+        return vllmc_errorf(VLLMC_ERR_CORRUPT, "gguf: tensor %llu name '%s' contains a NUL byte", (unsigned long long)i, nm);
     if (t->name.len > GGUF_MAX_NAME_LEN)
         return vllmc_errorf(VLLMC_ERR_CORRUPT, "gguf: tensor %llu name '%s' too long (%llu bytes, at most %d)",
                             (unsigned long long)i, nm, (unsigned long long)t->name.len, GGUF_MAX_NAME_LEN);

@@ -60,8 +60,8 @@ struct gguf_ctx {
 /* Parse a GGUF image. On success *out owns the index arrays (free with gguf_free).
  * Checks (all give VLLMC_ERR_CORRUPT naming the problem): magic, version 2/3 (byte-swapped files
  * rejected), every count/length/offset against the size, key rules (non-empty, <= 65535 bytes,
- * unique), value types (nested arrays rejected), bools strictly 0 or 1, general.alignment (UINT32,
- * a power of two), tensor names (non-empty, < 64 bytes, unique), n_dims <= 4, extents > 0, element
+ * no NUL byte, unique), value types (nested arrays rejected), bools strictly 0 or 1, general.alignment (UINT32,
+ * a power of two), tensor names (non-empty, < 64 bytes, no NUL, unique), n_dims <= 4, extents > 0, element
  * and byte counts below 2^63, known ggml type (quant_traits), row a multiple of the block size,
  * offsets aligned, data inside the buffer, no two tensors overlapping. */
 vllmc_status gguf_parse(const void *data, uint64_t size, struct gguf_ctx **out);
