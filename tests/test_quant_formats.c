@@ -177,6 +177,7 @@ static void test_single_bit_probes(void) {
             for (int bit = 0; bit < 8 * t->type_size; bit++) {
                 memcpy(blk2, blk, (size_t)t->type_size);
                 blk2[bit / 8] ^= (uint8_t)(1u << (bit % 8));
+                if (type == GGML_TYPE_MXFP4 && blk2[0] == 0xFF) continue;   /* E8M0 NaN code, not decoded */
                 dequantize_row(type, blk2, y1, t->block_size);
                 for (int i = 0; i < t->block_size; i++) {
                     int moved = !same_bits(y0[i], y1[i]);
