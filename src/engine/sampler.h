@@ -1,6 +1,7 @@
 /* Sampler: turns one logits row into a token id, deterministically from (logits, params, rng state,
  * token history). Order of the transforms (as vLLM): repetition/presence/frequency penalties,
- * temperature, top-k, top-p, min-p, then a draw from the renormalized distribution.
+ * temperature, min-p (on the full distribution), top-k, top-p, then a draw from the renormalized
+ * distribution over the survivors.
  * temperature == 0 is greedy: the argmax, ties to the lowest id (penalties still apply first). */
 #ifndef VLLMC_SAMPLER_H
 #define VLLMC_SAMPLER_H

@@ -74,8 +74,8 @@ struct model {
     void *arch_data;            /* family-specific weights / state */
     void *scratch;              /* family-specific activation buffers */
     int32_t max_tokens, max_logits;
-    char *names;                /* NUL-terminated copies of tensor names (owned) */
-    size_t names_used, names_cap;
+    struct bk_tensor **bound;   /* every tensor model_bind filled (freed by model_destroy) */
+    int32_t n_bound, cap_bound;
 };
 
 /* Open a GGUF file and load the model on backend be (which must outlive the model). */
@@ -94,7 +94,9 @@ uint64_t model_weight_bytes(const struct model *m);
 /* ---- Helpers for arch files ---- */
 enum model_bind_flags { MODEL_BIND_REQUIRED = 0, MODEL_BIND_OPTIONAL = 1 };
 /* Bind tensor `name` (printf format) with n_dims dims ne (ne[i] < 0 = any extent) to out.
- * Missing (unless optional), wrong dims, wrong shape or unsupported type: VLLMC_ERR_CORRUPT naming it. */
+ * Missing (unless optional), wrong dims, wrong shape or unsupported type: VLLMC_ERR_CORRUPT naming it.
+ * An absent optional tensor leaves out zeroed (data == NULL). out->name is owned by the model.
+ * model_destroy frees every bound tensor before calling arch->free, so arch_data may hold them. */
 vllmc_status model_bind(struct model *m, struct bk_tensor *out, int flags, int n_dims, const int64_t *ne,
                         const char *fmt, ...) VLLMC_PRINTF(6, 7);
 /* "{arch}.<suffix>" getters; the optional ones leave *out unchanged when the key is absent. */

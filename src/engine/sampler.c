@@ -1,0 +1,210 @@
+/* Sampler: penalties, temperature, min-p, top-k, top-p and a seeded draw, on one logits row.
+ * Deterministic: candidates are ordered by (logit desc, id asc), sums run in a fixed order in
+ * double, and the only randomness is the per-request xoshiro256** state. No allocation per call. */
+#include "engine/sampler.h"
+#include <math.h>
+#include <stdbool.h>
+#include <string.h>
+
+struct sampler_cand { float l; int32_t id; };
+
+struct sampler {
+    int32_t n_vocab;
+    float *l;                    /* [n_vocab] working logits */
+    int32_t *count;              /* [n_vocab] occurrences in the output part of the history */
+    uint8_t *seen;               /* [n_vocab] occurs anywhere in the history */
+    struct sampler_cand *cand;   /* [n_vocab] */
+};
+
+void sampler_params_default(struct sampler_params *p) {
+    memset(p, 0, sizeof(*p));
+    p->temperature = 0.0f;
+    p->top_k = 0;
+    p->top_p = 1.0f;
+    p->min_p = 0.0f;
+    p->repetition_penalty = 1.0f;
+}
+
+vllmc_status sampler_params_check(const struct sampler_params *p) {
+    if (!(p->temperature >= 0.0f) || !isfinite(p->temperature))
+        return vllmc_errorf(VLLMC_ERR_INVALID, "temperature must be a finite number >= 0, got %g", (double)p->temperature);
+    if (!(p->top_p > 0.0f && p->top_p <= 1.0f)) return vllmc_errorf(VLLMC_ERR_INVALID, "top_p must be in (0, 1], got %g", (double)p->top_p);
+    if (!(p->min_p >= 0.0f && p->min_p <= 1.0f)) return vllmc_errorf(VLLMC_ERR_INVALID, "min_p must be in [0, 1], got %g", (double)p->min_p);
+    if (!(p->repetition_penalty > 0.0f) || !isfinite(p->repetition_penalty))
+        return vllmc_errorf(VLLMC_ERR_INVALID, "repetition_penalty must be > 0, got %g", (double)p->repetition_penalty);
+    if (!(p->presence_penalty >= -2.0f && p->presence_penalty <= 2.0f))
+        return vllmc_errorf(VLLMC_ERR_INVALID, "presence_penalty must be in [-2, 2], got %g", (double)p->presence_penalty);
+    if (!(p->frequency_penalty >= -2.0f && p->frequency_penalty <= 2.0f))
+        return vllmc_errorf(VLLMC_ERR_INVALID, "frequency_penalty must be in [-2, 2], got %g", (double)p->frequency_penalty);
+    return VLLMC_OK;
+}
+
+static uint64_t splitmix64(uint64_t *x) {
+    uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+void sampler_rng_seed(struct sampler_rng *r, uint64_t seed) {
+    uint64_t x = seed;
+    for (int i = 0; i < 4; i++) r->s[i] = splitmix64(&x);
+}
+
+static inline uint64_t rotl64(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+uint64_t sampler_rng_next(struct sampler_rng *r) {
+    uint64_t *s = r->s;
+    const uint64_t result = rotl64(s[1] * 5, 7) * 9, t = s[1] << 17;
+    s[2] ^= s[0]; s[3] ^= s[1]; s[1] ^= s[2]; s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl64(s[3], 45);
+    return result;
+}
+
+double sampler_rng_uniform(struct sampler_rng *r) { return (double)(sampler_rng_next(r) >> 11) * (1.0 / 9007199254740992.0); }
+
+vllmc_status sampler_create(int32_t n_vocab, struct sampler **out) {
+    *out = NULL;
+    if (n_vocab <= 0) return vllmc_errorf(VLLMC_ERR_INVALID, "sampler: vocabulary of %d", n_vocab);
+    struct sampler *s = calloc(1, sizeof(*s));
+    if (!s) return vllmc_errorf(VLLMC_ERR_OOM, "sampler");
+    s->n_vocab = n_vocab;
+    s->l = malloc((size_t)n_vocab * sizeof(float));
+    s->count = calloc((size_t)n_vocab, sizeof(int32_t));
+    s->seen = calloc((size_t)n_vocab, 1);
+    s->cand = malloc((size_t)n_vocab * sizeof(*s->cand));
+    if (!s->l || !s->count || !s->seen || !s->cand) {
+        sampler_destroy(s);
+        return vllmc_errorf(VLLMC_ERR_OOM, "sampler scratch");
+    }
+    *out = s;
+    return VLLMC_OK;
+}
+
+void sampler_destroy(struct sampler *s) {
+    if (!s) return;
+    free(s->l);
+    free(s->count);
+    free(s->seen);
+    free(s->cand);
+    free(s);
+}
+
+int32_t sampler_argmax(const float *l, int32_t n) {
+    int32_t best = -1;
+    for (int32_t i = 0; i < n; i++)
+        if (!isnan(l[i]) && (best < 0 || l[i] > l[best])) best = i;
+    return best < 0 ? 0 : best;
+}
+
+/* Descending logit, then ascending id: a total order, so sorting is deterministic. */
+static int cand_cmp(const void *a, const void *b) {
+    const struct sampler_cand *x = a, *y = b;
+    if (x->l > y->l) return -1;
+    if (x->l < y->l) return 1;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+/* Min-heap on (l, -id) for top-k selection: the root is the worst kept candidate. */
+static bool cand_worse(const struct sampler_cand *a, const struct sampler_cand *b) {
+    return a->l < b->l || (a->l == b->l && a->id > b->id);
+}
+
+static void heap_sift_down(struct sampler_cand *h, int32_t n, int32_t i) {
+    for (;;) {
+        int32_t l = 2 * i + 1, r = l + 1, m = i;
+        if (l < n && cand_worse(&h[l], &h[m])) m = l;
+        if (r < n && cand_worse(&h[r], &h[m])) m = r;
+        if (m == i) return;
+        struct sampler_cand t = h[i]; h[i] = h[m]; h[m] = t;
+        i = m;
+    }
+}
+
+static void apply_penalties(struct sampler *s, const struct sampler_params *p, const int32_t *hist, int32_t n_hist,
+                            int32_t n_prompt) {
+    const bool rep = p->repetition_penalty != 1.0f, pf = p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f;
+    if ((!rep && !pf) || n_hist <= 0 || !hist) return;
+    const int32_t V = s->n_vocab;
+    for (int32_t i = 0; i < n_hist; i++) {
+        int32_t id = hist[i];
+        if (id < 0 || id >= V) continue;
+        s->seen[id] = 1;
+        if (i >= n_prompt) s->count[id]++;
+    }
+    for (int32_t i = 0; i < n_hist; i++) {
+        int32_t id = hist[i];
+        if (id < 0 || id >= V || s->seen[id] != 1) continue;
+        s->seen[id] = 2; /* handle each distinct id once */
+        float l = s->l[id];
+        if (rep) l = l > 0.0f ? l / p->repetition_penalty : l * p->repetition_penalty;
+        if (s->count[id] > 0) l -= p->frequency_penalty * (float)s->count[id] + p->presence_penalty;
+        s->l[id] = l;
+    }
+    for (int32_t i = 0; i < n_hist; i++) {
+        int32_t id = hist[i];
+        if (id < 0 || id >= V) continue;
+        s->seen[id] = 0;
+        s->count[id] = 0;
+    }
+}
+
+int32_t sampler_sample(struct sampler *s, const float *logits, const struct sampler_params *p,
+                       struct sampler_rng *rng, const int32_t *history, int32_t n_history, int32_t n_prompt) {
+    const int32_t V = s->n_vocab;
+    memcpy(s->l, logits, (size_t)V * sizeof(float));
+    apply_penalties(s, p, history, n_history, n_prompt);
+    if (p->temperature == 0.0f) return sampler_argmax(s->l, V);
+
+    /* temperature; NaN logits drop out */
+    const float inv_t = 1.0f / p->temperature;
+    float mx = -INFINITY;
+    int32_t n = 0;
+    for (int32_t i = 0; i < V; i++) {
+        float l = s->l[i];
+        if (isnan(l) || l == -INFINITY) continue;
+        l *= inv_t;
+        s->cand[n].l = l;
+        s->cand[n].id = i;
+        n++;
+        if (l > mx) mx = l;
+    }
+    if (n == 0) return sampler_argmax(logits, V);
+    /* min-p on the full distribution: keep p >= min_p * p_max, i.e. l >= mx + log(min_p) */
+    if (p->min_p > 0.0f) {
+        const float thr = mx + logf(p->min_p);
+        int32_t k = 0;
+        for (int32_t i = 0; i < n; i++)
+            if (s->cand[i].l >= thr) s->cand[k++] = s->cand[i];
+        n = k;
+    }
+    if (p->top_k > 0 && p->top_k < n) {
+        const int32_t k = p->top_k;
+        for (int32_t i = k / 2 - 1; i >= 0; i--) heap_sift_down(s->cand, k, i);
+        for (int32_t i = k; i < n; i++)
+            if (cand_worse(&s->cand[0], &s->cand[i])) {
+                s->cand[0] = s->cand[i];
+                heap_sift_down(s->cand, k, 0);
+            }
+        n = k;
+    }
+    /* Sorted order is needed by top-p; top-k output is sorted too so the draw order is canonical. */
+    if (p->top_p < 1.0f || p->top_k > 0) qsort(s->cand, (size_t)n, sizeof(*s->cand), cand_cmp);
+    double sum = 0.0;
+    for (int32_t i = 0; i < n; i++) sum += exp((double)(s->cand[i].l - mx));
+    if (p->top_p < 1.0f) {
+        double cum = 0.0;
+        int32_t k = 0;
+        while (k < n && cum < (double)p->top_p * sum) cum += exp((double)(s->cand[k++].l - mx));
+        n = k > 0 ? k : 1;
+        sum = cum > 0.0 ? cum : exp((double)(s->cand[0].l - mx));
+    }
+    const double u = sampler_rng_uniform(rng) * sum;
+    double cum = 0.0;
+    for (int32_t i = 0; i < n; i++) {
+        cum += exp((double)(s->cand[i].l - mx));
+        if (u < cum) return s->cand[i].id;
+    }
+    return s->cand[n - 1].id;
+}
