@@ -138,9 +138,9 @@ static void run_case(const struct moe_case *mc, int T, struct backend *be_fast, 
     VLLMC_ASSERT(be_ref->ops->quantize(be_ref, &a_ref) == VLLMC_OK);
 
     float *out = malloc(sizeof(float) * T * n), *out_ref = malloc(sizeof(float) * T * n);
-    vllmc_status st = cpu_moe(be_fast, &a_fast, &w, &p, out);
+    vllmc_status st = be_fast->ops->moe(be_fast, &a_fast, &w, &p, out);
     CHECK_MSG(st == VLLMC_OK, "moe: %s", vllmc_status_str(st));
-    st = cpu_moe(be_ref, &a_ref, &w, &p, out_ref);
+    st = be_ref->ops->moe(be_ref, &a_ref, &w, &p, out_ref);
     CHECK(st == VLLMC_OK);
     CHECK_MSG(memcmp(out, out_ref, sizeof(float) * T * n) == 0, "threaded and single-thread results differ (T %d)", T);
 
@@ -187,9 +187,9 @@ static void run_case(const struct moe_case *mc, int T, struct backend *be_fast, 
     bad.ne[1] = n + 1;
     struct bk_moe_weights wb = w;
     wb.down_exps = &bad;
-    CHECK(cpu_moe(be_fast, &a_fast, &wb, &p, out) == VLLMC_ERR_INVALID);
+    CHECK(be_fast->ops->moe(be_fast, &a_fast, &wb, &p, out) == VLLMC_ERR_INVALID);
     struct bk_moe_params pb = {E + 1, true};
-    CHECK(cpu_moe(be_fast, &a_fast, &w, &pb, out) == VLLMC_ERR_INVALID);
+    CHECK(be_fast->ops->moe(be_fast, &a_fast, &w, &pb, out) == VLLMC_ERR_INVALID);
 
     free(y); free(acc); free(dense_w); free(out); free(out_ref);
     bk_act_free(be_fast, &a_fast);

@@ -104,6 +104,7 @@ struct bk_kv_cache {
     int32_t n_kv_head, head_dim;
     void **k, **v;             /* [n_layers] host array of backend pointers to each layer's pool */
     float k_scale, v_scale;    /* for fp8 later; 1.0 */
+    struct bk_rs_cache *rs;    /* recurrent state of hybrid models (below), NULL otherwise */
 };
 
 /* ---------------------------------------------------------------------------------------------
@@ -126,6 +127,46 @@ struct bk_attn_params {
     int32_t n_head, n_kv_head, head_dim; /* query head j uses kv head j / (n_head / n_kv_head) */
     float scale;                         /* usually 1/sqrt(head_dim) */
     int32_t kv_layer;                    /* index into the KV cache's layers */
+};
+
+/* Recurrent state of a hybrid model's Gated DeltaNet layers (qwen35 / qwen35moe), owned by the caller
+ * like the KV cache. Per layer and sequence slot: the conv state [conv_dim][d_conv-1] (last raw inputs,
+ * oldest first) and the delta-rule state [n_v_head][d_v][d_k] (v-major), both f32. */
+struct bk_rs_cache {
+    int32_t n_layers;          /* recurrent layers only */
+    int32_t n_slots;           /* bk_seq.state_slot indexes these */
+    int64_t conv_floats;       /* per (layer, slot) */
+    int64_t ssm_floats;        /* per (layer, slot) */
+    float **conv, **ssm;       /* [n_layers] host array of backend pointers to [n_slots][*_floats] */
+};
+
+struct bk_gdn_params {
+    int32_t n_k_head, n_v_head;  /* value head m reads query/key head m % n_k_head */
+    int32_t d_k, d_v, d_conv;
+    float eps;                   /* rms / L2 norm epsilon */
+    int32_t rs_layer;            /* index into the bk_rs_cache layers */
+};
+
+struct bk_gdn_weights {
+    const float *conv;         /* [conv_dim][d_conv], tap d_conv-1 on the current token */
+    const float *dt_bias;      /* [n_v_head] */
+    const float *ssm_a;        /* [n_v_head] = -exp(A_log) */
+    const float *norm;         /* [d_v] gated-norm weight shared by all heads */
+};
+/* Floats of work memory the gdn op needs for up to max_tokens rows with n_threads threads. */
+int64_t bk_gdn_work_floats(const struct bk_gdn_params *p, int64_t max_tokens, int n_threads);
+
+struct bk_moe_weights {
+    const struct bk_tensor *router;                          /* {n_embd, n_expert} F32 */
+    const struct bk_tensor *gate_exps, *up_exps;             /* {n_embd, n_ff_exp, n_expert} */
+    const struct bk_tensor *down_exps;                       /* {n_ff_exp, n_embd, n_expert} */
+    const struct bk_tensor *gate_shexp, *up_shexp, *down_shexp; /* shared expert; NULL or data NULL = none */
+    const struct bk_tensor *shexp_gate;                      /* {n_embd} F32; NULL or data NULL = gate 1 */
+};
+
+struct bk_moe_params {
+    int32_t n_expert_used;
+    bool norm_weights;         /* renormalize the selected probabilities (always for qwen35moe) */
 };
 
 /* ---------------------------------------------------------------------------------------------
@@ -209,6 +250,24 @@ struct backend_ops {
     void (*kv_destroy)(struct backend *be, struct bk_kv_cache *kv);
 
     /* ---- appended by model families that need more (keep members above stable) ---- */
+
+    /* Gated DeltaNet mixer core (qwen35 / qwen35moe; ARCH-QWEN35.md 4.5). in: [n_tokens][ld_in] rows laid
+     * out [qkv: conv_dim | z: n_v_head*d_v | b: n_v_head | a: n_v_head] (the projections of the normed input,
+     * conv_dim = 2*n_k_head*d_k + n_v_head*d_v). For each run of consecutive batch rows of one sequence, in
+     * row order, with that sequence's state slot of layer p->rs_layer (zeroed first when the run starts at
+     * position 0): causal conv + SiLU, q/k L2 norm, gates, delta rule, gated RMSNorm with z. Writes out->x
+     * [n_tokens][n_v_head*d_v] and quantizes it into out->fmts. work: bk_gdn_work_floats() floats of
+     * backend memory. NULL in backends without it. */
+    vllmc_status (*gdn)(struct backend *be, struct bk_rs_cache *rs, const struct bk_gdn_params *p,
+                        const struct bk_gdn_weights *w, const float *in, int64_t ld_in, float *work,
+                        struct bk_act *out);
+    /* Mixture of experts FFN (qwen35moe; ARCH-QWEN35.md 4.7) for in->n_rows rows: router softmax over all
+     * experts, top n_expert_used, weights renormalized, sum of weighted expert SwiGLU outputs (expert
+     * matrices used in place from the 3-D tensors), plus the shared expert scaled by sigmoid(shexp_gate . x).
+     * in->fmts must hold the formats the gate/up (routed and shared) weights read. out: [n_rows][n_embd],
+     * overwritten. NULL in backends without it. */
+    vllmc_status (*moe)(struct backend *be, const struct bk_act *in, const struct bk_moe_weights *w,
+                        const struct bk_moe_params *p, float *out);
 };
 
 /* A backend instance. Backends embed this as their first member. */

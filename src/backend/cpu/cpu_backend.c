@@ -3,6 +3,8 @@
 #include <math.h>
 #include <string.h>
 #include "backend/cpu/cpu_internal.h"
+#include "backend/cpu/ops_gdn.h"
+#include "backend/cpu/ops_moe.h"
 #include "quant/blocks.h"
 #include "quant/quant.h"
 
@@ -276,6 +278,8 @@ static const struct backend_ops cpu_ref_ops = {
     .logits = cpu_ref_logits,
     .kv_create = cpu_kv_create,
     .kv_destroy = cpu_kv_destroy,
+    .gdn = cpu_gdn,
+    .moe = cpu_moe,
 };
 
 static const struct backend_ops cpu_fast_ops = {
@@ -301,6 +305,8 @@ static const struct backend_ops cpu_fast_ops = {
     .logits = cpu_fast_logits,
     .kv_create = cpu_kv_create,
     .kv_destroy = cpu_kv_destroy,
+    .gdn = cpu_gdn,
+    .moe = cpu_moe,
 };
 
 vllmc_status backend_cpu_create(int n_threads, bool reference, struct backend **out) {

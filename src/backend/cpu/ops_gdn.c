@@ -5,6 +5,7 @@
 
 #include <math.h>
 #include <string.h>
+#include "backend/cpu/cpu_internal.h"
 
 /* Dot product with 8 independent partial sums so the compiler can vectorize it without reassociation. */
 static inline float gdn_dot(const float *a, const float *b, int n) {
@@ -250,4 +251,72 @@ void gdn_delta_rule_chunked(const struct gdn_dims *d, int n_tokens, int chunk, c
     struct gdn_rule_ctx c = {d, n_tokens, chunk, q, k, v, g, beta, qk_stride, v_stride, o_stride, state, o,
                              scratch, gdn_chunked_scratch_floats(d, chunk)};
     threadpool_run(tp, gdn_chunked_task, &c, d->n_v_head);
+}
+
+/* ---- the backend op (struct backend_ops.gdn) ---- */
+
+#define GDN_CHUNK 64          /* chunk length of the chunked rule */
+#define GDN_CHUNKED_MIN 32    /* runs at least this long use the chunked rule (fast backend only) */
+
+int64_t bk_gdn_work_floats(const struct bk_gdn_params *p, int64_t max_tokens, int n_threads) {
+    const struct gdn_dims d = {p->n_k_head, p->n_v_head, p->d_k, p->d_v};
+    const int64_t conv_dim = 2 * (int64_t)p->n_k_head * p->d_k + (int64_t)p->n_v_head * p->d_v;
+    return max_tokens * conv_dim + 2 * max_tokens * p->n_v_head +
+           (int64_t)VLLMC_MAX(n_threads, 1) * gdn_chunked_scratch_floats(&d, GDN_CHUNK) + 64;
+}
+
+vllmc_status cpu_gdn(struct backend *be, struct bk_rs_cache *rs, const struct bk_gdn_params *p,
+                     const struct bk_gdn_weights *w, const float *in, int64_t ld_in, float *work,
+                     struct bk_act *out) {
+    struct cpu_backend *c = cpu_be(be);
+    const int64_t T = c->n_tokens;
+    if (p->n_k_head <= 0 || p->n_v_head <= 0 || p->n_v_head % p->n_k_head || p->d_k <= 0 || p->d_v <= 0 ||
+        p->d_conv < 2 || p->d_conv > 8)
+        return vllmc_errorf(VLLMC_ERR_INVALID, "gdn: bad dims (k heads %d, v heads %d, d_k %d, d_v %d, conv %d)",
+                            p->n_k_head, p->n_v_head, p->d_k, p->d_v, p->d_conv);
+    const struct gdn_dims d = {p->n_k_head, p->n_v_head, p->d_k, p->d_v};
+    const int64_t key_dim = (int64_t)p->n_k_head * p->d_k, value_dim = (int64_t)p->n_v_head * p->d_v;
+    const int64_t conv_dim = 2 * key_dim + value_dim, nv = p->n_v_head;
+    if (!rs || p->rs_layer < 0 || p->rs_layer >= rs->n_layers)
+        return vllmc_errorf(VLLMC_ERR_INVALID, "gdn: recurrent layer %d not in the state cache", p->rs_layer);
+    if (rs->conv_floats != conv_dim * (p->d_conv - 1) || rs->ssm_floats != value_dim * p->d_k)
+        return vllmc_errorf(VLLMC_ERR_INVALID, "gdn: state cache slot sizes do not match the layer");
+    if (out->n_cols != value_dim || out->max_rows < T || ld_in < conv_dim + value_dim + 2 * nv)
+        return vllmc_errorf(VLLMC_ERR_INVALID, "gdn: output or input rows too small");
+    float *conv_out = work, *beta = conv_out + T * conv_dim, *g = beta + T * nv;
+    float *scratch = g + T * nv;
+    scratch += (16 - ((uintptr_t)scratch / sizeof(float)) % 16) % 16; /* 64-byte aligned */
+    struct threadpool *tp = c->tp;
+    for (int64_t t0 = 0; t0 < T;) {
+        const int32_t s = c->seq_idx[t0];
+        int64_t t1 = t0 + 1;
+        while (t1 < T && c->seq_idx[t1] == s) t1++;
+        const int32_t slot = c->seqs[s].state_slot;
+        if (slot < 0 || slot >= rs->n_slots)
+            return vllmc_errorf(VLLMC_ERR_INVALID, "gdn: sequence %d has state slot %d of %d", s, slot, rs->n_slots);
+        float *cst = rs->conv[p->rs_layer] + (int64_t)slot * rs->conv_floats;
+        float *sst = rs->ssm[p->rs_layer] + (int64_t)slot * rs->ssm_floats;
+        if (c->pos[t0] == 0) { /* a new sequence starts from zero state */
+            memset(cst, 0, sizeof(float) * (size_t)rs->conv_floats);
+            memset(sst, 0, sizeof(float) * (size_t)rs->ssm_floats);
+        }
+        const int n = (int)(t1 - t0);
+        const float *x = in + t0 * ld_in;
+        float *y = conv_out + t0 * conv_dim;
+        gdn_conv1d_silu(y, conv_dim, x, ld_in, n, (int)conv_dim, w->conv, p->d_conv, cst, tp);
+        gdn_qk_norm(y, conv_dim, n, &d, p->eps);
+        gdn_gates(beta + t0 * nv, g + t0 * nv, x + conv_dim + value_dim, x + conv_dim + value_dim + nv, ld_in, n,
+                  (int)nv, w->dt_bias, w->ssm_a);
+        float *o = out->x + t0 * value_dim;
+        if (!c->reference && n >= GDN_CHUNKED_MIN)
+            gdn_delta_rule_chunked(&d, n, GDN_CHUNK, y, y + key_dim, conv_dim, y + 2 * key_dim, conv_dim, g + t0 * nv,
+                                   beta + t0 * nv, sst, o, value_dim, scratch, tp);
+        else
+            gdn_delta_rule_recurrent(&d, n, y, y + key_dim, conv_dim, y + 2 * key_dim, conv_dim, g + t0 * nv,
+                                     beta + t0 * nv, sst, o, value_dim, tp);
+        t0 = t1;
+    }
+    gdn_gated_rmsnorm(out->x, out->x, value_dim, in + conv_dim, ld_in, (int)T, (int)nv, p->d_v, w->norm, p->eps);
+    out->n_rows = T;
+    return be->ops->quantize(be, out);
 }

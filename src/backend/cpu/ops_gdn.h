@@ -11,6 +11,7 @@
 #define VLLMC_OPS_GDN_H
 
 #include <stdint.h>
+#include "backend/backend.h"
 #include "common/threadpool.h"
 
 struct gdn_dims {
@@ -65,5 +66,11 @@ void gdn_delta_rule_chunked(const struct gdn_dims *d, int n_tokens, int chunk, c
  * z: [n_tokens][z_stride], rows of n_head*d_v; out may alias o. */
 void gdn_gated_rmsnorm(float *out, const float *o, int64_t stride, const float *z, int64_t z_stride,
                        int n_tokens, int n_head, int d_v, const float *w, float eps);
+
+/* The backend op (struct backend_ops.gdn) for the CPU backends: the reference backend always runs the
+ * recurrence single-threaded; the fast one uses the chunked rule for runs of 32 tokens or more. */
+vllmc_status cpu_gdn(struct backend *be, struct bk_rs_cache *rs, const struct bk_gdn_params *p,
+                     const struct bk_gdn_weights *w, const float *in, int64_t ld_in, float *work,
+                     struct bk_act *out);
 
 #endif
