@@ -268,6 +268,10 @@ struct backend_ops {
      * overwritten. NULL in backends without it. */
     vllmc_status (*moe)(struct backend *be, const struct bk_act *in, const struct bk_moe_weights *w,
                         const struct bk_moe_params *p, float *out);
+    /* x[r][c] *= sigmoid(gate[r][c]) for n_rows x n_cols, row strides ld_x / ld_gate (0 = n_cols): the
+     * output gate of gated attention (qwen35). NULL in backends without it. */
+    vllmc_status (*sigmoid_mul)(struct backend *be, float *x, int64_t ld_x, const float *gate, int64_t ld_gate,
+                                int64_t n_rows, int64_t n_cols);
 };
 
 /* A backend instance. Backends embed this as their first member. */

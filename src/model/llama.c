@@ -203,6 +203,6 @@ static vllmc_status llama_forward(struct model *m, const struct bk_batch *b, str
     return VLLMC_OK;
 }
 
-const struct model_arch model_arch_llama = {"llama", llama_load, llama_reserve, llama_forward, llama_scratch_free};
-const struct model_arch model_arch_qwen2 = {"qwen2", llama_load, llama_reserve, llama_forward, llama_scratch_free};
-const struct model_arch model_arch_qwen3 = {"qwen3", llama_load, llama_reserve, llama_forward, llama_scratch_free};
+const struct model_arch model_arch_llama = {"llama", llama_load, llama_reserve, llama_forward, llama_scratch_free, NULL, NULL};
+const struct model_arch model_arch_qwen2 = {"qwen2", llama_load, llama_reserve, llama_forward, llama_scratch_free, NULL, NULL};
+const struct model_arch model_arch_qwen3 = {"qwen3", llama_load, llama_reserve, llama_forward, llama_scratch_free, NULL, NULL};

@@ -221,11 +221,23 @@ vllmc_status model_forward(struct model *m, const struct bk_batch *b, struct bk_
 }
 
 vllmc_status model_kv_create(struct model *m, enum bk_kv_dtype dtype, int32_t n_blocks, struct bk_kv_cache **out) {
-    return m->be->ops->kv_create(m->be, dtype, m->hp.n_attn_layers, n_blocks, m->hp.n_kv_head, m->hp.head_dim, out);
+    vllmc_status st = m->be->ops->kv_create(m->be, dtype, m->hp.n_attn_layers, n_blocks, m->hp.n_kv_head, m->hp.head_dim, out);
+    if (st || !m->arch->kv_attach) return st;
+    if ((st = m->arch->kv_attach(m, *out, 1))) {
+        model_kv_destroy(m, *out);
+        *out = NULL;
+    }
+    return st;
+}
+
+vllmc_status model_kv_set_state_slots(struct model *m, struct bk_kv_cache *kv, int32_t n_slots) {
+    return m->arch->kv_attach ? m->arch->kv_attach(m, kv, n_slots) : VLLMC_OK;
 }
 
 void model_kv_destroy(struct model *m, struct bk_kv_cache *kv) {
-    if (kv) m->be->ops->kv_destroy(m->be, kv);
+    if (!kv) return;
+    if (m->arch->kv_detach) m->arch->kv_detach(m, kv);
+    m->be->ops->kv_destroy(m->be, kv);
 }
 
 uint64_t model_weight_bytes(const struct model *m) {

@@ -57,9 +57,13 @@ struct model_arch {
     vllmc_status (*forward)(struct model *m, const struct bk_batch *b, struct bk_kv_cache *kv, float *logits,
                             int32_t *argmax);
     void (*free)(struct model *m);           /* frees arch_data and scratch; may be NULL */
+    /* Hybrid families (recurrent layers): attach n_slots zeroed recurrent-state slots to kv (kv->rs),
+     * replacing any there, and free them. NULL for families without recurrent state. */
+    vllmc_status (*kv_attach)(struct model *m, struct bk_kv_cache *kv, int32_t n_slots);
+    void (*kv_detach)(struct model *m, struct bk_kv_cache *kv);
 };
 
-#define MODEL_ARCH_LIST(X) X(llama) X(qwen2) X(qwen3)
+#define MODEL_ARCH_LIST(X) X(llama) X(qwen2) X(qwen3) X(qwen35) X(qwen35moe)
 
 struct model {
     const struct model_arch *arch;
@@ -88,6 +92,10 @@ vllmc_status model_forward(struct model *m, const struct bk_batch *b, struct bk_
 /* A KV cache with n_blocks blocks of 16 tokens for every attention layer. */
 vllmc_status model_kv_create(struct model *m, enum bk_kv_dtype dtype, int32_t n_blocks, struct bk_kv_cache **out);
 void model_kv_destroy(struct model *m, struct bk_kv_cache *kv);
+/* Hybrid models: give kv n_slots recurrent-state slots (bk_seq.state_slot indexes them; model_kv_create
+ * attaches 1). A slot is zeroed when a batch run of its sequence starts at position 0. No-op for
+ * families without recurrent state. */
+vllmc_status model_kv_set_state_slots(struct model *m, struct bk_kv_cache *kv, int32_t n_slots);
 /* Total bytes of weights bound (for bandwidth figures). */
 uint64_t model_weight_bytes(const struct model *m);
 

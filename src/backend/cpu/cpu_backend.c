@@ -280,6 +280,7 @@ static const struct backend_ops cpu_ref_ops = {
     .kv_destroy = cpu_kv_destroy,
     .gdn = cpu_gdn,
     .moe = cpu_moe,
+    .sigmoid_mul = cpu_sigmoid_mul,
 };
 
 static const struct backend_ops cpu_fast_ops = {
@@ -307,6 +308,7 @@ static const struct backend_ops cpu_fast_ops = {
     .kv_destroy = cpu_kv_destroy,
     .gdn = cpu_gdn,
     .moe = cpu_moe,
+    .sigmoid_mul = cpu_sigmoid_mul,
 };
 
 vllmc_status backend_cpu_create(int n_threads, bool reference, struct backend **out) {

@@ -320,3 +320,17 @@ vllmc_status cpu_gdn(struct backend *be, struct bk_rs_cache *rs, const struct bk
     out->n_rows = T;
     return be->ops->quantize(be, out);
 }
+
+vllmc_status cpu_sigmoid_mul(struct backend *be, float *x, int64_t ld_x, const float *gate, int64_t ld_gate,
+                             int64_t n_rows, int64_t n_cols) {
+    (void)be;
+    if (n_rows < 0 || n_cols < 0) return vllmc_errorf(VLLMC_ERR_INVALID, "sigmoid_mul: %lld x %lld", (long long)n_rows, (long long)n_cols);
+    if (!ld_x) ld_x = n_cols;
+    if (!ld_gate) ld_gate = n_cols;
+    for (int64_t r = 0; r < n_rows; r++) {
+        float *xr = x + r * ld_x;
+        const float *gr = gate + r * ld_gate;
+        for (int64_t c = 0; c < n_cols; c++) xr[c] *= 1.0f / (1.0f + expf(-gr[c]));
+    }
+    return VLLMC_OK;
+}

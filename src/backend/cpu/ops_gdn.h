@@ -72,5 +72,8 @@ void gdn_gated_rmsnorm(float *out, const float *o, int64_t stride, const float *
 vllmc_status cpu_gdn(struct backend *be, struct bk_rs_cache *rs, const struct bk_gdn_params *p,
                      const struct bk_gdn_weights *w, const float *in, int64_t ld_in, float *work,
                      struct bk_act *out);
+/* The backend op (struct backend_ops.sigmoid_mul): x *= sigmoid(gate), element-wise. */
+vllmc_status cpu_sigmoid_mul(struct backend *be, float *x, int64_t ld_x, const float *gate, int64_t ld_gate,
+                             int64_t n_rows, int64_t n_cols);
 
 #endif
