@@ -7,6 +7,7 @@
  *   test_quant_formats bench [TYPE ...] [-n MB]       single-thread quantize throughput (MB/s of f32 input) */
 #include "quant/quant.h"
 #include "quant/blocks.h"
+#include "quant/quantize_priv.h"
 #include "test.h"
 
 #include <pthread.h>
@@ -395,6 +396,32 @@ static void test_plain_conversions_and_errors(void) {
     CHECK(quant_e8m0_to_fp32_half(254) == ldexpf(1.0f, 126));
 }
 
+/* The lane-parallel scale searches (used by quantize_row_ref) give the same bytes as the plain scalar
+ * searches, on every distribution including exact zeros, constant groups and grid values (ties). */
+static void test_lanes_match_scalar(void) {
+    static float x[N_ROW];
+    static uint8_t q1[N_ROW], q2[N_ROW];
+    const uint32_t types[] = {GGML_TYPE_Q2_K, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K};
+    for (size_t it = 0; it < sizeof(types) / sizeof(types[0]); it++) {
+        uint32_t type = types[it];
+        int n_bad = 0;
+        for (int rep = 0; rep < 12; rep++) {
+            int dist = rep % (DIST_COUNT + 1);
+            if (dist == DIST_COUNT) {   /* grid values with zero and constant runs */
+                for (int i = 0; i < N_ROW; i++) x[i] = (float)((int)(test_rand_u64() % 17) - 8) * 0.125f;
+                for (int i = 0; i < N_ROW; i += 64) memset(x + i, 0, 16 * sizeof(float));
+                for (int i = 32; i < N_ROW; i += 256) for (int k = 0; k < 32; k++) x[i + k] = 0.5f;
+            } else {
+                fill_row(dist, x, N_ROW);
+            }
+            quant_ref_kquant(type, x, q1, N_ROW / QK_K, 0);
+            quant_ref_kquant(type, x, q2, N_ROW / QK_K, 1);
+            n_bad += memcmp(q1, q2, quant_row_size(type, N_ROW)) != 0;
+        }
+        CHECK_MSG(n_bad == 0, "%s: lane-parallel search differs from scalar on %d rows", quant_traits(type)->name, n_bad);
+    }
+}
+
 /* Quantizing rows concurrently gives the same bytes as one thread (no shared mutable state). */
 struct mt_job { uint32_t type; const float *x; uint8_t *q; int n_rows; };
 static void *mt_worker(void *arg) {
@@ -518,6 +545,7 @@ int main(int argc, char **argv) {
     test_plain_conversions_and_errors();
     test_round_trip();
     test_degenerate();
+    test_lanes_match_scalar();
     test_threads();
     return test_finish("test_quant_formats");
 }

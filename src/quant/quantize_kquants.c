@@ -107,7 +107,9 @@ static float kq_make_q3_quants(int n, int nmax, const float *x, int8_t *L) {
 
 /* make_qkx2_quants: asymmetric x ~ scale*L + min (min <= 0), L in 0..nmax. Tries nstep+1 inverse scales
  * (rmin + rdelta*k + nmax)/(max - min) and a weighted 2-parameter least-squares refit for each; keeps the
- * lowest weighted error (absolute if use_mad, else squared). *the_min receives -min >= 0. */
+ * lowest weighted error (absolute if use_mad, else squared). *the_min receives -min >= 0.
+ * Note: as in ggml, `min` is updated when a fit is accepted, and later steps quantize (and form their
+ * inverse scale) against that updated min, not the row minimum. */
 static float kq_make_qkx2_quants(int n, int nmax, const float *x, const float *w, uint8_t *L,
                                  float *the_min, float rmin, float rdelta, int nstep, int use_mad) {
     uint8_t Laux[32];
@@ -183,17 +185,23 @@ static void kq_pack_2bit(const uint8_t *L, uint8_t *qs) {
         }
 }
 
-void quant_ref_q2_K(const float *x, void *dst, int64_t nb) {
+static void kq_q2_K(const float *x, void *dst, int64_t nb, int lanes) {
     block_q2_K *y = (block_q2_K *)dst;
     uint8_t L[QK_K];
-    float weights[16], mins[QK_K / 16], scales[QK_K / 16];
+    float weights[QK_K], mins[QK_K / 16], scales[QK_K / 16];
     const float q4scale = 15.f;
     for (int64_t i = 0; i < nb; i++, x += QK_K) {
         block_q2_K b;
         float max_scale = 0, max_min = 0;
+        for (int l = 0; l < QK_K; l++) weights[l] = fabsf(x[l]);
+        if (lanes) {
+            quant_lanes_qkx2(16, 3, x, weights, L, scales, mins, -0.5f, 0.1f, 15, 1);
+            quant_lanes_qkx2(16, 3, x + 128, weights + 128, L + 128, scales + 8, mins + 8, -0.5f, 0.1f, 15, 1);
+        } else {
+            for (int j = 0; j < QK_K / 16; j++)
+                scales[j] = kq_make_qkx2_quants(16, 3, x + 16 * j, weights + 16 * j, L + 16 * j, &mins[j], -0.5f, 0.1f, 15, 1);
+        }
         for (int j = 0; j < QK_K / 16; j++) {
-            for (int l = 0; l < 16; l++) weights[l] = fabsf(x[16 * j + l]);
-            scales[j] = kq_make_qkx2_quants(16, 3, x + 16 * j, weights, L + 16 * j, &mins[j], -0.5f, 0.1f, 15, 1);
             if (scales[j] > max_scale) max_scale = scales[j];
             if (mins[j] > max_min) max_min = mins[j];
         }
@@ -228,7 +236,7 @@ void quant_ref_q2_K(const float *x, void *dst, int64_t nb) {
     }
 }
 
-void quant_ref_q3_K(const float *x, void *dst, int64_t nb) {
+static void kq_q3_K(const float *x, void *dst, int64_t nb) {
     block_q3_K *y = (block_q3_K *)dst;
     int8_t L[QK_K];
     float scales[QK_K / 16];
@@ -281,16 +289,24 @@ void quant_ref_q3_K(const float *x, void *dst, int64_t nb) {
 }
 
 /* Q4_K / Q5_K share everything but nmax, the search grid and the packing of the 5th bit. */
-static void kq_quant_q45_K(const float *x, int nmax, float rmin, int nstep, uint8_t *L /* [QK_K] */,
+static void kq_quant_q45_K(const float *x, int nmax, float rmin, int nstep, int lanes, uint8_t *L /* [QK_K] */,
                            ggml_half *d_out, ggml_half *dmin_out, uint8_t *sc_out /* [12] */) {
-    float weights[32], mins[QK_K / 32], scales[QK_K / 32];
+    float weights[QK_K], mins[QK_K / 32], scales[QK_K / 32];
     float max_scale = 0, max_min = 0;
     for (int j = 0; j < QK_K / 32; j++) {
         float sum_x2 = 0;
         for (int l = 0; l < 32; l++) sum_x2 += x[32 * j + l] * x[32 * j + l];
         float av_x = sqrtf(sum_x2 / 32);
-        for (int l = 0; l < 32; l++) weights[l] = av_x + fabsf(x[32 * j + l]);
-        scales[j] = kq_make_qkx2_quants(32, nmax, x + 32 * j, weights, L + 32 * j, &mins[j], rmin, 0.1f, nstep, 0);
+        for (int l = 0; l < 32; l++) weights[32 * j + l] = av_x + fabsf(x[32 * j + l]);
+    }
+    if (lanes) {
+        quant_lanes_qkx2(32, nmax, x, weights, L, scales, mins, rmin, 0.1f, nstep, 0);
+    } else {
+        for (int j = 0; j < QK_K / 32; j++)
+            scales[j] = kq_make_qkx2_quants(32, nmax, x + 32 * j, weights + 32 * j, L + 32 * j, &mins[j], rmin, 0.1f,
+                                            nstep, 0);
+    }
+    for (int j = 0; j < QK_K / 32; j++) {
         if (scales[j] > max_scale) max_scale = scales[j];
         if (mins[j] > max_min) max_min = mins[j];
     }
@@ -332,13 +348,13 @@ static void kq_quant_q45_K(const float *x, int nmax, float rmin, int nstep, uint
     }
 }
 
-void quant_ref_q4_K(const float *x, void *dst, int64_t nb) {
+static void kq_q4_K(const float *x, void *dst, int64_t nb, int lanes) {
     block_q4_K *y = (block_q4_K *)dst;
     uint8_t L[QK_K];
     for (int64_t i = 0; i < nb; i++, x += QK_K) {
         block_q4_K b;
         memset(&b, 0, sizeof(b));
-        kq_quant_q45_K(x, 15, -1.f, 20, L, &b.d, &b.dmin, b.scales);
+        kq_quant_q45_K(x, 15, -1.f, 20, lanes, L, &b.d, &b.dmin, b.scales);
         /* chunk c of 32 bytes: low nibble = element 64c + l, high nibble = element 64c + 32 + l */
         for (int c = 0; c < 4; c++)
             for (int l = 0; l < 32; l++) b.qs[32 * c + l] = (uint8_t)(L[64 * c + l] | (L[64 * c + 32 + l] << 4));
@@ -346,13 +362,13 @@ void quant_ref_q4_K(const float *x, void *dst, int64_t nb) {
     }
 }
 
-void quant_ref_q5_K(const float *x, void *dst, int64_t nb) {
+static void kq_q5_K(const float *x, void *dst, int64_t nb, int lanes) {
     block_q5_K *y = (block_q5_K *)dst;
     uint8_t L[QK_K];
     for (int64_t i = 0; i < nb; i++, x += QK_K) {
         block_q5_K b;
         memset(&b, 0, sizeof(b));
-        kq_quant_q45_K(x, 31, -0.5f, 15, L, &b.d, &b.dmin, b.scales);
+        kq_quant_q45_K(x, 31, -0.5f, 15, lanes, L, &b.d, &b.dmin, b.scales);
         /* as Q4_K, and bit 4 of element 32s + l goes to bit s of qh[l] */
         for (int c = 0; c < 4; c++)
             for (int l = 0; l < 32; l++) {
@@ -365,16 +381,21 @@ void quant_ref_q5_K(const float *x, void *dst, int64_t nb) {
     }
 }
 
-void quant_ref_q6_K(const float *x, void *dst, int64_t nb) {
+static void kq_q6_K(const float *x, void *dst, int64_t nb, int lanes) {
     block_q6_K *y = (block_q6_K *)dst;
     int8_t L[QK_K];
     float scales[QK_K / 16];
     for (int64_t i = 0; i < nb; i++, x += QK_K) {
         block_q6_K b;
         float max_scale = 0, max_abs_scale = 0;
+        if (lanes) {
+            quant_lanes_qx(16, 32, x, L, scales);
+            quant_lanes_qx(16, 32, x + 128, L + 128, scales + 8);
+        } else {
+            for (int ib = 0; ib < QK_K / 16; ib++) scales[ib] = kq_make_qx_quants(16, 32, x + 16 * ib, L + 16 * ib);
+        }
         for (int ib = 0; ib < QK_K / 16; ib++) {
-            const float scale = kq_make_qx_quants(16, 32, x + 16 * ib, L + 16 * ib);
-            scales[ib] = scale;
+            const float scale = scales[ib];
             const float abs_scale = fabsf(scale);
             if (abs_scale > max_abs_scale) { max_abs_scale = abs_scale; max_scale = scale; }
         }
@@ -405,5 +426,16 @@ void quant_ref_q6_K(const float *x, void *dst, int64_t nb) {
                 b.qh[32 * h + l] = (uint8_t)((q[0] >> 4) | ((q[32] >> 4) << 2) | ((q[64] >> 4) << 4) | ((q[96] >> 4) << 6));
             }
         memcpy(&y[i], &b, sizeof(b));
+    }
+}
+
+void quant_ref_kquant(uint32_t type, const float *x, void *dst, int64_t nb, int lanes) {
+    switch (type) {
+    case GGML_TYPE_Q2_K: kq_q2_K(x, dst, nb, lanes); break;
+    case GGML_TYPE_Q3_K: kq_q3_K(x, dst, nb); break;
+    case GGML_TYPE_Q4_K: kq_q4_K(x, dst, nb, lanes); break;
+    case GGML_TYPE_Q5_K: kq_q5_K(x, dst, nb, lanes); break;
+    case GGML_TYPE_Q6_K: kq_q6_K(x, dst, nb, lanes); break;
+    default: VLLMC_ASSERT(!"quant_ref_kquant: not a K-quant");
     }
 }

@@ -26,11 +26,16 @@ static inline int quant_trunc_int(float v) {
     return (int)v;
 }
 
-/* K-quant super-block quantizers (quantize_kquants.c); nb = number of 256-element blocks. */
-void quant_ref_q2_K(const float *x, void *dst, int64_t nb);
-void quant_ref_q3_K(const float *x, void *dst, int64_t nb);
-void quant_ref_q4_K(const float *x, void *dst, int64_t nb);
-void quant_ref_q5_K(const float *x, void *dst, int64_t nb);
-void quant_ref_q6_K(const float *x, void *dst, int64_t nb);
+/* K-quant super-block quantizers (quantize_kquants.c) for Q2_K..Q6_K; nb = number of 256-element
+ * blocks. lanes = 1 runs the scale searches 8 groups at a time (quantize_lanes.c), lanes = 0 the plain
+ * scalar searches; both give identical bytes (the tests compare them). */
+void quant_ref_kquant(uint32_t type, const float *x, void *dst, int64_t nb, int lanes);
+
+/* Lane-parallel make_qkx2_quants / make_qx_quants (rmse_type 1, weights x^2) over 8 consecutive groups of
+ * n <= 32 elements (group k at x + k*n, its weights at w + k*n, its quants at L + k*n); per-group scale and
+ * (qkx2) positive min go to scale_out[k], the_min_out[k]. Bit-identical to the scalar searches. */
+void quant_lanes_qkx2(int n, int nmax, const float *x, const float *w, uint8_t *L, float *scale_out,
+                      float *the_min_out, float rmin, float rdelta, int nstep, int use_mad);
+void quant_lanes_qx(int n, int nmax, const float *x, int8_t *L, float *scale_out);
 
 #endif

@@ -309,11 +309,9 @@ vllmc_status quantize_row_ref(uint32_t type, const float *src, void *dst, int64_
     case GGML_TYPE_Q5_0: qref_q5_0(src, dst, nb); break;
     case GGML_TYPE_Q5_1: qref_q5_1(src, dst, nb); break;
     case GGML_TYPE_Q8_0: qref_q8_0(src, dst, nb); break;
-    case GGML_TYPE_Q2_K: quant_ref_q2_K(src, dst, nb); break;
-    case GGML_TYPE_Q3_K: quant_ref_q3_K(src, dst, nb); break;
-    case GGML_TYPE_Q4_K: quant_ref_q4_K(src, dst, nb); break;
-    case GGML_TYPE_Q5_K: quant_ref_q5_K(src, dst, nb); break;
-    case GGML_TYPE_Q6_K: quant_ref_q6_K(src, dst, nb); break;
+    case GGML_TYPE_Q2_K: case GGML_TYPE_Q3_K: case GGML_TYPE_Q4_K: case GGML_TYPE_Q5_K: case GGML_TYPE_Q6_K:
+        quant_ref_kquant(type, src, dst, nb, 1);
+        break;
     case GGML_TYPE_IQ4_NL: qref_iq4_nl(src, dst, nb); break;
     case GGML_TYPE_IQ4_XS: qref_iq4_xs(src, dst, nb); break;
     case GGML_TYPE_MXFP4: qref_mxfp4(src, dst, nb); break;

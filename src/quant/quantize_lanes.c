@@ -1,0 +1,169 @@
+/* Lane-parallel versions of the K-quant scale searches (make_qkx2_quants, make_qx_quants): independent
+ * groups run side by side, one group per vector lane (4 lanes; the entry points take 8 groups). Invariant: each lane performs exactly the f32
+ * operations, in exactly the order, of the scalar reference in quantize_kquants.c (data-dependent
+ * branches become per-lane selects), so the results are bit-identical; the gain is SIMD width and
+ * instruction-level parallelism (the scalar searches are bound by the latency of their serial sums).
+ * Plain C with GCC/Clang vector extensions: no ISA flags, no FMA (ISO C mode: no contraction). */
+#include "quant.h"
+#include "quantize_priv.h"
+
+#include <math.h>
+
+#define QL 4   /* lanes per vector: SSE2 width, native on every x86-64 */
+typedef float ql_f __attribute__((vector_size(4 * QL)));
+typedef int32_t ql_i __attribute__((vector_size(4 * QL)));
+
+#define QL_SPLAT_F(s) ((ql_f){0} + (float)(s))
+#define QL_SPLAT_I(s) ((ql_i){0} + (int32_t)(s))
+/* m ? a : b per lane; m is a comparison result (all ones / all zeros per lane) */
+#define QL_SEL_F(m, a, b) ((ql_f)(((m) & (ql_i)(a)) | (~(m) & (ql_i)(b))))
+#define QL_SEL_I(m, a, b) (((m) & (a)) | (~(m) & (b)))
+#define QL_FABS(v) ((ql_f)((ql_i)(v) & 0x7fffffff))
+/* quant_nearest_int per lane (same 1.5*2^23 trick, same out-of-range garbage) */
+#define QL_NEAREST(v) ((((ql_i)((v) + 12582912.f)) & 0x007fffff) - 0x00400000)
+#define QL_TO_F(vi) __builtin_convertvector((vi), ql_f)
+#define QL_CLAMP_I(l, lo, hi) QL_SEL_I((l) < (lo), QL_SPLAT_I(lo), QL_SEL_I((l) > (hi), QL_SPLAT_I(hi), (l)))
+
+/* Gather element i of the 8 groups (group k starts at x + k*stride). */
+static void ql_load_t(const float *x, int stride, int n, ql_f *X) {
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < QL; k++) X[i][k] = x[k * stride + i];
+}
+
+static void ql_qkx2(int n, int nmax, const float *x, const float *w, uint8_t *L, float *scale_out,
+                    float *the_min_out, float rmin, float rdelta, int nstep, int use_mad) {
+    ql_f X[32] = {{0}}, W[32] = {{0}};
+    ql_i Lv[32], La[32];
+    ql_load_t(x, n, n, X);
+    ql_load_t(w, n, n, W);
+    ql_f min = X[0], max = X[0], sum_w = W[0];
+    ql_f sum_x = sum_w * X[0];
+    for (int i = 1; i < n; i++) {
+        min = QL_SEL_F(X[i] < min, X[i], min);
+        max = QL_SEL_F(X[i] > max, X[i], max);
+        sum_w += W[i];
+        sum_x += W[i] * X[i];
+    }
+    const ql_f zero = QL_SPLAT_F(0.0f);
+    min = QL_SEL_F(min > 0, zero, min);
+    const ql_i degenerate = max == min;
+    const ql_f min0 = min;
+    /* as in the scalar search, later steps use the min of the last accepted fit */
+    ql_f iscale = QL_SPLAT_F((float)nmax) / (max - min);
+    ql_f scale = QL_SPLAT_F(1.0f) / iscale;
+    ql_f best_error = zero;
+    for (int i = 0; i < n; i++) {
+        ql_i l = QL_NEAREST(iscale * (X[i] - min));
+        Lv[i] = QL_CLAMP_I(l, 0, nmax);
+        ql_f diff = scale * QL_TO_F(Lv[i]) + min - X[i];
+        diff = use_mad ? QL_FABS(diff) : diff * diff;
+        best_error += W[i] * diff;
+    }
+    for (int is = 0; is <= nstep; is++) {
+        const float num = rmin + rdelta * (float)is + (float)nmax;
+        iscale = QL_SPLAT_F(num) / (max - min);
+        ql_f sum_l = zero, sum_l2 = zero, sum_xl = zero;
+        for (int i = 0; i < n; i++) {
+            ql_i l = QL_NEAREST(iscale * (X[i] - min));
+            l = QL_CLAMP_I(l, 0, nmax);
+            La[i] = l;
+            ql_f lf = QL_TO_F(l);
+            ql_f wl = W[i] * lf;
+            sum_l += wl;
+            sum_l2 += wl * lf;
+            sum_xl += wl * X[i];
+        }
+        ql_f D = sum_w * sum_l2 - sum_l * sum_l;
+        ql_i ok = D > 0;
+        int any = 0;
+        for (int k = 0; k < QL; k++) any |= ok[k];
+        if (!any) continue;
+        ql_f this_scale = (sum_w * sum_xl - sum_x * sum_l) / D;
+        ql_f this_min = (sum_l2 * sum_x - sum_l * sum_xl) / D;
+        ql_i pos = this_min > 0;
+        this_min = QL_SEL_F(pos, zero, this_min);
+        this_scale = QL_SEL_F(pos, sum_xl / sum_l2, this_scale);
+        ql_f cur_error = zero;
+        for (int i = 0; i < n; i++) {
+            ql_f diff = this_scale * QL_TO_F(La[i]) + this_min - X[i];
+            diff = use_mad ? QL_FABS(diff) : diff * diff;
+            cur_error += W[i] * diff;
+        }
+        ql_i acc = ok & (cur_error < best_error);
+        for (int i = 0; i < n; i++) Lv[i] = QL_SEL_I(acc, La[i], Lv[i]);
+        best_error = QL_SEL_F(acc, cur_error, best_error);
+        scale = QL_SEL_F(acc, this_scale, scale);
+        min = QL_SEL_F(acc, this_min, min);
+    }
+    for (int k = 0; k < QL; k++) {
+        if (degenerate[k]) {
+            for (int i = 0; i < n; i++) L[k * n + i] = 0;
+            the_min_out[k] = -min0[k];
+            scale_out[k] = 0.f;
+        } else {
+            for (int i = 0; i < n; i++) L[k * n + i] = (uint8_t)Lv[i][k];
+            the_min_out[k] = -min[k];
+            scale_out[k] = scale[k];
+        }
+    }
+}
+
+static void ql_qx(int n, int nmax, const float *x, int8_t *L, float *scale_out) {
+    ql_f X[32] = {{0}};
+    ql_i Lv[32], Lt[32];
+    ql_load_t(x, n, n, X);
+    const ql_f zero = QL_SPLAT_F(0.0f);
+    ql_f max = zero, amax = zero;
+    for (int i = 0; i < n; i++) {
+        ql_f ax = QL_FABS(X[i]);
+        ql_i m = ax > amax;
+        amax = QL_SEL_F(m, ax, amax);
+        max = QL_SEL_F(m, X[i], max);
+    }
+    const ql_i all_zero = amax < QUANT_GROUP_MAX_EPS;
+    ql_f iscale = QL_SPLAT_F((float)-nmax) / max;
+    ql_f sumlx = zero, suml2 = zero;
+    for (int i = 0; i < n; i++) {
+        ql_i l = QL_CLAMP_I(QL_NEAREST(iscale * X[i]), -nmax, nmax - 1);
+        Lv[i] = l + nmax;
+        ql_f lf = QL_TO_F(l);
+        ql_f w = X[i] * X[i];
+        sumlx += w * X[i] * lf;
+        suml2 += w * lf * lf;
+    }
+    ql_f scale = QL_SEL_F(suml2 != 0, sumlx / suml2, zero);
+    ql_f best = scale * sumlx;
+    for (int is = -9; is <= 9; is++) {
+        if (is == 0) continue;
+        const float num = -((float)nmax + 0.1f * (float)is);
+        iscale = QL_SPLAT_F(num) / max;
+        sumlx = suml2 = zero;
+        for (int i = 0; i < n; i++) {
+            ql_i l = QL_CLAMP_I(QL_NEAREST(iscale * X[i]), -nmax, nmax - 1);
+            Lt[i] = l + nmax;
+            ql_f lf = QL_TO_F(l);
+            ql_f w = X[i] * X[i];
+            sumlx += w * X[i] * lf;
+            suml2 += w * lf * lf;
+        }
+        ql_i acc = (suml2 > 0) & (sumlx * sumlx > best * suml2);
+        for (int i = 0; i < n; i++) Lv[i] = QL_SEL_I(acc, Lt[i], Lv[i]);
+        ql_f new_scale = sumlx / suml2;
+        scale = QL_SEL_F(acc, new_scale, scale);
+        best = QL_SEL_F(acc, new_scale * sumlx, best);
+    }
+    for (int k = 0; k < QL; k++) {
+        for (int i = 0; i < n; i++) L[k * n + i] = all_zero[k] ? 0 : (int8_t)Lv[i][k];
+        scale_out[k] = all_zero[k] ? 0.f : scale[k];
+    }
+}
+
+void quant_lanes_qkx2(int n, int nmax, const float *x, const float *w, uint8_t *L, float *scale_out,
+                      float *the_min_out, float rmin, float rdelta, int nstep, int use_mad) {
+    for (int h = 0; h < 8; h += QL)
+        ql_qkx2(n, nmax, x + h * n, w + h * n, L + h * n, scale_out + h, the_min_out + h, rmin, rdelta, nstep, use_mad);
+}
+
+void quant_lanes_qx(int n, int nmax, const float *x, int8_t *L, float *scale_out) {
+    for (int h = 0; h < 8; h += QL) ql_qx(n, nmax, x + h * n, L + h * n, scale_out + h);
+}
