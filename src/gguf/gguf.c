@@ -3,6 +3,7 @@
  * overflow-checked arithmetic; nothing is allocated on a count that has not been bounded by the
  * bytes left. The ctx only indexes the caller's buffer: no payload is copied. */
 #include <math.h>
+#include <stdarg.h>
 #include <string.h>
 #include "gguf.h"
 #include "quant/quant.h"
@@ -33,6 +34,7 @@ uint64_t gguf_type_size(enum gguf_type t) {
 struct gguf_cursor {
     const uint8_t *base;
     uint64_t pos, size;
+    uint64_t fail_need, fail_pos; /* the read that failed: bytes wanted at which offset */
 };
 
 static uint64_t gguf_left(const struct gguf_cursor *c) { return c->size - c->pos; }
@@ -40,41 +42,47 @@ static uint64_t gguf_left(const struct gguf_cursor *c) { return c->size - c->pos
 static uint64_t gguf_rd_u64(const uint8_t *p) { uint64_t v; memcpy(&v, p, 8); return v; }
 static uint32_t gguf_rd_u32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
 
-/* what: the field being read, for the message ("kv 3 value"). */
-static vllmc_status gguf_need(const struct gguf_cursor *c, uint64_t n, const char *what) {
-    if (n > gguf_left(c))
-        return vllmc_errorf(VLLMC_ERR_CORRUPT, "gguf: truncated: %s needs %llu bytes at offset %llu, file is %llu bytes",
-                            what, (unsigned long long)n, (unsigned long long)c->pos, (unsigned long long)c->size);
-    return VLLMC_OK;
+/* The readers return false when the bytes are not there (and record what was wanted); the caller
+ * then names the field with gguf_truncated, so the fast path never formats a message. */
+static bool gguf_need(struct gguf_cursor *c, uint64_t n) {
+    if (n <= gguf_left(c)) return true;
+    c->fail_need = n;
+    c->fail_pos = c->pos;
+    return false;
 }
 
-static vllmc_status gguf_read_u32(struct gguf_cursor *c, uint32_t *out, const char *what) {
-    vllmc_status st = gguf_need(c, 4, what);
-    if (st) return st;
+static bool gguf_read_u32(struct gguf_cursor *c, uint32_t *out) {
+    if (!gguf_need(c, 4)) return false;
     *out = gguf_rd_u32(c->base + c->pos);
     c->pos += 4;
-    return VLLMC_OK;
+    return true;
 }
 
-static vllmc_status gguf_read_u64(struct gguf_cursor *c, uint64_t *out, const char *what) {
-    vllmc_status st = gguf_need(c, 8, what);
-    if (st) return st;
+static bool gguf_read_u64(struct gguf_cursor *c, uint64_t *out) {
+    if (!gguf_need(c, 8)) return false;
     *out = gguf_rd_u64(c->base + c->pos);
     c->pos += 8;
-    return VLLMC_OK;
+    return true;
 }
 
-static vllmc_status gguf_read_str(struct gguf_cursor *c, struct gguf_str *out, const char *what) {
+static bool gguf_read_str(struct gguf_cursor *c, struct gguf_str *out) {
     uint64_t len;
-    vllmc_status st = gguf_read_u64(c, &len, what);
-    if (st) return st;
-    if (len > gguf_left(c))
-        return vllmc_errorf(VLLMC_ERR_CORRUPT, "gguf: truncated: %s of length %llu at offset %llu runs past the end of the file (%llu bytes)",
-                            what, (unsigned long long)len, (unsigned long long)c->pos, (unsigned long long)c->size);
+    if (!gguf_read_u64(c, &len) || !gguf_need(c, len)) return false;
     out->ptr = (const char *)c->base + c->pos;
     out->len = len;
     c->pos += len;
-    return VLLMC_OK;
+    return true;
+}
+
+static vllmc_status gguf_truncated(const struct gguf_cursor *c, const char *fmt, ...) VLLMC_PRINTF(2, 3);
+static vllmc_status gguf_truncated(const struct gguf_cursor *c, const char *fmt, ...) {
+    char what[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof(what), fmt, ap);
+    va_end(ap);
+    return vllmc_errorf(VLLMC_ERR_CORRUPT, "gguf: truncated: %s needs %llu bytes at offset %llu, file is %llu bytes",
+                        what, (unsigned long long)c->fail_need, (unsigned long long)c->fail_pos, (unsigned long long)c->size);
 }
 
 /* A short printable copy of a slice for messages. */
@@ -123,8 +131,6 @@ static uint64_t gguf_slots_for(uint64_t n) {
 /* ---- parser ---- */
 
 static vllmc_status gguf_parse_value(struct gguf_cursor *c, struct gguf_kv *kv, uint64_t i_kv, const char *key) {
-    char what[256];
-    vllmc_status st;
     uint32_t t = kv->type;
     if (t >= GGUF_TYPE_COUNT)
         return vllmc_errorf(VLLMC_ERR_CORRUPT, "gguf: kv %llu '%s': unknown value type %u", (unsigned long long)i_kv, key, t);
@@ -132,12 +138,12 @@ static vllmc_status gguf_parse_value(struct gguf_cursor *c, struct gguf_kv *kv, 
     kv->n = 1;
     if (t == GGUF_TYPE_STRING) {
         struct gguf_str s;
-        snprintf(what, sizeof(what), "kv %llu '%s' string value", (unsigned long long)i_kv, key);
-        return gguf_read_str(c, &s, what);
+        if (!gguf_read_str(c, &s)) return gguf_truncated(c, "kv %llu '%s' string value", (unsigned long long)i_kv, key);
+        return VLLMC_OK;
     }
     if (t != GGUF_TYPE_ARRAY) {
-        snprintf(what, sizeof(what), "kv %llu '%s' %s value", (unsigned long long)i_kv, key, g_type_names[t]);
-        if ((st = gguf_need(c, g_type_sizes[t], what))) return st;
+        if (!gguf_need(c, g_type_sizes[t]))
+            return gguf_truncated(c, "kv %llu '%s' %s value", (unsigned long long)i_kv, key, g_type_names[t]);
         if (t == GGUF_TYPE_BOOL && c->base[c->pos] > 1)
             return vllmc_errorf(VLLMC_ERR_CORRUPT, "gguf: kv %llu '%s': bool value %u is not 0 or 1",
                                 (unsigned long long)i_kv, key, c->base[c->pos]);
@@ -146,8 +152,8 @@ static vllmc_status gguf_parse_value(struct gguf_cursor *c, struct gguf_kv *kv, 
     }
     uint32_t at;
     uint64_t n;
-    snprintf(what, sizeof(what), "kv %llu '%s' array header", (unsigned long long)i_kv, key);
-    if ((st = gguf_read_u32(c, &at, what)) || (st = gguf_read_u64(c, &n, what))) return st;
+    if (!gguf_read_u32(c, &at) || !gguf_read_u64(c, &n))
+        return gguf_truncated(c, "kv %llu '%s' array header", (unsigned long long)i_kv, key);
     if (at == GGUF_TYPE_ARRAY)
         return vllmc_errorf(VLLMC_ERR_CORRUPT, "gguf: kv %llu '%s': nested arrays are not supported", (unsigned long long)i_kv, key);
     if (at >= GGUF_TYPE_COUNT)
@@ -173,21 +179,20 @@ static vllmc_status gguf_parse_value(struct gguf_cursor *c, struct gguf_kv *kv, 
     if (!strs) return VLLMC_ERR_OOM;
     kv->strs = strs; /* owned by the ctx from here on, freed by gguf_free */
     for (uint64_t i = 0; i < n; i++) {
-        snprintf(what, sizeof(what), "kv %llu '%s' string element %llu", (unsigned long long)i_kv, key, (unsigned long long)i);
-        if ((st = gguf_read_str(c, &strs[i], what))) return st;
+        if (!gguf_read_str(c, &strs[i]))
+            return gguf_truncated(c, "kv %llu '%s' string element %llu", (unsigned long long)i_kv, key, (unsigned long long)i);
     }
     return VLLMC_OK;
 }
 
 static vllmc_status gguf_parse_kvs(struct gguf_cursor *c, struct gguf_ctx *ctx) {
     vllmc_status st;
-    char what[256], keybuf[80];
+    char keybuf[80];
     ctx->kv_mask = gguf_slots_for(ctx->n_kv) - 1;
     if (!(ctx->kv_slots = vllmc_calloc(ctx->kv_mask + 1, sizeof(uint32_t)))) return VLLMC_ERR_OOM;
     for (uint64_t i = 0; i < ctx->n_kv; i++) {
         struct gguf_kv *kv = &ctx->kv[i];
-        snprintf(what, sizeof(what), "kv %llu key", (unsigned long long)i);
-        if ((st = gguf_read_str(c, &kv->key, what))) return st;
+        if (!gguf_read_str(c, &kv->key)) return gguf_truncated(c, "kv %llu key", (unsigned long long)i);
         if (kv->key.len == 0)
             return vllmc_errorf(VLLMC_ERR_CORRUPT, "gguf: kv %llu has an empty key", (unsigned long long)i);
         if (kv->key.len > GGUF_MAX_KEY_LEN)
@@ -202,8 +207,7 @@ static vllmc_status gguf_parse_kvs(struct gguf_cursor *c, struct gguf_ctx *ctx) 
             return vllmc_errorf(VLLMC_ERR_CORRUPT, "gguf: duplicate key '%s' (kv %lld and kv %llu)", keybuf,
                                 (long long)dup, (unsigned long long)i);
         uint32_t t;
-        snprintf(what, sizeof(what), "kv %llu '%s' value type", (unsigned long long)i, keybuf);
-        if ((st = gguf_read_u32(c, &t, what))) return st;
+        if (!gguf_read_u32(c, &t)) return gguf_truncated(c, "kv %llu '%s' value type", (unsigned long long)i, keybuf);
         kv->type = (enum gguf_type)t;
         if ((st = gguf_parse_value(c, kv, i, keybuf))) return st;
     }
@@ -225,11 +229,9 @@ static vllmc_status gguf_parse_alignment(struct gguf_ctx *ctx) {
 }
 
 static vllmc_status gguf_parse_tensor_info(struct gguf_cursor *c, struct gguf_ctx *ctx, uint64_t i) {
-    vllmc_status st;
-    char what[256], nm[80];
+    char nm[80];
     struct gguf_tensor *t = &ctx->tensors[i];
-    snprintf(what, sizeof(what), "tensor info %llu name", (unsigned long long)i);
-    if ((st = gguf_read_str(c, &t->name, what))) return st;
+    if (!gguf_read_str(c, &t->name)) return gguf_truncated(c, "tensor info %llu name", (unsigned long long)i);
     if (t->name.len == 0)
         return vllmc_errorf(VLLMC_ERR_CORRUPT, "gguf: tensor %llu has an empty name", (unsigned long long)i);
     gguf_show(t->name, nm, sizeof(nm));
@@ -243,8 +245,7 @@ static vllmc_status gguf_parse_tensor_info(struct gguf_cursor *c, struct gguf_ct
     if (dup >= 0)
         return vllmc_errorf(VLLMC_ERR_CORRUPT, "gguf: duplicate tensor name '%s' (tensors %lld and %llu)", nm,
                             (long long)dup, (unsigned long long)i);
-    snprintf(what, sizeof(what), "tensor '%s' n_dims", nm);
-    if ((st = gguf_read_u32(c, &t->n_dims, what))) return st;
+    if (!gguf_read_u32(c, &t->n_dims)) return gguf_truncated(c, "tensor '%s' n_dims", nm);
     if (t->n_dims > GGUF_MAX_DIMS)
         return vllmc_errorf(VLLMC_ERR_CORRUPT, "gguf: tensor '%s' has n_dims %u > %d", nm, t->n_dims, GGUF_MAX_DIMS);
     uint64_t n_elem = 1;
@@ -252,8 +253,7 @@ static vllmc_status gguf_parse_tensor_info(struct gguf_cursor *c, struct gguf_ct
         t->ne[d] = 1;
         if ((uint32_t)d >= t->n_dims) continue;
         uint64_t v;
-        snprintf(what, sizeof(what), "tensor '%s' dimension %d", nm, d);
-        if ((st = gguf_read_u64(c, &v, what))) return st;
+        if (!gguf_read_u64(c, &v)) return gguf_truncated(c, "tensor '%s' dimension %d", nm, d);
         if ((int64_t)v < 0)
             return vllmc_errorf(VLLMC_ERR_CORRUPT, "gguf: tensor '%s' has a negative dimension ne[%d] = %lld", nm, d, (long long)v);
         if (v == 0)
@@ -263,8 +263,7 @@ static vllmc_status gguf_parse_tensor_info(struct gguf_cursor *c, struct gguf_ct
                                 nm, d, (unsigned long long)v);
         t->ne[d] = (int64_t)v;
     }
-    snprintf(what, sizeof(what), "tensor '%s' type", nm);
-    if ((st = gguf_read_u32(c, &t->type, what))) return st;
+    if (!gguf_read_u32(c, &t->type)) return gguf_truncated(c, "tensor '%s' type", nm);
     const struct quant_traits *tr = quant_traits(t->type);
     if (!tr || tr->block_size <= 0 || tr->type_size <= 0)
         return vllmc_errorf(VLLMC_ERR_CORRUPT, "gguf: tensor '%s' has unknown type id %u", nm, t->type);
@@ -278,8 +277,7 @@ static vllmc_status gguf_parse_tensor_info(struct gguf_cursor *c, struct gguf_ct
             return vllmc_errorf(VLLMC_ERR_CORRUPT, "gguf: tensor '%s' byte size overflows (dimension overflow)", nm);
     }
     t->size_bytes = bytes;
-    snprintf(what, sizeof(what), "tensor '%s' offset", nm);
-    if ((st = gguf_read_u64(c, &t->offset, what))) return st;
+    if (!gguf_read_u64(c, &t->offset)) return gguf_truncated(c, "tensor '%s' offset", nm);
     if (t->offset % ctx->alignment)
         return vllmc_errorf(VLLMC_ERR_CORRUPT, "gguf: tensor '%s' offset %llu is misaligned (not a multiple of alignment %llu)",
                             nm, (unsigned long long)t->offset, (unsigned long long)ctx->alignment);
@@ -340,7 +338,7 @@ static vllmc_status gguf_check_overlap(struct gguf_ctx *ctx) {
 vllmc_status gguf_parse(const void *data, uint64_t size, struct gguf_ctx **out) {
     *out = NULL;
     if (!data && size) return vllmc_errorf(VLLMC_ERR_INVALID, "gguf: NULL buffer");
-    struct gguf_cursor c = {(const uint8_t *)data, 0, size};
+    struct gguf_cursor c = {(const uint8_t *)data, 0, size, 0, 0};
     if (size < 4)
         return vllmc_errorf(VLLMC_ERR_CORRUPT, "gguf: truncated: file is %llu bytes, the GGUF header needs %d",
                             (unsigned long long)size, GGUF_HEADER_SIZE);
