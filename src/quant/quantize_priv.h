@@ -7,6 +7,13 @@
 #include <stdint.h>
 #include <string.h>
 
+/* No FMA contraction in the quantizers: a fused a*b + c rounds once where ggml rounds twice, which changes
+ * bytes. GCC's ISO C modes (-std=c11, as the Makefile builds) never contract; Clang contracts by default
+ * when the target has FMA, hence the pragma. A GNU-mode GCC build for an FMA target needs -ffp-contract=off. */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#endif
+
 /* A group whose largest |x| is below this is treated as all zeros. */
 #define QUANT_GROUP_MAX_EPS 1e-15f
 
