@@ -3,8 +3,9 @@
  * writer to OUT.tmp and rename it to OUT. Tensors, their order and the metadata are llama-quantize's:
  * tensors in its processing order (qmix_name_cmp), input kvs copied in order except general.file_type /
  * general.quantization_version (re-added last) and split.* (dropped).
- * Work split: each converted tensor is cut into chunks of whole rows (~256K elements); all chunks of all
- * tensors form one parallel-for, so small tensors do not serialize the pool. */
+ * Work split: each tensor is cut into chunks of whole rows (~256K elements); all chunks of all tensors
+ * form one parallel-for, so small tensors do not serialize the pool. Every chunk's input is checked for
+ * inf / NaN (as llama.cpp's loader does), converted chunks also their output scales. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdatomic.h>
@@ -13,6 +14,7 @@
 #include <unistd.h>
 #include "common/threadpool.h"
 #include "gguf/gguf.h"
+#include "blocks.h"
 #include "qmix.h"
 #include "quant.h"
 
@@ -36,7 +38,8 @@ struct qm_job {
     float **scratch;                 /* per thread, QM_CHUNK_ELEMS or one row, whichever is larger */
     _Atomic uint64_t done_bytes;
     uint64_t total_bytes;
-    _Atomic int failed;
+    _Atomic int failed;              /* 0, or 1 + the index of the chunk that failed */
+    _Atomic int failed_output;       /* that chunk's input was fine but its output scales were not */
     double t0, last_report;
     const struct quantize_opts *opts;
 };
@@ -61,6 +64,52 @@ static int qm_get_int(const struct gguf_ctx *ctx, const char *key, int dflt) {
     return (int)VLLMC_MIN(VLLMC_MAX(v, INT32_MIN), INT32_MAX);
 }
 
+/* ggml_validate_row_data's test: every value of a float row, and the fp16 scales of every block of a
+ * quantized row, must be finite. Types without such fields (IQ*, MXFP4 ...) pass. */
+static bool qm_half_ok(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return (h & 0x7c00) != 0x7c00;
+}
+
+static bool qm_data_ok(uint32_t type, const uint8_t *p, int64_t n_elem) {
+    size_t off_d = 0, off_m = SIZE_MAX, bsz = quant_traits(type)->type_size;
+    switch (type) {
+    case GGML_TYPE_F32:
+        for (int64_t i = 0; i < n_elem; i++) {
+            uint32_t u;
+            memcpy(&u, p + 4 * i, 4);
+            if ((u & 0x7f800000u) == 0x7f800000u) return false;
+        }
+        return true;
+    case GGML_TYPE_F16:
+        for (int64_t i = 0; i < n_elem; i++)
+            if (!qm_half_ok(p + 2 * i)) return false;
+        return true;
+    case GGML_TYPE_BF16:
+        for (int64_t i = 0; i < n_elem; i++) {
+            uint16_t h;
+            memcpy(&h, p + 2 * i, 2);
+            if ((h & 0x7f80) == 0x7f80) return false;
+        }
+        return true;
+    case GGML_TYPE_Q4_1: off_m = offsetof(block_q4_1, m); break;
+    case GGML_TYPE_Q5_1: off_m = offsetof(block_q5_1, m); break;
+    case GGML_TYPE_Q2_K: off_d = offsetof(block_q2_K, d); off_m = offsetof(block_q2_K, dmin); break;
+    case GGML_TYPE_Q3_K: off_d = offsetof(block_q3_K, d); break;
+    case GGML_TYPE_Q4_K: off_m = offsetof(block_q4_K, dmin); break;
+    case GGML_TYPE_Q5_K: off_m = offsetof(block_q5_K, dmin); break;
+    case GGML_TYPE_Q6_K: off_d = offsetof(block_q6_K, d); break;
+    case GGML_TYPE_Q4_0: case GGML_TYPE_Q5_0: case GGML_TYPE_Q8_0: case GGML_TYPE_IQ4_NL: case GGML_TYPE_IQ4_XS:
+        break; /* d first */
+    default: return true;
+    }
+    const int64_t nb = n_elem / quant_traits(type)->block_size;
+    for (int64_t b = 0; b < nb; b++, p += bsz)
+        if (!qm_half_ok(p + off_d) || (off_m != SIZE_MAX && !qm_half_ok(p + off_m))) return false;
+    return true;
+}
+
 static void qm_chunk_run(void *ctx, int i_task, int i_thread) {
     struct qm_job *job = ctx;
     if (atomic_load_explicit(&job->failed, memory_order_relaxed)) return;
@@ -69,9 +118,12 @@ static void qm_chunk_run(void *ctx, int i_task, int i_thread) {
     const int64_t ne0 = t->q.ne[0];
     const uint64_t src_row = quant_row_size(t->q.type, ne0), dst_row = quant_row_size(t->q.new_type, ne0);
     const uint8_t *src = (const uint8_t *)t->src->data + (uint64_t)c->row0 * src_row;
-    uint8_t *dst = job->out + t->out_offset + (uint64_t)c->row0 * dst_row;
+    uint8_t *dst = t->convert ? job->out + t->out_offset + (uint64_t)c->row0 * dst_row : NULL;
     vllmc_status st = VLLMC_OK;
-    if (t->q.type == GGML_TYPE_F32) {
+    bool in_ok = qm_data_ok(t->q.type, src, c->n_rows * ne0);
+    if (!in_ok || !t->convert) {
+        /* copied tensor: the check is all */
+    } else if (t->q.type == GGML_TYPE_F32) {
         /* Rows are contiguous and blocks never straddle rows: one call covers the chunk. */
         st = quantize_row_ref(t->q.new_type, (const float *)src, dst, c->n_rows * ne0);
     } else {
@@ -84,7 +136,12 @@ static void qm_chunk_run(void *ctx, int i_task, int i_thread) {
             st = quantize_row_ref(t->q.new_type, f, dst + (uint64_t)r * dst_row, nr * ne0);
         }
     }
-    if (st != VLLMC_OK) { atomic_store(&job->failed, 1); return; }
+    bool out_ok = !in_ok || !t->convert || (st == VLLMC_OK && qm_data_ok(t->q.new_type, dst, c->n_rows * ne0));
+    if (!in_ok || !out_ok) {
+        int expected = 0;
+        if (atomic_compare_exchange_strong(&job->failed, &expected, i_task + 1)) atomic_store(&job->failed_output, in_ok);
+        return;
+    }
     uint64_t done = atomic_fetch_add(&job->done_bytes, (uint64_t)c->n_rows * src_row) + (uint64_t)c->n_rows * src_row;
     if (i_thread == 0 && job->opts->progress) {
         double now = vllmc_time_s();
@@ -200,6 +257,10 @@ vllmc_status quantize_model(const char *in_path, const char *out_path, const str
                      (unsigned long long)n, t->name, (long long)t->q.ne[0], (long long)t->q.ne[1],
                      (long long)t->q.ne[2], quant_traits(t->q.type)->name, quant_traits(t->q.new_type)->name,
                      t->q.fallback ? " (fallback)" : "");
+        total_in += t->src->size_bytes;
+        const int64_t rows = t->q.ne[1] * t->q.ne[2] * t->q.ne[3];
+        const int64_t per = VLLMC_MAX((int64_t)1, QM_CHUNK_ELEMS / t->q.ne[0]);
+        n_chunks += (uint64_t)((rows + per - 1) / per);
         if (!t->convert) { if (stats) stats->out_bytes += t->src->size_bytes; continue; }
         const struct quant_traits *src_tr = quant_traits(t->q.type);
         if (!qm_is_float(t->q.type)) {
@@ -217,10 +278,6 @@ vllmc_status quantize_model(const char *in_path, const char *out_path, const str
         t->out_bytes = quant_row_size(t->q.new_type, t->q.ne[0]) * (uint64_t)(t->q.ne[1] * t->q.ne[2] * t->q.ne[3]);
         t->out_offset = out_size;
         out_size += (t->out_bytes + 63) & ~(uint64_t)63;
-        total_in += t->src->size_bytes;
-        const int64_t rows = t->q.ne[1] * t->q.ne[2] * t->q.ne[3];
-        const int64_t per = VLLMC_MAX((int64_t)1, QM_CHUNK_ELEMS / t->q.ne[0]);
-        n_chunks += (uint64_t)((rows + per - 1) / per);
         if (stats) { stats->n_quantized++; stats->out_bytes += t->out_bytes; }
     }
     if (n_chunks > (uint64_t)INT32_MAX) { st = vllmc_errorf(VLLMC_ERR_UNSUPPORTED, "quantize: model too large"); goto done; }
@@ -244,17 +301,16 @@ vllmc_status quantize_model(const char *in_path, const char *out_path, const str
     uint64_t k = 0;
     for (uint64_t i = 0; i < n; i++) {
         const struct qm_tensor *t = &ts[i];
-        if (!t->convert) continue;
         const int64_t rows = t->q.ne[1] * t->q.ne[2] * t->q.ne[3];
         const int64_t per = VLLMC_MAX((int64_t)1, QM_CHUNK_ELEMS / t->q.ne[0]);
-        if (t->q.type != GGML_TYPE_F32) max_scratch = VLLMC_MAX(max_scratch, per * t->q.ne[0]);
+        if (t->convert && t->q.type != GGML_TYPE_F32) max_scratch = VLLMC_MAX(max_scratch, per * t->q.ne[0]);
         for (int64_t r = 0; r < rows; r += per)
             chunks[k++] = (struct qm_chunk){(uint32_t)i, r, VLLMC_MIN(per, rows - r)};
     }
     VLLMC_ASSERT(k == n_chunks);
 
     if (n_chunks) {
-        if (!(out = qm_alloc_out(out_size))) {
+        if (out_size && !(out = qm_alloc_out(out_size))) {
             st = vllmc_errorf(VLLMC_ERR_OOM, "cannot allocate %.1f MiB for the output", out_size / 1048576.0);
             goto done;
         }
@@ -269,9 +325,20 @@ vllmc_status quantize_model(const char *in_path, const char *out_path, const str
                              .total_bytes = total_in, .t0 = t0, .last_report = 0, .opts = opts};
         atomic_init(&job.done_bytes, 0);
         atomic_init(&job.failed, 0);
+        atomic_init(&job.failed_output, 0);
         threadpool_run(tp, qm_chunk_run, &job, (int)n_chunks);
-        if (atomic_load(&job.failed)) {
-            st = vllmc_errorf(VLLMC_ERR_INVALID, "quantize: a row could not be converted");
+        int bad = atomic_load(&job.failed);
+        if (bad) {
+            const struct qm_chunk *c = &chunks[bad - 1];
+            const struct qm_tensor *t = &ts[c->i_tensor];
+            if (atomic_load(&job.failed_output))
+                st = vllmc_errorf(VLLMC_ERR_INVALID, "tensor '%s': rows %lld..%lld overflow the fp16 scales of %s",
+                                  t->name, (long long)c->row0, (long long)(c->row0 + c->n_rows - 1),
+                                  quant_traits(t->q.new_type)->name);
+            else
+                st = vllmc_errorf(VLLMC_ERR_CORRUPT, "tensor '%s' (%s): rows %lld..%lld hold inf or NaN values",
+                                  t->name, quant_traits(t->q.type)->name, (long long)c->row0,
+                                  (long long)(c->row0 + c->n_rows - 1));
             goto done;
         }
         if (opts->progress) {

@@ -431,6 +431,24 @@ def test_bad_inputs(models, tmp_path):
     assert r.returncode != 0 and _no_output(out)
     r = run_vllmc("--threads", "0", models["llama"], out, "Q4_K_M", check=False)
     assert r.returncode != 0 and _no_output(out)
+    # An inf / NaN in the weights gives non-finite scales: refused, as llama.cpp refuses it.
+    # (Also in a tensor that is only copied, a norm.)
+    for val, name, idx in [(np.nan, "blk.2.ffn_up.weight", 1000), (np.inf, "blk.2.ffn_up.weight", 31),
+                           (np.nan, "blk.7.ffn_norm.weight", 3)]:
+        p = str(tmp_path / "nan.gguf")
+        r0 = gguf.GGUFReader(models["llama"])
+        t = [t for t in r0.tensors if t.name == name][0]
+        blob = bytearray(data)
+        blob[t.data_offset + 4 * idx: t.data_offset + 4 * idx + 4] = np.float32(val).tobytes()
+        del r0
+        with open(p, "wb") as f:
+            f.write(blob)
+        r = run_vllmc(p, out, "Q4_K_M", check=False)
+        assert r.returncode == 1 and name in r.stderr and "NaN" in r.stderr and _no_output(out), r.stderr
+        llama_cpp = _llama_cpp()
+        prm = llama_cpp.llama_model_quantize_default_params()
+        prm.ftype = FTYPE_NUM["Q4_K_M"]
+        assert llama_cpp.llama_model_quantize(p.encode(), str(tmp_path / "ref.gguf").encode(), ctypes.byref(prm)) != 0
     # An explicit type whose block does not divide the rows (288 % 256) is refused, not written.
     r = run_vllmc("--output-tensor-type", "q6_k", models["llama"], out, "Q4_K_M", check=False)
     assert r.returncode != 0 and "output.weight" in r.stderr and _no_output(out)
