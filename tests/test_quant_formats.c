@@ -401,9 +401,13 @@ static void test_plain_conversions_and_errors(void) {
 static void test_lanes_match_scalar(void) {
     static float x[N_ROW];
     static uint8_t q1[N_ROW], q2[N_ROW];
-    const uint32_t types[] = {GGML_TYPE_Q2_K, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K};
+    const uint32_t types[] = {GGML_TYPE_Q2_K, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K, GGML_TYPE_IQ4_NL,
+                              GGML_TYPE_IQ4_XS};
     for (size_t it = 0; it < sizeof(types) / sizeof(types[0]); it++) {
         uint32_t type = types[it];
+        int iq4 = type == GGML_TYPE_IQ4_NL || type == GGML_TYPE_IQ4_XS;
+        /* IQ4_NL rows of 4096 + 96 elements also exercise the scalar tail after the groups of 8 blocks */
+        int64_t n = type == GGML_TYPE_IQ4_NL ? N_ROW - 160 : N_ROW;
         int n_bad = 0;
         for (int rep = 0; rep < 12; rep++) {
             int dist = rep % (DIST_COUNT + 1);
@@ -414,9 +418,15 @@ static void test_lanes_match_scalar(void) {
             } else {
                 fill_row(dist, x, N_ROW);
             }
-            quant_ref_kquant(type, x, q1, N_ROW / QK_K, 0);
-            quant_ref_kquant(type, x, q2, N_ROW / QK_K, 1);
-            n_bad += memcmp(q1, q2, quant_row_size(type, N_ROW)) != 0;
+            int64_t nb = n / quant_traits(type)->block_size;
+            if (iq4) {
+                quant_ref_iq4(type, x, q1, nb, 0);
+                quant_ref_iq4(type, x, q2, nb, 1);
+            } else {
+                quant_ref_kquant(type, x, q1, nb, 0);
+                quant_ref_kquant(type, x, q2, nb, 1);
+            }
+            n_bad += memcmp(q1, q2, quant_row_size(type, n)) != 0;
         }
         CHECK_MSG(n_bad == 0, "%s: lane-parallel search differs from scalar on %d rows", quant_traits(type)->name, n_bad);
     }

@@ -5,6 +5,7 @@
  * instruction-level parallelism (the scalar searches are bound by the latency of their serial sums).
  * Plain C with GCC/Clang vector extensions: no ISA flags, no FMA (ISO C mode: no contraction). */
 #include "quant.h"
+#include "blocks.h"
 #include "quantize_priv.h"
 
 #include <math.h>
@@ -166,4 +167,87 @@ void quant_lanes_qkx2(int n, int nmax, const float *x, const float *w, uint8_t *
 
 void quant_lanes_qx(int n, int nmax, const float *x, int8_t *L, float *scale_out) {
     for (int h = 0; h < 8; h += QL) ql_qx(n, nmax, x + h * n, L + h * n, scale_out + h);
+}
+
+/* ---- IQ4_NL / IQ4_XS group scale (see qref_iq4_group_scale in quantize_ref.c) ---- */
+
+/* Bracket table for the K_NL nearest-entry search: for an integer f in [K_NL[0], K_NL[15]), lo[f - K_NL[0]]
+ * is the largest entry <= f and hi[...] the next one. For a real v in (K_NL[0], K_NL[15]) the pair
+ * bracketing v (what best_index_int8's binary search finds) is the pair of floor(v), as entries are
+ * integers. Built per call (240 entries): no shared state. */
+#define QL_IQ4_SPAN 240   /* K_NL[15] - K_NL[0] */
+struct ql_iq4_bracket { float lo[QL_IQ4_SPAN], hi[QL_IQ4_SPAN]; };
+
+static void ql_iq4_bracket_init(struct ql_iq4_bracket *b) {
+    const int8_t *t = kvalues_iq4nl;
+    int ml = 0;
+    for (int f = t[0]; f < t[15]; f++) {
+        while (t[ml + 1] <= f) ml++;
+        b->lo[f - t[0]] = (float)t[ml];
+        b->hi[f - t[0]] = (float)t[ml + 1];
+    }
+}
+
+/* Nearest K_NL entry per lane, as best_index_int8: v <= K_NL[0] -> K_NL[0], v >= K_NL[15] -> K_NL[15],
+ * else the bracketing pair (lo, hi) and lo iff v - lo < hi - v (ties to the upper entry), with the same
+ * f32 subtractions. Returns the entry's value as f32. Identical to the binary search for every non-NaN v. */
+static ql_f ql_iq4_nearest_value(const struct ql_iq4_bracket *b, ql_f v) {
+    const int8_t *t = kvalues_iq4nl;
+    ql_i fi = __builtin_convertvector(v, ql_i);   /* truncation toward zero ... */
+    fi += QL_TO_F(fi) > v;                        /* ... corrected to floor (adds -1 where trunc > v) */
+    fi = QL_CLAMP_I(fi, t[0], t[15] - 1) - t[0];
+    ql_f lo, hi;
+    for (int k = 0; k < QL; k++) {
+        lo[k] = b->lo[fi[k]];
+        hi[k] = b->hi[fi[k]];
+    }
+    ql_f q = QL_SEL_F(v - lo < hi - v, lo, hi);
+    q = QL_SEL_F(v <= QL_SPLAT_F(t[0]), QL_SPLAT_F(t[0]), q);
+    return QL_SEL_F(v >= QL_SPLAT_F(t[15]), QL_SPLAT_F(t[15]), q);
+}
+
+static void ql_iq4_scale(const struct ql_iq4_bracket *b, const float *x, float *d_out) {
+    const int8_t *values = kvalues_iq4nl;
+    ql_f X[32] = {{0}}, W[32];
+    ql_load_t(x, 32, 32, X);
+    const ql_f zero = QL_SPLAT_F(0.0f);
+    ql_f amax = zero, max = zero;
+    for (int j = 0; j < 32; j++) {
+        W[j] = X[j] * X[j];
+        ql_f ax = QL_FABS(X[j]);
+        ql_i m = ax > amax;
+        amax = QL_SEL_F(m, ax, amax);
+        max = QL_SEL_F(m, X[j], max);
+    }
+    const ql_i all_zero = amax < QUANT_GROUP_MAX_EPS;
+    ql_f d = -max / QL_SPLAT_F((float)values[0]);
+    ql_f id = QL_SPLAT_F(1.0f) / d;
+    ql_f sumqx = zero, sumq2 = zero;
+    for (int j = 0; j < 32; j++) {
+        ql_f q = ql_iq4_nearest_value(b, id * X[j]);
+        sumqx += W[j] * q * X[j];
+        sumq2 += W[j] * q * q;
+    }
+    d = QL_SEL_F(sumq2 > 0, sumqx / sumq2, zero);
+    ql_f best = d * sumqx;
+    for (int itry = -7; itry <= 7; itry++) {
+        id = QL_SPLAT_F((float)(itry + values[0])) / max;
+        sumqx = sumq2 = zero;
+        for (int j = 0; j < 32; j++) {
+            ql_f q = ql_iq4_nearest_value(b, id * X[j]);
+            sumqx += W[j] * q * X[j];
+            sumq2 += W[j] * q * q;
+        }
+        ql_i acc = (sumq2 > 0) & (sumqx * sumqx > best * sumq2);
+        ql_f new_d = sumqx / sumq2;
+        d = QL_SEL_F(acc, new_d, d);
+        best = QL_SEL_F(acc, new_d * sumqx, best);
+    }
+    for (int k = 0; k < QL; k++) d_out[k] = all_zero[k] ? 0.f : d[k];
+}
+
+void quant_lanes_iq4_scale(const float *x, float *d_out) {
+    struct ql_iq4_bracket b;
+    ql_iq4_bracket_init(&b);
+    for (int h = 0; h < 8; h += QL) ql_iq4_scale(&b, x + 32 * h, d_out + h);
 }

@@ -37,6 +37,8 @@ static inline int quant_trunc_int(float v) {
  * blocks. lanes = 1 runs the scale searches 8 groups at a time (quantize_lanes.c), lanes = 0 the plain
  * scalar searches; both give identical bytes (the tests compare them). */
 void quant_ref_kquant(uint32_t type, const float *x, void *dst, int64_t nb, int lanes);
+/* IQ4_NL / IQ4_XS (quantize_ref.c), nb blocks; lanes as for quant_ref_kquant. */
+void quant_ref_iq4(uint32_t type, const float *x, void *dst, int64_t nb, int lanes);
 
 /* Lane-parallel make_qkx2_quants / make_qx_quants (rmse_type 1, weights x^2) over 8 consecutive groups of
  * n <= 32 elements (group k at x + k*n, its weights at w + k*n, its quants at L + k*n); per-group scale and
@@ -44,5 +46,7 @@ void quant_ref_kquant(uint32_t type, const float *x, void *dst, int64_t nb, int 
 void quant_lanes_qkx2(int n, int nmax, const float *x, const float *w, uint8_t *L, float *scale_out,
                       float *the_min_out, float rmin, float rdelta, int nstep, int use_mad);
 void quant_lanes_qx(int n, int nmax, const float *x, int8_t *L, float *scale_out);
+/* IQ4_NL/IQ4_XS group scale (+-7 search, weights x^2) of 8 consecutive 32-element groups at x. */
+void quant_lanes_iq4_scale(const float *x, float *d_out);
 
 #endif

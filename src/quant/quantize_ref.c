@@ -186,8 +186,8 @@ static int qref_best_index_iq4nl(float v) {
 
 /* Scale of one 32-group (weights x^2): start at max/-K_NL[0], refit by least squares, then try
  * 1/d = (t + K_NL[0])/max for t in -7..7 and keep the best (sum w q x)^2 / (sum w q^2).
- * L receives the indices at the initial scale. Returns 0 for an all-zero group. */
-static float qref_iq4_group_scale(const float *xb, uint8_t *L) {
+ * Returns 0 for an all-zero group. quant_lanes_iq4_scale runs the same search on 8 groups at once. */
+static float qref_iq4_group_scale(const float *xb) {
     const int8_t *values = kvalues_iq4nl;
     float weight[32];
     for (int j = 0; j < 32; j++) weight[j] = xb[j] * xb[j];
@@ -203,7 +203,6 @@ static float qref_iq4_group_scale(const float *xb, uint8_t *L) {
     for (int j = 0; j < 32; j++) {
         float al = id * xb[j];
         int l = qref_best_index_iq4nl(al);
-        L[j] = (uint8_t)l;
         float q = values[l];
         float w = weight[j];
         sumqx += w * q * xb[j];
@@ -234,11 +233,13 @@ static void qref_pack_nibbles32(const uint8_t *L, uint8_t *qs) {
     for (int j = 0; j < 16; j++) qs[j] = (uint8_t)(L[j] | (L[16 + j] << 4));
 }
 
-static void qref_iq4_nl(const float *x, block_iq4_nl *y, int64_t nb) {
+static void qref_iq4_nl(const float *x, block_iq4_nl *y, int64_t nb, int lanes) {
     uint8_t L[32];
+    float dl[8];
     for (int64_t i = 0; i < nb; i++, x += 32) {
         block_iq4_nl b;
-        const float d = qref_iq4_group_scale(x, L);
+        if (lanes && i % 8 == 0 && nb - i >= 8) quant_lanes_iq4_scale(x, dl);
+        const float d = lanes && nb - (i - i % 8) >= 8 ? dl[i % 8] : qref_iq4_group_scale(x);
         b.d = fp32_to_fp16(d);
         /* indices re-picked at the f32 scale; an all-zero group gets index 8 (value +1) everywhere */
         const float id = d != 0 ? 1 / d : 0;
@@ -248,15 +249,16 @@ static void qref_iq4_nl(const float *x, block_iq4_nl *y, int64_t nb) {
     }
 }
 
-static void qref_iq4_xs(const float *x, block_iq4_xs *y, int64_t nb) {
+static void qref_iq4_xs(const float *x, block_iq4_xs *y, int64_t nb, int lanes) {
     uint8_t L[32];
     float scales[8];
     for (int64_t i = 0; i < nb; i++, x += QK_K) {
         block_iq4_xs b;
         memset(&b, 0, sizeof(b));
         float max_scale = 0, amax_scale = 0;
+        if (lanes) quant_lanes_iq4_scale(x, scales);
+        else for (int ib = 0; ib < 8; ib++) scales[ib] = qref_iq4_group_scale(x + 32 * ib);
         for (int ib = 0; ib < 8; ib++) {
-            scales[ib] = qref_iq4_group_scale(x + 32 * ib, L);
             float abs_d = fabsf(scales[ib]);
             if (abs_d > amax_scale) { amax_scale = abs_d; max_scale = scales[ib]; }
         }
@@ -279,6 +281,12 @@ static void qref_iq4_xs(const float *x, block_iq4_xs *y, int64_t nb) {
         b.scales_h = scales_h;
         memcpy(&y[i], &b, sizeof(b));
     }
+}
+
+void quant_ref_iq4(uint32_t type, const float *x, void *dst, int64_t nb, int lanes) {
+    if (type == GGML_TYPE_IQ4_NL) qref_iq4_nl(x, dst, nb, lanes);
+    else if (type == GGML_TYPE_IQ4_XS) qref_iq4_xs(x, dst, nb, lanes);
+    else VLLMC_ASSERT(!"quant_ref_iq4: not an IQ4 type");
 }
 
 /* ---- dispatcher ---- */
@@ -312,8 +320,8 @@ vllmc_status quantize_row_ref(uint32_t type, const float *src, void *dst, int64_
     case GGML_TYPE_Q2_K: case GGML_TYPE_Q3_K: case GGML_TYPE_Q4_K: case GGML_TYPE_Q5_K: case GGML_TYPE_Q6_K:
         quant_ref_kquant(type, src, dst, nb, 1);
         break;
-    case GGML_TYPE_IQ4_NL: qref_iq4_nl(src, dst, nb); break;
-    case GGML_TYPE_IQ4_XS: qref_iq4_xs(src, dst, nb); break;
+    case GGML_TYPE_IQ4_NL: qref_iq4_nl(src, dst, nb, 1); break;
+    case GGML_TYPE_IQ4_XS: qref_iq4_xs(src, dst, nb, 1); break;
     case GGML_TYPE_MXFP4: qref_mxfp4(src, dst, nb); break;
     default:
         return vllmc_errorf(VLLMC_ERR_UNSUPPORTED, "quantize: no quantizer for type %s", t->name);
