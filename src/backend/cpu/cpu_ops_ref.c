@@ -66,7 +66,8 @@ void cpu_attn_row_head_ref(const struct cpu_backend *c, const struct bk_kv_cache
     const int32_t n_ctx = c->pos[t] + 1;
     const void *kp = kv->k[p->kv_layer], *vp = kv->v[p->kv_layer];
     const bool f16 = kv->dtype == BK_KV_F16;
-    /* With an f16 cache the query is rounded to f16 too (as ggml does for an f16 K). */
+    /* With an f16 cache the query and the probabilities are rounded to f16 too, as ggml's matmul
+     * converts its f32 operand to the f16 operand's type (keeps us closest to llama.cpp). */
     float *qr = scores + n_ctx;
     for (int32_t i = 0; i < hd; i++) qr[i] = f16 ? fp16_to_fp32(fp32_to_fp16(q[i])) : q[i];
     float mx = -INFINITY;
@@ -92,8 +93,9 @@ void cpu_attn_row_head_ref(const struct cpu_backend *c, const struct bk_kv_cache
     for (int32_t i = 0; i < hd; i++) out[i] = 0.0f;
     for (int32_t tau = 0; tau < n_ctx; tau++) {
         int32_t blk = s->block_table[tau / BK_KV_BLOCK], slot = tau % BK_KV_BLOCK;
-        const float w = scores[tau] * inv;
+        float w = scores[tau] * inv;
         if (f16) {
+            w = fp16_to_fp32(fp32_to_fp16(w)); /* ggml rounds the probabilities to f16 for an f16 V */
             const uint16_t *vr = cpu_kv_slot((void *)vp, blk, kvh, slot, nkv, hd, 2);
             for (int32_t i = 0; i < hd; i++) out[i] += w * fp16_to_fp32(vr[i]);
         } else {
