@@ -18,7 +18,7 @@ static void tokenize_usage(void) {
             "  --ids                print only the ids, as one JSON array on one line\n"
             "  --no-parse-special   treat special-token text in the input as plain text\n"
             "  --no-add-special     never add BOS/EOS (default: as the vocabulary asks)\n"
-            "  --jsonl FILE         each line a JSON string: print one line per input,\n"
+            "  --jsonl FILE         each line a JSON string or {\"hex\": \"...\"} (exact bytes): one line per input,\n"
             "                       {\"ids\": [...], \"decoded_hex\": \"...\"} (decode of the ids, hex)\n"
             "  --bench N            tokenize the text N times, print MB/s (median) and token count\n");
 }
@@ -62,6 +62,23 @@ static int tokenize_cmp_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+static int tokenize_hexval(char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+static int tokenize_unhex(const char *s, size_t n, char *out) {
+    if (n % 2) return -1;
+    for (size_t i = 0; i < n; i += 2) {
+        int hi = tokenize_hexval(s[i]), lo = tokenize_hexval(s[i + 1]);
+        if (hi < 0 || lo < 0) return -1;
+        out[i / 2] = (char)(hi * 16 + lo);
+    }
+    return 0;
+}
+
 static int tokenize_jsonl(const struct tokenizer *tok, const char *path, unsigned flags) {
     FILE *f = fopen(path, "rb");
     if (!f) { fprintf(stderr, "vllmc tokenize: cannot open %s\n", path); return 1; }
@@ -74,16 +91,32 @@ static int tokenize_jsonl(const struct tokenizer *tok, const char *path, unsigne
         lineno++;
         if (n == 0 || (n == 1 && line[0] == '\n')) continue;
         cJSON *j = cJSON_ParseWithLength(line, (size_t)n);
-        if (!j || !cJSON_IsString(j)) {
-            fprintf(stderr, "vllmc tokenize: %s:%ld: not a JSON string\n", path, lineno);
+        cJSON *hex = j && cJSON_IsObject(j) ? cJSON_GetObjectItemCaseSensitive(j, "hex") : NULL;
+        if (!j || !(cJSON_IsString(j) || cJSON_IsString(hex))) {
+            fprintf(stderr, "vllmc tokenize: %s:%ld: not a JSON string or {\"hex\": \"...\"}\n", path, lineno);
             cJSON_Delete(j);
             rc = 1;
             break;
         }
-        const char *text = j->valuestring;
+        const char *text = hex ? hex->valuestring : j->valuestring;
+        size_t text_len = strlen(text);
+        char *bytes = NULL;
+        if (hex) { /* exact bytes, NUL and invalid UTF-8 included */
+            bytes = malloc(text_len / 2 + 1);
+            if (!bytes || tokenize_unhex(text, text_len, bytes) != 0) {
+                fprintf(stderr, "vllmc tokenize: %s:%ld: bad hex\n", path, lineno);
+                free(bytes);
+                cJSON_Delete(j);
+                rc = 1;
+                break;
+            }
+            text = bytes;
+            text_len /= 2;
+        }
         int32_t *ids = NULL;
         size_t n_ids = 0;
-        vllmc_status st = tokenizer_encode_alloc(tok, text, strlen(text), flags, &ids, &n_ids);
+        vllmc_status st = tokenizer_encode_alloc(tok, text, text_len, flags, &ids, &n_ids);
+        free(bytes);
         if (st != VLLMC_OK) {
             fprintf(stderr, "vllmc tokenize: %s:%ld: %s\n", path, lineno, vllmc_last_error());
             cJSON_Delete(j);
