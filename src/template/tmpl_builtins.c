@@ -87,7 +87,7 @@ bool tmpl_method_known(const char *name) {
     return false;
 }
 int tmpl_method_lookup(struct tv self, const char *name) {
-    uint8_t k = self.kind == TV_NS ? 255 : self.kind; /* tuples have index/count like lists */
+    uint8_t k = self.kind == TV_NS || (self.flags & (TV_F_GEN | TV_F_VIEW)) ? 255 : self.kind; /* tuples: index/count */
     for (size_t i = 0; i < ARRAY_LEN(methods); i++)
         if (methods[i].kind == k && !strcmp(methods[i].name, name)) {
             if ((self.flags & TV_F_TUPLE) && methods[i].id == M_UNSUPPORTED) return -1;
@@ -435,6 +435,7 @@ int tmpl_getitem(struct tmpl_rt *rt, struct tv obj, struct tv key, struct tv *ou
         if (tv_dict_get(obj.u.d, key, out)) return 0;
         break;
     case TV_LIST:
+        if (obj.flags & (TV_F_GEN | TV_F_VIEW)) return 0; /* not subscriptable */
         if (int_key) { if (norm_index(ik, obj.u.l->n, &i)) *out = obj.u.l->v[i]; return 0; }
         break;
     case TV_STR:
@@ -468,7 +469,9 @@ int tmpl_call_test(struct tmpl_rt *rt, int id, struct tv v, struct targs *a, boo
     case T_NUMBER: *out = tv_is_num(v); return 0;
     case T_STRING: *out = v.kind == TV_STR; return 0;
     case T_MAPPING: *out = v.kind == TV_DICT; return 0;
-    case T_SEQUENCE: *out = v.kind == TV_STR || v.kind == TV_LIST || v.kind == TV_DICT || v.kind == TV_UNDEF; return 0;
+    case T_SEQUENCE:
+        *out = v.kind == TV_STR || (v.kind == TV_LIST && !(v.flags & (TV_F_GEN | TV_F_VIEW))) || v.kind == TV_DICT || v.kind == TV_UNDEF;
+        return 0;
     case T_ITERABLE: *out = v.kind == TV_STR || v.kind == TV_LIST || v.kind == TV_DICT || v.kind == TV_UNDEF; return 0;
     case T_CALLABLE:
         *out = v.kind == TV_MACRO || v.kind == TV_BUILTIN || v.kind == TV_METHOD || v.kind == TV_UNDEF || v.kind == TV_LOOP;
@@ -579,6 +582,7 @@ static int select_items(struct tmpl_rt *rt, struct tv seq, struct targs *a, bool
         else ok = tv_truthy(x);
         if (ok != reject && tv_list_push(rt, out, l->v[i])) return -1;
     }
+    out->flags = TV_F_GEN;
     return 0;
 }
 
@@ -607,10 +611,14 @@ static int do_length(struct tmpl_rt *rt, struct tv v, struct tv *out) {
     switch (v.kind) {
     case TV_UNDEF: *out = tv_int(0); return 0;
     case TV_STR: *out = tv_int((int64_t)utf8_count(v.u.s->p, v.u.s->len)); return 0;
-    case TV_LIST: *out = tv_int((int64_t)v.u.l->n); return 0;
+    case TV_LIST:
+        if (v.flags & TV_F_GEN) break;
+        *out = tv_int((int64_t)v.u.l->n);
+        return 0;
     case TV_DICT: *out = tv_int((int64_t)v.u.d->n); return 0;
-    default: return tmpl_fail(rt, "object of type '%s' has no len()", tv_type_name(v));
+    default: break;
     }
+    return tmpl_fail(rt, "object of type '%s' has no len()", tv_type_name(v));
 }
 
 static int do_minmax(struct tmpl_rt *rt, struct tv v, struct targs *a, bool want_max, struct tv *out) {
@@ -651,6 +659,7 @@ int tmpl_call_filter(struct tmpl_rt *rt, int id, struct tv v, struct targs *a, s
         if (tv_to_str(rt, v, &s)) return -1;
         return html_escape(rt, s.u.s, out);
     case F_FIRST: case F_LAST:
+        if (id == F_LAST && v.kind == TV_LIST && (v.flags & TV_F_GEN)) return tmpl_fail(rt, "'generator' object is not reversible");
         if (tv_iter_list(rt, v, &l)) return -1;
         *out = l->n ? l->v[id == F_FIRST ? 0 : l->n - 1] : tv_undef();
         return 0;
@@ -724,6 +733,7 @@ int tmpl_call_filter(struct tmpl_rt *rt, int id, struct tv v, struct targs *a, s
             out->u.l->v[i] = t;
         }
         out->u.l->n = v.u.d->n;
+        out->flags = TV_F_GEN;
         return 0;
     case F_JOIN: {
         if (tv_iter_list(rt, v, &l)) return -1;
@@ -768,6 +778,7 @@ int tmpl_call_filter(struct tmpl_rt *rt, int id, struct tv v, struct targs *a, s
             out->u.l->v[i] = r;
         }
         out->u.l->n = l->n;
+        out->flags = TV_F_GEN;
         return 0;
     }
     case F_MAX: case F_MIN: return do_minmax(rt, v, a, id == F_MAX, out);
@@ -789,6 +800,8 @@ int tmpl_call_filter(struct tmpl_rt *rt, int id, struct tv v, struct targs *a, s
         if (tv_iter_list(rt, v, &l) || tv_list(rt, l->n, out)) return -1;
         for (size_t i = 0; i < l->n; i++) out->u.l->v[i] = l->v[l->n - 1 - i];
         out->u.l->n = l->n;
+        /* reversed() gives an iterator for lists, dicts and views; a generator goes through list() */
+        if (!(v.kind == TV_LIST && (v.flags & TV_F_GEN)) && v.kind != TV_UNDEF) out->flags = TV_F_GEN;
         return 0;
     case F_ROUND: {
         int64_t prec;
@@ -861,6 +874,7 @@ int tmpl_call_filter(struct tmpl_rt *rt, int id, struct tv v, struct targs *a, s
             for (size_t k = 0; k < seen.u.l->n && !dup; k++) dup = tv_eq(seen.u.l->v[k], key);
             if (!dup && (tv_list_push(rt, &seen, key) || tv_list_push(rt, out, l->v[i]))) return -1;
         }
+        out->flags = TV_F_GEN;
         return 0;
     }
     default: return tmpl_fail(rt, "internal: unknown filter id %d", id);
@@ -1012,11 +1026,15 @@ int tmpl_call_method(struct tmpl_rt *rt, struct tmethod *m, struct targs *a, str
         if (arg_str(rt, a, 0, "prefix", name, &x)) return -1;
         if (!str_has_prefix(s, x.u.s, id == M_REMOVESUFFIX)) { *out = self; out->flags = 0; return 0; }
         return tv_str(rt, id == M_REMOVEPREFIX ? s->p + x.u.s->len : s->p, s->len - x.u.s->len, out);
-    case M_ITEMS: return tmpl_call_filter(rt, F_ITEMS, self, &(struct targs){0}, out);
+    case M_ITEMS:
+        if (tmpl_call_filter(rt, F_ITEMS, self, &(struct targs){0}, out)) return -1;
+        out->flags = TV_F_ITEMS;
+        return 0;
     case M_KEYS: case M_VALUES:
         if (tv_list(rt, self.u.d->n, out)) return -1;
         for (size_t i = 0; i < self.u.d->n; i++) out->u.l->v[i] = id == M_KEYS ? self.u.d->k[i] : self.u.d->v[i];
         out->u.l->n = self.u.d->n;
+        out->flags = id == M_KEYS ? TV_F_KEYS : TV_F_VALUES;
         return 0;
     case M_GET:
         if (!arg(a, 0, "key", &x)) return tmpl_fail(rt, "get expected at least 1 argument");

