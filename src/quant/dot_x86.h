@@ -31,6 +31,10 @@ static inline __m256i dot_madd16(__m256i acc, __m256i a, __m256i b) {
 static inline __m256i dot_ss8(__m256i acc, __m256i w, __m256i a) {
     return dot_us8(acc, _mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w));
 }
+/* F16C conversion: exact, identical to fp16_to_fp32 for every non-NaN half (a NaN stays NaN). */
+static inline float dot_f16(ggml_half h) {
+    return _cvtsh_ss(h);
+}
 static inline int32_t dot_hsum_i32(__m256i v) {
     __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
     s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
@@ -167,14 +171,25 @@ DOT_LEGACY_MIN(q5_1, block_q5_1, _mm256_or_si256(dot_nibbles32(x->qs), dot_bits_
 
 /* ---- K-quants: per super-block int32 lanes -> one I (and M), then acc = acc + term ---- */
 
-/* Broadcast int16 lane j of a 128-bit vector to all 16 lanes. */
+/* pshufb masks: k_dot_bcast16[j] broadcasts int16 lane j (of each 128-bit half) to every lane;
+ * k_dot_pair16[j] puts lane j in the low 128-bit half and lane j+1 in the high half. */
+#define DOT_B16(j) (2 * (j)), (2 * (j) + 1)
+#define DOT_B16X8(j) DOT_B16(j), DOT_B16(j), DOT_B16(j), DOT_B16(j), DOT_B16(j), DOT_B16(j), DOT_B16(j), DOT_B16(j)
+static const uint8_t k_dot_bcast16[8][32] __attribute__((aligned(32))) = {
+    {DOT_B16X8(0), DOT_B16X8(0)}, {DOT_B16X8(1), DOT_B16X8(1)}, {DOT_B16X8(2), DOT_B16X8(2)}, {DOT_B16X8(3), DOT_B16X8(3)},
+    {DOT_B16X8(4), DOT_B16X8(4)}, {DOT_B16X8(5), DOT_B16X8(5)}, {DOT_B16X8(6), DOT_B16X8(6)}, {DOT_B16X8(7), DOT_B16X8(7)},
+};
+static const uint8_t k_dot_pair16[7][32] __attribute__((aligned(32))) = {
+    {DOT_B16X8(0), DOT_B16X8(1)}, {DOT_B16X8(1), DOT_B16X8(2)}, {DOT_B16X8(2), DOT_B16X8(3)}, {DOT_B16X8(3), DOT_B16X8(4)},
+    {DOT_B16X8(4), DOT_B16X8(5)}, {DOT_B16X8(5), DOT_B16X8(6)}, {DOT_B16X8(6), DOT_B16X8(7)},
+};
+/* Broadcast int16 lane j of a 128-bit vector (replicated in both halves of v2) to all 16 lanes. */
 static inline __m256i dot_bcast16(__m256i v2, int j) {
-    return _mm256_shuffle_epi8(v2, _mm256_set1_epi16((short)((2 * j) | ((2 * j + 1) << 8))));
+    return _mm256_shuffle_epi8(v2, _mm256_load_si256((const __m256i *)k_dot_bcast16[j]));
 }
 /* int16 lanes: low half = lane j, high half = lane j+1, of the 8 int16 of v2 (both 128-bit halves equal). */
 static inline __m256i dot_pair16(__m256i v2, int j) {
-    const short lo = (short)((2 * j) | ((2 * j + 1) << 8)), hi = (short)((2 * j + 2) | ((2 * j + 3) << 8));
-    return _mm256_shuffle_epi8(v2, _mm256_set_epi16(hi, hi, hi, hi, hi, hi, hi, hi, lo, lo, lo, lo, lo, lo, lo, lo));
+    return _mm256_shuffle_epi8(v2, _mm256_load_si256((const __m256i *)k_dot_pair16[j]));
 }
 
 /* Q4_K / Q5_K scale bytes: out[0..7] = sc_0..7, out[8..15] = m_0..7 */
@@ -185,7 +200,7 @@ static inline __m128i dot_unpack_k4_scales(const uint8_t *s) {
     r[1] = (u[2] & 0x0f0f0f0fu) | (((u[0] >> 6) & 0x03030303u) << 4);
     r[2] = u[1] & 0x3f3f3f3fu;
     r[3] = ((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4);
-    return _mm_loadu_si128((const __m128i *)r);
+    return _mm_set_epi32((int)r[3], (int)r[2], (int)r[1], (int)r[0]); /* not via memory: no store-forward stall */
 }
 
 static float DOT_NAME(q4_K)(int64_t n, const void *vw, const void *va) {
@@ -201,16 +216,17 @@ static float DOT_NAME(q4_K)(int64_t n, const void *vw, const void *va) {
         __m128i mn = _mm_cvtepu8_epi16(_mm_srli_si128(scm, 8));
         __m256i mdup = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_unpacklo_epi16(mn, mn)), _mm_unpackhi_epi16(mn, mn), 1);
         __m256i macc = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)a[s].bsums), mdup);
-        __m256i iacc = _mm256_setzero_si256();
+        __m256i iacc = _mm256_setzero_si256(), iacc1 = _mm256_setzero_si256(); /* two chains */
         for (int c = 0; c < 4; c++) {
             __m256i q = _mm256_loadu_si256((const __m256i *)(x->qs + 32 * c));
             __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
             __m256i plo = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(q8 + 64 * c)));
             __m256i phi = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(q8 + 64 * c + 32)));
             iacc = dot_madd16(iacc, plo, dot_bcast16(sc, 2 * c));
-            iacc = dot_madd16(iacc, phi, dot_bcast16(sc, 2 * c + 1));
+            iacc1 = dot_madd16(iacc1, phi, dot_bcast16(sc, 2 * c + 1));
         }
-        acc = acc + dot_term_kmin(a[s].d, fp16_to_fp32(x->d), fp16_to_fp32(x->dmin), dot_hsum_i32(iacc), dot_hsum_i32(macc));
+        iacc = _mm256_add_epi32(iacc, iacc1);
+        acc = acc + dot_term_kmin(a[s].d, dot_f16(x->d), dot_f16(x->dmin), dot_hsum_i32(iacc), dot_hsum_i32(macc));
     }
     return acc;
 }
@@ -229,7 +245,7 @@ static float DOT_NAME(q5_K)(int64_t n, const void *vw, const void *va) {
         __m256i mdup = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_unpacklo_epi16(mn, mn)), _mm_unpackhi_epi16(mn, mn), 1);
         __m256i macc = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)a[s].bsums), mdup);
         __m256i qh = _mm256_loadu_si256((const __m256i *)x->qh);
-        __m256i iacc = _mm256_setzero_si256();
+        __m256i iacc = _mm256_setzero_si256(), iacc1 = _mm256_setzero_si256(); /* two chains */
         for (int c = 0; c < 4; c++) {
             __m256i q = _mm256_loadu_si256((const __m256i *)(x->qs + 32 * c));
             __m256i hlo = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), one), 4);
@@ -239,9 +255,10 @@ static float DOT_NAME(q5_K)(int64_t n, const void *vw, const void *va) {
             __m256i plo = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(q8 + 64 * c)));
             __m256i phi = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(q8 + 64 * c + 32)));
             iacc = dot_madd16(iacc, plo, dot_bcast16(sc, 2 * c));
-            iacc = dot_madd16(iacc, phi, dot_bcast16(sc, 2 * c + 1));
+            iacc1 = dot_madd16(iacc1, phi, dot_bcast16(sc, 2 * c + 1));
         }
-        acc = acc + dot_term_kmin(a[s].d, fp16_to_fp32(x->d), fp16_to_fp32(x->dmin), dot_hsum_i32(iacc), dot_hsum_i32(macc));
+        iacc = _mm256_add_epi32(iacc, iacc1);
+        acc = acc + dot_term_kmin(a[s].d, dot_f16(x->d), dot_f16(x->dmin), dot_hsum_i32(iacc), dot_hsum_i32(macc));
     }
     return acc;
 }
@@ -258,6 +275,7 @@ static float DOT_NAME(q6_K)(int64_t n, const void *vw, const void *va) {
         /* the -32 offset: sum_b sc_b * (-32) * bsums_b */
         __m256i iacc = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)a[s].bsums),
                                          _mm256_slli_epi16(_mm256_sub_epi16(_mm256_setzero_si256(), _mm256_cvtepi8_epi16(sc8)), 5));
+        __m256i iacc1 = _mm256_setzero_si256();
         for (int h = 0; h < 2; h++) {
             __m256i sc = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(h ? _mm_srli_si128(sc8, 8) : sc8));
             __m256i ql0 = _mm256_loadu_si256((const __m256i *)(x->ql + 64 * h));
@@ -272,11 +290,11 @@ static float DOT_NAME(q6_K)(int64_t n, const void *vw, const void *va) {
                                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m2), 4));
             const int8_t *a0 = q8 + 128 * h;
             iacc = dot_madd16(iacc, _mm256_maddubs_epi16(q0, _mm256_loadu_si256((const __m256i *)(a0))), dot_pair16(sc, 0));
-            iacc = dot_madd16(iacc, _mm256_maddubs_epi16(q1, _mm256_loadu_si256((const __m256i *)(a0 + 32))), dot_pair16(sc, 2));
+            iacc1 = dot_madd16(iacc1, _mm256_maddubs_epi16(q1, _mm256_loadu_si256((const __m256i *)(a0 + 32))), dot_pair16(sc, 2));
             iacc = dot_madd16(iacc, _mm256_maddubs_epi16(q2, _mm256_loadu_si256((const __m256i *)(a0 + 64))), dot_pair16(sc, 4));
-            iacc = dot_madd16(iacc, _mm256_maddubs_epi16(q3, _mm256_loadu_si256((const __m256i *)(a0 + 96))), dot_pair16(sc, 6));
+            iacc1 = dot_madd16(iacc1, _mm256_maddubs_epi16(q3, _mm256_loadu_si256((const __m256i *)(a0 + 96))), dot_pair16(sc, 6));
         }
-        acc = acc + dot_term_k(a[s].d, fp16_to_fp32(x->d), dot_hsum_i32(iacc));
+        acc = acc + dot_term_k(a[s].d, dot_f16(x->d), dot_hsum_i32(_mm256_add_epi32(iacc, iacc1)));
     }
     return acc;
 }
@@ -289,7 +307,7 @@ static inline __m128i dot_unpack_q3k_scales(const uint8_t *s) {
     r[1] = (u[1] & 0x0f0f0f0fu) | (((u[2] >> 2) & 0x03030303u) << 4);
     r[2] = ((u[0] >> 4) & 0x0f0f0f0fu) | (((u[2] >> 4) & 0x03030303u) << 4);
     r[3] = ((u[1] >> 4) & 0x0f0f0f0fu) | (((u[2] >> 6) & 0x03030303u) << 4);
-    return _mm_loadu_si128((const __m128i *)r);
+    return _mm_set_epi32((int)r[3], (int)r[2], (int)r[1], (int)r[0]);
 }
 
 static float DOT_NAME(q3_K)(int64_t n, const void *vw, const void *va) {
@@ -316,7 +334,7 @@ static float DOT_NAME(q3_K)(int64_t n, const void *vw, const void *va) {
                 iacc = dot_madd16(iacc, p, dot_pair16(sc, 2 * g));
             }
         }
-        acc = acc + dot_term_k(a[s].d, fp16_to_fp32(x->d), dot_hsum_i32(iacc));
+        acc = acc + dot_term_k(a[s].d, dot_f16(x->d), dot_hsum_i32(iacc));
     }
     return acc;
 }
@@ -343,7 +361,7 @@ static float DOT_NAME(q2_K)(int64_t n, const void *vw, const void *va) {
                 iacc = dot_madd16(iacc, p, dot_pair16(sc, 2 * g));
             }
         }
-        acc = acc + dot_term_kmin(a[s].d, fp16_to_fp32(x->d), fp16_to_fp32(x->dmin), dot_hsum_i32(iacc), dot_hsum_i32(macc));
+        acc = acc + dot_term_kmin(a[s].d, dot_f16(x->d), dot_f16(x->dmin), dot_hsum_i32(iacc), dot_hsum_i32(macc));
     }
     return acc;
 }
@@ -374,7 +392,7 @@ static float DOT_NAME(iq4_xs)(int64_t n, const void *vw, const void *va) {
             iacc = dot_madd16(iacc, plo, sv);
             iacc = dot_madd16(iacc, phi, sv);
         }
-        acc = acc + dot_term_k(a[s].d, fp16_to_fp32(x->d), dot_hsum_i32(iacc));
+        acc = acc + dot_term_k(a[s].d, dot_f16(x->d), dot_hsum_i32(iacc));
     }
     return acc;
 }

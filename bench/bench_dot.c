@@ -1,0 +1,161 @@
+/* Decode GEMV throughput of the quantized dot products, in GB/s of weight bytes, against the machine's
+ * streaming-read bandwidth measured here. Two regimes: "hot" (one 4096x4096 matrix, reused, mostly in
+ * L3) and "dram" (a cycle of copies totalling >= 512 MiB, as in decode where every weight is read once
+ * per token). 1 and 2 threads, each ISA. Validates each ISA against the scalar reference first.
+ * Build: see docs/BENCHMARKS.md. Usage: bench_dot [n_cols=4096] [n_rows=4096] [seconds_per_case=0.5] */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "common/common.h"
+#include "common/threadpool.h"
+#include "quant/quant.h"
+#include "quant/blocks.h"
+#include "quant/gemv.h"
+
+static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
+static uint64_t rnd(void) {
+    g_rng ^= g_rng >> 12; g_rng ^= g_rng << 25; g_rng ^= g_rng >> 27;
+    return g_rng * 0x2545F4914F6CDD1Dull;
+}
+
+/* ---- streaming read ---- */
+struct bw_ctx { const uint64_t *buf; size_t n_words; int n_tasks; uint64_t sink[64]; };
+static void bw_task(void *vctx, int i_task, int i_thread) {
+    (void)i_thread;
+    struct bw_ctx *c = vctx;
+    size_t per = c->n_words / (size_t)c->n_tasks, i0 = per * (size_t)i_task;
+    const uint64_t *p = c->buf + i0;
+    uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0, s4 = 0, s5 = 0, s6 = 0, s7 = 0;
+    for (size_t i = 0; i + 8 <= per; i += 8) {
+        s0 += p[i]; s1 += p[i + 1]; s2 += p[i + 2]; s3 += p[i + 3];
+        s4 += p[i + 4]; s5 += p[i + 5]; s6 += p[i + 6]; s7 += p[i + 7];
+    }
+    c->sink[i_task] = s0 + s1 + s2 + s3 + s4 + s5 + s6 + s7;
+}
+
+static double bench_bw(struct threadpool *tp, int n_threads) {
+    size_t bytes = (size_t)1 << 30;
+    uint64_t *buf = vllmc_malloc_aligned(bytes);
+    if (!buf) return 0;
+    memset(buf, 1, bytes);
+    struct bw_ctx c = {buf, bytes / 8, n_threads, {0}};
+    double best = 0;
+    for (int it = 0; it < 5; it++) {
+        double t = vllmc_time_s();
+        threadpool_run(n_threads > 1 ? tp : NULL, bw_task, &c, n_threads);
+        t = vllmc_time_s() - t;
+        if (bytes / t > best) best = bytes / t;
+    }
+    vllmc_free_aligned(buf);
+    return best / 1e9;
+}
+
+/* ---- gemv ---- */
+struct gemv_ctx {
+    uint32_t type; int64_t n_cols, n_rows; size_t row_bytes;
+    const uint8_t *w; const void *act; float *out; vec_dot_fn f; int n_tasks;
+};
+static void gemv_task(void *vctx, int i_task, int i_thread) {
+    (void)i_thread;
+    struct gemv_ctx *c = vctx;
+    int64_t per = CEIL_DIV(c->n_rows, c->n_tasks), r0 = per * i_task, r1 = VLLMC_MIN(c->n_rows, r0 + per);
+    if (!c->f) { /* the production entry point */
+        if (r1 > r0) quant_gemv(c->type, c->n_cols, c->w, c->row_bytes, r0, r1 - r0, c->act, c->out + r0);
+        return;
+    }
+    for (int64_t r = r0; r < r1; r++) c->out[r] = c->f(c->n_cols, c->w + (size_t)r * c->row_bytes, c->act);
+}
+
+static void fill_weights(uint32_t type, uint8_t *w, size_t bytes, int64_t n_blocks) {
+    for (size_t i = 0; i < bytes; i += 8) { uint64_t r = rnd(); memcpy(w + i, &r, VLLMC_MIN(8, bytes - i)); }
+    const struct quant_traits *t = quant_traits(type);
+    /* sane f16 scales where they live */
+    for (int64_t b = 0; b < n_blocks; b++) {
+        uint8_t *blk = w + b * t->type_size;
+        ggml_half d = fp32_to_fp16(0.01f * (float)(rnd() % 100 + 1) / 100.0f);
+        switch (type) {
+        case GGML_TYPE_Q2_K: memcpy(blk + 80, &d, 2); memcpy(blk + 82, &d, 2); break;
+        case GGML_TYPE_Q3_K: memcpy(blk + 108, &d, 2); break;
+        case GGML_TYPE_Q6_K: memcpy(blk + 208, &d, 2); break;
+        case GGML_TYPE_Q4_K: case GGML_TYPE_Q5_K: case GGML_TYPE_Q4_1: case GGML_TYPE_Q5_1:
+            memcpy(blk, &d, 2); memcpy(blk + 2, &d, 2); break;
+        case GGML_TYPE_MXFP4: blk[0] = 120; break;
+        default: memcpy(blk, &d, 2); break;
+        }
+    }
+}
+
+/* Best of repeated passes (each pass runs every matrix once), so that other load on the machine
+ * shows up as fewer good samples rather than as a lower average. */
+static double time_case(struct threadpool *tp, struct gemv_ctx *ctxs, int n_mats, int n_threads, double secs) {
+    double t0 = vllmc_time_s(), best = 1e30;
+    int passes = 0;
+    do {
+        double t = vllmc_time_s();
+        for (int m = 0; m < n_mats; m++) {
+            ctxs[m].n_tasks = n_threads;
+            threadpool_run(n_threads > 1 ? tp : NULL, gemv_task, &ctxs[m], n_threads);
+        }
+        t = vllmc_time_s() - t;
+        if (t < best) best = t;
+        passes++;
+    } while (vllmc_time_s() - t0 < secs || passes < 3);
+    return (double)n_mats * (double)ctxs[0].row_bytes * (double)ctxs[0].n_rows / best / 1e9;
+}
+
+int main(int argc, char **argv) {
+    int64_t n_cols = argc > 1 ? atoll(argv[1]) : 4096, n_rows = argc > 2 ? atoll(argv[2]) : 4096;
+    double secs = argc > 3 ? atof(argv[3]) : 0.5;
+    struct threadpool *tp = threadpool_create(2);
+    if (!tp) { fprintf(stderr, "threadpool: %s\n", vllmc_last_error()); return 1; }
+    printf("bench_dot: %lld x %lld, active ISA %s\n", (long long)n_rows, (long long)n_cols, quant_simd_name());
+    double bw1 = bench_bw(tp, 1), bw2 = bench_bw(tp, 2);
+    printf("streaming read (1 GiB): 1 thread %.1f GB/s, 2 threads %.1f GB/s\n", bw1, bw2);
+    const uint32_t types[] = {GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, GGML_TYPE_Q8_0, GGML_TYPE_Q5_0, GGML_TYPE_Q4_0,
+                              GGML_TYPE_Q5_K, GGML_TYPE_Q3_K, GGML_TYPE_Q2_K, GGML_TYPE_IQ4_XS, GGML_TYPE_F16};
+    printf("%-7s %-11s %-5s %8s %8s %8s %8s\n", "type", "isa", "data", "1T GB/s", "2T GB/s", "1T %bw", "2T %bw");
+    for (size_t ti = 0; ti < sizeof(types) / sizeof(types[0]); ti++) {
+        uint32_t type = types[ti];
+        const struct quant_traits *t = quant_traits(type);
+        size_t row_bytes = (size_t)quant_row_size(type, n_cols) ? (size_t)quant_row_size(type, n_cols)
+                                                                 : (size_t)n_cols * (size_t)t->type_size;
+        size_t mat_bytes = row_bytes * (size_t)n_rows;
+        int n_mats = (int)CEIL_DIV((size_t)512 << 20, mat_bytes);
+        uint8_t **mats = calloc((size_t)n_mats, sizeof(*mats));
+        for (int m = 0; m < n_mats; m++) {
+            mats[m] = vllmc_malloc_aligned(mat_bytes);
+            if (!mats[m]) { fprintf(stderr, "out of memory\n"); return 1; }
+            fill_weights(type, mats[m], mat_bytes, (int64_t)(mat_bytes / (size_t)t->type_size));
+        }
+        float *x = malloc((size_t)n_cols * sizeof(float));
+        for (int64_t i = 0; i < n_cols; i++) x[i] = (float)((int64_t)(rnd() % 2001) - 1000) / 500.0f;
+        void *act = malloc((size_t)n_cols * 4 + 4096);
+        quantize_row_act(type, x, act, n_cols);
+        float *out = malloc((size_t)n_rows * sizeof(float)), *ref = malloc((size_t)n_rows * sizeof(float));
+        for (int64_t r = 0; r < n_rows; r++) ref[r] = vec_dot_ref(type, n_cols, mats[0] + (size_t)r * row_bytes, act);
+        struct gemv_ctx *ctxs = calloc((size_t)n_mats, sizeof(*ctxs));
+        for (int isa = QUANT_ISA_COUNT; isa >= 0; isa--) { /* isa == QUANT_ISA_COUNT: quant_gemv */
+            vec_dot_fn f = isa < QUANT_ISA_COUNT ? quant_get_vec_dot_isa(type, isa) : NULL;
+            if (isa < QUANT_ISA_COUNT && !f) continue;
+            for (int m = 0; m < n_mats; m++)
+                ctxs[m] = (struct gemv_ctx){type, n_cols, n_rows, row_bytes, mats[m], act, out, f, 1};
+            threadpool_run(NULL, gemv_task, &ctxs[0], 1);
+            if (memcmp(out, ref, (size_t)n_rows * sizeof(float)) != 0) { printf("%s isa %d MISMATCH vs reference\n", t->name, isa); return 1; }
+            const char *nm = isa == QUANT_ISA_COUNT ? "quant_gemv" : isa == 0 ? "scalar" : isa == 1 ? "avx2" : "avx512vnni";
+            double s = isa == 0 ? secs / 4 : secs;
+            double h1 = time_case(tp, ctxs, 1, 1, s), h2 = time_case(tp, ctxs, 1, 2, s);
+            double d1 = time_case(tp, ctxs, n_mats, 1, s), d2 = time_case(tp, ctxs, n_mats, 2, s);
+            for (int m = 0; m < n_mats; m++) ctxs[m].n_rows = VLLMC_MIN(n_rows, (int64_t)((1 << 20) / row_bytes));
+            double c1 = time_case(tp, ctxs, 1, 1, s / 2);
+            for (int m = 0; m < n_mats; m++) ctxs[m].n_rows = n_rows;
+            printf("%-7s %-11s %-5s %8.1f %8.1f %7.0f%% %7.0f%%\n", t->name, nm, "hot", h1, h2, 100 * h1 / bw1, 100 * h2 / bw2);
+            printf("%-7s %-11s %-5s %8.1f %8.1f %7.0f%% %7.0f%%\n", t->name, nm, "dram", d1, d2, 100 * d1 / bw1, 100 * d2 / bw2);
+            printf("%-7s %-11s %-5s %8.1f %8s   (1 MiB of rows, L2-resident: compute bound)\n", t->name, nm, "l2", c1, "-");
+            fflush(stdout);
+        }
+        for (int m = 0; m < n_mats; m++) vllmc_free_aligned(mats[m]);
+        free(mats); free(x); free(act); free(out); free(ref); free(ctxs);
+    }
+    threadpool_destroy(tp);
+    return 0;
+}
