@@ -692,14 +692,32 @@ static inline void tok_emit(struct tok_out *o, int32_t id) {
 
 struct tok_heap_item { uint64_t prio; uint32_t left, right; };
 
+/* Per-call cache of BPE results for short words: ordinary text repeats words a lot. Bounded size. */
+#define TOK_CACHE_MAX_WORD 64
+#define TOK_CACHE_MAX_ENTRIES (1u << 16)
+struct tok_cache_entry { uint64_t hash; uint32_t key_off, key_len, ids_off, n_ids; };
+struct tok_cache {
+    uint32_t *slot; size_t mask;      /* entry index + 1, 0 = empty */
+    struct tok_cache_entry *ent; size_t n_ent, cap_ent;
+    uint8_t *keys; size_t n_keys, cap_keys;
+    int32_t *ids; size_t n_ids, cap_ids;
+};
+
 struct tok_scratch {
     struct pretok_scratch pre;
     uint8_t *buf; size_t cap_buf;     /* sanitized / escaped text */
     uint32_t *sym; int32_t *prev, *next; size_t cap_sym;
     struct tok_heap_item *heap; size_t n_heap, cap_heap;
+    int32_t *wids; size_t cap_wids;   /* ids of the current word */
+    struct tok_cache cache;
 };
 
 static void tok_scratch_free(struct tok_scratch *s) {
+    free(s->wids);
+    free(s->cache.slot);
+    free(s->cache.ent);
+    free(s->cache.keys);
+    free(s->cache.ids);
     pretok_scratch_free(&s->pre);
     free(s->buf);
     free(s->sym);
@@ -831,6 +849,47 @@ static vllmc_status tok_sanitize(const uint8_t *in, size_t n, struct tok_scratch
     return VLLMC_OK;
 }
 
+static const struct tok_cache_entry *tok_cache_find(const struct tok_cache *c, const uint8_t *w, size_t n, uint64_t h) {
+    if (!c->slot) return NULL;
+    for (size_t i = h & c->mask;; i = (i + 1) & c->mask) {
+        uint32_t v = c->slot[i];
+        if (!v) return NULL;
+        const struct tok_cache_entry *e = &c->ent[v - 1];
+        if (e->hash == h && e->key_len == n && !memcmp(c->keys + e->key_off, w, n)) return e;
+    }
+}
+
+/* Insert (best effort: a failed allocation only means no caching). */
+static void tok_cache_put(struct tok_cache *c, const uint8_t *w, size_t n, uint64_t h, const int32_t *ids, size_t n_ids) {
+    if (c->n_ent >= TOK_CACHE_MAX_ENTRIES) return;
+    if (!c->slot || (c->n_ent + 1) * 2 > c->mask + 1) {
+        size_t cap = c->slot ? (c->mask + 1) * 2 : 1024;
+        uint32_t *slot = calloc(cap, sizeof(uint32_t));
+        if (!slot) return;
+        for (size_t k = 0; k < c->n_ent; k++) {
+            size_t i = c->ent[k].hash & (cap - 1);
+            while (slot[i]) i = (i + 1) & (cap - 1);
+            slot[i] = (uint32_t)k + 1;
+        }
+        free(c->slot);
+        c->slot = slot;
+        c->mask = cap - 1;
+    }
+    if (!tok_grow((void **)&c->ent, &c->cap_ent, c->n_ent + 1, sizeof(*c->ent)) ||
+        !tok_grow((void **)&c->keys, &c->cap_keys, c->n_keys + n, 1) ||
+        !tok_grow((void **)&c->ids, &c->cap_ids, c->n_ids + n_ids, sizeof(int32_t)))
+        return;
+    struct tok_cache_entry *e = &c->ent[c->n_ent];
+    *e = (struct tok_cache_entry){h, (uint32_t)c->n_keys, (uint32_t)n, (uint32_t)c->n_ids, (uint32_t)n_ids};
+    memcpy(c->keys + c->n_keys, w, n);
+    c->n_keys += n;
+    memcpy(c->ids + c->n_ids, ids, n_ids * sizeof(int32_t));
+    c->n_ids += n_ids;
+    size_t i = h & c->mask;
+    while (c->slot[i]) i = (i + 1) & c->mask;
+    c->slot[i] = (uint32_t)++c->n_ent;
+}
+
 static vllmc_status tok_bpe_fragment(const struct tokenizer *t, const uint8_t *text, size_t n, struct tok_scratch *s,
                                      struct tok_out *o) {
     size_t m = 0;
@@ -839,8 +898,26 @@ static vllmc_status tok_bpe_fragment(const struct tokenizer *t, const uint8_t *t
     if ((st = pretok_split(&t->pre, s->buf, m, &s->pre)) != VLLMC_OK) return st;
     size_t off = 0;
     for (size_t w = 0; w < s->pre.n_words; w++) {
-        if ((st = tok_bpe_word(t, s->buf + off, s->pre.words[w], s, o)) != VLLMC_OK) return st;
-        off += s->pre.words[w];
+        const uint8_t *word = s->buf + off;
+        size_t len = s->pre.words[w];
+        off += len;
+        if (len < 2 || len > TOK_CACHE_MAX_WORD) {
+            if ((st = tok_bpe_word(t, word, len, s, o)) != VLLMC_OK) return st;
+            continue;
+        }
+        uint64_t h = tok_hash_bytes(word, len);
+        const struct tok_cache_entry *e = tok_cache_find(&s->cache, word, len, h);
+        if (e) {
+            for (uint32_t i = 0; i < e->n_ids; i++) tok_emit(o, s->cache.ids[e->ids_off + i]);
+            continue;
+        }
+        /* run BPE into the word buffer (a word of len bytes gives at most 2 * len ids), then copy out */
+        if (!tok_grow((void **)&s->wids, &s->cap_wids, 2 * len, sizeof(int32_t)))
+            return vllmc_errorf(VLLMC_ERR_OOM, "tokenizer: out of memory");
+        struct tok_out wo = {s->wids, 0, s->cap_wids, false};
+        if ((st = tok_bpe_word(t, word, len, s, &wo)) != VLLMC_OK) return st;
+        for (size_t i = 0; i < wo.n; i++) tok_emit(o, s->wids[i]);
+        tok_cache_put(&s->cache, word, len, h, s->wids, wo.n);
     }
     return VLLMC_OK;
 }

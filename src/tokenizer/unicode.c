@@ -73,21 +73,19 @@ static int tok_byte_is_printable(unsigned b) {
     return (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
 }
 
+/* The 68 others, in byte order: 0x00-0x20 (33), 0x7F-0xA0 (34), 0xAD (1). */
 uint32_t tok_byte_to_cp(uint8_t b) {
     if (tok_byte_is_printable(b)) return b;
-    uint32_t n = 0;
-    for (unsigned x = 0; x < b; x++) n += !tok_byte_is_printable(x);
-    return 0x100 + n;
+    if (b <= 0x20) return 0x100u + b;
+    if (b >= 0x7F && b <= 0xA0) return 0x100u + 33 + (b - 0x7Fu);
+    return 0x100u + 67; /* 0xAD */
 }
 
 int tok_cp_to_byte(uint32_t cp) {
     if (cp < 0x100) return tok_byte_is_printable(cp) ? (int)cp : -1;
     if (cp >= 0x100 + 68) return -1;
-    uint32_t n = 0;
-    for (unsigned x = 0; x < 256; x++) {
-        if (tok_byte_is_printable(x)) continue;
-        if (n == cp - 0x100) return (int)x;
-        n++;
-    }
-    return -1;
+    uint32_t n = cp - 0x100;
+    if (n < 33) return (int)n;
+    if (n < 67) return (int)(0x7F + (n - 33));
+    return 0xAD;
 }
