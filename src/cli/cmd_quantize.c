@@ -1,5 +1,6 @@
 /* vllmc quantize: convert a GGUF model to a llama-quantize type mix (src/quant/qmix.h).
  * Arguments follow llama-quantize: [options] IN.gguf OUT.gguf TYPE [NTHREADS]. */
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -19,14 +20,15 @@ static void quantize_usage(FILE *fp) {
             "  --pure                      every quantizable tensor gets TYPE's default type\n"
             "  --leave-output-tensor       keep output.weight as it is\n"
             "  --allow-requantize          accept already-quantized inputs (dequantized first)\n"
+            "  --max-memory MIB            stage a larger output in a scratch file (default: half the RAM)\n"
             "  --quiet                     no progress line\n"
             "  --verbose                   one line per tensor with its chosen type\n");
 }
 
-static bool quantize_parse_int(const char *s, int *out) {
+static bool quantize_parse_int(const char *s, long max, int *out) {
     char *end;
     long v = strtol(s, &end, 10);
-    if (!*s || *end || v < 1 || v > 4096) return false;
+    if (!*s || *end || v < 1 || v > max) return false;
     *out = (int)v;
     return true;
 }
@@ -45,6 +47,15 @@ static void quantize_progress(const struct qmix_progress *p, void *user) {
     fflush(stderr);
 }
 
+/* Ctrl-C / kill while converting: remove OUT.tmp (unlink is async-signal-safe), then die of the signal. */
+static char quantize_tmp_path[4200];
+
+static void quantize_on_signal(int sig) {
+    if (quantize_tmp_path[0]) unlink(quantize_tmp_path);
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
 int cmd_quantize(int argc, char **argv) {
     struct quantize_opts o = {.params = {.ftype = -1, .output_type = -1, .token_embd_type = -1}, .n_threads = 0};
     const char *pos[4];
@@ -60,10 +71,18 @@ int cmd_quantize(int argc, char **argv) {
         else if (!strcmp(a, "--quiet") || !strcmp(a, "-q")) quiet = true;
         else if (!strcmp(a, "--verbose") || !strcmp(a, "-v")) o.verbose = true;
         else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) {
-            if (!has_val || !quantize_parse_int(argv[i + 1], &o.n_threads)) {
+            if (!has_val || !quantize_parse_int(argv[i + 1], 4096, &o.n_threads)) {
                 fprintf(stderr, "vllmc quantize: %s needs a thread count between 1 and 4096\n", a);
                 return 2;
             }
+            i++;
+        } else if (!strcmp(a, "--max-memory")) {
+            int mib;
+            if (!has_val || !quantize_parse_int(argv[i + 1], 1 << 24, &mib)) {
+                fprintf(stderr, "vllmc quantize: --max-memory needs a size in MiB (at least 1)\n");
+                return 2;
+            }
+            o.mem_limit_bytes = (uint64_t)mib << 20;
             i++;
         } else if (!strcmp(a, "--output-tensor-type") || !strcmp(a, "--token-embedding-type")) {
             uint32_t t;
@@ -92,7 +111,7 @@ int cmd_quantize(int argc, char **argv) {
         fprintf(stderr, "vllmc quantize: %s\n", vllmc_last_error());
         return 2;
     }
-    if (n_pos == 4 && !quantize_parse_int(pos[3], &o.n_threads)) {
+    if (n_pos == 4 && !quantize_parse_int(pos[3], 4096, &o.n_threads)) {
         fprintf(stderr, "vllmc quantize: bad thread count '%s'\n", pos[3]);
         return 2;
     }
@@ -100,6 +119,17 @@ int cmd_quantize(int argc, char **argv) {
         fprintf(stderr, "vllmc quantize: input and output are the same file\n");
         return 2;
     }
+    if (strlen(pos[1]) + 5 > sizeof(quantize_tmp_path)) {
+        fprintf(stderr, "vllmc quantize: output path too long\n");
+        return 2;
+    }
+    snprintf(quantize_tmp_path, sizeof(quantize_tmp_path), "%s.tmp", pos[1]);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = quantize_on_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
     struct quantize_progress_state ps = {.tty = isatty(2) != 0, .last_pct = -100};
     if (!quiet) { o.progress = quantize_progress; o.progress_user = &ps; }
     struct quantize_stats stats;

@@ -90,6 +90,8 @@ struct quantize_opts {
     qmix_progress_fn progress; /* optional; called from one thread a few times a second */
     void *progress_user;
     bool verbose;             /* log one line per tensor (name, shape, old -> new type) */
+    uint64_t mem_limit_bytes; /* converted tensors above this size are staged in a scratch file next to the
+                                 output instead of anonymous memory; 0 = half the RAM */
 };
 
 struct quantize_stats {

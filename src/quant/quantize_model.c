@@ -153,11 +153,34 @@ static void qm_chunk_run(void *ctx, int i_task, int i_thread) {
     }
 }
 
-/* Output buffer: anonymous memory, never touched before the workers write it. */
-static uint8_t *qm_alloc_out(uint64_t bytes) {
-    if (bytes == 0) bytes = 1;
-    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    return p == MAP_FAILED ? NULL : p;
+/* Output buffer. Up to limit (default half the RAM): anonymous memory. Larger: a shared mapping of an unlinked scratch
+ * file next to the output, so the kernel can write finished tensors back and reclaim their pages. */
+static vllmc_status qm_alloc_out(uint64_t bytes, uint64_t limit, const char *tmp_path, uint8_t **out) {
+    if (limit == 0) {
+        const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+        limit = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page / 2 : UINT64_MAX;
+    }
+    if (bytes <= limit) {
+        void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (p == MAP_FAILED)
+            return vllmc_errorf(VLLMC_ERR_OOM, "cannot map %.1f MiB for the output: %s", bytes / 1048576.0, strerror(errno));
+        *out = p;
+        return VLLMC_OK;
+    }
+    char path[4200];
+    snprintf(path, sizeof(path), "%s.scratch", tmp_path);
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+    if (fd < 0) return vllmc_errorf(VLLMC_ERR_IO, "cannot create scratch file '%s': %s", path, strerror(errno));
+    unlink(path);
+    void *p = MAP_FAILED;
+    if (ftruncate(fd, (off_t)bytes) == 0) p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    int err = errno;
+    close(fd);
+    if (p == MAP_FAILED)
+        return vllmc_errorf(VLLMC_ERR_IO, "cannot map a %.1f MiB scratch file: %s", bytes / 1048576.0, strerror(err));
+    LOG_INFO("quantize: output (%.1f MiB) staged in a scratch file next to '%s'", bytes / 1048576.0, tmp_path);
+    *out = p;
+    return VLLMC_OK;
 }
 
 static vllmc_status qm_copy_metadata(struct gguf_writer *w, const struct gguf_ctx *ctx, int ftype) {
@@ -310,10 +333,7 @@ vllmc_status quantize_model(const char *in_path, const char *out_path, const str
     VLLMC_ASSERT(k == n_chunks);
 
     if (n_chunks) {
-        if (out_size && !(out = qm_alloc_out(out_size))) {
-            st = vllmc_errorf(VLLMC_ERR_OOM, "cannot allocate %.1f MiB for the output", out_size / 1048576.0);
-            goto done;
-        }
+        if (out_size && (st = qm_alloc_out(out_size, opts->mem_limit_bytes, tmp_path, &out)) != VLLMC_OK) goto done;
         if (!(tp = threadpool_create(opts->n_threads))) { st = VLLMC_ERR_OOM; goto done; }
         n_threads = threadpool_n_threads(tp);
         if (!(scratch = vllmc_calloc((size_t)n_threads, sizeof(*scratch)))) { st = VLLMC_ERR_OOM; goto done; }
@@ -371,7 +391,7 @@ done:
     if (scratch) for (int i = 0; i < n_threads; i++) free(scratch[i]);
     free(scratch);
     threadpool_destroy(tp);
-    if (out) munmap(out, out_size ? out_size : 1);
+    if (out) munmap(out, out_size);
     free(chunks);
     free(qv);
     free(ts);

@@ -374,6 +374,13 @@ def test_options_match(models, tmp_path):
         types_ours, types_ref, _, _, kv_ours, kv_ref = compare(ours, ref)
         assert types_ours == types_ref, flags
         assert kv_ours == kv_ref, flags
+    # An output larger than --max-memory is staged in a scratch file: same bytes, nothing left behind.
+    ref, ours = str(tmp_path / "refm.gguf"), str(tmp_path / "oursm.gguf")
+    run_llama_quantize(models["qwen35moe"], ref, "Q4_K_M")
+    run_vllmc("--max-memory", "1", models["qwen35moe"], ours, "Q4_K_M")
+    with open(ours, "rb") as a, open(ref, "rb") as b:
+        assert a.read() == b.read()
+    assert sorted(os.listdir(tmp_path)) == sorted(f for f in os.listdir(tmp_path) if not f.endswith((".tmp", ".scratch")))
     # Pure on the tied qwen2 model too (token_embd keeps the default type).
     ref, ours = str(tmp_path / "refp.gguf"), str(tmp_path / "oursp.gguf")
     run_llama_quantize(models["qwen2"], ref, "Q6_K", pure=True)
@@ -396,6 +403,21 @@ def test_requantize(models, tmp_path):
     types_ours, types_ref, n_same, n_total, kv_ours, kv_ref = compare(out, ref)
     assert types_ours == types_ref and kv_ours == kv_ref
     assert n_same == n_total
+
+
+@pytest.mark.parametrize("src_type", ["F16", "BF16"])
+def test_half_inputs(models, tmp_path, src_type):
+    """F16 / BF16 inputs (what converters usually write) are widened to F32 first, as llama.cpp does:
+    the results must equal llama.cpp's, bytes included. No --allow-requantize needed."""
+    half = str(tmp_path / "half.gguf")
+    run_llama_quantize(models["qwen35moe"], half, src_type)
+    for ftype in ["Q4_K_M", "Q6_K", "Q8_0", src_type]:
+        ours, ref = str(tmp_path / f"ours-{ftype}.gguf"), str(tmp_path / f"ref-{ftype}.gguf")
+        run_llama_quantize(half, ref, ftype)
+        run_vllmc(half, ours, ftype)
+        types_ours, types_ref, n_same, n_total, kv_ours, kv_ref = compare(ours, ref)
+        assert types_ours == types_ref and kv_ours == kv_ref, ftype
+        assert n_same == n_total, f"{src_type} -> {ftype}: {n_same}/{n_total} tensors byte-identical"
 
 
 # ---------------------------------------------------------------- bad input
