@@ -4,7 +4,8 @@
  * Extra modes for the Python oracle and the benchmark:
  *   test_quant_formats dequant TYPE IN.bin OUT.f32    raw blocks -> f32
  *   test_quant_formats quantize TYPE IN.f32 OUT.bin   f32 -> raw blocks (n_per_row = 256*k, whole file)
- *   test_quant_formats bench [TYPE ...] [-n MB]       single-thread quantize throughput (MB/s of f32 input) */
+ *   test_quant_formats bench [TYPE ...] [-n MB]       single-thread quantize throughput (MB/s of f32 input)
+ *                                                     and dequantize throughput (MB/s of f32 output) */
 #include "quant/quant.h"
 #include "quant/blocks.h"
 #include "quant/quantize_priv.h"
@@ -594,6 +595,14 @@ static int mode_bench(int argc, char **argv) {
         double dt = vllmc_time_s() - t0;
         printf("quantize %-7s %8.1f MB/s of f32 input (%.0f MB in %.2f s, 1 thread)\n", quant_traits(types[k])->name,
                (double)(n_rows * n_row * 4) / 1e6 / dt, (double)(n_rows * n_row * 4) / 1e6, dt);
+        /* dequantize the last quantized row over and over (stays in L1/L2): f32 output rate */
+        float *y = malloc((size_t)n_row * sizeof(float));
+        t0 = vllmc_time_s();
+        for (int64_t r = 0; r < n_rows * 4; r++) dequantize_row(types[k], q, y, n_row);
+        dt = vllmc_time_s() - t0;
+        printf("dequant  %-7s %8.1f MB/s of f32 output\n", quant_traits(types[k])->name,
+               (double)(n_rows * 4 * n_row * 4) / 1e6 / dt);
+        free(y);
     }
     free(x);
     free(q);

@@ -70,28 +70,34 @@ static void dequant_q8_0(const block_q8_0 *b, float *y) {
     for (int j = 0; j < 32; j++) y[j] = (float)b->qs[j] * d;
 }
 
-/* Q2_K: element i = 128h + 32g + l; q = bits 2g..2g+1 of qs[32h + l]; sub-block i/16. */
+/* Q2_K: element i = 128h + 32g + l; q = bits 2g..2g+1 of qs[32h + l]; sub-block i/16 = 8h + 2g + l/16. */
 static void dequant_q2_K(const block_q2_K *b, float *y) {
     const float d = fp16_to_fp32(b->d), dmin = fp16_to_fp32(b->dmin);
-    for (int i = 0; i < QK_K; i++) {
-        int h = i / 128, g = (i % 128) / 32, l = i % 32;
-        int q = (b->qs[32 * h + l] >> (2 * g)) & 3;
-        int s = b->scales[i / 16];
-        const float a = d * (float)(s & 15), m = dmin * (float)(s >> 4);
-        y[i] = a * (float)q - m;
-    }
+    for (int h = 0; h < 2; h++)
+        for (int g = 0; g < 4; g++)
+            for (int half = 0; half < 2; half++) {
+                const int s = b->scales[8 * h + 2 * g + half];
+                const float a = d * (float)(s & 15), m = dmin * (float)(s >> 4);
+                for (int l = 16 * half; l < 16 * half + 16; l++) {
+                    int q = (b->qs[32 * h + l] >> (2 * g)) & 3;
+                    y[128 * h + 32 * g + l] = a * (float)q - m;
+                }
+            }
 }
 
-/* Q3_K: low 2 bits as Q2_K; hmask bit (i/32) of hmask[i%32] set means "do not subtract 4". */
+/* Q3_K: low 2 bits as Q2_K; bit 4h + g (= i/32) of hmask[l] set means "do not subtract 4". */
 static void dequant_q3_K(const block_q3_K *b, float *y) {
     const float d = fp16_to_fp32(b->d);
-    for (int i = 0; i < QK_K; i++) {
-        int h = i / 128, g = (i % 128) / 32, l = i % 32;
-        int q = (b->qs[32 * h + l] >> (2 * g)) & 3;
-        if (!((b->hmask[i % 32] >> (i / 32)) & 1)) q -= 4;
-        const float a = d * (float)dequant_q3k_scale(b->scales, i / 16);
-        y[i] = a * (float)q;
-    }
+    for (int h = 0; h < 2; h++)
+        for (int g = 0; g < 4; g++)
+            for (int half = 0; half < 2; half++) {
+                const float a = d * (float)dequant_q3k_scale(b->scales, 8 * h + 2 * g + half);
+                for (int l = 16 * half; l < 16 * half + 16; l++) {
+                    int q = (b->qs[32 * h + l] >> (2 * g)) & 3;
+                    if (!((b->hmask[l] >> (4 * h + g)) & 1)) q -= 4;
+                    y[128 * h + 32 * g + l] = a * (float)q;
+                }
+            }
 }
 
 /* Q4_K: chunk c = i/64 of 32 bytes; low nibbles are sub-block 2c, high nibbles sub-block 2c+1. */
@@ -123,16 +129,20 @@ static void dequant_q5_K(const block_q5_K *b, float *y) {
     }
 }
 
-/* Q6_K: low nibble from ql[64h + 32(g%2) + l] (high nibble if g >= 2), high 2 bits from qh[32h + l]. */
+/* Q6_K: element 128h + 32g + l: low nibble from ql[64h + 32(g%2) + l] (high nibble if g >= 2), high 2 bits
+ * from bits 2g..2g+1 of qh[32h + l]; signed scale scales[8h + 2g + l/16]. */
 static void dequant_q6_K(const block_q6_K *b, float *y) {
     const float d = fp16_to_fp32(b->d);
-    for (int i = 0; i < QK_K; i++) {
-        int h = i / 128, g = (i % 128) / 32, l = i % 32;
-        int lo = (b->ql[64 * h + 32 * (g % 2) + l] >> (4 * (g / 2))) & 15;
-        int hi = (b->qh[32 * h + l] >> (2 * g)) & 3;
-        const float a = d * (float)b->scales[i / 16];
-        y[i] = a * (float)((lo | (hi << 4)) - 32);
-    }
+    for (int h = 0; h < 2; h++)
+        for (int g = 0; g < 4; g++)
+            for (int half = 0; half < 2; half++) {
+                const float a = d * (float)b->scales[8 * h + 2 * g + half];
+                for (int l = 16 * half; l < 16 * half + 16; l++) {
+                    int lo = (b->ql[64 * h + 32 * (g % 2) + l] >> (4 * (g / 2))) & 15;
+                    int hi = (b->qh[32 * h + l] >> (2 * g)) & 3;
+                    y[128 * h + 32 * g + l] = a * (float)((lo | (hi << 4)) - 32);
+                }
+            }
 }
 
 static void dequant_iq4_nl(const block_iq4_nl *b, float *y) {
