@@ -2,7 +2,7 @@
  * streaming-read bandwidth measured here. Two regimes: "hot" (one 4096x4096 matrix, reused, mostly in
  * L3) and "dram" (a cycle of copies totalling >= 512 MiB, as in decode where every weight is read once
  * per token). 1 and 2 threads, each ISA. Validates each ISA against the scalar reference first.
- * Build: see docs/BENCHMARKS.md. Usage: bench_dot [n_cols=4096] [n_rows=4096] [seconds_per_case=0.5] */
+ * Build: see docs/BENCHMARKS.md. Usage: bench_dot [n_cols=4096] [n_rows=4096] [seconds_per_case=0.5] [type name] */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -117,6 +117,7 @@ int main(int argc, char **argv) {
     for (size_t ti = 0; ti < sizeof(types) / sizeof(types[0]); ti++) {
         uint32_t type = types[ti];
         const struct quant_traits *t = quant_traits(type);
+        if (argc > 4 && strcmp(argv[4], t->name) != 0) continue;
         size_t row_bytes = (size_t)quant_row_size(type, n_cols) ? (size_t)quant_row_size(type, n_cols)
                                                                  : (size_t)n_cols * (size_t)t->type_size;
         size_t mat_bytes = row_bytes * (size_t)n_rows;

@@ -108,9 +108,29 @@ static inline __m256 dot_load8_f16(ggml_half h0, ggml_half h1, ggml_half h2, ggm
 static inline __m256i dot_w_q4_0(const block_q4_0 *x) {
     return _mm256_sub_epi8(dot_nibbles32(x->qs), _mm256_set1_epi8(8));
 }
+#ifdef DOT_X86_VNNI
+/* AVX-512BW/VL: the 32 fifth bits straight into a mask register. */
+static inline __mmask32 dot_qh_mask(const uint8_t *qh) {
+    uint32_t x;
+    memcpy(&x, qh, 4);
+    return _cvtu32_mask32(x);
+}
+static inline __m256i dot_w_q5_0(const block_q5_0 *x) { /* bit set: q = nib, else nib - 16 */
+    __m256i nib = dot_nibbles32(x->qs);
+    return _mm256_mask_sub_epi8(nib, _knot_mask32(dot_qh_mask(x->qh)), nib, _mm256_set1_epi8(16));
+}
+static inline __m256i dot_w_q5_1(const block_q5_1 *x) {
+    __m256i nib = dot_nibbles32(x->qs);
+    return _mm256_mask_add_epi8(nib, dot_qh_mask(x->qh), nib, _mm256_set1_epi8(16)); /* bit set: nib + 16 */
+}
+#else
 static inline __m256i dot_w_q5_0(const block_q5_0 *x) {
     return _mm256_sub_epi8(_mm256_or_si256(dot_nibbles32(x->qs), dot_bits_to_0x10(x->qh)), _mm256_set1_epi8(16));
 }
+static inline __m256i dot_w_q5_1(const block_q5_1 *x) {
+    return _mm256_or_si256(dot_nibbles32(x->qs), dot_bits_to_0x10(x->qh));
+}
+#endif
 static inline __m256i dot_w_q8_0(const block_q8_0 *x) {
     return _mm256_loadu_si256((const __m256i *)x->qs);
 }
@@ -167,7 +187,7 @@ DOT_LEGACY_SYM(mxfp4, block_mxfp4, dot_w_mxfp4(x), dot_mxfp4_d8(x8), dot_isum_mx
     }
 
 DOT_LEGACY_MIN(q4_1, block_q4_1, dot_nibbles32(x->qs), dot_isum_q4_1)
-DOT_LEGACY_MIN(q5_1, block_q5_1, _mm256_or_si256(dot_nibbles32(x->qs), dot_bits_to_0x10(x->qh)), dot_isum_q5_1)
+DOT_LEGACY_MIN(q5_1, block_q5_1, dot_w_q5_1(x), dot_isum_q5_1)
 
 /* ---- K-quants: per super-block int32 lanes -> one I (and M), then acc = acc + term ---- */
 
