@@ -175,6 +175,13 @@ static void test_other_ftypes(void) {
     EXPECT("blk.20.attn_v.weight", umb(20, 80) ? GGML_TYPE_Q6_K : GGML_TYPE_Q5_K);
     EXPECT("blk.21.attn_v.weight", umb(21, 80) ? GGML_TYPE_Q6_K : GGML_TYPE_Q5_K);
     EXPECT("blk.20.attn_q.weight", GGML_TYPE_Q4_K);
+    /* ... not without GQA (65B), but qwen2 with 80 layers is 70B either way. */
+    build_llama(80, 8192, 28672, 8192, false);
+    CHECK(assign("llama", 80, 0, 64, 64, QMIX_FTYPE_Q4_K_S) == VLLMC_OK);
+    EXPECT("blk.20.attn_v.weight", GGML_TYPE_Q4_K);
+    build_llama(80, 8192, 28672, 8192, false);
+    CHECK(assign("qwen2", 80, 0, 64, 64, QMIX_FTYPE_Q4_K_S) == VLLMC_OK);
+    EXPECT("blk.20.attn_v.weight", GGML_TYPE_Q5_K);
 }
 
 /* Tied embeddings: token_embd takes the output rule. */

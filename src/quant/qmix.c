@@ -360,7 +360,10 @@ vllmc_status qmix_assign_types(const struct qmix_model *m, const struct qmix_par
     struct qmix_state s = {.m = m, .p = p, .tied = true};
     const char *arch = m->arch ? m->arch : "";
     s.is_falcon = !strcmp(arch, "falcon");
-    s.is_70b = m->n_layer == 80 && ((!strcmp(arch, "llama") && m->n_head != m->n_head_kv) || !strcmp(arch, "qwen2"));
+    /* llama.cpp's LLM_TYPE_70B, for the architectures whose loaders assign it (llama: GQA, not Mixtral). */
+    s.is_70b = (m->n_layer == 80 && !strcmp(arch, "llama") && m->n_head != m->n_head_kv && m->n_expert != 8) ||
+               (m->n_layer == 80 && (!strcmp(arch, "qwen2") || !strcmp(arch, "deci"))) ||
+               (m->n_layer == 68 && !strcmp(arch, "jais2"));
     s.n_gqa = m->n_head_kv > 0 ? m->n_head / m->n_head_kv : 0;
     for (size_t i = 0; i < n; i++) {
         enum qmix_category c = qmix_category_of(t[i].name);
