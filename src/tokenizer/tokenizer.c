@@ -674,10 +674,10 @@ const char *tokenizer_piece(const struct tokenizer *t, int32_t id, size_t *len) 
 }
 
 size_t tokenizer_bound(const struct tokenizer *t, size_t text_len) {
-    /* BPE: a byte gives at most two ids (a merge result without a token is spelled out per byte of its
-     * GPT-2 form). SPM: an escaped space is 3 bytes, each may fall back to a byte token, and every text
+    /* BPE: an invalid byte is read as U+FFFD (3 bytes), and a byte of the read text gives at most one id
+     * (a merge result without a token is spelled out by its one-byte ASCII characters only). SPM: an escaped space is 3 bytes, each may fall back to a byte token, and every text
      * fragment after a special token may get a space prefix (3 more). Plus BOS and EOS. */
-    if (t->model == TOKENIZER_MODEL_BPE) return text_len * 2 + 3;
+    if (t->model == TOKENIZER_MODEL_BPE) return text_len * 3 + 3;
     return text_len * 6 + 8;
 }
 
@@ -1126,7 +1126,7 @@ vllmc_status tokenizer_decode(const struct tokenizer *t, const int32_t *ids, siz
         size_t n;
         const char *p = tokenizer_piece(t, id, &n);
         if (first && n && t->model == TOKENIZER_MODEL_SPM && t->add_space_prefix && p[0] == ' ') { p++; n--; }
-        if (n) first = false;
+        first = false; /* only the first shown token carries the encoder's space prefix */
         if (total + n <= cap) memcpy(out + total, p, n);
         total += n;
     }
@@ -1225,7 +1225,7 @@ vllmc_status tokenizer_stream_feed(struct tokenizer_stream *s, int32_t id, char 
     size_t n;
     const char *p = tokenizer_piece(t, id, &n);
     if (s->first && n && t->model == TOKENIZER_MODEL_SPM && t->add_space_prefix && p[0] == ' ') { p++; n--; }
-    if (n) s->first = false;
+    s->first = false;
     if (n == 0) return VLLMC_OK;
     size_t need = 3 * (n + s->n_pending);
     if (cap < need)
