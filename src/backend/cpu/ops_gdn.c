@@ -6,6 +6,7 @@
 #include <math.h>
 #include <string.h>
 #include "backend/cpu/cpu_internal.h"
+#include "quant/gemv.h"
 
 /* Dot product with 8 independent partial sums so the compiler can vectorize it without reassociation. */
 static inline float gdn_dot(const float *a, const float *b, int n) {
@@ -121,11 +122,22 @@ struct gdn_rule_ctx {
     int64_t scratch_per_thread;
 };
 
+/* ops_gdn_avx512.c */
+void gdn_recurrent_head_avx512(float *S, int d_k, int d_v, int n_tokens, const float *q, const float *k,
+                               int64_t qk_stride, const float *v, int64_t v_stride, const float *g,
+                               const float *beta, int64_t gb_stride, float *o, int64_t o_stride);
+
 static void gdn_recurrent_task(void *vctx, int m, int i_thread) {
     (void)i_thread;
     const struct gdn_rule_ctx *c = vctx;
     const int dk = c->d->d_k, dv = c->d->d_v, nv = c->d->n_v_head, kh = m % c->d->n_k_head;
     float *S = c->state + (int64_t)m * dv * dk;
+    if (dk % 16 == 0 && quant_isa_active() == QUANT_ISA_AVX512) {
+        gdn_recurrent_head_avx512(S, dk, dv, c->n_tokens, c->q + (int64_t)kh * dk, c->k + (int64_t)kh * dk,
+                                  c->qk_stride, c->v + (int64_t)m * dv, c->v_stride, c->g + m, c->beta + m, nv,
+                                  c->o + (int64_t)m * dv, c->o_stride);
+        return;
+    }
     for (int t = 0; t < c->n_tokens; t++) {
         const float *q = c->q + (int64_t)t * c->qk_stride + (int64_t)kh * dk;
         const float *k = c->k + (int64_t)t * c->qk_stride + (int64_t)kh * dk;
@@ -256,7 +268,7 @@ void gdn_delta_rule_chunked(const struct gdn_dims *d, int n_tokens, int chunk, c
 /* ---- the backend op (struct backend_ops.gdn) ---- */
 
 #define GDN_CHUNK 64          /* chunk length of the chunked rule */
-#define GDN_CHUNKED_MIN 32    /* runs at least this long use the chunked rule (fast backend only) */
+#define GDN_CHUNKED_MIN 32    /* runs at least this long may use the chunked rule (fast backend only) */
 
 int64_t bk_gdn_work_floats(const struct bk_gdn_params *p, int64_t max_tokens, int n_threads) {
     const struct gdn_dims d = {p->n_k_head, p->n_v_head, p->d_k, p->d_v};
@@ -308,7 +320,10 @@ vllmc_status cpu_gdn(struct backend *be, struct bk_rs_cache *rs, const struct bk
         gdn_gates(beta + t0 * nv, g + t0 * nv, x + conv_dim + value_dim, x + conv_dim + value_dim + nv, ld_in, n,
                   (int)nv, w->dt_bias, w->ssm_a);
         float *o = out->x + t0 * value_dim;
-        if (!c->reference && n >= GDN_CHUNKED_MIN)
+        /* Long runs take the chunked rule, except where the AVX-512 recurrence runs: on a CPU the state of
+         * a head stays in L1/L2 and the recurrence does fewer flops, so it is faster there (BENCHMARKS.md). */
+        const bool avx512_rule = p->d_k % 16 == 0 && quant_isa_active() == QUANT_ISA_AVX512;
+        if (!c->reference && n >= GDN_CHUNKED_MIN && !avx512_rule)
             gdn_delta_rule_chunked(&d, n, GDN_CHUNK, y, y + key_dim, conv_dim, y + 2 * key_dim, conv_dim, g + t0 * nv,
                                    beta + t0 * nv, sst, o, value_dim, scratch, tp);
         else
