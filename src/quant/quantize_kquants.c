@@ -195,8 +195,8 @@ static void kq_q2_K(const float *x, void *dst, int64_t nb, int lanes) {
         float max_scale = 0, max_min = 0;
         for (int l = 0; l < QK_K; l++) weights[l] = fabsf(x[l]);
         if (lanes) {
-            quant_lanes_qkx2(16, 3, x, weights, L, scales, mins, -0.5f, 0.1f, 15, 1);
-            quant_lanes_qkx2(16, 3, x + 128, weights + 128, L + 128, scales + 8, mins + 8, -0.5f, 0.1f, 15, 1);
+            quant_lanes_qkx2(lanes, 16, 3, x, weights, L, scales, mins, -0.5f, 0.1f, 15, 1);
+            quant_lanes_qkx2(lanes, 16, 3, x + 128, weights + 128, L + 128, scales + 8, mins + 8, -0.5f, 0.1f, 15, 1);
         } else {
             for (int j = 0; j < QK_K / 16; j++)
                 scales[j] = kq_make_qkx2_quants(16, 3, x + 16 * j, weights + 16 * j, L + 16 * j, &mins[j], -0.5f, 0.1f, 15, 1);
@@ -300,7 +300,7 @@ static void kq_quant_q45_K(const float *x, int nmax, float rmin, int nstep, int 
         for (int l = 0; l < 32; l++) weights[32 * j + l] = av_x + fabsf(x[32 * j + l]);
     }
     if (lanes) {
-        quant_lanes_qkx2(32, nmax, x, weights, L, scales, mins, rmin, 0.1f, nstep, 0);
+        quant_lanes_qkx2(lanes, 32, nmax, x, weights, L, scales, mins, rmin, 0.1f, nstep, 0);
     } else {
         for (int j = 0; j < QK_K / 32; j++)
             scales[j] = kq_make_qkx2_quants(32, nmax, x + 32 * j, weights + 32 * j, L + 32 * j, &mins[j], rmin, 0.1f,
@@ -389,8 +389,8 @@ static void kq_q6_K(const float *x, void *dst, int64_t nb, int lanes) {
         block_q6_K b;
         float max_scale = 0, max_abs_scale = 0;
         if (lanes) {
-            quant_lanes_qx(16, 32, x, L, scales);
-            quant_lanes_qx(16, 32, x + 128, L + 128, scales + 8);
+            quant_lanes_qx(lanes, 16, 32, x, L, scales);
+            quant_lanes_qx(lanes, 16, 32, x + 128, L + 128, scales + 8);
         } else {
             for (int ib = 0; ib < QK_K / 16; ib++) scales[ib] = kq_make_qx_quants(16, 32, x + 16 * ib, L + 16 * ib);
         }

@@ -1,16 +1,22 @@
-/* Lane-parallel versions of the K-quant scale searches (make_qkx2_quants, make_qx_quants): independent
- * groups run side by side, one group per vector lane (4 lanes; the entry points take 8 groups). Invariant: each lane performs exactly the f32
- * operations, in exactly the order, of the scalar reference in quantize_kquants.c (data-dependent
- * branches become per-lane selects), so the results are bit-identical; the gain is SIMD width and
- * instruction-level parallelism (the scalar searches are bound by the latency of their serial sums).
- * Plain C with GCC/Clang vector extensions: no ISA flags, no FMA (ISO C mode: no contraction). */
+/* Lane-parallel versions of the K-quant and IQ4 scale searches (make_qkx2_quants, make_qx_quants, the IQ4
+ * group search): independent groups run side by side, one group per vector lane. Invariant: each lane
+ * performs exactly the f32 operations, in exactly the order, of the scalar reference (quantize_kquants.c,
+ * quantize_ref.c); data-dependent branches become per-lane selects, so the results are bit-identical. The
+ * gain is SIMD width and instruction-level parallelism (the scalar searches are bound by the latency of
+ * their serial sums). Template: the including file defines QL (lanes per vector) and QL_FN(name) (the
+ * suffix of the exported entry points); quantize_lanes.c builds it for SSE2 (4 lanes, any x86-64),
+ * quantize_lanes_avx2.c for AVX2 (8 lanes). GCC/Clang vector extensions; no FMA contraction
+ * (quantize_priv.h). */
 #include "quant.h"
 #include "blocks.h"
 #include "quantize_priv.h"
 
 #include <math.h>
 
-#define QL 4   /* lanes per vector: SSE2 width, native on every x86-64 */
+#if !defined(QL) || !defined(QL_FN)
+#error "define QL and QL_FN before including quantize_lanes_impl.h"
+#endif
+
 typedef float ql_f __attribute__((vector_size(4 * QL)));
 typedef int32_t ql_i __attribute__((vector_size(4 * QL)));
 
@@ -159,13 +165,13 @@ static void ql_qx(int n, int nmax, const float *x, int8_t *L, float *scale_out) 
     }
 }
 
-void quant_lanes_qkx2(int n, int nmax, const float *x, const float *w, uint8_t *L, float *scale_out,
-                      float *the_min_out, float rmin, float rdelta, int nstep, int use_mad) {
+void QL_FN(quant_lanes_qkx2)(int n, int nmax, const float *x, const float *w, uint8_t *L, float *scale_out,
+                             float *the_min_out, float rmin, float rdelta, int nstep, int use_mad) {
     for (int h = 0; h < 8; h += QL)
         ql_qkx2(n, nmax, x + h * n, w + h * n, L + h * n, scale_out + h, the_min_out + h, rmin, rdelta, nstep, use_mad);
 }
 
-void quant_lanes_qx(int n, int nmax, const float *x, int8_t *L, float *scale_out) {
+void QL_FN(quant_lanes_qx)(int n, int nmax, const float *x, int8_t *L, float *scale_out) {
     for (int h = 0; h < 8; h += QL) ql_qx(n, nmax, x + h * n, L + h * n, scale_out + h);
 }
 
@@ -246,7 +252,7 @@ static void ql_iq4_scale(const struct ql_iq4_bracket *b, const float *x, float *
     for (int k = 0; k < QL; k++) d_out[k] = all_zero[k] ? 0.f : d[k];
 }
 
-void quant_lanes_iq4_scale(const float *x, float *d_out) {
+void QL_FN(quant_lanes_iq4_scale)(const float *x, float *d_out) {
     struct ql_iq4_bracket b;
     ql_iq4_bracket_init(&b);
     for (int h = 0; h < 8; h += QL) ql_iq4_scale(&b, x + 32 * h, d_out + h);

@@ -33,20 +33,35 @@ static inline int quant_trunc_int(float v) {
     return (int)v;
 }
 
+/* How the scale searches run: the scalar reference, or lane-parallel (quantize_lanes*.c) with the best
+ * vector width the CPU has (AVX2: 8 lanes) or forced to SSE2 (4 lanes). All three give identical bytes;
+ * quantize_row_ref uses QUANT_SEARCH_BEST and the tests compare all three. */
+enum { QUANT_SEARCH_SCALAR = 0, QUANT_SEARCH_BEST = 1, QUANT_SEARCH_SSE2 = 2 };
+
 /* K-quant super-block quantizers (quantize_kquants.c) for Q2_K..Q6_K; nb = number of 256-element
- * blocks. lanes = 1 runs the scale searches 8 groups at a time (quantize_lanes.c), lanes = 0 the plain
- * scalar searches; both give identical bytes (the tests compare them). */
-void quant_ref_kquant(uint32_t type, const float *x, void *dst, int64_t nb, int lanes);
-/* IQ4_NL / IQ4_XS (quantize_ref.c), nb blocks; lanes as for quant_ref_kquant. */
-void quant_ref_iq4(uint32_t type, const float *x, void *dst, int64_t nb, int lanes);
+ * blocks; search = QUANT_SEARCH_*. */
+void quant_ref_kquant(uint32_t type, const float *x, void *dst, int64_t nb, int search);
+/* IQ4_NL / IQ4_XS (quantize_ref.c), nb blocks. */
+void quant_ref_iq4(uint32_t type, const float *x, void *dst, int64_t nb, int search);
 
 /* Lane-parallel make_qkx2_quants / make_qx_quants (rmse_type 1, weights x^2) over 8 consecutive groups of
  * n <= 32 elements (group k at x + k*n, its weights at w + k*n, its quants at L + k*n); per-group scale and
- * (qkx2) positive min go to scale_out[k], the_min_out[k]. Bit-identical to the scalar searches. */
-void quant_lanes_qkx2(int n, int nmax, const float *x, const float *w, uint8_t *L, float *scale_out,
+ * (qkx2) positive min go to scale_out[k], the_min_out[k]. isa = QUANT_SEARCH_BEST or _SSE2.
+ * Bit-identical to the scalar searches. */
+void quant_lanes_qkx2(int isa, int n, int nmax, const float *x, const float *w, uint8_t *L, float *scale_out,
                       float *the_min_out, float rmin, float rdelta, int nstep, int use_mad);
-void quant_lanes_qx(int n, int nmax, const float *x, int8_t *L, float *scale_out);
+void quant_lanes_qx(int isa, int n, int nmax, const float *x, int8_t *L, float *scale_out);
 /* IQ4_NL/IQ4_XS group scale (+-7 search, weights x^2) of 8 consecutive 32-element groups at x. */
-void quant_lanes_iq4_scale(const float *x, float *d_out);
+void quant_lanes_iq4_scale(int isa, const float *x, float *d_out);
+
+/* The per-ISA builds behind those (quantize_lanes_impl.h). */
+void quant_lanes_qkx2_sse2(int n, int nmax, const float *x, const float *w, uint8_t *L, float *scale_out,
+                           float *the_min_out, float rmin, float rdelta, int nstep, int use_mad);
+void quant_lanes_qx_sse2(int n, int nmax, const float *x, int8_t *L, float *scale_out);
+void quant_lanes_iq4_scale_sse2(const float *x, float *d_out);
+void quant_lanes_qkx2_avx2(int n, int nmax, const float *x, const float *w, uint8_t *L, float *scale_out,
+                           float *the_min_out, float rmin, float rdelta, int nstep, int use_mad);
+void quant_lanes_qx_avx2(int n, int nmax, const float *x, int8_t *L, float *scale_out);
+void quant_lanes_iq4_scale_avx2(const float *x, float *d_out);
 
 #endif

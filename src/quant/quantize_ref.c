@@ -238,7 +238,7 @@ static void qref_iq4_nl(const float *x, block_iq4_nl *y, int64_t nb, int lanes) 
     float dl[8];
     for (int64_t i = 0; i < nb; i++, x += 32) {
         block_iq4_nl b;
-        if (lanes && i % 8 == 0 && nb - i >= 8) quant_lanes_iq4_scale(x, dl);
+        if (lanes && i % 8 == 0 && nb - i >= 8) quant_lanes_iq4_scale(lanes, x, dl);
         const float d = lanes && nb - (i - i % 8) >= 8 ? dl[i % 8] : qref_iq4_group_scale(x);
         b.d = fp32_to_fp16(d);
         /* indices re-picked at the f32 scale; an all-zero group gets index 8 (value +1) everywhere */
@@ -256,7 +256,7 @@ static void qref_iq4_xs(const float *x, block_iq4_xs *y, int64_t nb, int lanes) 
         block_iq4_xs b;
         memset(&b, 0, sizeof(b));
         float max_scale = 0, amax_scale = 0;
-        if (lanes) quant_lanes_iq4_scale(x, scales);
+        if (lanes) quant_lanes_iq4_scale(lanes, x, scales);
         else for (int ib = 0; ib < 8; ib++) scales[ib] = qref_iq4_group_scale(x + 32 * ib);
         for (int ib = 0; ib < 8; ib++) {
             float abs_d = fabsf(scales[ib]);
@@ -318,10 +318,10 @@ vllmc_status quantize_row_ref(uint32_t type, const float *src, void *dst, int64_
     case GGML_TYPE_Q5_1: qref_q5_1(src, dst, nb); break;
     case GGML_TYPE_Q8_0: qref_q8_0(src, dst, nb); break;
     case GGML_TYPE_Q2_K: case GGML_TYPE_Q3_K: case GGML_TYPE_Q4_K: case GGML_TYPE_Q5_K: case GGML_TYPE_Q6_K:
-        quant_ref_kquant(type, src, dst, nb, 1);
+        quant_ref_kquant(type, src, dst, nb, QUANT_SEARCH_BEST);
         break;
-    case GGML_TYPE_IQ4_NL: qref_iq4_nl(src, dst, nb, 1); break;
-    case GGML_TYPE_IQ4_XS: qref_iq4_xs(src, dst, nb, 1); break;
+    case GGML_TYPE_IQ4_NL: qref_iq4_nl(src, dst, nb, QUANT_SEARCH_BEST); break;
+    case GGML_TYPE_IQ4_XS: qref_iq4_xs(src, dst, nb, QUANT_SEARCH_BEST); break;
     case GGML_TYPE_MXFP4: qref_mxfp4(src, dst, nb); break;
     default:
         return vllmc_errorf(VLLMC_ERR_UNSUPPORTED, "quantize: no quantizer for type %s", t->name);
