@@ -573,7 +573,7 @@ static int select_items(struct tmpl_rt *rt, struct tv seq, struct targs *a, bool
         if ((test = tmpl_test_id(tname.u.s->p)) < 0) return tmpl_fail(rt, "unsupported test '%s'", tname.u.s->p);
         off++;
     }
-    struct targs ta = {a->v + off, a->n_pos - off, 0, NULL};
+    struct targs ta = {a->v ? a->v + off : NULL, a->n_pos - off, 0, NULL};
     for (size_t i = 0; i < l->n; i++) {
         struct tv x = l->v[i];
         if (by_attr && get_attr_path(rt, x, attr.u.s->p, &x)) return -1;
@@ -768,7 +768,7 @@ int tmpl_call_filter(struct tmpl_rt *rt, int id, struct tv v, struct targs *a, s
             if (a->n_pos < 1 || a->v[0].kind != TV_STR) return tmpl_fail(rt, "map: needs a filter name or attribute=");
             if ((fid = tmpl_filter_id(a->v[0].u.s->p)) < 0) return tmpl_fail(rt, "map: unsupported filter '%s'", a->v[0].u.s->p);
         } else if (attr.kind != TV_STR) return tmpl_fail(rt, "map: attribute must be a string");
-        struct targs fa = {a->v + 1, a->n_pos > 0 ? a->n_pos - 1 : 0, 0, NULL};
+        struct targs fa = {a->n_pos > 0 ? a->v + 1 : NULL, a->n_pos > 0 ? a->n_pos - 1 : 0, 0, NULL};
         for (size_t i = 0; i < l->n; i++) {
             struct tv r;
             if (by_attr) {

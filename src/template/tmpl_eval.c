@@ -94,7 +94,7 @@ static int repeat(struct tmpl_rt *rt, struct tv seq, int64_t times, struct tv *o
     size_t n = seq.u.l->n;
     if (n && (uint64_t)times > (rt->lim.max_memory_bytes / sizeof(struct tv)) / n) return tmpl_fail(rt, "list repetition exceeds the memory limit");
     if (tv_list(rt, n * (size_t)times, out)) return -1;
-    for (int64_t t = 0; t < times; t++) memcpy(out->u.l->v + (size_t)t * n, seq.u.l->v, n * sizeof *seq.u.l->v);
+    for (int64_t t = 0; n && t < times; t++) memcpy(out->u.l->v + (size_t)t * n, seq.u.l->v, n * sizeof *seq.u.l->v);
     out->u.l->n = n * (size_t)times;
     out->flags = seq.flags & TV_F_TUPLE;
     return 0;

@@ -188,17 +188,18 @@ static long lex_one(struct tparser *p, const char *s, size_t n, size_t i, int li
     memset(t, 0, sizeof *t);
     t->line = line;
     /* float: digits (. digits)? e[+-]digits | digits . digits, not after '.' */
-    if (isdigit((unsigned char)c[0]) && !(i > 0 && s[i - 1] == '.')) {
+    if (isdigit((unsigned char)c[0])) {
+        bool after_dot = i > 0 && s[i - 1] == '.'; /* jinja's float rule has (?<!\.) */
         size_t j = 0;
         while (j < rem && (isdigit((unsigned char)c[j]) || (c[j] == '_' && j + 1 < rem && isdigit((unsigned char)c[j + 1])))) j++;
         size_t int_end = j, fe = 0;
-        if (j + 1 < rem && c[j] == '.' && isdigit((unsigned char)c[j + 1])) {
+        if (!after_dot && j + 1 < rem && c[j] == '.' && isdigit((unsigned char)c[j + 1])) {
             j++;
             while (j < rem && (isdigit((unsigned char)c[j]) || (c[j] == '_' && j + 1 < rem && isdigit((unsigned char)c[j + 1])))) j++;
             fe = j;
         }
         size_t e = fe ? fe : int_end;
-        if (e < rem && (c[e] == 'e' || c[e] == 'E')) {
+        if (!after_dot && e < rem && (c[e] == 'e' || c[e] == 'E')) {
             size_t k = e + 1;
             if (k < rem && (c[k] == '+' || c[k] == '-')) k++;
             if (k < rem && isdigit((unsigned char)c[k])) {
