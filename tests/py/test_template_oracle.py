@@ -71,6 +71,7 @@ def hf_environment():
 
 
 ENV = hf_environment()
+_COMPILED = {}
 
 
 def py_render(src, conv):
@@ -83,7 +84,9 @@ def py_render(src, conv):
     kwargs = {"bos_token": BOS, "eos_token": EOS}
     kwargs.update(ctx)
     try:
-        t = ENV.from_string(src)
+        if src not in _COMPILED:
+            _COMPILED[src] = ENV.from_string(src)
+        t = _COMPILED[src]
         return t.render(messages=messages, tools=tools, documents=documents, add_generation_prompt=agp, **kwargs), None
     except Exception as e:  # noqa: BLE001 - any render error is compared for error-ness
         return None, f"{type(e).__name__}: {e}"
@@ -302,3 +305,84 @@ def test_gguf_embedded_template():
         if msg:
             failures.append(msg)
     assert not failures, "\n".join(failures)
+
+
+def random_conversation(rng):
+    """A fresh random chat: roles, tool calls (dict or string arguments), reasoning, content parts, odd text."""
+    pieces = ["hello", "Wörld", "中文", "😀👍🏽", "العربية", "\"quoted\"", "it's", "back\\slash", "{{ x }}", "{% if %}", "\n", "\n\n",
+              "\t", "  ", "\u00a0", "\u200b", "<think>", "</think>", "<tool_response>", "</tool_response>", "<|im_end|>", "42",
+              "3.5", "null", "{\"k\": 1}", "é" * 3, "line\r\nbreak"]
+
+    def text(k=None):
+        return "".join(rng.choice(pieces) + rng.choice(["", " "]) for _ in range(k if k is not None else rng.randint(0, 6)))
+
+    def args():
+        d = {}
+        for _ in range(rng.randint(0, 3)):
+            d[rng.choice(["city", "query", "n", "opts", "é", "list"])] = rng.choice(
+                [text(2), rng.randint(-100, 100), round(rng.uniform(-10, 10), 3), True, False, None, [1, text(1)], {"a": text(1), "b": 2.0}])
+        return d
+
+    tools = None
+    if rng.random() < 0.5:
+        tools = []
+        for i in range(rng.randint(1, 3)):
+            fn = {"name": f"tool_{i}", "description": text(3), "parameters": {"type": "object", "properties": {
+                "p": {"type": rng.choice(["string", "integer", "array"]), "description": text(2)}}, "required": ["p"]}}
+            tools.append({"type": "function", "function": fn} if rng.random() < 0.9 else fn)
+    msgs = []
+    if rng.random() < 0.5:
+        msgs.append({"role": "system", "content": text() if rng.random() < 0.8 else [{"type": "text", "text": text()}]})
+    for _ in range(rng.randint(1, 4)):
+        content = text() if rng.random() < 0.85 else [{"type": "text", "text": text()} for _ in range(rng.randint(1, 2))]
+        msgs.append({"role": "user", "content": content})
+        if rng.random() < 0.8:
+            a = {"role": "assistant", "content": rng.choice([text(), "<think>\n" + text() + "\n</think>\n\n" + text(), "", None])}
+            if rng.random() < 0.3:
+                a["reasoning_content"] = rng.choice([text(), None])
+            n_calls = rng.choice([0, 0, 1, 2]) if tools else 0
+            if n_calls:
+                a["tool_calls"] = [{"type": "function", "function": {"name": f"tool_{j}",
+                                                                     "arguments": args() if rng.random() < 0.7 else json.dumps(args())}}
+                                   for j in range(n_calls)]
+                if a["content"] is None and rng.random() < 0.5:
+                    a["content"] = ""
+            msgs.append(a)
+            for _ in range(n_calls):
+                msgs.append({"role": "tool", "content": text() or "ok"})
+    if rng.random() < 0.05:
+        msgs.append({"role": rng.choice(["developer", "function"]), "content": text()})
+    conv = {"messages": msgs}
+    if tools is not None:
+        conv["tools"] = tools
+    if rng.random() < 0.7:
+        conv["add_generation_prompt"] = rng.random() < 0.6
+    if rng.random() < 0.6:
+        conv["enable_thinking"] = rng.random() < 0.5
+    return conv
+
+
+def test_random_conversations_match_jinja2():
+    import random
+    need_vllmc()
+    seed = int(os.environ.get("VLLMC_TEST_SEED", "0")) or int.from_bytes(os.urandom(4), "little")
+    print(f"seed {seed} (VLLMC_TEST_SEED to replay)")
+    rng = random.Random(seed)
+    n = int(os.environ.get("VLLMC_TEMPLATE_RANDOM_CONVS", "60"))
+    failures, rendered = [], 0
+    srcs = {t: open(t, encoding="utf-8").read() for t in TEMPLATES}
+    with tempfile.TemporaryDirectory() as td:
+        for i in range(n):
+            conv = random_conversation(rng)
+            path = os.path.join(td, f"c{i}.json")
+            with open(path, "w", encoding="utf-8") as f:
+                json.dump(conv, f, ensure_ascii=rng.random() < 0.5)
+            conv = json.load(open(path, encoding="utf-8"))
+            for t, src in srcs.items():
+                expect = py_render(src, conv)
+                rendered += expect[1] is None
+                msg = compare(f"seed {seed} conversation {i} x {os.path.basename(t)}", expect, c_render(["--template", t], path))
+                if msg:
+                    failures.append(msg + "\n  conversation: " + json.dumps(conv, ensure_ascii=False)[:1500])
+    print(f"{n} random conversations x {len(srcs)} templates: {rendered} rendered, {len(failures)} mismatches")
+    assert not failures, "\n".join(failures[:5])
