@@ -134,11 +134,13 @@ static void qref_q8_0(const float *x, block_q8_0 *y, int64_t nb) {
 
 /* ---- MXFP4 (5.7) ---- */
 
-static int qref_best_index_mxfp4(float x, float e) {
+/* Index k minimizing |K_FP4[k]*e - x| (first minimum in table order); kv[k] = K_FP4[k]*e, the same f32
+ * product ggml forms inside its loop, computed once per block. */
+static int qref_best_index_mxfp4(const float *kv, float x) {
     int best = 0;
-    float best_err = fabsf((float)kvalues_mxfp4[0] * e - x);
+    float best_err = fabsf(kv[0] - x);
     for (int k = 1; k < 16; k++) {
-        float err = fabsf((float)kvalues_mxfp4[k] * e - x);
+        float err = fabsf(kv[k] - x);
         if (err < best_err) {
             best = k;
             best_err = err;
@@ -155,11 +157,13 @@ static void qref_mxfp4(const float *x, block_mxfp4 *y, int64_t nb) {
         /* e = floor(log2(amax)) - 2 + 127; tiny amax gives a negative value that x86 wraps mod 256 */
         const uint8_t e = amax > 0.0f ? (uint8_t)quant_trunc_int(floorf(log2f(amax)) - 2 + 127) : 0;
         const float d = quant_e8m0_to_fp32_half(e);
+        float kv[16];
+        for (int k = 0; k < 16; k++) kv[k] = (float)kvalues_mxfp4[k] * d;
         block_mxfp4 b;
         b.e = e;
         for (int j = 0; j < 16; j++) {
-            int q0 = qref_best_index_mxfp4(x[j], d);
-            int q1 = qref_best_index_mxfp4(x[j + 16], d);
+            int q0 = qref_best_index_mxfp4(kv, x[j]);
+            int q1 = qref_best_index_mxfp4(kv, x[j + 16]);
             b.qs[j] = (uint8_t)(q0 | (q1 << 4));
         }
         memcpy(&y[i], &b, sizeof(b));
