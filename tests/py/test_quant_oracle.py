@@ -145,6 +145,29 @@ def test_dequant_matches_ggml(tname, tmp_path):
     assert not diff.any(), f"{tname}: {int(diff.sum())} values differ from ggml, first at {np.argmax(diff)}"
 
 
+@pytest.mark.parametrize("tname", [t for t in DEQUANT_TYPES if t not in ("F16", "BF16")])
+def test_dequant_matches_ggml_on_arbitrary_bytes(tname, tmp_path):
+    """Fully random block bytes, scale fields included (subnormal, inf and NaN halves, any E8M0 exponent):
+    what a damaged or hostile file can hold. Same values as ggml wherever ggml's are numbers; where ggml
+    gives NaN ours is NaN too (payloads may differ)."""
+    lib = _ggml_lib()
+    sym = "dequantize_row_" + tname.lower().replace("_k", "_K")
+    fn = getattr(lib, sym)
+    fn.restype = None
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
+    rng = np.random.default_rng()
+    _, bs, ts = TYPES[tname]
+    n_blocks = 4096
+    src = rng.integers(0, 256, size=n_blocks * ts, dtype=np.uint8)
+    ref = np.empty(n_blocks * bs, dtype=np.float32)
+    fn(src.ctypes.data, ref.ctypes.data, ref.size)
+    ours = ours_dequant(tname, src.tobytes(), tmp_path)
+    nan = np.isnan(ref)
+    assert np.array_equal(np.isnan(ours), nan)
+    diff = ours[~nan].view(np.uint32) != ref[~nan].view(np.uint32)
+    assert not diff.any(), f"{tname}: {int(diff.sum())} values differ from ggml on arbitrary bytes"
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Random rows that stress the quantizers: scales over many decades, heavy tails, zero sub-blocks,
 # exact ties of the rounding rules (values on a coarse grid), constant runs.
