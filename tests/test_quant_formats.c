@@ -403,7 +403,7 @@ static void test_plain_conversions_and_errors(void) {
 static void test_lanes_match_scalar(void) {
     static float x[N_ROW];
     static uint8_t q1[N_ROW], q2[N_ROW];
-    const uint32_t types[] = {GGML_TYPE_Q2_K, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K, GGML_TYPE_IQ4_NL,
+    const uint32_t types[] = {GGML_TYPE_Q2_K, GGML_TYPE_Q3_K, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K, GGML_TYPE_IQ4_NL,
                               GGML_TYPE_IQ4_XS};
     for (size_t it = 0; it < sizeof(types) / sizeof(types[0]); it++) {
         uint32_t type = types[it];

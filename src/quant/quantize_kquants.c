@@ -236,15 +236,20 @@ static void kq_q2_K(const float *x, void *dst, int64_t nb, int lanes) {
     }
 }
 
-static void kq_q3_K(const float *x, void *dst, int64_t nb) {
+static void kq_q3_K(const float *x, void *dst, int64_t nb, int lanes) {
     block_q3_K *y = (block_q3_K *)dst;
     int8_t L[QK_K];
     float scales[QK_K / 16];
     for (int64_t i = 0; i < nb; i++, x += QK_K) {
         block_q3_K b;
         float max_scale = 0, amax = 0;
+        if (lanes) {
+            quant_lanes_q3(lanes, 16, 4, x, L, scales);
+            quant_lanes_q3(lanes, 16, 4, x + 128, L + 128, scales + 8);
+        } else {
+            for (int j = 0; j < QK_K / 16; j++) scales[j] = kq_make_q3_quants(16, 4, x + 16 * j, L + 16 * j);
+        }
         for (int j = 0; j < QK_K / 16; j++) {
-            scales[j] = kq_make_q3_quants(16, 4, x + 16 * j, L + 16 * j);
             float scale = fabsf(scales[j]);
             if (scale > amax) { amax = scale; max_scale = scales[j]; }
         }
@@ -432,7 +437,7 @@ static void kq_q6_K(const float *x, void *dst, int64_t nb, int lanes) {
 void quant_ref_kquant(uint32_t type, const float *x, void *dst, int64_t nb, int lanes) {
     switch (type) {
     case GGML_TYPE_Q2_K: kq_q2_K(x, dst, nb, lanes); break;
-    case GGML_TYPE_Q3_K: kq_q3_K(x, dst, nb); break;
+    case GGML_TYPE_Q3_K: kq_q3_K(x, dst, nb, lanes); break;
     case GGML_TYPE_Q4_K: kq_q4_K(x, dst, nb, lanes); break;
     case GGML_TYPE_Q5_K: kq_q5_K(x, dst, nb, lanes); break;
     case GGML_TYPE_Q6_K: kq_q6_K(x, dst, nb, lanes); break;

@@ -11,6 +11,7 @@ static int ql_use_avx2(int isa) { return isa == QUANT_SEARCH_BEST && __builtin_c
 static int ql_use_avx2(int isa) { (void)isa; return 0; }
 #define quant_lanes_qkx2_avx2 quant_lanes_qkx2_sse2
 #define quant_lanes_qx_avx2 quant_lanes_qx_sse2
+#define quant_lanes_q3_avx2 quant_lanes_q3_sse2
 #define quant_lanes_iq4_scale_avx2 quant_lanes_iq4_scale_sse2
 #endif
 
@@ -28,4 +29,9 @@ void quant_lanes_qx(int isa, int n, int nmax, const float *x, int8_t *L, float *
 void quant_lanes_iq4_scale(int isa, const float *x, float *d_out) {
     if (ql_use_avx2(isa)) quant_lanes_iq4_scale_avx2(x, d_out);
     else quant_lanes_iq4_scale_sse2(x, d_out);
+}
+
+void quant_lanes_q3(int isa, int n, int nmax, const float *x, int8_t *L, float *scale_out) {
+    if (ql_use_avx2(isa)) quant_lanes_q3_avx2(n, nmax, x, L, scale_out);
+    else quant_lanes_q3_sse2(n, nmax, x, L, scale_out);
 }

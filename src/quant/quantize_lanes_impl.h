@@ -175,6 +175,66 @@ void QL_FN(quant_lanes_qx)(int n, int nmax, const float *x, int8_t *L, float *sc
     for (int h = 0; h < 8; h += QL) ql_qx(n, nmax, x + h * n, L + h * n, scale_out + h);
 }
 
+/* make_q3_quants (do_rmse) per lane: RNE start at -nmax/max, then up to 5 coordinate-descent passes. A lane
+ * whose pass changed nothing would have stopped; running it again changes nothing either (a pass reads only
+ * x and the unchanged state), so all lanes simply run until no lane changes. */
+static void ql_q3(int n, int nmax, const float *x, int8_t *L, float *scale_out) {
+    ql_f X[32] = {{0}};
+    ql_i Lv[32];
+    ql_load_t(x, n, n, X);
+    const ql_f zero = QL_SPLAT_F(0.0f);
+    ql_f max = zero, amax = zero;
+    for (int i = 0; i < n; i++) {
+        ql_f ax = QL_FABS(X[i]);
+        ql_i m = ax > amax;
+        amax = QL_SEL_F(m, ax, amax);
+        max = QL_SEL_F(m, X[i], max);
+    }
+    const ql_i all_zero = amax < QUANT_GROUP_MAX_EPS;
+    const ql_f iscale = QL_SPLAT_F((float)-nmax) / max;
+    ql_f sumlx = zero, suml2 = zero;
+    for (int i = 0; i < n; i++) {
+        ql_i l = QL_CLAMP_I(QL_NEAREST(iscale * X[i]), -nmax, nmax - 1);
+        Lv[i] = l;
+        ql_f lf = QL_TO_F(l);
+        ql_f w = X[i] * X[i];
+        sumlx += w * X[i] * lf;
+        suml2 += w * lf * lf;
+    }
+    for (int itry = 0; itry < 5; itry++) {
+        ql_i changed = QL_SPLAT_I(0);
+        for (int i = 0; i < n; i++) {
+            ql_f w = X[i] * X[i];
+            ql_f lf = QL_TO_F(Lv[i]);
+            ql_f slx = sumlx - w * X[i] * lf;
+            ql_i pos = slx > 0;
+            ql_f sl2 = suml2 - w * lf * lf;
+            ql_i new_l = QL_CLAMP_I(QL_NEAREST(X[i] * sl2 / slx), -nmax, nmax - 1);
+            ql_i differ = pos & (new_l != Lv[i]);
+            ql_f nlf = QL_TO_F(new_l);
+            slx += w * X[i] * nlf;
+            sl2 += w * nlf * nlf;
+            ql_i acc = differ & (sl2 > 0) & (slx * slx * suml2 > sumlx * sumlx * sl2);
+            Lv[i] = QL_SEL_I(acc, new_l, Lv[i]);
+            sumlx = QL_SEL_F(acc, slx, sumlx);
+            suml2 = QL_SEL_F(acc, sl2, suml2);
+            changed |= acc;
+        }
+        int any = 0;
+        for (int k = 0; k < QL; k++) any |= changed[k];
+        if (!any) break;
+    }
+    ql_f scale = QL_SEL_F(suml2 > 0, sumlx / suml2, zero);
+    for (int k = 0; k < QL; k++) {
+        for (int i = 0; i < n; i++) L[k * n + i] = all_zero[k] ? 0 : (int8_t)(Lv[i][k] + nmax);
+        scale_out[k] = all_zero[k] ? 0.f : scale[k];
+    }
+}
+
+void QL_FN(quant_lanes_q3)(int n, int nmax, const float *x, int8_t *L, float *scale_out) {
+    for (int h = 0; h < 8; h += QL) ql_q3(n, nmax, x + h * n, L + h * n, scale_out + h);
+}
+
 /* ---- IQ4_NL / IQ4_XS group scale (see qref_iq4_group_scale in quantize_ref.c) ---- */
 
 /* Bracket table for the K_NL nearest-entry search: for an integer f in [K_NL[0], K_NL[15]), lo[f - K_NL[0]]

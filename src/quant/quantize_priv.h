@@ -51,6 +51,8 @@ void quant_ref_iq4(uint32_t type, const float *x, void *dst, int64_t nb, int sea
 void quant_lanes_qkx2(int isa, int n, int nmax, const float *x, const float *w, uint8_t *L, float *scale_out,
                       float *the_min_out, float rmin, float rdelta, int nstep, int use_mad);
 void quant_lanes_qx(int isa, int n, int nmax, const float *x, int8_t *L, float *scale_out);
+/* Lane-parallel make_q3_quants (do_rmse, weights x^2), same layout as quant_lanes_qx. */
+void quant_lanes_q3(int isa, int n, int nmax, const float *x, int8_t *L, float *scale_out);
 /* IQ4_NL/IQ4_XS group scale (+-7 search, weights x^2) of 8 consecutive 32-element groups at x. */
 void quant_lanes_iq4_scale(int isa, const float *x, float *d_out);
 
@@ -58,10 +60,12 @@ void quant_lanes_iq4_scale(int isa, const float *x, float *d_out);
 void quant_lanes_qkx2_sse2(int n, int nmax, const float *x, const float *w, uint8_t *L, float *scale_out,
                            float *the_min_out, float rmin, float rdelta, int nstep, int use_mad);
 void quant_lanes_qx_sse2(int n, int nmax, const float *x, int8_t *L, float *scale_out);
+void quant_lanes_q3_sse2(int n, int nmax, const float *x, int8_t *L, float *scale_out);
 void quant_lanes_iq4_scale_sse2(const float *x, float *d_out);
 void quant_lanes_qkx2_avx2(int n, int nmax, const float *x, const float *w, uint8_t *L, float *scale_out,
                            float *the_min_out, float rmin, float rdelta, int nstep, int use_mad);
 void quant_lanes_qx_avx2(int n, int nmax, const float *x, int8_t *L, float *scale_out);
+void quant_lanes_q3_avx2(int n, int nmax, const float *x, int8_t *L, float *scale_out);
 void quant_lanes_iq4_scale_avx2(const float *x, float *d_out);
 
 #endif
