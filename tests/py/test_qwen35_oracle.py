@@ -12,6 +12,8 @@ noise of ~0.5% per layer, and for qwen35moe a flip can also swap a near-tied exp
 measured, not bit-exact, and free-running greedy text can legitimately part at a near-tied step; there
 the continuation is checked teacher-forced (llama.cpp's tokens fed to both) against the same bound, and
 the free-running agreement length is printed.
+llama.cpp disagrees with itself by the same amount on the MoE files: its 64-token batch vs its token-by-token
+path (n_batch 1) differ by up to 1.7e-2 (Q8_0) / 3.3e-2 (Q4_K_M) relative on the same prompts.
 Both sides use an f32 KV cache (llama.cpp's default F16 cache rounds K/V; a separate test compares with
 F16 caches on both sides). Our logits come from `vllmc generate --prompt-ids ... --dump-logits`.
 Measured 2026-12-02 (2 threads, 12 random prompts each; max over prompts / median position error):
@@ -36,8 +38,8 @@ N_PROMPT = 64
 N_GEN = 32
 N_REAL_VOCAB = 507  # ids below the special tokens of the tiny vocabulary
 BOUNDS = {  # (max over positions, median over positions) of the per-position relative error
-    ("qwen35", "f32"): (1e-3, 1e-4), ("qwen35", "q8_0"): (4e-2, 1.5e-2), ("qwen35", "q4_k_m"): (5e-2, 2e-2),
-    ("qwen35moe", "f32"): (1e-3, 1e-4), ("qwen35moe", "q8_0"): (1.2e-1, 2.5e-2), ("qwen35moe", "q4_k_m"): (1.2e-1, 2.5e-2),
+    ("qwen35", "f32"): (1e-3, 1e-4), ("qwen35", "q8_0"): (6e-2, 2.5e-2), ("qwen35", "q4_k_m"): (6e-2, 2.5e-2),
+    ("qwen35moe", "f32"): (1e-3, 1e-4), ("qwen35moe", "q8_0"): (1.5e-1, 4e-2), ("qwen35moe", "q4_k_m"): (1.5e-1, 4e-2),
 }
 
 llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python (the oracle) is not installed")
