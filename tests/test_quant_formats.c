@@ -365,6 +365,16 @@ static void test_degenerate(void) {
         float m = 0;
         for (int i = 0; i < N_ROW; i++) m = fmaxf(m, fabsf(y[i]));
         CHECK_MSG(all_finite(y, N_ROW) && m < 1e-4f, "%s: tiny row gave max %g", name, m);
+        /* non-finite inputs: the blocks are unspecified (as in ggml) but the call must be memory-safe
+         * (this runs under ASan/UBSan in `make asan`) and other blocks of the row unaffected */
+        fill_row(DIST_NORMAL, x, N_ROW);
+        x[3] = NAN; x[300] = INFINITY; x[1000] = -INFINITY; x[2047] = NAN;
+        for (int i = 2048; i < 2048 + 256; i++) x[i] = NAN;
+        CHECK(quantize_row_ref(type, x, q, N_ROW) == VLLMC_OK);
+        dequantize_row(type, q, y, N_ROW);
+        int bs = quant_traits(type)->block_size, ok_tail = 1;
+        for (int i = 2048 + 256 + (bs > 256 ? bs : 256); i < N_ROW; i++) ok_tail &= isfinite(y[i]) && fabsf(y[i] - x[i]) < 0.05f;
+        CHECK_MSG(ok_tail, "%s: blocks after non-finite inputs were disturbed", name);
     }
 }
 

@@ -1,4 +1,4 @@
-/* Private helpers shared by the reference quantizers (quantize_ref.c, quantize_kquants.c).
+/* Private helpers shared by the reference quantizers (quantize_ref.c, quantize_kquants.c, quantize_lanes*).
  * Every float expression here and in its users keeps ggml's operation order: byte identity with
  * llama-quantize depends on it (GGUF-QUANTS.md section 5). Build without -ffast-math / FMA contraction. */
 #ifndef VLLMC_QUANTIZE_PRIV_H
@@ -27,9 +27,11 @@ static inline int quant_nearest_int(float v) {
     return (i & 0x007fffff) - 0x00400000;
 }
 
-/* Float -> small integer the way x86-64 compilers convert (truncate to int32, then keep the low bits),
- * matching ggml's (int8_t)(float) / (uint8_t)(float) casts for every in-range value. */
+/* Float -> integer the way ggml's casts behave on x86-64 (cvttss2si: truncate toward zero; NaN and
+ * out-of-range values give INT32_MIN), then the callers keep the low bits as ggml's (int8_t)/(uint8_t) casts
+ * do. Same as a plain cast for every in-range value, without the cast's undefined behaviour otherwise. */
 static inline int quant_trunc_int(float v) {
+    if (!(v > -2147483648.0f && v < 2147483648.0f)) return INT32_MIN;
     return (int)v;
 }
 
