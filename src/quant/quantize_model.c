@@ -77,8 +77,16 @@ static bool qm_data_ok(uint32_t type, const uint8_t *p, int64_t n_elem) {
     switch (type) {
     /* Float rows: no early exit, so the loops vectorize (this runs over every input byte). */
     case GGML_TYPE_F32: {
-        uint32_t bad = 0;
-        for (int64_t i = 0; i < n_elem; i++) {
+        /* Two floats per 64-bit word: an all-ones exponent plus one carries into the lane's sign bit
+         * (never across lanes: 0x7f800000 + 0x00800000 fits in 32 bits). */
+        uint64_t bad = 0;
+        int64_t i = 0;
+        for (; i + 2 <= n_elem; i += 2) {
+            uint64_t w;
+            memcpy(&w, p + 4 * i, 8);
+            bad |= ((w & 0x7f8000007f800000ull) + 0x0080000000800000ull) & 0x8000000080000000ull;
+        }
+        if (i < n_elem) {
             uint32_t u;
             memcpy(&u, p + 4 * i, 4);
             bad |= (u & 0x7f800000u) == 0x7f800000u;
