@@ -121,9 +121,13 @@ static vllmc_status tok_map_build(struct tokenizer *t) {
 
 static inline uint64_t tok_pair_key(uint32_t l, uint32_t r) { return ((uint64_t)l << 32) | r; }
 static inline size_t tok_pair_slot(uint64_t k, size_t mask) {
+    /* splitmix64 finalizer: every key bit reaches the slot bits */
+    k ^= k >> 30;
+    k *= 0xBF58476D1CE4E5B9ull;
+    k ^= k >> 27;
+    k *= 0x94D049BB133111EBull;
     k ^= k >> 31;
-    k *= 0x9E3779B97F4A7C15ull;
-    return (size_t)(k >> 17) & mask;
+    return (size_t)k & mask;
 }
 
 static const struct tok_merge_entry *tok_merge_find(const struct tokenizer *t, uint32_t l, uint32_t r) {
@@ -478,6 +482,8 @@ vllmc_status tokenizer_create(const struct tokenizer_spec *spec, struct tokenize
 
     /* llama.cpp's text-based special-token detection: EOT/EOG/FIM markers become CONTROL, EOG set */
     for (uint32_t id = 0; id < t->n_vocab; id++) {
+        char c0 = t->text_blob[t->text_off[id]];
+        if (c0 != '<' && c0 != '[' && c0 != '_') continue; /* every listed text starts with one of these */
         bool eog = tok_text_in(t, id, tok_eog_texts, ARRAY_LEN(tok_eog_texts));
         bool fim_eog = tok_text_in(t, id, tok_fim_eog_texts, ARRAY_LEN(tok_fim_eog_texts));
         bool fim = tok_text_in(t, id, tok_fim_texts, ARRAY_LEN(tok_fim_texts));
