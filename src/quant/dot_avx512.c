@@ -16,35 +16,49 @@ static inline int32_t dotz_hsum(__m512i v) {
     return dot_hsum_i32(_mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1)));
 }
 
-static float dotz_q4_K(int64_t n, const void *vw, const void *va) {
+/* One weight row against n_act (1..DOT_MULTI_MAX) activation rows a_stride bytes apart; the weight
+ * unpacking is done once per super-block. Each out[i] has exactly the bits of the one-row kernel. */
+static inline __attribute__((always_inline)) void dotz_q4_K_n(int64_t n, const void *vw, const void *va,
+                                                               size_t a_stride, const int n_act, float *out) {
     const block_q4_K *w = vw;
-    const block_q8_K *a = va;
     const __m512i m4 = _mm512_set1_epi8(15);
-    float acc = 0.0f;
+    float acc[DOT_MULTI_MAX] = {0};
     for (int64_t s = 0; s < n / QK_K; s++) {
         const block_q4_K *x = &w[s];
-        const int8_t *q8 = a[s].qs;
         __m128i scm = dot_unpack_k4_scales(x->scales);
         __m512i sc = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(scm));
         __m128i mn = _mm_cvtepu8_epi16(_mm_srli_si128(scm, 8));
         __m256i mdup = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_unpacklo_epi16(mn, mn)), _mm_unpackhi_epi16(mn, mn), 1);
-        __m256i macc = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)a[s].bsums), mdup);
-        __m512i acc0 = _mm512_setzero_si512(), acc1 = _mm512_setzero_si512();
-        for (int c = 0; c < 4; c += 2) {
+        const float d = dot_f16(x->d), dmin = dot_f16(x->dmin);
+        __m512i wz[4], sz[4];
+        #pragma GCC unroll 8
+        for (int c = 0; c < 4; c++) {
             /* chunk c: [low nibbles | high nibbles] = sub-blocks 2c, 2c+1 = activations 64c..64c+63 */
-            __m256i q0 = _mm256_loadu_si256((const __m256i *)(x->qs + 32 * c));
-            __m256i q1 = _mm256_loadu_si256((const __m256i *)(x->qs + 32 * c + 32));
-            __m512i w0 = _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(q0), _mm256_srli_epi16(q0, 4), 1), m4);
-            __m512i w1 = _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(q1), _mm256_srli_epi16(q1, 4), 1), m4);
-            __m512i p0 = _mm512_maddubs_epi16(w0, _mm512_loadu_si512(q8 + 64 * c));
-            __m512i p1 = _mm512_maddubs_epi16(w1, _mm512_loadu_si512(q8 + 64 * c + 64));
-            acc0 = _mm512_dpwssd_epi32(acc0, p0, _mm512_shuffle_epi8(sc, _mm512_load_si512(k_dotz_pair16[c])));
-            acc1 = _mm512_dpwssd_epi32(acc1, p1, _mm512_shuffle_epi8(sc, _mm512_load_si512(k_dotz_pair16[c + 1])));
+            __m256i q = _mm256_loadu_si256((const __m256i *)(x->qs + 32 * c));
+            wz[c] = _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(q), _mm256_srli_epi16(q, 4), 1), m4);
+            sz[c] = _mm512_shuffle_epi8(sc, _mm512_load_si512(k_dotz_pair16[c]));
         }
-        int32_t isum = dotz_hsum(_mm512_add_epi32(acc0, acc1));
-        acc = acc + dot_term_kmin(a[s].d, dot_f16(x->d), dot_f16(x->dmin), isum, dot_hsum_i32(macc));
+        #pragma GCC unroll 8
+        for (int i = 0; i < n_act; i++) {
+            const block_q8_K *ai = (const block_q8_K *)((const uint8_t *)va + (size_t)i * a_stride) + s;
+            __m256i macc = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)ai->bsums), mdup);
+            __m512i acc0 = _mm512_setzero_si512(), acc1 = _mm512_setzero_si512();
+            #pragma GCC unroll 8
+            for (int c = 0; c < 4; c += 2) {
+                acc0 = _mm512_dpwssd_epi32(acc0, _mm512_maddubs_epi16(wz[c], _mm512_loadu_si512(ai->qs + 64 * c)), sz[c]);
+                acc1 = _mm512_dpwssd_epi32(acc1, _mm512_maddubs_epi16(wz[c + 1], _mm512_loadu_si512(ai->qs + 64 * c + 64)), sz[c + 1]);
+            }
+            int32_t isum = dotz_hsum(_mm512_add_epi32(acc0, acc1));
+            acc[i] = acc[i] + dot_term_kmin(ai->d, d, dmin, isum, dot_hsum_i32(macc));
+        }
     }
-    return acc;
+    #pragma GCC unroll 8
+    for (int i = 0; i < n_act; i++) out[i] = acc[i];
+}
+static float dotz_q4_K(int64_t n, const void *vw, const void *va) {
+    float r;
+    dotz_q4_K_n(n, vw, va, 0, 1, &r);
+    return r;
 }
 
 /* vpermw indices: 128-bit lane i of the result = int16 element base + i, broadcast */
@@ -54,40 +68,54 @@ static const int16_t k_dotz_q6_idx[4][32] __attribute__((aligned(64))) = {
     DOT_Z_IDX4(0), DOT_Z_IDX4(4), DOT_Z_IDX4(8), DOT_Z_IDX4(12),
 };
 
-static float dotz_q6_K(int64_t n, const void *vw, const void *va) {
+static inline __attribute__((always_inline)) void dotz_q6_K_n(int64_t n, const void *vw, const void *va,
+                                                               size_t a_stride, const int n_act, float *out) {
     const block_q6_K *w = vw;
-    const block_q8_K *a = va;
     const __m512i m4 = _mm512_set1_epi8(15), m2 = _mm512_set1_epi8(3);
-    float acc = 0.0f;
+    float acc[DOT_MULTI_MAX] = {0};
     for (int64_t s = 0; s < n / QK_K; s++) {
         const block_q6_K *x = &w[s];
-        const int8_t *q8 = a[s].qs;
         __m128i sc8 = _mm_loadu_si128((const __m128i *)x->scales);
         __m256i sc16 = _mm256_cvtepi8_epi16(sc8);
         __m512i scz = _mm512_castsi256_si512(sc16);
-        /* the -32 offset: sum_b sc_b * (-32) * bsums_b */
-        __m256i off = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)a[s].bsums),
-                                        _mm256_slli_epi16(_mm256_sub_epi16(_mm256_setzero_si256(), sc16), 5));
-        __m512i acc0 = _mm512_setzero_si512(), acc1 = _mm512_setzero_si512();
+        __m256i scm32 = _mm256_slli_epi16(_mm256_sub_epi16(_mm256_setzero_si256(), sc16), 5); /* -32 * sc */
+        const float d = dot_f16(x->d);
+        __m512i wz[4], sz[4];
+        #pragma GCC unroll 8
         for (int h = 0; h < 2; h++) {
             __m512i ql = _mm512_loadu_si512(x->ql + 64 * h);
             __m256i qh = _mm256_loadu_si256((const __m256i *)(x->qh + 32 * h));
             __m512i qhz = _mm512_inserti64x4(_mm512_castsi256_si512(qh), _mm256_srli_epi16(qh, 2), 1);
             /* [g0 | g1] and [g2 | g3]: activations 128h..128h+63 and 128h+64..128h+127 */
-            __m512i z01 = _mm512_or_si512(_mm512_and_si512(ql, m4), _mm512_slli_epi16(_mm512_and_si512(qhz, m2), 4));
-            __m512i z23 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4),
-                                          _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(qhz, 4), m2), 4));
-            __m512i p01 = _mm512_maddubs_epi16(z01, _mm512_loadu_si512(q8 + 128 * h));
-            __m512i p23 = _mm512_maddubs_epi16(z23, _mm512_loadu_si512(q8 + 128 * h + 64));
-            acc0 = _mm512_dpwssd_epi32(acc0, p01, _mm512_permutexvar_epi16(_mm512_load_si512(k_dotz_q6_idx[2 * h]), scz));
-            acc1 = _mm512_dpwssd_epi32(acc1, p23, _mm512_permutexvar_epi16(_mm512_load_si512(k_dotz_q6_idx[2 * h + 1]), scz));
+            wz[2 * h] = _mm512_or_si512(_mm512_and_si512(ql, m4), _mm512_slli_epi16(_mm512_and_si512(qhz, m2), 4));
+            wz[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4),
+                                            _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(qhz, 4), m2), 4));
+            sz[2 * h] = _mm512_permutexvar_epi16(_mm512_load_si512(k_dotz_q6_idx[2 * h]), scz);
+            sz[2 * h + 1] = _mm512_permutexvar_epi16(_mm512_load_si512(k_dotz_q6_idx[2 * h + 1]), scz);
         }
-        int32_t isum = dotz_hsum(_mm512_add_epi32(acc0, acc1)) + dot_hsum_i32(off);
-        acc = acc + dot_term_k(a[s].d, dot_f16(x->d), isum);
+        #pragma GCC unroll 8
+        for (int i = 0; i < n_act; i++) {
+            const block_q8_K *ai = (const block_q8_K *)((const uint8_t *)va + (size_t)i * a_stride) + s;
+            /* the -32 offset: sum_b sc_b * (-32) * bsums_b */
+            __m256i off = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)ai->bsums), scm32);
+            __m512i acc0 = _mm512_setzero_si512(), acc1 = _mm512_setzero_si512();
+            #pragma GCC unroll 8
+            for (int k = 0; k < 4; k += 2) {
+                acc0 = _mm512_dpwssd_epi32(acc0, _mm512_maddubs_epi16(wz[k], _mm512_loadu_si512(ai->qs + 64 * k)), sz[k]);
+                acc1 = _mm512_dpwssd_epi32(acc1, _mm512_maddubs_epi16(wz[k + 1], _mm512_loadu_si512(ai->qs + 64 * k + 64)), sz[k + 1]);
+            }
+            int32_t isum = dotz_hsum(_mm512_add_epi32(acc0, acc1)) + dot_hsum_i32(off);
+            acc[i] = acc[i] + dot_term_k(ai->d, d, isum);
+        }
     }
-    return acc;
+    #pragma GCC unroll 8
+    for (int i = 0; i < n_act; i++) out[i] = acc[i];
 }
-
+static float dotz_q6_K(int64_t n, const void *vw, const void *va) {
+    float r;
+    dotz_q6_K_n(n, vw, va, 0, 1, &r);
+    return r;
+}
 
 /* ---- 32-element blocks, 512-bit: zmm k (0..3) holds blocks k and k+4 of a group of 8, so that the
  * transposed reduction lands block j in fp32 lane j, as the contract wants ---- */
@@ -136,35 +164,58 @@ static inline __m512i dotz_w_mxfp4(const block_mxfp4 *x0, const block_mxfp4 *x1)
 }
 
 #define DOTZ_LEGACY_SYM(name, wblock, wpair_fn, dw8_expr, isum_fn, dw1_expr)                        \
-    static float dotz_##name(int64_t n, const void *vw, const void *va) {                           \
+    static inline __attribute__((always_inline)) void dotz_##name##_n(                              \
+        int64_t n, const void *vw, const void *va, size_t a_stride, const int n_act, float *out) {  \
         const wblock *w = vw;                                                                       \
-        const block_q8_0 *a = va;                                                                   \
         const int64_t nb = n / 32;                                                                  \
-        __m256 acc = _mm256_setzero_ps();                                                           \
+        __m256 acc[DOT_MULTI_MAX];                                                                  \
+        _Pragma("GCC unroll 8")                                                                     \
+        for (int i = 0; i < n_act; i++) acc[i] = _mm256_setzero_ps();                               \
         int64_t b = 0;                                                                              \
         for (; b + 8 <= nb; b += 8) {                                                               \
             const wblock *x8 = w + b;                                                               \
-            const block_q8_0 *a8 = a + b;                                                           \
-            __m512i z[4];                                                                           \
+            __m512i wabs[4];                                                                        \
+            __mmask64 wneg[4];                                                                      \
+            _Pragma("GCC unroll 8")                                                                 \
             for (int k = 0; k < 4; k++) {                                                           \
                 __m512i wq = wpair_fn(&x8[k], &x8[k + 4]);                                          \
-                __m512i av = dotz_cat(_mm256_loadu_si256((const __m256i *)a8[k].qs),                \
-                                      _mm256_loadu_si256((const __m256i *)a8[k + 4].qs));           \
-                z[k] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(wq),             \
-                                           _mm512_mask_sub_epi8(av, _mm512_movepi8_mask(wq), _mm512_setzero_si512(), av)); \
+                wabs[k] = _mm512_abs_epi8(wq);                                                      \
+                wneg[k] = _mm512_movepi8_mask(wq);                                                  \
             }                                                                                       \
-            __m256 sf = _mm256_cvtepi32_ps(dotz_hsum8(z));                                          \
-            __m256 dd = _mm256_mul_ps(dw8_expr, DOT_F16X8(a8, d));                                  \
-            acc = _mm256_add_ps(acc, _mm256_mul_ps(dd, sf));                                        \
+            const __m256 dw = dw8_expr;                                                             \
+            _Pragma("GCC unroll 8")                                                                 \
+            for (int i = 0; i < n_act; i++) {                                                       \
+                const block_q8_0 *a8 = (const block_q8_0 *)((const uint8_t *)va + (size_t)i * a_stride) + b; \
+                __m512i z[4];                                                                       \
+                _Pragma("GCC unroll 8")                                                             \
+                for (int k = 0; k < 4; k++) {                                                       \
+                    __m512i av = dotz_cat(_mm256_loadu_si256((const __m256i *)a8[k].qs),            \
+                                          _mm256_loadu_si256((const __m256i *)a8[k + 4].qs));       \
+                    z[k] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wabs[k],                     \
+                                               _mm512_mask_sub_epi8(av, wneg[k], _mm512_setzero_si512(), av)); \
+                }                                                                                   \
+                __m256 sf = _mm256_cvtepi32_ps(dotz_hsum8(z));                                      \
+                __m256 dd = _mm256_mul_ps(dw, DOT_F16X8(a8, d));                                    \
+                acc[i] = _mm256_add_ps(acc[i], _mm256_mul_ps(dd, sf));                              \
+            }                                                                                       \
         }                                                                                           \
-        float p[8];                                                                                 \
-        _mm256_storeu_ps(p, acc);                                                                   \
-        for (; b < nb; b++) {                                                                       \
-            const wblock *x = &w[b];                                                                \
-            float t = dot_term_sym(dw1_expr, fp16_to_fp32(a[b].d), isum_fn(x, a[b].qs));            \
-            p[b % 8] = p[b % 8] + t;                                                                \
+        _Pragma("GCC unroll 8")                                                                     \
+        for (int i = 0; i < n_act; i++) {                                                           \
+            const block_q8_0 *a = (const block_q8_0 *)((const uint8_t *)va + (size_t)i * a_stride); \
+            float p[8];                                                                             \
+            _mm256_storeu_ps(p, acc[i]);                                                            \
+            for (int64_t bt = b; bt < nb; bt++) {                                                   \
+                const wblock *x = &w[bt];                                                           \
+                float t = dot_term_sym(dw1_expr, fp16_to_fp32(a[bt].d), isum_fn(x, a[bt].qs));      \
+                p[bt % 8] = p[bt % 8] + t;                                                          \
+            }                                                                                       \
+            out[i] = dot_reduce8(p);                                                                \
         }                                                                                           \
-        return dot_reduce8(p);                                                                      \
+    }                                                                                               \
+    static float dotz_##name(int64_t n, const void *vw, const void *va) {                           \
+        float r;                                                                                    \
+        dotz_##name##_n(n, vw, va, 0, 1, &r);                                                       \
+        return r;                                                                                   \
     }
 
 DOTZ_LEGACY_SYM(q4_0, block_q4_0, dotz_w_q4_0, DOT_F16X8(x8, d), dot_isum_q4_0, fp16_to_fp32(x->d))
@@ -172,6 +223,32 @@ DOTZ_LEGACY_SYM(q5_0, block_q5_0, dotz_w_q5_0, DOT_F16X8(x8, d), dot_isum_q5_0, 
 DOTZ_LEGACY_SYM(q8_0, block_q8_0, dotz_w_q8_0, DOT_F16X8(x8, d), dot_isum_q8_0, fp16_to_fp32(x->d))
 DOTZ_LEGACY_SYM(iq4_nl, block_iq4_nl, dotz_w_iq4_nl, DOT_F16X8(x8, d), dot_isum_iq4_nl, fp16_to_fp32(x->d))
 DOTZ_LEGACY_SYM(mxfp4, block_mxfp4, dotz_w_mxfp4, dot_mxfp4_d8(x8), dot_isum_mxfp4, dot_e8m0_half(x->e))
+
+#define DOTZ_MULTI(name)                                                                                  \
+    static void dotz_##name##_multi(int64_t n, const void *w, const void *a, size_t a_stride, int n_act, float *out) { \
+        switch (n_act) {                                                                                  \
+        case 1: dotz_##name##_n(n, w, a, a_stride, 1, out); break;                                        \
+        case 2: dotz_##name##_n(n, w, a, a_stride, 2, out); break;                                        \
+        case 3: dotz_##name##_n(n, w, a, a_stride, 3, out); break;                                        \
+        default: dotz_##name##_n(n, w, a, a_stride, 4, out); break;                                       \
+        }                                                                                                 \
+    }
+DOTZ_MULTI(q4_K)
+DOTZ_MULTI(q6_K)
+DOTZ_MULTI(q4_0)
+DOTZ_MULTI(q5_0)
+DOTZ_MULTI(q8_0)
+
+vec_dot_multi_fn dot_avx512_get_multi(uint32_t wtype) {
+    switch (wtype) {
+    case GGML_TYPE_Q4_K: return dotz_q4_K_multi;
+    case GGML_TYPE_Q6_K: return dotz_q6_K_multi;
+    case GGML_TYPE_Q4_0: return dotz_q4_0_multi;
+    case GGML_TYPE_Q5_0: return dotz_q5_0_multi;
+    case GGML_TYPE_Q8_0: return dotz_q8_0_multi;
+    default: return NULL;
+    }
+}
 
 vec_dot_fn dot_avx512_get(uint32_t wtype) {
     switch (wtype) {

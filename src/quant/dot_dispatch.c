@@ -70,3 +70,11 @@ vec_dot_fn quant_get_vec_dot_isa(uint32_t wtype, int isa) {
 vec_dot_fn quant_get_vec_dot(uint32_t wtype) {
     return quant_get_vec_dot_isa(wtype, quant_isa_active());
 }
+
+vec_dot_multi_fn dot_get_multi(uint32_t wtype) {
+#if defined(__x86_64__) || defined(__i386__)
+    if (quant_isa_active() == QUANT_ISA_AVX512) return dot_avx512_get_multi(wtype);
+#endif
+    (void)wtype;
+    return NULL;
+}

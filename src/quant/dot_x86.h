@@ -85,6 +85,7 @@ static inline __m256 dot_load8_f16(ggml_half h0, ggml_half h1, ggml_half h2, ggm
             const wblock *x8 = w + b;                                                         \
             const block_q8_0 *a8 = a + b;                                                     \
             __m256i s[8];                                                                     \
+            _Pragma("GCC unroll 8")                                                           \
             for (int k = 0; k < 8; k++) {                                                     \
                 const wblock *x = &x8[k];                                                     \
                 __m256i wq = weights_expr;                                                    \
@@ -164,6 +165,7 @@ DOT_LEGACY_SYM(mxfp4, block_mxfp4, dot_w_mxfp4(x), dot_mxfp4_d8(x8), dot_isum_mx
             const wblock *x8 = w + b;                                                         \
             const block_q8_1 *a8 = a + b;                                                     \
             __m256i s[8];                                                                     \
+            _Pragma("GCC unroll 8")                                                           \
             for (int k = 0; k < 8; k++) {                                                     \
                 const wblock *x = &x8[k];                                                     \
                 __m256i wq = weights_expr;                                                    \
@@ -237,6 +239,7 @@ static float DOT_NAME(q4_K)(int64_t n, const void *vw, const void *va) {
         __m256i mdup = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_unpacklo_epi16(mn, mn)), _mm_unpackhi_epi16(mn, mn), 1);
         __m256i macc = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)a[s].bsums), mdup);
         __m256i iacc = _mm256_setzero_si256(), iacc1 = _mm256_setzero_si256(); /* two chains */
+        #pragma GCC unroll 8
         for (int c = 0; c < 4; c++) {
             __m256i q = _mm256_loadu_si256((const __m256i *)(x->qs + 32 * c));
             __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
@@ -266,6 +269,7 @@ static float DOT_NAME(q5_K)(int64_t n, const void *vw, const void *va) {
         __m256i macc = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)a[s].bsums), mdup);
         __m256i qh = _mm256_loadu_si256((const __m256i *)x->qh);
         __m256i iacc = _mm256_setzero_si256(), iacc1 = _mm256_setzero_si256(); /* two chains */
+        #pragma GCC unroll 8
         for (int c = 0; c < 4; c++) {
             __m256i q = _mm256_loadu_si256((const __m256i *)(x->qs + 32 * c));
             __m256i hlo = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), one), 4);
@@ -296,6 +300,7 @@ static float DOT_NAME(q6_K)(int64_t n, const void *vw, const void *va) {
         __m256i iacc = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)a[s].bsums),
                                          _mm256_slli_epi16(_mm256_sub_epi16(_mm256_setzero_si256(), _mm256_cvtepi8_epi16(sc8)), 5));
         __m256i iacc1 = _mm256_setzero_si256();
+        #pragma GCC unroll 8
         for (int h = 0; h < 2; h++) {
             __m256i sc = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(h ? _mm_srli_si128(sc8, 8) : sc8));
             __m256i ql0 = _mm256_loadu_si256((const __m256i *)(x->ql + 64 * h));
@@ -343,9 +348,11 @@ static float DOT_NAME(q3_K)(int64_t n, const void *vw, const void *va) {
         __m256i iacc = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)a[s].bsums),
                                          _mm256_slli_epi16(_mm256_sub_epi16(_mm256_setzero_si256(), _mm256_cvtepi8_epi16(sc8)), 2));
         __m256i hm = _mm256_loadu_si256((const __m256i *)x->hmask);
+        #pragma GCC unroll 8
         for (int h = 0; h < 2; h++) {
             __m256i sc = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(h ? _mm_srli_si128(sc8, 8) : sc8));
             __m256i qs = _mm256_loadu_si256((const __m256i *)(x->qs + 32 * h));
+            #pragma GCC unroll 8
             for (int g = 0; g < 4; g++) {
                 __m256i lo = _mm256_and_si256(_mm256_srli_epi16(qs, 2 * g), m2);
                 __m256i hb = _mm256_and_si256(_mm256_srli_epi16(hm, 4 * h + g), one);
@@ -372,9 +379,11 @@ static float DOT_NAME(q2_K)(int64_t n, const void *vw, const void *va) {
         __m128i mn8 = _mm_and_si128(_mm_srli_epi16(raw, 4), _mm_set1_epi8(15));
         __m256i macc = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)a[s].bsums), _mm256_cvtepu8_epi16(mn8));
         __m256i iacc = _mm256_setzero_si256();
+        #pragma GCC unroll 8
         for (int h = 0; h < 2; h++) {
             __m256i sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(h ? _mm_srli_si128(sc8, 8) : sc8));
             __m256i qs = _mm256_loadu_si256((const __m256i *)(x->qs + 32 * h));
+            #pragma GCC unroll 8
             for (int g = 0; g < 4; g++) {
                 __m256i q = _mm256_and_si256(_mm256_srli_epi16(qs, 2 * g), m2);
                 __m256i p = _mm256_maddubs_epi16(q, _mm256_loadu_si256((const __m256i *)(q8 + 128 * h + 32 * g)));
@@ -396,6 +405,7 @@ static float DOT_NAME(iq4_xs)(int64_t n, const void *vw, const void *va) {
         const block_iq4_xs *x = &w[s];
         const int8_t *q8 = a[s].qs;
         __m256i iacc = _mm256_setzero_si256();
+        #pragma GCC unroll 8
         for (int k = 0; k < 4; k++) {
             const short s0 = (short)dot_iq4xs_scale(x, 2 * k), s1 = (short)dot_iq4xs_scale(x, 2 * k + 1);
             __m256i sv = _mm256_set_epi16(s1, s1, s1, s1, s1, s1, s1, s1, s0, s0, s0, s0, s0, s0, s0, s0);
@@ -425,9 +435,11 @@ static float DOT_NAME(iq4_xs)(int64_t n, const void *vw, const void *va) {
         __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()}; \
         int64_t i = 0;                                                                      \
         for (; i + 32 <= n; i += 32)                                                        \
+            _Pragma("GCC unroll 8")                                                         \
             for (int j = 0; j < 4; j++)                                                     \
                 acc[j] = _mm256_add_ps(acc[j], _mm256_mul_ps(load8(w + i + 8 * j), _mm256_loadu_ps(a + i + 8 * j))); \
         float p[32];                                                                        \
+        _Pragma("GCC unroll 8")                                                             \
         for (int j = 0; j < 4; j++) _mm256_storeu_ps(p + 8 * j, acc[j]);                    \
         for (; i < n; i++) {                                                                \
             float prod = conv(w[i]) * a[i];                                                 \

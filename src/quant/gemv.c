@@ -23,6 +23,22 @@ void quant_gemm(uint32_t wtype, int64_t n_cols, const void *w, size_t w_row_byte
     int64_t tile = act_row_bytes ? (int64_t)(GEMM_ACT_TILE_BYTES / act_row_bytes) : n_act;
     if (tile < 8) tile = 8;
     const uint8_t *w0 = (const uint8_t *)w + (size_t)row0 * w_row_bytes;
+    vec_dot_multi_fn fm = dot_get_multi(wtype);
+    if (fm) { /* weight blocks unpacked once for up to DOT_MULTI_MAX activation rows */
+        for (int64_t i0 = 0; i0 < n_act; i0 += tile) {
+            int64_t i1 = VLLMC_MIN(n_act, i0 + tile);
+            const uint8_t *wr = w0;
+            for (int64_t r = 0; r < n_rows; r++, wr += w_row_bytes) {
+                for (int64_t i = i0; i < i1; i += DOT_MULTI_MAX) {
+                    int na = (int)VLLMC_MIN(DOT_MULTI_MAX, i1 - i);
+                    float tmp[DOT_MULTI_MAX];
+                    fm(n_cols, wr, (const uint8_t *)act + (size_t)i * act_row_bytes, act_row_bytes, na, tmp);
+                    for (int k = 0; k < na; k++) out[(i + k) * out_stride + r] = tmp[k];
+                }
+            }
+        }
+        return;
+    }
     for (int64_t i0 = 0; i0 < n_act; i0 += tile) {
         int64_t i1 = VLLMC_MIN(n_act, i0 + tile);
         const uint8_t *wr = w0;
