@@ -24,6 +24,7 @@ BUILD = os.environ.get("VLLMC_BUILD", "build")
 VLLMC = os.path.join(ROOT, BUILD, "vllmc") if not os.path.isabs(BUILD) else os.path.join(BUILD, "vllmc")
 
 FTYPES = ["Q4_K_M", "Q6_K", "Q8_0", "Q4_0", "Q5_K_M", "Q3_K_M", "Q2_K", "Q4_K_S", "Q5_0", "Q5_1", "Q4_1",
+          "Q3_K_S", "Q3_K_L", "Q5_K_S",
           "F16", "BF16"]
 FTYPE_NUM = {"F32": 0, "F16": 1, "Q4_0": 2, "Q4_1": 3, "Q8_0": 7, "Q5_0": 8, "Q5_1": 9, "Q2_K": 10,
              "Q3_K_S": 11, "Q3_K_M": 12, "Q3_K_L": 13, "Q4_K_S": 14, "Q4_K_M": 15, "Q5_K_S": 16, "Q5_K_M": 17,
