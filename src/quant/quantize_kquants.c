@@ -216,7 +216,7 @@ static void kq_q2_K(const float *x, void *dst, int64_t nb, int lanes) {
         if (max_min > 0) {
             float iscale = q4scale / max_min;
             for (int j = 0; j < QK_K / 16; j++)
-                b.scales[j] = (uint8_t)(b.scales[j] | (quant_nearest_int(iscale * mins[j]) << 4));
+                b.scales[j] = (uint8_t)(b.scales[j] | ((unsigned)quant_nearest_int(iscale * mins[j]) << 4));
             b.dmin = fp32_to_fp16(max_min / q4scale);
         } else {
             b.dmin = fp32_to_fp16(0.f);
