@@ -47,6 +47,13 @@ QUANT_TYPES = ["Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "
                "MXFP4", "F16", "BF16"]
 
 
+def _rng():
+    """Fresh random inputs each run; the seed is printed (shown on failure) and VLLMC_TEST_SEED replays it."""
+    seed = int(os.environ.get("VLLMC_TEST_SEED", "0")) or int(np.random.SeedSequence().entropy % (1 << 63))
+    print(f"seed {seed} (VLLMC_TEST_SEED to replay)")
+    return np.random.default_rng(seed)
+
+
 def _need_bin():
     if not BIN.exists():
         pytest.fail(f"{BIN} not built (make BUILD={BUILD.relative_to(ROOT) if BUILD.is_relative_to(ROOT) else BUILD} tests)")
@@ -111,7 +118,7 @@ def random_blocks(tname, n_blocks, rng) -> bytes:
 
 @pytest.mark.parametrize("tname", DEQUANT_TYPES)
 def test_dequant_matches_gguf_py(tname, tmp_path):
-    rng = np.random.default_rng()
+    rng = _rng()
     _, bs, ts = TYPES[tname]
     n_blocks = 4096 if bs > 1 else 65536
     raw = random_blocks(tname, n_blocks, rng)
@@ -133,7 +140,7 @@ def test_dequant_matches_ggml(tname, tmp_path):
         pytest.fail(f"libggml-base has no {sym}")
     fn.restype = None
     fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
-    rng = np.random.default_rng()
+    rng = _rng()
     _, bs, ts = TYPES[tname]
     n_blocks = 4096
     raw = random_blocks(tname, n_blocks, rng)
@@ -155,7 +162,7 @@ def test_dequant_matches_ggml_on_arbitrary_bytes(tname, tmp_path):
     fn = getattr(lib, sym)
     fn.restype = None
     fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
-    rng = np.random.default_rng()
+    rng = _rng()
     _, bs, ts = TYPES[tname]
     n_blocks = 4096
     src = rng.integers(0, 256, size=n_blocks * ts, dtype=np.uint8)
@@ -208,7 +215,7 @@ def stress_rows(rng, n_rows, n_per_row) -> np.ndarray:
 def test_quantize_matches_ggml_quantize_chunk(tname, tmp_path):
     lib = _ggml_lib()
     tid, bs, ts = TYPES[tname]
-    rng = np.random.default_rng()
+    rng = _rng()
     n_per_row, n_rows = 1024, 192
     x = stress_rows(rng, n_rows, n_per_row)
     row_bytes = n_per_row // bs * ts
@@ -233,7 +240,7 @@ N_EMBD, N_FF, N_VOCAB = 512, 1024, 256
 def f32_model(tmp_path_factory):
     """A minimal valid 1-layer 'llama' GGUF whose weight matrices are random F32 test data (row lengths
     512 and 1024). Returns (path, {tensor name: f32 array [rows, cols]})."""
-    rng = np.random.default_rng()
+    rng = _rng()
     path = tmp_path_factory.mktemp("qmodel") / "f32.gguf"
     w = gguf.GGUFWriter(str(path), "llama")
     w.add_context_length(128)
