@@ -15,6 +15,8 @@ position on: the quantized bounds cover that, and the first rows still agree to 
 """
 import json
 import os
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # llama.cpp's OpenMP pool: no spinning on a busy machine
 import subprocess
 import sys
 import zlib
