@@ -1,7 +1,11 @@
 /* The llama-quantize type-mix policy on hand-written tables: (arch, tensor, shape) -> expected type for
  * Q4_K_M, Q6_K and a few other file types, the row-length fallbacks, the qwen35 / qwen35moe layouts
  * (GGUF-QUANTS.md 6.4, ARCH-QWEN35.md 3.5), ordering, ftype parsing, and random shapes. */
+#include <dirent.h>
+#include <math.h>
 #include <string.h>
+#include <unistd.h>
+#include "gguf/gguf.h"
 #include "quant/qmix.h"
 #include "quant/quant.h"
 #include "test.h"
@@ -517,6 +521,177 @@ static void test_random(void) {
     }
 }
 
+
+/* ---- the whole-file driver on a small model written here with fresh random weights ---- */
+
+static char g_dir[64];
+
+/* g_dir/name in one of 64 rotating buffers: enough that every path the test keeps stays valid. */
+static const char *path_in(const char *name) {
+    static char buf[64][128];
+    static int k;
+    k = (k + 1) % 64;
+    snprintf(buf[k], sizeof(buf[k]), "%s/%s", g_dir, name);
+    return buf[k];
+}
+
+static int count_files(void) {
+    DIR *d = opendir(g_dir);
+    int n = 0;
+    struct dirent *e;
+    while (d && (e = readdir(d)))
+        if (e->d_name[0] != '.') n++;
+    if (d) closedir(d);
+    return n;
+}
+
+struct drv_tensor { const char *name; int64_t ne0, ne1; };
+static const struct drv_tensor g_drv[] = {
+    /* in file order (not llama.cpp's): layers before the globals, blk.1 before blk.0 */
+    {"blk.1.attn_v.weight", 256, 64}, {"blk.1.ffn_down.weight", 512, 256}, {"blk.1.attn_norm.weight", 256, 1},
+    {"blk.0.attn_v.weight", 256, 64}, {"blk.0.ffn_down.weight", 512, 256}, {"blk.0.attn_norm.weight", 256, 1},
+    {"blk.0.ffn_up.weight", 256, 512}, {"token_embd.weight", 256, 100}, {"output_norm.weight", 256, 1},
+    {"blk.0.ffn_gate.weight", 96, 40},
+};
+static float *g_drv_data[ARRAY_LEN(g_drv)];
+
+static void write_model(const char *path, int nan_tensor) {
+    struct gguf_writer *w = gguf_writer_create();
+    CHECK(gguf_writer_set_str(w, "general.architecture", "llama") == VLLMC_OK);
+    CHECK(gguf_writer_set_u32(w, "general.file_type", 0) == VLLMC_OK);
+    CHECK(gguf_writer_set_u32(w, "llama.block_count", 2) == VLLMC_OK);
+    CHECK(gguf_writer_set_u32(w, "llama.attention.head_count", 4) == VLLMC_OK);
+    CHECK(gguf_writer_set_u32(w, "llama.attention.head_count_kv", 1) == VLLMC_OK);
+    CHECK(gguf_writer_set_str(w, "general.name", "driver test") == VLLMC_OK);
+    for (size_t i = 0; i < ARRAY_LEN(g_drv); i++) {
+        int64_t ne[2] = {g_drv[i].ne0, g_drv[i].ne1};
+        if (!g_drv_data[i]) {
+            g_drv_data[i] = malloc((size_t)(ne[0] * ne[1]) * sizeof(float));
+            for (int64_t k = 0; k < ne[0] * ne[1]; k++) g_drv_data[i][k] = 0.05f * test_rand_normal();
+        }
+        CHECK(gguf_writer_add_tensor(w, g_drv[i].name, GGML_TYPE_F32, ne[1] > 1 ? 2 : 1, ne, g_drv_data[i]) == VLLMC_OK);
+    }
+    float saved = nan_tensor >= 0 ? g_drv_data[nan_tensor][7] : 0.0f;
+    if (nan_tensor >= 0) g_drv_data[nan_tensor][7] = NAN;
+    CHECK(gguf_writer_write(w, path) == VLLMC_OK);
+    if (nan_tensor >= 0) g_drv_data[nan_tensor][7] = saved;
+    gguf_writer_destroy(w);
+}
+
+static double rel_rms(const float *a, const float *b, int64_t n) {
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < n; i++) { num += (a[i] - b[i]) * (double)(a[i] - b[i]); den += (double)a[i] * a[i]; }
+    return sqrt(num / (den > 0 ? den : 1));
+}
+
+static void test_driver(void) {
+    snprintf(g_dir, sizeof(g_dir), "/tmp/test_qmix_XXXXXX");
+    if (!mkdtemp(g_dir)) { CHECK(!"mkdtemp"); return; }
+    const char *in = path_in("in.gguf"), *out = path_in("out.gguf");
+    write_model(in, -1);
+    struct quantize_opts o = {.params = {.ftype = QMIX_FTYPE_Q4_K_M, .output_type = -1, .token_embd_type = -1},
+                              .n_threads = 2};
+    struct quantize_stats stats;
+    CHECK(quantize_model(in, out, &o, &stats) == VLLMC_OK);
+    CHECK(stats.n_tensors == ARRAY_LEN(g_drv) && stats.n_quantized == 7 && stats.n_fallback == 1);
+    struct gguf_file *f = NULL;
+    CHECK(gguf_file_open(out, &f) == VLLMC_OK);
+    if (f) {
+        const struct gguf_ctx *c = f->ctx;
+        /* Metadata copied in order, file_type and quantization_version re-added last. */
+        CHECK(c->n_kv == 7);
+        CHECK(gguf_str_eq(c->kv[0].key, "general.architecture"));
+        CHECK(gguf_str_eq(c->kv[4].key, "general.name"));
+        CHECK(gguf_str_eq(c->kv[5].key, "general.quantization_version"));
+        CHECK(gguf_str_eq(c->kv[6].key, "general.file_type"));
+        uint32_t ft = 0;
+        CHECK(gguf_get_u32(c, "general.file_type", &ft) == VLLMC_OK && ft == 15);
+        /* llama.cpp's order: globals by name, then layer 0, then layer 1. */
+        static const char *order[] = {"output_norm.weight", "token_embd.weight", "blk.0.attn_norm.weight",
+                                      "blk.0.attn_v.weight", "blk.0.ffn_down.weight", "blk.0.ffn_gate.weight",
+                                      "blk.0.ffn_up.weight", "blk.1.attn_norm.weight", "blk.1.attn_v.weight",
+                                      "blk.1.ffn_down.weight"};
+        /* Tied (no output.weight): token_embd Q6_K. Two layers: use_more_bits(1, 2) holds (1 >= 7*2/8),
+         * use_more_bits(0, 2) does not, so layer 0's attn_v / ffn_down are Q4_K and layer 1's Q6_K.
+         * ffn_gate rows of 96: Q4_K falls back to Q5_0. */
+        static const int types[] = {GGML_TYPE_F32, GGML_TYPE_Q6_K, GGML_TYPE_F32, GGML_TYPE_Q4_K, GGML_TYPE_Q4_K,
+                                    GGML_TYPE_Q5_0, GGML_TYPE_Q4_K, GGML_TYPE_F32, GGML_TYPE_Q6_K, GGML_TYPE_Q6_K};
+        CHECK(!umb(0, 2) && umb(1, 2));
+        CHECK(c->n_tensors == ARRAY_LEN(order));
+        for (size_t i = 0; i < ARRAY_LEN(order) && i < c->n_tensors; i++) {
+            const struct gguf_tensor *t = &c->tensors[i];
+            CHECK_MSG(gguf_str_eq(t->name, order[i]), "tensor %zu is not %s", i, order[i]);
+            CHECK_MSG((int)t->type == types[i], "%s: %s", order[i], tn((int)t->type));
+            size_t k = 0;
+            while (k < ARRAY_LEN(g_drv) && !gguf_str_eq(t->name, g_drv[k].name)) k++;
+            if (k == ARRAY_LEN(g_drv)) continue;
+            const int64_t n_el = g_drv[k].ne0 * g_drv[k].ne1;
+            CHECK(t->n_dims == (g_drv[k].ne1 > 1 ? 2u : 1u));
+            float *deq = malloc((size_t)n_el * sizeof(float));
+            const uint64_t rs = quant_row_size(t->type, g_drv[k].ne0);
+            for (int64_t r = 0; r < g_drv[k].ne1; r++)
+                dequantize_row(t->type, (const uint8_t *)t->data + r * rs, deq + r * g_drv[k].ne0, g_drv[k].ne0);
+            double e = rel_rms(g_drv_data[k], deq, n_el);
+            double bound = t->type == GGML_TYPE_F32 ? 0.0 : t->type == GGML_TYPE_Q6_K ? 0.03 : 0.12;
+            CHECK_MSG(e <= bound, "%s (%s): relative RMS error %.4f > %.4f", order[i], tn((int)t->type), e, bound);
+            free(deq);
+        }
+        gguf_file_close(f);
+    }
+    CHECK(access(path_in("out.gguf.tmp"), F_OK) != 0);
+
+    /* A quantized input: refused unless requantizing is allowed, then dequantized first. */
+    const char *q = path_in("q.gguf"), *q2 = path_in("q2.gguf");
+    o.params.ftype = QMIX_FTYPE_Q8_0;
+    CHECK(quantize_model(in, q, &o, NULL) == VLLMC_OK);
+    o.params.ftype = QMIX_FTYPE_Q4_0;
+    CHECK(quantize_model(q, q2, &o, NULL) == VLLMC_ERR_INVALID);
+    CHECK(strstr(vllmc_last_error(), "--allow-requantize") != NULL);
+    CHECK(access(q2, F_OK) != 0);
+    o.allow_requantize = true;
+    CHECK(quantize_model(q, q2, &o, NULL) == VLLMC_OK);
+    o.allow_requantize = false;
+
+    /* Scratch-file staging gives the same bytes. */
+    const char *m1 = path_in("m1.gguf"), *m2 = path_in("m2.gguf");
+    o.params.ftype = QMIX_FTYPE_Q5_K_M;
+    CHECK(quantize_model(in, m1, &o, NULL) == VLLMC_OK);
+    o.mem_limit_bytes = 1;
+    o.n_threads = 1;
+    CHECK(quantize_model(in, m2, &o, NULL) == VLLMC_OK);
+    o.mem_limit_bytes = 0;
+    o.n_threads = 2;
+    FILE *a = fopen(m1, "rb"), *b = fopen(m2, "rb");
+    int same = a && b;
+    for (int ca = 0, cb = 0; same && ca != EOF;) { ca = fgetc(a); cb = fgetc(b); same = ca == cb; }
+    if (a) fclose(a);
+    if (b) fclose(b);
+    CHECK(same);
+
+    /* Errors: nothing left behind. */
+    int n_files = count_files();
+    CHECK(quantize_model(path_in("missing.gguf"), out, &o, NULL) == VLLMC_ERR_IO);
+    CHECK(quantize_model(in, path_in("no/such/dir.gguf"), &o, NULL) == VLLMC_ERR_IO);
+    CHECK(strstr(vllmc_last_error(), "no/such/dir.gguf") != NULL);
+    const char *bad = path_in("nan.gguf");
+    write_model(bad, 4);
+    n_files = count_files();
+    CHECK(quantize_model(bad, path_in("nan-out.gguf"), &o, NULL) == VLLMC_ERR_CORRUPT);
+    CHECK(strstr(vllmc_last_error(), "blk.0.ffn_down.weight") != NULL);
+    CHECK(count_files() == n_files);
+    o.params.ftype = 4; /* a removed ftype */
+    CHECK(quantize_model(in, path_in("x.gguf"), &o, NULL) == VLLMC_ERR_UNSUPPORTED);
+    CHECK(count_files() == n_files);
+
+    DIR *d = opendir(g_dir);
+    struct dirent *e;
+    while (d && (e = readdir(d)))
+        if (e->d_name[0] != '.') unlink(path_in(e->d_name));
+    if (d) closedir(d);
+    rmdir(g_dir);
+    for (size_t i = 0; i < ARRAY_LEN(g_drv); i++) free(g_drv_data[i]);
+}
+
 int main(void) {
     test_seed_auto("test_qmix");
     test_llama_q4_k_m();
@@ -531,5 +706,6 @@ int main(void) {
     test_params();
     test_parse();
     test_random();
+    test_driver();
     return test_finish("test_qmix");
 }
