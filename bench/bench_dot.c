@@ -2,10 +2,14 @@
  * streaming-read bandwidth measured here. Two regimes: "hot" (one 4096x4096 matrix, reused, mostly in
  * L3) and "dram" (a cycle of copies totalling >= 512 MiB, as in decode where every weight is read once
  * per token). 1 and 2 threads, each ISA. Validates each ISA against the scalar reference first.
+ * With $VLLMC_BENCH_GGML_CPU = path of llama.cpp's libggml-cpu.so, ggml's own vec_dot runs on the same
+ * data for comparison (row "ggml"; its Q8_0/Q8_K activation layouts are the same as ours).
  * Build: see docs/BENCHMARKS.md. Usage: bench_dot [n_cols=4096] [n_rows=4096] [seconds_per_case=0.5] [type name] */
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <math.h>
 #include "common/common.h"
 #include "common/threadpool.h"
 #include "quant/quant.h"
@@ -50,15 +54,24 @@ static double bench_bw(struct threadpool *tp, int n_threads) {
     return best / 1e9;
 }
 
+/* ---- llama.cpp's CPU kernels, loaded at run time for comparison ---- */
+typedef void (*ggml_vec_dot_fn)(int n, float *s, size_t bs, const void *x, size_t bx, const void *y, size_t by, int nrc);
+struct ggml_traits_cpu { void *from_float; ggml_vec_dot_fn vec_dot; int vec_dot_type; int64_t nrows; };
+static const struct ggml_traits_cpu *(*g_ggml_traits)(int type);
+
 /* ---- gemv ---- */
 struct gemv_ctx {
     uint32_t type; int64_t n_cols, n_rows; size_t row_bytes;
-    const uint8_t *w; const void *act; float *out; vec_dot_fn f; int n_tasks;
+    const uint8_t *w; const void *act; float *out; vec_dot_fn f; int n_tasks; ggml_vec_dot_fn gf;
 };
 static void gemv_task(void *vctx, int i_task, int i_thread) {
     (void)i_thread;
     struct gemv_ctx *c = vctx;
     int64_t per = CEIL_DIV(c->n_rows, c->n_tasks), r0 = per * i_task, r1 = VLLMC_MIN(c->n_rows, r0 + per);
+    if (c->gf) {
+        for (int64_t r = r0; r < r1; r++) c->gf((int)c->n_cols, &c->out[r], 0, c->w + (size_t)r * c->row_bytes, 0, c->act, 0, 1);
+        return;
+    }
     if (!c->f) { /* the production entry point */
         if (r1 > r0) quant_gemv(c->type, c->n_cols, c->w, c->row_bytes, r0, r1 - r0, c->act, c->out + r0);
         return;
@@ -106,6 +119,14 @@ static double time_case(struct threadpool *tp, struct gemv_ctx *ctxs, int n_mats
 int main(int argc, char **argv) {
     int64_t n_cols = argc > 1 ? atoll(argv[1]) : 4096, n_rows = argc > 2 ? atoll(argv[2]) : 4096;
     double secs = argc > 3 ? atof(argv[3]) : 0.5;
+    const char *glib = getenv("VLLMC_BENCH_GGML_CPU");
+    if (glib) {
+        void *h = dlopen(glib, RTLD_NOW | RTLD_GLOBAL);
+        void (*init)(void) = h ? (void (*)(void))dlsym(h, "ggml_cpu_init") : NULL;
+        g_ggml_traits = h ? (const struct ggml_traits_cpu *(*)(int))dlsym(h, "ggml_get_type_traits_cpu") : NULL;
+        if (!init || !g_ggml_traits) { fprintf(stderr, "cannot load %s: %s\n", glib, dlerror()); return 1; }
+        init();
+    }
     struct threadpool *tp = threadpool_create(2);
     if (!tp) { fprintf(stderr, "threadpool: %s\n", vllmc_last_error()); return 1; }
     printf("bench_dot: %lld x %lld, active ISA %s\n", (long long)n_rows, (long long)n_cols, quant_simd_name());
@@ -135,14 +156,24 @@ int main(int argc, char **argv) {
         float *out = malloc((size_t)n_rows * sizeof(float)), *ref = malloc((size_t)n_rows * sizeof(float));
         for (int64_t r = 0; r < n_rows; r++) ref[r] = vec_dot_ref(type, n_cols, mats[0] + (size_t)r * row_bytes, act);
         struct gemv_ctx *ctxs = calloc((size_t)n_mats, sizeof(*ctxs));
-        for (int isa = QUANT_ISA_COUNT; isa >= 0; isa--) { /* isa == QUANT_ISA_COUNT: quant_gemv */
+        for (int isa = QUANT_ISA_COUNT + 1; isa >= 0; isa--) { /* COUNT: quant_gemv; COUNT + 1: ggml */
             vec_dot_fn f = isa < QUANT_ISA_COUNT ? quant_get_vec_dot_isa(type, isa) : NULL;
             if (isa < QUANT_ISA_COUNT && !f) continue;
+            ggml_vec_dot_fn gf = NULL;
+            if (isa == QUANT_ISA_COUNT + 1) {
+                const struct ggml_traits_cpu *gt = g_ggml_traits ? g_ggml_traits((int)type) : NULL;
+                if (!gt || !gt->vec_dot || (uint32_t)gt->vec_dot_type != (uint32_t)t->vec_dot_type) continue;
+                gf = gt->vec_dot;
+            }
             for (int m = 0; m < n_mats; m++)
-                ctxs[m] = (struct gemv_ctx){type, n_cols, n_rows, row_bytes, mats[m], act, out, f, 1};
+                ctxs[m] = (struct gemv_ctx){type, n_cols, n_rows, row_bytes, mats[m], act, out, f, 1, gf};
             threadpool_run(NULL, gemv_task, &ctxs[0], 1);
-            if (memcmp(out, ref, (size_t)n_rows * sizeof(float)) != 0) { printf("%s isa %d MISMATCH vs reference\n", t->name, isa); return 1; }
-            const char *nm = isa == QUANT_ISA_COUNT ? "quant_gemv" : isa == 0 ? "scalar" : isa == 1 ? "avx2" : "avx512vnni";
+            if (gf) { /* a different summation order: close, not bit-equal */
+                double md = 0, mr = 0;
+                for (int64_t r = 0; r < n_rows; r++) { md = VLLMC_MAX(md, fabs(out[r] - ref[r])); mr = VLLMC_MAX(mr, fabs(ref[r])); }
+                if (md > 1e-4 * mr + 1e-6) { printf("%s ggml differs from reference: max diff %g (max |ref| %g)\n", t->name, md, mr); return 1; }
+            } else if (memcmp(out, ref, (size_t)n_rows * sizeof(float)) != 0) { printf("%s isa %d MISMATCH vs reference\n", t->name, isa); return 1; }
+            const char *nm = gf ? "ggml" : isa == QUANT_ISA_COUNT ? "quant_gemv" : isa == 0 ? "scalar" : isa == 1 ? "avx2" : "avx512vnni";
             double s = isa == 0 ? secs / 4 : secs;
             double h1 = time_case(tp, ctxs, 1, 1, s), h2 = time_case(tp, ctxs, 1, 2, s);
             double d1 = time_case(tp, ctxs, n_mats, 1, s), d2 = time_case(tp, ctxs, n_mats, 2, s);
@@ -153,6 +184,31 @@ int main(int argc, char **argv) {
             printf("%-7s %-11s %-5s %8.1f %8.1f %7.0f%% %7.0f%%\n", t->name, nm, "dram", d1, d2, 100 * d1 / bw1, 100 * d2 / bw2);
             printf("%-7s %-11s %-5s %8.1f %8s   (1 MiB of rows, L2-resident: compute bound)\n", t->name, nm, "l2", c1, "-");
             fflush(stdout);
+        }
+        { /* batched (prefill) path: quant_gemm over 8 activation rows vs 8 quant_gemv calls, 1 thread, hot */
+            enum { NA = 8 };
+            size_t ab = (size_t)n_cols * 4 + 4096;
+            uint8_t *acts = malloc(ab * NA);
+            float *o8 = malloc((size_t)n_rows * NA * sizeof(float));
+            for (int i = 0; i < NA; i++) {
+                for (int64_t k = 0; k < n_cols; k++) x[k] = (float)((int64_t)(rnd() % 2001) - 1000) / 500.0f;
+                quantize_row_act(type, x, acts + (size_t)i * ab, n_cols);
+            }
+            double tg = 1e30, tv = 1e30;
+            for (int rep = 0; rep < 5; rep++) {
+                double t = vllmc_time_s();
+                quant_gemm(type, n_cols, mats[0], row_bytes, 0, n_rows, acts, ab, NA, o8, n_rows);
+                t = vllmc_time_s() - t;
+                tg = t < tg ? t : tg;
+                t = vllmc_time_s();
+                for (int i = 0; i < NA; i++) quant_gemv(type, n_cols, mats[0], row_bytes, 0, n_rows, acts + (size_t)i * ab, o8 + i * n_rows);
+                t = vllmc_time_s() - t;
+                tv = t < tv ? t : tv;
+            }
+            printf("%-7s quant_gemm  8 activation rows, 1 thread: %.2f ms (8 x quant_gemv %.2f ms, %.2fx); %.1f GMAC/s\n", t->name,
+                   tg * 1e3, tv * 1e3, tv / tg, (double)NA * n_rows * n_cols / tg / 1e9);
+            free(acts);
+            free(o8);
         }
         for (int m = 0; m < n_mats; m++) vllmc_free_aligned(mats[m]);
         free(mats); free(x); free(act); free(out); free(ref); free(ctxs);

@@ -48,8 +48,12 @@ static inline __attribute__((always_inline)) void dotz_q4_K_n(int64_t n, const v
                 acc0 = _mm512_dpwssd_epi32(acc0, _mm512_maddubs_epi16(wz[c], _mm512_loadu_si512(ai->qs + 64 * c)), sz[c]);
                 acc1 = _mm512_dpwssd_epi32(acc1, _mm512_maddubs_epi16(wz[c + 1], _mm512_loadu_si512(ai->qs + 64 * c + 64)), sz[c + 1]);
             }
-            int32_t isum = dotz_hsum(_mm512_add_epi32(acc0, acc1));
-            acc[i] = acc[i] + dot_term_kmin(ai->d, d, dmin, isum, dot_hsum_i32(macc));
+            /* both horizontal sums at once: [I M I M] */
+            __m512i iz = _mm512_add_epi32(acc0, acc1);
+            __m256i h = _mm256_hadd_epi32(_mm256_add_epi32(_mm512_castsi512_si256(iz), _mm512_extracti64x4_epi64(iz, 1)), macc);
+            __m128i q = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+            q = _mm_hadd_epi32(q, q);
+            acc[i] = acc[i] + dot_term_kmin(ai->d, d, dmin, _mm_cvtsi128_si32(q), _mm_extract_epi32(q, 1));
         }
     }
     #pragma GCC unroll 8

@@ -214,15 +214,17 @@ static inline __m256i dot_pair16(__m256i v2, int j) {
     return _mm256_shuffle_epi8(v2, _mm256_load_si256((const __m256i *)k_dot_pair16[j]));
 }
 
-/* Q4_K / Q5_K scale bytes: out[0..7] = sc_0..7, out[8..15] = m_0..7 */
+/* Q4_K / Q5_K scale bytes: out[0..7] = sc_0..7, out[8..15] = m_0..7. In 32-bit words, with u0..u2 the
+ * 12 packed bytes: r0 = u0 & 0x3f.., r1 = (u2 & 0x0f..) | ((u0 >> 6) & 0x03..) << 4, r2 = u1 & 0x3f..,
+ * r3 = ((u2 >> 4) & 0x0f..) | ((u1 >> 6) & 0x03..) << 4. Reads 16 bytes at s (the block continues). */
 static inline __m128i dot_unpack_k4_scales(const uint8_t *s) {
-    uint32_t u[3], r[4];
-    memcpy(u, s, 12);
-    r[0] = u[0] & 0x3f3f3f3fu;
-    r[1] = (u[2] & 0x0f0f0f0fu) | (((u[0] >> 6) & 0x03030303u) << 4);
-    r[2] = u[1] & 0x3f3f3f3fu;
-    r[3] = ((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4);
-    return _mm_set_epi32((int)r[3], (int)r[2], (int)r[1], (int)r[0]); /* not via memory: no store-forward stall */
+    __m128i v = _mm_loadu_si128((const __m128i *)s);
+    __m128i a = _mm_shuffle_epi32(v, _MM_SHUFFLE(2, 1, 2, 0)); /* u0 u2 u1 u2 */
+    __m128i b = _mm_shuffle_epi32(v, _MM_SHUFFLE(1, 1, 0, 0)); /* u0 u0 u1 u1 */
+    __m128i lo = _mm_and_si128(_mm_srlv_epi32(a, _mm_set_epi32(4, 0, 0, 0)),
+                               _mm_set_epi32(0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f));
+    __m128i hi = _mm_and_si128(_mm_srlv_epi32(b, _mm_set_epi32(6, 0, 6, 0)), _mm_set_epi32(0x03030303, 0, 0x03030303, 0));
+    return _mm_or_si128(lo, _mm_slli_epi32(hi, 4));
 }
 
 static float DOT_NAME(q4_K)(int64_t n, const void *vw, const void *va) {
