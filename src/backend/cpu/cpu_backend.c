@@ -313,6 +313,7 @@ static const struct backend_ops cpu_fast_ops = {
 
 vllmc_status backend_cpu_create(int n_threads, bool reference, struct backend **out) {
     *out = NULL;
+    cpu_init_tables();
     struct cpu_backend *c = calloc(1, sizeof(*c));
     if (!c) return vllmc_errorf(VLLMC_ERR_OOM, "CPU backend");
     c->reference = reference;

@@ -31,6 +31,9 @@ static inline void *cpu_kv_slot(void *pool, int32_t block, int32_t kvh, int32_t 
     return (char *)pool + idx * elt;
 }
 
+/* Build the lookup tables the kernels use (idempotent, thread-safe; backend_cpu_create calls it). */
+void cpu_init_tables(void);
+
 /* Shared checks (cpu_backend.c). */
 vllmc_status cpu_check_act_for_weight(const struct bk_act *act, const struct bk_tensor *w);
 vllmc_status cpu_ensure_attn_scratch(struct cpu_backend *c, int64_t max_ctx, int64_t head_dim);

@@ -2,12 +2,21 @@
  * fast paths (cpu_ops.c) are tested against, and hold the per-row kernels both paths share
  * (RMSNorm row, RoPE head, activation quantization, KV store), so the formulas exist once. */
 #include <math.h>
+#include <pthread.h>
 #include <string.h>
 #include "backend/cpu/cpu_internal.h"
 #include "quant/blocks.h"
 #include "quant/quant.h"
 
 /* ---- shared row kernels ---- */
+
+/* f16 -> f32 for every half bit pattern (exactly fp16_to_fp32), built once: the KV-cache reads. */
+static float cpu_f16_lut[65536];
+static pthread_once_t cpu_f16_lut_once = PTHREAD_ONCE_INIT;
+static void cpu_f16_lut_build(void) {
+    for (uint32_t h = 0; h < 65536; h++) cpu_f16_lut[h] = fp16_to_fp32((ggml_half)h);
+}
+void cpu_init_tables(void) { pthread_once(&cpu_f16_lut_once, cpu_f16_lut_build); }
 
 void cpu_rmsnorm_row(const float *x, const float *w, float eps, int64_t n, float *out) {
     double sum = 0.0;
@@ -76,7 +85,7 @@ void cpu_attn_row_head_ref(const struct cpu_backend *c, const struct bk_kv_cache
         float dot = 0.0f;
         if (f16) {
             const uint16_t *kr = cpu_kv_slot((void *)kp, blk, kvh, slot, nkv, hd, 2);
-            for (int32_t i = 0; i < hd; i++) dot += qr[i] * fp16_to_fp32(kr[i]);
+            for (int32_t i = 0; i < hd; i++) dot += qr[i] * cpu_f16_lut[kr[i]];
         } else {
             const float *kr = cpu_kv_slot((void *)kp, blk, kvh, slot, nkv, hd, 4);
             for (int32_t i = 0; i < hd; i++) dot += qr[i] * kr[i];
@@ -97,7 +106,7 @@ void cpu_attn_row_head_ref(const struct cpu_backend *c, const struct bk_kv_cache
         if (f16) {
             w = fp16_to_fp32(fp32_to_fp16(w)); /* ggml rounds the probabilities to f16 for an f16 V */
             const uint16_t *vr = cpu_kv_slot((void *)vp, blk, kvh, slot, nkv, hd, 2);
-            for (int32_t i = 0; i < hd; i++) out[i] += w * fp16_to_fp32(vr[i]);
+            for (int32_t i = 0; i < hd; i++) out[i] += w * cpu_f16_lut[vr[i]];
         } else {
             const float *vr = cpu_kv_slot((void *)vp, blk, kvh, slot, nkv, hd, 4);
             for (int32_t i = 0; i < hd; i++) out[i] += w * vr[i];
