@@ -15,7 +15,51 @@ static void usage(void) {
             "                    \"enable_thinking\": bool?, ...any other template variables}\n"
             "Missing tools/documents become null and add_generation_prompt false, as in transformers.\n"
             "bos_token/eos_token come from the GGUF vocabulary (or --bos/--eos).\n"
-            "-f - reads the conversation from stdin. --check only compiles the template.\n");
+            "-f - reads the conversation from stdin. --check only compiles the template.\n\n"
+            "vllmc template --batch FILE.jsonl   (testing) each line {\"template\": TEXT, \"context\": JSON-TEXT};\n"
+            "prints one line each: {\"ok\": true, \"text\": ...} or {\"ok\": false, \"error\": ..., \"parse\": bool}\n");
+}
+
+/* One JSON line per input line; the context stays text so numbers keep their int/float spelling. */
+static int run_batch(const char *path) {
+    FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
+    if (!f) { fprintf(stderr, "vllmc template: cannot read %s\n", path); return 1; }
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n;
+    int rc = 0;
+    while ((n = getline(&line, &cap, f)) > 0) {
+        cJSON *in = cJSON_ParseWithLength(line, (size_t)n), *res = cJSON_CreateObject();
+        const cJSON *jt = cJSON_GetObjectItemCaseSensitive(in, "template"), *jc = cJSON_GetObjectItemCaseSensitive(in, "context");
+        if (!res) { cJSON_Delete(in); rc = 1; break; }
+        if (!cJSON_IsString(jt) || !cJSON_IsString(jc)) {
+            cJSON_AddFalseToObject(res, "ok");
+            cJSON_AddStringToObject(res, "error", "bad batch line: needs string fields template and context");
+        } else {
+            struct tmpl *t = NULL;
+            char *out = NULL;
+            size_t out_len = 0;
+            vllmc_status st = tmpl_parse(jt->valuestring, strlen(jt->valuestring), &t);
+            if (st == VLLMC_OK) st = tmpl_render_json(t, jc->valuestring, strlen(jc->valuestring), NULL, NULL, &out, &out_len);
+            if (st == VLLMC_OK && strlen(out) == out_len) {
+                cJSON_AddTrueToObject(res, "ok");
+                cJSON_AddStringToObject(res, "text", out);
+            } else {
+                cJSON_AddFalseToObject(res, "ok");
+                cJSON_AddStringToObject(res, "error", st == VLLMC_OK ? "output holds a NUL byte" : vllmc_last_error());
+                cJSON_AddBoolToObject(res, "parse", t == NULL);
+            }
+            free(out);
+            tmpl_free(t);
+        }
+        char *txt = cJSON_PrintUnformatted(res);
+        if (txt) { fputs(txt, stdout); fputc('\n', stdout); free(txt); } else rc = 1;
+        cJSON_Delete(res);
+        cJSON_Delete(in);
+    }
+    free(line);
+    if (f != stdin) fclose(f);
+    return fflush(stdout) == 0 ? rc : 1;
 }
 
 static char *read_all(const char *path, size_t *n) {
@@ -59,6 +103,10 @@ int cmd_template(int argc, char **argv) {
         const char *next = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(); return 0; }
         if (!strcmp(a, "--check")) { check_only = 1; continue; }
+        if (!strcmp(a, "--batch")) {
+            if (!next) { fprintf(stderr, "vllmc template: --batch needs a file\n"); return 2; }
+            return run_batch(next);
+        }
         const char **dst = !strcmp(a, "-m") || !strcmp(a, "--model") ? &model
                            : !strcmp(a, "--template") || !strcmp(a, "-t") ? &tmpl_path
                            : !strcmp(a, "-f") || !strcmp(a, "--file") ? &conv

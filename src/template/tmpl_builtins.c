@@ -349,6 +349,65 @@ static bool str_has_prefix(const struct tstr *s, const struct tstr *x, bool suff
     return !memcmp(suffix ? s->p + s->len - x->len : s->p, x->p, x->len);
 }
 
+static int str_splitlines(struct tmpl_rt *rt, const struct tstr *s, bool keep, struct tv *out) {
+    if (tv_list(rt, 0, out)) return -1;
+    size_t i = 0, b = 0;
+    while (i < s->len) {
+        uint32_t c;
+        size_t l = utf8_next(s->p + i, s->len - i, &c);
+        bool br = c == '\n' || c == '\r' || c == 0x0B || c == 0x0C || (c >= 0x1C && c <= 0x1E) || c == 0x85 || c == 0x2028 || c == 0x2029;
+        if (!br) { i += l; continue; }
+        size_t e = i;
+        i += l;
+        if (c == '\r' && i < s->len && s->p[i] == '\n') i++;
+        if (push_str(rt, out, s->p + b, (keep ? i : e) - b)) return -1;
+        b = i;
+    }
+    if (b < s->len && push_str(rt, out, s->p + b, s->len - b)) return -1;
+    return 0;
+}
+
+/* jinja2 do_indent: s += "\n", then splitlines() and re-join */
+static int do_indent(struct tmpl_rt *rt, struct tv v, struct targs *a, struct tv *out) {
+    struct tv w, lines;
+    char pad[1001];
+    size_t pad_n = 4;
+    memset(pad, ' ', sizeof pad);
+    if (arg(a, 0, "width", &w)) {
+        if (w.kind == TV_STR) {
+            if (w.u.s->len >= sizeof pad) return tmpl_fail(rt, "indent: width string too long");
+            memcpy(pad, w.u.s->p, w.u.s->len);
+            pad_n = w.u.s->len;
+        } else if (w.kind == TV_INT || w.kind == TV_BOOL) {
+            int64_t n = w.kind == TV_BOOL ? w.u.b : w.u.i;
+            if (n > 1000) return tmpl_fail(rt, "indent: unsupported width");
+            pad_n = n < 0 ? 0 : (size_t)n;
+        } else return tmpl_fail(rt, "indent: width must be an int or a string");
+    }
+    bool first = arg_bool(a, 1, "first", false), blank = arg_bool(a, 2, "blank", false);
+    if (v.kind != TV_STR) return tmpl_fail(rt, "unsupported operand type(s) for +=: '%s' and 'str'", tv_type_name(v));
+    struct tsb b = {.limit = rt->lim.max_output_bytes};
+    if (tsb_put(rt, &b, v.u.s->p, v.u.s->len) || tsb_putc(rt, &b, '\n')) { tsb_free(&b); return -1; }
+    struct tstr *sn = tstr_new(&rt->arena, b.p, b.n);
+    tsb_free(&b);
+    if (!sn) return tmpl_fail(rt, "render exceeded the memory limit");
+    if (str_splitlines(rt, sn, false, &lines)) return -1;
+    struct tlist *l = lines.u.l;
+    if (first && tsb_put(rt, &b, pad, pad_n)) goto fail;
+    for (size_t i = 0; i < l->n; i++) {
+        const struct tstr *ln = l->v[i].u.s;
+        if (i && tsb_putc(rt, &b, '\n')) goto fail;
+        if (i && (blank || ln->len) && tsb_put(rt, &b, pad, pad_n)) goto fail;
+        if (tsb_put(rt, &b, ln->p, ln->len)) goto fail;
+    }
+    if (tv_str_sb(rt, &b, out)) return -1;
+    out->flags = v.flags & TV_F_MARKUP;
+    return 0;
+fail:
+    tsb_free(&b);
+    return -1;
+}
+
 /* Markup escaping (markupsafe.escape) */
 static int html_escape(struct tmpl_rt *rt, const struct tstr *s, struct tv *out) {
     struct tsb b = {.limit = rt->lim.max_output_bytes};
@@ -445,7 +504,9 @@ int tmpl_getitem(struct tmpl_rt *rt, struct tv obj, struct tv key, struct tv *ou
             size_t b = 0;
             uint32_t c;
             for (size_t k = 0; k < i; k++) b += utf8_next(obj.u.s->p + b, obj.u.s->len - b, &c);
-            return tv_str(rt, obj.u.s->p + b, utf8_next(obj.u.s->p + b, obj.u.s->len - b, &c), out);
+            if (tv_str(rt, obj.u.s->p + b, utf8_next(obj.u.s->p + b, obj.u.s->len - b, &c), out)) return -1;
+            out->flags = obj.flags & TV_F_MARKUP;
+            return 0;
         }
         break;
     default: break;
@@ -478,17 +539,23 @@ int tmpl_call_test(struct tmpl_rt *rt, int id, struct tv v, struct targs *a, boo
         return 0;
     case T_ESCAPED: *out = v.kind == TV_STR && (v.flags & TV_F_MARKUP); return 0;
     case T_ODD: case T_EVEN: case T_DIVISIBLEBY: {
-        int64_t d = 2;
-        if (id == T_DIVISIBLEBY) {
-            if (!arg(a, 0, "num", &x)) return tmpl_fail(rt, "divisibleby needs an argument");
-            if (x.kind != TV_INT) return tmpl_fail(rt, "divisibleby: unsupported argument type %s", tv_type_name(x));
-            d = x.u.i;
-            if (d == 0) return tmpl_fail(rt, "integer division or modulo by zero");
+        /* value % num == (1 for odd, else 0), Python modulo on ints and floats */
+        struct tv d = tv_int(2);
+        if (id == T_DIVISIBLEBY && !arg(a, 0, "num", &d)) return tmpl_fail(rt, "divisibleby needs an argument");
+        if (!tv_is_num(v) || !tv_is_num(d)) return tmpl_fail(rt, "unsupported operand type(s) for %%: '%s' and '%s'", tv_type_name(v), tv_type_name(d));
+        double r;
+        if (v.kind != TV_FLOAT && d.kind != TV_FLOAT) {
+            int64_t x = v.kind == TV_BOOL ? v.u.b : v.u.i, y = d.kind == TV_BOOL ? d.u.b : d.u.i;
+            if (y == 0) return tmpl_fail(rt, "integer division or modulo by zero");
+            int64_t m = y == -1 ? 0 : x % y;
+            if (m != 0 && ((m < 0) != (y < 0))) m += y;
+            r = (double)m;
+        } else {
+            double x = tv_num(v), y = tv_num(d);
+            if (y == 0) return tmpl_fail(rt, "float modulo");
+            r = fmod(x, y);
+            if (r != 0 && ((r < 0) != (y < 0))) r += y;
         }
-        if (v.kind != TV_INT && v.kind != TV_BOOL) return tmpl_fail(rt, "test '%s' needs an integer, not %s",
-                                                                    id == T_ODD ? "odd" : id == T_EVEN ? "even" : "divisibleby", tv_type_name(v));
-        int64_t n = v.kind == TV_BOOL ? v.u.b : v.u.i;
-        int64_t r = d == -1 ? 0 : ((n % d) + d) % d;
         *out = id == T_ODD ? r == 1 : r == 0;
         return 0;
     }
@@ -559,6 +626,11 @@ static int get_attr_path(struct tmpl_rt *rt, struct tv item, const char *path, s
 
 static int select_items(struct tmpl_rt *rt, struct tv seq, struct targs *a, bool by_attr, bool reject, struct tv *out) {
     struct tlist *l;
+    if (!tv_truthy(seq)) { /* jinja: `if value:` guards the loop, so a falsy input is an empty generator */
+        if (tv_list(rt, 0, out)) return -1;
+        out->flags = TV_F_GEN;
+        return 0;
+    }
     if (tv_iter_list(rt, seq, &l) || tv_list(rt, 0, out)) return -1;
     int off = 0;
     struct tv attr = {0}, tname;
@@ -647,7 +719,10 @@ int tmpl_call_filter(struct tmpl_rt *rt, int id, struct tv v, struct targs *a, s
         return tmpl_fail(rt, "bad operand type for abs(): '%s'", tv_type_name(v));
     case F_CAPITALIZE: case F_LOWER: case F_UPPER: case F_TITLE:
         if (tv_to_str(rt, v, &s)) return -1;
-        return str_case(rt, s.u.s, id == F_CAPITALIZE ? CASE_CAPITALIZE : id == F_LOWER ? CASE_LOWER : id == F_UPPER ? CASE_UPPER : CASE_JINJA_TITLE, out);
+        if (str_case(rt, s.u.s, id == F_CAPITALIZE ? CASE_CAPITALIZE : id == F_LOWER ? CASE_LOWER : id == F_UPPER ? CASE_UPPER : CASE_JINJA_TITLE, out))
+            return -1;
+        if (id != F_TITLE) out->flags = s.flags & TV_F_MARKUP; /* jinja's title joins plain str pieces */
+        return 0;
     case F_COUNT: case F_LENGTH: return do_length(rt, v, out);
     case F_D: case F_DEFAULT:
         if (v.kind == TV_UNDEF || (arg_bool(a, 1, "boolean", false) && !tv_truthy(v))) {
@@ -662,9 +737,11 @@ int tmpl_call_filter(struct tmpl_rt *rt, int id, struct tv v, struct targs *a, s
         if (id == F_LAST && v.kind == TV_LIST && (v.flags & TV_F_GEN)) return tmpl_fail(rt, "'generator' object is not reversible");
         if (tv_iter_list(rt, v, &l)) return -1;
         *out = l->n ? l->v[id == F_FIRST ? 0 : l->n - 1] : tv_undef();
+        if (id == F_LAST && v.kind == TV_STR && l->n) out->flags = v.flags & TV_F_MARKUP; /* reversed() indexes the Markup */
         return 0;
     case F_FLOAT: case F_INT: {
         bool is_int = id == F_INT;
+        if (v.kind == TV_UNDEF) return tmpl_fail(rt, "undefined value converted with |%s", is_int ? "int" : "float");
         if (!arg(a, 0, "default", &x)) x = is_int ? tv_int(0) : tv_float(0);
         if (v.kind == TV_INT || v.kind == TV_BOOL) { *out = is_int ? tv_int(v.kind == TV_BOOL ? v.u.b : v.u.i) : tv_float(tv_num(v)); return 0; }
         if (v.kind == TV_FLOAT) {
@@ -694,31 +771,7 @@ int tmpl_call_filter(struct tmpl_rt *rt, int id, struct tv v, struct targs *a, s
         *out = x;
         return 0;
     }
-    case F_INDENT: {
-        int64_t width;
-        if (arg_int(rt, a, 0, "width", 4, &width)) return -1;
-        if (width < 0 || width > 1000) return tmpl_fail(rt, "indent: unsupported width");
-        bool first = arg_bool(a, 1, "first", false), blank = arg_bool(a, 2, "blank", false);
-        if (tv_to_str(rt, v, &s)) return -1;
-        struct tsb b = {.limit = rt->lim.max_output_bytes};
-        char pad[1001];
-        memset(pad, ' ', (size_t)width);
-        const char *p = s.u.s->p, *e = p + s.u.s->len;
-        bool line0 = true;
-        while (p <= e) {
-            const char *nl = memchr(p, '\n', (size_t)(e - p));
-            size_t ln = nl ? (size_t)(nl - p) : (size_t)(e - p);
-            bool indent_it = line0 ? first : (blank || ln > 0);
-            if ((indent_it && tsb_put(rt, &b, pad, (size_t)width)) || tsb_put(rt, &b, p, ln) || (nl && tsb_putc(rt, &b, '\n'))) {
-                tsb_free(&b);
-                return -1;
-            }
-            line0 = false;
-            if (!nl) break;
-            p = nl + 1;
-        }
-        return tv_str_sb(rt, &b, out);
-    }
+    case F_INDENT: return do_indent(rt, v, a, out);
     case F_ITEMS:
         if (v.kind == TV_UNDEF) return tv_list(rt, 0, out);
         if (v.kind != TV_DICT) return tmpl_fail(rt, "Can only get item pairs from a mapping.");
@@ -759,6 +812,11 @@ int tmpl_call_filter(struct tmpl_rt *rt, int id, struct tv v, struct targs *a, s
         out->u.l->n = l->n;
         return 0;
     case F_MAP: {
+        if (!tv_truthy(v)) {
+            if (tv_list(rt, 0, out)) return -1;
+            out->flags = TV_F_GEN;
+            return 0;
+        }
         if (tv_iter_list(rt, v, &l) || tv_list(rt, l->n, out)) return -1;
         struct tv attr, dflt;
         bool by_attr = arg(a, -1, "attribute", &attr);
@@ -795,7 +853,9 @@ int tmpl_call_filter(struct tmpl_rt *rt, int id, struct tv v, struct targs *a, s
             struct tsb b = {.limit = rt->lim.max_output_bytes};
             if (tv_iter_list(rt, v, &l)) return -1;
             for (size_t i = l->n; i-- > 0;) if (tsb_put(rt, &b, l->v[i].u.s->p, l->v[i].u.s->len)) { tsb_free(&b); return -1; }
-            return tv_str_sb(rt, &b, out);
+            if (tv_str_sb(rt, &b, out)) return -1;
+            out->flags = v.flags & TV_F_MARKUP; /* value[::-1] */
+            return 0;
         }
         if (tv_iter_list(rt, v, &l) || tv_list(rt, l->n, out)) return -1;
         for (size_t i = 0; i < l->n; i++) out->u.l->v[i] = l->v[l->n - 1 - i];
@@ -869,6 +929,7 @@ int tmpl_call_filter(struct tmpl_rt *rt, int id, struct tv v, struct targs *a, s
         for (size_t i = 0; i < l->n; i++) {
             struct tv key = l->v[i];
             if (has_attr && get_attr_path(rt, key, attr.u.s->p, &key)) return -1;
+            if (!tv_hashable(key)) return tmpl_fail(rt, "unhashable type: '%s'", tv_type_name(key));
             if (!cs && key.kind == TV_STR && str_case(rt, key.u.s, CASE_LOWER, &key)) return -1;
             bool dup = false;
             for (size_t k = 0; k < seen.u.l->n && !dup; k++) dup = tv_eq(seen.u.l->v[k], key);
@@ -935,7 +996,7 @@ static int str_predicate(struct tmpl_rt *rt, const struct tstr *s, int id, struc
     return 0;
 }
 
-int tmpl_call_method(struct tmpl_rt *rt, struct tmethod *m, struct targs *a, struct tv *out) {
+static int call_method(struct tmpl_rt *rt, struct tmethod *m, struct targs *a, struct tv *out) {
     int id = methods[m->id].id;
     const char *name = methods[m->id].name;
     struct tv self = m->self, x, y;
@@ -1002,24 +1063,7 @@ int tmpl_call_method(struct tmpl_rt *rt, struct tmethod *m, struct targs *a, str
         }
         return tv_str_sb(rt, &b, out);
     }
-    case M_SPLITLINES: {
-        bool keep = arg_bool(a, 0, "keepends", false);
-        if (tv_list(rt, 0, out)) return -1;
-        size_t i = 0, b = 0;
-        while (i < s->len) {
-            uint32_t c;
-            size_t l = utf8_next(s->p + i, s->len - i, &c);
-            bool br = c == '\n' || c == '\r' || c == 0x0B || c == 0x0C || (c >= 0x1C && c <= 0x1E) || c == 0x85 || c == 0x2028 || c == 0x2029;
-            if (!br) { i += l; continue; }
-            size_t e = i;
-            i += l;
-            if (c == '\r' && i < s->len && s->p[i] == '\n') i++;
-            if (push_str(rt, out, s->p + b, (keep ? i : e) - b)) return -1;
-            b = i;
-        }
-        if (b < s->len && push_str(rt, out, s->p + b, s->len - b)) return -1;
-        return 0;
-    }
+    case M_SPLITLINES: return str_splitlines(rt, s, arg_bool(a, 0, "keepends", false), out);
     case M_ISDIGIT: case M_ISALPHA: case M_ISALNUM: case M_ISSPACE: case M_ISUPPER: case M_ISLOWER:
         return str_predicate(rt, s, id, out);
     case M_REMOVEPREFIX: case M_REMOVESUFFIX:
@@ -1038,6 +1082,7 @@ int tmpl_call_method(struct tmpl_rt *rt, struct tmethod *m, struct targs *a, str
         return 0;
     case M_GET:
         if (!arg(a, 0, "key", &x)) return tmpl_fail(rt, "get expected at least 1 argument");
+        if (!tv_hashable(x)) return tmpl_fail(rt, "unhashable type: '%s'", tv_type_name(x));
         if (!tv_dict_get(self.u.d, x, out) && !arg(a, 1, "default", out)) *out = tv_none();
         return 0;
     case M_LINDEX: case M_LCOUNT: {
@@ -1058,6 +1103,38 @@ int tmpl_call_method(struct tmpl_rt *rt, struct tmethod *m, struct targs *a, str
         return 0;
     }
     return tmpl_fail(rt, "internal: unknown method");
+}
+
+/* Methods of a Markup string return Markup; replace() and join() escape what they insert. */
+int tmpl_call_method(struct tmpl_rt *rt, struct tmethod *m, struct targs *a, struct tv *out) {
+    int id = methods[m->id].id;
+    bool markup = m->self.kind == TV_STR && (m->self.flags & TV_F_MARKUP);
+    if (!markup) return call_method(rt, m, a, out);
+    struct tv x;
+    if (id == M_REPLACE && a->n_pos >= 2 && a->v[1].kind == TV_STR && html_escape(rt, a->v[1].u.s, &a->v[1])) return -1;
+    if (id == M_JOIN && arg(a, 0, "iterable", &x) && x.kind != TV_UNDEF) {
+        struct tlist *l;
+        struct tv esc;
+        if (tv_iter_list(rt, x, &l) || tv_list(rt, l->n, &esc)) return -1;
+        for (size_t i = 0; i < l->n; i++) {
+            struct tv s = l->v[i];
+            if (!(s.kind == TV_STR && (s.flags & TV_F_MARKUP)) && (tv_to_str(rt, s, &s) || html_escape(rt, s.u.s, &s))) return -1;
+            esc.u.l->v[i] = s;
+        }
+        esc.u.l->n = l->n;
+        a->v[0] = esc;
+    }
+    if (call_method(rt, m, a, out)) return -1;
+    switch (id) {
+    case M_CAPITALIZE: case M_TITLE: case M_LOWER: case M_UPPER: case M_REPLACE: case M_LSTRIP: case M_RSTRIP:
+    case M_STRIP: case M_REMOVEPREFIX: case M_REMOVESUFFIX: case M_JOIN:
+        out->flags |= TV_F_MARKUP;
+        break;
+    case M_SPLIT: case M_RSPLIT: case M_SPLITLINES:
+        for (size_t i = 0; i < out->u.l->n; i++) out->u.l->v[i].flags |= TV_F_MARKUP;
+        break;
+    }
+    return 0;
 }
 
 /* ---------------- global functions ---------------- */
@@ -1113,6 +1190,7 @@ int tmpl_call_builtin(struct tmpl_rt *rt, int id, struct targs *a, struct tv *ou
         if (tv_list(rt, (size_t)cnt, out)) return -1;
         for (size_t i = 0; i < (size_t)cnt; i++) out->u.l->v[i] = tv_int(r[0] + (int64_t)i * r[2]);
         out->u.l->n = (size_t)cnt;
+        out->flags = TV_F_RANGE;
         return 0;
     }
     }

@@ -68,6 +68,7 @@ int tmpl_contains(struct tmpl_rt *rt, struct tv hay, struct tv needle, bool *out
         return 0;
     case TV_DICT: {
         struct tv dummy;
+        if (!tv_hashable(needle)) return tmpl_fail(rt, "unhashable type: '%s'", tv_type_name(needle));
         *out = tv_dict_get(hay.u.d, needle, &dummy);
         return 0;
     }
@@ -131,6 +132,7 @@ static const char *op_sym(int op) {
 }
 
 static int binop(struct tmpl_rt *rt, int op, struct tv a, struct tv b, struct tv *out) {
+    if (op == OP_MOD && a.kind == TV_STR) return tmpl_fail(rt, "unsupported: printf-style string formatting with '%%'");
     if (a.kind == TV_UNDEF || b.kind == TV_UNDEF) {
         struct tv u = a.kind == TV_UNDEF ? a : b;
         if (u.u.s) return tmpl_fail(rt, "'%s' is undefined", u.u.s->p);
@@ -154,7 +156,7 @@ static int binop(struct tmpl_rt *rt, int op, struct tv a, struct tv b, struct tv
             return 0;
         }
         if (a.kind == TV_LIST && b.kind == TV_LIST && (a.flags & TV_F_LISTKIND) == (b.flags & TV_F_LISTKIND) &&
-            !(a.flags & (TV_F_GEN | TV_F_VIEW))) {
+            !(a.flags & (TV_F_GEN | TV_F_VIEW | TV_F_RANGE))) {
             size_t n = a.u.l->n + b.u.l->n;
             if (tv_list(rt, n, out)) return -1;
             if (a.u.l->n) memcpy(out->u.l->v, a.u.l->v, a.u.l->n * sizeof(struct tv));
@@ -171,9 +173,9 @@ static int binop(struct tmpl_rt *rt, int op, struct tv a, struct tv b, struct tv
     case OP_MUL:
         if (ints) { bool of = __builtin_mul_overflow(x, y, &r); return int_result(rt, of, r, out); }
         if (num) { *out = tv_float(fx * fy); return 0; }
-        if ((a.kind == TV_STR || (a.kind == TV_LIST && !(a.flags & (TV_F_GEN | TV_F_VIEW)))) && (b.kind == TV_INT || b.kind == TV_BOOL))
+        if ((a.kind == TV_STR || (a.kind == TV_LIST && !(a.flags & (TV_F_GEN | TV_F_VIEW | TV_F_RANGE)))) && (b.kind == TV_INT || b.kind == TV_BOOL))
             return repeat(rt, a, y, out);
-        if ((b.kind == TV_STR || (b.kind == TV_LIST && !(b.flags & (TV_F_GEN | TV_F_VIEW)))) && (a.kind == TV_INT || a.kind == TV_BOOL))
+        if ((b.kind == TV_STR || (b.kind == TV_LIST && !(b.flags & (TV_F_GEN | TV_F_VIEW | TV_F_RANGE)))) && (a.kind == TV_INT || a.kind == TV_BOOL))
             return repeat(rt, b, x, out);
         break;
     case OP_DIV:
@@ -226,20 +228,25 @@ static int binop(struct tmpl_rt *rt, int op, struct tv a, struct tv b, struct tv
     return tmpl_fail(rt, "unsupported operand type(s) for %s: '%s' and '%s'", op_sym(op), tv_type_name(a), tv_type_name(b));
 }
 
-/* Python slice of a list/tuple/str; other types give Undefined (jinja's getitem swallows the TypeError) */
+/* Python slice of a list/tuple/str/range. jinja2 compiles a[x:y] to a direct Python subscription (not
+ * environment.getitem), so slicing anything else raises. */
 static int slice(struct tmpl_rt *rt, struct tv obj, const struct tnode *n, struct tv *out) {
     struct tv parts[3] = {tv_none(), tv_none(), tv_none()};
     const struct tnode *pn[3] = {n->b, n->c, n->d};
     for (int i = 0; i < 3; i++) if (pn[i] && eval(rt, pn[i], &parts[i])) return -1;
     if (obj.kind == TV_UNDEF) return tmpl_getitem(rt, obj, tv_none(), out);
-    *out = tv_undef();
-    if ((obj.kind != TV_LIST && obj.kind != TV_STR) || (obj.flags & (TV_F_GEN | TV_F_VIEW))) return 0;
+    /* (jinja2's optimizer folds a slice of a constant through getitem instead, giving Undefined: that
+     * case is refused here rather than imitated) */
+    if (obj.kind == TV_DICT) return tmpl_fail(rt, "unhashable type: 'slice' (unsupported: slicing a dict)");
+    if ((obj.kind != TV_LIST && obj.kind != TV_STR) || (obj.flags & (TV_F_GEN | TV_F_VIEW)))
+        return tmpl_fail(rt, "'%s' object is not subscriptable (unsupported: slicing a %s)", tv_type_name(obj), tv_type_name(obj));
     int64_t v[3];
     bool given[3];
     for (int i = 0; i < 3; i++) {
         given[i] = parts[i].kind != TV_NONE;
         if (!given[i]) continue;
-        if (parts[i].kind != TV_INT && parts[i].kind != TV_BOOL) return 0;
+        if (parts[i].kind != TV_INT && parts[i].kind != TV_BOOL)
+            return tmpl_fail(rt, "slice indices must be integers or None or have an __index__ method");
         v[i] = parts[i].kind == TV_BOOL ? parts[i].u.b : parts[i].u.i;
     }
     int64_t step = given[2] ? v[2] : 1;
@@ -266,11 +273,13 @@ static int slice(struct tmpl_rt *rt, struct tv obj, const struct tnode *n, struc
     if (tv_list(rt, 0, &res)) return -1;
     for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step)
         if (tv_list_push(rt, &res, items->v[i])) return -1;
-    if (obj.kind == TV_LIST) { res.flags = obj.flags & TV_F_TUPLE; *out = res; return 0; }
+    if (obj.kind == TV_LIST) { res.flags = obj.flags & (TV_F_TUPLE | TV_F_RANGE); *out = res; return 0; }
     struct tsb b = {.limit = rt->lim.max_output_bytes};
     for (size_t i = 0; i < res.u.l->n; i++)
         if (tsb_put(rt, &b, res.u.l->v[i].u.s->p, res.u.l->v[i].u.s->len)) { tsb_free(&b); return -1; }
-    return tv_str_sb(rt, &b, out);
+    if (tv_str_sb(rt, &b, out)) return -1;
+    out->flags = obj.flags & TV_F_MARKUP;
+    return 0;
 }
 
 /* evaluate positional + keyword args of a CALL/FILTER/TEST node */
@@ -411,8 +420,7 @@ static int eval_inner(struct tmpl_rt *rt, const struct tnode *n, struct tv *out)
         if (tv_dict(rt, &d)) return -1;
         for (int i = 0; i < n->n_kids; i++) {
             if (eval(rt, n->kids[i], &a) || eval(rt, n->kids2[i], &b)) return -1;
-            if (a.kind == TV_LIST && !(a.flags & TV_F_TUPLE)) return tmpl_fail(rt, "unhashable type: 'list'");
-            if (a.kind == TV_DICT || a.kind == TV_NS) return tmpl_fail(rt, "unhashable type: '%s'", tv_type_name(a));
+            if (!tv_hashable(a)) return tmpl_fail(rt, "unhashable type: '%s'", tv_type_name(a));
             if (tv_dict_set(rt, d.u.d, a, b)) return -1;
         }
         *out = d;

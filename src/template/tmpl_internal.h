@@ -36,8 +36,9 @@ enum tv_kind {
 #define TV_F_ITEMS 8   /* TV_LIST standing for dict.items() / keys() / values() views */
 #define TV_F_KEYS 16
 #define TV_F_VALUES 32
+#define TV_F_RANGE 64 /* TV_LIST from range(): indexable, but prints as range(a, b) and does not concatenate */
 #define TV_F_VIEW (TV_F_ITEMS | TV_F_KEYS | TV_F_VALUES)
-#define TV_F_LISTKIND (TV_F_TUPLE | TV_F_GEN | TV_F_VIEW)
+#define TV_F_LISTKIND (TV_F_TUPLE | TV_F_GEN | TV_F_VIEW | TV_F_RANGE)
 
 struct tstr { size_t len; char p[]; };
 struct tlist { size_t n, cap; struct tv *v; };
@@ -172,6 +173,7 @@ int tv_dict_set(struct tmpl_rt *rt, struct tdict *d, struct tv key, struct tv va
 bool tv_dict_get(const struct tdict *d, struct tv key, struct tv *out);
 bool tv_dict_get_str(const struct tdict *d, const char *key, struct tv *out);
 bool tv_truthy(struct tv v);
+bool tv_hashable(struct tv v); /* Python hash() would succeed */
 bool tv_eq(struct tv a, struct tv b);
 int tv_lt(struct tmpl_rt *rt, struct tv a, struct tv b, bool *out); /* Python a < b; -1 TypeError */
 const char *tv_type_name(struct tv v);

@@ -276,6 +276,15 @@ bool tv_dict_get_str(const struct tdict *d, const char *key, struct tv *out) {
 bool tv_is_num(struct tv v) { return v.kind == TV_BOOL || v.kind == TV_INT || v.kind == TV_FLOAT; }
 double tv_num(struct tv v) { return v.kind == TV_FLOAT ? v.u.f : v.kind == TV_INT ? (double)v.u.i : v.kind == TV_BOOL ? v.u.b : 0; }
 
+bool tv_hashable(struct tv v) {
+    if (v.kind == TV_DICT) return false;
+    if (v.kind != TV_LIST) return true;
+    if (v.flags & (TV_F_GEN | TV_F_RANGE)) return true;
+    if (!(v.flags & TV_F_TUPLE)) return false;
+    for (size_t i = 0; i < v.u.l->n; i++) if (!tv_hashable(v.u.l->v[i])) return false;
+    return true;
+}
+
 bool tv_truthy(struct tv v) {
     switch (v.kind) {
     case TV_UNDEF: case TV_NONE: return false;
@@ -298,7 +307,7 @@ const char *tv_type_name(struct tv v) {
     case TV_FLOAT: return "float";
     case TV_STR: return "str";
     case TV_LIST:
-        return v.flags & TV_F_TUPLE ? "tuple" : v.flags & TV_F_GEN ? "generator" : v.flags & TV_F_ITEMS ? "dict_items"
+        return v.flags & TV_F_TUPLE ? "tuple" : v.flags & TV_F_GEN ? "generator" : v.flags & TV_F_RANGE ? "range" : v.flags & TV_F_ITEMS ? "dict_items"
              : v.flags & TV_F_KEYS ? "dict_keys" : v.flags & TV_F_VALUES ? "dict_values" : "list";
     case TV_DICT: return "dict";
     case TV_NS: return "Namespace";
@@ -357,7 +366,7 @@ int tv_lt(struct tmpl_rt *rt, struct tv a, struct tv b, bool *out) {
         return 0;
     }
     if (a.kind == TV_LIST && b.kind == TV_LIST && (a.flags & TV_F_LISTKIND) == (b.flags & TV_F_LISTKIND) &&
-        !(a.flags & (TV_F_GEN | TV_F_VIEW))) {
+        !(a.flags & (TV_F_GEN | TV_F_VIEW | TV_F_RANGE))) {
         size_t n = VLLMC_MIN(a.u.l->n, b.u.l->n);
         for (size_t i = 0; i < n; i++) {
             if (tv_eq(a.u.l->v[i], b.u.l->v[i])) continue;
@@ -411,6 +420,7 @@ static int write_value(struct tmpl_rt *rt, struct tsb *b, struct tv v, bool repr
     case TV_LIST: {
         bool tup = v.flags & TV_F_TUPLE;
         if (v.flags & TV_F_GEN) return tmpl_fail(rt, "cannot print a generator (Python prints its address); add |list");
+        if (v.flags & TV_F_RANGE) return tmpl_fail(rt, "unsupported: cannot print a range object; add |list");
         if ((v.flags & TV_F_VIEW) && (tsb_put(rt, b, tv_type_name(v), strlen(tv_type_name(v))) || tsb_putc(rt, b, '('))) return -1;
         if (tsb_putc(rt, b, tup ? '(' : '[')) return -1;
         for (size_t i = 0; i < v.u.l->n; i++) {
@@ -509,7 +519,7 @@ int tv_write_json(struct tmpl_rt *rt, struct tsb *b, struct tv v, const struct t
         return tsb_put(rt, b, buf, strlen(buf));
     case TV_STR: return json_string(rt, b, v.u.s->p, v.u.s->len, o->ensure_ascii);
     case TV_LIST: {
-        if (v.flags & (TV_F_GEN | TV_F_VIEW)) return tmpl_fail(rt, "Object of type %s is not JSON serializable", tv_type_name(v));
+        if (v.flags & (TV_F_GEN | TV_F_VIEW | TV_F_RANGE)) return tmpl_fail(rt, "Object of type %s is not JSON serializable", tv_type_name(v));
         if (!v.u.l->n) return tsb_put(rt, b, "[]", 2);
         if (tsb_putc(rt, b, '[')) return -1;
         for (size_t i = 0; i < v.u.l->n; i++) {

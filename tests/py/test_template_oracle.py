@@ -8,6 +8,7 @@ outputs must be byte-identical, and where jinja2 raises, vllmc must fail too (wi
 message). A second test runs small expression snippets through both, and a third renders through
 `-m MODEL.gguf` with the real checkpoint's embedded template and vocabulary tokens.
 """
+import copy
 import glob
 import json
 import os
@@ -386,3 +387,136 @@ def test_random_conversations_match_jinja2():
                     failures.append(msg + "\n  conversation: " + json.dumps(conv, ensure_ascii=False)[:1500])
     print(f"{n} random conversations x {len(srcs)} templates: {rendered} rendered, {len(failures)} mismatches")
     assert not failures, "\n".join(failures[:5])
+
+
+# ---- random expressions and whitespace layouts through `vllmc template --batch` ----
+EXPR_CTX = {"s": " Ab,c é😀 ", "e": "", "n": 5, "z": 0, "f": 2.5, "g": -0.5, "t": True, "nn": None,
+            "l": [3, "x", None, [1, 2], {"k": "v"}], "d": {"a": 1, "b": "two", "c": [1.5], "items": 0},
+            "msgs": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": None, "tool_calls": [{"name": "f"}]}],
+            "w": ["b", "A", "c", "a"]}
+REFUSAL_WORDS = ("unsupported", "cannot print", "integer overflow", "non-ASCII", "generator")
+
+
+def random_expr(rng, depth=0):
+    strs = ["'a'", "'Ab c'", "''", "' x '", "'é😀'", "\"it's\"", "'a\\nb'", "'%'", "'{{'", "'1'", "'2.5'"]
+    atoms = ["s", "e", "n", "z", "f", "g", "t", "nn", "l", "d", "msgs", "w", "u", "d.a", "d.zz", "l[1]", "l[-1]", "l[9]",
+             "msgs[0].role", "msgs[1].content", "msgs[1].tool_calls", "d['b']", "d.items", "0", "1", "2", "-3", "7", "256", "0.1",
+             "1.0", "1e16", "2.5e-5", "-0.0", "true", "false", "none", "[1, 'a']", "[]", "{}", "{'x': 1, 'y': [none]}", "(1, 2)",
+             "(1,)", "range(4)", "namespace(a=1).a", "loop"] + strs
+    if depth > 3 or rng.random() < 0.3:
+        return rng.choice(atoms)
+    k = rng.randrange(12)
+    a = lambda: random_expr(rng, depth + 1)  # noqa: E731
+    if k == 0:
+        return f"({a()} {rng.choice(['+', '-', '*', '/', '//', '%', '**', '~'])} {a()})"
+    if k == 1:
+        return f"({a()} {rng.choice(['==', '!=', '<', '>', '<=', '>=', 'in', 'not in'])} {a()})"
+    if k == 2:
+        return f"({a()} {rng.choice(['and', 'or'])} {a()})" if rng.random() < 0.7 else f"(not {a()})"
+    if k == 3:
+        return f"(-{a()})"
+    if k == 4:
+        flt = rng.choice(["trim", "length", "upper", "lower", "string", "first", "last", "list", "sort", "reverse|list", "unique|list",
+                          "join(',')", "join", "tojson", "tojson(indent=1)", "default('D')", "default('D', true)", "int", "float",
+                          "abs", "items|list", "capitalize", "title", "replace('a', 'Z')", "safe", "sum", "max", "min",
+                          "select|list", "reject('none')|list", "map('string')|list", "selectattr('role')|list", "count",
+                          "round(1)", "indent(2)", "escape"])
+        return f"({a()}|{flt})"
+    if k == 5:
+        tst = rng.choice(["defined", "undefined", "none", "string", "number", "integer", "float", "mapping", "sequence", "iterable",
+                          "boolean", "true", "false", "odd", "even", "divisibleby 2", "lower", "upper", "in [1, 'a']", "eq 1",
+                          "callable", "sameas none"])
+        return f"({a()} is {'not ' if rng.random() < 0.3 else ''}{tst})"
+    if k == 6:
+        m = rng.choice(["strip()", "lstrip('x ')", "rstrip()", "split()", "split(',')", "split('a', 1)", "rsplit(None, 1)",
+                        "upper()", "lower()", "startswith('A')", "endswith((' ', 'x'))", "replace('b', 'B')", "find('c')",
+                        "count('a')", "title()", "capitalize()", "splitlines()", "isdigit()", "items()|list", "keys()|list",
+                        "values()|list", "get('a')", "get('q', 0)", "index(3)", "join(['p', 'q'])", "removeprefix(' A')"])
+        return f"{a()}.{m}"
+    if k == 7:
+        return f"({a()} if {a()} else {a()})" if rng.random() < 0.8 else f"({a()} if {a()})"
+    if k == 8:
+        return rng.choice([f"{a()}[{rng.choice(['0', '1', '-1', '5', 'n', 'true'])}]", f"{a()}[1:]", f"{a()}[::-1]",
+                           f"{a()}[:{rng.choice(['2', '-1', '0'])}]", f"{a()}[::2]", f"{a()}.{rng.choice(['a', 'role', 'k', '0'])}"])
+    if k == 9:
+        return f"[{a()}, {a()}]"
+    if k == 10:
+        return f"{{{rng.choice(strs)}: {a()}}}"
+    return f"({a()})"
+
+
+def random_layout(rng):
+    parts = []
+    for _ in range(rng.randint(1, 8)):
+        k = rng.randrange(4)
+        if k == 0:
+            parts.append(rng.choice(["a", " ", "  ", "\n", "\t", "\n  ", " \n", "\n\n", "b\n", "  c  "]))
+        elif k == 1:
+            s, e = rng.choice(["", "-", "+"]), rng.choice(["", "-", "+"])
+            body = rng.choice(["X", "\n X \n", "  ", ""])
+            s2, e2 = rng.choice(["", "-", "+"]), rng.choice(["", "-", "+"])
+            parts.append(f"{{%{s} if true {e}%}}{body}{{%{s2} endif {e2}%}}")
+        elif k == 2:
+            parts.append(f"{{{{{rng.choice(['', '-'])} 'v' {rng.choice(['', '-'])}}}}}")
+        else:
+            parts.append(f"{{#{rng.choice(['', '-', '+'])} c {rng.choice(['', '-', '+'])}#}}")
+    return "".join(parts)
+
+
+def run_batch(items):
+    with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False, encoding="utf-8") as f:
+        for tmpl, ctx in items:
+            f.write(json.dumps({"template": tmpl, "context": ctx}) + "\n")
+        path = f.name
+    try:
+        r = subprocess.run([VLLMC, "template", "--batch", path], capture_output=True, timeout=600)
+    finally:
+        os.unlink(path)
+    assert r.returncode == 0, r.stderr.decode(errors="replace")[-2000:]
+    return [json.loads(x) for x in r.stdout.decode("utf-8").splitlines()]
+
+
+def test_random_expressions_match_jinja2():
+    import random
+    need_vllmc()
+    seed = int(os.environ.get("VLLMC_TEST_SEED", "0")) or int.from_bytes(os.urandom(4), "little")
+    rng = random.Random(seed)
+    n = int(os.environ.get("VLLMC_TEMPLATE_RANDOM_EXPRS", "3000"))
+    ctx_text = json.dumps(EXPR_CTX, ensure_ascii=False)
+    ctx = json.loads(ctx_text)
+    items = []
+    for i in range(n):
+        k = i % 5
+        e = random_expr(rng)
+        if k == 0:
+            t = random_layout(rng)
+        elif k == 1:
+            t = f"{{% for x in {e} %}}{{{{ x }}}},{{{{ loop.index }}}}{{{{ loop.last }}}};{{% else %}}empty{{% endfor %}}"
+        elif k == 2:
+            t = f"{{% if {e} %}}T{{% else %}}F{{% endif %}}{{% set v = {e} %}}[{{{{ v }}}}]"
+        else:
+            t = f"{{{{ {e} }}}}"
+        items.append((t, ctx_text))
+    got = run_batch(items)
+    assert len(got) == len(items)
+    wrong, refused, agree_ok, agree_err = [], [], 0, 0
+    for (t, _), g in zip(items, got):
+        text, err = py_render(t, dict(copy.deepcopy(ctx), messages=[]))  # jinja filters may mutate lists (indent)
+        if err is None and g["ok"]:
+            if text == g["text"]:
+                agree_ok += 1
+            else:
+                wrong.append(f"{t!r}: jinja2 {text!r} vs vllmc {g['text']!r}")
+        elif err is not None and not g["ok"]:
+            agree_err += 1
+        elif err is not None:
+            wrong.append(f"{t!r}: jinja2 raised {err!r} but vllmc rendered {g['text']!r}")
+        elif any(w in g["error"] for w in REFUSAL_WORDS) or " at 0x" in text:
+            refused.append(f"{t!r}: {g['error']}")
+        else:
+            wrong.append(f"{t!r}: jinja2 rendered {text!r} but vllmc failed: {g['error']}")
+    print(f"seed {seed}: {n} random templates: {agree_ok} same text, {agree_err} both raise, {len(refused)} refused "
+          f"by vllmc on purpose, {len(wrong)} wrong")
+    for r in refused[:5]:
+        print("  refused:", r)
+    assert not wrong, f"seed {seed}:\n" + "\n".join(wrong[:15])
