@@ -445,6 +445,8 @@ int cmd_chat(int argc, char **argv) {
         st = tokenizer_encode_alloc(e.tok, text, tlen, TOKENIZER_ENCODE_PARSE_SPECIAL, &ids, &n_ids);
         free(text);
         if (st) goto fail;
+        s.t_prefill = s.t_decode = 0; /* speeds per turn */
+        s.n_prefill = s.n_decode = 0;
         /* Reuse the cached prefix: restart at the first token that differs (KV past it is overwritten). */
         int32_t common = 0;
         while (common < s.n_tokens && (size_t)common < n_ids && s.tokens[common] == ids[common]) common++;
@@ -455,8 +457,6 @@ int cmd_chat(int argc, char **argv) {
         int32_t room = s.cap_tokens - s.n_tokens;
         int32_t n_pred = o.n_predict < 0 ? room : VLLMC_MIN(o.n_predict, room);
         int32_t *gen = NULL, n_gen = 0;
-        s.t_decode = 0;
-        s.n_decode = 0;
         st = generate_loop(&e, &s, &o, s.n_tokens, n_pred, s.logits, true, &gen, &n_gen);
         printf("\n");
         fflush(stdout);

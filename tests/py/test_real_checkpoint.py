@@ -84,8 +84,12 @@ def ours_greedy(model_path, text, ids, dump):
         pytest.fail(f"{VLLMC} not built")
     base = [str(VLLMC), "generate", "-m", model_path, "-n", str(N_GEN), "--ignore-eos", "--ids", "-t", "2",
             "--dump-logits", str(dump)]
-    r = subprocess.run(base + ["-p", text], capture_output=True, text=True, timeout=600)
-    used_tokenizer = r.returncode == 0
+    # our tokenizer, when this build has one, must give llama.cpp's ids for the prompt
+    t = subprocess.run([str(VLLMC), "tokenize", "-m", model_path, "-p", text, "--ids"], capture_output=True, text=True)
+    used_tokenizer = t.returncode == 0
+    if used_tokenizer:
+        assert json.loads(t.stdout.strip().splitlines()[-1]) == ids, "our tokenizer differs from llama.cpp on the prompt"
+        r = subprocess.run(base + ["-p", text], capture_output=True, text=True, timeout=600)
     if not used_tokenizer:  # no tokenizer in this build: pass llama.cpp's ids
         r = subprocess.run(base + ["--prompt-ids", json.dumps(ids)], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
