@@ -1,12 +1,15 @@
 /* MoE ops vs plain references on fresh random data: the router (softmax, top-k with ties, renormalization)
  * vs a double-precision sort, and the CPU MoE FFN op vs a dense reference that runs every expert on every
  * row in double and mixes them with a weight vector that is zero outside the selected experts — for F32
- * weights (tight bound) and quantized expert weights (Q8_0, Q4_K/Q6_K; bound from activation rounding).
+ * weights and quantized expert weights (Q8_0, Q4_K/Q6_K/mixed), the reference rounding each matrix's input to
+ * that matrix's activation type as the op does: all outputs within 1e-2, and all but 2 + T/4 rows within 1e-5
+ * (a hidden value at a rounding boundary may round the other way in float than in double; ~4% of rows).
  * Also: thread-count independence (bit-exact) and shape errors returned, not aborted. */
 #include <string.h>
 
 #include "backend/backend.h"
 #include "backend/cpu/ops_moe.h"
+#include "quant/blocks.h"
 #include "quant/quant.h"
 #include "test.h"
 
@@ -95,20 +98,43 @@ static void make_wmat(struct wmat *m, uint32_t type, int n_dims, int64_t ne0, in
 
 static void free_wmat(struct wmat *m) { free(m->t.data); free(m->deq); }
 
-/* y = W_down (silu(W_gate x) * W_up x) in double; W [rows][cols] row-major slabs. */
-static void ref_ffn(const float *x, int n_embd, int n_ff, const float *wg, const float *wu, const float *wd, double *y) {
+/* x rounded the way a weight of type wtype sees it: quantized to its activation type and back (F32: as is). */
+static void act_round(uint32_t wtype, const float *x, float *out, int n) {
+    const int vt = quant_traits(wtype)->vec_dot_type;
+    if (vt == GGML_TYPE_F32) { memcpy(out, x, sizeof(float) * n); return; }
+    uint8_t buf[8192];
+    VLLMC_ASSERT(quant_row_size(vt, n) <= sizeof(buf));
+    quantize_row_act(wtype, x, buf, n);
+    if (vt == GGML_TYPE_Q8_K) {
+        const block_q8_K *b = (const block_q8_K *)(void *)buf;
+        for (int i = 0; i < n; i++) out[i] = b[i / QK_K].d * b[i / QK_K].qs[i % QK_K];
+    } else {
+        dequantize_row(vt, buf, out, n);
+    }
+}
+
+/* y = W_down (silu(W_gate x) * W_up x) in double; W [rows][cols] row-major slabs. The inputs of each
+ * matrix are rounded as that matrix's activation type (mirrors the op, so the bound can be tight). */
+static void ref_ffn(const float *x, int n_embd, int n_ff, const float *wg, const float *wu, const float *wd,
+                    uint32_t tg, uint32_t tu, uint32_t td, double *y) {
     double *h = malloc(sizeof(double) * n_ff);
+    float *xg = malloc(sizeof(float) * n_embd), *xu = malloc(sizeof(float) * n_embd);
+    float *hf = malloc(sizeof(float) * n_ff), *hr = malloc(sizeof(float) * n_ff);
+    act_round(tg, x, xg, n_embd);
+    act_round(tu, x, xu, n_embd);
     for (int i = 0; i < n_ff; i++) {
         double g = 0, u = 0;
-        for (int c = 0; c < n_embd; c++) { g += (double)wg[(int64_t)i * n_embd + c] * x[c]; u += (double)wu[(int64_t)i * n_embd + c] * x[c]; }
-        h[i] = g / (1 + exp(-g)) * u;
+        for (int c = 0; c < n_embd; c++) { g += (double)wg[(int64_t)i * n_embd + c] * xg[c]; u += (double)wu[(int64_t)i * n_embd + c] * xu[c]; }
+        hf[i] = (float)(g / (1 + exp(-g)) * u);
     }
+    act_round(td, hf, hr, n_ff);
+    for (int i = 0; i < n_ff; i++) h[i] = hr[i];
     for (int o = 0; o < n_embd; o++) {
         double s = 0;
         for (int i = 0; i < n_ff; i++) s += wd[(int64_t)o * n_ff + i] * h[i];
         y[o] = s;
     }
-    free(h);
+    free(h); free(xg); free(xu); free(hf); free(hr);
 }
 
 static void run_case(const struct moe_case *mc, int T, struct backend *be_fast, struct backend *be_ref) {
@@ -148,6 +174,7 @@ static void run_case(const struct moe_case *mc, int T, struct backend *be_fast, 
     double *y = malloc(sizeof(double) * n), *acc = malloc(sizeof(double) * n);
     double *dense_w = malloc(sizeof(double) * E);
     double err = 0, mag = 0;
+    double *refs = malloc(sizeof(double) * T * n);
     for (int t = 0; t < T; t++) {
         const float *x = a_fast.x + (int64_t)t * n;
         float logits[1024];
@@ -164,21 +191,32 @@ static void run_case(const struct moe_case *mc, int T, struct backend *be_fast, 
         for (int c = 0; c < n; c++) acc[c] = 0;
         for (int e = 0; e < E; e++) {
             ref_ffn(x, n, mc->n_ff, g.deq + (int64_t)e * mc->n_ff * n, u.deq + (int64_t)e * mc->n_ff * n,
-                    d.deq + (int64_t)e * n * mc->n_ff, y);
+                    d.deq + (int64_t)e * n * mc->n_ff, mc->tg, mc->tu, mc->td, y);
             for (int c = 0; c < n; c++) acc[c] += dense_w[e] * y[c];
         }
         double sgd = 0;
         for (int c = 0; c < n; c++) sgd += (double)sg.deq[c] * x[c];
         sgd = 1 / (1 + exp(-sgd));
-        ref_ffn(x, n, mc->n_ffs, gs.deq, us.deq, ds.deq, y);
+        ref_ffn(x, n, mc->n_ffs, gs.deq, us.deq, ds.deq, mc->tgs, mc->tus, mc->tds, y);
         for (int c = 0; c < n; c++) {
             acc[c] += sgd * y[c];
             err = fmax(err, fabs(out[(int64_t)t * n + c] - acc[c]));
             mag = fmax(mag, fabs(acc[c]));
+            refs[(int64_t)t * n + c] = acc[c];
         }
+    }
+    /* Quantized: a hidden value at a rounding boundary may round the other way in the op (float) than in
+     * the reference (double); such a flip moves a few outputs by ~1e-3. Most outputs must agree tightly. */
+    int64_t n_off = 0; /* rows with any output off by more than 1e-5 */
+    for (int t = 0; t < T; t++) {
+        bool off = false;
+        for (int c = 0; c < n; c++) off |= fabs(out[(int64_t)t * n + c] - refs[(int64_t)t * n + c]) > 1e-5 * mag;
+        n_off += off;
     }
     CHECK_MSG(err / mag < mc->tol, "types %s/%s/%s T %d: rel err %g (tol %g)", quant_traits(mc->tg)->name,
               quant_traits(mc->tu)->name, quant_traits(mc->td)->name, T, err / mag, mc->tol);
+    CHECK_MSG(n_off <= 2 + T / 4, "T %d: %lld rows off by more than 1e-5", T, (long long)n_off);
+    free(refs);
     printf("moe %s/%s/%s E %d k %d T %d: max rel err vs dense reference %.2e\n", quant_traits(mc->tg)->name,
            quant_traits(mc->tu)->name, quant_traits(mc->td)->name, E, mc->k, T, err / mag);
 
@@ -207,8 +245,8 @@ int main(void) {
     {
         const struct moe_case cases[] = {
             {64, 96, 32, 8, 3, GGML_TYPE_F32, GGML_TYPE_F32, GGML_TYPE_F32, GGML_TYPE_F32, GGML_TYPE_F32, GGML_TYPE_F32, 1e-5},
-            {256, 256, 128, 16, 4, GGML_TYPE_Q8_0, GGML_TYPE_Q8_0, GGML_TYPE_Q8_0, GGML_TYPE_Q8_0, GGML_TYPE_Q8_0, GGML_TYPE_Q8_0, 2e-2},
-            {256, 256, 256, 12, 2, GGML_TYPE_Q4_K, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, GGML_TYPE_Q4_K, GGML_TYPE_Q8_0, GGML_TYPE_Q6_K, 3e-2},
+            {256, 256, 128, 16, 4, GGML_TYPE_Q8_0, GGML_TYPE_Q8_0, GGML_TYPE_Q8_0, GGML_TYPE_Q8_0, GGML_TYPE_Q8_0, GGML_TYPE_Q8_0, 1e-2},
+            {256, 256, 256, 12, 2, GGML_TYPE_Q4_K, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, GGML_TYPE_Q4_K, GGML_TYPE_Q8_0, GGML_TYPE_Q6_K, 1e-2},
         };
         const int Ts[] = {1, 5, 33};
         for (size_t c = 0; c < ARRAY_LEN(cases); c++)
