@@ -25,9 +25,13 @@ if not os.path.isdir(TESTDATA):
     TESTDATA = "/work/shared/testdata/tokenizer"
 N_CORPUS = int(os.environ.get("VLLMC_TOKENIZER_CORPUS", "10000"))
 
-PRE_REGEX = {
-    "qwen2": r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+""",
-    "qwen35": r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+""",
+GPT2_RE = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+PRE_REGEX = {  # regexes applied in turn (each match and each gap a piece), as the HF tokenizer.json files have them
+    "qwen2": [r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""],
+    "qwen35": [r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""],
+    "gpt-2": [GPT2_RE],
+    "llama-bpe": [r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""],
+    "default": [r"[\p{P}\$\+<=>\^~\|]+", GPT2_RE, r"\p{N}+", r"[0-9][0-9][0-9]"],
 }
 
 
@@ -117,12 +121,12 @@ def hf_tokenizer(path):
     from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
     tokens, types, merges, pre = gguf_vocab(path)
     vocab = {t: i for i, t in enumerate(tokens)}
-    bpe = models.BPE(vocab=vocab, merges=[tuple(m.split(" ", 1)) for m in merges], fuse_unk=False, byte_fallback=False)
+    bpe = models.BPE(vocab=vocab, merges=[tuple(m.split(" ", 1)) for m in merges], fuse_unk=False, byte_fallback=False,
+                     ignore_merges=pre == "llama-bpe")  # llama.cpp: a whole pre-token that is a token is kept
     tk = Tokenizer(bpe)
-    tk.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(PRE_REGEX[pre]), behavior="isolated", invert=False),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-    ])
+    tk.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.Split(Regex(r), behavior="isolated", invert=False) for r in PRE_REGEX[pre]] +
+        [pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     tk.decoder = decoders.ByteLevel()
     added = [AddedToken(t, special=(ty == 3), normalized=False) for t, ty in zip(tokens, types) if ty in (3, 4)]
     tk.add_special_tokens([a for a in added if a.special])
@@ -297,12 +301,14 @@ def test_unknown_pretokenizer_is_an_error(tmp_path):
     assert r.returncode != 0 and "no-such-pre" in r.stderr
 
 
-@pytest.mark.parametrize("vocab", ["qwen2", "qwen35"])
-def test_corpus_vs_llama_cpp_and_hf(vocab, seed):
-    """>= 10,000 generated strings: ids identical to llama.cpp and to HF tokenizers; decode(encode(x)) == x."""
+@pytest.mark.parametrize("vocab,n", [("qwen2", N_CORPUS), ("qwen35", N_CORPUS), ("gpt-2-on-qwen2", 3000),
+                                     ("llama-bpe-on-qwen2", 3000), ("default-on-qwen2", 3000)])
+def test_corpus_vs_llama_cpp_and_hf(vocab, n, seed):
+    """>= 10,000 generated strings per real vocabulary (3,000 for the other pre-tokenizers on the qwen2 tokens):
+    ids identical to llama.cpp and to HF tokenizers; decode(encode(x)) == x."""
     path = vocab_path(vocab)
-    rng = random.Random(seed + (0 if vocab == "qwen2" else 1))
-    corpus = gen_corpus(rng, N_CORPUS)
+    rng = random.Random(seed + sum(vocab.encode()))
+    corpus = gen_corpus(rng, n)
     data = [s.encode("utf-8") for s in corpus]
     ours = run_vllmc(path, data, extra=["--no-add-special"])
     lc = llama_vocab(path)

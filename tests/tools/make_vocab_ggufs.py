@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Build vocabulary-only GGUF files (tokenizer.ggml.* keys, no tensors) for the tokenizer tests.
 
-usage: make_vocab_ggufs.py [NAME ...]     NAME in: qwen2 qwen35 qwen35-on-qwen2   (default: all)
+usage: make_vocab_ggufs.py [NAME ...]     NAME in: qwen2 qwen35 {qwen35,gpt-2,llama-bpe,default}-on-qwen2
+                                          (default: all)
 Prints "NAME PATH" per vocabulary. Cache: $VLLMC_VOCAB_CACHE or ~/.cache/vllmc/vocab.
 Exit status 3 when a source cannot be had (the caller skips with the message printed on stderr).
 
@@ -17,6 +18,8 @@ Exit status 3 when a source cannot be had (the caller skips with the message pri
 - qwen35-on-qwen2: the qwen2 vocabulary with tokenizer.ggml.pre = "qwen35". The ggml-vocab-qwen35 test vectors
           (shared/testdata/tokenizer) carry Qwen2 token ids ("Hello" = 9707) split by the qwen35 pre-tokenizer,
           so this is the vocabulary that reproduces them; the real Qwen3.5/3.6 ids are checked with qwen35.
+- gpt-2-on-qwen2, llama-bpe-on-qwen2, default-on-qwen2: the same tokens and merges under other pre-tokenizers,
+          so those pre-tokenizers can be checked against llama.cpp and HF on a real vocabulary.
 """
 import base64
 import os
@@ -181,8 +184,9 @@ def build_qwen2(out, pre_override=None):
     os.replace(tmp_out, out)
 
 
-BUILDERS = {"qwen2": build_qwen2, "qwen35": build_qwen35,
-            "qwen35-on-qwen2": lambda out: build_qwen2(out, pre_override="qwen35")}
+BUILDERS = {"qwen2": build_qwen2, "qwen35": build_qwen35}
+for _pre in ("qwen35", "gpt-2", "llama-bpe", "default"):
+    BUILDERS[f"{_pre}-on-qwen2"] = (lambda p: lambda out: build_qwen2(out, pre_override=p))(_pre)
 
 
 def main(argv):
