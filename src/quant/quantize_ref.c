@@ -119,15 +119,6 @@ static void qref_q5_1(const float *x, block_q5_1 *y, int64_t nb) {
     }
 }
 
-/* roundf (ties away from zero) without the libm call: for |v| < 2^23, v - trunc(v) is exact (Sterbenz), so
- * comparing it with 0.5 decides exactly as roundf does. */
-static inline float qref_round_away(float v) {
-    if (!(fabsf(v) < 8388608.0f)) return roundf(v);
-    float r = copysignf((float)(int)v, v);
-    if (fabsf(v - r) >= 0.5f) r += v > 0 ? 1.0f : -1.0f;
-    return r;
-}
-
 static void qref_q8_0(const float *x, block_q8_0 *y, int64_t nb) {
     for (int64_t i = 0; i < nb; i++, x += 32) {
         float amax = 0.0f;
@@ -136,7 +127,7 @@ static void qref_q8_0(const float *x, block_q8_0 *y, int64_t nb) {
         const float id = d != 0 ? 1.0f / d : 0.0f;
         block_q8_0 b;
         b.d = fp32_to_fp16(d);
-        for (int j = 0; j < 32; j++) b.qs[j] = (int8_t)quant_trunc_int(qref_round_away(x[j] * id));
+        for (int j = 0; j < 32; j++) b.qs[j] = (int8_t)quant_trunc_int(roundf(x[j] * id));   /* ties away */
         memcpy(&y[i], &b, sizeof(b));
     }
 }
