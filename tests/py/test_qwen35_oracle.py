@@ -145,3 +145,18 @@ def test_f16_kv_cache(models, arch, tmp_path):
     err = rel_err_rows(ours.reshape(-1, ref_prompt.shape[1])[:N_PROMPT], ref_prompt)
     print(f"{arch} f32 weights, F16 KV, seed {s}: prompt rel err max {err.max():.2e}")
     assert err.max() < 1e-3
+
+
+@pytest.mark.parametrize("arch", ["qwen35", "qwen35moe"])
+def test_mtp_block_skipped(models, arch, tmp_path):
+    """A file with an MTP block (block_count = n_layer + 1, nextn_predict_layers = 1) gives the logits of the
+    same weights without it, in both engines."""
+    s = seed()
+    ids = [int(x) for x in np.random.default_rng(s).integers(0, N_REAL_VOCAB, 16)]
+    plain, _ = ours_run(os.path.join(models, f"{arch}-tiny-f32.gguf"), ids, 1, str(tmp_path))
+    mtp_path = os.path.join(models, f"{arch}-tiny-mtp-f32.gguf")
+    with_mtp, _ = ours_run(mtp_path, ids, 1, str(tmp_path))
+    assert np.array_equal(plain, with_mtp)
+    ref, _, _ = llama_run(mtp_path, ids, 1)
+    err = rel_err_rows(with_mtp.reshape(-1, ref.shape[1])[:len(ids)], ref)
+    assert err.max() < 1e-3, f"seed {s}: rel err {err.max():.3e}"

@@ -10,7 +10,9 @@ text, ChatML specials) makes llama.cpp's loader happy.
 
 usage: make_tiny_qwen35.py OUT_DIR [--types f32,q8_0,q4_k_m] [--arch qwen35,qwen35moe]
 Writes OUT_DIR/qwen35-tiny-{f32,q8_0,q4_k_m}.gguf and qwen35moe-tiny-*.gguf (quantized variants through
-llama_cpp.llama_model_quantize) and prints their paths. Deterministic (fixed seeds).
+llama_cpp.llama_model_quantize), plus {arch}-tiny-mtp-f32.gguf: the same weights followed by an MTP block
+(block_count = n_layer + 1, nextn_predict_layers = 1) that a plain forward must skip. Prints the paths.
+Deterministic (fixed seeds).
 """
 import argparse
 import os
@@ -106,7 +108,7 @@ def build_vocab(n_vocab):
     return tokens, types, merges
 
 
-def write_model(arch, path):
+def write_model(arch, path, mtp=False):
     s = SHAPES[arch]
     rng = np.random.default_rng(s["seed"])
     n_embd, n_layer = s["n_embd"], s["n_layer"]
@@ -119,7 +121,9 @@ def write_model(arch, path):
 
     w = gguf.GGUFWriter(path, arch)
     w.add_string("general.name", f"{arch}-tiny")
-    w.add_uint32(f"{arch}.block_count", n_layer)
+    w.add_uint32(f"{arch}.block_count", n_layer + (1 if mtp else 0))
+    if mtp:
+        w.add_uint32(f"{arch}.nextn_predict_layers", 1)
     w.add_uint32(f"{arch}.context_length", 4096)
     w.add_uint32(f"{arch}.embedding_length", n_embd)
     if not moe:
@@ -169,6 +173,31 @@ def write_model(arch, path):
         return (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32)
 
     tensors = []
+
+    def attn_block(p):
+        tensors.append((p + "attn_q.weight", mat(n_head * 2 * hd, n_embd)))
+        tensors.append((p + "attn_k.weight", mat(n_kv_head * hd, n_embd)))
+        tensors.append((p + "attn_v.weight", mat(n_kv_head * hd, n_embd)))
+        tensors.append((p + "attn_q_norm.weight", norm_w(hd)))
+        tensors.append((p + "attn_k_norm.weight", norm_w(hd)))
+        tensors.append((p + "attn_output.weight", mat(n_embd, n_head * hd)))
+
+    def ffn_block(p):
+        if not moe:
+            n_ff = s["n_ff"]
+            tensors.append((p + "ffn_gate.weight", mat(n_ff, n_embd)))
+            tensors.append((p + "ffn_up.weight", mat(n_ff, n_embd)))
+            tensors.append((p + "ffn_down.weight", mat(n_embd, n_ff)))
+        else:
+            E, ffe, ffs = s["n_expert"], s["n_ff_exp"], s["n_ff_shexp"]
+            tensors.append((p + "ffn_gate_inp.weight", mat(E, n_embd, 4.0)))
+            tensors.append((p + "ffn_gate_exps.weight", np.stack([mat(ffe, n_embd) for _ in range(E)])))
+            tensors.append((p + "ffn_up_exps.weight", np.stack([mat(ffe, n_embd) for _ in range(E)])))
+            tensors.append((p + "ffn_down_exps.weight", np.stack([mat(n_embd, ffe) for _ in range(E)])))
+            tensors.append((p + "ffn_gate_inp_shexp.weight", (rng.standard_normal(n_embd) / np.sqrt(n_embd)).astype(np.float32)))
+            tensors.append((p + "ffn_gate_shexp.weight", mat(ffs, n_embd)))
+            tensors.append((p + "ffn_up_shexp.weight", mat(ffs, n_embd)))
+            tensors.append((p + "ffn_down_shexp.weight", mat(n_embd, ffs)))
     tensors.append(("token_embd.weight", (0.5 * rng.standard_normal((n_vocab, n_embd))).astype(np.float32)))
     tensors.append(("output_norm.weight", norm_w(n_embd)))
     if not s["tied"]:
@@ -189,27 +218,18 @@ def write_model(arch, path):
             tensors.append((p + "ssm_norm.weight", (1.0 + 0.1 * rng.standard_normal(ds)).astype(np.float32)))
             tensors.append((p + "ssm_out.weight", mat(n_embd, value_dim)))
         else:  # gated full attention
-            tensors.append((p + "attn_q.weight", mat(n_head * 2 * hd, n_embd)))
-            tensors.append((p + "attn_k.weight", mat(n_kv_head * hd, n_embd)))
-            tensors.append((p + "attn_v.weight", mat(n_kv_head * hd, n_embd)))
-            tensors.append((p + "attn_q_norm.weight", norm_w(hd)))
-            tensors.append((p + "attn_k_norm.weight", norm_w(hd)))
-            tensors.append((p + "attn_output.weight", mat(n_embd, n_head * hd)))
-        if not moe:
-            n_ff = s["n_ff"]
-            tensors.append((p + "ffn_gate.weight", mat(n_ff, n_embd)))
-            tensors.append((p + "ffn_up.weight", mat(n_ff, n_embd)))
-            tensors.append((p + "ffn_down.weight", mat(n_embd, n_ff)))
-        else:
-            E, ffe, ffs = s["n_expert"], s["n_ff_exp"], s["n_ff_shexp"]
-            tensors.append((p + "ffn_gate_inp.weight", mat(E, n_embd, 4.0)))
-            tensors.append((p + "ffn_gate_exps.weight", np.stack([mat(ffe, n_embd) for _ in range(E)])))
-            tensors.append((p + "ffn_up_exps.weight", np.stack([mat(ffe, n_embd) for _ in range(E)])))
-            tensors.append((p + "ffn_down_exps.weight", np.stack([mat(n_embd, ffe) for _ in range(E)])))
-            tensors.append((p + "ffn_gate_inp_shexp.weight", (rng.standard_normal(n_embd) / np.sqrt(n_embd)).astype(np.float32)))
-            tensors.append((p + "ffn_gate_shexp.weight", mat(ffs, n_embd)))
-            tensors.append((p + "ffn_up_shexp.weight", mat(ffs, n_embd)))
-            tensors.append((p + "ffn_down_shexp.weight", mat(n_embd, ffs)))
+            attn_block(p)
+        ffn_block(p)
+    if mtp:  # the MTP block: one full-attention layer + nextn tensors, after the main weights
+        p = f"blk.{n_layer}."
+        tensors.append((p + "attn_norm.weight", norm_w(n_embd)))
+        tensors.append((p + "post_attention_norm.weight", norm_w(n_embd)))
+        attn_block(p)
+        ffn_block(p)
+        tensors.append((p + "nextn.eh_proj.weight", mat(n_embd, 2 * n_embd)))
+        tensors.append((p + "nextn.enorm.weight", norm_w(n_embd)))
+        tensors.append((p + "nextn.hnorm.weight", norm_w(n_embd)))
+        tensors.append((p + "nextn.shared_head_norm.weight", norm_w(n_embd)))
     for name, t in tensors:
         w.add_tensor(name, np.ascontiguousarray(t, dtype=np.float32))
     w.write_header_to_file()
@@ -238,6 +258,9 @@ def main():
     for arch in args.arch.split(","):
         f32 = os.path.join(args.out_dir, f"{arch}-tiny-f32.gguf")
         write_model(arch, f32)
+        mtp = os.path.join(args.out_dir, f"{arch}-tiny-mtp-f32.gguf")
+        write_model(arch, mtp, mtp=True)
+        print(mtp)
         for t in args.types.split(","):
             if t == "f32":
                 print(f32)
