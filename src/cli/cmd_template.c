@@ -129,7 +129,7 @@ int cmd_template(int argc, char **argv) {
     if (model) {
         struct gguf_str s;
         if ((st = gguf_file_open(model, &gf)) != VLLMC_OK) {
-            fprintf(stderr, "vllmc template: %s: %s\n", model, vllmc_last_error());
+            fprintf(stderr, "vllmc template: %s\n", vllmc_last_error());
             goto done;
         }
         if (gguf_find_key(gf->ctx, "tokenizer.chat_template") < 0 || gguf_get_str(gf->ctx, "tokenizer.chat_template", &s) != VLLMC_OK) {
