@@ -228,6 +228,67 @@ DOTZ_LEGACY_SYM(q8_0, block_q8_0, dotz_w_q8_0, DOT_F16X8(x8, d), dot_isum_q8_0, 
 DOTZ_LEGACY_SYM(iq4_nl, block_iq4_nl, dotz_w_iq4_nl, DOT_F16X8(x8, d), dot_isum_iq4_nl, fp16_to_fp32(x->d))
 DOTZ_LEGACY_SYM(mxfp4, block_mxfp4, dotz_w_mxfp4, dot_mxfp4_d8(x8), dot_isum_mxfp4, dot_e8m0_half(x->e))
 
+
+static float dotz_q2_K(int64_t n, const void *vw, const void *va) {
+    const block_q2_K *w = vw;
+    const block_q8_K *a = va;
+    const __m512i m2 = _mm512_set1_epi8(3);
+    float acc = 0.0f;
+    for (int64_t s = 0; s < n / QK_K; s++) {
+        const block_q2_K *x = &w[s];
+        const int8_t *q8 = a[s].qs;
+        __m128i raw = _mm_loadu_si128((const __m128i *)x->scales);
+        __m512i scz = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(_mm_and_si128(raw, _mm_set1_epi8(15))));
+        __m256i mn16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), _mm_set1_epi8(15)));
+        __m256i macc = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)a[s].bsums), mn16);
+        __m512i acc0 = _mm512_setzero_si512(), acc1 = _mm512_setzero_si512();
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            __m256i qs = _mm256_loadu_si256((const __m256i *)(x->qs + 32 * h));
+            __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(qs), _mm256_srli_epi16(qs, 2), 1);
+            /* [g0 | g1] = activations 128h..128h+63, [g2 | g3] = 128h+64..128h+127 */
+            __m512i w01 = _mm512_and_si512(z, m2), w23 = _mm512_and_si512(_mm512_srli_epi16(z, 4), m2);
+            __m512i p01 = _mm512_maddubs_epi16(w01, _mm512_loadu_si512(q8 + 128 * h));
+            __m512i p23 = _mm512_maddubs_epi16(w23, _mm512_loadu_si512(q8 + 128 * h + 64));
+            acc0 = _mm512_dpwssd_epi32(acc0, p01, _mm512_permutexvar_epi16(_mm512_load_si512(k_dotz_q6_idx[2 * h]), scz));
+            acc1 = _mm512_dpwssd_epi32(acc1, p23, _mm512_permutexvar_epi16(_mm512_load_si512(k_dotz_q6_idx[2 * h + 1]), scz));
+        }
+        acc = acc + dot_term_kmin(a[s].d, dot_f16(x->d), dot_f16(x->dmin), dotz_hsum(_mm512_add_epi32(acc0, acc1)),
+                                  dot_hsum_i32(macc));
+    }
+    return acc;
+}
+
+static float dotz_iq4_xs(int64_t n, const void *vw, const void *va) {
+    const block_iq4_xs *w = vw;
+    const block_q8_K *a = va;
+    const __m512i tab = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)kvalues_iq4nl));
+    float acc = 0.0f;
+    for (int64_t s = 0; s < n / QK_K; s++) {
+        const block_iq4_xs *x = &w[s];
+        const int8_t *q8 = a[s].qs;
+        uint32_t sl;
+        memcpy(&sl, x->scales_l, 4);
+        /* byte b = 6-bit scale of sub-block b: low nibble from scales_l, bits 4-5 from scales_h */
+        uint64_t ls = _pdep_u64(sl, 0x0F0F0F0F0F0F0F0Full) | _pdep_u64(x->scales_h, 0x3030303030303030ull);
+        __m128i ls16 = _mm_sub_epi16(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)ls)), _mm_set1_epi16(32));
+        __m512i sc = _mm512_broadcast_i32x4(ls16);
+        __m512i acc0 = _mm512_setzero_si512(), acc1 = _mm512_setzero_si512();
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) {
+            /* sub-blocks 2k, 2k+1: [elements 0..31 of 2k | elements 0..31 of 2k+1] = activations 64k..64k+63 */
+            __m512i v = _mm512_shuffle_epi8(tab, dotz_nibbles2(x->qs + 32 * k, x->qs + 32 * k + 16));
+            __m512i av = _mm512_loadu_si512(q8 + 64 * k);
+            __m512i p = _mm512_maddubs_epi16(_mm512_abs_epi8(v), _mm512_mask_sub_epi8(av, _mm512_movepi8_mask(v), _mm512_setzero_si512(), av));
+            __m512i sz = _mm512_shuffle_epi8(sc, _mm512_load_si512(k_dotz_pair16[k]));
+            if (k % 2) acc1 = _mm512_dpwssd_epi32(acc1, p, sz);
+            else acc0 = _mm512_dpwssd_epi32(acc0, p, sz);
+        }
+        acc = acc + dot_term_k(a[s].d, dot_f16(x->d), dotz_hsum(_mm512_add_epi32(acc0, acc1)));
+    }
+    return acc;
+}
+
 #define DOTZ_MULTI(name)                                                                                  \
     static void dotz_##name##_multi(int64_t n, const void *w, const void *a, size_t a_stride, int n_act, float *out) { \
         switch (n_act) {                                                                                  \
@@ -258,6 +319,8 @@ vec_dot_fn dot_avx512_get(uint32_t wtype) {
     switch (wtype) {
     case GGML_TYPE_Q4_K: return dotz_q4_K;
     case GGML_TYPE_Q6_K: return dotz_q6_K;
+    case GGML_TYPE_Q2_K: return dotz_q2_K;
+    case GGML_TYPE_IQ4_XS: return dotz_iq4_xs;
     case GGML_TYPE_Q4_0: return dotz_q4_0;
     case GGML_TYPE_Q5_0: return dotz_q5_0;
     case GGML_TYPE_Q8_0: return dotz_q8_0;
