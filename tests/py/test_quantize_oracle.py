@@ -31,12 +31,19 @@ FTYPE_NUM = {"F32": 0, "F16": 1, "Q4_0": 2, "Q4_1": 3, "Q8_0": 7, "Q5_0": 8, "Q5
              "Q6_K": 18, "BF16": 32}
 
 
+_LOG_SINK = None
+
+
 def _llama_cpp():
+    global _LOG_SINK
     try:
         import llama_cpp  # noqa: F401
-        return llama_cpp
     except Exception as e:  # pragma: no cover - depends on the venv
         pytest.skip(f"llama-cpp-python not importable: {e}")
+    if _LOG_SINK is None:  # llama.cpp logs every tensor it quantizes: drop that (kept alive here)
+        _LOG_SINK = llama_cpp.llama_log_callback(lambda level, text, user: None)
+        llama_cpp.llama_log_set(_LOG_SINK, ctypes.c_void_p(0))
+    return llama_cpp
 
 
 # ---------------------------------------------------------------- tiny model generator
