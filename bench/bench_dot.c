@@ -195,7 +195,8 @@ int main(int argc, char **argv) {
                 quantize_row_act(type, x, acts + (size_t)i * ab, n_cols);
             }
             double tg = 1e30, tv = 1e30;
-            for (int rep = 0; rep < 5; rep++) {
+            double t_end = vllmc_time_s() + 2 * secs;
+            for (int rep = 0; rep < 5 || vllmc_time_s() < t_end; rep++) {
                 double t = vllmc_time_s();
                 quant_gemm(type, n_cols, mats[0], row_bytes, 0, n_rows, acts, ab, NA, o8, n_rows);
                 t = vllmc_time_s() - t;
