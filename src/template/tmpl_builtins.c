@@ -125,51 +125,97 @@ static int arg_int(struct tmpl_rt *rt, struct targs *a, int pos, const char *kw,
 /* ---------------- string helpers ---------------- */
 static struct tv mk_str_flags(struct tv v, uint8_t flags) { v.flags = flags; return v; }
 
-static uint32_t cp_upper(uint32_t c) {
-    if (c >= 'a' && c <= 'z') return c - 32;
-    if (c < 0x80) return c;
-    if ((c >= 0xE0 && c <= 0xFE && c != 0xF7)) return c - 32;
-    if (c == 0xFF) return 0x178;
-    if (c == 0xB5) return 0x39C;
-    if (c >= 0x100 && c <= 0x17F && c != 0x130 && c != 0x131 && c != 0x138 && c != 0x149 && c != 0x17F) {
-        bool odd_lower = (c >= 0x139 && c <= 0x148) || (c >= 0x179 && c <= 0x17E);
-        if (odd_lower ? (c & 1) == 0 : (c & 1) == 1) return c - 1;
-        return c;
+/* Case mapping with Python's results for the scripts listed here (ASCII, Latin-1, Latin Extended-A,
+ * basic Greek and Cyrillic, fullwidth Latin) and for ranges known to have no case (CJK, kana, Hangul,
+ * emoji, punctuation, symbols, RTL and Indic scripts). Any other code point is refused rather than
+ * mapped wrongly. up/lo: simple mappings (0 = special, see below); cased: Python's "cased". */
+static bool case_info(uint32_t c, uint32_t *up, uint32_t *lo, bool *cased) {
+    *up = *lo = c;
+    *cased = false;
+    if (c < 0x80) {
+        if (c >= 'a' && c <= 'z') *up = c - 32, *cased = true;
+        else if (c >= 'A' && c <= 'Z') *lo = c + 32, *cased = true;
+        return true;
     }
-    if (c >= 0x3B1 && c <= 0x3C9 && c != 0x3C2) return c - 32;
-    if (c == 0x3C2) return 0x3A3;
-    if (c >= 0x430 && c <= 0x44F) return c - 32;
-    if (c >= 0x450 && c <= 0x45F) return c - 80;
-    return c;
-}
-static uint32_t cp_lower(uint32_t c) {
-    if (c >= 'A' && c <= 'Z') return c + 32;
-    if (c < 0x80) return c;
-    if (c >= 0xC0 && c <= 0xDE && c != 0xD7) return c + 32;
-    if (c == 0x178) return 0xFF;
-    if (c >= 0x100 && c <= 0x17F && c != 0x130 && c != 0x131 && c != 0x138 && c != 0x149 && c != 0x17F) {
-        bool odd_lower = (c >= 0x139 && c <= 0x148) || (c >= 0x179 && c <= 0x17E);
-        if (odd_lower ? (c & 1) == 1 : (c & 1) == 0) return c + 1;
-        return c;
+    if (c < 0x100) {
+        if (c == 0xAA || c == 0xBA) { *cased = true; return true; }
+        if (c == 0xB5) { *up = 0x39C; *cased = true; return true; }
+        if (c < 0xC0 || c == 0xD7 || c == 0xF7) return true;
+        *cased = true;
+        if (c == 0xDF) *up = 0; /* "SS" */
+        else if (c == 0xFF) *up = 0x178;
+        else if (c < 0xDF) *lo = c + 32;
+        else *up = c - 32;
+        return true;
     }
-    if (c >= 0x391 && c <= 0x3A9 && c != 0x3A2) return c + 32;
-    if (c >= 0x410 && c <= 0x42F) return c + 32;
-    if (c >= 0x400 && c <= 0x40F) return c + 80;
-    return c;
+    if (c < 0x180) {
+        *cased = true;
+        switch (c) {
+        case 0x130: *lo = 0; return true;      /* "i\u0307" */
+        case 0x131: *up = 'I'; return true;
+        case 0x138: return true;
+        case 0x149: *up = 0; return true;      /* "\u02bcN" */
+        case 0x178: *lo = 0xFF; return true;
+        case 0x17F: *up = 'S'; return true;
+        }
+        bool odd_upper = (c >= 0x139 && c <= 0x148) || (c >= 0x179 && c <= 0x17E);
+        bool is_upper = odd_upper ? (c & 1) : !(c & 1);
+        if (is_upper) *lo = c + 1; else *up = c - 1;
+        return true;
+    }
+    if ((c >= 0x300 && c <= 0x36F && c != 0x345) || c == 0x2BC) return true;
+    if ((c >= 0x391 && c <= 0x3A9 && c != 0x3A2) || (c >= 0x3B1 && c <= 0x3C9)) {
+        *cased = true;
+        if (c == 0x3A3) *lo = 0;        /* final-sigma rule: refused in lower() */
+        else if (c == 0x3C2) *up = 0x3A3;
+        else if (c <= 0x3A9) *lo = c + 32;
+        else *up = c - 32;
+        return true;
+    }
+    if (c >= 0x400 && c <= 0x45F) {
+        *cased = true;
+        if (c < 0x410) *lo = c + 80;
+        else if (c < 0x430) *lo = c + 32;
+        else if (c < 0x450) *up = c - 32;
+        else *up = c - 80;
+        return true;
+    }
+    if (c >= 0xFF21 && c <= 0xFF3A) { *lo = c + 32; *cased = true; return true; }
+    if (c >= 0xFF41 && c <= 0xFF5A) { *up = c - 32; *cased = true; return true; }
+    static const uint32_t uncased[][2] = {
+        {0x0590, 0x08FF}, {0x0900, 0x0DFF}, {0x0E00, 0x0FFF}, {0x1000, 0x109F}, {0x2000, 0x206F}, {0x20A0, 0x20CF},
+        {0x2190, 0x23FF}, {0x2500, 0x27BF}, {0x2900, 0x2BFF}, {0x2E80, 0x9FFF}, {0xA000, 0xA4CF}, {0xAC00, 0xD7AF},
+        {0xE000, 0xF8FF}, {0xF900, 0xFAFF}, {0xFE00, 0xFE0F}, {0xFE30, 0xFE4F}, {0xFF00, 0xFF20}, {0xFF3B, 0xFF40},
+        {0xFF5B, 0xFFEF}, {0x1F000, 0x1F0FF}, {0x1F1E6, 0x1F1FF}, {0x1F200, 0x1FAFF}, {0x20000, 0x3FFFF},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(uncased); i++) if (c >= uncased[i][0] && c <= uncased[i][1]) return true;
+    return false;
 }
-static bool cp_cased(uint32_t c) { return cp_upper(c) != c || cp_lower(c) != c || c == 0xDF; }
-static bool cp_is_upper(uint32_t c) { return cp_lower(c) != c; }
-static bool cp_is_lower(uint32_t c) { return cp_upper(c) != c || c == 0xDF; }
+
+static bool cp_is_upper(uint32_t c) { uint32_t u, l; bool k; return case_info(c, &u, &l, &k) && k && l != c; }
+static bool cp_is_lower(uint32_t c) { uint32_t u, l; bool k; return case_info(c, &u, &l, &k) && k && l == c; }
+
+/* fails (refusal) when the text holds a code point whose case mapping is not known exactly */
+static int case_check(struct tmpl_rt *rt, const struct tstr *s) {
+    for (size_t i = 0; i < s->len;) {
+        uint32_t c, u, l;
+        bool k;
+        i += utf8_next(s->p + i, s->len - i, &c);
+        if (!case_info(c, &u, &l, &k)) return tmpl_fail(rt, "unsupported: case mapping of U+%04X", (unsigned)c);
+    }
+    return 0;
+}
 
 enum { CASE_UPPER, CASE_LOWER, CASE_TITLE, CASE_CAPITALIZE, CASE_JINJA_TITLE };
 static int str_case(struct tmpl_rt *rt, const struct tstr *s, int mode, struct tv *out) {
     struct tsb b = {.limit = rt->lim.max_output_bytes};
     bool prev_cased = false, first = true;
     for (size_t i = 0; i < s->len;) {
-        uint32_t c;
+        uint32_t c, up_c, lo_c;
+        bool cased;
         size_t l = utf8_next(s->p + i, s->len - i, &c);
         i += l;
-        uint32_t o;
+        if (!case_info(c, &up_c, &lo_c, &cased)) { tsb_free(&b); return tmpl_fail(rt, "unsupported: case mapping of U+%04X", (unsigned)c); }
         bool up;
         switch (mode) {
         case CASE_UPPER: up = true; break;
@@ -178,14 +224,18 @@ static int str_case(struct tmpl_rt *rt, const struct tstr *s, int mode, struct t
         case CASE_TITLE: up = !prev_cased; break;
         default: up = first; break; /* jinja title: after -, whitespace, ( { [ < */
         }
-        if (up && c == 0xDF && mode != CASE_LOWER) { if (tsb_put(rt, &b, mode == CASE_UPPER ? "SS" : "Ss", 2)) goto fail; }
-        else {
-            char enc[4];
-            o = up ? cp_upper(c) : cp_lower(c);
-            if (tsb_put(rt, &b, enc, utf8_put(enc, o))) goto fail;
+        uint32_t o = up ? up_c : lo_c;
+        const char *special = NULL;
+        if (o == 0) {
+            if (c == 0xDF) special = mode == CASE_UPPER ? "SS" : "Ss"; /* title/capitalize use the titlecase "Ss" */
+            else if (c == 0x149) special = mode == CASE_UPPER ? "\xCA\xBCN" : "\xCA\xBCN";
+            else if (c == 0x130) special = "i\xCC\x87";
+            else { tsb_free(&b); return tmpl_fail(rt, "unsupported: lower() of U+03A3 (Greek final-sigma rule)"); }
         }
+        char enc[4];
+        if (special ? tsb_put(rt, &b, special, strlen(special)) : tsb_put(rt, &b, enc, utf8_put(enc, o))) goto fail;
         first = false;
-        prev_cased = cp_cased(c);
+        prev_cased = cased;
         if (mode == CASE_JINJA_TITLE) first = py_isspace(c) || c == '-' || c == '(' || c == '{' || c == '[' || c == '<';
     }
     return tv_str_sb(rt, &b, out);
@@ -561,7 +611,7 @@ int tmpl_call_test(struct tmpl_rt *rt, int id, struct tv v, struct targs *a, boo
     }
     case T_LOWER: case T_UPPER: {
         struct tv s;
-        if (tv_to_str(rt, v, &s)) return -1;
+        if (tv_to_str(rt, v, &s) || case_check(rt, s.u.s)) return -1;
         bool any = false, ok = true;
         for (size_t i = 0; i < s.u.s->len;) {
             uint32_t c;
@@ -976,12 +1026,14 @@ static int sort_list(struct tmpl_rt *rt, struct tv *items, size_t n, bool revers
 static int cp_index_of(const struct tstr *s, const char *at) { return (int)utf8_count(s->p, (size_t)(at - s->p)); }
 
 static int str_predicate(struct tmpl_rt *rt, const struct tstr *s, int id, struct tv *out) {
-    (void)rt;
+    if ((id == M_ISUPPER || id == M_ISLOWER) && case_check(rt, s)) return -1;
     bool ok = s->len > 0, any_cased = false;
     for (size_t i = 0; i < s->len;) {
         uint32_t c;
         i += utf8_next(s->p + i, s->len - i, &c);
-        bool digit = c >= '0' && c <= '9', alpha = (c < 0x80 && ((c | 32) >= 'a' && (c | 32) <= 'z')) || (c >= 0x80 && cp_cased(c));
+        if (c >= 0x80 && id != M_ISSPACE && id != M_ISUPPER && id != M_ISLOWER)
+            return tmpl_fail(rt, "unsupported: %s() of non-ASCII text", id == M_ISDIGIT ? "isdigit" : id == M_ISALPHA ? "isalpha" : "isalnum");
+        bool digit = c >= '0' && c <= '9', alpha = (c | 32) >= 'a' && (c | 32) <= 'z';
         switch (id) {
         case M_ISDIGIT: ok &= digit; break;
         case M_ISALPHA: ok &= alpha; break;
