@@ -179,7 +179,7 @@ def make_qwen2(path, n_layer=8, n_embd=256, n_ff=680, n_head=4, n_kv=1, n_vocab=
     _write(path, "qwen2", kv, g, n_vocab, "qwen2")
 
 
-def make_qwen35(path, moe, seed=35):
+def make_qwen35(path, moe, seed=35, mtp=False):
     """Qwen3.5 hybrid (ARCH-QWEN35.md 3.3): 8 layers, layers 3 and 7 full attention. Dense: tied,
     ffn rows 416 (fallbacks). MoE: untied, 8 experts (the Mixtral rules fire), expert rows 160
     (fallbacks), shared-expert rows 200 (F16)."""
@@ -195,11 +195,15 @@ def make_qwen35(path, moe, seed=35):
     g.vec("output_norm.weight", n_embd, 1.0)
     if moe:
         g.mat("output.weight", n_vocab, n_embd, 4.0)
-    for i in range(n_layer):
+    for i in range(n_layer + mtp):
         p = f"blk.{i}."
         g.vec(p + "attn_norm.weight", n_embd, 1.0)
         g.vec(p + "post_attention_norm.weight", n_embd, 1.0)
-        if (i + 1) % 4:
+        if i == n_layer:  # the MTP block: a full-attention layer plus the nextn tensors
+            g.mat(p + "nextn.eh_proj.weight", n_embd, 2 * n_embd)
+            for nm in ("enorm", "hnorm", "shared_head_norm"):
+                g.vec(p + f"nextn.{nm}.weight", n_embd, 1.0)
+        if (i + 1) % 4 and i != n_layer:
             g.mat(p + "attn_qkv.weight", conv_dim, n_embd, 2.0)
             g.mat(p + "attn_gate.weight", value_dim, n_embd)
             g.mat(p + "ssm_beta.weight", nv, n_embd)
@@ -229,12 +233,14 @@ def make_qwen35(path, moe, seed=35):
             g.mat(p + "ffn_gate_shexp.weight", n_ff_shexp, n_embd)
             g.mat(p + "ffn_up_shexp.weight", n_ff_shexp, n_embd)
             g.mat(p + "ffn_down_shexp.weight", n_embd, n_ff_shexp)
-    kv = {"block_count": n_layer, "context_length": 4096, "embedding_length": n_embd,
+    kv = {"block_count": n_layer + mtp, "context_length": 4096, "embedding_length": n_embd,
           "attention.head_count": n_head, "attention.head_count_kv": n_kv, "attention.key_length": hd,
           "attention.value_length": hd, "attention.layer_norm_rms_epsilon": 1e-6, "rope.freq_base": 1e7,
           "rope.dimension_count": 64, "rope.dimension_sections": [11, 11, 10, 0], "ssm.conv_kernel": dconv,
           "ssm.state_size": ds, "ssm.group_count": nk, "ssm.time_step_rank": nv, "ssm.inner_size": value_dim,
           "full_attention_interval": 4}
+    if mtp:
+        kv["nextn_predict_layers"] = 1
     if moe:
         kv.update({"expert_count": n_expert, "expert_used_count": 2, "expert_feed_forward_length": n_ff_exp,
                    "expert_shared_feed_forward_length": n_ff_shexp})
@@ -248,6 +254,7 @@ MODELS = {
     "qwen2": make_qwen2,
     "qwen35": lambda p: make_qwen35(p, False),
     "qwen35moe": lambda p: make_qwen35(p, True),
+    "qwen35mtp": lambda p: make_qwen35(p, False, mtp=True),  # with a NextN/MTP block (block_count 9)
 }
 
 
