@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Build vocabulary-only GGUF files (tokenizer.ggml.* keys, no tensors) for the tokenizer tests.
 
-usage: make_vocab_ggufs.py [NAME ...]     NAME in: qwen2 qwen35 {qwen35,gpt-2,llama-bpe,default}-on-qwen2
+usage: make_vocab_ggufs.py [NAME ...]     NAME in: qwen2 qwen35 {qwen35,gpt-2,llama-bpe,default}-on-qwen2 spm-synthetic
                                           (default: all)
 Prints "NAME PATH" per vocabulary. Cache: $VLLMC_VOCAB_CACHE or ~/.cache/vllmc/vocab.
 Exit status 3 when a source cannot be had (the caller skips with the message printed on stderr).
@@ -18,6 +18,8 @@ Exit status 3 when a source cannot be had (the caller skips with the message pri
 - qwen35-on-qwen2: the qwen2 vocabulary with tokenizer.ggml.pre = "qwen35". The ggml-vocab-qwen35 test vectors
           (shared/testdata/tokenizer) carry Qwen2 token ids ("Hello" = 9707) split by the qwen35 pre-tokenizer,
           so this is the vocabulary that reproduces them; the real Qwen3.5/3.6 ids are checked with qwen35.
+- spm-synthetic: a SentencePiece-style vocabulary (model "llama") generated here with a fixed seed (see
+          build_spm_synthetic), for checking the SPM tokenizer against llama.cpp.
 - gpt-2-on-qwen2, llama-bpe-on-qwen2, default-on-qwen2: the same tokens and merges under other pre-tokenizers,
           so those pre-tokenizers can be checked against llama.cpp and HF on a real vocabulary.
 """
@@ -184,7 +186,53 @@ def build_qwen2(out, pre_override=None):
     os.replace(tmp_out, out)
 
 
-BUILDERS = {"qwen2": build_qwen2, "qwen35": build_qwen35}
+def build_spm_synthetic(out):
+    """A SentencePiece-style vocabulary (model "llama") made up here: <unk> <s> </s>, the 256 <0xXX> byte
+    tokens, and 6,000 pieces over a small alphabet (with U+2581 for space) with distinct scores. No real SPM
+    vocabulary can be had on PyPI; this one lets llama.cpp check the SPM merge order and byte fallback."""
+    import random
+    import gguf
+    rng = random.Random(20261202)
+    alphabet = list("abcdefghijklmnopqrstuvwxyzABCDEé") + ["\u2581"] * 6 + list("中文字。，!?.0123")
+    tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)]
+    types = [2, 3, 3] + [6] * 256
+    scores = [0.0, 0.0, 0.0] + [0.0] * 256
+    seen = set(tokens)
+    for ch in dict.fromkeys(alphabet):
+        tokens.append(ch); types.append(1); scores.append(-1000.0 - len(tokens)); seen.add(ch)
+    while len(tokens) < 259 + 6000:
+        piece = "".join(rng.choice(alphabet) for _ in range(rng.randint(2, 6)))
+        if piece in seen:
+            continue
+        seen.add(piece)
+        tokens.append(piece); types.append(1); scores.append(-float(len(tokens)) * 0.01 - rng.random() * 5)
+    tmp_out = out + ".tmp"
+    w = gguf.GGUFWriter(tmp_out, "llama")
+    w.add_name("spm-synthetic-vocab")
+    w.add_tokenizer_model("llama")
+    w.add_token_list(tokens)
+    w.add_token_types(types)
+    w.add_token_scores(scores)
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_unk_token_id(0)
+    w.add_add_bos_token(True)
+    w.add_context_length(4096)
+    w.add_embedding_length(64)
+    w.add_block_count(1)
+    w.add_feed_forward_length(128)
+    w.add_head_count(4)
+    w.add_head_count_kv(4)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_rope_dimension_count(16)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    os.replace(tmp_out, out)
+
+
+BUILDERS = {"qwen2": build_qwen2, "qwen35": build_qwen35, "spm-synthetic": build_spm_synthetic}
 for _pre in ("qwen35", "gpt-2", "llama-bpe", "default"):
     BUILDERS[f"{_pre}-on-qwen2"] = (lambda p: lambda out: build_qwen2(out, pre_override=p))(_pre)
 
