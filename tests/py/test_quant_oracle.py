@@ -298,7 +298,8 @@ FTYPES = [("Q8_0", "LLAMA_FTYPE_MOSTLY_Q8_0"), ("Q4_0", "LLAMA_FTYPE_MOSTLY_Q4_0
           ("Q3_K", "LLAMA_FTYPE_MOSTLY_Q3_K_M"), ("Q4_K", "LLAMA_FTYPE_MOSTLY_Q4_K_M"),
           ("Q5_K", "LLAMA_FTYPE_MOSTLY_Q5_K_M"), ("Q6_K", "LLAMA_FTYPE_MOSTLY_Q6_K"),
           ("IQ4_NL", "LLAMA_FTYPE_MOSTLY_IQ4_NL"), ("IQ4_XS", "LLAMA_FTYPE_MOSTLY_IQ4_XS"),
-          ("F16", "LLAMA_FTYPE_MOSTLY_F16"), ("BF16", "LLAMA_FTYPE_MOSTLY_BF16")]
+          ("F16", "LLAMA_FTYPE_MOSTLY_F16"), ("BF16", "LLAMA_FTYPE_MOSTLY_BF16"),
+          ("MXFP4", "LLAMA_FTYPE_MOSTLY_MXFP4_MOE")]   # pure: every weight MXFP4, not only experts
 
 
 @pytest.mark.parametrize("tname,ftype_name", FTYPES)
