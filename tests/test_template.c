@@ -119,6 +119,10 @@ static void test_loops_and_scoping(void) {
     EXPECT("{% macro m() %}{{ z }}{% endmacro %}{% for i in [1] %}{% set z = 7 %}[{{ m() }}]{% endfor %}", "{}", "[]");
     EXPECT("{% macro m(x) %}  {{ x }}  {% endmacro %}[{{ m('v')|trim }}]", "{}", "[v]");
     EXPECT("{% set b %} a{{ 1 }} {% endset %}[{{ b }}]{% set c | upper %}q{% endset %}{{ c }}", "{}", "[ a1 ]Q");
+    EXPECT("{% macro m(a) %}[{{ a }}:{{ caller() }}]{% endmacro %}{% set v = 5 %}{% call m(1) %}v={{ v }}{% endcall %}", "{}", "[1:v=5]");
+    EXPECT("{% macro m(a, b=2) %}{{ a }}{{ b }}{% endmacro %}{{ m(*[7, 8]) }}|{{ m(**{'a': 3}) }}|{{ [m][0](*[4]) }}", "{}", "78|32|42");
+    EXPECT_ERR("{% macro m() %}x{% endmacro %}{% call m() %}{% endcall %}", "{}", "no keyword argument 'caller'");
+    EXPECT_ERR("{% macro m() %}{{ caller() }}{% endmacro %}{{ m() }}", "{}", "'caller' is undefined");
     EXPECT_ERR("{% macro m(a) %}{% endmacro %}{{ m(1, 2) }}", "{}", "takes not more than 1 argument");
     EXPECT_ERR("{% macro m(a) %}{% endmacro %}{{ m(q=2) }}", "{}", "no keyword argument 'q'");
     EXPECT_ERR("{% set x = 1 %}{% set x.a = 2 %}", "{}", "non-namespace");
@@ -143,7 +147,8 @@ static void test_errors_and_unsupported(void) {
     struct { const char *src, *frag; } cases[] = {
         {"ok\n{% include 'x.j2' %}", "line 2: unsupported construct '{% include %}'"},
         {"{% extends 'base' %}", "unsupported construct"},
-        {"{% call m() %}{% endcall %}", "unsupported construct '{% call %}'"},
+        {"{% macro m() %}{{ caller() }}{% endmacro %}{% call(x) m() %}{% endcall %}", "unsupported call block with caller arguments"},
+        {"{% call m() %}{% endcall %}", "unsupported function 'm()'"},
         {"{% filter upper %}x{% endfilter %}", "unsupported construct"},
         {"{{ x|wordwrap }}", "unsupported filter 'wordwrap'"},
         {"{{ x is prime }}", "unsupported test 'prime'"},

@@ -282,21 +282,48 @@ static int slice(struct tmpl_rt *rt, struct tv obj, const struct tnode *n, struc
     return 0;
 }
 
-/* evaluate positional + keyword args of a CALL/FILTER/TEST node */
-static int eval_args(struct tmpl_rt *rt, const struct tnode *n, struct targs *a) {
-    int total = n->n_kids + n->n_kids2;
+/* evaluate positional + keyword args of a CALL/FILTER/TEST node, *args and **kwargs expanded;
+ * `extra` slots are left free at the end for the caller to append keyword arguments */
+static int eval_args_extra(struct tmpl_rt *rt, const struct tnode *n, struct targs *a, int extra) {
+    struct tv dyn_args = tv_none(), dyn_kw = tv_none();
+    struct tlist *star = NULL;
     memset(a, 0, sizeof *a);
+    if (n->c) {
+        if (eval(rt, n->c, &dyn_args)) return -1;
+        if (dyn_args.kind == TV_UNDEF || dyn_args.kind == TV_DICT) return tmpl_fail(rt, "unsupported *args value of type %s", tv_type_name(dyn_args));
+        if (tv_iter_list(rt, dyn_args, &star)) return -1;
+    }
+    if (n->d) {
+        if (eval(rt, n->d, &dyn_kw)) return -1;
+        if (dyn_kw.kind != TV_DICT) return tmpl_fail(rt, "argument after ** must be a mapping, not %s", tv_type_name(dyn_kw));
+        for (size_t i = 0; i < dyn_kw.u.d->n; i++)
+            if (dyn_kw.u.d->k[i].kind != TV_STR) return tmpl_fail(rt, "keywords must be strings");
+    }
+    size_t n_star = star ? star->n : 0, n_dkw = n->d ? dyn_kw.u.d->n : 0;
+    size_t n_pos = (size_t)n->n_kids + n_star, n_kw = (size_t)n->n_kids2 + n_dkw, total = n_pos + n_kw + (size_t)extra;
+    if (total > 100000) return tmpl_fail(rt, "too many call arguments");
     if (total) {
-        a->v = tmpl_arena_alloc(&rt->arena, (size_t)total * sizeof *a->v);
-        if (!a->v) return tmpl_fail(rt, "render exceeded the memory limit");
+        a->v = tmpl_arena_alloc(&rt->arena, total * sizeof *a->v);
+        a->kw_names = tmpl_arena_alloc(&rt->arena, (n_kw + (size_t)extra + 1) * sizeof *a->kw_names);
+        if (!a->v || !a->kw_names) return tmpl_fail(rt, "render exceeded the memory limit");
     }
     for (int i = 0; i < n->n_kids; i++) if (eval(rt, n->kids[i], &a->v[i])) return -1;
-    for (int i = 0; i < n->n_kids2; i++) if (eval(rt, n->kids2[i], &a->v[n->n_kids + i])) return -1;
-    a->n_pos = n->n_kids;
-    a->n_kw = n->n_kids2;
-    a->kw_names = n->names;
+    for (size_t i = 0; i < n_star; i++) a->v[(size_t)n->n_kids + i] = star->v[i];
+    for (int i = 0; i < n->n_kids2; i++) {
+        if (eval(rt, n->kids2[i], &a->v[n_pos + (size_t)i])) return -1;
+        a->kw_names[i] = n->names[i];
+    }
+    for (size_t i = 0; i < n_dkw; i++) {
+        for (size_t k = 0; k < (size_t)n->n_kids2 + i; k++)
+            if (!strcmp(a->kw_names[k], dyn_kw.u.d->k[i].u.s->p)) return tmpl_fail(rt, "got multiple values for keyword argument '%s'", a->kw_names[k]);
+        a->v[n_pos + (size_t)n->n_kids2 + i] = dyn_kw.u.d->v[i];
+        a->kw_names[(size_t)n->n_kids2 + i] = dyn_kw.u.d->k[i].u.s->p;
+    }
+    a->n_pos = (int)n_pos;
+    a->n_kw = (int)n_kw;
     return 0;
 }
+static int eval_args(struct tmpl_rt *rt, const struct tnode *n, struct targs *a) { return eval_args_extra(rt, n, a, 0); }
 
 static int call_value(struct tmpl_rt *rt, struct tv fn, struct targs *a, struct tv *out) {
     switch (fn.kind) {
@@ -523,6 +550,23 @@ static int exec_stmt(struct tmpl_rt *rt, struct tframe *f, const struct tnode *n
     case TN_BREAK: return EXEC_BREAK;
     case TN_CONTINUE: return EXEC_CONTINUE;
     case TN_BLOCK: return exec_body(rt, f, n->kids, n->n_kids);
+    case TN_CALL_BLOCK: {
+        struct tmacro *cm = tmpl_arena_alloc(&rt->arena, sizeof *cm);
+        struct targs args;
+        struct tv fn, caller = {0};
+        if (!cm) return tmpl_fail(rt, "render exceeded the memory limit");
+        cm->def = n->b;
+        cm->scope = f;
+        caller.kind = TV_MACRO;
+        caller.u.macro = cm;
+        if (eval(rt, n->a->a, &fn) || eval_args_extra(rt, n->a, &args, 1)) return -1;
+        args.v[args.n_pos + args.n_kw] = caller;
+        args.kw_names[args.n_kw] = "caller";
+        args.n_kw++;
+        rt->line = n->line;
+        if (call_value(rt, fn, &args, &v)) return -1;
+        return tv_write_str(rt, rt->out, v);
+    }
     case TN_SET:
         if (eval(rt, n->b, &v)) return -1;
         rt->line = n->line;
@@ -579,8 +623,11 @@ int tmpl_call_macro(struct tmpl_rt *rt, struct tmacro *m, struct targs *a, struc
         return tmpl_fail(rt, "macro '%s' takes not more than %d argument(s)", d->name, d->n_names);
     struct tframe *f = frame_new(rt, m->scope);
     if (!f) return -1;
+    struct tv caller;
+    bool have_caller = false;
     for (int i = 0; i < a->n_kw; i++) {
         int k;
+        if (d->op == 1 && !strcmp(a->kw_names[i], "caller")) { caller = a->v[a->n_pos + i]; have_caller = true; continue; }
         for (k = 0; k < d->n_names; k++) if (!strcmp(d->names[k], a->kw_names[i])) break;
         if (k == d->n_names) return tmpl_fail(rt, "macro '%s' takes no keyword argument '%s'", d->name, a->kw_names[i]);
         if (k < a->n_pos) return tmpl_fail(rt, "macro '%s' got multiple values for argument '%s'", d->name, a->kw_names[i]);
@@ -598,6 +645,10 @@ int tmpl_call_macro(struct tmpl_rt *rt, struct tmacro *m, struct targs *a, struc
         if (frame_set(rt, f, d->names[k], v)) { rt->frame = saved; return -1; }
     }
     rt->frame = saved;
+    if (d->op == 1) {
+        if (!have_caller && undefined_name(rt, "caller", &caller)) return -1;
+        if (frame_set(rt, f, "caller", caller)) return -1;
+    }
     return capture(rt, f, d->kids, d->n_kids, out);
 }
 

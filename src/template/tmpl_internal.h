@@ -66,7 +66,7 @@ struct tv {
 /* ---- AST ---- */
 enum tnode_kind {
     /* statements */
-    TN_DATA, TN_OUTPUT, TN_IF, TN_FOR, TN_SET, TN_SET_BLOCK, TN_MACRO, TN_BREAK, TN_CONTINUE, TN_BLOCK,
+    TN_DATA, TN_OUTPUT, TN_IF, TN_FOR, TN_SET, TN_SET_BLOCK, TN_MACRO, TN_BREAK, TN_CONTINUE, TN_BLOCK, TN_CALL_BLOCK,
     /* expressions */
     TN_CONST, TN_NAME, TN_ATTR, TN_ITEM, TN_SLICE, TN_CALL, TN_FILTER, TN_TEST, TN_BIN, TN_NEG, TN_POS,
     TN_NOT, TN_AND, TN_OR, TN_COND, TN_COMPARE, TN_CONCAT, TN_LIST, TN_TUPLE, TN_DICT, TN_CAPTURE,
@@ -77,10 +77,11 @@ enum tnode_kind {
  *  FOR: names targets, a iterable, b filter (opt), kids body, kids2 else.
  *  SET: names targets (n>1 unpacks) or name (namespace var) + names[0] (attribute) with op=1; b value.
  *  SET_BLOCK: names[0] target, kids body, a filter chain over TN_CAPTURE (opt).
- *  MACRO: name, names params, kids2 defaults (NULL entries), kids body.
+ *  MACRO: name, names params, kids2 defaults (NULL entries), kids body; op=1 if the body uses `caller`.
+ *  CALL_BLOCK: a the TN_CALL, b a parameterless TN_MACRO named "caller" holding the block body.
  *  NAME: name.  ATTR: a, name.  ITEM: a, b.  SLICE: a, b start, c stop, d step (each opt).
- *  CALL: a callee, kids positional, names + kids2 keyword.  FILTER/TEST: op id, name, a operand,
- *  kids positional, names + kids2 keyword.  BIN: op, a, b.  NEG/POS/NOT: a.  AND/OR: a, b.
+ *  CALL: a callee, kids positional, names + kids2 keyword, c *args (opt), d **kwargs (opt).
+ *  FILTER/TEST: op id, name, a operand, kids positional, names + kids2 keyword, c/d as for CALL.  BIN: op, a, b.  NEG/POS/NOT: a.  AND/OR: a, b.
  *  COND: a value, b cond, c else (opt).  COMPARE: a, kids operands, ops.  CONCAT/LIST/TUPLE: kids.
  *  DICT: kids keys, kids2 values. */
 struct tnode {

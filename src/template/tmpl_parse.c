@@ -32,6 +32,7 @@ struct tparser {
     const char **macros; /* every macro name defined anywhere: calls to them pass the parse check */
     int n_macros, cap_macros;
     int in_macro, in_for;
+    struct tnode *cur_macro; /* the macro being parsed: gets op=1 when its body references `caller` */
 };
 
 static int perr(struct tparser *p, vllmc_status st, int line, const char *fmt, ...) VLLMC_PRINTF(4, 5);
@@ -505,7 +506,16 @@ static int parse_call_args(struct tparser *p, struct tnode *n) {
     while (rc == 0 && !is_op(p, OP_RPAREN)) {
         if (pos.n + kw.n && (rc = expect_op(p, OP_COMMA, ","))) break;
         if (is_op(p, OP_RPAREN)) break;
-        if (is_op(p, OP_MUL) || is_op(p, OP_POW)) { rc = UNSUP(p, cur(p)->line, "unsupported *args / **kwargs in a call"); break; }
+        if (is_op(p, OP_MUL) || is_op(p, OP_POW)) { /* *args / **kwargs, after the other arguments */
+            bool star = is_op(p, OP_MUL);
+            if (n->d || (star && n->c)) { rc = SYNTAX(p, cur(p)->line, "invalid syntax for function call expression"); break; }
+            adv(p);
+            struct tnode *v = parse_expr(p, true);
+            if (!v) { rc = -1; break; }
+            if (star) n->c = v; else n->d = v;
+            continue;
+        }
+        if (n->c || n->d) { rc = SYNTAX(p, cur(p)->line, "invalid syntax for function call expression"); break; }
         if (cur(p)->kind == TK_NAME && peek(p, 1)->kind == TK_OP && peek(p, 1)->op == OP_ASSIGN) {
             const char *k = cur(p)->s;
             adv(p), adv(p);
@@ -589,7 +599,7 @@ fail:
 static bool known_callable_name(struct tparser *p, const char *name) {
     for (int i = 0; i < BI__COUNT; i++) if (!strcmp(tmpl_builtin_names[i], name)) return true;
     for (int i = 0; i < p->n_macros; i++) if (!strcmp(p->macros[i], name)) return true;
-    return false;
+    return p->in_macro && !strcmp(name, "caller");
 }
 
 static struct tnode *parse_primary(struct tparser *p) {
@@ -602,8 +612,9 @@ static struct tnode *parse_primary(struct tparser *p) {
         } else if (!strcmp(s, "none") || !strcmp(s, "None")) {
             if ((n = mk(p, TN_CONST, t->line))) n->val = tv_none();
         } else {
-            if (!strcmp(s, "varargs") || !strcmp(s, "kwargs") || !strcmp(s, "caller"))
+            if (!strcmp(s, "varargs") || !strcmp(s, "kwargs"))
                 if (p->in_macro) { UNSUP(p, t->line, "unsupported macro feature '%s'", s); return NULL; }
+            if (!strcmp(s, "caller") && p->cur_macro) p->cur_macro->op = 1;
             if ((n = mk(p, TN_NAME, t->line))) n->name = s;
         }
         adv(p);
@@ -1093,10 +1104,13 @@ static struct tnode *parse_macro(struct tparser *p, int line) {
     static const char *const ends[] = {"endmacro", NULL};
     p->in_macro++;
     int saved_for = p->in_for;
+    struct tnode *saved_macro = p->cur_macro;
     p->in_for = 0;
+    p->cur_macro = n;
     int rc = parse_body(p, ends, &body, &which);
     p->in_macro--;
     p->in_for = saved_for;
+    p->cur_macro = saved_macro;
     if (rc) goto fail;
     n->n_names = params.n; n->names = nvec_names(p, &params);
     n->n_kids2 = params.n; n->kids2 = nvec_nodes(p, &params);
@@ -1132,8 +1146,22 @@ static struct tnode *parse_statement(struct tparser *p) {
             n->kids = nvec_nodes(p, &body);
         } else n = NULL;
         nvec_free(&body);
+    } else if (!strcmp(kw, "call")) {
+        /* {% call m(args) %}body{% endcall %}: m runs with caller() rendering body at the call site */
+        static const char *const ends[] = {"endcall", NULL};
+        struct nvec body = {0};
+        const char *which;
+        if (is_op(p, OP_LPAREN)) UNSUP(p, line, "unsupported call block with caller arguments");
+        else if ((n = mk(p, TN_CALL_BLOCK, line)) && (n->a = parse_expr(p, true)) && n->a->kind != TN_CALL) {
+            SYNTAX(p, line, "expected call");
+        } else if (n && n->a && !expect_block_end(p) && !parse_body(p, ends, &body, &which) && (n->b = mk(p, TN_MACRO, line))) {
+            n->b->name = "caller";
+            n->b->n_kids = body.n;
+            n->b->kids = nvec_nodes(p, &body);
+        }
+        nvec_free(&body);
     } else if (!strcmp(kw, "include") || !strcmp(kw, "import") || !strcmp(kw, "from") || !strcmp(kw, "extends") ||
-               !strcmp(kw, "block") || !strcmp(kw, "call") || !strcmp(kw, "filter") || !strcmp(kw, "with") ||
+               !strcmp(kw, "block") || !strcmp(kw, "filter") || !strcmp(kw, "with") ||
                !strcmp(kw, "autoescape") || !strcmp(kw, "do") || !strcmp(kw, "trans") || !strcmp(kw, "print")) {
         UNSUP(p, line, "unsupported construct '{%% %s %%}'", kw);
     } else SYNTAX(p, line, "unknown or misplaced statement '%s'", kw);
