@@ -292,6 +292,17 @@ def _ftype(name):
     return getattr(llama_cpp, name)
 
 
+_LOG_SINK = None
+
+
+def _quiet_llama(llama_cpp):
+    """llama.cpp logs every tensor it quantizes; drop that (the callback is kept alive here)."""
+    global _LOG_SINK
+    if _LOG_SINK is None:
+        _LOG_SINK = llama_cpp.llama_log_callback(lambda level, text, user: None)
+        llama_cpp.llama_log_set(_LOG_SINK, ctypes.c_void_p(0))
+
+
 # target type -> llama file type whose default (pure) type it is
 FTYPES = [("Q8_0", "LLAMA_FTYPE_MOSTLY_Q8_0"), ("Q4_0", "LLAMA_FTYPE_MOSTLY_Q4_0"), ("Q4_1", "LLAMA_FTYPE_MOSTLY_Q4_1"),
           ("Q5_0", "LLAMA_FTYPE_MOSTLY_Q5_0"), ("Q5_1", "LLAMA_FTYPE_MOSTLY_Q5_1"), ("Q2_K", "LLAMA_FTYPE_MOSTLY_Q2_K"),
@@ -308,6 +319,7 @@ def test_quantize_matches_llama_model_quantize(tname, ftype_name, f32_model, tmp
         import llama_cpp
     except Exception as e:  # pragma: no cover
         pytest.skip(f"llama_cpp not importable: {e}")
+    _quiet_llama(llama_cpp)
     src, weights = f32_model
     out = tmp_path / f"{tname}.gguf"
     p = llama_cpp.llama_model_quantize_default_params()
