@@ -19,8 +19,12 @@ static inline float gdn_dot(const float *a, const float *b, int n) {
     return s;
 }
 
-static inline void gdn_axpy(float *y, float a, const float *x, int n) {
+static inline void gdn_axpy(float *restrict y, float a, const float *restrict x, int n) {
     for (int i = 0; i < n; i++) y[i] += a * x[i];
+}
+
+static inline void gdn_scale(float *y, float a, int n) {
+    for (int i = 0; i < n; i++) y[i] *= a;
 }
 
 static inline float gdn_silu(float x) { return x / (1.0f + expf(-x)); }
@@ -39,25 +43,41 @@ struct gdn_conv_ctx {
     float *state;
 };
 
+/* One block of channels, token-major so the inner loop runs over contiguous channels: the taps and the old
+ * state are transposed into [tap][channel] blocks first; window element tau < 0 reads the old state. */
 static void gdn_conv_task(void *vctx, int i_task, int i_thread) {
     (void)i_thread;
     const struct gdn_conv_ctx *c = vctx;
     const int nh = c->d_conv - 1, T = c->n_tokens;
-    int ch0 = i_task * GDN_CONV_BLOCK, ch1 = VLLMC_MIN(ch0 + GDN_CONV_BLOCK, c->n_ch);
-    for (int ch = ch0; ch < ch1; ch++) {
-        const float *w = c->w + (int64_t)ch * c->d_conv;
-        float *st = c->state + (int64_t)ch * nh;
-        float win[8]; /* win[j] = input at time t - nh + j */
-        for (int j = 0; j < nh; j++) win[j] = st[j];
-        for (int t = 0; t < T; t++) {
-            win[nh] = c->x[(int64_t)t * c->x_stride + ch];
-            float s = 0.0f;
-            for (int j = 0; j <= nh; j++) s += win[j] * w[j];
-            c->y[(int64_t)t * c->y_stride + ch] = gdn_silu(s);
-            for (int j = 0; j < nh; j++) win[j] = win[j + 1];
+    const int ch0 = i_task * GDN_CONV_BLOCK, nc = VLLMC_MIN(GDN_CONV_BLOCK, c->n_ch - ch0);
+    float wT[8][GDN_CONV_BLOCK], stT[8][GDN_CONV_BLOCK];
+    for (int ch = 0; ch < nc; ch++)
+        for (int j = 0; j <= nh; j++) {
+            wT[j][ch] = c->w[(int64_t)(ch0 + ch) * c->d_conv + j];
+            if (j < nh) stT[j][ch] = c->state[(int64_t)(ch0 + ch) * nh + j];
         }
-        for (int j = 0; j < nh; j++) st[j] = win[j];
+#define GDN_SRC(tau) ((tau) >= 0 ? c->x + (int64_t)(tau) * c->x_stride + ch0 : stT[nh + (tau)])
+    for (int t = 0; t < T; t++) {
+        const float *src[8];
+        for (int j = 0; j <= nh; j++) src[j] = GDN_SRC(t - nh + j);
+        float *y = c->y + (int64_t)t * c->y_stride + ch0;
+        float acc[GDN_CONV_BLOCK];
+        if (nc == GDN_CONV_BLOCK) { /* constant trip counts: vectorized */
+            for (int ch = 0; ch < GDN_CONV_BLOCK; ch++) acc[ch] = 0.0f;
+            for (int j = 0; j <= nh; j++)
+                for (int ch = 0; ch < GDN_CONV_BLOCK; ch++) acc[ch] += src[j][ch] * wT[j][ch];
+        } else {
+            for (int ch = 0; ch < nc; ch++) acc[ch] = 0.0f;
+            for (int j = 0; j <= nh; j++)
+                for (int ch = 0; ch < nc; ch++) acc[ch] += src[j][ch] * wT[j][ch];
+        }
+        for (int ch = 0; ch < nc; ch++) y[ch] = gdn_silu(acc[ch]);
     }
+    for (int j = 0; j < nh; j++) {
+        const float *src = GDN_SRC(T - nh + j);
+        for (int ch = 0; ch < nc; ch++) c->state[(int64_t)(ch0 + ch) * nh + j] = src[ch];
+    }
+#undef GDN_SRC
 }
 
 void gdn_conv1d_silu(float *y, int64_t y_stride, const float *x, int64_t x_stride, int n_tokens, int n_ch,
@@ -122,7 +142,10 @@ struct gdn_rule_ctx {
     int64_t scratch_per_thread;
 };
 
-/* ops_gdn_avx512.c */
+/* ops_gdn_avx512.c, ops_gdn_avx2.c */
+void gdn_recurrent_head_avx2(float *S, int d_k, int d_v, int n_tokens, const float *q, const float *k,
+                             int64_t qk_stride, const float *v, int64_t v_stride, const float *g,
+                             const float *beta, int64_t gb_stride, float *o, int64_t o_stride);
 void gdn_recurrent_head_avx512(float *S, int d_k, int d_v, int n_tokens, const float *q, const float *k,
                                int64_t qk_stride, const float *v, int64_t v_stride, const float *g,
                                const float *beta, int64_t gb_stride, float *o, int64_t o_stride);
@@ -132,10 +155,17 @@ static void gdn_recurrent_task(void *vctx, int m, int i_thread) {
     const struct gdn_rule_ctx *c = vctx;
     const int dk = c->d->d_k, dv = c->d->d_v, nv = c->d->n_v_head, kh = m % c->d->n_k_head;
     float *S = c->state + (int64_t)m * dv * dk;
-    if (dk % 16 == 0 && quant_isa_active() == QUANT_ISA_AVX512) {
+    const int isa = quant_isa_active();
+    if (dk % 16 == 0 && isa == QUANT_ISA_AVX512) {
         gdn_recurrent_head_avx512(S, dk, dv, c->n_tokens, c->q + (int64_t)kh * dk, c->k + (int64_t)kh * dk,
                                   c->qk_stride, c->v + (int64_t)m * dv, c->v_stride, c->g + m, c->beta + m, nv,
                                   c->o + (int64_t)m * dv, c->o_stride);
+        return;
+    }
+    if (dk % 8 == 0 && isa >= QUANT_ISA_AVX2) {
+        gdn_recurrent_head_avx2(S, dk, dv, c->n_tokens, c->q + (int64_t)kh * dk, c->k + (int64_t)kh * dk,
+                                c->qk_stride, c->v + (int64_t)m * dv, c->v_stride, c->g + m, c->beta + m, nv,
+                                c->o + (int64_t)m * dv, c->o_stride);
         return;
     }
     for (int t = 0; t < c->n_tokens; t++) {
@@ -146,7 +176,7 @@ static void gdn_recurrent_task(void *vctx, int m, int i_thread) {
         const float decay = expf(c->g[(int64_t)t * nv + m]), b = c->beta[(int64_t)t * nv + m];
         for (int j = 0; j < dv; j++) {
             float *row = S + (int64_t)j * dk;
-            for (int i = 0; i < dk; i++) row[i] *= decay;
+            gdn_scale(row, decay, dk);
             const float delta = b * (v[j] - gdn_dot(row, k, dk));
             gdn_axpy(row, delta, k, dk);
             o[j] = gdn_dot(row, q, dk);
@@ -245,7 +275,7 @@ static void gdn_chunked_task(void *vctx, int m, int i_thread) {
         for (int t = 0; t < n; t++) A[t] = (float)exp(G[n - 1] - G[t]); /* reuse row 0 of A */
         for (int j = 0; j < dv; j++) {
             float *row = S + (int64_t)j * dk;
-            for (int i = 0; i < dk; i++) row[i] *= eGn;
+            gdn_scale(row, eGn, dk);
             for (int t = 0; t < n; t++) gdn_axpy(row, A[t] * U[(int64_t)t * dv + j], GDN_K(t), dk);
         }
 #undef GDN_Q
@@ -320,10 +350,11 @@ vllmc_status cpu_gdn(struct backend *be, struct bk_rs_cache *rs, const struct bk
         gdn_gates(beta + t0 * nv, g + t0 * nv, x + conv_dim + value_dim, x + conv_dim + value_dim + nv, ld_in, n,
                   (int)nv, w->dt_bias, w->ssm_a);
         float *o = out->x + t0 * value_dim;
-        /* Long runs take the chunked rule, except where the AVX-512 recurrence runs: on a CPU the state of
-         * a head stays in L1/L2 and the recurrence does fewer flops, so it is faster there (BENCHMARKS.md). */
-        const bool avx512_rule = p->d_k % 16 == 0 && quant_isa_active() == QUANT_ISA_AVX512;
-        if (!c->reference && n >= GDN_CHUNKED_MIN && !avx512_rule)
+        /* Long runs take the chunked rule, except where a SIMD recurrence runs: on a CPU the state of a
+         * head stays in L1/L2 and the recurrence does fewer flops, so it is faster there (BENCHMARKS.md). */
+        const bool simd_rule = (p->d_k % 16 == 0 && quant_isa_active() == QUANT_ISA_AVX512) ||
+                               (p->d_k % 8 == 0 && quant_isa_active() == QUANT_ISA_AVX2);
+        if (!c->reference && n >= GDN_CHUNKED_MIN && !simd_rule)
             gdn_delta_rule_chunked(&d, n, GDN_CHUNK, y, y + key_dim, conv_dim, y + 2 * key_dim, conv_dim, g + t0 * nv,
                                    beta + t0 * nv, sst, o, value_dim, scratch, tp);
         else

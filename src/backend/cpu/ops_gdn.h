@@ -68,8 +68,8 @@ void gdn_gated_rmsnorm(float *out, const float *o, int64_t stride, const float *
                        int n_tokens, int n_head, int d_v, const float *w, float eps);
 
 /* The backend op (struct backend_ops.gdn) for the CPU backends: the reference backend always runs the
- * recurrence single-threaded; the fast one runs the AVX-512 recurrence where the CPU has it, else the
- * chunked rule for runs of 32 tokens or more. */
+ * recurrence single-threaded; the fast one runs the AVX-512 / AVX2 recurrence where the CPU has it, else
+ * the chunked rule for runs of 32 tokens or more. */
 vllmc_status cpu_gdn(struct backend *be, struct bk_rs_cache *rs, const struct bk_gdn_params *p,
                      const struct bk_gdn_weights *w, const float *in, int64_t ld_in, float *work,
                      struct bk_act *out);
