@@ -11,6 +11,22 @@
 #include <cjson/cJSON.h>
 #include "vllmc.h"
 
+/* Supported: {{ }}, {% if/elif/else %}, {% for %} (tuple targets, `if` filter, else, loop.index/index0/
+ * revindex/revindex0/first/last/length/previtem/nextitem/depth/cycle, break/continue), {% set %} (names,
+ * tuples, namespace attributes, block set with filters), {% macro %} (defaults, keywords, caller),
+ * {% call %} (no caller arguments), {% raw %}, {% generation %}, comments, '-'/'+' whitespace control;
+ * literals, arithmetic, comparisons (chained), in/not in, and/or/not, x if c else y, ~, [], {}, (),
+ * attribute/item access with the sandbox's rules, slicing, calls with *args/**kwargs; the filters,
+ * tests and str/dict/list methods listed in tmpl_builtins.c; the globals named in tmpl_render.
+ * Refused when parsed: include/import/extends/block/filter/with/autoescape/do, recursive loops,
+ * unknown filters, tests, methods and functions, varargs/kwargs in macros, non-ASCII identifiers.
+ * Refused when rendered (jinja2 would print an object address or rely on Python-only behaviour):
+ * printing generators (|map, |select, ...), ranges and functions; '%' string formatting; integers
+ * beyond 64 bits; slicing non-sequences; case mapping outside the scripts with exact tables (Latin-1,
+ * Latin Extended-A, basic Greek and Cyrillic, fullwidth Latin; uncased scripts pass through).
+ * Known differences: errors that jinja2 raises lazily inside a generator (e.g. |items of a string
+ * that is never iterated) are raised eagerly; a generator can be iterated more than once;
+ * repr() of unusual Unicode (which code points are "printable") is approximated. */
 struct tmpl; /* a compiled template; immutable after tmpl_parse, so one may render it from many threads */
 
 /* Bounds on one render. Any zero field takes its default. Going past one is a render error. */
