@@ -3,6 +3,7 @@
  * output bit-identical to vec_dot_ref). Several matmuls sharing one activation run as one parallel
  * job, so q/k/v (or gate/up) cost one fork-join and the activation is quantized once. */
 #include <math.h>
+#include <stdatomic.h>
 #include <string.h>
 #include "backend/cpu/cpu_internal.h"
 #include "quant/blocks.h"
@@ -107,20 +108,19 @@ struct matmul_ctx {
     const struct bk_act *act;
     int n_out;
     const struct bk_matmul_out *outs;
-    int64_t chunk;                               /* weight rows per task */
-    int64_t task0[CPU_MATMUL_MAX_OUT + 1];       /* first task of each output */
+    int64_t chunk;                               /* weight rows per chunk */
+    int64_t chunk0[CPU_MATMUL_MAX_OUT + 1];      /* first chunk of each output */
     const void *a[CPU_MATMUL_MAX_OUT];
     uint64_t arb[CPU_MATMUL_MAX_OUT];
+    _Atomic int64_t next;                        /* next chunk to take */
 };
 
-static void matmul_task(void *p, int i_task, int i_thread) {
-    (void)i_thread;
-    struct matmul_ctx *m = p;
+static void matmul_chunk(struct matmul_ctx *m, int64_t ic) {
     int i = 0;
-    while (i + 1 < m->n_out && i_task >= m->task0[i + 1]) i++;
+    while (i + 1 < m->n_out && ic >= m->chunk0[i + 1]) i++;
     const struct bk_matmul_out *o = &m->outs[i];
     const struct bk_tensor *w = o->w;
-    const int64_t r0 = (i_task - m->task0[i]) * m->chunk, r1 = VLLMC_MIN(w->ne[1], r0 + m->chunk);
+    const int64_t r0 = (ic - m->chunk0[i]) * m->chunk, r1 = VLLMC_MIN(w->ne[1], r0 + m->chunk);
     const int64_t ld = o->ld_y ? o->ld_y : w->ne[1];
     const int64_t n_act = m->act->n_rows;
     if (n_act == 1)
@@ -130,6 +130,17 @@ static void matmul_task(void *p, int i_task, int i_thread) {
     if (o->bias)
         for (int64_t r = 0; r < n_act; r++)
             for (int64_t k = r0; k < r1; k++) o->y[r * ld + k] += o->bias[k];
+}
+
+/* One task per thread; each takes chunks from a shared counter until none are left, so a thread
+ * that the OS delays does not hold the others up. Every output row is computed whole by one
+ * gemv/gemm call, so which thread takes which chunk never changes a bit. */
+static void matmul_worker(void *p, int i_task, int i_thread) {
+    (void)i_task;
+    (void)i_thread;
+    struct matmul_ctx *m = p;
+    const int64_t n = m->chunk0[m->n_out];
+    for (int64_t ic; (ic = atomic_fetch_add_explicit(&m->next, 1, memory_order_relaxed)) < n;) matmul_chunk(m, ic);
 }
 
 vllmc_status cpu_fast_matmul(struct backend *be, const struct bk_act *act, int n_out, const struct bk_matmul_out *outs) {
@@ -146,19 +157,21 @@ vllmc_status cpu_fast_matmul(struct backend *be, const struct bk_act *act, int n
         total_rows += outs[i].w->ne[1];
     }
     if (act->n_rows == 0) return VLLMC_OK;
-    /* Enough tasks to balance the threads, few enough that each streams a useful run of rows.
-     * Chunks are multiples of 16 rows so SIMD row-blocking inside quant_gemv stays aligned. */
+    /* Enough chunks to balance the threads, few enough that each streams a useful run of rows;
+     * multiples of 16 rows. */
     const int nt = cpu_threads(c);
-    int64_t chunk = CEIL_DIV(total_rows, (int64_t)nt * 8);
+    int64_t chunk = CEIL_DIV(total_rows, (int64_t)nt * 16);
     chunk = VLLMC_MAX(16, (chunk + 15) & ~(int64_t)15);
     m.chunk = chunk;
-    int64_t nt_total = 0;
+    int64_t n_chunks = 0;
     for (int i = 0; i < n_out; i++) {
-        m.task0[i] = nt_total;
-        nt_total += CEIL_DIV(outs[i].w->ne[1], chunk);
+        m.chunk0[i] = n_chunks;
+        n_chunks += CEIL_DIV(outs[i].w->ne[1], chunk);
     }
-    m.task0[n_out] = nt_total;
-    threadpool_run(c->tp, matmul_task, &m, (int)nt_total);
+    m.chunk0[n_out] = n_chunks;
+    atomic_init(&m.next, 0);
+    if (nt == 1) matmul_worker(&m, 0, 0);
+    else threadpool_run(c->tp, matmul_worker, &m, nt);
     return VLLMC_OK;
 }
 
