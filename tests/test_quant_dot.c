@@ -315,15 +315,36 @@ static void test_act_quant(void) {
     block_q8_0 q0[N / 32];
     block_q8_1 q1[N / 32];
     block_q8_K qk[N / 256];
-    for (int trial = 0; trial < 20; trial++) {
+    for (int trial = 0; trial < 40; trial++) {
         float sc = 0.01f + 10.0f * test_rand_uniform();
         for (int i = 0; i < N; i++) x[i] = sc * test_rand_normal();
         if (trial == 1) for (int i = 0; i < 32; i++) x[i] = 0.0f;       /* all-zero block */
         if (trial == 2) for (int i = 256; i < 512; i++) x[i] = 0.0f;    /* all-zero super-block */
         if (trial == 3) for (int i = 0; i < N; i++) x[i] = (float)rnd_range(-254, 254) * 0.5f; /* .5 ties */
+        if (trial == 4) { /* equal magnitudes: Q8_K keeps the first (here negative) one */
+            for (int i = 0; i < N; i++) x[i] = 0.25f * (float)rnd_range(-20, 20);
+            x[37] = -9.0f; x[200] = 9.0f; x[300] = 9.0f; x[290] = -9.0f; x[700] = 0.5f * 18.0f;
+        }
         quantize_row_q8_0(x, q0, N);
         quantize_row_q8_1(x, q1, N);
         quantize_row_q8_K(x, qk, N);
+        /* every ISA's quantizer == the scalar reference, byte for byte */
+        for (int isa = 1; isa < QUANT_ISA_COUNT; isa++) {
+            if (!quant_isa_supported(isa)) continue;
+            static block_q8_0 r0[N / 32], s0[N / 32];
+            static block_q8_1 r1[N / 32], s1[N / 32];
+            static block_q8_K rk[N / 256], sk[N / 256];
+            quant_get_act_quantizer_isa(GGML_TYPE_Q8_0, QUANT_ISA_SCALAR)(x, r0, N);
+            quant_get_act_quantizer_isa(GGML_TYPE_Q8_0, isa)(x, s0, N);
+            quant_get_act_quantizer_isa(GGML_TYPE_Q8_1, QUANT_ISA_SCALAR)(x, r1, N);
+            quant_get_act_quantizer_isa(GGML_TYPE_Q8_1, isa)(x, s1, N);
+            quant_get_act_quantizer_isa(GGML_TYPE_Q8_K, QUANT_ISA_SCALAR)(x, rk, N);
+            quant_get_act_quantizer_isa(GGML_TYPE_Q8_K, isa)(x, sk, N);
+            CHECK_MSG(memcmp(r0, s0, sizeof(r0)) == 0, "q8_0 isa %d != scalar, trial %d", isa, trial);
+            CHECK_MSG(memcmp(r1, s1, sizeof(r1)) == 0, "q8_1 isa %d != scalar, trial %d", isa, trial);
+            CHECK_MSG(memcmp(rk, sk, sizeof(rk)) == 0, "q8_K isa %d != scalar, trial %d", isa, trial);
+        }
+        if (trial == 4) CHECK(qk[0].d == 1.0f / (-127.0f / -9.0f) && qk[0].qs[37] == -127 && qk[0].qs[200] == 127);
         bool ok0 = true, ok1 = true, okk = true, okerr = true;
         for (int b = 0; b < N / 32; b++) {
             const float *v = x + 32 * b;

@@ -8,6 +8,8 @@
 #include <string.h>
 #include "quant.h"
 #include "blocks.h"
+#include "dot_impl.h"
+#include "gemv.h"
 
 /* ggml's nearest_int: round to nearest, ties to even, via the 1.5*2^23 trick (|x| <= 2^22). */
 static inline int act_nearest_int(float fval) {
@@ -17,7 +19,7 @@ static inline int act_nearest_int(float fval) {
     return (i & 0x007fffff) - 0x00400000;
 }
 
-void quantize_row_q8_0(const float *x, void *dst, int64_t n) {
+static void act_quant_q8_0_ref(const float *x, void *dst, int64_t n) {
     block_q8_0 *y = dst;
     const int64_t nb = n / QK8_0;
     for (int64_t b = 0; b < nb; b++, x += QK8_0) {
@@ -30,7 +32,7 @@ void quantize_row_q8_0(const float *x, void *dst, int64_t n) {
     }
 }
 
-void quantize_row_q8_1(const float *x, void *dst, int64_t n) {
+static void act_quant_q8_1_ref(const float *x, void *dst, int64_t n) {
     block_q8_1 *y = dst;
     const int64_t nb = n / QK8_1;
     for (int64_t b = 0; b < nb; b++, x += QK8_1) {
@@ -48,7 +50,7 @@ void quantize_row_q8_1(const float *x, void *dst, int64_t n) {
     }
 }
 
-void quantize_row_q8_K(const float *x, void *dst, int64_t n) {
+static void act_quant_q8_K_ref(const float *x, void *dst, int64_t n) {
     block_q8_K *y = dst;
     const int64_t nb = n / QK_K;
     for (int64_t b = 0; b < nb; b++, x += QK_K) {
@@ -78,6 +80,26 @@ void quantize_row_q8_K(const float *x, void *dst, int64_t n) {
         }
         y[b].d = 1.0f / iscale;
     }
+}
+
+quantize_row_fn act_quant_ref_get(uint32_t act_type) {
+    switch (act_type) {
+    case GGML_TYPE_Q8_0: return act_quant_q8_0_ref;
+    case GGML_TYPE_Q8_1: return act_quant_q8_1_ref;
+    case GGML_TYPE_Q8_K: return act_quant_q8_K_ref;
+    default: return NULL;
+    }
+}
+
+/* The public quantizers run the fastest implementation of this CPU (same bits as the references above). */
+void quantize_row_q8_0(const float *x, void *dst, int64_t n) {
+    quant_get_act_quantizer_isa(GGML_TYPE_Q8_0, quant_isa_active())(x, dst, n);
+}
+void quantize_row_q8_1(const float *x, void *dst, int64_t n) {
+    quant_get_act_quantizer_isa(GGML_TYPE_Q8_1, quant_isa_active())(x, dst, n);
+}
+void quantize_row_q8_K(const float *x, void *dst, int64_t n) {
+    quant_get_act_quantizer_isa(GGML_TYPE_Q8_K, quant_isa_active())(x, dst, n);
 }
 
 void quantize_row_act(uint32_t wtype, const float *x, void *dst, int64_t n) {

@@ -289,6 +289,93 @@ static float dotz_iq4_xs(int64_t n, const void *vw, const void *va) {
     return acc;
 }
 
+
+/* ---- activation quantizers, bit-identical to act_quant.c's scalar reference ---- */
+/* C roundf (half away from zero), exactly: round to nearest even, then move the exact .5 ties away from 0. */
+static inline __m512 dotz_roundf(__m512 p) {
+    __m512 t = _mm512_roundscale_ps(p, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_roundscale_ps(p, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __mmask16 tie = _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_sub_ps(p, t)), _mm512_set1_ps(0.5f), _CMP_EQ_OQ);
+    __m512 away = _mm512_or_ps(_mm512_set1_ps(1.0f), _mm512_and_ps(p, _mm512_set1_ps(-0.0f))); /* +-1 with p's sign */
+    return _mm512_mask_add_ps(r, tie, t, away);
+}
+
+static inline void dotz_quantize_q8_32(const float *x, int8_t *qs, float *d_out, int32_t *sum) {
+    __m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
+    float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    __m512i q0 = _mm512_cvtps_epi32(dotz_roundf(_mm512_mul_ps(v0, _mm512_set1_ps(id))));
+    __m512i q1 = _mm512_cvtps_epi32(dotz_roundf(_mm512_mul_ps(v1, _mm512_set1_ps(id))));
+    _mm_storeu_si128((__m128i *)qs, _mm512_cvtsepi32_epi8(q0));
+    _mm_storeu_si128((__m128i *)(qs + 16), _mm512_cvtsepi32_epi8(q1));
+    *d_out = d;
+    if (sum) *sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+}
+
+static void dotz_quantize_q8_0(const float *x, void *dst, int64_t n) {
+    block_q8_0 *y = dst;
+    for (int64_t b = 0; b < n / QK8_0; b++, x += QK8_0) {
+        float d;
+        dotz_quantize_q8_32(x, y[b].qs, &d, NULL);
+        y[b].d = fp32_to_fp16(d);
+    }
+}
+
+static void dotz_quantize_q8_1(const float *x, void *dst, int64_t n) {
+    block_q8_1 *y = dst;
+    for (int64_t b = 0; b < n / QK8_1; b++, x += QK8_1) {
+        float d;
+        int32_t sum;
+        dotz_quantize_q8_32(x, y[b].qs, &d, &sum);
+        y[b].d = fp32_to_fp16(d);
+        y[b].s = fp32_to_fp16((float)sum * d);
+    }
+}
+
+static void dotz_quantize_q8_K(const float *x, void *dst, int64_t n) {
+    block_q8_K *y = dst;
+    for (int64_t b = 0; b < n / QK_K; b++, x += QK_K) {
+        __m512 m = _mm512_setzero_ps();
+#pragma GCC unroll 16
+        for (int k = 0; k < 16; k++) m = _mm512_max_ps(m, _mm512_abs_ps(_mm512_loadu_ps(x + 16 * k)));
+        const float amax = _mm512_reduce_max_ps(m);
+        if (!(amax > 0.0f)) { /* all zero (the reference: d = 0, zero quants; bsums zeroed) */
+            memset(&y[b], 0, sizeof(y[b]));
+            continue;
+        }
+        /* the reference keeps the FIRST element whose magnitude is the maximum */
+        float max = 0.0f;
+        for (int k = 0; k < 16; k++) {
+            __mmask16 hit = _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_loadu_ps(x + 16 * k)), _mm512_set1_ps(amax), _CMP_EQ_OQ);
+            if (hit) {
+                max = x[16 * k + __builtin_ctz(hit)];
+                break;
+            }
+        }
+        const float iscale = -127.0f / max;
+        const __m512 is = _mm512_set1_ps(iscale);
+#pragma GCC unroll 16
+        for (int k = 0; k < 16; k++) {
+            __m512 p = _mm512_mul_ps(is, _mm512_loadu_ps(x + 16 * k));
+            __m512i q = _mm512_min_epi32(_mm512_cvtps_epi32(_mm512_roundscale_ps(p, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)),
+                                         _mm512_set1_epi32(127));
+            _mm_storeu_si128((__m128i *)(y[b].qs + 16 * k), _mm512_cvtsepi32_epi8(q));
+            y[b].bsums[k] = (int16_t)_mm512_reduce_add_epi32(q);
+        }
+        y[b].d = 1.0f / iscale;
+    }
+}
+
+quantize_row_fn dot_avx512_get_quantizer(uint32_t act_type) {
+    switch (act_type) {
+    case GGML_TYPE_Q8_0: return dotz_quantize_q8_0;
+    case GGML_TYPE_Q8_1: return dotz_quantize_q8_1;
+    case GGML_TYPE_Q8_K: return dotz_quantize_q8_K;
+    default: return NULL;
+    }
+}
+
 #define DOTZ_MULTI(name)                                                                                  \
     static void dotz_##name##_multi(int64_t n, const void *w, const void *a, size_t a_stride, int n_act, float *out) { \
         switch (n_act) {                                                                                  \

@@ -78,3 +78,13 @@ vec_dot_multi_fn dot_get_multi(uint32_t wtype) {
     (void)wtype;
     return NULL;
 }
+
+quant_act_fn quant_get_act_quantizer_isa(uint32_t act_type, int isa) {
+    quantize_row_fn ref = act_quant_ref_get(act_type);
+    if (!ref || !quant_isa_supported(isa)) return NULL;
+    quantize_row_fn f = NULL;
+#if defined(__x86_64__) || defined(__i386__)
+    if (isa == QUANT_ISA_AVX512) f = dot_avx512_get_quantizer(act_type);
+#endif
+    return f ? f : ref;
+}

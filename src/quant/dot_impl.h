@@ -146,6 +146,10 @@ static inline int32_t dot_isum_mxfp4(const block_mxfp4 *w, const int8_t *a) {
 #define DOT_MULTI_MAX 4
 typedef void (*vec_dot_multi_fn)(int64_t n, const void *w, const void *a, size_t a_stride, int n_act, float *out);
 vec_dot_multi_fn dot_avx512_get_multi(uint32_t wtype);
+/* Activation quantizers: scalar reference (act_quant.c) and SIMD versions with the same bits. */
+typedef void (*quantize_row_fn)(const float *x, void *dst, int64_t n);
+quantize_row_fn act_quant_ref_get(uint32_t act_type);
+quantize_row_fn dot_avx512_get_quantizer(uint32_t act_type);
 /* The multi-row kernel of the active ISA, or NULL (then call the one-row kernel per activation). */
 vec_dot_multi_fn dot_get_multi(uint32_t wtype);
 /* Scalar reference of one weight type (NULL if unsupported). */

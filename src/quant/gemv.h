@@ -25,6 +25,11 @@ int quant_isa_active(void);
  * NULL if the type is unsupported or the ISA is not supported by this CPU. */
 vec_dot_fn quant_get_vec_dot_isa(uint32_t wtype, int isa);
 
+/* The activation quantizer (act_type GGML_TYPE_Q8_0 / Q8_1 / Q8_K) of one ISA; ISAs without a SIMD one get
+ * the scalar reference. Same bits as quantize_row_q8_*; NULL for other types or an unsupported ISA. */
+typedef void (*quant_act_fn)(const float *x, void *dst, int64_t n);
+quant_act_fn quant_get_act_quantizer_isa(uint32_t act_type, int isa);
+
 /* out[r] = dot(weight row row0 + r, act) for r in [0, n_rows). w points at row 0 of the matrix;
  * rows are w_row_bytes apart (>= quant_row_size(wtype, n_cols)). */
 void quant_gemv(uint32_t wtype, int64_t n_cols, const void *w, size_t w_row_bytes, int64_t row0, int64_t n_rows,
