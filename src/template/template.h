@@ -16,7 +16,7 @@
  * tuples, namespace attributes, block set with filters), {% macro %} (defaults, keywords, caller),
  * {% call %} (no caller arguments), {% raw %}, {% generation %}, comments, '-'/'+' whitespace control;
  * literals, arithmetic, comparisons (chained), in/not in, and/or/not, x if c else y, ~, [], {}, (),
- * attribute/item access with the sandbox's rules, slicing, calls with *args/**kwargs; the filters,
+ * attribute/item access with the sandbox's rules, slicing, calls with *args and **kwargs; the filters,
  * tests and str/dict/list methods listed in tmpl_builtins.c; the globals named in tmpl_render.
  * Refused when parsed: include/import/extends/block/filter/with/autoescape/do, recursive loops,
  * unknown filters, tests, methods and functions, varargs/kwargs in macros, non-ASCII identifiers.
