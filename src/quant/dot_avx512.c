@@ -65,6 +65,56 @@ static float dotz_q4_K(int64_t n, const void *vw, const void *va) {
     return r;
 }
 
+/* Q5_K: Q4_K plus a fifth bit per element, bit b of qh[l] for sub-block b. */
+static inline __attribute__((always_inline)) void dotz_q5_K_n(int64_t n, const void *vw, const void *va,
+                                                               size_t a_stride, const int n_act, float *out) {
+    const block_q5_K *w = vw;
+    const __m512i m4 = _mm512_set1_epi8(15), sixteen = _mm512_set1_epi8(16);
+    float acc[DOT_MULTI_MAX] = {0};
+    for (int64_t s = 0; s < n / QK_K; s++) {
+        const block_q5_K *x = &w[s];
+        __m128i scm = dot_unpack_k4_scales(x->scales);
+        __m512i sc = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(scm));
+        __m128i mn = _mm_cvtepu8_epi16(_mm_srli_si128(scm, 8));
+        __m256i mdup = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_unpacklo_epi16(mn, mn)), _mm_unpackhi_epi16(mn, mn), 1);
+        const float d = dot_f16(x->d), dmin = dot_f16(x->dmin);
+        __m256i qh = _mm256_loadu_si256((const __m256i *)x->qh);
+        __m512i qhz = _mm512_inserti64x4(_mm512_castsi256_si512(qh), qh, 1);
+        __m512i wz[4], sz[4];
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++) {
+            /* chunk c: [low nibbles | high nibbles] = sub-blocks 2c, 2c+1 = activations 64c..64c+63 */
+            __m256i q = _mm256_loadu_si256((const __m256i *)(x->qs + 32 * c));
+            __m512i v = _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(q), _mm256_srli_epi16(q, 4), 1), m4);
+            const __m512i bit = _mm512_inserti64x4(_mm512_set1_epi8((char)(1 << (2 * c))), _mm256_set1_epi8((char)(1 << (2 * c + 1))), 1);
+            wz[c] = _mm512_mask_add_epi8(v, _mm512_test_epi8_mask(qhz, bit), v, sixteen);
+            sz[c] = _mm512_shuffle_epi8(sc, _mm512_load_si512(k_dotz_pair16[c]));
+        }
+#pragma GCC unroll 4
+        for (int i = 0; i < n_act; i++) {
+            const block_q8_K *ai = (const block_q8_K *)((const uint8_t *)va + (size_t)i * a_stride) + s;
+            __m256i macc = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)ai->bsums), mdup);
+            __m512i acc0 = _mm512_setzero_si512(), acc1 = _mm512_setzero_si512();
+#pragma GCC unroll 4
+            for (int c = 0; c < 4; c += 2) {
+                acc0 = _mm512_dpwssd_epi32(acc0, _mm512_maddubs_epi16(wz[c], _mm512_loadu_si512(ai->qs + 64 * c)), sz[c]);
+                acc1 = _mm512_dpwssd_epi32(acc1, _mm512_maddubs_epi16(wz[c + 1], _mm512_loadu_si512(ai->qs + 64 * c + 64)), sz[c + 1]);
+            }
+            __m512i iz = _mm512_add_epi32(acc0, acc1);
+            __m256i h = _mm256_hadd_epi32(_mm256_add_epi32(_mm512_castsi512_si256(iz), _mm512_extracti64x4_epi64(iz, 1)), macc);
+            __m128i q = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+            q = _mm_hadd_epi32(q, q);
+            acc[i] = acc[i] + dot_term_kmin(ai->d, d, dmin, _mm_cvtsi128_si32(q), _mm_extract_epi32(q, 1));
+        }
+    }
+    for (int i = 0; i < n_act; i++) out[i] = acc[i];
+}
+static float dotz_q5_K(int64_t n, const void *vw, const void *va) {
+    float r;
+    dotz_q5_K_n(n, vw, va, 0, 1, &r);
+    return r;
+}
+
 /* vpermw indices: 128-bit lane i of the result = int16 element base + i, broadcast */
 #define DOT_Z_IDX4(b) {b, b, b, b, b, b, b, b, b + 1, b + 1, b + 1, b + 1, b + 1, b + 1, b + 1, b + 1, \
                        b + 2, b + 2, b + 2, b + 2, b + 2, b + 2, b + 2, b + 2, b + 3, b + 3, b + 3, b + 3, b + 3, b + 3, b + 3, b + 3}
@@ -387,6 +437,7 @@ quantize_row_fn dot_avx512_get_quantizer(uint32_t act_type) {
     }
 DOTZ_MULTI(q4_K)
 DOTZ_MULTI(q6_K)
+DOTZ_MULTI(q5_K)
 DOTZ_MULTI(q4_0)
 DOTZ_MULTI(q5_0)
 DOTZ_MULTI(q8_0)
@@ -395,6 +446,7 @@ vec_dot_multi_fn dot_avx512_get_multi(uint32_t wtype) {
     switch (wtype) {
     case GGML_TYPE_Q4_K: return dotz_q4_K_multi;
     case GGML_TYPE_Q6_K: return dotz_q6_K_multi;
+    case GGML_TYPE_Q5_K: return dotz_q5_K_multi;
     case GGML_TYPE_Q4_0: return dotz_q4_0_multi;
     case GGML_TYPE_Q5_0: return dotz_q5_0_multi;
     case GGML_TYPE_Q8_0: return dotz_q8_0_multi;
@@ -406,6 +458,7 @@ vec_dot_fn dot_avx512_get(uint32_t wtype) {
     switch (wtype) {
     case GGML_TYPE_Q4_K: return dotz_q4_K;
     case GGML_TYPE_Q6_K: return dotz_q6_K;
+    case GGML_TYPE_Q5_K: return dotz_q5_K;
     case GGML_TYPE_Q2_K: return dotz_q2_K;
     case GGML_TYPE_IQ4_XS: return dotz_iq4_xs;
     case GGML_TYPE_Q4_0: return dotz_q4_0;
