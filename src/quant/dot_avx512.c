@@ -32,12 +32,15 @@ static inline __attribute__((always_inline)) void dotz_q4_K_n(int64_t n, const v
         const float d = dot_f16(x->d), dmin = dot_f16(x->dmin);
         __m512i wz[4], sz[4];
         #pragma GCC unroll 8
-        for (int c = 0; c < 4; c++) {
-            /* chunk c: [low nibbles | high nibbles] = sub-blocks 2c, 2c+1 = activations 64c..64c+63 */
-            __m256i q = _mm256_loadu_si256((const __m256i *)(x->qs + 32 * c));
-            wz[c] = _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(q), _mm256_srli_epi16(q, 4), 1), m4);
-            sz[c] = _mm512_shuffle_epi8(sc, _mm512_load_si512(k_dotz_pair16[c]));
+        for (int k = 0; k < 2; k++) {
+            /* wz[c] = chunk c as [low nibbles | high nibbles] = sub-blocks 2c, 2c+1 = activations 64c..64c+63 */
+            __m512i q = _mm512_loadu_si512(x->qs + 64 * k);
+            __m512i lo = _mm512_and_si512(q, m4), hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+            wz[2 * k] = _mm512_shuffle_i64x2(lo, hi, _MM_SHUFFLE(1, 0, 1, 0));
+            wz[2 * k + 1] = _mm512_shuffle_i64x2(lo, hi, _MM_SHUFFLE(3, 2, 3, 2));
         }
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++) sz[c] = _mm512_shuffle_epi8(sc, _mm512_load_si512(k_dotz_pair16[c]));
         #pragma GCC unroll 8
         for (int i = 0; i < n_act; i++) {
             const block_q8_K *ai = (const block_q8_K *)((const uint8_t *)va + (size_t)i * a_stride) + s;

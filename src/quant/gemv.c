@@ -7,7 +7,7 @@
 void quant_gemv(uint32_t wtype, int64_t n_cols, const void *w, size_t w_row_bytes, int64_t row0, int64_t n_rows,
                 const void *act, float *out) {
     vec_dot_fn f = quant_get_vec_dot(wtype);
-    VLLMC_ASSERT(f != NULL);
+    VLLMC_ASSERT(f != NULL && n_cols % quant_traits(wtype)->block_size == 0);
     const uint8_t *wr = (const uint8_t *)w + (size_t)row0 * w_row_bytes;
     for (int64_t r = 0; r < n_rows; r++, wr += w_row_bytes) out[r] = f(n_cols, wr, act);
 }
@@ -19,7 +19,7 @@ void quant_gemv(uint32_t wtype, int64_t n_cols, const void *w, size_t w_row_byte
 void quant_gemm(uint32_t wtype, int64_t n_cols, const void *w, size_t w_row_bytes, int64_t row0, int64_t n_rows,
                 const void *act, size_t act_row_bytes, int64_t n_act, float *out, int64_t out_stride) {
     vec_dot_fn f = quant_get_vec_dot(wtype);
-    VLLMC_ASSERT(f != NULL);
+    VLLMC_ASSERT(f != NULL && n_cols % quant_traits(wtype)->block_size == 0);
     int64_t tile = act_row_bytes ? (int64_t)(GEMM_ACT_TILE_BYTES / act_row_bytes) : n_act;
     if (tile < 8) tile = 8;
     const uint8_t *w0 = (const uint8_t *)w + (size_t)row0 * w_row_bytes;
