@@ -106,7 +106,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     /* stream, raw mode: the chunks add up to decode exactly */
     size_t cap = tokenizer_stream_bound(t);
     char *chunk = malloc(cap);
-    char *all = malloc(n_dec + 16);
+    char *all = malloc(3 * n_dec + 16);
     if (!chunk || !all) __builtin_trap();
     struct tokenizer_stream s;
     tokenizer_stream_init(&s, t, dflags);
@@ -123,14 +123,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     memcpy(all + total, chunk, k);
     total += k;
     if (total != n_dec || memcmp(all, dec, n_dec)) __builtin_trap();
-    /* replacement mode: always valid UTF-8 */
+    /* replacement mode with stop strings: always valid UTF-8, never any stop string in the output */
+    static const char *const stops[] = {"ab", "\n\n", "<|im_end|>", "\xe4\xb8\xad"};
     tokenizer_stream_init(&s, t, dflags | TOKENIZER_DECODE_REPLACE_INVALID);
-    for (size_t i = 0; i < n; i++) {
-        if (tokenizer_stream_feed(&s, ids[i], chunk, cap, &k) != VLLMC_OK) __builtin_trap();
+    if (tokenizer_stream_set_stops(&s, stops, (data[0] & 8) ? 4 : 0) != VLLMC_OK) __builtin_trap();
+    total = 0;
+    for (size_t i = 0; i <= n; i++) {
+        if (i < n) { if (tokenizer_stream_feed(&s, ids[i], chunk, cap, &k) != VLLMC_OK) __builtin_trap(); }
+        else k = tokenizer_stream_flush(&s, chunk, cap);
         if (tok_utf8_valid_prefix((const uint8_t *)chunk, k) != k) __builtin_trap();
+        if (total + k > 3 * n_dec + 8) __builtin_trap();
+        memcpy(all + total, chunk, k);
+        total += k;
     }
-    k = tokenizer_stream_flush(&s, chunk, cap);
-    if (tok_utf8_valid_prefix((const uint8_t *)chunk, k) != k) __builtin_trap();
+    if ((data[0] & 8))
+        for (size_t j = 0; j < 4; j++)
+            if (memmem(all, total, stops[j], strlen(stops[j]))) __builtin_trap();
     free(chunk);
     free(all);
     free(dec);

@@ -493,6 +493,79 @@ static void test_stream_split_char(void) {
     tokenizer_destroy(t);
 }
 
+/* Stop strings: the streamed text equals the reference cut (after each token, the first time any stop string
+ * occurs in the text so far, cut at its earliest start), and nothing of a stop string is ever emitted. */
+static void test_stream_stops(void) {
+    struct tokenizer *t = make_small_bpe("qwen2", false);
+    if (!t) return;
+    const int32_t pool[] = {'a', 'b', 'c', 'x', ' ', 256, 257, 258}; /* byte tokens are in byte order; ab abc " ab" */
+    size_t cap = tokenizer_stream_bound(t);
+    char *chunk = malloc(cap);
+    int n_stopped = 0;
+    for (int it = 0; it < 3000; it++) {
+        int32_t ids[30];
+        size_t n = 1 + rnd(30);
+        for (size_t i = 0; i < n; i++) ids[i] = pool[rnd(ARRAY_LEN(pool))];
+        char full[512];
+        size_t n_full;
+        CHECK(tokenizer_decode(t, ids, n, 0, full, sizeof(full), &n_full) == VLLMC_OK);
+        /* stops: random short strings over the same letters, some taken from the text */
+        char stop_buf[3][8];
+        const char *stops[3];
+        size_t n_stops = 1 + rnd(3);
+        for (size_t j = 0; j < n_stops; j++) {
+            size_t len = 1 + rnd(4);
+            if (rnd(2) && n_full >= len) memcpy(stop_buf[j], full + rnd((uint32_t)(n_full - len + 1)), len);
+            else for (size_t q = 0; q < len; q++) stop_buf[j][q] = "abcx "[rnd(5)];
+            stop_buf[j][len] = 0;
+            stops[j] = stop_buf[j];
+        }
+        /* reference */
+        size_t want_len = n_full;
+        bool want_stop = false;
+        for (size_t k = 1; k <= n && !want_stop; k++) {
+            char pre[512];
+            size_t n_pre;
+            CHECK(tokenizer_decode(t, ids, k, 0, pre, sizeof(pre), &n_pre) == VLLMC_OK);
+            size_t best = SIZE_MAX;
+            for (size_t j = 0; j < n_stops; j++) {
+                const char *m = memmem(pre, n_pre, stops[j], strlen(stops[j]));
+                if (m && (size_t)(m - pre) < best) best = (size_t)(m - pre);
+            }
+            if (best != SIZE_MAX) { want_stop = true; want_len = best; }
+        }
+        struct tokenizer_stream s;
+        tokenizer_stream_init(&s, t, 0);
+        CHECK(tokenizer_stream_set_stops(&s, stops, n_stops) == VLLMC_OK);
+        char got[1024];
+        size_t n_got = 0;
+        for (size_t i = 0; i < n; i++) {
+            size_t k;
+            CHECK(tokenizer_stream_feed(&s, ids[i], chunk, cap, &k) == VLLMC_OK);
+            memcpy(got + n_got, chunk, k);
+            n_got += k;
+        }
+        size_t k = tokenizer_stream_flush(&s, chunk, cap);
+        memcpy(got + n_got, chunk, k);
+        n_got += k;
+        n_stopped += want_stop;
+        CHECK_MSG(s.stopped == want_stop && n_got == want_len && !memcmp(got, full, want_len),
+                  "'%.*s' stops '%s' '%s': got '%.*s' (%d), want %zu bytes (%d)", (int)n_full, full, stops[0],
+                  n_stops > 1 ? stops[1] : "", (int)n_got, got, s.stopped, want_len, want_stop);
+    }
+    CHECK_MSG(n_stopped > 1000 && n_stopped < 2900, "%d of 3000 streams stopped", n_stopped); /* both paths ran */
+    /* limits */
+    struct tokenizer_stream s;
+    tokenizer_stream_init(&s, t, 0);
+    char longstop[TOKENIZER_STREAM_MAX_STOP + 2];
+    memset(longstop, 'a', sizeof(longstop) - 1);
+    longstop[sizeof(longstop) - 1] = 0;
+    const char *ls[1] = {longstop};
+    CHECK(tokenizer_stream_set_stops(&s, ls, 1) == VLLMC_ERR_INVALID);
+    free(chunk);
+    tokenizer_destroy(t);
+}
+
 static void test_gguf_load(void) {
     /* write a vocabulary with our GGUF writer, parse it, load it */
     char store[260][8];
@@ -559,6 +632,7 @@ int main(void) {
     test_specials_and_bounds();
     test_stream();
     test_stream_split_char();
+    test_stream_stops();
     test_gguf_load();
     return test_finish("test_tokenizer");
 }

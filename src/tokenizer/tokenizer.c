@@ -1167,13 +1167,29 @@ void tokenizer_stream_init(struct tokenizer_stream *s, const struct tokenizer *t
     s->tok = t;
     s->flags = flags;
     s->first = true;
+    s->stop_index = -1;
+}
+
+vllmc_status tokenizer_stream_set_stops(struct tokenizer_stream *s, const char *const *stops, size_t n) {
+    if (n > TOKENIZER_STREAM_MAX_STOPS)
+        return vllmc_errorf(VLLMC_ERR_INVALID, "tokenizer: %zu stop strings (at most %d)", n, TOKENIZER_STREAM_MAX_STOPS);
+    s->n_stops = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t len = stops[i] ? strlen(stops[i]) : 0;
+        if (len > TOKENIZER_STREAM_MAX_STOP)
+            return vllmc_errorf(VLLMC_ERR_INVALID, "tokenizer: stop string of %zu bytes (at most %d)", len, TOKENIZER_STREAM_MAX_STOP);
+        if (!len) continue;
+        s->stops[s->n_stops] = stops[i];
+        s->stop_lens[s->n_stops++] = len;
+    }
+    return VLLMC_OK;
 }
 
 size_t tokenizer_stream_bound(const struct tokenizer *t) {
-    return 3 * (t->max_piece_len + TOKENIZER_STREAM_MAX_PENDING) + 4;
+    return TOKENIZER_STREAM_MAX_STOP + 3 * (t->max_piece_len + TOKENIZER_STREAM_MAX_PENDING) + 4;
 }
 
-/* Bytes a lead byte needs in total, and whether b can be byte 2 of that sequence; 0 = not a lead byte. */
+/* Bytes a lead byte needs in total; 0 = not a lead byte. */
 static size_t tok_seq_need(uint8_t c) {
     if (c < 0x80) return 1;
     if (c >= 0xC2 && c <= 0xDF) return 2;
@@ -1191,10 +1207,11 @@ static bool tok_second_ok(uint8_t c, uint8_t b) {
     return b >= lo && b <= hi;
 }
 
-/* Emit from buf[0..n) everything safe; keep an incomplete but still possible tail in pending. */
-static size_t tok_stream_emit(struct tokenizer_stream *s, const uint8_t *buf, size_t n, char *out, bool final) {
+/* Move from buf[0..n) to out everything UTF-8-safe; keep an incomplete but still possible tail in pending. */
+static size_t tok_stream_utf8(struct tokenizer_stream *s, const uint8_t *buf, size_t n, char *out, bool final) {
     size_t k = 0, i = 0;
     bool replace = s->flags & TOKENIZER_DECODE_REPLACE_INVALID;
+    s->n_pending = 0;
     while (i < n) {
         uint8_t c = buf[i];
         size_t need = tok_seq_need(c);
@@ -1219,38 +1236,82 @@ static size_t tok_stream_emit(struct tokenizer_stream *s, const uint8_t *buf, si
         else out[k++] = (char)c;
         i++;
     }
-    s->n_pending = 0;
     return k;
+}
+
+/* Stop-string filter over text = hold + new (in place in buf, which has room for both): emits to out what is
+ * ruled out, keeps in hold the longest tail that is still a prefix of some stop string. */
+static size_t tok_stream_stops(struct tokenizer_stream *s, char *buf, size_t n, char *out, bool final) {
+    /* earliest complete stop string */
+    size_t best = SIZE_MAX;
+    for (uint32_t j = 0; j < s->n_stops; j++) {
+        const char *m = n >= s->stop_lens[j] ? memmem(buf, n, s->stops[j], s->stop_lens[j]) : NULL;
+        if (m && (size_t)(m - buf) < best) { best = (size_t)(m - buf); s->stop_index = (int32_t)j; }
+    }
+    if (best != SIZE_MAX) {
+        memcpy(out, buf, best);
+        s->stopped = true;
+        s->n_hold = 0;
+        s->n_pending = 0;
+        return best;
+    }
+    size_t keep = 0;
+    if (!final) {
+        for (uint32_t j = 0; j < s->n_stops; j++) {
+            size_t max = VLLMC_MIN(s->stop_lens[j] - 1, n);
+            for (size_t l = max; l > keep; l--)
+                if (!memcmp(buf + n - l, s->stops[j], l)) { keep = l; break; }
+        }
+    }
+    memcpy(out, buf, n - keep);
+    memcpy(s->hold, buf + n - keep, keep);
+    s->n_hold = (uint32_t)keep;
+    return n - keep;
 }
 
 vllmc_status tokenizer_stream_feed(struct tokenizer_stream *s, int32_t id, char *out, size_t cap, size_t *n_out) {
     const struct tokenizer *t = s->tok;
     *n_out = 0;
     if (id < 0 || (uint32_t)id >= t->n_vocab) return vllmc_errorf(VLLMC_ERR_INVALID, "tokenizer: token id %d out of range", id);
-    if (tok_skip(t, id, s->flags)) return VLLMC_OK;
+    if (s->stopped || tok_skip(t, id, s->flags)) return VLLMC_OK;
     size_t n;
     const char *p = tokenizer_piece(t, id, &n);
     if (s->first && n && t->model == TOKENIZER_MODEL_SPM && t->add_space_prefix && p[0] == ' ') { p++; n--; }
     s->first = false;
     if (n == 0) return VLLMC_OK;
-    size_t need = 3 * (n + s->n_pending);
-    if (cap < need)
-        return vllmc_errorf(VLLMC_ERR_INVALID, "tokenizer: stream buffer of %zu bytes, need %zu", cap, need);
-    uint8_t small[256];
+    size_t need = s->n_hold + 3 * (n + s->n_pending);
+    if (cap < need) return vllmc_errorf(VLLMC_ERR_INVALID, "tokenizer: stream buffer of %zu bytes, need %zu", cap, need);
+    uint8_t small[512];
     size_t total = s->n_pending + n;
-    uint8_t *buf = total <= sizeof(small) ? small : malloc(total);
+    size_t work = s->n_hold + 3 * total;
+    uint8_t *buf = total + work <= sizeof(small) ? small : malloc(total + work);
     if (!buf) return vllmc_errorf(VLLMC_ERR_OOM, "tokenizer: out of memory");
     memcpy(buf, s->pending, s->n_pending);
     memcpy(buf + s->n_pending, p, n);
-    *n_out = tok_stream_emit(s, buf, total, out, false);
+    if (!s->n_stops) {
+        *n_out = tok_stream_utf8(s, buf, total, out, false);
+    } else {
+        char *text = (char *)buf + total; /* hold + newly safe bytes */
+        memcpy(text, s->hold, s->n_hold);
+        size_t k = tok_stream_utf8(s, buf, total, text + s->n_hold, false);
+        *n_out = tok_stream_stops(s, text, s->n_hold + k, out, false);
+    }
     if (buf != small) free(buf);
     return VLLMC_OK;
 }
 
 size_t tokenizer_stream_flush(struct tokenizer_stream *s, char *out, size_t cap) {
-    if (!s->n_pending || cap < 3 * s->n_pending) return 0;
-    uint8_t buf[TOKENIZER_STREAM_MAX_PENDING];
-    size_t n = s->n_pending;
-    memcpy(buf, s->pending, n);
-    return tok_stream_emit(s, buf, n, out, true);
+    if (s->stopped) return 0;
+    size_t need = s->n_hold + 3 * s->n_pending;
+    if (!need || cap < need) return 0;
+    char text[TOKENIZER_STREAM_MAX_STOP + 3 * TOKENIZER_STREAM_MAX_PENDING];
+    uint8_t pend[TOKENIZER_STREAM_MAX_PENDING];
+    size_t np = s->n_pending;
+    memcpy(pend, s->pending, np);
+    memcpy(text, s->hold, s->n_hold);
+    size_t k = tok_stream_utf8(s, pend, np, text + s->n_hold, true);
+    size_t n = s->n_hold + k;
+    s->n_hold = 0;
+    if (!s->n_stops) { memcpy(out, text, n); return n; }
+    return tok_stream_stops(s, text, n, out, true);
 }

@@ -109,23 +109,39 @@ vllmc_status tokenizer_decode_alloc(const struct tokenizer *t, const int32_t *id
 /* Incremental detokenizer for streaming. Feed tokens one at a time; each call returns the bytes that became
  * safe to show: only complete UTF-8 sequences (a partial sequence waits for the next token; a byte that can
  * never complete a sequence is passed through as is, or as U+FFFD with TOKENIZER_DECODE_REPLACE_INVALID,
- * so the output is then always valid UTF-8). Caller-owned struct, no
- * allocation. Stop strings are checked by the caller on the emitted text. */
+ * so the output is then always valid UTF-8). Caller-owned struct, no allocation.
+ * Stop strings (optional, tokenizer_stream_set_stops): text that could still be the start of a stop string is
+ * held back until it is ruled out, so a stop string is never split across chunks and never shown; when one
+ * completes, that feed returns the text before it and sets `stopped` (later feeds return nothing). */
 #define TOKENIZER_STREAM_MAX_PENDING 4
+#define TOKENIZER_STREAM_MAX_STOP 256   /* longest stop string, bytes */
+#define TOKENIZER_STREAM_MAX_STOPS 16
 struct tokenizer_stream {
     const struct tokenizer *tok;
     unsigned flags;           /* TOKENIZER_DECODE_* */
-    bool first;               /* no text emitted yet (SPM space-prefix removal) */
+    bool first;               /* no token shown yet (SPM space-prefix removal) */
     uint8_t pending[TOKENIZER_STREAM_MAX_PENDING];
     uint32_t n_pending;
+    /* stop strings: caller-owned, must outlive the stream */
+    const char *stops[TOKENIZER_STREAM_MAX_STOPS];
+    size_t stop_lens[TOKENIZER_STREAM_MAX_STOPS];
+    uint32_t n_stops;
+    char hold[TOKENIZER_STREAM_MAX_STOP];
+    uint32_t n_hold;
+    bool stopped;             /* a stop string completed: stop generating */
+    int32_t stop_index;       /* which one (-1 if none) */
 };
 void tokenizer_stream_init(struct tokenizer_stream *s, const struct tokenizer *t, unsigned flags);
-/* Most bytes one feed (or flush) can return: 3 x (pending bytes + the longest piece). */
+/* Stop strings (n <= TOKENIZER_STREAM_MAX_STOPS, each 1..TOKENIZER_STREAM_MAX_STOP bytes; empty ones ignored).
+ * Call before the first feed. VLLMC_ERR_INVALID if too many or too long. */
+vllmc_status tokenizer_stream_set_stops(struct tokenizer_stream *s, const char *const *stops, size_t n);
+/* Most bytes one feed (or flush) can return: held-back stop-string text + 3 x (pending bytes + longest piece). */
 size_t tokenizer_stream_bound(const struct tokenizer *t);
 /* Feed one id: writes newly safe bytes to out (cap >= tokenizer_stream_bound) and their count to *n_out.
  * VLLMC_ERR_INVALID for an id out of range or cap too small. */
 vllmc_status tokenizer_stream_feed(struct tokenizer_stream *s, int32_t id, char *out, size_t cap, size_t *n_out);
-/* End of stream: emits whatever is still pending (an incomplete sequence, as its raw bytes). */
+/* End of stream: emits whatever is still held (an incomplete sequence as its raw bytes or U+FFFD, and text
+ * held for a stop string that never completed; nothing once stopped). */
 size_t tokenizer_stream_flush(struct tokenizer_stream *s, char *out, size_t cap);
 
 #endif
