@@ -461,6 +461,35 @@ static void test_params(void) {
     CHECK(qmix_assign_types(&m, &p, g_t, g_n) == VLLMC_OK);
     EXPECT("output.weight", GGML_TYPE_Q8_0);
     EXPECT("token_embd.weight", GGML_TYPE_F16);
+    /* --tensor-type: first match wins, the rules (and their counters) are skipped for it, the fallback
+     * still applies; a bad pattern or type is refused. */
+    p.output_type = p.token_embd_type = -1;
+    const struct qmix_override ov[] = {{"blk\\.0\\.attn_v", GGML_TYPE_Q8_0}, {"ffn_up|ffn_gate", GGML_TYPE_Q5_K},
+                                       {"ffn", GGML_TYPE_Q8_0}};
+    p.overrides = ov;
+    p.n_overrides = ARRAY_LEN(ov);
+    p.ftype = QMIX_FTYPE_Q4_K_S;
+    build_llama(8, 4096, 11008, 1024, false);
+    qsort(g_t, g_n, sizeof(g_t[0]), cmp_t);
+    CHECK(qmix_assign_types(&m, &p, g_t, g_n) == VLLMC_OK);
+    EXPECT("blk.0.attn_v.weight", GGML_TYPE_Q8_0);
+    for (int i = 1; i < 8; i++) expectf("blk.%d.attn_v.weight", i, i <= 4 ? GGML_TYPE_Q5_K : GGML_TYPE_Q4_K);
+    EXPECT("blk.3.ffn_up.weight", GGML_TYPE_Q5_K);
+    EXPECT("blk.3.ffn_down.weight", GGML_TYPE_Q8_0);
+    EXPECT("blk.3.attn_q.weight", GGML_TYPE_Q4_K);
+    build_llama(2, 288, 768, 96, false);
+    qsort(g_t, g_n, sizeof(g_t[0]), cmp_t);
+    CHECK(qmix_assign_types(&m, &p, g_t, g_n) == VLLMC_OK);
+    EXPECT("blk.1.ffn_up.weight", GGML_TYPE_Q5_1); /* Q5_K on rows of 288 falls back */
+    const struct qmix_override bad_re[] = {{"(unclosed", GGML_TYPE_Q8_0}}, bad_ty[] = {{"ffn", GGML_TYPE_IQ2_XXS}};
+    p.overrides = bad_re;
+    p.n_overrides = 1;
+    CHECK(qmix_assign_types(&m, &p, g_t, g_n) == VLLMC_ERR_INVALID);
+    p.overrides = bad_ty;
+    CHECK(qmix_assign_types(&m, &p, g_t, g_n) == VLLMC_ERR_UNSUPPORTED);
+    p.overrides = NULL;
+    p.n_overrides = 0;
+    p.ftype = QMIX_FTYPE_Q4_K_M;
     /* An explicit type whose block does not divide the row is refused. */
     build_llama(2, 288, 768, 96, false);
     qsort(g_t, g_n, sizeof(g_t[0]), cmp_t);

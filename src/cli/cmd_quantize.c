@@ -1,5 +1,6 @@
 /* vllmc quantize: convert a GGUF model to a llama-quantize type mix (src/quant/qmix.h).
  * Arguments follow llama-quantize: [options] IN.gguf OUT.gguf TYPE [NTHREADS]. */
+#include <ctype.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -17,6 +18,8 @@ static void quantize_usage(FILE *fp) {
             "  --threads N                 worker threads (default: all CPUs)\n"
             "  --output-tensor-type T      type of output.weight (e.g. Q8_0, F16)\n"
             "  --token-embedding-type T    type of token_embd.weight\n"
+            "  --tensor-type PATTERN=T     tensors whose name contains a match of the regex PATTERN get type T\n"
+            "                              (repeatable, first match wins; e.g. ssm_alpha=q8_0, 'blk\\.[0-3]\\.ffn_down=q6_k')\n"
             "  --pure                      every quantizable tensor gets TYPE's default type\n"
             "  --leave-output-tensor       keep output.weight as it is\n"
             "  --allow-requantize          accept already-quantized inputs (dequantized first)\n"
@@ -56,8 +59,13 @@ static void quantize_on_signal(int sig) {
     raise(sig);
 }
 
+#define QUANTIZE_MAX_OVERRIDES 64
+
 int cmd_quantize(int argc, char **argv) {
     struct quantize_opts o = {.params = {.ftype = -1, .output_type = -1, .token_embd_type = -1}, .n_threads = 0};
+    struct qmix_override ovr[QUANTIZE_MAX_OVERRIDES];
+    char ovr_pat[QUANTIZE_MAX_OVERRIDES][256];
+    size_t n_ovr = 0;
     const char *pos[4];
     int n_pos = 0;
     bool quiet = false;
@@ -84,6 +92,26 @@ int cmd_quantize(int argc, char **argv) {
             }
             o.mem_limit_bytes = (uint64_t)mib << 20;
             i++;
+        } else if (!strcmp(a, "--tensor-type")) {
+            const char *v = has_val ? argv[i + 1] : "", *eq = strchr(v, '=');
+            size_t plen = eq ? (size_t)(eq - v) : 0;
+            if (!eq || plen == 0 || !eq[1] || plen >= sizeof(ovr_pat[0])) {
+                fprintf(stderr, "vllmc quantize: --tensor-type needs PATTERN=TYPE (got '%s')\n", v);
+                return 2;
+            }
+            if (n_ovr == QUANTIZE_MAX_OVERRIDES) {
+                fprintf(stderr, "vllmc quantize: at most %d --tensor-type options\n", QUANTIZE_MAX_OVERRIDES);
+                return 2;
+            }
+            for (size_t k = 0; k < plen; k++) ovr_pat[n_ovr][k] = (char)tolower((unsigned char)v[k]);
+            ovr_pat[n_ovr][plen] = 0;
+            if (qmix_parse_ggml_type(eq + 1, &ovr[n_ovr].type) != VLLMC_OK) {
+                fprintf(stderr, "vllmc quantize: --tensor-type %s: %s\n", v, vllmc_last_error());
+                return 2;
+            }
+            ovr[n_ovr].pattern = ovr_pat[n_ovr];
+            n_ovr++;
+            i++;
         } else if (!strcmp(a, "--output-tensor-type") || !strcmp(a, "--token-embedding-type")) {
             uint32_t t;
             if (!has_val) { fprintf(stderr, "vllmc quantize: %s needs a type\n", a); return 2; }
@@ -107,6 +135,8 @@ int cmd_quantize(int argc, char **argv) {
         }
     }
     if (n_pos < 3) { quantize_usage(stderr); return 2; }
+    o.params.overrides = ovr;
+    o.params.n_overrides = n_ovr;
     if (qmix_parse_ftype(pos[2], &o.params.ftype) != VLLMC_OK) {
         fprintf(stderr, "vllmc quantize: %s\n", vllmc_last_error());
         return 2;

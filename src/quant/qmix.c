@@ -9,7 +9,9 @@
  *      with a smaller block (F16 as the last resort).
  * The attn_v-like counter (attn_v, attn_qkv, attn_kv_b share it) and the dense ffn_down counter advance
  * only when a tensor reaches its rule, exactly as in llama.cpp, so the order of the tensors matters. */
+#define PCRE2_CODE_UNIT_WIDTH 8
 #include <ctype.h>
+#include <pcre2.h>
 #include <string.h>
 #include "qmix.h"
 #include "quant.h"
@@ -345,6 +347,57 @@ static bool qmix_type_is_quantized(int type) {
     return type != GGML_TYPE_F32 && type != GGML_TYPE_F16 && type != GGML_TYPE_BF16;
 }
 
+/* Compiled --tensor-type patterns. */
+struct qmix_regexes {
+    pcre2_code **re;
+    pcre2_match_data *md;
+    size_t n;
+};
+
+static void qmix_regexes_free(struct qmix_regexes *r) {
+    for (size_t i = 0; r->re && i < r->n; i++) pcre2_code_free(r->re[i]);
+    free(r->re);
+    if (r->md) pcre2_match_data_free(r->md);
+    memset(r, 0, sizeof(*r));
+}
+
+static vllmc_status qmix_regexes_init(struct qmix_regexes *r, const struct qmix_params *p) {
+    memset(r, 0, sizeof(*r));
+    if (!p->n_overrides) return VLLMC_OK;
+    if (!p->overrides) return vllmc_errorf(VLLMC_ERR_INVALID, "tensor type overrides: NULL list");
+    if (!(r->re = vllmc_calloc(p->n_overrides, sizeof(*r->re)))) return VLLMC_ERR_OOM;
+    r->n = p->n_overrides;
+    for (size_t i = 0; i < r->n; i++) {
+        const struct qmix_override *o = &p->overrides[i];
+        if (!o->pattern || !*o->pattern) { qmix_regexes_free(r); return vllmc_errorf(VLLMC_ERR_INVALID, "empty tensor pattern"); }
+        if (!qmix_type_producible(o->type)) {
+            qmix_regexes_free(r);
+            return vllmc_errorf(VLLMC_ERR_UNSUPPORTED, "tensor type override '%s': type %u cannot be produced here",
+                                o->pattern, o->type);
+        }
+        int err;
+        PCRE2_SIZE off;
+        r->re[i] = pcre2_compile((PCRE2_SPTR)o->pattern, PCRE2_ZERO_TERMINATED, 0, &err, &off, NULL);
+        if (!r->re[i]) {
+            PCRE2_UCHAR msg[160];
+            pcre2_get_error_message(err, msg, sizeof(msg));
+            vllmc_status st = vllmc_errorf(VLLMC_ERR_INVALID, "tensor pattern '%s': %s at offset %zu", o->pattern,
+                                           (const char *)msg, (size_t)off);
+            qmix_regexes_free(r);
+            return st;
+        }
+    }
+    if (!(r->md = pcre2_match_data_create(1, NULL))) { qmix_regexes_free(r); return VLLMC_ERR_OOM; }
+    return VLLMC_OK;
+}
+
+/* Index of the first pattern found in name, or -1. */
+static int qmix_regexes_match(const struct qmix_regexes *r, const char *name) {
+    for (size_t i = 0; i < r->n; i++)
+        if (pcre2_match(r->re[i], (PCRE2_SPTR)name, strlen(name), 0, 0, r->md, NULL) >= 0) return (int)i;
+    return -1;
+}
+
 vllmc_status qmix_assign_types(const struct qmix_model *m, const struct qmix_params *p,
                                struct qmix_tensor *t, size_t n) {
     const int default_type = qmix_ftype_default_type(p->ftype);
@@ -357,6 +410,9 @@ vllmc_status qmix_assign_types(const struct qmix_model *m, const struct qmix_par
     if (p->token_embd_type >= 0 && !qmix_type_producible((uint32_t)p->token_embd_type))
         return vllmc_errorf(VLLMC_ERR_UNSUPPORTED, "token embedding type %d cannot be produced here", p->token_embd_type);
 
+    struct qmix_regexes rx;
+    vllmc_status st = qmix_regexes_init(&rx, p);
+    if (st != VLLMC_OK) return st;
     struct qmix_state s = {.m = m, .p = p, .tied = true};
     const char *arch = m->arch ? m->arch : "";
     s.is_falcon = !strcmp(arch, "falcon");
@@ -378,22 +434,28 @@ vllmc_status qmix_assign_types(const struct qmix_model *m, const struct qmix_par
         if (!x->quantizable) { x->new_type = x->type; continue; }
         enum qmix_category c = qmix_category_of(x->name);
         int type;
-        if (p->token_embd_type >= 0 && c == QMIX_CAT_TOKEN_EMBD) type = p->token_embd_type;
+        /* per_layer_token_embd follows --token-embedding-type unless a pattern names it. */
+        bool embd_named = !strcmp(x->name, "per_layer_token_embd.weight") && qmix_regexes_match(&rx, x->name) >= 0;
+        if (p->token_embd_type >= 0 && c == QMIX_CAT_TOKEN_EMBD && !embd_named) type = p->token_embd_type;
         else if (p->output_type >= 0 && c == QMIX_CAT_OUTPUT) type = p->output_type;
         else {
             type = default_type;
             if (qmix_type_is_quantized(default_type)) {
-                vllmc_status st;
-                if (!p->pure && (st = qmix_rules(&s, x, c, &type)) != VLLMC_OK) return st;
+                int k = qmix_regexes_match(&rx, x->name);
+                if (k >= 0) type = (int)p->overrides[k].type;
+                else if (!p->pure && (st = qmix_rules(&s, x, c, &type)) != VLLMC_OK) break;
                 type = qmix_fallback(x, type, &x->fallback);
             }
         }
         /* Explicit types skip the fallback table; a block that does not divide the row is an error. */
-        if (x->ne[0] % qmix_block_size((uint32_t)type) != 0)
-            return vllmc_errorf(VLLMC_ERR_INVALID, "tensor '%s': row length %lld is not a multiple of the block "
-                                "size %d of %s", x->name, (long long)x->ne[0], qmix_block_size((uint32_t)type),
-                                quant_traits((uint32_t)type)->name);
+        if (x->ne[0] % qmix_block_size((uint32_t)type) != 0) {
+            st = vllmc_errorf(VLLMC_ERR_INVALID, "tensor '%s': row length %lld is not a multiple of the block "
+                              "size %d of %s", x->name, (long long)x->ne[0], qmix_block_size((uint32_t)type),
+                              quant_traits((uint32_t)type)->name);
+            break;
+        }
         x->new_type = (uint32_t)type;
     }
-    return VLLMC_OK;
+    qmix_regexes_free(&rx);
+    return st;
 }

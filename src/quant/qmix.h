@@ -41,8 +41,18 @@ struct qmix_model {
     int n_head_kv;      /* attention.head_count_kv of layer 0 (n_head when absent) */
 };
 
+/* --tensor-type PATTERN=TYPE: the first pattern found in a tensor's name (regex search, PCRE2 syntax,
+ * which agrees with llama.cpp's std::regex for the usual patterns) sets its type; the category rules are
+ * skipped for it, the row-length fallback still applies. */
+struct qmix_override {
+    const char *pattern;
+    uint32_t type;
+};
+
 struct qmix_params {
     int ftype;                /* enum qmix_ftype */
+    const struct qmix_override *overrides; /* optional, n_overrides entries */
+    size_t n_overrides;
     int output_type;          /* --output-tensor-type: a ggml type, or -1 */
     int token_embd_type;      /* --token-embedding-type: a ggml type, or -1 */
     bool pure;                /* --pure: every quantizable tensor gets the default type */

@@ -284,11 +284,15 @@ def run_vllmc(*args, check=True):
     return r
 
 
-def run_llama_quantize(src, dst, ftype, nthread=2, **extra):
+def run_llama_quantize(src, dst, ftype, nthread=2, tensor_types=(), **extra):
     llama_cpp = _llama_cpp()
     p = llama_cpp.llama_model_quantize_default_params()
     p.ftype = FTYPE_NUM[ftype]
     p.nthread = nthread
+    if tensor_types:  # [(pattern, ggml type id)], terminated by a NULL pattern
+        ov = llama_cpp.llama_model_tensor_override
+        arr = (ov * (len(tensor_types) + 1))(*[ov(pat.encode(), t) for pat, t in tensor_types], ov(None, 0))
+        p.tt_overrides = ctypes.cast(arr, ctypes.POINTER(ov))
     for k, v in extra.items():
         setattr(p, k, v)
     rc = llama_cpp.llama_model_quantize(src.encode(), dst.encode(), ctypes.byref(p))
@@ -389,6 +393,22 @@ def test_options_match(models, tmp_path):
         types_ours, types_ref, _, _, kv_ours, kv_ref = compare(ours, ref)
         assert types_ours == types_ref, flags
         assert kv_ours == kv_ref, flags
+    # --tensor-type: the pattern's type skips the rules (and their counters: with blk.0's attn_v
+    # overridden, Q4_K_S's "first 4 attn_v" become blk.1-4), the row fallback still applies (Q6_K on
+    # rows of 288 -> Q8_0), first match wins.
+    tt_cases = [
+        ("llama", "Q4_K_S", [(r"blk\.0\.attn_v", 8)], ["--tensor-type", r"blk\.0\.attn_v=q8_0"]),
+        ("llama", "Q4_K_M", [("ffn_up", 14), ("ffn", 8)], ["--tensor-type", "ffn_up=Q6_K", "--tensor-type", "FFN=q8_0"]),
+        ("qwen35", "Q4_K_M", [("ssm_alpha|ssm_beta", 8), (r"blk\.[0-3]\.ffn_down", 14)],
+         ["--tensor-type", "ssm_alpha|ssm_beta=q8_0", "--tensor-type", r"blk\.[0-3]\.ffn_down=q6_k"]),
+    ]
+    for i, (arch, ftype, tt, flags) in enumerate(tt_cases):
+        ref, ours = str(tmp_path / f"reft{i}.gguf"), str(tmp_path / f"ourst{i}.gguf")
+        run_llama_quantize(models[arch], ref, ftype, tensor_types=tt)
+        run_vllmc(*flags, models[arch], ours, ftype)
+        types_ours, types_ref, n_same, n_total, kv_ours, kv_ref = compare(ours, ref)
+        assert types_ours == types_ref, flags
+        assert n_same == n_total and kv_ours == kv_ref, flags
     # An output larger than --max-memory is staged in a scratch file: same bytes, nothing left behind.
     ref, ours = str(tmp_path / "refm.gguf"), str(tmp_path / "oursm.gguf")
     run_llama_quantize(models["qwen35moe"], ref, "Q4_K_M")
@@ -501,6 +521,9 @@ def test_bad_inputs(models, tmp_path):
     # Bad flags.
     r = run_vllmc("--output-tensor-type", "q9", models["llama"], out, "Q4_K_M", check=False)
     assert r.returncode != 0 and _no_output(out)
+    for bad_tt in ["attn_v", "=q8_0", "attn_v=", "attn_v=q9_9", "attn_v=iq2_xxs", "(unclosed=q8_0"]:
+        r = run_vllmc("--tensor-type", bad_tt, models["llama"], out, "Q4_K_M", check=False)
+        assert r.returncode != 0 and r.stderr.strip() and _no_output(out), bad_tt
     r = run_vllmc("--threads", "0", models["llama"], out, "Q4_K_M", check=False)
     assert r.returncode != 0 and _no_output(out)
     # An inf / NaN in the weights gives non-finite scales: refused, as llama.cpp refuses it.
