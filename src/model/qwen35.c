@@ -269,7 +269,7 @@ static vllmc_status qwen35_forward(struct model *m, const struct bk_batch *b, st
                             hp->arch, d->n_rs_layers);
     struct backend *be = m->be;
     const struct backend_ops *op = be->ops;
-    const int64_t T = b->n_tokens, E = hp->n_embd, HD = hp->head_dim, QD = (int64_t)hp->n_head * HD;
+    const int64_t T = b->n_tokens, E = hp->n_embd, HD = hp->head_dim;
     const float eps = hp->norm_eps;
     vllmc_status st;
 #define TRY(x) do { if ((st = (x)) != VLLMC_OK) return st; } while (0)
@@ -331,7 +331,6 @@ static vllmc_status qwen35_forward(struct model *m, const struct bk_batch *b, st
         }
         TRY(op->add(be, s->x, s->o, T, E));
     }
-    (void)QD;
     if (b->n_logits == 0) return VLLMC_OK;
     TRY(op->get_rows(be, s->x, E, s->xl));
     TRY(op->rmsnorm_quantize(be, s->xl, m->output_norm.data, eps, b->n_logits, &s->head_in));
