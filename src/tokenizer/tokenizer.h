@@ -84,7 +84,10 @@ const char *tokenizer_token_text(const struct tokenizer *t, int32_t id, size_t *
 /* Upper bound of the number of ids encode can produce for text_len bytes. */
 size_t tokenizer_bound(const struct tokenizer *t, size_t text_len);
 
-/* Encode text (any bytes; invalid UTF-8 is tokenized byte by byte, never an error) into ids.
+/* Encode text into ids. Any bytes are accepted: byte-level BPE reads each malformed UTF-8 byte as U+FFFD, as
+ * llama.cpp does (so decode gives EF BF BD there); SPM keeps such bytes through <0xXX> byte tokens.
+ * Special-token text is matched before pre-tokenization, longest token text first (llama.cpp's order):
+ * control/unknown tokens only with TOKENIZER_ENCODE_PARSE_SPECIAL, user-defined tokens always.
  * ids must hold cap entries; cap >= tokenizer_bound(t, len) always suffices. If cap is too small the
  * call returns VLLMC_ERR_INVALID and *n_ids is the count needed. */
 vllmc_status tokenizer_encode(const struct tokenizer *t, const char *text, size_t len, unsigned flags,
