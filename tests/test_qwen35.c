@@ -1,8 +1,9 @@
 /* End-to-end checks of the qwen35 / qwen35moe forward on small random models written to a temporary
- * GGUF (fresh random weights each run): whole-prompt prefill (chunked delta rule) vs token-by-token decode
- * (recurrence) vs prefill in pieces; fast vs reference CPU backend; two sequences interleaved in one batch
- * with their own state slots vs each alone; a slot reused from position 0 starts from zero state; and
- * corrupt metadata / missing tensors come back as errors. */
+ * GGUF (fresh random weights each run): whole-prompt prefill vs token-by-token decode vs prefill in pieces
+ * (with VLLMC_SIMD=scalar the whole-prompt run takes the chunked delta rule); fast vs reference CPU backend;
+ * 1 vs 2 threads (bit-exact); two sequences interleaved in one batch with their own state slots vs each
+ * alone; a slot reused from position 0 starts from zero state; corrupt metadata / missing tensors come
+ * back as errors. */
 #include <string.h>
 #include <unistd.h>
 
@@ -194,6 +195,21 @@ static void check_model(const char *path, bool moe) {
     CHECK_MSG(e1 < 1e-4, "%s: token-by-token vs whole prompt %g", arch, e1);
     CHECK_MSG(e2 < 1e-4, "%s: pieces vs whole prompt %g", arch, e2);
     CHECK_MSG(e3 < 1e-4, "%s: reference vs fast %g", arch, e3);
+    /* The fast backend on one thread gives the same bits as on two. */
+    {
+        struct backend *one = NULL;
+        struct model *m1 = NULL;
+        struct bk_kv_cache *kv1 = NULL;
+        VLLMC_ASSERT(backend_cpu_create(1, false, &one) == VLLMC_OK && model_load(path, one, &m1) == VLLMC_OK);
+        VLLMC_ASSERT(model_reserve(m1, 128, 128) == VLLMC_OK && model_kv_create(m1, BK_KV_F32, 32, &kv1) == VLLMC_OK);
+        float *l1 = malloc(sizeof(float) * nl);
+        CHECK(run(m1, kv1, 1, ids, len, 0, &l1) == VLLMC_OK);
+        CHECK_MSG(memcmp(l1, whole, sizeof(float) * nl) == 0, "%s: 1 thread vs 2 threads differ", arch);
+        free(l1);
+        model_kv_destroy(m1, kv1);
+        model_destroy(m1);
+        one->ops->destroy(one);
+    }
     /* Two sequences interleaved row by row (slots 0 and 1) vs each alone. */
     const int32_t (*ids1)[64] = (const int32_t(*)[64])ids[1];
     CHECK(run(mf, kvf, 1, ids1, len, 0, &alone1) == VLLMC_OK);
