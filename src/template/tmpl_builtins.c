@@ -349,16 +349,16 @@ static int str_split(struct tmpl_rt *rt, const struct tstr *s, struct targs *a, 
     size_t nw = words.u.l->n;
     if (maxsplit < 0 || (size_t)maxsplit >= nw) { *out = words; return 0; }
     size_t keep = (size_t)maxsplit, head_words = nw - keep;
-    /* head: from the first word up to the end of word head_words-1, original spacing kept */
-    size_t i = 0, cnt = 0, hb = 0, he = 0;
+    /* head: from the start of the text (leading whitespace kept: rsplit strips from the right only)
+     * to the end of word head_words-1 */
+    size_t i = 0, cnt = 0, he = 0;
     while (i < n && cnt < head_words) {
         while (i < n) { uint32_t c; size_t l = utf8_next(s->p + i, n - i, &c); if (!py_isspace(c)) break; i += l; }
-        if (cnt == 0) hb = i;
         while (i < n) { uint32_t c; size_t l = utf8_next(s->p + i, n - i, &c); if (py_isspace(c)) break; i += l; }
         he = i;
         cnt++;
     }
-    if (push_str(rt, out, s->p + hb, he - hb)) return -1;
+    if (push_str(rt, out, s->p, he)) return -1;
     for (size_t w = head_words; w < nw; w++) if (tv_list_push(rt, out, words.u.l->v[w])) return -1;
     return 0;
 }

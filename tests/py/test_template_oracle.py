@@ -451,22 +451,31 @@ def random_expr(rng, depth=0):
     return f"({a()})"
 
 
-def random_layout(rng):
+def random_layout(rng, depth=0):
+    """Random text/tag layouts: whitespace control ('-', '+'), trim_blocks and lstrip_blocks corner cases."""
+    ws = ["a", " ", "  ", "\n", "\t", "\n  ", " \n", "\n\n", "b\n", "  c  ", "\r\n", " \t\n "]
+    mod = lambda: rng.choice(["", "", "-", "+"])  # noqa: E731
     parts = []
-    for _ in range(rng.randint(1, 8)):
-        k = rng.randrange(4)
+    for _ in range(rng.randint(1, 7)):
+        k = rng.randrange(7 if depth < 2 else 4)
         if k == 0:
-            parts.append(rng.choice(["a", " ", "  ", "\n", "\t", "\n  ", " \n", "\n\n", "b\n", "  c  "]))
+            parts.append(rng.choice(ws))
         elif k == 1:
-            s, e = rng.choice(["", "-", "+"]), rng.choice(["", "-", "+"])
-            body = rng.choice(["X", "\n X \n", "  ", ""])
-            s2, e2 = rng.choice(["", "-", "+"]), rng.choice(["", "-", "+"])
-            parts.append(f"{{%{s} if true {e}%}}{body}{{%{s2} endif {e2}%}}")
+            parts.append(f"{{%{mod()} set x = 1 {mod()}%}}")
         elif k == 2:
             parts.append(f"{{{{{rng.choice(['', '-'])} 'v' {rng.choice(['', '-'])}}}}}")
+        elif k == 3:
+            parts.append(f"{{#{mod()} c{rng.choice(['', chr(10)])} {mod()}#}}")
+        elif k == 4:
+            parts.append(f"{{%{mod()} if {rng.choice(['true', 'false'])} {mod()}%}}{random_layout(rng, depth + 1)}"
+                         f"{{%{mod()} else {mod()}%}}{random_layout(rng, depth + 1)}{{%{mod()} endif {mod()}%}}")
+        elif k == 5:
+            parts.append(f"{{%{mod()} for i in [1, 2] {mod()}%}}{random_layout(rng, depth + 1)}{{{{ i }}}}"
+                         f"{{%{mod()} endfor {mod()}%}}")
         else:
-            parts.append(f"{{#{rng.choice(['', '-', '+'])} c {rng.choice(['', '-', '+'])}#}}")
-    return "".join(parts)
+            parts.append(f"{{%{mod()} raw {rng.choice(['', '-'])}%}}{rng.choice(ws)}{{{{ x }}}}{rng.choice(ws)}"
+                         f"{{%{mod()} endraw {mod()}%}}")
+    return "".join(parts) + rng.choice(["", "\n", "\n\n", " "])
 
 
 def run_batch(items):
