@@ -1,6 +1,8 @@
 /* Gated DeltaNet ops on the CPU (see ops_gdn.h). The recurrent and the chunked delta rule are two
  * evaluations of the same recurrence: value heads are independent, so both run one task per head, and the
- * state row of one value dimension (d_k contiguous floats) is the unit every inner loop walks. */
+ * state row of one value dimension (d_k contiguous floats) is the unit every inner loop walks. The
+ * recurrence has AVX-512 and AVX2 kernels (ops_gdn_avx512.c, ops_gdn_avx2.c) picked at run time through
+ * quant_isa_active(); the loops here are the portable fallback. */
 #include "backend/cpu/ops_gdn.h"
 
 #include <math.h>
