@@ -86,6 +86,10 @@ $(BUILD)/tests/%: tests/%.c $(BUILD)/libvllmc.a tests/test.h
 
 tests: $(TESTS)
 
+# GPU parity tests (tests/cuda/test_*.c, built by the tests rule above): `make CUDA=1 cuda-tests`.
+CUDA_TESTS := $(patsubst tests/cuda/%.c,$(BUILD)/tests/cuda/%,$(sort $(wildcard tests/cuda/test_*.c)))
+cuda-tests: $(CUDA_TESTS)
+
 # Debian packages (build + test) and the pinned Python test oracles in .venv.
 deps:
 	@bash scripts/install-deps.sh
@@ -124,6 +128,6 @@ run:
 clean:
 	rm -rf build
 
-.PHONY: all tests test deps asan fuzz run clean hip-check
+.PHONY: all tests test deps asan fuzz run clean hip-check cuda-tests
 
 -include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d)

@@ -1,19 +1,82 @@
 #!/usr/bin/env bash
-# GPU machine: build the CUDA kernels and their benchmarks, check them against the CPU reference, time them.
-# Writes logs under $OUT (when set) and prints a short table last.
+# GPU machine: check the CUDA backend against the CPU reference, run it under compute-sanitizer, time the
+# mat-vec kernel and the whole decode of synthetic models. Logs under $OUT; a short table printed last.
+# Binaries come from .carry/bin (built with `make CUDA=1` on the dev machine, with the shared libraries
+# they need in .carry/lib) when they start there, else are built here. Models are generated here with
+# .carry/synth_gguf.py. STAGES (default "ops model gemv sanitize bench") picks what runs.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu-out}
-mkdir -p "$OUT" build/gpu
-nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,memory.total --format=csv | tee "$OUT/gpu.txt"
-CFLAGS="-std=c11 -D_GNU_SOURCE -O2 -Iinclude -Isrc"
-objs=()
-for f in src/common/*.c src/quant/*.c; do
-    o=build/gpu/$(echo "$f" | tr / _).o
-    cc $CFLAGS $( [[ $f == *_avx2.c ]] && echo "-mavx2 -mfma -mf16c" ) $( [[ $f == *_avx512.c ]] && echo "-mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavxvnni" ) -c "$f" -o "$o" || exit 1
-    objs+=("$o")
-done
-NV="nvcc -O3 -std=c++17 -gencode=arch=compute_90,code=sm_90 -Iinclude -Isrc -lineinfo"
-for f in src/backend/cuda/gemv_q.cu; do $NV -c "$f" -o build/gpu/$(basename "$f" .cu).o || exit 1; done
-$NV -o build/gpu/bench_gemv bench/bench_gemv.cu build/gpu/gemv_q.o "${objs[@]}" -lm -lpthread || exit 1
-./build/gpu/bench_gemv 30 2>&1 | tee "$OUT/bench_gemv.txt"
+STAGES=${STAGES:-"ops model gemv sanitize bench"}
+BENCH_MODELS=${BENCH_MODELS:-"qwen35-4b"}
+mkdir -p "$OUT"
+has() { [[ " $STAGES " == *" $1 "* ]]; }
+summary=()
+note() { summary+=("$1"); echo "== $1"; }
+
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,memory.total,driver_version --format=csv | tee "$OUT/gpu.txt"
+# models in the background while the tests run
+mkdir -p /tmp/models
+( python3 .carry/synth_gguf.py qwen35-tiny /tmp/models/qwen35-tiny.gguf >/tmp/models/tiny.log 2>&1
+  for m in $BENCH_MODELS; do python3 .carry/synth_gguf.py "$m" "/tmp/models/$m.gguf" >"/tmp/models/$m.log" 2>&1; done
+  touch /tmp/models/done ) &
+
+BIN=.carry/bin
+export LD_LIBRARY_PATH=$PWD/.carry/lib:${LD_LIBRARY_PATH:-}
+if ! "$BIN/vllmc" --version >"$OUT/bin.txt" 2>&1; then BIN=""; fi
+if [ -z "$BIN" ]; then
+    echo "carried binaries do not run here: building" | tee "$OUT/build.log"
+    BIN=build/gpu
+    make -j16 CUDA=1 BUILD=build/gpu all cuda-tests >>"$OUT/build.log" 2>&1 || { note "build FAILED (see build.log)"; tail -30 "$OUT/build.log"; }
+    cp build/gpu/tests/cuda/test_cuda_* build/gpu/ 2>/dev/null
+    nvcc -O3 -std=c++17 -gencode=arch=compute_90,code=sm_90 -Iinclude -Isrc -o build/gpu/bench_gemv bench/bench_gemv.cu \
+        build/gpu/libvllmc.a -lpcre2-8 -lcjson -lm -lpthread >>"$OUT/build.log" 2>&1
+fi
+echo "binaries: $BIN"
+
+if has ops; then
+    timeout 300 "$BIN/test_cuda_ops" >"$OUT/test_cuda_ops.txt" 2>&1; rc=$?
+    tail -25 "$OUT/test_cuda_ops.txt"
+    note "test_cuda_ops rc=$rc: $(tail -1 "$OUT/test_cuda_ops.txt")"
+fi
+
+for i in $(seq 1 120); do [ -f /tmp/models/qwen35-tiny.gguf ] && [ -s /tmp/models/qwen35-tiny.gguf ] && break; sleep 1; done
+if has model; then
+    timeout 300 "$BIN/test_cuda_model" /tmp/models/qwen35-tiny.gguf 40 24 >"$OUT/test_cuda_model.txt" 2>&1; rc=$?
+    tail -12 "$OUT/test_cuda_model.txt"
+    note "test_cuda_model rc=$rc: $(grep 'worst' "$OUT/test_cuda_model.txt" | head -1 | cut -c1-160)"
+fi
+
+if has gemv; then
+    timeout 300 "$BIN/bench_gemv" 20 >"$OUT/bench_gemv.txt" 2>&1
+    cat "$OUT/bench_gemv.txt"
+fi
+
+if has sanitize; then
+    if command -v compute-sanitizer >/dev/null; then
+        timeout 300 compute-sanitizer --tool memcheck --leak-check full --error-exitcode 9 "$BIN/test_cuda_model" \
+            /tmp/models/qwen35-tiny.gguf 20 6 >"$OUT/sanitizer.txt" 2>&1; rc=$?
+        tail -6 "$OUT/sanitizer.txt"
+        note "memcheck (tiny qwen35: prefill 20 + decode 6, graph and eager) rc=$rc: $(grep -c 'Invalid\|ERROR SUMMARY: [1-9]' "$OUT/sanitizer.txt") error lines; $(grep 'ERROR SUMMARY' "$OUT/sanitizer.txt" | head -1)"
+    else
+        note "compute-sanitizer not found"
+    fi
+fi
+
+if has bench; then
+    for i in $(seq 1 240); do [ -f /tmp/models/done ] && break; sleep 1; done
+    for m in $BENCH_MODELS; do
+        f=/tmp/models/$m.gguf
+        [ -s "$f" ] || { note "$m: model not generated ($(tail -2 /tmp/models/$m.log))"; continue; }
+        timeout 240 "$BIN/vllmc" bench -m "$f" -p 512 -g 256 -r 5 --profile >"$OUT/bench_$m.txt" 2>&1; rc=$?
+        cat "$OUT/bench_$m.txt"
+        note "$m graphs rc=$rc: $(grep '^output tok/s' "$OUT/bench_$m.txt" | head -1)"
+        note "$m: $(grep '^weights / TPOT' "$OUT/bench_$m.txt" | head -1)"
+        timeout 120 "$BIN/vllmc" bench -m "$f" -p 512 -g 256 -r 3 --enforce-eager >"$OUT/bench_${m}_eager.txt" 2>&1; rc=$?
+        note "$m eager rc=$rc: $(grep '^output tok/s' "$OUT/bench_${m}_eager.txt" | head -1)"
+    done
+fi
+
+echo
+echo "================ summary ================"
+for s in "${summary[@]}"; do echo "$s"; done

@@ -43,6 +43,13 @@ typedef hipGraphExec_t gpuGraphExec_t;
 #define gpuGetErrorString hipGetErrorString
 #define gpuDeviceSynchronize hipDeviceSynchronize
 #define gpuMemGetInfo hipMemGetInfo
+#define gpuMemset hipMemset
+#define gpuErrorMemoryAllocation hipErrorOutOfMemory
+#define gpuHostAlloc(p, n) hipHostMalloc((p), (n), 0)
+#define gpuFreeHost hipHostFree
+#define gpuStreamCaptureModeThreadLocal hipStreamCaptureModeThreadLocal
+#define gpuSetDevice hipSetDevice
+#define gpuEventDefault hipEventDefault
 #if defined(__GFX9__) && !defined(__GFX11__)
 #define VLLMC_WARP_SIZE 64 /* CDNA / GCN: wave64 */
 #else
@@ -86,6 +93,13 @@ typedef cudaGraphExec_t gpuGraphExec_t;
 #define gpuGetErrorString cudaGetErrorString
 #define gpuDeviceSynchronize cudaDeviceSynchronize
 #define gpuMemGetInfo cudaMemGetInfo
+#define gpuMemset cudaMemset
+#define gpuErrorMemoryAllocation cudaErrorMemoryAllocation
+#define gpuHostAlloc(p, n) cudaHostAlloc((p), (n), cudaHostAllocDefault)
+#define gpuFreeHost cudaFreeHost
+#define gpuStreamCaptureModeThreadLocal cudaStreamCaptureModeThreadLocal
+#define gpuSetDevice cudaSetDevice
+#define gpuEventDefault cudaEventDefault
 #define VLLMC_WARP_SIZE 32
 typedef uint32_t lane_mask_t;
 #define VLLMC_FULL_MASK 0xffffffffu
@@ -99,6 +113,24 @@ template <typename T> static __device__ __forceinline__ T shfl_xor(T v, int off)
     return __shfl_xor(v, off, VLLMC_WARP_SIZE);
 #else
     return __shfl_xor_sync(VLLMC_FULL_MASK, v, off, VLLMC_WARP_SIZE);
+#endif
+}
+
+/* Read lane src's value (full-warp mask). */
+template <typename T> static __device__ __forceinline__ T shfl_idx(T v, int src) {
+#if defined(VLLMC_HIP)
+    return __shfl(v, src, VLLMC_WARP_SIZE);
+#else
+    return __shfl_sync(VLLMC_FULL_MASK, v, src, VLLMC_WARP_SIZE);
+#endif
+}
+
+/* Read-only cached load (the non-coherent path on NVIDIA; a plain load elsewhere). */
+template <typename T> static __device__ __forceinline__ T gpu_ldg(const T *p) {
+#if defined(VLLMC_HIP)
+    return *p;
+#else
+    return __ldg(p);
 #endif
 }
 

@@ -1,0 +1,822 @@
+/* CUDA backend: memory, weights, the batch, the KV cache and the op table (see cuda_backend.h).
+ *
+ * Every op is validated on the host when it is called and becomes a record: an op code and a POD
+ * argument block of device pointers and scalars (zero-filled first, so records compare bytewise). In
+ * eager mode a record is executed at once (kernels queued on the backend's stream). In a decode step
+ * (batch of one token, one logit row, graphs allowed) records are only collected; the LM head op ends
+ * the step: if the step's records equal the last captured step's, that CUDA graph is replayed, else the
+ * records are captured into a new graph. Positions, token ids and block tables are read by the kernels
+ * from device memory (one upload from pinned memory, itself a graph node), so steady decode replays the
+ * same graph. Any other call in the middle of a step (copies, frees, a new batch) runs what was
+ * recorded first. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <math.h>
+#include <new>
+#include <vector>
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_internal.h"
+#include "quant/blocks.h"
+#include "quant/quant.h"
+
+enum cu_op {
+    CU_OP_UPLOAD = 1, CU_OP_EMBED, CU_OP_RMSNORM, CU_OP_NQ, CU_OP_MATMUL, CU_OP_ADD, CU_OP_ROPE, CU_OP_ATTN,
+    CU_OP_GETROWS, CU_OP_ARGMAX, CU_OP_D2H, CU_OP_GDN, CU_OP_SIGMUL, CU_OP_COUNT
+};
+static const char *const cu_op_names[CU_OP_COUNT] = {"?", "upload", "embed", "rmsnorm", "norm+quant", "matmul", "add",
+                                                     "rope", "attention", "get_rows", "argmax", "d2h", "gdn",
+                                                     "sigmoid_mul"};
+
+struct rec_upload { void *dst; const void *src; uint64_t bytes; };
+struct rec_embed { struct cu_batch_dev b; const uint8_t *table; uint64_t stride; int64_t n; float *out; uint32_t type; uint32_t pad; };
+struct rec_rmsnorm { const float *x; const float *w; float *out; int64_t ld_x, n_rows, n_cols, ld_out; float eps; uint32_t pad; };
+struct rec_nq { const float *in0, *in1, *w; int64_t ld, n_rows; struct cu_act_mut out; float eps; int32_t mode; uint32_t fmts; uint32_t pad; };
+struct rec_matmul { struct cu_mm_args a; };
+struct rec_add { float *y; const float *x; int64_t n; };
+struct rec_rope { struct cu_batch_dev b; float *x; const float *ff; int64_t ld; int32_t n_head, head_dim, mode, n_rot; float base, scale; };
+struct rec_attn { struct cu_batch_dev b; struct cu_attn_args a; };
+struct rec_getrows { struct cu_batch_dev b; const float *x; float *out; int64_t n; };
+struct rec_argmax { const float *x; int32_t *out; int64_t n_rows, n; };
+struct rec_d2h { void *dst; const void *src; uint64_t bytes; };
+struct rec_gdn { struct cu_batch_dev b; struct cu_gdn_args a; };
+struct rec_sigmul { float *x; const float *g; int64_t ld_x, ld_g, n_rows, n_cols; };
+
+struct cu_backend {
+    struct backend base;
+    gpuStream_t stream;
+    bool eager, profile;
+    /* the batch: host copies, pinned staging, device copy */
+    int32_t n_tokens, n_seqs, n_logits, max_pos;
+    std::vector<int32_t> tok, pos, seq, lrows, seq_slot, seq_nblocks;
+    int32_t *h_stage, *d_batch;
+    int64_t cap_t, cap_s, cap_b, words;
+    struct cu_batch_dev bd;
+    /* recording and graphs */
+    bool recording;
+    std::vector<uint8_t> rec, graph_rec;
+    gpuGraphExec_t gexec;
+    int32_t *d_argmax, *h_argmax;
+    int64_t cap_argmax;
+    int32_t *argmax_dst;
+    int32_t argmax_n;
+    float *attn_work;
+    int64_t attn_work_floats;
+    struct backend_cuda_stats stats;
+    /* profile */
+    gpuEvent_t ev0, ev1;
+    struct backend_cuda_prof prof;
+};
+
+static inline cu_backend *cub(struct backend *be) { return (cu_backend *)be; }
+
+static vllmc_status gpu_err(gpuError_t e, const char *what) {
+    if (e == gpuSuccess) return VLLMC_OK;
+    return vllmc_errorf(e == gpuErrorMemoryAllocation ? VLLMC_ERR_OOM : VLLMC_ERR_INVALID, "CUDA %s: %s", what,
+                        gpuGetErrorString(e));
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * records
+ * ------------------------------------------------------------------------------------------- */
+
+static double rec_weight_bytes(int op, const void *args) {
+    if (op != CU_OP_MATMUL) return 0;
+    const rec_matmul *r = (const rec_matmul *)args;
+    double b = 0;
+    for (int i = 0; i < r->a.n_seg; i++) b += (double)r->a.seg[i].stride * r->a.seg[i].n_rows;
+    return b;
+}
+
+static void rec_exec(cu_backend *c, int op, const void *args) {
+    gpuStream_t s = c->stream;
+    switch (op) {
+    case CU_OP_UPLOAD: { const rec_upload *r = (const rec_upload *)args; (void)gpuMemcpyAsync(r->dst, r->src, r->bytes, gpuMemcpyHostToDevice, s); break; }
+    case CU_OP_EMBED: { const rec_embed *r = (const rec_embed *)args; cu_launch_embed(&r->b, r->table, r->type, r->stride, r->n, r->out, s); break; }
+    case CU_OP_RMSNORM: { const rec_rmsnorm *r = (const rec_rmsnorm *)args; cu_launch_rmsnorm(r->x, r->ld_x, r->w, r->eps, r->n_rows, r->n_cols, r->out, r->ld_out, s); break; }
+    case CU_OP_NQ: { const rec_nq *r = (const rec_nq *)args; cu_launch_norm_quant(r->mode, r->in0, r->in1, r->ld, r->w, r->eps, r->n_rows, r->out, r->fmts, s); break; }
+    case CU_OP_MATMUL: { const rec_matmul *r = (const rec_matmul *)args; cu_launch_matmul(&r->a, s); break; }
+    case CU_OP_ADD: { const rec_add *r = (const rec_add *)args; cu_launch_add(r->y, r->x, r->n, s); break; }
+    case CU_OP_ROPE: { const rec_rope *r = (const rec_rope *)args; cu_launch_rope(&r->b, r->x, r->ld, r->n_head, r->head_dim, r->mode, r->n_rot, r->base, r->scale, r->ff, s); break; }
+    case CU_OP_ATTN: { const rec_attn *r = (const rec_attn *)args; cu_launch_attention(&r->b, &r->a, s); break; }
+    case CU_OP_GETROWS: { const rec_getrows *r = (const rec_getrows *)args; cu_launch_get_rows(&r->b, r->x, r->n, r->out, s); break; }
+    case CU_OP_ARGMAX: { const rec_argmax *r = (const rec_argmax *)args; cu_launch_argmax(r->x, r->n_rows, r->n, r->out, s); break; }
+    case CU_OP_D2H: { const rec_d2h *r = (const rec_d2h *)args; (void)gpuMemcpyAsync(r->dst, r->src, r->bytes, gpuMemcpyDeviceToHost, s); break; }
+    case CU_OP_GDN: { const rec_gdn *r = (const rec_gdn *)args; cu_launch_gdn(&r->b, &r->a, s); break; }
+    case CU_OP_SIGMUL: { const rec_sigmul *r = (const rec_sigmul *)args; cu_launch_sigmoid_mul(r->x, r->ld_x, r->g, r->ld_g, r->n_rows, r->n_cols, s); break; }
+    default: break;
+    }
+}
+
+/* Execute one record now, timing it when profiling. */
+static void rec_run(cu_backend *c, int op, const void *args) {
+    if (!c->profile) { rec_exec(c, op, args); return; }
+    (void)gpuEventRecord(c->ev0, c->stream);
+    rec_exec(c, op, args);
+    (void)gpuEventRecord(c->ev1, c->stream);
+    (void)gpuEventSynchronize(c->ev1);
+    float ms = 0.f;
+    (void)gpuEventElapsedTime(&ms, c->ev0, c->ev1);
+    c->prof.calls[op]++;
+    c->prof.ms[op] += ms;
+    c->prof.bytes[op] += rec_weight_bytes(op, args);
+}
+
+static void rec_run_all(cu_backend *c, const std::vector<uint8_t> &r) {
+    for (size_t off = 0; off < r.size();) {
+        uint32_t hdr[2];
+        memcpy(hdr, &r[off], 8);
+        rec_run(c, (int)hdr[0], &r[off + 8]);
+        off += 8 + hdr[1];
+    }
+}
+
+static vllmc_status submit(cu_backend *c, int op, const void *args, size_t n) {
+    if (c->recording) {
+        const size_t off = c->rec.size(), padded = (n + 7) & ~(size_t)7;
+        c->rec.resize(off + 8 + padded, 0);
+        const uint32_t hdr[2] = {(uint32_t)op, (uint32_t)padded};
+        memcpy(&c->rec[off], hdr, 8);
+        memcpy(&c->rec[off + 8], args, n);
+        return VLLMC_OK;
+    }
+    rec_run(c, op, args);
+    return gpu_err(gpuGetLastError(), cu_op_names[op]);
+}
+
+/* Run whatever a half-recorded step holds (eagerly) and leave recording. */
+static void flush(cu_backend *c) {
+    if (!c->recording) return;
+    c->recording = false;
+    rec_run_all(c, c->rec);
+    c->rec.clear();
+}
+
+/* End of a recorded step: replay the graph when the step is the same, else capture it. */
+static vllmc_status finish_step(cu_backend *c) {
+    c->recording = false;
+    gpuError_t e;
+    if (c->gexec && c->rec == c->graph_rec) {
+        e = gpuGraphLaunch(c->gexec, c->stream);
+        if (e == gpuSuccess) { c->stats.graph_replays++; c->rec.clear(); return VLLMC_OK; }
+        return gpu_err(e, "graph launch");
+    }
+    if (c->gexec) { (void)gpuGraphExecDestroy(c->gexec); c->gexec = NULL; }
+    c->graph_rec.clear();
+    gpuGraph_t g = NULL;
+    e = gpuStreamBeginCapture(c->stream, gpuStreamCaptureModeThreadLocal);
+    if (e == gpuSuccess) {
+        rec_run_all(c, c->rec);
+        e = gpuStreamEndCapture(c->stream, &g);
+    }
+    if (e == gpuSuccess) e = gpuGraphInstantiate(&c->gexec, g);
+    if (g) (void)gpuGraphDestroy(g);
+    if (e != gpuSuccess) { /* no graph: run the step eagerly */
+        c->gexec = NULL;
+        (void)gpuGetLastError();
+        rec_run_all(c, c->rec);
+        c->rec.clear();
+        c->stats.eager_steps++;
+        return gpu_err(gpuGetLastError(), "eager step");
+    }
+    c->graph_rec.swap(c->rec);
+    c->rec.clear();
+    c->stats.graph_captures++;
+    return gpu_err(gpuGraphLaunch(c->gexec, c->stream), "graph launch");
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * memory
+ * ------------------------------------------------------------------------------------------- */
+
+static vllmc_status dev_alloc(cu_backend *c, size_t n, void **out) {
+    *out = NULL;
+    if (n == 0) n = 64;
+    n = (n + 255) & ~(size_t)255;
+    void *p = NULL;
+    vllmc_status st = gpu_err(gpuMalloc(&p, n + 256), "malloc");
+    if (st) return vllmc_errorf(st, "cannot allocate %zu bytes on the GPU: %s", n, vllmc_last_error());
+    /* a size header in front, so frees can update the counters */
+    uint64_t hdr[2] = {(uint64_t)n, 0x76636c6c6d76ull};
+    (void)gpuMemcpy(p, hdr, sizeof(hdr), gpuMemcpyHostToDevice);
+    void *user = (char *)p + 256;
+    (void)gpuMemset(user, 0, n);
+    c->stats.bytes_now += n;
+    if (c->stats.bytes_now > c->stats.bytes_peak) c->stats.bytes_peak = c->stats.bytes_now;
+    *out = user;
+    return VLLMC_OK;
+}
+
+static void dev_free(cu_backend *c, void *p) {
+    if (!p) return;
+    void *base = (char *)p - 256;
+    uint64_t hdr[2] = {0, 0};
+    if (gpuMemcpy(hdr, base, sizeof(hdr), gpuMemcpyDeviceToHost) == gpuSuccess && hdr[1] == 0x76636c6c6d76ull)
+        c->stats.bytes_now -= hdr[0];
+    (void)gpuFree(base);
+}
+
+static vllmc_status cu_alloc(struct backend *be, size_t n, void **out) { return dev_alloc(cub(be), n, out); }
+
+static void cu_free(struct backend *be, void *p) {
+    cu_backend *c = cub(be);
+    flush(c);
+    (void)gpuStreamSynchronize(c->stream);
+    dev_free(c, p);
+}
+
+static vllmc_status cu_copy_to_device(struct backend *be, void *dst, const void *src, size_t n) {
+    cu_backend *c = cub(be);
+    flush(c);
+    if (!n) return VLLMC_OK;
+    (void)gpuMemcpyAsync(dst, src, n, gpuMemcpyHostToDevice, c->stream);
+    return gpu_err(gpuStreamSynchronize(c->stream), "copy to device");
+}
+
+static vllmc_status cu_copy_to_host(struct backend *be, void *dst, const void *src, size_t n) {
+    cu_backend *c = cub(be);
+    flush(c);
+    if (!n) return VLLMC_OK;
+    (void)gpuMemcpyAsync(dst, src, n, gpuMemcpyDeviceToHost, c->stream);
+    return gpu_err(gpuStreamSynchronize(c->stream), "copy to host");
+}
+
+static bool cu_matmul_type(uint32_t t) {
+    return t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q6_K || t == GGML_TYPE_Q8_0 || t == GGML_TYPE_F32;
+}
+
+static vllmc_status cu_weight_upload(struct backend *be, const void *host_data, uint32_t type, int n_dims,
+                                     const int64_t *ne, struct bk_tensor *out) {
+    cu_backend *c = cub(be);
+    flush(c);
+    memset(out, 0, sizeof(*out));
+    const struct quant_traits *tr = quant_traits(type);
+    if (!tr || !tr->supported) return vllmc_errorf(VLLMC_ERR_UNSUPPORTED, "tensor type %u not supported", type);
+    if (n_dims < 1 || n_dims > 4) return vllmc_errorf(VLLMC_ERR_INVALID, "tensor with %d dims", n_dims);
+    out->type = type;
+    out->n_dims = n_dims;
+    for (int i = 0; i < 4; i++) out->ne[i] = i < n_dims ? ne[i] : 1;
+    out->row_size_bytes = quant_row_size(type, out->ne[0]);
+    if (!out->row_size_bytes || out->ne[0] <= 0)
+        return vllmc_errorf(VLLMC_ERR_CORRUPT, "row of %lld elements is not a multiple of the %s block (%d)",
+                            (long long)out->ne[0], tr->name, tr->block_size);
+    for (int i = 1; i < 4; i++)
+        if (out->ne[i] <= 0) return vllmc_errorf(VLLMC_ERR_INVALID, "tensor extent %lld", (long long)out->ne[i]);
+    vllmc_status st;
+    if (n_dims == 1) {
+        std::vector<float> f((size_t)out->ne[0]);
+        dequantize_row(type, host_data, f.data(), out->ne[0]);
+        void *d = NULL;
+        if ((st = dev_alloc(c, f.size() * 4, &d))) return st;
+        if ((st = gpu_err(gpuMemcpy(d, f.data(), f.size() * 4, gpuMemcpyHostToDevice), "upload"))) { dev_free(c, d); return st; }
+        out->data = d;
+        out->type = GGML_TYPE_F32;
+        out->row_size_bytes = (uint64_t)out->ne[0] * 4;
+        c->stats.weight_bytes += f.size() * 4;
+        return VLLMC_OK;
+    }
+    const uint64_t stride = cu_weight_row_stride(type, out->ne[0]);
+    if (!stride)
+        return vllmc_errorf(VLLMC_ERR_UNSUPPORTED, "tensor type %s (rows of %lld) is not supported by the CUDA backend",
+                            tr->name, (long long)out->ne[0]);
+    const int64_t rows = out->ne[1] * out->ne[2] * out->ne[3];
+    const uint64_t total = stride * (uint64_t)rows;
+    void *d = NULL;
+    if ((st = dev_alloc(c, total, &d))) return st;
+    /* repack in slices through a host buffer */
+    const int64_t slice = VLLMC_MAX((int64_t)1, (int64_t)((64u << 20) / stride));
+    std::vector<uint8_t> buf((size_t)(stride * (uint64_t)VLLMC_MIN(slice, rows)));
+    for (int64_t r0 = 0; r0 < rows; r0 += slice) {
+        const int64_t n = VLLMC_MIN(slice, rows - r0);
+        cu_repack_rows(type, (const uint8_t *)host_data + (uint64_t)r0 * out->row_size_bytes, out->ne[0], n, buf.data());
+        if ((st = gpu_err(gpuMemcpy((uint8_t *)d + (uint64_t)r0 * stride, buf.data(), stride * (uint64_t)n,
+                                    gpuMemcpyHostToDevice), "upload"))) {
+            dev_free(c, d);
+            return st;
+        }
+    }
+    out->data = d;
+    c->stats.weight_bytes += total;
+    return VLLMC_OK;
+}
+
+static void cu_weight_free(struct backend *be, struct bk_tensor *t) {
+    if (!t || !t->data) return;
+    cu_free(be, t->data);
+    t->data = NULL;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * batch
+ * ------------------------------------------------------------------------------------------- */
+
+static vllmc_status grow_batch(cu_backend *c, int64_t nt, int64_t ns, int64_t nb) {
+    if (nt <= c->cap_t && ns <= c->cap_s && nb <= c->cap_b && c->d_batch) return VLLMC_OK;
+    int64_t ct = VLLMC_MAX(c->cap_t, (int64_t)16), cs = VLLMC_MAX(c->cap_s, (int64_t)4), cb = VLLMC_MAX(c->cap_b, (int64_t)64);
+    while (ct < nt) ct *= 2;
+    while (cs < ns) cs *= 2;
+    while (cb < nb) cb *= 2;
+    (void)gpuStreamSynchronize(c->stream);
+    if (c->h_stage) (void)gpuFreeHost(c->h_stage);
+    if (c->d_batch) dev_free(c, c->d_batch);
+    c->h_stage = NULL;
+    c->d_batch = NULL;
+    c->cap_t = c->cap_s = c->cap_b = 0;
+    const int64_t words = 4 * ct + 4 * cs + cb;
+    vllmc_status st;
+    if ((st = gpu_err(gpuHostAlloc((void **)&c->h_stage, (size_t)words * 4), "pinned batch"))) return st;
+    if ((st = dev_alloc(c, (size_t)words * 4, (void **)&c->d_batch))) return st;
+    memset(c->h_stage, 0, (size_t)words * 4);
+    c->cap_t = ct; c->cap_s = cs; c->cap_b = cb; c->words = words;
+    return VLLMC_OK;
+}
+
+static vllmc_status cu_batch_set(struct backend *be, const struct bk_batch *b) {
+    cu_backend *c = cub(be);
+    flush(c);
+    if (!b || b->n_tokens <= 0 || b->n_seqs <= 0 || b->n_logits < 0 || b->n_logits > b->n_tokens)
+        return vllmc_errorf(VLLMC_ERR_INVALID, "batch: bad counts");
+    if (!b->token_ids || !b->pos || !b->seq_idx || !b->seqs || (b->n_logits && !b->logit_rows))
+        return vllmc_errorf(VLLMC_ERR_INVALID, "batch: missing array");
+    int64_t n_blocks = 0;
+    for (int32_t s = 0; s < b->n_seqs; s++) {
+        if (b->seqs[s].n_blocks < 0 || (b->seqs[s].n_blocks && !b->seqs[s].block_table))
+            return vllmc_errorf(VLLMC_ERR_INVALID, "batch: sequence %d has a bad block table", s);
+        n_blocks += b->seqs[s].n_blocks;
+    }
+    std::vector<int32_t> last((size_t)b->n_seqs, -1);
+    int32_t max_pos = 0;
+    for (int32_t t = 0; t < b->n_tokens; t++) {
+        const int32_t s = b->seq_idx[t], p = b->pos[t];
+        if (s < 0 || s >= b->n_seqs) return vllmc_errorf(VLLMC_ERR_INVALID, "batch: row %d: sequence index %d out of range", t, s);
+        if (p < 0 || p / BK_KV_BLOCK >= b->seqs[s].n_blocks)
+            return vllmc_errorf(VLLMC_ERR_INVALID, "batch: row %d: position %d not covered by the block table of sequence %d", t, p, s);
+        if (p <= last[(size_t)s]) return vllmc_errorf(VLLMC_ERR_INVALID, "batch: row %d: positions of sequence %d not increasing", t, s);
+        last[(size_t)s] = p;
+        if (b->token_ids[t] < 0) return vllmc_errorf(VLLMC_ERR_INVALID, "batch: row %d: negative token id", t);
+        max_pos = VLLMC_MAX(max_pos, p);
+    }
+    for (int32_t i = 0; i < b->n_logits; i++)
+        if (b->logit_rows[i] < 0 || b->logit_rows[i] >= b->n_tokens || (i && b->logit_rows[i] <= b->logit_rows[i - 1]))
+            return vllmc_errorf(VLLMC_ERR_INVALID, "batch: logit row %d (%d) out of range or not ascending", i, b->logit_rows[i]);
+    for (int32_t s = 0; s < b->n_seqs; s++)
+        for (int32_t k = 0; k < b->seqs[s].n_blocks; k++)
+            if (b->seqs[s].block_table[k] < 0)
+                return vllmc_errorf(VLLMC_ERR_INVALID, "batch: sequence %d: negative block id", s);
+    vllmc_status st;
+    (void)gpuStreamSynchronize(c->stream); /* the staging buffer may still feed the last upload */
+    if ((st = grow_batch(c, b->n_tokens, b->n_seqs, n_blocks))) return st;
+    c->n_tokens = b->n_tokens; c->n_seqs = b->n_seqs; c->n_logits = b->n_logits; c->max_pos = max_pos;
+    c->tok.assign(b->token_ids, b->token_ids + b->n_tokens);
+    c->pos.assign(b->pos, b->pos + b->n_tokens);
+    c->seq.assign(b->seq_idx, b->seq_idx + b->n_tokens);
+    c->lrows.assign(b->logit_rows ? b->logit_rows : b->pos, (b->logit_rows ? b->logit_rows : b->pos) + b->n_logits);
+    c->seq_slot.resize((size_t)b->n_seqs);
+    c->seq_nblocks.resize((size_t)b->n_seqs);
+    int32_t *h = c->h_stage;
+    const int64_t T = c->cap_t, S = c->cap_s;
+    memcpy(h, b->token_ids, 4 * (size_t)b->n_tokens);
+    memcpy(h + T, b->pos, 4 * (size_t)b->n_tokens);
+    memcpy(h + 2 * T, b->seq_idx, 4 * (size_t)b->n_tokens);
+    if (b->n_logits) memcpy(h + 3 * T, b->logit_rows, 4 * (size_t)b->n_logits);
+    int32_t off = 0;
+    for (int32_t s = 0; s < b->n_seqs; s++) {
+        int32_t *si = h + 4 * T + 4 * s;
+        si[0] = off; si[1] = b->seqs[s].n_blocks; si[2] = b->seqs[s].state_slot; si[3] = 0;
+        c->seq_slot[(size_t)s] = b->seqs[s].state_slot;
+        c->seq_nblocks[(size_t)s] = b->seqs[s].n_blocks;
+        if (b->seqs[s].n_blocks) memcpy(h + 4 * T + 4 * S + off, b->seqs[s].block_table, 4 * (size_t)b->seqs[s].n_blocks);
+        off += b->seqs[s].n_blocks;
+    }
+    const int32_t *d = c->d_batch;
+    c->bd.tok = d; c->bd.pos = d + T; c->bd.seq = d + 2 * T; c->bd.logit_rows = d + 3 * T;
+    c->bd.seqinfo = d + 4 * T; c->bd.bt = d + 4 * T + 4 * S;
+    c->bd.n_tokens = b->n_tokens; c->bd.n_logits = b->n_logits;
+    c->recording = !c->eager && !c->profile && b->n_tokens == 1 && b->n_logits == 1;
+    c->rec.clear();
+    rec_upload r;
+    memset(&r, 0, sizeof(r));
+    r.dst = c->d_batch; r.src = c->h_stage; r.bytes = (uint64_t)c->words * 4;
+    return submit(c, CU_OP_UPLOAD, &r, sizeof(r));
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * ops
+ * ------------------------------------------------------------------------------------------- */
+
+#define NEED_BATCH(c, what) do { if (!(c)->n_tokens) return vllmc_errorf(VLLMC_ERR_INVALID, "%s: no batch set", what); } while (0)
+
+static vllmc_status cu_embed(struct backend *be, const struct bk_tensor *table, float *out) {
+    cu_backend *c = cub(be);
+    NEED_BATCH(c, "embed");
+    for (int32_t t = 0; t < c->n_tokens; t++)
+        if (c->tok[(size_t)t] >= table->ne[1])
+            return vllmc_errorf(VLLMC_ERR_INVALID, "token id %d outside the vocabulary of %lld", c->tok[(size_t)t], (long long)table->ne[1]);
+    const uint64_t stride = cu_weight_row_stride(table->type, table->ne[0]);
+    if (!stride || table->n_dims < 2) return vllmc_errorf(VLLMC_ERR_UNSUPPORTED, "embed: table type %u", table->type);
+    rec_embed r;
+    memset(&r, 0, sizeof(r));
+    r.b = c->bd; r.table = (const uint8_t *)table->data; r.stride = stride; r.n = table->ne[0]; r.out = out; r.type = table->type;
+    return submit(c, CU_OP_EMBED, &r, sizeof(r));
+}
+
+static vllmc_status cu_rmsnorm(struct backend *be, const float *x, int64_t ld_x, const float *w, float eps, int64_t n_rows,
+                               int64_t n_cols, float *out, int64_t ld_out) {
+    cu_backend *c = cub(be);
+    if (n_cols <= 0 || n_rows < 0) return vllmc_errorf(VLLMC_ERR_INVALID, "rmsnorm: bad shape");
+    rec_rmsnorm r;
+    memset(&r, 0, sizeof(r));
+    r.x = x; r.w = w; r.out = out; r.ld_x = ld_x ? ld_x : n_cols; r.n_rows = n_rows; r.n_cols = n_cols;
+    r.ld_out = ld_out ? ld_out : n_cols; r.eps = eps;
+    return submit(c, CU_OP_RMSNORM, &r, sizeof(r));
+}
+
+static vllmc_status check_fmts(const struct bk_act *a, const char *what) {
+    const uint32_t ok = BK_ACT_BIT(BK_ACT_F32) | BK_ACT_BIT(BK_ACT_Q8_K) | BK_ACT_BIT(BK_ACT_Q8_0) | BK_ACT_BIT(BK_ACT_F16) |
+                        BK_ACT_BIT(BK_ACT_BF16);
+    if (a->fmts & ~ok) return vllmc_errorf(VLLMC_ERR_UNSUPPORTED, "%s: activation formats 0x%x not supported on CUDA", what, a->fmts);
+    for (int f = 1; f < BK_ACT_NFMT; f++)
+        if ((a->fmts & BK_ACT_BIT(f)) && !a->q[f])
+            return vllmc_errorf(VLLMC_ERR_INVALID, "%s: format %s was not allocated", what, bk_act_fmt_name(f));
+    return VLLMC_OK;
+}
+
+static vllmc_status submit_nq(cu_backend *c, int mode, const float *in0, const float *in1, int64_t ld, const float *w,
+                              float eps, int64_t n_rows, struct bk_act *out) {
+    rec_nq r;
+    memset(&r, 0, sizeof(r));
+    r.in0 = in0; r.in1 = in1; r.w = w; r.ld = ld; r.n_rows = n_rows; r.out = cu_act_split(out); r.eps = eps;
+    r.mode = mode; r.fmts = out->fmts;
+    return submit(c, CU_OP_NQ, &r, sizeof(r));
+}
+
+static vllmc_status cu_rmsnorm_quantize(struct backend *be, const float *x, const float *w, float eps, int64_t n_rows,
+                                        struct bk_act *out) {
+    cu_backend *c = cub(be);
+    if (n_rows < 0 || n_rows > out->max_rows) return vllmc_errorf(VLLMC_ERR_INVALID, "rmsnorm_quantize: %lld rows", (long long)n_rows);
+    vllmc_status st = check_fmts(out, "rmsnorm_quantize");
+    if (st) return st;
+    if (x == out->x) return vllmc_errorf(VLLMC_ERR_INVALID, "rmsnorm_quantize: input aliases the output");
+    out->n_rows = n_rows;
+    return submit_nq(c, CU_NQ_RMSNORM, x, NULL, out->n_cols, w, eps, n_rows, out);
+}
+
+static vllmc_status cu_quantize(struct backend *be, struct bk_act *act) {
+    cu_backend *c = cub(be);
+    if (act->n_rows < 0 || act->n_rows > act->max_rows) return vllmc_errorf(VLLMC_ERR_INVALID, "quantize: bad rows");
+    vllmc_status st = check_fmts(act, "quantize");
+    if (st) return st;
+    return submit_nq(c, CU_NQ_QUANT, NULL, NULL, 0, NULL, 0.f, act->n_rows, act);
+}
+
+static vllmc_status cu_swiglu_quantize(struct backend *be, const float *gate, const float *up, int64_t ld, int64_t n_rows,
+                                       struct bk_act *out) {
+    cu_backend *c = cub(be);
+    if (n_rows < 0 || n_rows > out->max_rows) return vllmc_errorf(VLLMC_ERR_INVALID, "swiglu: %lld rows", (long long)n_rows);
+    vllmc_status st = check_fmts(out, "swiglu_quantize");
+    if (st) return st;
+    out->n_rows = n_rows;
+    return submit_nq(c, CU_NQ_SWIGLU, gate, up, ld ? ld : out->n_cols, NULL, 0.f, n_rows, out);
+}
+
+static struct cu_act_view act_view(const struct bk_act *a) {
+    const struct cu_act_mut m = cu_act_split(a);
+    struct cu_act_view v;
+    memset(&v, 0, sizeof(v));
+    v.x = m.x; v.k_qs = m.k_qs; v.k_d = m.k_d; v.k_bs = m.k_bs; v.o_qs = m.o_qs; v.o_d = m.o_d; v.n = m.n;
+    return v;
+}
+
+static vllmc_status check_mm(const struct bk_act *act, const struct bk_tensor *w) {
+    if (!w || !w->data) return vllmc_errorf(VLLMC_ERR_INVALID, "matmul: weight absent");
+    if (w->ne[0] != act->n_cols)
+        return vllmc_errorf(VLLMC_ERR_INVALID, "matmul: weight %s has rows of %lld, activation %lld", w->name ? w->name : "?",
+                            (long long)w->ne[0], (long long)act->n_cols);
+    if (!cu_matmul_type(w->type))
+        return vllmc_errorf(VLLMC_ERR_UNSUPPORTED, "matmul: weight type %s has no CUDA kernel", quant_traits(w->type)->name);
+    const int f = bk_act_fmt_for_weight(w->type);
+    if (f < 0 || !(act->fmts & BK_ACT_BIT(f)) || !act->q[f])
+        return vllmc_errorf(VLLMC_ERR_INVALID, "matmul: activation lacks format %s", bk_act_fmt_name(f));
+    if (w->ne[1] * w->ne[2] * w->ne[3] > INT32_MAX) return vllmc_errorf(VLLMC_ERR_UNSUPPORTED, "matmul: too many rows");
+    return VLLMC_OK;
+}
+
+static vllmc_status cu_matmul(struct backend *be, const struct bk_act *act, int n_out, const struct bk_matmul_out *outs) {
+    cu_backend *c = cub(be);
+    if (n_out < 0 || act->n_rows < 0 || act->n_rows > act->max_rows) return vllmc_errorf(VLLMC_ERR_INVALID, "matmul: bad counts");
+    for (int i = 0; i < n_out; i++) {
+        vllmc_status st = check_mm(act, outs[i].w);
+        if (st) return st;
+        const int64_t ld = outs[i].ld_y ? outs[i].ld_y : outs[i].w->ne[1];
+        if (ld < outs[i].w->ne[1]) return vllmc_errorf(VLLMC_ERR_INVALID, "matmul: ld_y %lld < %lld", (long long)ld, (long long)outs[i].w->ne[1]);
+    }
+    if (act->n_rows == 0) return VLLMC_OK;
+    for (int i0 = 0; i0 < n_out; i0 += CU_MM_MAX_SEG) {
+        rec_matmul r;
+        memset(&r, 0, sizeof(r));
+        r.a.a = act_view(act);
+        r.a.n_act = (int32_t)act->n_rows;
+        int ctas = 0;
+        for (int i = i0; i < VLLMC_MIN(n_out, i0 + CU_MM_MAX_SEG); i++) {
+            const struct bk_tensor *w = outs[i].w;
+            struct cu_mm_seg *s = &r.a.seg[r.a.n_seg++];
+            s->w = (const uint8_t *)w->data; s->bias = outs[i].bias; s->y = outs[i].y;
+            s->ld_y = outs[i].ld_y ? outs[i].ld_y : w->ne[1];
+            s->stride = cu_weight_row_stride(w->type, w->ne[0]);
+            s->type = (int32_t)w->type; s->n_rows = (int32_t)w->ne[1]; s->cta0 = ctas;
+            ctas += (int)GPU_CEIL_DIV(w->ne[1], CU_MM_WARPS);
+        }
+        r.a.n_ctas = ctas;
+        vllmc_status st = submit(c, CU_OP_MATMUL, &r, sizeof(r));
+        if (st) return st;
+    }
+    return VLLMC_OK;
+}
+
+static vllmc_status cu_add(struct backend *be, float *y, const float *x, int64_t n_rows, int64_t n_cols) {
+    cu_backend *c = cub(be);
+    if (n_rows < 0 || n_cols < 0) return vllmc_errorf(VLLMC_ERR_INVALID, "add: bad shape");
+    rec_add r;
+    memset(&r, 0, sizeof(r));
+    r.y = y; r.x = x; r.n = n_rows * n_cols;
+    return submit(c, CU_OP_ADD, &r, sizeof(r));
+}
+
+static vllmc_status cu_rope(struct backend *be, float *x, int64_t ld, int32_t n_head, int32_t head_dim,
+                            const struct bk_rope_params *p) {
+    cu_backend *c = cub(be);
+    NEED_BATCH(c, "rope");
+    if (n_head <= 0 || head_dim <= 0 || p->n_rot <= 0 || p->n_rot > head_dim || p->n_rot % 2 ||
+        (p->mode != BK_ROPE_NORM && p->mode != BK_ROPE_NEOX))
+        return vllmc_errorf(VLLMC_ERR_INVALID, "rope: n_rot %d, head_dim %d, mode %d", p->n_rot, head_dim, (int)p->mode);
+    rec_rope r;
+    memset(&r, 0, sizeof(r));
+    r.b = c->bd; r.x = x; r.ff = p->freq_factors; r.ld = ld ? ld : (int64_t)n_head * head_dim; r.n_head = n_head;
+    r.head_dim = head_dim; r.mode = (int32_t)p->mode; r.n_rot = p->n_rot; r.base = p->freq_base; r.scale = p->freq_scale;
+    return submit(c, CU_OP_ROPE, &r, sizeof(r));
+}
+
+static vllmc_status cu_attention(struct backend *be, struct bk_kv_cache *kv, const struct bk_attn_params *p, const float *q,
+                                 int64_t ld_q, const float *k, int64_t ld_k, const float *v, int64_t ld_v, float *out) {
+    cu_backend *c = cub(be);
+    NEED_BATCH(c, "attention");
+    if (!kv || p->kv_layer < 0 || p->kv_layer >= kv->n_layers || p->n_kv_head != kv->n_kv_head || p->head_dim != kv->head_dim ||
+        p->n_head <= 0 || p->n_kv_head <= 0 || p->n_head % p->n_kv_head)
+        return vllmc_errorf(VLLMC_ERR_INVALID, "attention: parameters do not match the KV cache");
+    if (p->head_dim % 32 || p->head_dim > 256)
+        return vllmc_errorf(VLLMC_ERR_UNSUPPORTED, "attention: head_dim %d (CUDA needs a multiple of 32, at most 256)", p->head_dim);
+    const int32_t hd = p->head_dim;
+    /* split-K: decode steps size the split from the cache capacity (constant, so graphs replay) */
+    const int64_t max_ctx = c->n_tokens == 1 ? (int64_t)kv->n_blocks * BK_KV_BLOCK : (int64_t)c->max_pos + 1;
+    int64_t chunk = c->n_tokens == 1 ? VLLMC_MAX((int64_t)64, GPU_CEIL_DIV(max_ctx, 32)) : VLLMC_MAX((int64_t)256, GPU_CEIL_DIV(max_ctx, 16));
+    chunk = GPU_CEIL_DIV(chunk, 16) * 16;
+    const int64_t n_split = GPU_CEIL_DIV(VLLMC_MAX(max_ctx, (int64_t)c->max_pos + 1), chunk);
+    const int64_t need = (int64_t)c->n_tokens * p->n_head * n_split * 4 * (hd + 2);
+    if (need > c->attn_work_floats) {
+        flush(c);
+        (void)gpuStreamSynchronize(c->stream);
+        if (c->attn_work) dev_free(c, c->attn_work);
+        c->attn_work = NULL;
+        c->attn_work_floats = 0;
+        vllmc_status st = dev_alloc(c, (size_t)need * 4, (void **)&c->attn_work);
+        if (st) return st;
+        c->attn_work_floats = need;
+    }
+    rec_attn r;
+    memset(&r, 0, sizeof(r));
+    r.b = c->bd;
+    r.a.q = q; r.a.k = k; r.a.v = v;
+    r.a.ld_q = ld_q ? ld_q : (int64_t)p->n_head * hd;
+    r.a.ld_k = ld_k ? ld_k : (int64_t)p->n_kv_head * hd;
+    r.a.ld_v = ld_v ? ld_v : (int64_t)p->n_kv_head * hd;
+    r.a.out = out; r.a.kpool = kv->k[p->kv_layer]; r.a.vpool = kv->v[p->kv_layer]; r.a.f16 = kv->dtype == BK_KV_F16;
+    r.a.n_head = p->n_head; r.a.n_kv_head = p->n_kv_head; r.a.head_dim = hd; r.a.scale = p->scale;
+    r.a.n_split = (int32_t)n_split; r.a.chunk = (int32_t)chunk; r.a.work = c->attn_work;
+    return submit(c, CU_OP_ATTN, &r, sizeof(r));
+}
+
+static vllmc_status cu_get_rows(struct backend *be, const float *x, int64_t n_cols, float *out) {
+    cu_backend *c = cub(be);
+    NEED_BATCH(c, "get_rows");
+    rec_getrows r;
+    memset(&r, 0, sizeof(r));
+    r.b = c->bd; r.x = x; r.out = out; r.n = n_cols;
+    return submit(c, CU_OP_GETROWS, &r, sizeof(r));
+}
+
+static vllmc_status cu_logits(struct backend *be, const struct bk_act *act, const struct bk_tensor *w, float *logits,
+                              int32_t *argmax) {
+    cu_backend *c = cub(be);
+    struct bk_matmul_out o;
+    memset(&o, 0, sizeof(o));
+    o.w = w; o.y = logits;
+    vllmc_status st = cu_matmul(be, act, 1, &o);
+    if (st) { flush(c); return st; }
+    if (argmax && act->n_rows > 0) {
+        if (act->n_rows > c->cap_argmax) {
+            flush(c);
+            (void)gpuStreamSynchronize(c->stream);
+            if (c->d_argmax) dev_free(c, c->d_argmax);
+            if (c->h_argmax) (void)gpuFreeHost(c->h_argmax);
+            c->d_argmax = NULL; c->h_argmax = NULL; c->cap_argmax = 0;
+            const int64_t cap = VLLMC_MAX(act->n_rows, (int64_t)64);
+            if ((st = dev_alloc(c, (size_t)cap * 4, (void **)&c->d_argmax)) ||
+                (st = gpu_err(gpuHostAlloc((void **)&c->h_argmax, (size_t)cap * 4), "pinned argmax")))
+                return st;
+            c->cap_argmax = cap;
+        }
+        rec_argmax ra;
+        memset(&ra, 0, sizeof(ra));
+        ra.x = logits; ra.out = c->d_argmax; ra.n_rows = act->n_rows; ra.n = w->ne[1];
+        if ((st = submit(c, CU_OP_ARGMAX, &ra, sizeof(ra)))) return st;
+        rec_d2h rd;
+        memset(&rd, 0, sizeof(rd));
+        rd.dst = c->h_argmax; rd.src = c->d_argmax; rd.bytes = (uint64_t)act->n_rows * 4;
+        if ((st = submit(c, CU_OP_D2H, &rd, sizeof(rd)))) return st;
+    }
+    if (c->recording) {
+        if ((st = finish_step(c))) return st;
+    } else {
+        c->stats.eager_steps++;
+    }
+    if (argmax && act->n_rows > 0) {
+        if ((st = gpu_err(gpuStreamSynchronize(c->stream), "step"))) return st;
+        memcpy(argmax, c->h_argmax, (size_t)act->n_rows * 4);
+    }
+    return VLLMC_OK;
+}
+
+static vllmc_status cu_gdn(struct backend *be, struct bk_rs_cache *rs, const struct bk_gdn_params *p,
+                           const struct bk_gdn_weights *w, const float *in, int64_t ld_in, float *work, struct bk_act *out) {
+    cu_backend *c = cub(be);
+    NEED_BATCH(c, "gdn");
+    if (p->n_k_head <= 0 || p->n_v_head <= 0 || p->n_v_head % p->n_k_head || p->d_k <= 0 || p->d_v <= 0 || p->d_conv < 2 ||
+        p->d_conv > 8)
+        return vllmc_errorf(VLLMC_ERR_INVALID, "gdn: bad dims (k heads %d, v heads %d, d_k %d, d_v %d, conv %d)", p->n_k_head,
+                            p->n_v_head, p->d_k, p->d_v, p->d_conv);
+    if (p->d_k != 128 || p->d_v > 128 || p->d_v % 8)
+        return vllmc_errorf(VLLMC_ERR_UNSUPPORTED, "gdn: d_k %d, d_v %d (CUDA kernel: d_k 128, d_v <= 128)", p->d_k, p->d_v);
+    const int64_t key_dim = (int64_t)p->n_k_head * p->d_k, value_dim = (int64_t)p->n_v_head * p->d_v;
+    const int64_t conv_dim = 2 * key_dim + value_dim, nv = p->n_v_head;
+    if (!rs || p->rs_layer < 0 || p->rs_layer >= rs->n_layers)
+        return vllmc_errorf(VLLMC_ERR_INVALID, "gdn: recurrent layer %d not in the state cache", p->rs_layer);
+    if (rs->conv_floats != conv_dim * (p->d_conv - 1) || rs->ssm_floats != value_dim * p->d_k)
+        return vllmc_errorf(VLLMC_ERR_INVALID, "gdn: state cache slot sizes do not match the layer");
+    if (out->n_cols != value_dim || out->max_rows < c->n_tokens || ld_in < conv_dim + value_dim + 2 * nv)
+        return vllmc_errorf(VLLMC_ERR_INVALID, "gdn: output or input rows too small");
+    for (int32_t s = 0; s < c->n_seqs; s++)
+        if (c->seq_slot[(size_t)s] < 0 || c->seq_slot[(size_t)s] >= rs->n_slots)
+            return vllmc_errorf(VLLMC_ERR_INVALID, "gdn: sequence %d has state slot %d of %d", s, c->seq_slot[(size_t)s], rs->n_slots);
+    vllmc_status st = check_fmts(out, "gdn");
+    if (st) return st;
+    rec_gdn r;
+    memset(&r, 0, sizeof(r));
+    r.b = c->bd;
+    r.a.in = in; r.a.ld_in = ld_in; r.a.conv_out = work;
+    r.a.conv_state = rs->conv[p->rs_layer]; r.a.ssm_state = rs->ssm[p->rs_layer];
+    r.a.conv_floats = rs->conv_floats; r.a.ssm_floats = rs->ssm_floats;
+    r.a.conv_w = w->conv; r.a.dt_bias = w->dt_bias; r.a.ssm_a = w->ssm_a; r.a.norm = w->norm;
+    r.a.n_k_head = p->n_k_head; r.a.n_v_head = p->n_v_head; r.a.d_k = p->d_k; r.a.d_v = p->d_v; r.a.d_conv = p->d_conv;
+    r.a.eps = p->eps; r.a.out = out->x;
+    if ((st = submit(c, CU_OP_GDN, &r, sizeof(r)))) return st;
+    out->n_rows = c->n_tokens;
+    return submit_nq(c, CU_NQ_QUANT, NULL, NULL, 0, NULL, 0.f, out->n_rows, out);
+}
+
+static vllmc_status cu_sigmoid_mul(struct backend *be, float *x, int64_t ld_x, const float *gate, int64_t ld_gate, int64_t n_rows,
+                                   int64_t n_cols) {
+    cu_backend *c = cub(be);
+    if (n_rows < 0 || n_cols < 0) return vllmc_errorf(VLLMC_ERR_INVALID, "sigmoid_mul: %lld x %lld", (long long)n_rows, (long long)n_cols);
+    rec_sigmul r;
+    memset(&r, 0, sizeof(r));
+    r.x = x; r.g = gate; r.ld_x = ld_x ? ld_x : n_cols; r.ld_g = ld_gate ? ld_gate : n_cols; r.n_rows = n_rows; r.n_cols = n_cols;
+    return submit(c, CU_OP_SIGMUL, &r, sizeof(r));
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * KV cache, lifetime
+ * ------------------------------------------------------------------------------------------- */
+
+static void cu_kv_destroy(struct backend *be, struct bk_kv_cache *kv) {
+    if (!kv) return;
+    for (int32_t l = 0; l < kv->n_layers; l++) {
+        if (kv->k && kv->k[l]) cu_free(be, kv->k[l]);
+        if (kv->v && kv->v[l]) cu_free(be, kv->v[l]);
+    }
+    free(kv->k);
+    free(kv->v);
+    free(kv);
+}
+
+static vllmc_status cu_kv_create(struct backend *be, enum bk_kv_dtype dtype, int32_t n_layers, int32_t n_blocks, int32_t n_kv_head,
+                                 int32_t head_dim, struct bk_kv_cache **out) {
+    *out = NULL;
+    if (dtype != BK_KV_F32 && dtype != BK_KV_F16) return vllmc_errorf(VLLMC_ERR_UNSUPPORTED, "KV dtype %d", (int)dtype);
+    if (n_layers < 0 || n_blocks <= 0 || n_kv_head <= 0 || head_dim <= 0)
+        return vllmc_errorf(VLLMC_ERR_INVALID, "KV cache of %d layers, %d blocks, %d heads of %d", n_layers, n_blocks, n_kv_head, head_dim);
+    uint64_t bytes;
+    if (!checked_mul_u64(bk_kv_block_bytes(dtype, n_kv_head, head_dim), (uint64_t)n_blocks, &bytes) || bytes > SIZE_MAX)
+        return vllmc_errorf(VLLMC_ERR_OOM, "KV cache too large");
+    struct bk_kv_cache *kv = (struct bk_kv_cache *)calloc(1, sizeof(*kv));
+    if (!kv) return vllmc_errorf(VLLMC_ERR_OOM, "KV cache");
+    kv->dtype = dtype; kv->n_blocks = n_blocks; kv->n_kv_head = n_kv_head; kv->head_dim = head_dim;
+    kv->k_scale = kv->v_scale = 1.0f;
+    kv->k = (void **)calloc((size_t)(n_layers ? n_layers : 1), sizeof(void *));
+    kv->v = (void **)calloc((size_t)(n_layers ? n_layers : 1), sizeof(void *));
+    if (!kv->k || !kv->v) { cu_kv_destroy(be, kv); return vllmc_errorf(VLLMC_ERR_OOM, "KV cache"); }
+    kv->n_layers = n_layers;
+    for (int32_t l = 0; l < n_layers; l++) {
+        vllmc_status st;
+        if ((st = cu_alloc(be, (size_t)bytes, &kv->k[l])) || (st = cu_alloc(be, (size_t)bytes, &kv->v[l]))) {
+            cu_kv_destroy(be, kv);
+            return st;
+        }
+    }
+    *out = kv;
+    return VLLMC_OK;
+}
+
+static void cu_destroy(struct backend *be) {
+    if (!be) return;
+    cu_backend *c = cub(be);
+    flush(c);
+    (void)gpuStreamSynchronize(c->stream);
+    if (c->gexec) (void)gpuGraphExecDestroy(c->gexec);
+    if (c->h_stage) (void)gpuFreeHost(c->h_stage);
+    if (c->h_argmax) (void)gpuFreeHost(c->h_argmax);
+    dev_free(c, c->d_batch);
+    dev_free(c, c->d_argmax);
+    dev_free(c, c->attn_work);
+    if (c->ev0) (void)gpuEventDestroy(c->ev0);
+    if (c->ev1) (void)gpuEventDestroy(c->ev1);
+    (void)gpuStreamDestroy(c->stream);
+    delete c;
+}
+
+static const struct backend_ops cu_ops = {
+    "cuda",
+    cu_destroy,
+    cu_alloc,
+    cu_free,
+    cu_copy_to_device,
+    cu_copy_to_host,
+    cu_weight_upload,
+    cu_weight_free,
+    cu_batch_set,
+    cu_embed,
+    cu_rmsnorm,
+    cu_rmsnorm_quantize,
+    cu_quantize,
+    cu_matmul,
+    cu_add,
+    cu_rope,
+    cu_attention,
+    cu_swiglu_quantize,
+    cu_get_rows,
+    cu_logits,
+    cu_kv_create,
+    cu_kv_destroy,
+    cu_gdn,
+    NULL, /* moe */
+    cu_sigmoid_mul,
+};
+
+extern "C" vllmc_status backend_cuda_create(const struct backend_cuda_opts *o, struct backend **out) {
+    *out = NULL;
+    const int dev = o ? o->device : 0;
+    vllmc_status st = gpu_err(gpuSetDevice(dev), "set device");
+    if (st) return st;
+    cu_backend *c = new (std::nothrow) cu_backend();
+    if (!c) return vllmc_errorf(VLLMC_ERR_OOM, "CUDA backend");
+    c->base.ops = &cu_ops;
+    c->base.n_threads = 1;
+    c->eager = o && o->enforce_eager;
+    c->profile = o && o->profile;
+    if ((st = gpu_err(gpuStreamCreate(&c->stream), "stream"))) { delete c; return st; }
+    if (c->profile) {
+        (void)gpuEventCreate(&c->ev0);
+        (void)gpuEventCreate(&c->ev1);
+    }
+    *out = &c->base;
+    return VLLMC_OK;
+}
+
+extern "C" void backend_cuda_get_stats(struct backend *be, struct backend_cuda_stats *out) { *out = cub(be)->stats; }
+
+extern "C" void backend_cuda_get_prof(struct backend *be, struct backend_cuda_prof *out) {
+    cu_backend *c = cub(be);
+    memset(out, 0, sizeof(*out));
+    for (int op = 1; op < CU_OP_COUNT && out->n < BACKEND_CUDA_PROF_MAX; op++) {
+        if (!c->prof.calls[op]) continue;
+        const int i = out->n++;
+        out->name[i] = cu_op_names[op];
+        out->calls[i] = c->prof.calls[op];
+        out->ms[i] = c->prof.ms[op];
+        out->bytes[i] = c->prof.bytes[op];
+    }
+}
+
+extern "C" void backend_cuda_reset_prof(struct backend *be) {
+    cu_backend *c = cub(be);
+    memset(&c->prof, 0, sizeof(c->prof));
+}

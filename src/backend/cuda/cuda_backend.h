@@ -1,0 +1,47 @@
+/* CUDA backend (built with `make CUDA=1`): the op table of backend.h on one GPU.
+ * Weights are uploaded once (quantized ones repacked for coalesced loads); activations, the KV cache
+ * and recurrent state live in device memory. A decode step (a batch of one token with one logit row)
+ * is recorded op by op without launching anything; at the LM head the recorded step is compared with
+ * the last captured one and, when equal, its CUDA graph is replayed (else captured again). Only token
+ * ids come back to the host. enforce_eager runs every op as it is called (no graphs). */
+#ifndef VLLMC_CUDA_BACKEND_H
+#define VLLMC_CUDA_BACKEND_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#ifdef __cplusplus
+extern "C" {
+#endif
+#include "backend/backend.h"
+
+struct backend_cuda_opts {
+    int device;          /* GPU ordinal */
+    bool enforce_eager;  /* no CUDA graphs */
+    bool profile;        /* time every op family with events (forces eager) */
+};
+
+vllmc_status backend_cuda_create(const struct backend_cuda_opts *o, struct backend **out);
+
+struct backend_cuda_stats {
+    uint64_t graph_replays, graph_captures, eager_steps;
+    uint64_t bytes_now, bytes_peak;   /* device memory allocated through the backend */
+    uint64_t weight_bytes;            /* device bytes of uploaded weights */
+};
+void backend_cuda_get_stats(struct backend *be, struct backend_cuda_stats *out);
+
+/* Per op-family profile (profile = true): calls, GPU milliseconds, bytes of weights read. */
+#define BACKEND_CUDA_PROF_MAX 16
+struct backend_cuda_prof {
+    int n;
+    const char *name[BACKEND_CUDA_PROF_MAX];
+    uint64_t calls[BACKEND_CUDA_PROF_MAX];
+    double ms[BACKEND_CUDA_PROF_MAX];
+    double bytes[BACKEND_CUDA_PROF_MAX];
+};
+void backend_cuda_get_prof(struct backend *be, struct backend_cuda_prof *out);
+void backend_cuda_reset_prof(struct backend *be);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,134 @@
+/* CUDA backend internals shared by its kernel files (C++; compiled by nvcc or hipcc).
+ *
+ * Weights of type Q4_K, Q6_K and Q8_0 are repacked at upload into a row layout whose pieces are all
+ * 16-byte aligned, so consecutive lanes of a warp read consecutive 16-byte words (the integer values
+ * and the scale bytes are the GGUF ones, only moved):
+ *   Q4_K row: qs [n_sb][128] | scales [n_sb][12] (padded to 16) | d,dmin [n_sb][2 x fp16] (padded to 16)
+ *   Q6_K row: ql [n_sb][128] | qh [n_sb][64] | scales [n_sb][16] | d [n_sb] fp16 (padded to 16)
+ *   Q8_0 row: qs [n_b][32] | d [n_b] fp16 (padded to 16)
+ * F32, F16 and BF16 weights are copied as they are.
+ *
+ * Quantized activations (struct bk_act formats) are stored split, per format buffer of an act with
+ * max_rows rows of n columns (same byte count as the GGUF block arrays):
+ *   Q8_K: qs int8 [max_rows][n] | d f32 [max_rows][n/256] | bsums int16 [max_rows][n/16]
+ *   Q8_0: qs int8 [max_rows][n] | d fp16 [max_rows][n/32]
+ * Every integer partial equals the CPU's, and the float terms are combined in the CPU reference's
+ * order (sequential over super-blocks; p[b % 8] partials for 32-blocks; p[i % 32] for floats), so a
+ * matmul output equals vec_dot_ref bit for bit. */
+#ifndef VLLMC_CUDA_INTERNAL_H
+#define VLLMC_CUDA_INTERNAL_H
+
+#include <stdint.h>
+#include "backend/cuda/gpu_compat.h"
+extern "C" {
+#include "backend/backend.h"
+}
+
+/* ---- weights ---- */
+/* Bytes of one repacked row (0 if the type or width is not supported on this backend). */
+uint64_t cu_weight_row_stride(uint32_t type, int64_t n_cols);
+/* Host-side repack of n_rows GGUF rows into dst (cu_weight_row_stride bytes each). */
+void cu_repack_rows(uint32_t type, const void *src, int64_t n_cols, int64_t n_rows, uint8_t *dst);
+/* Inverse (tests): GGUF rows from repacked ones. */
+void cu_unpack_rows(uint32_t type, const uint8_t *src, int64_t n_cols, int64_t n_rows, void *dst);
+
+/* ---- activations ---- */
+struct cu_act_view {
+    const float *x;            /* f32 rows, stride n */
+    const int8_t *k_qs;        /* Q8_K */
+    const float *k_d;
+    const int16_t *k_bs;
+    const int8_t *o_qs;        /* Q8_0 */
+    const uint16_t *o_d;
+    int64_t n;                 /* columns */
+};
+struct cu_act_mut {
+    float *x;
+    int8_t *k_qs;
+    float *k_d;
+    int16_t *k_bs;
+    int8_t *o_qs;
+    uint16_t *o_d;
+    uint16_t *h;               /* F16 rows */
+    uint16_t *bf;              /* BF16 rows */
+    int64_t n;
+};
+/* Split pointers of an act's format buffers (NULL for formats not allocated). */
+struct cu_act_mut cu_act_split(const struct bk_act *a);
+
+/* ---- fused matmul: up to CU_MM_MAX_SEG weights sharing one activation ---- */
+#define CU_MM_MAX_SEG 4
+struct cu_mm_seg {
+    const uint8_t *w;          /* repacked rows */
+    const float *bias;
+    float *y;
+    int64_t ld_y;
+    uint64_t stride;           /* bytes per row */
+    int32_t type;
+    int32_t n_rows;
+    int32_t cta0;              /* first CTA of this segment */
+};
+struct cu_mm_args {
+    struct cu_mm_seg seg[CU_MM_MAX_SEG];
+    int32_t n_seg;
+    int32_t n_ctas;            /* CTAs per group of act rows */
+    int32_t n_act;             /* act rows */
+    struct cu_act_view a;
+};
+#define CU_MM_WARPS 4          /* rows per CTA (one warp per row) */
+void cu_launch_matmul(const struct cu_mm_args *args, gpuStream_t s);
+
+/* ---- row-wise kernels ---- */
+enum cu_nq_mode { CU_NQ_QUANT = 0, CU_NQ_RMSNORM = 1, CU_NQ_SWIGLU = 2 };
+/* mode RMSNORM: out.x[r] = rmsnorm(in0[r]) * w; SWIGLU: out.x[r] = silu(in0[r]) * in1[r] (row stride ld);
+ * QUANT: out.x as is. Then out.x[r] is quantized into the formats in fmts. */
+void cu_launch_norm_quant(int mode, const float *in0, const float *in1, int64_t ld, const float *w, float eps,
+                          int64_t n_rows, struct cu_act_mut out, uint32_t fmts, gpuStream_t s);
+void cu_launch_rmsnorm(const float *x, int64_t ld_x, const float *w, float eps, int64_t n_rows, int64_t n_cols,
+                       float *out, int64_t ld_out, gpuStream_t s);
+void cu_launch_add(float *y, const float *x, int64_t n, gpuStream_t s);
+void cu_launch_sigmoid_mul(float *x, int64_t ld_x, const float *g, int64_t ld_g, int64_t n_rows, int64_t n_cols,
+                           gpuStream_t s);
+
+/* ---- batch on the device ---- */
+struct cu_batch_dev {
+    const int32_t *tok, *pos, *seq, *logit_rows;
+    const int32_t *seqinfo;    /* [n_seqs][4]: block-table offset, n_blocks, state slot, 0 */
+    const int32_t *bt;         /* concatenated block tables */
+    int32_t n_tokens, n_logits;
+};
+
+void cu_launch_embed(const struct cu_batch_dev *b, const uint8_t *table, uint32_t type, uint64_t stride,
+                     int64_t n_cols, float *out, gpuStream_t s);
+void cu_launch_get_rows(const struct cu_batch_dev *b, const float *x, int64_t n_cols, float *out, gpuStream_t s);
+void cu_launch_rope(const struct cu_batch_dev *b, float *x, int64_t ld, int32_t n_head, int32_t head_dim,
+                    int mode, int32_t n_rot, float freq_base, float freq_scale, const float *freq_factors,
+                    gpuStream_t s);
+struct cu_attn_args {
+    const float *q, *k, *v;
+    int64_t ld_q, ld_k, ld_v;
+    float *out;
+    void *kpool, *vpool;
+    int32_t f16;
+    int32_t n_head, n_kv_head, head_dim;
+    float scale;
+    int32_t n_split, chunk;    /* split-K over the context: n_split parts of chunk positions */
+    float *work;               /* [n_tokens][n_head][n_split][head_dim + 2] */
+};
+void cu_launch_attention(const struct cu_batch_dev *b, const struct cu_attn_args *a, gpuStream_t s);
+struct cu_gdn_args {
+    const float *in;
+    int64_t ld_in;
+    float *conv_out;           /* [n_tokens][conv_dim] */
+    float *conv_state, *ssm_state;
+    int64_t conv_floats, ssm_floats;
+    const float *conv_w, *dt_bias, *ssm_a, *norm;
+    int32_t n_k_head, n_v_head, d_k, d_v, d_conv;
+    float eps;
+    float *out;                /* [n_tokens][n_v_head * d_v] */
+};
+void cu_launch_gdn(const struct cu_batch_dev *b, const struct cu_gdn_args *a, gpuStream_t s);
+/* argmax of each of n_rows rows of n floats (ties to the lowest index) into out (device). */
+void cu_launch_argmax(const float *x, int64_t n_rows, int64_t n, int32_t *out, gpuStream_t s);
+
+#endif

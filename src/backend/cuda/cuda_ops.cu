@@ -1,0 +1,425 @@
+/* Row-wise and sequence kernels of the CUDA backend: embedding, RMSNorm, residual add, RoPE, paged
+ * attention (split-K over the context, then a combine), Gated DeltaNet (conv, then one CTA per value
+ * head for norms, gates, delta rule and gated norm), sigmoid gate, row gather and argmax.
+ * Float formulas follow the CPU reference statement by statement (explicit _rn intrinsics keep the
+ * compiler from contracting them into FMAs), so most results match it bit for bit; transcendental
+ * functions (expf, sinf, cosf) may differ from glibc's in the last place. */
+#include <math.h>
+#include "backend/cuda/cuda_internal.h"
+#include "quant/blocks.h"
+#include "quant/quant.h"
+
+static __device__ __forceinline__ int32_t seq_slot_of(const struct cu_batch_dev &b, int t) { return b.seqinfo[4 * b.seq[t] + 2]; }
+
+/* ---- embedding ---- */
+
+static __device__ float dequant_elem(const uint8_t *row, uint32_t type, int64_t n, int64_t e) {
+    switch (type) {
+    case GGML_TYPE_Q4_K: {
+        const int64_t ns = n / QK_K, s = e / QK_K;
+        const int i = (int)(e % QK_K), c = i / 64, l = i % 64, sub = i / 32;
+        const uint8_t qb = row[128 * s + 32 * c + (l % 32)];
+        const int q = l < 32 ? (qb & 15) : (qb >> 4);
+        const uint8_t *S = row + 128 * ns + 12 * s;
+        const uint8_t *dm = row + 128 * ns + ((12 * ns + 15) & ~(int64_t)15) + 4 * s;
+        int sc, m;
+        if (sub < 4) { sc = S[sub] & 63; m = S[sub + 4] & 63; }
+        else { sc = (S[sub + 4] & 15) | ((S[sub - 4] >> 6) << 4); m = (S[sub + 4] >> 4) | ((S[sub] >> 6) << 4); }
+        const float d = fp16_to_fp32((uint16_t)(dm[0] | (dm[1] << 8))), dmin = fp16_to_fp32((uint16_t)(dm[2] | (dm[3] << 8)));
+        const float a = __fmul_rn(d, (float)sc), bm = __fmul_rn(dmin, (float)m);
+        return __fsub_rn(__fmul_rn(a, (float)q), bm);
+    }
+    case GGML_TYPE_Q6_K: {
+        const int64_t ns = n / QK_K, s = e / QK_K;
+        const int i = (int)(e % QK_K), h = i / 128, g = (i % 128) / 32, l = i % 32;
+        const int lo = (row[128 * s + 64 * h + 32 * (g % 2) + l] >> (4 * (g / 2))) & 15;
+        const int hi = (row[128 * ns + 64 * s + 32 * h + l] >> (2 * g)) & 3;
+        const int8_t sc = (int8_t)row[192 * ns + 16 * s + i / 16];
+        const uint8_t *dp = row + 208 * ns + 2 * s;
+        const float d = fp16_to_fp32((uint16_t)(dp[0] | (dp[1] << 8)));
+        return __fmul_rn(__fmul_rn(d, (float)sc), (float)((lo | (hi << 4)) - 32));
+    }
+    case GGML_TYPE_Q8_0: {
+        const int64_t nb = n / 32, b = e / 32;
+        const uint8_t *dp = row + 32 * nb + 2 * b;
+        return __fmul_rn((float)(int8_t)row[e], fp16_to_fp32((uint16_t)(dp[0] | (dp[1] << 8))));
+    }
+    case GGML_TYPE_F32: return ((const float *)row)[e];
+    case GGML_TYPE_F16: return fp16_to_fp32(((const uint16_t *)row)[e]);
+    case GGML_TYPE_BF16: return bf16_to_fp32(((const uint16_t *)row)[e]);
+    default: return 0.f;
+    }
+}
+
+static __global__ void embed_kernel(struct cu_batch_dev b, const uint8_t *table, uint32_t type, uint64_t stride,
+                                    int64_t n, float *out) {
+    const int t = blockIdx.x;
+    const uint8_t *row = table + (uint64_t)b.tok[t] * stride;
+    for (int64_t e = threadIdx.x; e < n; e += blockDim.x) out[(int64_t)t * n + e] = dequant_elem(row, type, n, e);
+}
+
+void cu_launch_embed(const struct cu_batch_dev *b, const uint8_t *table, uint32_t type, uint64_t stride, int64_t n_cols,
+                     float *out, gpuStream_t s) {
+    embed_kernel<<<b->n_tokens, 256, 0, s>>>(*b, table, type, stride, n_cols, out);
+}
+
+static __global__ void get_rows_kernel(struct cu_batch_dev b, const float *x, int64_t n, float *out) {
+    const int i = blockIdx.x;
+    const float *src = x + (int64_t)b.logit_rows[i] * n;
+    for (int64_t e = threadIdx.x; e < n; e += blockDim.x) out[(int64_t)i * n + e] = src[e];
+}
+
+void cu_launch_get_rows(const struct cu_batch_dev *b, const float *x, int64_t n_cols, float *out, gpuStream_t s) {
+    if (b->n_logits > 0) get_rows_kernel<<<b->n_logits, 256, 0, s>>>(*b, x, n_cols, out);
+}
+
+/* ---- norms, elementwise ---- */
+
+static __global__ void rmsnorm_kernel(const float *x, int64_t ld_x, const float *w, float eps, int64_t n, float *out,
+                                      int64_t ld_out) {
+    __shared__ double red[32];
+    const float *xr = x + blockIdx.x * ld_x;
+    float *yr = out + blockIdx.x * ld_out;
+    double sum = 0.0;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) sum += (double)__fmul_rn(xr[i], xr[i]);
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) sum += shfl_xor(sum, off);
+    if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = sum;
+    __syncthreads();
+    double tot = 0.0;
+    for (int g = 0; g < (int)(blockDim.x / 32); g++) tot += red[g];
+    const float scale = __fdiv_rn(1.0f, sqrtf((float)(tot / (double)n + (double)eps)));
+    __syncthreads(); /* every thread has read x before any writes (out may alias x) */
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+        const float v = __fmul_rn(xr[i], scale);
+        yr[i] = w ? __fmul_rn(v, w[i]) : v;
+    }
+}
+
+void cu_launch_rmsnorm(const float *x, int64_t ld_x, const float *w, float eps, int64_t n_rows, int64_t n_cols, float *out,
+                       int64_t ld_out, gpuStream_t s) {
+    if (n_rows <= 0) return;
+    const int th = n_cols >= 1024 ? 256 : 128;
+    rmsnorm_kernel<<<(unsigned)n_rows, th, 0, s>>>(x, ld_x, w, eps, n_cols, out, ld_out);
+}
+
+static __global__ void add_kernel(float *y, const float *x, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        y[i] = __fadd_rn(y[i], x[i]);
+}
+
+void cu_launch_add(float *y, const float *x, int64_t n, gpuStream_t s) {
+    if (n <= 0) return;
+    const int64_t blocks = GPU_CEIL_DIV(n, 256);
+    add_kernel<<<(unsigned)(blocks < 4096 ? blocks : 4096), 256, 0, s>>>(y, x, n);
+}
+
+static __global__ void sigmoid_mul_kernel(float *x, int64_t ld_x, const float *g, int64_t ld_g, int64_t n_cols) {
+    float *xr = x + blockIdx.x * ld_x;
+    const float *gr = g + blockIdx.x * ld_g;
+    for (int64_t c = threadIdx.x; c < n_cols; c += blockDim.x)
+        xr[c] = __fmul_rn(xr[c], __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-gr[c]))));
+}
+
+void cu_launch_sigmoid_mul(float *x, int64_t ld_x, const float *g, int64_t ld_g, int64_t n_rows, int64_t n_cols,
+                           gpuStream_t s) {
+    if (n_rows <= 0 || n_cols <= 0) return;
+    sigmoid_mul_kernel<<<(unsigned)n_rows, 128, 0, s>>>(x, ld_x, g, ld_g, n_cols);
+}
+
+/* ---- RoPE ---- */
+
+static __global__ void rope_kernel(struct cu_batch_dev b, float *x, int64_t ld, int32_t head_dim, int mode, int32_t n_rot,
+                                   float theta_scale, float freq_scale, const float *ff) {
+    const int t = blockIdx.x, h = blockIdx.y, half = n_rot / 2;
+    float *xh = x + (int64_t)t * ld + (int64_t)h * head_dim;
+    const int32_t pos = b.pos[t];
+    for (int i = threadIdx.x; i < half; i += blockDim.x) {
+        float theta = (float)pos;
+        for (int k = 0; k < i; k++) theta = __fmul_rn(theta, theta_scale); /* as the sequential cache */
+        const float f = ff ? ff[i] : 1.0f;
+        const float th = __fmul_rn(freq_scale, __fdiv_rn(theta, f));
+        const float c = cosf(th), s = sinf(th);
+        int ia, ib;
+        if (mode == BK_ROPE_NEOX) { ia = i; ib = i + half; }
+        else { ia = 2 * i; ib = 2 * i + 1; }
+        const float x0 = xh[ia], x1 = xh[ib];
+        xh[ia] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
+        xh[ib] = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
+    }
+}
+
+void cu_launch_rope(const struct cu_batch_dev *b, float *x, int64_t ld, int32_t n_head, int32_t head_dim, int mode,
+                    int32_t n_rot, float freq_base, float freq_scale, const float *freq_factors, gpuStream_t s) {
+    const float theta_scale = powf(freq_base, -2.0f / (float)n_rot); /* host powf: the CPU's value */
+    rope_kernel<<<dim3(b->n_tokens, n_head), 64, 0, s>>>(*b, x, ld, head_dim, mode, n_rot, theta_scale, freq_scale,
+                                                          freq_factors);
+}
+
+/* ---- attention ---- */
+
+#define ATT_WARPS 4
+#define ATT_MAXD 8 /* head_dim <= 256 */
+
+static __global__ void kv_store_kernel(struct cu_batch_dev b, struct cu_attn_args a) {
+    const int t = blockIdx.x;
+    const int32_t p = b.pos[t];
+    const int32_t *si = b.seqinfo + 4 * b.seq[t];
+    const int32_t blk = b.bt[si[0] + p / BK_KV_BLOCK], slot = p % BK_KV_BLOCK;
+    const int hd = a.head_dim, n = a.n_kv_head * hd;
+    for (int e = threadIdx.x; e < n; e += blockDim.x) {
+        const int kvh = e / hd, i = e % hd;
+        const size_t idx = (((size_t)blk * a.n_kv_head + kvh) * BK_KV_BLOCK + slot) * hd + i;
+        const float kv_k = a.k[(int64_t)t * a.ld_k + e], kv_v = a.v[(int64_t)t * a.ld_v + e];
+        if (a.f16) {
+            ((uint16_t *)a.kpool)[idx] = fp32_to_fp16(kv_k);
+            ((uint16_t *)a.vpool)[idx] = fp32_to_fp16(kv_v);
+        } else {
+            ((float *)a.kpool)[idx] = kv_k;
+            ((float *)a.vpool)[idx] = kv_v;
+        }
+    }
+}
+
+/* One CTA per (split, head, token); each warp walks every ATT_WARPS-th position of the split with an
+ * online softmax and writes its own partial (m, l, acc[head_dim]). */
+static __global__ void __launch_bounds__(32 * ATT_WARPS) attn_split_kernel(struct cu_batch_dev b, struct cu_attn_args a) {
+    const int split = blockIdx.x, j = blockIdx.y, t = blockIdx.z;
+    const int lane = threadIdx.x % 32, wid = threadIdx.x / 32;
+    const int hd = a.head_dim, D = hd / 32, kvh = j / (a.n_head / a.n_kv_head);
+    const int32_t n_ctx = b.pos[t] + 1;
+    const int32_t *si = b.seqinfo + 4 * b.seq[t];
+    const int32_t *bt = b.bt + si[0];
+    const int t0 = split * a.chunk, t1 = min(n_ctx, t0 + a.chunk);
+    float q[ATT_MAXD], acc[ATT_MAXD];
+    const float *qp = a.q + (int64_t)t * a.ld_q + (int64_t)j * hd;
+#pragma unroll
+    for (int e = 0; e < ATT_MAXD; e++) {
+        acc[e] = 0.f;
+        q[e] = 0.f;
+        if (e < D) {
+            const float v = qp[lane + 32 * e];
+            q[e] = a.f16 ? fp16_to_fp32(fp32_to_fp16(v)) : v;
+        }
+    }
+    float m = -INFINITY, l = 0.f;
+    for (int tau = t0 + wid; tau < t1; tau += ATT_WARPS) {
+        const int32_t blk = bt[tau / BK_KV_BLOCK], slot = tau % BK_KV_BLOCK;
+        const size_t base = (((size_t)blk * a.n_kv_head + kvh) * BK_KV_BLOCK + slot) * hd;
+        float kv[ATT_MAXD];
+#pragma unroll
+        for (int e = 0; e < ATT_MAXD; e++)
+            if (e < D) kv[e] = a.f16 ? fp16_to_fp32(((const uint16_t *)a.kpool)[base + lane + 32 * e])
+                                     : ((const float *)a.kpool)[base + lane + 32 * e];
+        float dot = 0.f;
+#pragma unroll
+        for (int e = 0; e < ATT_MAXD; e++)
+            if (e < D) dot = __fadd_rn(dot, __fmul_rn(q[e], kv[e]));
+        dot = warp_reduce_sum(dot);
+        const float s = __fmul_rn(dot, a.scale);
+        const float mn = fmaxf(m, s);
+        const float corr = expf(m - mn), p = expf(s - mn);
+        l = l * corr + p;
+        m = mn;
+#pragma unroll
+        for (int e = 0; e < ATT_MAXD; e++)
+            if (e < D) {
+                const float v = a.f16 ? fp16_to_fp32(((const uint16_t *)a.vpool)[base + lane + 32 * e])
+                                      : ((const float *)a.vpool)[base + lane + 32 * e];
+                acc[e] = acc[e] * corr + p * v;
+            }
+    }
+    const int n_part = a.n_split * ATT_WARPS;
+    float *w = a.work + (((int64_t)t * a.n_head + j) * n_part + (int64_t)split * ATT_WARPS + wid) * (hd + 2);
+#pragma unroll
+    for (int e = 0; e < ATT_MAXD; e++)
+        if (e < D) w[lane + 32 * e] = acc[e];
+    if (lane == 0) { w[hd] = m; w[hd + 1] = l; }
+}
+
+static __global__ void attn_combine_kernel(struct cu_batch_dev b, struct cu_attn_args a) {
+    const int j = blockIdx.x, t = blockIdx.y, hd = a.head_dim;
+    const int n_part = a.n_split * ATT_WARPS;
+    const int used = min(n_part, GPU_CEIL_DIV(b.pos[t] + 1, a.chunk) * ATT_WARPS);
+    const float *w = a.work + ((int64_t)t * a.n_head + j) * n_part * (hd + 2);
+    float M = -INFINITY;
+    for (int p = 0; p < used; p++) M = fmaxf(M, w[p * (hd + 2) + hd]);
+    double L = 0.0;
+    for (int p = 0; p < used; p++) {
+        const float mp = w[p * (hd + 2) + hd];
+        if (mp != -INFINITY) L += (double)w[p * (hd + 2) + hd + 1] * (double)expf(mp - M);
+    }
+    const float inv = (float)(1.0 / L);
+    for (int i = threadIdx.x; i < hd; i += blockDim.x) {
+        float o = 0.f;
+        for (int p = 0; p < used; p++) {
+            const float mp = w[p * (hd + 2) + hd];
+            if (mp != -INFINITY) o += w[p * (hd + 2) + i] * expf(mp - M);
+        }
+        a.out[((int64_t)t * a.n_head + j) * hd + i] = o * inv;
+    }
+}
+
+void cu_launch_attention(const struct cu_batch_dev *b, const struct cu_attn_args *a, gpuStream_t s) {
+    kv_store_kernel<<<b->n_tokens, 256, 0, s>>>(*b, *a);
+    attn_split_kernel<<<dim3(a->n_split, a->n_head, b->n_tokens), 32 * ATT_WARPS, 0, s>>>(*b, *a);
+    attn_combine_kernel<<<dim3(a->n_head, b->n_tokens), a->head_dim < 256 ? a->head_dim : 256, 0, s>>>(*b, *a);
+}
+
+/* ---- Gated DeltaNet ---- */
+
+static __global__ void gdn_conv_kernel(struct cu_batch_dev b, struct cu_gdn_args a, int64_t conv_dim) {
+    const int64_t ch = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (ch >= conv_dim) return;
+    const int nh = a.d_conv - 1;
+    const float *w = a.conv_w + ch * a.d_conv;
+    for (int t = 0; t < b.n_tokens; t++) {
+        float *st = a.conv_state + (int64_t)seq_slot_of(b, t) * a.conv_floats + ch * nh;
+        float win[8];
+        for (int k = 0; k < nh; k++) win[k] = b.pos[t] == 0 ? 0.f : st[k];
+        win[nh] = a.in[(int64_t)t * a.ld_in + ch];
+        float s = 0.f;
+        for (int k = 0; k <= nh; k++) s = __fadd_rn(s, __fmul_rn(win[k], w[k]));
+        a.conv_out[(int64_t)t * conv_dim + ch] = __fdiv_rn(s, __fadd_rn(1.0f, expf(-s)));
+        for (int k = 0; k < nh; k++) st[k] = win[k + 1];
+    }
+}
+
+/* Sum over the CTA in double; red holds 32 doubles. Every thread gets the total. */
+static __device__ double block_sum_d(double v, double *red) {
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) v += shfl_xor(v, off);
+    __syncthreads();
+    if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = v;
+    __syncthreads();
+    double tot = 0.0;
+    for (int g = 0; g < (int)(blockDim.x / 32); g++) tot += red[g];
+    return tot;
+}
+
+#define GDN_DK 128
+#define GDN_PER (GDN_DK / 4) /* state floats per thread: 4 threads per value row */
+
+/* One CTA per value head m, 4 * d_v threads: thread 4j + p holds S[j][32p .. 32p + 31]. */
+static __global__ void __launch_bounds__(512) gdn_rule_kernel(struct cu_batch_dev b, struct cu_gdn_args a) {
+    __shared__ float qs[GDN_DK], ks[GDN_DK];
+    __shared__ double red[32];
+    __shared__ float gate[2];
+    const int m = blockIdx.x, tid = threadIdx.x, jrow = tid / 4, part = tid % 4;
+    const int dk = GDN_DK, dv = a.d_v, kh = m % a.n_k_head;
+    const int64_t key_dim = (int64_t)a.n_k_head * dk, value_dim = (int64_t)a.n_v_head * dv;
+    const int64_t conv_dim = 2 * key_dim + value_dim;
+    const bool active = jrow < dv; /* always, with 4 * d_v threads; kept for clarity */
+    float S[GDN_PER];
+    int cur_slot = -1;
+    float *sp = NULL;
+    for (int t = 0; t < b.n_tokens; t++) {
+        const int slot = seq_slot_of(b, t);
+        if (slot != cur_slot) {
+            if (cur_slot >= 0 && active)
+#pragma unroll
+                for (int i = 0; i < GDN_PER; i++) sp[i] = S[i];
+            cur_slot = slot;
+            sp = a.ssm_state + (int64_t)slot * a.ssm_floats + (int64_t)m * dv * dk + (int64_t)jrow * dk + part * GDN_PER;
+            if (active)
+#pragma unroll
+                for (int i = 0; i < GDN_PER; i++) S[i] = sp[i];
+        }
+        if (b.pos[t] == 0)
+#pragma unroll
+            for (int i = 0; i < GDN_PER; i++) S[i] = 0.f;
+        const float *row = a.conv_out + (int64_t)t * conv_dim;
+        /* L2 norms of q and k (sums in double), q scaled by 1/sqrt(d_k) after */
+        float qv = 0.f, kv = 0.f;
+        if (tid < dk) { qv = row[(int64_t)kh * dk + tid]; kv = row[key_dim + (int64_t)kh * dk + tid]; }
+        const double sq = block_sum_d(tid < dk ? (double)qv * (double)qv : 0.0, red);
+        const double sk = block_sum_d(tid < dk ? (double)kv * (double)kv : 0.0, red);
+        if (tid < dk) {
+            const float scq = __fdiv_rn(1.0f, fmaxf(sqrtf((float)sq), a.eps));
+            const float sck = __fdiv_rn(1.0f, fmaxf(sqrtf((float)sk), a.eps));
+            qs[tid] = __fmul_rn(__fmul_rn(qv, scq), __fdiv_rn(1.0f, sqrtf((float)dk)));
+            ks[tid] = __fmul_rn(kv, sck);
+        }
+        if (tid == 0) {
+            const float *in = a.in + (int64_t)t * a.ld_in + conv_dim + value_dim;
+            const float bv = in[m];
+            const float x = __fadd_rn(in[a.n_v_head + m], a.dt_bias[m]);
+            const float sp_ = x > 20.0f ? x : logf(__fadd_rn(1.0f, expf(x)));
+            gate[0] = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-bv)));
+            gate[1] = expf(__fmul_rn(sp_, a.ssm_a[m]));
+        }
+        __syncthreads();
+        const float beta = gate[0], decay = gate[1];
+        float o = 0.f;
+        if (active) {
+            const float vj = row[2 * key_dim + (int64_t)m * dv + jrow];
+            float kS = 0.f;
+#pragma unroll
+            for (int i = 0; i < GDN_PER; i++) {
+                S[i] = __fmul_rn(S[i], decay);
+                kS = __fadd_rn(kS, __fmul_rn(S[i], ks[part * GDN_PER + i]));
+            }
+            kS = __fadd_rn(kS, shfl_xor(kS, 1));
+            kS = __fadd_rn(kS, shfl_xor(kS, 2));
+            const float delta = __fmul_rn(beta, __fsub_rn(vj, kS));
+#pragma unroll
+            for (int i = 0; i < GDN_PER; i++) {
+                S[i] = __fadd_rn(S[i], __fmul_rn(delta, ks[part * GDN_PER + i]));
+                o = __fadd_rn(o, __fmul_rn(S[i], qs[part * GDN_PER + i]));
+            }
+            o = __fadd_rn(o, shfl_xor(o, 1));
+            o = __fadd_rn(o, shfl_xor(o, 2));
+        }
+        /* gated RMSNorm over the head's d_v outputs */
+        const double so = block_sum_d(active && part == 0 ? (double)o * (double)o : 0.0, red);
+        if (active && part == 0) {
+            const float scale = __fdiv_rn(1.0f, sqrtf(__fadd_rn((float)(so / dv), a.eps)));
+            const float z = a.in[(int64_t)t * a.ld_in + conv_dim + (int64_t)m * dv + jrow];
+            const float sz = __fdiv_rn(z, __fadd_rn(1.0f, expf(-z)));
+            a.out[(int64_t)t * value_dim + (int64_t)m * dv + jrow] =
+                __fmul_rn(__fmul_rn(__fmul_rn(o, scale), a.norm[jrow]), sz);
+        }
+        __syncthreads();
+    }
+    if (cur_slot >= 0 && active)
+#pragma unroll
+        for (int i = 0; i < GDN_PER; i++) sp[i] = S[i];
+}
+
+void cu_launch_gdn(const struct cu_batch_dev *b, const struct cu_gdn_args *a, gpuStream_t s) {
+    const int64_t conv_dim = 2 * (int64_t)a->n_k_head * a->d_k + (int64_t)a->n_v_head * a->d_v;
+    gdn_conv_kernel<<<(unsigned)GPU_CEIL_DIV(conv_dim, 128), 128, 0, s>>>(*b, *a, conv_dim);
+    gdn_rule_kernel<<<a->n_v_head, 4 * a->d_v, 0, s>>>(*b, *a);
+}
+
+/* ---- argmax ---- */
+
+static __global__ void argmax_kernel(const float *x, int64_t n, int32_t *out) {
+    __shared__ float bv[32];
+    __shared__ int bi[32];
+    const float *r = x + blockIdx.x * n;
+    float best = -INFINITY;
+    int idx = 0x7fffffff;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+        const float v = r[i];
+        if (idx == 0x7fffffff || v > best) { best = v; idx = (int)i; }
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+        const float ov = shfl_xor(best, off);
+        const int oi = shfl_xor(idx, off);
+        if (ov > best || (ov == best && oi < idx)) { best = ov; idx = oi; }
+    }
+    if (threadIdx.x % 32 == 0) { bv[threadIdx.x / 32] = best; bi[threadIdx.x / 32] = idx; }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        best = bv[0]; idx = bi[0];
+        for (int g = 1; g < (int)(blockDim.x / 32); g++)
+            if (bv[g] > best || (bv[g] == best && bi[g] < idx)) { best = bv[g]; idx = bi[g]; }
+        out[blockIdx.x] = idx;
+    }
+}
+
+void cu_launch_argmax(const float *x, int64_t n_rows, int64_t n, int32_t *out, gpuStream_t s) {
+    if (n_rows > 0) argmax_kernel<<<(unsigned)n_rows, 1024, 0, s>>>(x, n, out);
+}

@@ -1,0 +1,279 @@
+/* vllmc bench: batch-1 prefill and greedy decode speed of a GGUF model.
+ * One run = prefill a prompt of -p random token ids (one batch; its argmax is the first output token),
+ * then -g greedy decode steps, each feeding back the argmax. After a warm-up run, -r timed runs; reports
+ * medians: output tok/s (generated tokens / (TTFT + decode time)), steady-state TPOT (median step
+ * time), TTFT, decode tok/s, peak device memory; and a llama-bench style table (pp = prompt tokens / prefill
+ * time, tg = generated tokens / decode time, mean +- stddev over the runs).
+ * --profile (CUDA) reruns one decode pass on an eager, event-timed backend and prints per op family:
+ * calls per token, ms per token, share, GB/s of weights read, and GPU-busy vs wall time. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "backend/backend.h"
+#include "cli.h"
+#include "common/common.h"
+#include "model/model.h"
+#ifdef VLLMC_CUDA
+#include "backend/cuda/cuda_backend.h"
+#endif
+
+struct bench_opts {
+    const char *model;
+    int n_prompt, n_gen, reps, threads;
+    bool json, eager, profile, cpu;
+    enum bk_kv_dtype kv;
+};
+
+struct bench_run {
+    double ttft, decode, tpot_med;
+    int32_t first_tokens[4];
+};
+
+static int cmp_d(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof(double), cmp_d);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+static void mean_sd(const double *v, int n, double *m, double *sd) {
+    double s = 0, q = 0;
+    for (int i = 0; i < n; i++) s += v[i];
+    *m = s / n;
+    for (int i = 0; i < n; i++) q += (v[i] - *m) * (v[i] - *m);
+    *sd = n > 1 ? sqrt(q / (n - 1)) : 0;
+}
+
+static void usage(void) {
+    fprintf(stderr,
+            "usage: vllmc bench -m MODEL.gguf [options]\n"
+            "  -p N            prompt tokens (default 512)\n"
+            "  -g N            generated tokens per run (default 256)\n"
+            "  -n N            alias of -g (llama-bench's tg)\n"
+            "  -r N            timed runs after one warm-up (default 5)\n"
+            "  --device D      cuda (default when built with CUDA=1) or cpu\n"
+            "  --enforce-eager no CUDA graphs\n"
+            "  --kv-cache-dtype f16|f32 (default f16)\n"
+            "  -t N            CPU threads (cpu device)\n"
+            "  --profile       per op family table (CUDA)\n"
+            "  --json          one JSON object on stdout\n");
+}
+
+/* One prefill + greedy decode. step_s: per-step times (n_gen - 1 decode steps). */
+static vllmc_status bench_once(struct model *m, struct bk_kv_cache *kv, const struct bench_opts *o, const int32_t *prompt,
+                               struct bench_run *r, double *step_s) {
+    const int32_t P = o->n_prompt, G = o->n_gen;
+    const int32_t n_blocks = (P + G + BK_KV_BLOCK) / BK_KV_BLOCK + 1;
+    int32_t *bt = malloc((size_t)n_blocks * sizeof(int32_t)), *pos = malloc((size_t)P * sizeof(int32_t)),
+            *sidx = calloc((size_t)P, sizeof(int32_t));
+    if (!bt || !pos || !sidx) { free(bt); free(pos); free(sidx); return vllmc_errorf(VLLMC_ERR_OOM, "bench"); }
+    for (int32_t i = 0; i < n_blocks; i++) bt[i] = i;
+    for (int32_t i = 0; i < P; i++) pos[i] = i;
+    struct bk_seq seq = {bt, n_blocks, 0};
+    int32_t last = P - 1, tok = 0;
+    struct bk_batch b = {P, prompt, pos, sidx, 1, &seq, 1, &last};
+    vllmc_status st;
+    double t0 = vllmc_time_s();
+    st = model_forward(m, &b, kv, NULL, &tok);
+    r->ttft = vllmc_time_s() - t0;
+    if (st) goto done;
+    r->first_tokens[0] = tok;
+    double td = vllmc_time_s();
+    for (int32_t g = 1; g < G; g++) {
+        int32_t p = P + g - 1, zero = 0, row = 0, in = tok;
+        struct bk_batch d = {1, &in, &p, &zero, 1, &seq, 1, &row};
+        double ts = vllmc_time_s();
+        if ((st = model_forward(m, &d, kv, NULL, &tok))) goto done;
+        step_s[g - 1] = vllmc_time_s() - ts;
+        if (g < 4) r->first_tokens[g] = tok;
+    }
+    r->decode = vllmc_time_s() - td;
+    r->tpot_med = G > 1 ? median(step_s, G - 1) : 0;
+done:
+    free(bt); free(pos); free(sidx);
+    return st;
+}
+
+static vllmc_status make_backend(const struct bench_opts *o, bool profile, struct backend **be) {
+#ifdef VLLMC_CUDA
+    if (!o->cpu) {
+        struct backend_cuda_opts co = {0, o->eager, profile};
+        return backend_cuda_create(&co, be);
+    }
+#endif
+    (void)profile;
+    return backend_cpu_create(o->threads, false, be);
+}
+
+static vllmc_status load(const struct bench_opts *o, bool profile, struct backend **be, struct model **m, struct bk_kv_cache **kv) {
+    vllmc_status st;
+    if ((st = make_backend(o, profile, be))) return st;
+    if ((st = model_load(o->model, *be, m))) return st;
+    if ((st = model_reserve(*m, o->n_prompt, 1))) return st;
+    const int32_t n_blocks = (o->n_prompt + o->n_gen + BK_KV_BLOCK) / BK_KV_BLOCK + 1;
+    return model_kv_create(*m, o->kv, n_blocks, kv);
+}
+
+#ifdef VLLMC_CUDA
+static void print_profile(const struct bench_opts *o, const int32_t *prompt, double wall_tpot) {
+    struct backend *be = NULL;
+    struct model *m = NULL;
+    struct bk_kv_cache *kv = NULL;
+    vllmc_status st = load(o, true, &be, &m, &kv);
+    if (!st) {
+        struct bench_run r;
+        double *steps = calloc((size_t)o->n_gen + 1, sizeof(double));
+        st = bench_once(m, kv, o, prompt, &r, steps); /* warm */
+        backend_cuda_reset_prof(be);
+        if (!st) st = bench_once(m, kv, o, prompt, &r, steps);
+        free(steps);
+    }
+    if (st) { fprintf(stderr, "vllmc bench: profile: %s\n", vllmc_last_error()); goto out; }
+    struct backend_cuda_prof p;
+    backend_cuda_get_prof(be, &p);
+    /* the profiled pass holds one prefill too: report per generated token over all calls */
+    const double G = o->n_gen;
+    double busy = 0;
+    for (int i = 0; i < p.n; i++) busy += p.ms[i];
+    printf("\nprofile (eager, one event pair per op; prefill included; per generated token):\n");
+    printf("%-12s %10s %10s %7s %9s\n", "op", "calls/tok", "ms/tok", "share", "GB/s");
+    for (int i = 0; i < p.n; i++)
+        printf("%-12s %10.1f %10.4f %6.1f%% %9.0f\n", p.name[i], (double)p.calls[i] / G, p.ms[i] / G, 100.0 * p.ms[i] / busy,
+               p.bytes[i] > 0 ? p.bytes[i] / (p.ms[i] * 1e-3) / 1e9 : 0.0);
+    printf("GPU busy %.3f ms/token (profiled run); wall TPOT of the timed runs %.3f ms\n", busy / G, wall_tpot * 1e3);
+out:
+    if (kv) model_kv_destroy(m, kv);
+    model_destroy(m);
+    if (be) be->ops->destroy(be);
+}
+#endif
+
+int cmd_bench(int argc, char **argv) {
+    struct bench_opts o = {NULL, 512, 256, 5, 0, false, false, false, false, BK_KV_F16};
+#ifndef VLLMC_CUDA
+    o.cpu = true;
+#endif
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const bool has = i + 1 < argc;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(); return 0; }
+        else if (!strcmp(a, "-m") && has) o.model = argv[++i];
+        else if (!strcmp(a, "-p") && has) o.n_prompt = atoi(argv[++i]);
+        else if ((!strcmp(a, "-g") || !strcmp(a, "-n")) && has) o.n_gen = atoi(argv[++i]);
+        else if (!strcmp(a, "-r") && has) o.reps = atoi(argv[++i]);
+        else if (!strcmp(a, "-t") && has) o.threads = atoi(argv[++i]);
+        else if (!strcmp(a, "--json")) o.json = true;
+        else if (!strcmp(a, "--enforce-eager")) o.eager = true;
+        else if (!strcmp(a, "--profile")) o.profile = true;
+        else if (!strcmp(a, "--device") && has) {
+            const char *d = argv[++i];
+            if (!strcmp(d, "cpu")) o.cpu = true;
+            else if (!strcmp(d, "cuda")) {
+#ifdef VLLMC_CUDA
+                o.cpu = false;
+#else
+                fprintf(stderr, "vllmc bench: this binary was built without CUDA (make CUDA=1)\n");
+                return 2;
+#endif
+            } else { fprintf(stderr, "vllmc bench: unknown device '%s'\n", d); return 2; }
+        } else if (!strcmp(a, "--kv-cache-dtype") && has) {
+            const char *d = argv[++i];
+            if (!strcmp(d, "f16") || !strcmp(d, "auto")) o.kv = BK_KV_F16;
+            else if (!strcmp(d, "f32")) o.kv = BK_KV_F32;
+            else { fprintf(stderr, "vllmc bench: KV dtype '%s' (f16, f32)\n", d); return 2; }
+        } else { fprintf(stderr, "vllmc bench: unknown or incomplete option '%s'\n", a); usage(); return 2; }
+    }
+    if (!o.model || o.n_prompt < 1 || o.n_prompt > 1 << 20 || o.n_gen < 2 || o.n_gen > 1 << 20 || o.reps < 1 || o.reps > 1000) {
+        usage();
+        return 2;
+    }
+    struct backend *be = NULL;
+    struct model *m = NULL;
+    struct bk_kv_cache *kv = NULL;
+    int rc = 1;
+    double *steps = calloc((size_t)o.n_gen + 1, sizeof(double));
+    double *ttft = calloc((size_t)o.reps, sizeof(double)), *dec = calloc((size_t)o.reps, sizeof(double));
+    double *tpot = calloc((size_t)o.reps, sizeof(double)), *otps = calloc((size_t)o.reps, sizeof(double));
+    double *pp = calloc((size_t)o.reps, sizeof(double)), *tg = calloc((size_t)o.reps, sizeof(double));
+    int32_t *prompt = malloc((size_t)o.n_prompt * sizeof(int32_t));
+    if (!steps || !ttft || !dec || !tpot || !otps || !pp || !tg || !prompt) { fprintf(stderr, "vllmc bench: out of memory\n"); goto out; }
+    double t_load = vllmc_time_s();
+    vllmc_status st = load(&o, false, &be, &m, &kv);
+    if (st) { fprintf(stderr, "vllmc bench: %s\n", vllmc_last_error()); goto out; }
+    t_load = vllmc_time_s() - t_load;
+    uint64_t seed = 0x5eed;
+    for (int i = 0; i < o.n_prompt; i++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        prompt[i] = (int32_t)((seed >> 33) % (uint64_t)m->hp.n_vocab);
+    }
+    struct bench_run r, r0;
+    if ((st = bench_once(m, kv, &o, prompt, &r0, steps))) { fprintf(stderr, "vllmc bench: %s\n", vllmc_last_error()); goto out; }
+    for (int k = 0; k < o.reps; k++) {
+        if ((st = bench_once(m, kv, &o, prompt, &r, steps))) { fprintf(stderr, "vllmc bench: %s\n", vllmc_last_error()); goto out; }
+        if (memcmp(r.first_tokens, r0.first_tokens, sizeof(r.first_tokens)))
+            fprintf(stderr, "vllmc bench: warning: run %d generated other tokens than the warm-up run\n", k);
+        ttft[k] = r.ttft; dec[k] = r.decode; tpot[k] = r.tpot_med;
+        otps[k] = o.n_gen / (r.ttft + r.decode);
+        pp[k] = o.n_prompt / r.ttft;
+        tg[k] = (o.n_gen - 1) / r.decode;
+    }
+    double pp_m, pp_sd, tg_m, tg_sd;
+    mean_sd(pp, o.reps, &pp_m, &pp_sd);
+    mean_sd(tg, o.reps, &tg_m, &tg_sd);
+    const double ttft_med = median(ttft, o.reps), tpot_med = median(tpot, o.reps), otps_med = median(otps, o.reps);
+    double dec_tps[1000];
+    for (int k = 0; k < o.reps; k++) dec_tps[k] = (o.n_gen - 1) / dec[k];
+    const double dtps_med = median(dec_tps, o.reps);
+    const double wbytes = (double)model_weight_bytes(m);
+    uint64_t peak = 0;
+    uint64_t replays = 0, captures = 0;
+#ifdef VLLMC_CUDA
+    if (!o.cpu) {
+        struct backend_cuda_stats cs;
+        backend_cuda_get_stats(be, &cs);
+        peak = cs.bytes_peak;
+        replays = cs.graph_replays;
+        captures = cs.graph_captures;
+    }
+#endif
+    if (o.json) {
+        printf("{\"model\":\"%s\",\"arch\":\"%s\",\"backend\":\"%s\",\"graphs\":%s,\"n_prompt\":%d,\"n_gen\":%d,\"reps\":%d,"
+               "\"output_tok_s\":%.2f,\"decode_tok_s\":%.2f,\"tpot_ms\":%.4f,\"ttft_ms\":%.3f,\"pp_tok_s\":%.2f,\"pp_sd\":%.2f,"
+               "\"tg_tok_s\":%.2f,\"tg_sd\":%.2f,\"peak_vram_bytes\":%llu,\"weight_bytes\":%.0f,\"roofline_frac\":%.4f,"
+               "\"graph_replays\":%llu,\"graph_captures\":%llu,\"load_s\":%.2f}\n",
+               o.model, m->hp.arch, be->ops->name, (!o.cpu && !o.eager) ? "true" : "false", o.n_prompt, o.n_gen, o.reps, otps_med,
+               dtps_med, tpot_med * 1e3, ttft_med * 1e3, pp_m, pp_sd, tg_m, tg_sd, (unsigned long long)peak, wbytes,
+               wbytes / 4.5e12 / tpot_med, (unsigned long long)replays, (unsigned long long)captures, t_load);
+    } else {
+        printf("model %s (%s, %.2f GB of weights), backend %s%s, prompt %d, generate %d, %d runs after a warm-up (load %.1f s)\n",
+               o.model, m->hp.arch, wbytes / 1e9, be->ops->name, o.cpu ? "" : (o.eager ? " (eager)" : " (CUDA graphs)"),
+               o.n_prompt, o.n_gen, o.reps, t_load);
+        printf("output tok/s %.1f | decode tok/s %.1f | TPOT %.3f ms | TTFT %.1f ms | peak VRAM %.2f GB\n", otps_med, dtps_med,
+               tpot_med * 1e3, ttft_med * 1e3, peak / 1e9);
+        printf("weights / TPOT = %.0f GB/s = %.0f%% of 4.5 TB/s; graph replays %llu, captures %llu\n", wbytes / tpot_med / 1e9,
+               100.0 * wbytes / tpot_med / 4.5e12, (unsigned long long)replays, (unsigned long long)captures);
+        printf("| model | backend | test | t/s |\n|---|---|---|---|\n");
+        printf("| %s | %s | pp%d | %.2f +- %.2f |\n", m->hp.arch, be->ops->name, o.n_prompt, pp_m, pp_sd);
+        printf("| %s | %s | tg%d | %.2f +- %.2f |\n", m->hp.arch, be->ops->name, o.n_gen, tg_m, tg_sd);
+    }
+    rc = 0;
+#ifdef VLLMC_CUDA
+    if (o.profile && !o.cpu) {
+        if (kv) model_kv_destroy(m, kv);
+        kv = NULL;
+        model_destroy(m);
+        m = NULL;
+        be->ops->destroy(be);
+        be = NULL;
+        print_profile(&o, prompt, tpot_med);
+    }
+#endif
+out:
+    if (kv) model_kv_destroy(m, kv);
+    model_destroy(m);
+    if (be) be->ops->destroy(be);
+    free(steps); free(ttft); free(dec); free(tpot); free(otps); free(pp); free(tg); free(prompt);
+    return rc;
+}

@@ -1,0 +1,97 @@
+/* Whole-model parity of the CUDA backend: the same GGUF on the CPU backend, on CUDA with graphs and on
+ * CUDA eager; a random prompt, then decode steps fed with the CPU's greedy tokens (teacher forcing).
+ * CUDA graph replay must equal CUDA eager bit for bit (same kernels); CUDA vs CPU within a relative
+ * logit error (activations may round differently in the last place, which moves a quantized value).
+ * usage: test_cuda_model MODEL.gguf [n_prompt] [n_decode]  (or $VLLMC_CUDA_TEST_MODEL); skips without. */
+#include <math.h>
+#include <string.h>
+#include "backend/backend.h"
+#include "backend/cuda/cuda_backend.h"
+#include "model/model.h"
+#include "test.h"
+
+struct inst { struct backend *be; struct model *m; struct bk_kv_cache *kv; };
+
+static int inst_open(struct inst *in, const char *path, int which, int max_tokens, int n_blocks) {
+    memset(in, 0, sizeof(*in));
+    vllmc_status st;
+    if (which == 0) st = backend_cpu_create(0, false, &in->be);
+    else {
+        struct backend_cuda_opts o = {0, which == 2, false};
+        st = backend_cuda_create(&o, &in->be);
+    }
+    if (st) return -1;
+    if ((st = model_load(path, in->be, &in->m)) || (st = model_reserve(in->m, max_tokens, 1)) ||
+        (st = model_kv_create(in->m, BK_KV_F32, n_blocks, &in->kv))) {
+        fprintf(stderr, "load on %s: %s\n", in->be->ops->name, vllmc_last_error());
+        return -2;
+    }
+    return 0;
+}
+
+static void inst_close(struct inst *in) {
+    if (in->kv) model_kv_destroy(in->m, in->kv);
+    model_destroy(in->m);
+    if (in->be) in->be->ops->destroy(in->be);
+}
+
+int main(int argc, char **argv) {
+    test_seed_auto("test_cuda_model");
+    const char *path = argc > 1 ? argv[1] : getenv("VLLMC_CUDA_TEST_MODEL");
+    const int P = argc > 2 ? atoi(argv[2]) : 24, D = argc > 3 ? atoi(argv[3]) : 16;
+    if (!path || P < 1 || D < 1) { printf("test_cuda_model: no model given: skipped\n"); return 0; }
+    const int n_blocks = (P + D) / 16 + 2;
+    struct inst x[3];
+    if (inst_open(&x[0], path, 0, P, n_blocks)) { printf("test_cuda_model: cannot load %s on the CPU: skipped\n", path); return 0; }
+    int r1 = inst_open(&x[1], path, 1, P, n_blocks);
+    if (r1 == -1) { printf("test_cuda_model: no GPU: skipped\n"); inst_close(&x[0]); return 0; }
+    CHECK(r1 == 0);
+    CHECK(inst_open(&x[2], path, 2, P, n_blocks) == 0);
+    if (test_n_fail) return test_finish("test_cuda_model");
+    const int V = x[0].m->hp.n_vocab;
+    float *lg[3];
+    for (int i = 0; i < 3; i++) lg[i] = malloc((size_t)V * sizeof(float));
+    int32_t *tok = malloc((size_t)(P + D) * sizeof(int32_t)), *pos = malloc((size_t)(P + D) * sizeof(int32_t));
+    int32_t *sidx = calloc((size_t)(P + D), sizeof(int32_t)), *bt = malloc((size_t)n_blocks * sizeof(int32_t));
+    for (int i = 0; i < P; i++) tok[i] = (int32_t)(test_rand_u64() % (uint64_t)V);
+    for (int i = 0; i < P + D; i++) pos[i] = i;
+    for (int i = 0; i < n_blocks; i++) bt[i] = n_blocks - 1 - i;
+    struct bk_seq seq = {bt, n_blocks, 0};
+    double worst = 0;
+    int agree = 0, exact_steps = 0;
+    for (int step = 0; step <= D; step++) {
+        const int t0 = step == 0 ? 0 : P + step - 1, n = step == 0 ? P : 1;
+        int32_t row = n - 1, am[3];
+        struct bk_batch b = {n, tok + t0, pos + t0, sidx, 1, &seq, 1, &row};
+        for (int i = 0; i < 3; i++) {
+            for (int v = 0; v < V; v++) lg[i][v] = NAN;
+            CHECK_MSG(model_forward(x[i].m, &b, x[i].kv, lg[i], &am[i]) == VLLMC_OK, "%s", vllmc_last_error());
+        }
+        double amax = 0, dmax = 0;
+        bool nan = false;
+        for (int v = 0; v < V; v++) {
+            nan |= isnan(lg[1][v]) || isnan(lg[2][v]);
+            amax = fmax(amax, fabs(lg[0][v]));
+            dmax = fmax(dmax, fabs((double)lg[1][v] - lg[0][v]));
+        }
+        CHECK_MSG(!nan, "step %d: NaN logits", step);
+        const double rel = dmax / fmax(amax, 1e-6);
+        worst = fmax(worst, rel);
+        agree += am[0] == am[1];
+        const bool same = memcmp(lg[1], lg[2], (size_t)V * sizeof(float)) == 0 && am[1] == am[2];
+        exact_steps += same;
+        CHECK_MSG(same, "step %d: graph and eager logits differ", step);
+        CHECK_MSG(rel < 5e-2, "step %d: CUDA vs CPU max |dlogit| / max |logit| = %.3g", step, rel);
+        if (step < D) tok[P + step] = am[0]; /* teacher forcing with the CPU's token */
+    }
+    printf("test_cuda_model: %s: %d steps, worst relative logit error %.3g, argmax agreement %d/%d, graph == eager in %d/%d\n",
+           path, D + 1, worst, agree, D + 1, exact_steps, D + 1);
+    CHECK_MSG(agree * 4 >= (D + 1) * 3, "argmax agreement %d of %d", agree, D + 1);
+    struct backend_cuda_stats cs;
+    backend_cuda_get_stats(x[1].be, &cs);
+    printf("test_cuda_model: graph captures %llu, replays %llu\n", (unsigned long long)cs.graph_captures, (unsigned long long)cs.graph_replays);
+    CHECK(cs.graph_captures >= 1 && cs.graph_replays + cs.graph_captures >= (uint64_t)D);
+    for (int i = 0; i < 3; i++) { free(lg[i]); inst_close(&x[i]); }
+    free(tok); free(pos); free(sidx); free(bt);
+    return test_finish("test_cuda_model");
+}

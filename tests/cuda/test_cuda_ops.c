@@ -1,0 +1,438 @@
+/* CUDA backend ops against the CPU reference backend, on fresh random inputs (needs a GPU; built by
+ * `make CUDA=1 cuda-tests`). Quantized activations must match byte for byte, matmul outputs bit for bit
+ * (the kernels add the float terms in the reference's order); float ops within a few ulps (different
+ * expf/sinf), attention and GDN within 1e-4 relative. Every output buffer is poisoned (NaN) first. */
+#include <math.h>
+#include <string.h>
+#include "backend/backend.h"
+#include "backend/cuda/cuda_backend.h"
+#include "quant/blocks.h"
+#include "quant/quant.h"
+#include "test.h"
+
+static struct backend *ref, *gpu;
+
+static void *dev_put(const void *h, size_t n) {
+    void *d = NULL;
+    if (gpu->ops->alloc(gpu, n, &d) != VLLMC_OK) { fprintf(stderr, "alloc failed\n"); exit(1); }
+    if (h) CHECK(gpu->ops->copy_to_device(gpu, d, h, n) == VLLMC_OK);
+    return d;
+}
+static void dev_get(void *h, const void *d, size_t n) { CHECK(gpu->ops->copy_to_host(gpu, h, d, n) == VLLMC_OK); }
+static void *ref_put(const void *h, size_t n) {
+    void *d = NULL;
+    CHECK(ref->ops->alloc(ref, n, &d) == VLLMC_OK);
+    if (h) memcpy(d, h, n);
+    return d;
+}
+static float *nan_buf(size_t n) {
+    float *p = malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) p[i] = NAN;
+    return p;
+}
+static float *rand_buf(size_t n, float scale) {
+    float *p = malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) p[i] = scale * test_rand_normal();
+    return p;
+}
+/* Max |a-b| / max(|b|, floor); NaN anywhere gives inf. */
+static double max_rel(const float *a, const float *b, size_t n, double floor_) {
+    double m = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (isnan(a[i]) || isnan(b[i])) return INFINITY;
+        double d = fabs((double)a[i] - b[i]) / fmax(fabs((double)b[i]), floor_);
+        if (d > m) m = d;
+    }
+    return m;
+}
+static size_t n_diff(const float *a, const float *b, size_t n) {
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) k += memcmp(&a[i], &b[i], 4) != 0;
+    return k;
+}
+
+/* Random quant bytes with sane scales (as synth_gguf.py writes them). */
+static void fill_weight(uint32_t type, uint8_t *p, size_t bytes) {
+    for (size_t i = 0; i < bytes; i++) p[i] = (uint8_t)test_rand_u64();
+    const size_t bs = quant_traits(type)->type_size;
+    if (type == GGML_TYPE_F32) {
+        for (size_t i = 0; i < bytes / 4; i++) ((float *)p)[i] = 0.05f * test_rand_normal();
+        return;
+    }
+    for (size_t b = 0; b < bytes / bs; b++) {
+        uint8_t *blk = p + b * bs;
+        ggml_half d = fp32_to_fp16(1e-3f * (0.5f + test_rand_uniform())), dm = fp32_to_fp16(5e-4f * (0.5f + test_rand_uniform()));
+        if (type == GGML_TYPE_Q4_K) { memcpy(blk, &d, 2); memcpy(blk + 2, &dm, 2); }
+        else if (type == GGML_TYPE_Q6_K) memcpy(blk + 208, &d, 2);
+        else if (type == GGML_TYPE_Q8_0) memcpy(blk, &d, 2);
+    }
+}
+
+struct pair_w { struct bk_tensor r, g; uint8_t *host; };
+static void make_weight(struct pair_w *w, uint32_t type, int64_t n_in, int64_t n_out) {
+    const size_t bytes = quant_row_size(type, n_in) * (size_t)n_out;
+    w->host = malloc(bytes);
+    fill_weight(type, w->host, bytes);
+    const int64_t ne[2] = {n_in, n_out};
+    CHECK(ref->ops->weight_upload(ref, w->host, type, 2, ne, &w->r) == VLLMC_OK);
+    CHECK(gpu->ops->weight_upload(gpu, w->host, type, 2, ne, &w->g) == VLLMC_OK);
+}
+static void free_weight(struct pair_w *w) {
+    ref->ops->weight_free(ref, &w->r);
+    gpu->ops->weight_free(gpu, &w->g);
+    free(w->host);
+}
+
+/* A batch of n rows of one sequence at positions p0.. (block table identity offset by 3). */
+struct tbatch { struct bk_batch b; struct bk_seq seqs[2]; int32_t tok[64], pos[64], sidx[64], lrows[64], bt[2][64]; };
+static void batch_two_seqs(struct tbatch *t, int n0, int p0, int n1, int p1, int vocab) {
+    memset(t, 0, sizeof(*t));
+    for (int s = 0; s < 2; s++) {
+        for (int k = 0; k < 64; k++) t->bt[s][k] = s * 64 + ((k * 7 + 3) % 64); /* scattered blocks */
+        t->seqs[s].block_table = t->bt[s];
+        t->seqs[s].n_blocks = 64;
+        t->seqs[s].state_slot = s == 0 ? 1 : 0;
+    }
+    int n = 0;
+    for (int i = 0; i < n0; i++, n++) { t->pos[n] = p0 + i; t->sidx[n] = 0; }
+    for (int i = 0; i < n1; i++, n++) { t->pos[n] = p1 + i; t->sidx[n] = 1; }
+    for (int i = 0; i < n; i++) { t->tok[i] = (int32_t)(test_rand_u64() % (uint64_t)vocab); t->lrows[i] = i; }
+    t->b.n_tokens = n; t->b.token_ids = t->tok; t->b.pos = t->pos; t->b.seq_idx = t->sidx;
+    t->b.n_seqs = n1 ? 2 : 1; t->b.seqs = t->seqs; t->b.n_logits = n; t->b.logit_rows = t->lrows;
+}
+static void set_batch(struct tbatch *t) {
+    CHECK(ref->ops->batch_set(ref, &t->b) == VLLMC_OK);
+    CHECK(gpu->ops->batch_set(gpu, &t->b) == VLLMC_OK);
+}
+
+/* Compare a GPU act's quantized formats (split layout) with the CPU's blocks. */
+static void check_act_quant(const struct bk_act *ra, const struct bk_act *ga, int64_t rows, const char *what) {
+    const int64_t n = ra->n_cols, R = ga->max_rows;
+    if (ra->fmts & BK_ACT_BIT(BK_ACT_Q8_K)) {
+        const size_t bytes = bk_act_row_bytes(BK_ACT_Q8_K, n) * (size_t)R;
+        uint8_t *g = malloc(bytes);
+        dev_get(g, ga->q[BK_ACT_Q8_K], bytes);
+        size_t bad = 0;
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t s = 0; s < n / QK_K; s++) {
+                const block_q8_K *b = (const block_q8_K *)((const uint8_t *)ra->q[BK_ACT_Q8_K] + bk_act_row_bytes(BK_ACT_Q8_K, n) * r) + s;
+                const int8_t *qs = (const int8_t *)g + r * n + s * QK_K;
+                const float *d = (const float *)(g + R * n) + r * (n / QK_K) + s;
+                const int16_t *bs = (const int16_t *)(g + R * n + 4 * R * (n / QK_K)) + r * (n / 16) + s * 16;
+                bad += memcmp(qs, b->qs, QK_K) != 0 || memcmp(d, &b->d, 4) != 0 || memcmp(bs, b->bsums, 32) != 0;
+            }
+        CHECK_MSG(bad == 0, "%s: %zu Q8_K super-blocks differ", what, bad);
+        free(g);
+    }
+    if (ra->fmts & BK_ACT_BIT(BK_ACT_Q8_0)) {
+        const size_t bytes = bk_act_row_bytes(BK_ACT_Q8_0, n) * (size_t)R;
+        uint8_t *g = malloc(bytes);
+        dev_get(g, ga->q[BK_ACT_Q8_0], bytes);
+        size_t bad = 0;
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t s = 0; s < n / 32; s++) {
+                const block_q8_0 *b = (const block_q8_0 *)((const uint8_t *)ra->q[BK_ACT_Q8_0] + bk_act_row_bytes(BK_ACT_Q8_0, n) * r) + s;
+                const int8_t *qs = (const int8_t *)g + r * n + s * 32;
+                const uint16_t *d = (const uint16_t *)(g + R * n) + r * (n / 32) + s;
+                bad += memcmp(qs, b->qs, 32) != 0 || memcmp(d, &b->d, 2) != 0;
+            }
+        CHECK_MSG(bad == 0, "%s: %zu Q8_0 blocks differ", what, bad);
+        free(g);
+    }
+}
+
+/* matmul of 4 weights of mixed types sharing one activation (with bias and ld_y), 1 and 11 rows;
+ * quantize feeds it; outputs bit-exact. */
+static void test_matmul(void) {
+    const int64_t E = 512 + 256 * (int64_t)(test_rand_u64() % 3);
+    const uint32_t types[4] = {GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, GGML_TYPE_Q8_0, GGML_TYPE_F32};
+    const int64_t nout[4] = {37, 64, 29, 16};
+    struct pair_w w[4];
+    for (int i = 0; i < 4; i++) make_weight(&w[i], types[i], E, nout[i]);
+    const uint32_t fmts = BK_ACT_BIT(BK_ACT_Q8_K) | BK_ACT_BIT(BK_ACT_Q8_0);
+    for (int rows = 1; rows <= 11; rows += 10) {
+        struct bk_act ra, ga;
+        CHECK(bk_act_alloc(ref, 12, E, fmts, &ra) == VLLMC_OK);
+        CHECK(bk_act_alloc(gpu, 12, E, fmts, &ga) == VLLMC_OK);
+        float *x = rand_buf((size_t)(rows * E), 1.0f);
+        x[3] = 0.f; /* zero and ties */
+        memcpy(ra.x, x, (size_t)(rows * E) * 4);
+        CHECK(gpu->ops->copy_to_device(gpu, ga.x, x, (size_t)(rows * E) * 4) == VLLMC_OK);
+        ra.n_rows = ga.n_rows = rows;
+        CHECK(ref->ops->quantize(ref, &ra) == VLLMC_OK);
+        CHECK(gpu->ops->quantize(gpu, &ga) == VLLMC_OK);
+        check_act_quant(&ra, &ga, rows, "quantize");
+        const int64_t ld = 80;
+        float *bias = rand_buf(80, 0.1f);
+        float *gbias = dev_put(bias, 80 * 4);
+        float *ry[4], *gy[4];
+        struct bk_matmul_out ro[4], go[4];
+        for (int i = 0; i < 4; i++) {
+            ry[i] = ref_put(NULL, (size_t)(rows * ld) * 4);
+            float *poison = nan_buf((size_t)(rows * ld));
+            gy[i] = dev_put(poison, (size_t)(rows * ld) * 4);
+            free(poison);
+            ro[i] = (struct bk_matmul_out){.w = &w[i].r, .bias = i == 1 ? bias : NULL, .y = ry[i], .ld_y = ld};
+            go[i] = (struct bk_matmul_out){.w = &w[i].g, .bias = i == 1 ? gbias : NULL, .y = gy[i], .ld_y = ld};
+        }
+        CHECK(ref->ops->matmul(ref, &ra, 4, ro) == VLLMC_OK);
+        CHECK(gpu->ops->matmul(gpu, &ga, 4, go) == VLLMC_OK);
+        for (int i = 0; i < 4; i++) {
+            float *h = malloc((size_t)(rows * ld) * 4);
+            dev_get(h, gy[i], (size_t)(rows * ld) * 4);
+            size_t bad = 0;
+            double mr = 0;
+            for (int r = 0; r < rows; r++) {
+                bad += n_diff(h + r * ld, ry[i] + r * ld, (size_t)nout[i]);
+                mr = fmax(mr, max_rel(h + r * ld, ry[i] + r * ld, (size_t)nout[i], 1e-3));
+            }
+            CHECK_MSG(bad == 0, "matmul %s rows %d E %lld: %zu outputs not bit-exact (max rel %.3g)", quant_traits(types[i])->name,
+                      rows, (long long)E, bad, mr);
+            CHECK_MSG(mr < 1e-5, "matmul %s: max rel %.3g", quant_traits(types[i])->name, mr);
+            free(h);
+            ref->ops->free(ref, ry[i]);
+            gpu->ops->free(gpu, gy[i]);
+        }
+        free(bias);
+        gpu->ops->free(gpu, gbias);
+        free(x);
+        bk_act_free(ref, &ra);
+        bk_act_free(gpu, &ga);
+    }
+    for (int i = 0; i < 4; i++) free_weight(&w[i]);
+}
+
+/* rmsnorm_quantize, swiglu_quantize, rmsnorm with strides, add, sigmoid_mul. */
+static void test_rowwise(void) {
+    const int64_t R = 5, E = 1024;
+    const uint32_t fmts = BK_ACT_BIT(BK_ACT_Q8_K) | BK_ACT_BIT(BK_ACT_Q8_0);
+    struct bk_act ra, ga;
+    CHECK(bk_act_alloc(ref, R, E, fmts, &ra) == VLLMC_OK);
+    CHECK(bk_act_alloc(gpu, R, E, fmts, &ga) == VLLMC_OK);
+    float *x = rand_buf((size_t)(R * E), 3.0f), *w = rand_buf((size_t)E, 1.0f), *u = rand_buf((size_t)(R * E), 1.0f);
+    float *gx = dev_put(x, (size_t)(R * E) * 4), *gw = dev_put(w, (size_t)E * 4), *gu = dev_put(u, (size_t)(R * E) * 4);
+    float *h = malloc((size_t)(R * E) * 4);
+    /* rmsnorm + quantize */
+    CHECK(ref->ops->rmsnorm_quantize(ref, x, w, 1e-6f, R, &ra) == VLLMC_OK);
+    CHECK(gpu->ops->rmsnorm_quantize(gpu, gx, gw, 1e-6f, R, &ga) == VLLMC_OK);
+    dev_get(h, ga.x, (size_t)(R * E) * 4);
+    size_t d = n_diff(h, ra.x, (size_t)(R * E));
+    CHECK_MSG(max_rel(h, ra.x, (size_t)(R * E), 1e-6) < 1e-6, "rmsnorm_quantize x: max rel %.3g", max_rel(h, ra.x, (size_t)(R * E), 1e-6));
+    if (d == 0) check_act_quant(&ra, &ga, R, "rmsnorm_quantize");
+    else printf("rmsnorm_quantize: %zu values differ in the last place (quantized copies not compared)\n", d);
+    /* swiglu + quantize */
+    CHECK(ref->ops->swiglu_quantize(ref, x, u, 0, R, &ra) == VLLMC_OK);
+    CHECK(gpu->ops->swiglu_quantize(gpu, gx, gu, 0, R, &ga) == VLLMC_OK);
+    dev_get(h, ga.x, (size_t)(R * E) * 4);
+    d = n_diff(h, ra.x, (size_t)(R * E));
+    CHECK_MSG(max_rel(h, ra.x, (size_t)(R * E), 1e-6) < 1e-6, "swiglu x: max rel %.3g", max_rel(h, ra.x, (size_t)(R * E), 1e-6));
+    if (d == 0) check_act_quant(&ra, &ga, R, "swiglu_quantize");
+    else printf("swiglu: %zu values differ in the last place (quantized copies not compared)\n", d);
+    /* rmsnorm of heads with strides: 2*R*4 rows of 128 read at stride 256, written packed */
+    const int64_t HR = R * 4, HD = 128;
+    float *ro = ref_put(NULL, (size_t)(HR * HD) * 4), *go = dev_put(NULL, (size_t)(HR * HD) * 4);
+    CHECK(ref->ops->rmsnorm(ref, x, 2 * HD, w, 1e-6f, HR, HD, ro, HD) == VLLMC_OK);
+    CHECK(gpu->ops->rmsnorm(gpu, gx, 2 * HD, gw, 1e-6f, HR, HD, go, HD) == VLLMC_OK);
+    dev_get(h, go, (size_t)(HR * HD) * 4);
+    CHECK_MSG(max_rel(h, ro, (size_t)(HR * HD), 1e-6) < 1e-6, "rmsnorm strided: %.3g", max_rel(h, ro, (size_t)(HR * HD), 1e-6));
+    /* add, sigmoid_mul (in place on copies) */
+    float *rx = ref_put(x, (size_t)(R * E) * 4);
+    CHECK(ref->ops->add(ref, rx, u, R, E) == VLLMC_OK);
+    CHECK(gpu->ops->add(gpu, gx, gu, R, E) == VLLMC_OK);
+    dev_get(h, gx, (size_t)(R * E) * 4);
+    CHECK_MSG(n_diff(h, rx, (size_t)(R * E)) == 0, "add not exact");
+    CHECK(ref->ops->sigmoid_mul(ref, rx, E, u, E, R, E / 2) == VLLMC_OK);
+    CHECK(gpu->ops->sigmoid_mul(gpu, gx, E, gu, E, R, E / 2) == VLLMC_OK);
+    dev_get(h, gx, (size_t)(R * E) * 4);
+    CHECK_MSG(max_rel(h, rx, (size_t)(R * E), 1e-6) < 2e-7, "sigmoid_mul: %.3g", max_rel(h, rx, (size_t)(R * E), 1e-6));
+    free(x); free(w); free(u); free(h);
+    ref->ops->free(ref, ro); ref->ops->free(ref, rx);
+    gpu->ops->free(gpu, gx); gpu->ops->free(gpu, gw); gpu->ops->free(gpu, gu); gpu->ops->free(gpu, go);
+    bk_act_free(ref, &ra);
+    bk_act_free(gpu, &ga);
+}
+
+/* embed from each table type, rope (both modes, partial, freq factors), get_rows, logits + argmax. */
+static void test_batch_ops(void) {
+    struct tbatch tb;
+    batch_two_seqs(&tb, 5, 100, 3, 7, 300);
+    set_batch(&tb);
+    const int T = tb.b.n_tokens;
+    const uint32_t types[4] = {GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, GGML_TYPE_Q8_0, GGML_TYPE_F32};
+    const int64_t E = 512;
+    float *h = malloc((size_t)(T * E) * 4);
+    for (int i = 0; i < 4; i++) {
+        struct pair_w w;
+        make_weight(&w, types[i], E, 300);
+        float *ro = ref_put(NULL, (size_t)(T * E) * 4), *go = dev_put(NULL, (size_t)(T * E) * 4);
+        CHECK(ref->ops->embed(ref, &w.r, ro) == VLLMC_OK);
+        CHECK(gpu->ops->embed(gpu, &w.g, go) == VLLMC_OK);
+        dev_get(h, go, (size_t)(T * E) * 4);
+        CHECK_MSG(n_diff(h, ro, (size_t)(T * E)) == 0, "embed %s not exact", quant_traits(types[i])->name);
+        ref->ops->free(ref, ro); gpu->ops->free(gpu, go);
+        free_weight(&w);
+    }
+    /* rope */
+    const int NH = 4, HD = 128;
+    float ff[64];
+    for (int i = 0; i < 64; i++) ff[i] = 1.0f + test_rand_uniform();
+    float *gff = dev_put(ff, sizeof(ff));
+    for (int mode = 0; mode < 2; mode++) {
+        struct bk_rope_params p = {mode ? BK_ROPE_NEOX : BK_ROPE_NORM, mode ? 64 : 128, 1e6f, mode ? 1.0f : 0.5f, NULL};
+        struct bk_rope_params gp = p;
+        if (!mode) { p.freq_factors = ff; gp.freq_factors = gff; }
+        float *x = rand_buf((size_t)(T * NH * HD), 1.0f);
+        float *rx = ref_put(x, (size_t)(T * NH * HD) * 4), *gx = dev_put(x, (size_t)(T * NH * HD) * 4);
+        CHECK(ref->ops->rope(ref, rx, 0, NH, HD, &p) == VLLMC_OK);
+        CHECK(gpu->ops->rope(gpu, gx, 0, NH, HD, &gp) == VLLMC_OK);
+        float *hx = malloc((size_t)(T * NH * HD) * 4);
+        dev_get(hx, gx, (size_t)(T * NH * HD) * 4);
+        CHECK_MSG(max_rel(hx, rx, (size_t)(T * NH * HD), 1e-2) < 1e-5, "rope mode %d: %.3g", mode,
+                  max_rel(hx, rx, (size_t)(T * NH * HD), 1e-2));
+        free(x); free(hx);
+        ref->ops->free(ref, rx); gpu->ops->free(gpu, gx);
+    }
+    gpu->ops->free(gpu, gff);
+    /* get_rows + logits + argmax: every row wants logits here */
+    float *x = rand_buf((size_t)(T * E), 1.0f);
+    float *rx = ref_put(x, (size_t)(T * E) * 4), *gx = dev_put(x, (size_t)(T * E) * 4);
+    float *rr = ref_put(NULL, (size_t)(T * E) * 4), *gr = dev_put(NULL, (size_t)(T * E) * 4);
+    CHECK(ref->ops->get_rows(ref, rx, E, rr) == VLLMC_OK);
+    CHECK(gpu->ops->get_rows(gpu, gx, E, gr) == VLLMC_OK);
+    struct bk_act ra, ga;
+    CHECK(bk_act_alloc(ref, T, E, BK_ACT_BIT(BK_ACT_Q8_K), &ra) == VLLMC_OK);
+    CHECK(bk_act_alloc(gpu, T, E, BK_ACT_BIT(BK_ACT_Q8_K), &ga) == VLLMC_OK);
+    CHECK(ref->ops->rmsnorm_quantize(ref, rr, NULL, 1e-6f, T, &ra) == VLLMC_OK);
+    CHECK(gpu->ops->rmsnorm_quantize(gpu, gr, NULL, 1e-6f, T, &ga) == VLLMC_OK);
+    struct pair_w head;
+    const int V = 3000;
+    make_weight(&head, GGML_TYPE_Q6_K, E, V);
+    float *rl = ref_put(NULL, (size_t)(T * V) * 4), *gl = dev_put(NULL, (size_t)(T * V) * 4);
+    int32_t am_r[64], am_g[64];
+    CHECK(ref->ops->logits(ref, &ra, &head.r, rl, am_r) == VLLMC_OK);
+    CHECK(gpu->ops->logits(gpu, &ga, &head.g, gl, am_g) == VLLMC_OK);
+    float *hl = malloc((size_t)(T * V) * 4);
+    dev_get(hl, gl, (size_t)(T * V) * 4);
+    CHECK_MSG(max_rel(hl, rl, (size_t)(T * V), 1e-3) < 1e-5, "logits: %.3g", max_rel(hl, rl, (size_t)(T * V), 1e-3));
+    CHECK_MSG(memcmp(am_r, am_g, (size_t)T * 4) == 0, "argmax differs");
+    free(hl); free(x); free(h);
+    free_weight(&head);
+    ref->ops->free(ref, rx); ref->ops->free(ref, rr); ref->ops->free(ref, rl);
+    gpu->ops->free(gpu, gx); gpu->ops->free(gpu, gr); gpu->ops->free(gpu, gl);
+    bk_act_free(ref, &ra);
+    bk_act_free(gpu, &ga);
+}
+
+/* attention over the paged cache: two interleaved sequences, prefill then a decode step, f32 and f16. */
+static void test_attention(void) {
+    for (int dt = 0; dt < 2; dt++) {
+        const int NH = 8, NKV = 2, HD = 256 - 128 * dt;
+        struct bk_kv_cache *rkv, *gkv;
+        CHECK(ref->ops->kv_create(ref, dt ? BK_KV_F16 : BK_KV_F32, 2, 128, NKV, HD, &rkv) == VLLMC_OK);
+        CHECK(gpu->ops->kv_create(gpu, dt ? BK_KV_F16 : BK_KV_F32, 2, 128, NKV, HD, &gkv) == VLLMC_OK);
+        const struct bk_attn_params p = {NH, NKV, HD, 1.0f / sqrtf((float)HD), 1};
+        for (int step = 0; step < 3; step++) {
+            struct tbatch tb;
+            if (step == 0) batch_two_seqs(&tb, 40, 0, 19, 0, 100);
+            else if (step == 1) batch_two_seqs(&tb, 1, 40, 1, 19, 100);
+            else batch_two_seqs(&tb, 1, 41, 0, 0, 100);
+            set_batch(&tb);
+            const int T = tb.b.n_tokens;
+            float *q = rand_buf((size_t)(T * NH * HD), 1.0f), *k = rand_buf((size_t)(T * NKV * HD), 1.0f);
+            float *v = rand_buf((size_t)(T * NKV * HD), 1.0f);
+            float *gq = dev_put(q, (size_t)(T * NH * HD) * 4), *gk = dev_put(k, (size_t)(T * NKV * HD) * 4);
+            float *gv = dev_put(v, (size_t)(T * NKV * HD) * 4);
+            float *ro = ref_put(NULL, (size_t)(T * NH * HD) * 4), *go = dev_put(NULL, (size_t)(T * NH * HD) * 4);
+            CHECK(ref->ops->attention(ref, rkv, &p, q, 0, k, 0, v, 0, ro) == VLLMC_OK);
+            CHECK(gpu->ops->attention(gpu, gkv, &p, gq, 0, gk, 0, gv, 0, go) == VLLMC_OK);
+            float *h = malloc((size_t)(T * NH * HD) * 4);
+            dev_get(h, go, (size_t)(T * NH * HD) * 4);
+            const double mr = max_rel(h, ro, (size_t)(T * NH * HD), 1e-2);
+            CHECK_MSG(mr < (dt ? 2e-3 : 1e-4), "attention %s step %d: max rel %.3g", dt ? "f16" : "f32", step, mr);
+            free(q); free(k); free(v); free(h);
+            gpu->ops->free(gpu, gq); gpu->ops->free(gpu, gk); gpu->ops->free(gpu, gv); gpu->ops->free(gpu, go);
+            ref->ops->free(ref, ro);
+        }
+        ref->ops->kv_destroy(ref, rkv);
+        gpu->ops->kv_destroy(gpu, gkv);
+    }
+}
+
+/* Gated DeltaNet: prefill of two sequences, then decode steps; outputs and the carried state. */
+static void test_gdn(void) {
+    const int NK = 2, NV = 4, DK = 128, DV = 128, DC = 4;
+    const int64_t KD = NK * DK, VD = NV * DV, C = 2 * KD + VD, LD = C + VD + 2 * NV;
+    struct bk_rs_cache rrs = {1, 2, C * (DC - 1), VD * DK, NULL, NULL}, grs = rrs;
+    float *rconv = ref_put(NULL, (size_t)(2 * rrs.conv_floats) * 4), *rssm = ref_put(NULL, (size_t)(2 * rrs.ssm_floats) * 4);
+    float *gconv = dev_put(NULL, (size_t)(2 * rrs.conv_floats) * 4), *gssm = dev_put(NULL, (size_t)(2 * rrs.ssm_floats) * 4);
+    rrs.conv = &rconv; rrs.ssm = &rssm; grs.conv = &gconv; grs.ssm = &gssm;
+    float *cw = rand_buf((size_t)(C * DC), 0.5f), *dtb = rand_buf(NV, 1.0f), *sa = rand_buf(NV, 0.5f), *nw = rand_buf(DV, 1.0f);
+    for (int i = 0; i < NV; i++) sa[i] = -fabsf(sa[i]);
+    float *gcw = dev_put(cw, (size_t)(C * DC) * 4), *gdtb = dev_put(dtb, NV * 4), *gsa = dev_put(sa, NV * 4), *gnw = dev_put(nw, DV * 4);
+    const struct bk_gdn_weights rw = {cw, dtb, sa, nw}, gw = {gcw, gdtb, gsa, gnw};
+    const struct bk_gdn_params p = {NK, NV, DK, DV, DC, 1e-6f, 0};
+    struct bk_act ra, ga;
+    CHECK(bk_act_alloc(ref, 40, VD, BK_ACT_BIT(BK_ACT_Q8_K), &ra) == VLLMC_OK);
+    CHECK(bk_act_alloc(gpu, 40, VD, BK_ACT_BIT(BK_ACT_Q8_K), &ga) == VLLMC_OK);
+    const int64_t work = bk_gdn_work_floats(&p, 40, 1);
+    float *rwork = ref_put(NULL, (size_t)work * 4), *gwork = dev_put(NULL, (size_t)work * 4);
+    for (int step = 0; step < 4; step++) {
+        struct tbatch tb;
+        if (step == 0) batch_two_seqs(&tb, 21, 0, 9, 0, 100);
+        else batch_two_seqs(&tb, 1, 20 + step, step == 3 ? 0 : 1, 8 + step, 100);
+        set_batch(&tb);
+        const int T = tb.b.n_tokens;
+        float *in = rand_buf((size_t)(T * LD), 1.0f);
+        float *gin = dev_put(in, (size_t)(T * LD) * 4);
+        CHECK(ref->ops->gdn(ref, &rrs, &p, &rw, in, LD, rwork, &ra) == VLLMC_OK);
+        CHECK(gpu->ops->gdn(gpu, &grs, &p, &gw, gin, LD, gwork, &ga) == VLLMC_OK);
+        float *h = malloc((size_t)(T * VD) * 4);
+        dev_get(h, ga.x, (size_t)(T * VD) * 4);
+        const double mr = max_rel(h, ra.x, (size_t)(T * VD), 1e-2);
+        CHECK_MSG(mr < 1e-4, "gdn step %d: out max rel %.3g", step, mr);
+        float *hs = malloc((size_t)(2 * rrs.ssm_floats) * 4);
+        dev_get(hs, gssm, (size_t)(2 * rrs.ssm_floats) * 4);
+        const double ms = max_rel(hs, rssm, (size_t)(2 * rrs.ssm_floats), 1e-2);
+        CHECK_MSG(ms < 1e-4, "gdn step %d: state max rel %.3g", step, ms);
+        dev_get(hs, gconv, (size_t)(2 * rrs.conv_floats) * 4);
+        CHECK_MSG(n_diff(hs, rconv, (size_t)(2 * rrs.conv_floats)) == 0, "gdn step %d: conv state differs", step);
+        free(in); free(h); free(hs);
+        gpu->ops->free(gpu, gin);
+    }
+    bk_act_free(ref, &ra); bk_act_free(gpu, &ga);
+    free(cw); free(dtb); free(sa); free(nw);
+    gpu->ops->free(gpu, gcw); gpu->ops->free(gpu, gdtb); gpu->ops->free(gpu, gsa); gpu->ops->free(gpu, gnw);
+    gpu->ops->free(gpu, gconv); gpu->ops->free(gpu, gssm); gpu->ops->free(gpu, gwork);
+    ref->ops->free(ref, rconv); ref->ops->free(ref, rssm); ref->ops->free(ref, rwork);
+}
+
+/* Bad input: clear errors, no crash. */
+static void test_errors(void) {
+    struct bk_tensor t;
+    const int64_t ne[2] = {100, 4};
+    uint8_t buf[4096] = {0};
+    CHECK(gpu->ops->weight_upload(gpu, buf, GGML_TYPE_Q4_K, 2, ne, &t) != VLLMC_OK); /* 100 not a block multiple */
+    const int64_t ne2[2] = {256, 4};
+    CHECK(gpu->ops->weight_upload(gpu, buf, GGML_TYPE_Q2_K, 2, ne2, &t) == VLLMC_ERR_UNSUPPORTED);
+    struct bk_batch b = {0};
+    CHECK(gpu->ops->batch_set(gpu, &b) == VLLMC_ERR_INVALID);
+}
+
+int main(void) {
+    test_seed_auto("test_cuda_ops");
+    struct backend_cuda_opts o = {0, false, false};
+    if (backend_cuda_create(&o, &gpu) != VLLMC_OK) {
+        printf("test_cuda_ops: no GPU (%s): skipped\n", vllmc_last_error());
+        return 0;
+    }
+    CHECK(backend_cpu_create(1, true, &ref) == VLLMC_OK);
+    test_matmul();
+    test_rowwise();
+    test_batch_ops();
+    test_attention();
+    test_gdn();
+    test_errors();
+    ref->ops->destroy(ref);
+    gpu->ops->destroy(gpu);
+    return test_finish("test_cuda_ops");
+}
