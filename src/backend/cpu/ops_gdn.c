@@ -6,6 +6,7 @@
 #include "backend/cpu/ops_gdn.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <string.h>
 #include "backend/cpu/cpu_internal.h"
 #include "quant/gemv.h"
@@ -30,6 +31,35 @@ static inline void gdn_scale(float *y, float a, int n) {
 }
 
 static inline float gdn_silu(float x) { return x / (1.0f + expf(-x)); }
+
+/* ---- dynamic parallel-for ---- */
+
+struct gdn_dyn {
+    atomic_int next;
+    int n_jobs;
+    threadpool_fn fn;
+    void *ctx;
+};
+
+static void gdn_dyn_task(void *vctx, int i_task, int i_thread) {
+    (void)i_task;
+    struct gdn_dyn *d = vctx;
+    for (int i; (i = atomic_fetch_add_explicit(&d->next, 1, memory_order_relaxed)) < d->n_jobs;) d->fn(d->ctx, i, i_thread);
+}
+
+void gdn_parallel_for(struct threadpool *tp, threadpool_fn fn, void *ctx, int n_jobs) {
+    const int nt = tp ? threadpool_n_threads(tp) : 1;
+    if (nt <= 1 || n_jobs <= 1) {
+        for (int i = 0; i < n_jobs; i++) fn(ctx, i, 0);
+        return;
+    }
+    struct gdn_dyn d;
+    atomic_init(&d.next, 0);
+    d.n_jobs = n_jobs;
+    d.fn = fn;
+    d.ctx = ctx;
+    threadpool_run(tp, gdn_dyn_task, &d, VLLMC_MIN(nt, n_jobs));
+}
 
 /* ---- conv1d ---- */
 
@@ -86,7 +116,7 @@ void gdn_conv1d_silu(float *y, int64_t y_stride, const float *x, int64_t x_strid
                      const float *w, int d_conv, float *state, struct threadpool *tp) {
     VLLMC_ASSERT(d_conv >= 2 && d_conv <= 8 && n_tokens >= 0 && n_ch >= 0);
     struct gdn_conv_ctx c = {y, y_stride, x, x_stride, n_tokens, n_ch, d_conv, w, state};
-    threadpool_run(tp, gdn_conv_task, &c, CEIL_DIV(n_ch, GDN_CONV_BLOCK));
+    gdn_parallel_for(tp, gdn_conv_task, &c, CEIL_DIV(n_ch, GDN_CONV_BLOCK));
 }
 
 /* ---- norms and gates ---- */
@@ -192,7 +222,7 @@ void gdn_delta_rule_recurrent(const struct gdn_dims *d, int n_tokens, const floa
                               struct threadpool *tp) {
     VLLMC_ASSERT(d->n_k_head > 0 && d->n_v_head % d->n_k_head == 0);
     struct gdn_rule_ctx c = {d, n_tokens, 0, q, k, v, g, beta, qk_stride, v_stride, o_stride, state, o, NULL, 0};
-    threadpool_run(tp, gdn_recurrent_task, &c, d->n_v_head);
+    gdn_parallel_for(tp, gdn_recurrent_task, &c, d->n_v_head);
 }
 
 int64_t gdn_chunked_scratch_floats(const struct gdn_dims *d, int chunk) {
@@ -294,7 +324,7 @@ void gdn_delta_rule_chunked(const struct gdn_dims *d, int n_tokens, int chunk, c
     VLLMC_ASSERT(d->n_k_head > 0 && d->n_v_head % d->n_k_head == 0 && chunk > 0);
     struct gdn_rule_ctx c = {d, n_tokens, chunk, q, k, v, g, beta, qk_stride, v_stride, o_stride, state, o,
                              scratch, gdn_chunked_scratch_floats(d, chunk)};
-    threadpool_run(tp, gdn_chunked_task, &c, d->n_v_head);
+    gdn_parallel_for(tp, gdn_chunked_task, &c, d->n_v_head);
 }
 
 /* ---- the backend op (struct backend_ops.gdn) ---- */

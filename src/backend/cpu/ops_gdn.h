@@ -14,6 +14,12 @@
 #include "backend/backend.h"
 #include "common/threadpool.h"
 
+/* fn(ctx, job, i_thread) for every job in [0, n_jobs): one task per thread of tp (NULL: the caller runs
+ * all), each taking the next job from a shared counter, so a descheduled thread delays no one. i_thread
+ * is the worker's index (per-thread scratch stays private); results must not depend on which thread runs
+ * a job. */
+void gdn_parallel_for(struct threadpool *tp, threadpool_fn fn, void *ctx, int n_jobs);
+
 struct gdn_dims {
     int n_k_head; /* query/key heads */
     int n_v_head; /* value heads, a multiple of n_k_head */

@@ -8,6 +8,7 @@
 #include <math.h>
 #include <string.h>
 #include "backend/cpu/cpu_internal.h"
+#include "backend/cpu/ops_gdn.h"
 #include "quant/gemv.h"
 #include "quant/quant.h"
 
@@ -246,17 +247,17 @@ vllmc_status cpu_moe(struct backend *be, const struct bk_act *in, const struct b
     for (int gi = 0; gi < n_used_groups; gi++)
         for (int64_t r = 0; r < groups[gi].n_ff; r += MOE_ROWS_PER_JOB)
             jobs[n_jobs++] = (struct moe_job){gi, (int32_t)r, (int32_t)VLLMC_MIN(r + MOE_ROWS_PER_JOB, groups[gi].n_ff)};
-    threadpool_run(tp, moe_gate_up_task, &ctx, n_jobs);
+    gdn_parallel_for(tp, moe_gate_up_task, &ctx, n_jobs);
     n_jobs = 0;
     for (int gi = 0; gi < n_used_groups; gi++)
         for (int64_t r = 0; r < groups[gi].n_act; r += 8)
             jobs[n_jobs++] = (struct moe_job){gi, (int32_t)r, (int32_t)VLLMC_MIN(r + 8, groups[gi].n_act)};
-    threadpool_run(tp, moe_swiglu_task, &ctx, n_jobs);
+    gdn_parallel_for(tp, moe_swiglu_task, &ctx, n_jobs);
     n_jobs = 0;
     for (int gi = 0; gi < n_used_groups; gi++)
         for (int64_t r = 0; r < n_embd; r += MOE_ROWS_PER_JOB)
             jobs[n_jobs++] = (struct moe_job){gi, (int32_t)r, (int32_t)VLLMC_MIN(r + MOE_ROWS_PER_JOB, n_embd)};
-    threadpool_run(tp, moe_down_task, &ctx, n_jobs);
+    gdn_parallel_for(tp, moe_down_task, &ctx, n_jobs);
 
     /* Mix: selected experts in selection order, then the shared expert. */
     const float *Ys = shared ? Y + n_ent * n_embd : NULL;
