@@ -204,7 +204,7 @@ vllmc_status cpu_check_act_for_weight(const struct bk_act *act, const struct bk_
 }
 
 vllmc_status cpu_ensure_attn_scratch(struct cpu_backend *c, int64_t max_ctx, int64_t head_dim) {
-    int64_t need = max_ctx + head_dim + 16;
+    int64_t need = ((max_ctx + 15) & ~(int64_t)15) + head_dim + 16;
     need = (need + 15) & ~(int64_t)15;
     if (need <= c->attn_scratch_per_thread) return VLLMC_OK;
     int nt = c->tp ? threadpool_n_threads(c->tp) : 1;

@@ -43,9 +43,21 @@ void cpu_quantize_rows(struct bk_act *act, int64_t r0, int64_t r1);
 void cpu_rmsnorm_row(const float *x, const float *w, float eps, int64_t n, float *out);
 /* RoPE of one head vector in place at position pos. */
 void cpu_rope_head(float *x, int32_t pos, const struct bk_rope_params *p);
-/* Attention of one (row, query head): the shared scalar kernel (cpu_ops_ref.c). */
-void cpu_attn_row_head_ref(const struct cpu_backend *c, const struct bk_kv_cache *kv, const struct bk_attn_params *p,
-                           int32_t t, int32_t j, const float *q, float *out, float *scores);
+/* Inner loops of attention over one cached position: q.k in the canonical order (16 lane partial sums
+ * folded 8/4/2/1, see cpu_ops_ref.c) and out += w * v (element-wise: any vector width gives the same
+ * bits). The scalar set is the reference; attn_avx2.c has the same results with AVX2 + F16C. */
+struct cpu_attn_kernels {
+    float (*dot_f32)(const float *q, const void *k, int32_t hd);
+    float (*dot_f16)(const float *q, const void *k, int32_t hd);
+    void (*axpy_f32)(float *out, float w, const void *v, int32_t hd);
+    void (*axpy_f16)(float *out, float w, const void *v, int32_t hd);
+};
+extern const struct cpu_attn_kernels cpu_attn_kernels_scalar;
+/* The AVX2+F16C set if this CPU has it and head_dim is a multiple of 16, else NULL (attn_avx2.c). */
+const struct cpu_attn_kernels *cpu_attn_kernels_avx2(int32_t head_dim);
+/* Attention of one (row, query head) with the given inner kernels. scores: >= round16(n_ctx) + head_dim floats. */
+void cpu_attn_row_head(const struct cpu_backend *c, const struct bk_kv_cache *kv, const struct bk_attn_params *p,
+                       int32_t t, int32_t j, const float *q, float *out, float *scores, const struct cpu_attn_kernels *kn);
 /* Store the k/v rows of the batch into the cache (shared by both paths). */
 void cpu_kv_store(const struct cpu_backend *c, struct bk_kv_cache *kv, const struct bk_attn_params *p, int64_t t0,
                   int64_t t1, const float *k, int64_t ld_k, const float *v, int64_t ld_v);

@@ -215,7 +215,7 @@ vllmc_status cpu_fast_rope(struct backend *be, float *x, int64_t ld, int32_t n_h
 /* ---- attention ---- */
 
 struct attn_ctx {
-    struct cpu_backend *c; struct bk_kv_cache *kv; const struct bk_attn_params *p;
+    struct cpu_backend *c; struct bk_kv_cache *kv; const struct bk_attn_params *p; const struct cpu_attn_kernels *kn;
     const float *q; int64_t ld_q; const float *k; int64_t ld_k; const float *v; int64_t ld_v; float *out;
 };
 
@@ -224,14 +224,13 @@ static void kv_store_rows(void *p, int64_t r0, int64_t r1) {
     cpu_kv_store(a->c, a->kv, a->p, r0, r1, a->k, a->ld_k, a->v, a->ld_v);
 }
 
-/* One (row, query head) per task; the scalar kernel is the reference one (its inner loops are
- * simple enough for the compiler to vectorize, and the order of every sum is fixed). */
+/* One (row, query head) per task, with the SIMD inner kernels (bit-identical to the scalar ones). */
 static void attn_task(void *p, int i_task, int i_thread) {
     struct attn_ctx *a = p;
     const int32_t t = i_task / a->p->n_head, j = i_task % a->p->n_head, hd = a->p->head_dim;
     float *scratch = a->c->attn_scratch + (int64_t)i_thread * a->c->attn_scratch_per_thread;
-    cpu_attn_row_head_ref(a->c, a->kv, a->p, t, j, a->q + t * a->ld_q + (int64_t)j * hd,
-                          a->out + ((int64_t)t * a->p->n_head + j) * hd, scratch);
+    cpu_attn_row_head(a->c, a->kv, a->p, t, j, a->q + t * a->ld_q + (int64_t)j * hd,
+                      a->out + ((int64_t)t * a->p->n_head + j) * hd, scratch, a->kn);
 }
 
 vllmc_status cpu_fast_attention(struct backend *be, struct bk_kv_cache *kv, const struct bk_attn_params *p,
@@ -244,8 +243,9 @@ vllmc_status cpu_fast_attention(struct backend *be, struct bk_kv_cache *kv, cons
     int32_t max_pos = 0;
     for (int32_t t = 0; t < c->n_tokens; t++) max_pos = VLLMC_MAX(max_pos, c->pos[t]);
     if ((st = cpu_ensure_attn_scratch(c, max_pos + 1, hd))) return st;
-    struct attn_ctx a = {c, kv, p, q, ld_q ? ld_q : (int64_t)p->n_head * hd, k, ld_k ? ld_k : (int64_t)p->n_kv_head * hd,
-                         v, ld_v ? ld_v : (int64_t)p->n_kv_head * hd, out};
+    const struct cpu_attn_kernels *kn = cpu_attn_kernels_avx2(hd);
+    struct attn_ctx a = {c, kv, p, kn ? kn : &cpu_attn_kernels_scalar, q, ld_q ? ld_q : (int64_t)p->n_head * hd, k,
+                         ld_k ? ld_k : (int64_t)p->n_kv_head * hd, v, ld_v ? ld_v : (int64_t)p->n_kv_head * hd, out};
     cpu_parallel_rows(c, c->n_tokens, 16, kv_store_rows, &a);
     threadpool_run(c->tp, attn_task, &a, c->n_tokens * p->n_head);
     return VLLMC_OK;

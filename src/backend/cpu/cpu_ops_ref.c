@@ -68,29 +68,59 @@ void cpu_quantize_rows(struct bk_act *act, int64_t r0, int64_t r1) {
     }
 }
 
-void cpu_attn_row_head_ref(const struct cpu_backend *c, const struct bk_kv_cache *kv, const struct bk_attn_params *p,
-                           int32_t t, int32_t j, const float *q, float *out, float *scores) {
+/* The canonical q.k: 16 lane partial sums (lane l takes i = l, l+16, ... in order), then the lanes
+ * fold l += l+8, l += l+4, l += l+2, l += l+1. The SIMD kernels (attn_avx2.c) compute exactly this. */
+static float dot16_fold(float *acc) {
+    for (int w = 8; w >= 1; w /= 2)
+        for (int l = 0; l < w; l++) acc[l] = acc[l] + acc[l + w];
+    return acc[0];
+}
+
+static float cpu_dot16_f32_scalar(const float *q, const void *k, int32_t hd) {
+    const float *kr = k;
+    float acc[16] = {0};
+    for (int32_t i = 0; i < hd; i++) acc[i % 16] = acc[i % 16] + q[i] * kr[i];
+    return dot16_fold(acc);
+}
+
+static float cpu_dot16_f16_scalar(const float *q, const void *k, int32_t hd) {
+    const uint16_t *kr = k;
+    float acc[16] = {0};
+    for (int32_t i = 0; i < hd; i++) acc[i % 16] = acc[i % 16] + q[i] * cpu_f16_lut[kr[i]];
+    return dot16_fold(acc);
+}
+
+static void cpu_axpy_f32_scalar(float *out, float w, const void *v, int32_t hd) {
+    const float *vr = v;
+    for (int32_t i = 0; i < hd; i++) out[i] = out[i] + w * vr[i];
+}
+
+static void cpu_axpy_f16_scalar(float *out, float w, const void *v, int32_t hd) {
+    const uint16_t *vr = v;
+    for (int32_t i = 0; i < hd; i++) out[i] = out[i] + w * cpu_f16_lut[vr[i]];
+}
+
+const struct cpu_attn_kernels cpu_attn_kernels_scalar = {
+    cpu_dot16_f32_scalar, cpu_dot16_f16_scalar, cpu_axpy_f32_scalar, cpu_axpy_f16_scalar};
+
+void cpu_attn_row_head(const struct cpu_backend *c, const struct bk_kv_cache *kv, const struct bk_attn_params *p,
+                       int32_t t, int32_t j, const float *q, float *out, float *scores, const struct cpu_attn_kernels *kn) {
     const int32_t hd = p->head_dim, nkv = p->n_kv_head, kvh = j / (p->n_head / p->n_kv_head);
     const struct bk_seq *s = &c->seqs[c->seq_idx[t]];
     const int32_t n_ctx = c->pos[t] + 1;
     const void *kp = kv->k[p->kv_layer], *vp = kv->v[p->kv_layer];
     const bool f16 = kv->dtype == BK_KV_F16;
+    const size_t elt = f16 ? 2 : 4;
+    float (*dot)(const float *, const void *, int32_t) = f16 ? kn->dot_f16 : kn->dot_f32;
+    void (*axpy)(float *, float, const void *, int32_t) = f16 ? kn->axpy_f16 : kn->axpy_f32;
     /* With an f16 cache the query and the probabilities are rounded to f16 too, as ggml's matmul
      * converts its f32 operand to the f16 operand's type (keeps us closest to llama.cpp). */
-    float *qr = scores + n_ctx;
-    for (int32_t i = 0; i < hd; i++) qr[i] = f16 ? fp16_to_fp32(fp32_to_fp16(q[i])) : q[i];
+    float *qr = scores + ((n_ctx + 15) & ~15);
+    for (int32_t i = 0; i < hd; i++) qr[i] = f16 ? cpu_f16_lut[fp32_to_fp16(q[i])] : q[i];
     float mx = -INFINITY;
     for (int32_t tau = 0; tau < n_ctx; tau++) {
         int32_t blk = s->block_table[tau / BK_KV_BLOCK], slot = tau % BK_KV_BLOCK;
-        float dot = 0.0f;
-        if (f16) {
-            const uint16_t *kr = cpu_kv_slot((void *)kp, blk, kvh, slot, nkv, hd, 2);
-            for (int32_t i = 0; i < hd; i++) dot += qr[i] * cpu_f16_lut[kr[i]];
-        } else {
-            const float *kr = cpu_kv_slot((void *)kp, blk, kvh, slot, nkv, hd, 4);
-            for (int32_t i = 0; i < hd; i++) dot += qr[i] * kr[i];
-        }
-        scores[tau] = dot * p->scale;
+        scores[tau] = dot(qr, cpu_kv_slot((void *)kp, blk, kvh, slot, nkv, hd, elt), hd) * p->scale;
         if (scores[tau] > mx) mx = scores[tau];
     }
     double sum = 0.0;
@@ -103,14 +133,8 @@ void cpu_attn_row_head_ref(const struct cpu_backend *c, const struct bk_kv_cache
     for (int32_t tau = 0; tau < n_ctx; tau++) {
         int32_t blk = s->block_table[tau / BK_KV_BLOCK], slot = tau % BK_KV_BLOCK;
         float w = scores[tau] * inv;
-        if (f16) {
-            w = fp16_to_fp32(fp32_to_fp16(w)); /* ggml rounds the probabilities to f16 for an f16 V */
-            const uint16_t *vr = cpu_kv_slot((void *)vp, blk, kvh, slot, nkv, hd, 2);
-            for (int32_t i = 0; i < hd; i++) out[i] += w * cpu_f16_lut[vr[i]];
-        } else {
-            const float *vr = cpu_kv_slot((void *)vp, blk, kvh, slot, nkv, hd, 4);
-            for (int32_t i = 0; i < hd; i++) out[i] += w * vr[i];
-        }
+        if (f16) w = cpu_f16_lut[fp32_to_fp16(w)]; /* ggml rounds the probabilities to f16 for an f16 V */
+        axpy(out, w, cpu_kv_slot((void *)vp, blk, kvh, slot, nkv, hd, elt), hd);
     }
 }
 
@@ -225,8 +249,8 @@ vllmc_status cpu_ref_attention(struct backend *be, struct bk_kv_cache *kv, const
     cpu_kv_store(c, kv, p, 0, c->n_tokens, k, ld_k, v, ld_v);
     for (int32_t t = 0; t < c->n_tokens; t++)
         for (int32_t j = 0; j < p->n_head; j++)
-            cpu_attn_row_head_ref(c, kv, p, t, j, q + t * ld_q + (int64_t)j * hd, out + ((int64_t)t * p->n_head + j) * hd,
-                                  c->attn_scratch);
+            cpu_attn_row_head(c, kv, p, t, j, q + t * ld_q + (int64_t)j * hd, out + ((int64_t)t * p->n_head + j) * hd,
+                              c->attn_scratch, &cpu_attn_kernels_scalar);
     return VLLMC_OK;
 }
 

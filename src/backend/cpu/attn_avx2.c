@@ -1,0 +1,60 @@
+/* AVX2 + F16C inner kernels of CPU attention. Bit-identical to the scalar set in cpu_ops_ref.c: the
+ * q.k dot keeps 16 lane partial sums in two 8-wide registers (lane = i % 16, mul then add, no FMA)
+ * and folds them 8/4/2/1 exactly as dot16_fold; out += w * v is element-wise. */
+#include <immintrin.h>
+#include "backend/cpu/cpu_internal.h"
+
+static float fold16(__m256 a0, __m256 a1) {
+    float acc[16];
+    _mm256_storeu_ps(acc, a0);
+    _mm256_storeu_ps(acc + 8, a1);
+    for (int w = 8; w >= 1; w /= 2)
+        for (int l = 0; l < w; l++) acc[l] = acc[l] + acc[l + w];
+    return acc[0];
+}
+
+static float dot16_f32_avx2(const float *q, const void *k, int32_t hd) {
+    const float *kr = k;
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    for (int32_t i = 0; i < hd; i += 16) {
+        a0 = _mm256_add_ps(a0, _mm256_mul_ps(_mm256_loadu_ps(q + i), _mm256_loadu_ps(kr + i)));
+        a1 = _mm256_add_ps(a1, _mm256_mul_ps(_mm256_loadu_ps(q + i + 8), _mm256_loadu_ps(kr + i + 8)));
+    }
+    return fold16(a0, a1);
+}
+
+static float dot16_f16_avx2(const float *q, const void *k, int32_t hd) {
+    const uint16_t *kr = k;
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    for (int32_t i = 0; i < hd; i += 16) {
+        __m256 k0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(kr + i)));
+        __m256 k1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(kr + i + 8)));
+        a0 = _mm256_add_ps(a0, _mm256_mul_ps(_mm256_loadu_ps(q + i), k0));
+        a1 = _mm256_add_ps(a1, _mm256_mul_ps(_mm256_loadu_ps(q + i + 8), k1));
+    }
+    return fold16(a0, a1);
+}
+
+static void axpy_f32_avx2(float *out, float w, const void *v, int32_t hd) {
+    const float *vr = v;
+    const __m256 ww = _mm256_set1_ps(w);
+    for (int32_t i = 0; i < hd; i += 8)
+        _mm256_storeu_ps(out + i, _mm256_add_ps(_mm256_loadu_ps(out + i), _mm256_mul_ps(ww, _mm256_loadu_ps(vr + i))));
+}
+
+static void axpy_f16_avx2(float *out, float w, const void *v, int32_t hd) {
+    const uint16_t *vr = v;
+    const __m256 ww = _mm256_set1_ps(w);
+    for (int32_t i = 0; i < hd; i += 8) {
+        __m256 vv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(vr + i)));
+        _mm256_storeu_ps(out + i, _mm256_add_ps(_mm256_loadu_ps(out + i), _mm256_mul_ps(ww, vv)));
+    }
+}
+
+static const struct cpu_attn_kernels attn_avx2 = {dot16_f32_avx2, dot16_f16_avx2, axpy_f32_avx2, axpy_f16_avx2};
+
+const struct cpu_attn_kernels *cpu_attn_kernels_avx2(int32_t head_dim) {
+    __builtin_cpu_init();
+    const bool have = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+    return have && head_dim % 16 == 0 ? &attn_avx2 : NULL;
+}
