@@ -388,6 +388,16 @@ static void test_specials_and_bounds(void) {
     const char *s = "abc<|im_end|>x<|im_end|>";
     CHECK(tokenizer_encode(t, s, strlen(s), TOKENIZER_ENCODE_PARSE_SPECIAL, ids, 64, &n) == VLLMC_OK);
     CHECK(n == 3 && ids[0] == 257 && ids[1] == 263 && ids[2] == 260);
+    /* the same in a long text (the byte-pair prefilter path) */
+    {
+        char longt[300];
+        memset(longt, 'x', 200);
+        memcpy(longt + 200, "<|im_end|>x<|im_end|>ab", 23);
+        int32_t lids[400];
+        size_t ln;
+        CHECK(tokenizer_encode(t, longt, 223, TOKENIZER_ENCODE_PARSE_SPECIAL, lids, 400, &ln) == VLLMC_OK);
+        CHECK(ln == 203 && lids[200] == 263 && lids[201] == 260 && lids[202] == 256);
+    }
     /* parse off: control tokens are text, user-defined (<think>) still matched */
     s = "<think>abc<|im_end|>";
     CHECK(tokenizer_encode(t, s, strlen(s), 0, ids, 64, &n) == VLLMC_OK);

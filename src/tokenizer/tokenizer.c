@@ -1013,13 +1013,27 @@ static vllmc_status tok_partition(const struct tokenizer *t, const char *text, s
                                   struct tok_frag **frags, size_t *n_frags) {
     size_t cap = 16, n = 0;
     struct tok_frag *f = malloc(cap * sizeof(*f)), *g = NULL;
+    uint64_t *pairs = NULL; /* bitmap of the byte pairs present in the text: most special tokens are ruled out
+                               without a search (vocabularies can have thousands of them) */
     if (!f) return vllmc_errorf(VLLMC_ERR_OOM, "tokenizer: out of memory");
     if (len) f[n++] = (struct tok_frag){-1, 0, (uint32_t)len};
+    if (len >= 64 && t->n_specials > 4 && (pairs = calloc(65536 / 64, sizeof(uint64_t)))) {
+        const uint8_t *u = (const uint8_t *)text;
+        for (size_t i = 0; i + 1 < len; i++) {
+            unsigned k = ((unsigned)u[i] << 8) | u[i + 1];
+            pairs[k >> 6] |= 1ull << (k & 63);
+        }
+    }
     for (uint32_t si = 0; si < t->n_specials && n; si++) {
         int32_t id = t->specials[si];
         if (!parse_special && (t->type[id] == TOKENIZER_TOKEN_CONTROL || t->type[id] == TOKENIZER_TOKEN_UNKNOWN)) continue;
         size_t sl;
         const char *st = tok_text(t, (uint32_t)id, &sl);
+        if (pairs && sl >= 2) {
+            const uint8_t *u = (const uint8_t *)st;
+            unsigned k0 = ((unsigned)u[0] << 8) | u[1], k1 = ((unsigned)u[sl - 2] << 8) | u[sl - 1];
+            if (!(pairs[k0 >> 6] >> (k0 & 63) & 1) || !(pairs[k1 >> 6] >> (k1 & 63) & 1)) continue;
+        }
         /* quick reject: does the text occur anywhere in a raw fragment? */
         bool any = false;
         for (size_t i = 0; i < n && !any; i++)
@@ -1053,10 +1067,12 @@ static vllmc_status tok_partition(const struct tokenizer *t, const char *text, s
         g = NULL;
         n = gn;
     }
+    free(pairs);
     *frags = f;
     *n_frags = n;
     return VLLMC_OK;
 oom:
+    free(pairs);
     free(f);
     free(g);
     return vllmc_errorf(VLLMC_ERR_OOM, "tokenizer: out of memory");
