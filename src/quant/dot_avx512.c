@@ -282,66 +282,95 @@ DOTZ_LEGACY_SYM(iq4_nl, block_iq4_nl, dotz_w_iq4_nl, DOT_F16X8(x8, d), dot_isum_
 DOTZ_LEGACY_SYM(mxfp4, block_mxfp4, dotz_w_mxfp4, dot_mxfp4_d8(x8), dot_isum_mxfp4, dot_e8m0_half(x->e))
 
 
-static float dotz_q2_K(int64_t n, const void *vw, const void *va) {
+static inline __attribute__((always_inline)) void dotz_q2_K_n(int64_t n, const void *vw, const void *va,
+                                                               size_t a_stride, const int n_act, float *out) {
     const block_q2_K *w = vw;
-    const block_q8_K *a = va;
     const __m512i m2 = _mm512_set1_epi8(3);
-    float acc = 0.0f;
+    float acc[DOT_MULTI_MAX] = {0};
     for (int64_t s = 0; s < n / QK_K; s++) {
         const block_q2_K *x = &w[s];
-        const int8_t *q8 = a[s].qs;
         __m128i raw = _mm_loadu_si128((const __m128i *)x->scales);
         __m512i scz = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(_mm_and_si128(raw, _mm_set1_epi8(15))));
         __m256i mn16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), _mm_set1_epi8(15)));
-        __m256i macc = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)a[s].bsums), mn16);
-        __m512i acc0 = _mm512_setzero_si512(), acc1 = _mm512_setzero_si512();
+        const float d = dot_f16(x->d), dmin = dot_f16(x->dmin);
+        __m512i wz[4], sz[4];
 #pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
             __m256i qs = _mm256_loadu_si256((const __m256i *)(x->qs + 32 * h));
             __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(qs), _mm256_srli_epi16(qs, 2), 1);
-            /* [g0 | g1] = activations 128h..128h+63, [g2 | g3] = 128h+64..128h+127 */
-            __m512i w01 = _mm512_and_si512(z, m2), w23 = _mm512_and_si512(_mm512_srli_epi16(z, 4), m2);
-            __m512i p01 = _mm512_maddubs_epi16(w01, _mm512_loadu_si512(q8 + 128 * h));
-            __m512i p23 = _mm512_maddubs_epi16(w23, _mm512_loadu_si512(q8 + 128 * h + 64));
-            acc0 = _mm512_dpwssd_epi32(acc0, p01, _mm512_permutexvar_epi16(_mm512_load_si512(k_dotz_q6_idx[2 * h]), scz));
-            acc1 = _mm512_dpwssd_epi32(acc1, p23, _mm512_permutexvar_epi16(_mm512_load_si512(k_dotz_q6_idx[2 * h + 1]), scz));
+            /* wz[k] = [g0 | g1] / [g2 | g3] of half h = activations 64k..64k+63 */
+            wz[2 * h] = _mm512_and_si512(z, m2);
+            wz[2 * h + 1] = _mm512_and_si512(_mm512_srli_epi16(z, 4), m2);
+            sz[2 * h] = _mm512_permutexvar_epi16(_mm512_load_si512(k_dotz_q6_idx[2 * h]), scz);
+            sz[2 * h + 1] = _mm512_permutexvar_epi16(_mm512_load_si512(k_dotz_q6_idx[2 * h + 1]), scz);
         }
-        acc = acc + dot_term_kmin(a[s].d, dot_f16(x->d), dot_f16(x->dmin), dotz_hsum(_mm512_add_epi32(acc0, acc1)),
-                                  dot_hsum_i32(macc));
+#pragma GCC unroll 4
+        for (int i = 0; i < n_act; i++) {
+            const block_q8_K *ai = (const block_q8_K *)((const uint8_t *)va + (size_t)i * a_stride) + s;
+            __m256i macc = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)ai->bsums), mn16);
+            __m512i acc0 = _mm512_setzero_si512(), acc1 = _mm512_setzero_si512();
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k += 2) {
+                acc0 = _mm512_dpwssd_epi32(acc0, _mm512_maddubs_epi16(wz[k], _mm512_loadu_si512(ai->qs + 64 * k)), sz[k]);
+                acc1 = _mm512_dpwssd_epi32(acc1, _mm512_maddubs_epi16(wz[k + 1], _mm512_loadu_si512(ai->qs + 64 * k + 64)), sz[k + 1]);
+            }
+            acc[i] = acc[i] + dot_term_kmin(ai->d, d, dmin, dotz_hsum(_mm512_add_epi32(acc0, acc1)), dot_hsum_i32(macc));
+        }
     }
-    return acc;
+    for (int i = 0; i < n_act; i++) out[i] = acc[i];
+}
+static float dotz_q2_K(int64_t n, const void *vw, const void *va) {
+    float r;
+    dotz_q2_K_n(n, vw, va, 0, 1, &r);
+    return r;
 }
 
-static float dotz_iq4_xs(int64_t n, const void *vw, const void *va) {
+static inline __attribute__((always_inline)) void dotz_iq4_xs_n(int64_t n, const void *vw, const void *va,
+                                                                 size_t a_stride, const int n_act, float *out) {
     const block_iq4_xs *w = vw;
-    const block_q8_K *a = va;
     const __m512i tab = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)kvalues_iq4nl));
-    float acc = 0.0f;
+    float acc[DOT_MULTI_MAX] = {0};
     for (int64_t s = 0; s < n / QK_K; s++) {
         const block_iq4_xs *x = &w[s];
-        const int8_t *q8 = a[s].qs;
         uint32_t sl;
         memcpy(&sl, x->scales_l, 4);
         /* byte b = 6-bit scale of sub-block b: low nibble from scales_l, bits 4-5 from scales_h */
         uint64_t ls = _pdep_u64(sl, 0x0F0F0F0F0F0F0F0Full) | _pdep_u64(x->scales_h, 0x3030303030303030ull);
         __m128i ls16 = _mm_sub_epi16(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)ls)), _mm_set1_epi16(32));
         __m512i sc = _mm512_broadcast_i32x4(ls16);
-        __m512i acc0 = _mm512_setzero_si512(), acc1 = _mm512_setzero_si512();
+        const float d = dot_f16(x->d);
+        __m512i wabs[4], sz[4];
+        __mmask64 wneg[4];
 #pragma GCC unroll 4
         for (int k = 0; k < 4; k++) {
             /* sub-blocks 2k, 2k+1: [elements 0..31 of 2k | elements 0..31 of 2k+1] = activations 64k..64k+63 */
             __m512i v = _mm512_shuffle_epi8(tab, dotz_nibbles2(x->qs + 32 * k, x->qs + 32 * k + 16));
-            __m512i av = _mm512_loadu_si512(q8 + 64 * k);
-            __m512i p = _mm512_maddubs_epi16(_mm512_abs_epi8(v), _mm512_mask_sub_epi8(av, _mm512_movepi8_mask(v), _mm512_setzero_si512(), av));
-            __m512i sz = _mm512_shuffle_epi8(sc, _mm512_load_si512(k_dotz_pair16[k]));
-            if (k % 2) acc1 = _mm512_dpwssd_epi32(acc1, p, sz);
-            else acc0 = _mm512_dpwssd_epi32(acc0, p, sz);
+            wabs[k] = _mm512_abs_epi8(v);
+            wneg[k] = _mm512_movepi8_mask(v);
+            sz[k] = _mm512_shuffle_epi8(sc, _mm512_load_si512(k_dotz_pair16[k]));
         }
-        acc = acc + dot_term_k(a[s].d, dot_f16(x->d), dotz_hsum(_mm512_add_epi32(acc0, acc1)));
+#pragma GCC unroll 4
+        for (int i = 0; i < n_act; i++) {
+            const block_q8_K *ai = (const block_q8_K *)((const uint8_t *)va + (size_t)i * a_stride) + s;
+            __m512i acc0 = _mm512_setzero_si512(), acc1 = _mm512_setzero_si512();
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k += 2) {
+                __m512i a0 = _mm512_loadu_si512(ai->qs + 64 * k), a1 = _mm512_loadu_si512(ai->qs + 64 * k + 64);
+                a0 = _mm512_mask_sub_epi8(a0, wneg[k], _mm512_setzero_si512(), a0);
+                a1 = _mm512_mask_sub_epi8(a1, wneg[k + 1], _mm512_setzero_si512(), a1);
+                acc0 = _mm512_dpwssd_epi32(acc0, _mm512_maddubs_epi16(wabs[k], a0), sz[k]);
+                acc1 = _mm512_dpwssd_epi32(acc1, _mm512_maddubs_epi16(wabs[k + 1], a1), sz[k + 1]);
+            }
+            acc[i] = acc[i] + dot_term_k(ai->d, d, dotz_hsum(_mm512_add_epi32(acc0, acc1)));
+        }
     }
-    return acc;
+    for (int i = 0; i < n_act; i++) out[i] = acc[i];
 }
-
+static float dotz_iq4_xs(int64_t n, const void *vw, const void *va) {
+    float r;
+    dotz_iq4_xs_n(n, vw, va, 0, 1, &r);
+    return r;
+}
 
 /* ---- activation quantizers, bit-identical to act_quant.c's scalar reference ---- */
 /* C roundf (half away from zero), exactly: round to nearest even, then move the exact .5 ties away from 0. */
@@ -441,6 +470,8 @@ quantize_row_fn dot_avx512_get_quantizer(uint32_t act_type) {
 DOTZ_MULTI(q4_K)
 DOTZ_MULTI(q6_K)
 DOTZ_MULTI(q5_K)
+DOTZ_MULTI(q2_K)
+DOTZ_MULTI(iq4_xs)
 DOTZ_MULTI(q4_0)
 DOTZ_MULTI(q5_0)
 DOTZ_MULTI(q8_0)
@@ -450,6 +481,8 @@ vec_dot_multi_fn dot_avx512_get_multi(uint32_t wtype) {
     case GGML_TYPE_Q4_K: return dotz_q4_K_multi;
     case GGML_TYPE_Q6_K: return dotz_q6_K_multi;
     case GGML_TYPE_Q5_K: return dotz_q5_K_multi;
+    case GGML_TYPE_Q2_K: return dotz_q2_K_multi;
+    case GGML_TYPE_IQ4_XS: return dotz_iq4_xs_multi;
     case GGML_TYPE_Q4_0: return dotz_q4_0_multi;
     case GGML_TYPE_Q5_0: return dotz_q5_0_multi;
     case GGML_TYPE_Q8_0: return dotz_q8_0_multi;
