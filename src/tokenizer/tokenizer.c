@@ -54,6 +54,7 @@ struct tokenizer {
     char *piece_blob;
     uint64_t *piece_off;       /* [n_vocab + 1] */
     size_t max_piece_len;
+    size_t max_text_len;       /* longest GGUF token text */
     /* special tokens, longest text first */
     int32_t *specials;
     uint32_t n_specials;
@@ -468,6 +469,8 @@ vllmc_status tokenizer_create(const struct tokenizer_spec *spec, struct tokenize
         t->score[i] = spec->scores ? spec->scores[i] : 0.0f;
     }
     t->text_off[t->n_vocab] = at;
+    for (uint32_t i = 0; i < t->n_vocab; i++)
+        t->max_text_len = VLLMC_MAX(t->max_text_len, (size_t)(t->text_off[i + 1] - t->text_off[i]));
     if ((st = tok_map_build(t)) != VLLMC_OK) goto fail;
 
     /* special ids */
@@ -808,11 +811,14 @@ static vllmc_status tok_bpe_word(const struct tokenizer *t, const uint8_t *w, si
                                  struct tok_out *o) {
     if (n == 0) return VLLMC_OK;
     if (n == 1) { tok_emit_sym(t, t->byte_sym[w[0]], o); return VLLMC_OK; }
-    if (t->ignore_merges && n <= 256) {
-        char enc[512];
+    if (t->ignore_merges && n <= t->max_text_len) { /* the GPT-2 form is >= n bytes: longer words are no token */
+        char small[512];
+        char *enc = 2 * n <= sizeof(small) ? small : malloc(2 * n);
+        if (!enc) return vllmc_errorf(VLLMC_ERR_OOM, "tokenizer: out of memory");
         size_t k = 0;
         for (size_t i = 0; i < n; i++) k += tok_utf8_encode(tok_byte_to_cp(w[i]), (uint8_t *)enc + k);
         int32_t id = tok_map_find(t, &t->vocab, enc, k);
+        if (enc != small) free(enc);
         if (id >= 0) { tok_emit(o, id); return VLLMC_OK; }
     }
     if (!tok_reserve_syms(s, n)) return vllmc_errorf(VLLMC_ERR_OOM, "tokenizer: out of memory");
