@@ -475,6 +475,8 @@ DOTZ_MULTI(iq4_xs)
 DOTZ_MULTI(q4_0)
 DOTZ_MULTI(q5_0)
 DOTZ_MULTI(q8_0)
+DOTZ_MULTI(iq4_nl)
+DOTZ_MULTI(mxfp4)
 
 vec_dot_multi_fn dot_avx512_get_multi(uint32_t wtype) {
     switch (wtype) {
@@ -486,6 +488,8 @@ vec_dot_multi_fn dot_avx512_get_multi(uint32_t wtype) {
     case GGML_TYPE_Q4_0: return dotz_q4_0_multi;
     case GGML_TYPE_Q5_0: return dotz_q5_0_multi;
     case GGML_TYPE_Q8_0: return dotz_q8_0_multi;
+    case GGML_TYPE_IQ4_NL: return dotz_iq4_nl_multi;
+    case GGML_TYPE_MXFP4: return dotz_mxfp4_multi;
     default: return NULL;
     }
 }
