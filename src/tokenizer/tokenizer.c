@@ -806,7 +806,9 @@ static inline int tok_bpe_add_pair(const struct tokenizer *t, struct tok_scratch
     return tok_heap_push(s, ((uint64_t)e->rank << 32) | (uint32_t)l, (uint32_t)l, (uint32_t)r);
 }
 
-/* BPE of one pre-tokenized word (raw bytes). */
+/* BPE of one pre-tokenized word (raw bytes): repeatedly merge the adjacent pair of lowest rank, leftmost first
+ * (what llama.cpp's queue of (rank, left position) does). */
+#define TOK_BPE_SMALL 24
 static vllmc_status tok_bpe_word(const struct tokenizer *t, const uint8_t *w, size_t n, struct tok_scratch *s,
                                  struct tok_out *o) {
     if (n == 0) return VLLMC_OK;
@@ -820,6 +822,33 @@ static vllmc_status tok_bpe_word(const struct tokenizer *t, const uint8_t *w, si
         int32_t id = tok_map_find(t, &t->vocab, enc, k);
         if (enc != small) free(enc);
         if (id >= 0) { tok_emit(o, id); return VLLMC_OK; }
+    }
+    if (n <= TOK_BPE_SMALL) { /* short word: rescan the few adjacent pairs instead of a heap */
+        uint32_t sym[TOK_BPE_SMALL], rank[TOK_BPE_SMALL], res[TOK_BPE_SMALL];
+        size_t k = n;
+        for (size_t i = 0; i < n; i++) sym[i] = t->byte_sym[w[i]];
+        for (size_t i = 0; i + 1 < k; i++) {
+            const struct tok_merge_entry *e = tok_merge_find(t, sym[i], sym[i + 1]);
+            rank[i] = e ? e->rank : UINT32_MAX;
+            res[i] = e ? e->result : 0;
+        }
+        for (;;) {
+            size_t best = SIZE_MAX;
+            uint32_t br = UINT32_MAX;
+            for (size_t i = 0; i + 1 < k; i++)
+                if (rank[i] < br) { br = rank[i]; best = i; } /* strict <: leftmost of equal ranks */
+            if (best == SIZE_MAX) break;
+            sym[best] = res[best];
+            for (size_t i = best + 1; i + 1 < k; i++) { sym[i] = sym[i + 1]; rank[i] = rank[i + 1]; res[i] = res[i + 1]; }
+            k--;
+            for (size_t i = best ? best - 1 : 0; i <= best && i + 1 < k; i++) {
+                const struct tok_merge_entry *e = tok_merge_find(t, sym[i], sym[i + 1]);
+                rank[i] = e ? e->rank : UINT32_MAX;
+                res[i] = e ? e->result : 0;
+            }
+        }
+        for (size_t i = 0; i < k; i++) tok_emit_sym(t, sym[i], o);
+        return VLLMC_OK;
     }
     if (!tok_reserve_syms(s, n)) return vllmc_errorf(VLLMC_ERR_OOM, "tokenizer: out of memory");
     for (size_t i = 0; i < n; i++) {
