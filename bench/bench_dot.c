@@ -133,7 +133,8 @@ int main(int argc, char **argv) {
     double bw1 = bench_bw(tp, 1), bw2 = bench_bw(tp, 2);
     printf("streaming read (1 GiB): 1 thread %.1f GB/s, 2 threads %.1f GB/s\n", bw1, bw2);
     const uint32_t types[] = {GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, GGML_TYPE_Q8_0, GGML_TYPE_Q5_0, GGML_TYPE_Q4_0,
-                              GGML_TYPE_Q5_K, GGML_TYPE_Q3_K, GGML_TYPE_Q2_K, GGML_TYPE_IQ4_XS, GGML_TYPE_F16};
+                              GGML_TYPE_Q5_K, GGML_TYPE_Q3_K, GGML_TYPE_Q2_K, GGML_TYPE_IQ4_XS, GGML_TYPE_F16,
+                              GGML_TYPE_Q4_1, GGML_TYPE_Q5_1, GGML_TYPE_IQ4_NL, GGML_TYPE_MXFP4};
     printf("%-7s %-11s %-5s %8s %8s %8s %8s\n", "type", "isa", "data", "1T GB/s", "2T GB/s", "1T %bw", "2T %bw");
     for (size_t ti = 0; ti < sizeof(types) / sizeof(types[0]); ti++) {
         uint32_t type = types[ti];

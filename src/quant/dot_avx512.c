@@ -275,6 +275,68 @@ static inline __m512i dotz_w_mxfp4(const block_mxfp4 *x0, const block_mxfp4 *x1)
         return r;                                                                                   \
     }
 
+#define DOTZ_LEGACY_MIN(name, wblock, wpair_fn, isum_fn)                                            \
+    static inline __attribute__((always_inline)) void dotz_##name##_n(                              \
+        int64_t n, const void *vw, const void *va, size_t a_stride, const int n_act, float *out) {  \
+        const wblock *w = vw;                                                                       \
+        const int64_t nb = n / 32;                                                                  \
+        __m256 acc[DOT_MULTI_MAX];                                                                  \
+        for (int i = 0; i < n_act; i++) acc[i] = _mm256_setzero_ps();                               \
+        int64_t b = 0;                                                                              \
+        for (; b + 8 <= nb; b += 8) {                                                               \
+            const wblock *x8 = w + b;                                                               \
+            __m512i wq[4];                                                                          \
+            _Pragma("GCC unroll 4")                                                                 \
+            for (int k = 0; k < 4; k++) wq[k] = wpair_fn(&x8[k], &x8[k + 4]);                       \
+            const __m256 dw = DOT_F16X8(x8, d), mw = DOT_F16X8(x8, m);                              \
+            _Pragma("GCC unroll 4")                                                                 \
+            for (int i = 0; i < n_act; i++) {                                                       \
+                const block_q8_1 *a8 = (const block_q8_1 *)((const uint8_t *)va + (size_t)i * a_stride) + b; \
+                __m512i z[4];                                                                       \
+                _Pragma("GCC unroll 4")                                                             \
+                for (int k = 0; k < 4; k++) {                                                       \
+                    __m512i av = dotz_cat(_mm256_loadu_si256((const __m256i *)a8[k].qs),            \
+                                          _mm256_loadu_si256((const __m256i *)a8[k + 4].qs));       \
+                    z[k] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wq[k], av);                  \
+                }                                                                                   \
+                __m256 sf = _mm256_cvtepi32_ps(dotz_hsum8(z));                                      \
+                __m256 dd = _mm256_mul_ps(dw, DOT_F16X8(a8, d));                                    \
+                __m256 xs = _mm256_mul_ps(dd, sf);                                                  \
+                __m256 ys = _mm256_mul_ps(mw, DOT_F16X8(a8, s));                                    \
+                acc[i] = _mm256_add_ps(acc[i], _mm256_add_ps(xs, ys));                              \
+            }                                                                                       \
+        }                                                                                           \
+        for (int i = 0; i < n_act; i++) {                                                           \
+            const block_q8_1 *a = (const block_q8_1 *)((const uint8_t *)va + (size_t)i * a_stride); \
+            float p[8];                                                                             \
+            _mm256_storeu_ps(p, acc[i]);                                                            \
+            for (int64_t bt = b; bt < nb; bt++) {                                                   \
+                float t = dot_term_min(fp16_to_fp32(w[bt].d), fp16_to_fp32(a[bt].d), isum_fn(&w[bt], a[bt].qs), \
+                                       fp16_to_fp32(w[bt].m), fp16_to_fp32(a[bt].s));               \
+                p[bt % 8] = p[bt % 8] + t;                                                          \
+            }                                                                                       \
+            out[i] = dot_reduce8(p);                                                                \
+        }                                                                                           \
+    }                                                                                               \
+    static float dotz_##name(int64_t n, const void *vw, const void *va) {                           \
+        float r;                                                                                    \
+        dotz_##name##_n(n, vw, va, 0, 1, &r);                                                       \
+        return r;                                                                                   \
+    }
+
+static inline __m512i dotz_w_q4_1(const block_q4_1 *x0, const block_q4_1 *x1) {
+    return dotz_nibbles2(x0->qs, x1->qs);
+}
+static inline __m512i dotz_w_q5_1(const block_q5_1 *x0, const block_q5_1 *x1) {
+    uint32_t h0, h1;
+    memcpy(&h0, x0->qh, 4);
+    memcpy(&h1, x1->qh, 4);
+    __m512i nib = dotz_nibbles2(x0->qs, x1->qs);
+    return _mm512_mask_add_epi8(nib, _cvtu64_mask64((uint64_t)h0 | ((uint64_t)h1 << 32)), nib, _mm512_set1_epi8(16));
+}
+DOTZ_LEGACY_MIN(q4_1, block_q4_1, dotz_w_q4_1, dot_isum_q4_1)
+DOTZ_LEGACY_MIN(q5_1, block_q5_1, dotz_w_q5_1, dot_isum_q5_1)
+
 DOTZ_LEGACY_SYM(q4_0, block_q4_0, dotz_w_q4_0, DOT_F16X8(x8, d), dot_isum_q4_0, fp16_to_fp32(x->d))
 DOTZ_LEGACY_SYM(q5_0, block_q5_0, dotz_w_q5_0, DOT_F16X8(x8, d), dot_isum_q5_0, fp16_to_fp32(x->d))
 DOTZ_LEGACY_SYM(q8_0, block_q8_0, dotz_w_q8_0, DOT_F16X8(x8, d), dot_isum_q8_0, fp16_to_fp32(x->d))
@@ -477,6 +539,8 @@ DOTZ_MULTI(q5_0)
 DOTZ_MULTI(q8_0)
 DOTZ_MULTI(iq4_nl)
 DOTZ_MULTI(mxfp4)
+DOTZ_MULTI(q4_1)
+DOTZ_MULTI(q5_1)
 
 vec_dot_multi_fn dot_avx512_get_multi(uint32_t wtype) {
     switch (wtype) {
@@ -490,6 +554,8 @@ vec_dot_multi_fn dot_avx512_get_multi(uint32_t wtype) {
     case GGML_TYPE_Q8_0: return dotz_q8_0_multi;
     case GGML_TYPE_IQ4_NL: return dotz_iq4_nl_multi;
     case GGML_TYPE_MXFP4: return dotz_mxfp4_multi;
+    case GGML_TYPE_Q4_1: return dotz_q4_1_multi;
+    case GGML_TYPE_Q5_1: return dotz_q5_1_multi;
     default: return NULL;
     }
 }
@@ -506,6 +572,8 @@ vec_dot_fn dot_avx512_get(uint32_t wtype) {
     case GGML_TYPE_Q8_0: return dotz_q8_0;
     case GGML_TYPE_IQ4_NL: return dotz_iq4_nl;
     case GGML_TYPE_MXFP4: return dotz_mxfp4;
+    case GGML_TYPE_Q4_1: return dotz_q4_1;
+    case GGML_TYPE_Q5_1: return dotz_q5_1;
     default: return dot_avx512_table(wtype);
     }
 }
