@@ -3,6 +3,7 @@
 ~1 MB texts and vocabularies. Median of 5 runs each, MB/s of input; also checks both give the same ids.
 
 usage: .venv/bin/python tests/tools/bench_tokenizer.py [BUILD_DIR]      (default build)
+       .venv/bin/python tests/tools/bench_tokenizer.py --write-texts DIR  (only write DIR/docs.txt, DIR/multilingual.txt)
 Texts: "docs" = the shared reference docs (English technical prose, tables, code) repeated to 1 MB;
 "multilingual" = 1 MB of the oracle test's generated corpus (CJK, emoji, marks, whitespace/digit runs, code).
 """
@@ -50,6 +51,12 @@ def texts():
 
 
 def main():
+    if len(sys.argv) > 2 and sys.argv[1] == "--write-texts":
+        os.makedirs(sys.argv[2], exist_ok=True)
+        for k, v in texts().items():
+            with open(os.path.join(sys.argv[2], k + ".txt"), "wb") as f:
+                f.write(v)
+        return
     build = sys.argv[1] if len(sys.argv) > 1 else "build"
     vllmc = os.path.join(ROOT, build, "vllmc")
     import llama_cpp
