@@ -108,3 +108,54 @@ def test_logits_and_greedy_match_llama_cpp(arch, ty, kv, tiny_dir, tmp_path):
         print(f"first difference at {i}: ref {ref_gen[i]}, ours {gen[i]}, reference logit gap {gap:.4f}, "
               f"row std {row.std():.3f}: {'a near-tie within the measured noise' if near_tie else 'NOT a near-tie'}")
         assert near_tie, f"{arch} {ty}: greedy continuation differs\nours {gen}\nref  {ref_gen}"
+
+
+def _rewrite(src, dst, drop=None, reshape=None, arch_override=None):
+    """Copy a GGUF, dropping one tensor or giving one a wrong shape (or another architecture name)."""
+    import gguf
+    r = gguf.GGUFReader(str(src))
+    arch = arch_override or str(bytes(r.fields["general.architecture"].parts[-1]), "utf-8")
+    w = gguf.GGUFWriter(str(dst), arch)
+    for name, f in r.fields.items():
+        if name.startswith("GGUF.") or name == "general.architecture":
+            continue
+        t = f.types[0]
+        if t == gguf.GGUFValueType.ARRAY:
+            sub = f.types[-1]
+            vals = [str(bytes(f.parts[i]), "utf-8") for i in f.data] if sub == gguf.GGUFValueType.STRING else \
+                [f.parts[i][0].item() for i in f.data]
+            w.add_key_value(name, vals, t, sub_type=sub)
+        elif t == gguf.GGUFValueType.STRING:
+            w.add_key_value(name, str(bytes(f.parts[-1]), "utf-8"), t)
+        else:
+            w.add_key_value(name, f.parts[-1][0].item(), t)
+    for t in r.tensors:
+        if t.name == drop:
+            continue
+        data = np.array(t.data, dtype=np.float32)
+        if t.name == reshape:
+            data = data.reshape(-1)[: data.size // 2].reshape(data.shape[0] // 2, *data.shape[1:])
+        w.add_tensor(t.name, data)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+@pytest.mark.parametrize("case", ["missing", "misshaped", "arch"])
+def test_bad_model_is_a_clear_error(case, tiny_dir, tmp_path):
+    src = tiny_dir / "qwen2-tiny-f32.gguf"
+    dst = tmp_path / "bad.gguf"
+    if case == "missing":
+        _rewrite(src, dst, drop="blk.1.ffn_up.weight")
+        want = "blk.1.ffn_up.weight"
+    elif case == "misshaped":
+        _rewrite(src, dst, reshape="blk.2.attn_k.weight")
+        want = "blk.2.attn_k.weight"
+    else:
+        _rewrite(src, dst, arch_override="gpt-imaginary")
+        want = "gpt-imaginary"
+    r = subprocess.run([str(VLLMC), "generate", "-m", str(dst), "--prompt-ids", "[1, 2, 3]", "-n", "2", "--ids"],
+                       capture_output=True, text=True, timeout=60)
+    print(r.stderr.strip())
+    assert r.returncode == 1 and want in r.stderr, r.stderr
