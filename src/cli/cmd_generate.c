@@ -192,7 +192,7 @@ static vllmc_status gen_seq_init(struct gen_seq *s, struct model *m, int32_t max
 
 /* Feed ids[0..n) after what is already in the cache. On return s->logits holds the logits of the
  * last token (or of every token if all_logits, written to the dump file too). */
-static vllmc_status gen_seq_feed(struct gen_seq *s, const int32_t *ids, int32_t n, bool all_logits) {
+static vllmc_status gen_seq_feed(struct gen_seq *s, const int32_t *ids, int32_t n, bool all_logits, bool prompt) {
     if (s->n_tokens + n > s->cap_tokens)
         return vllmc_errorf(VLLMC_ERR_INVALID, "context full: %d + %d tokens > %d", s->n_tokens, n, s->cap_tokens);
     const int32_t V = s->m->hp.n_vocab;
@@ -209,7 +209,7 @@ static vllmc_status gen_seq_feed(struct gen_seq *s, const int32_t *ids, int32_t 
         vllmc_status st = model_forward(s->m, &b, s->kv, s->logits, NULL);
         double dt = vllmc_time_s() - t0;
         if (st) return st;
-        if (n > 1) { s->t_prefill += dt; s->n_prefill += c; }
+        if (prompt) { s->t_prefill += dt; s->n_prefill += c; }
         else { s->t_decode += dt; s->n_decode += c; }
         memcpy(s->tokens + s->n_tokens, ids + off, (size_t)c * sizeof(int32_t));
         s->n_tokens += c;
@@ -303,7 +303,7 @@ static vllmc_status generate_loop(struct gen_env *e, struct gen_seq *s, const st
         if (stream_text && e->tok && buf && !eog) emit_token(&ts, buf, cap, id);
         if ((eog && !o->ignore_eos) || n == n_predict) break;
         if (s->n_tokens + 1 > s->cap_tokens) break;
-        if ((st = gen_seq_feed(s, &id, 1, s->dump != NULL))) break;
+        if ((st = gen_seq_feed(s, &id, 1, s->dump != NULL, false))) break;
         logits = s->logits;
     }
     if (stream_text && e->tok && buf) {
@@ -343,7 +343,7 @@ int cmd_generate(int argc, char **argv) {
     const bool all_logits = o.dump_logits != NULL;
     if ((st = gen_seq_init(&s, e.m, (int32_t)want_ctx, o.batch, all_logits, o.f32_kv))) goto fail;
     if (all_logits && !(s.dump = fopen(o.dump_logits, "wb"))) { st = vllmc_errorf(VLLMC_ERR_IO, "cannot write %s", o.dump_logits); goto fail; }
-    if ((st = gen_seq_feed(&s, prompt, n_prompt, all_logits))) goto fail;
+    if ((st = gen_seq_feed(&s, prompt, n_prompt, all_logits, true))) goto fail;
     if ((st = generate_loop(&e, &s, &o, n_prompt, n_predict, gen_seq_last_logits(&s, all_logits, n_prompt), !o.ids, &gen, &n_gen))) goto fail;
     if (o.ids) {
         putchar('[');
@@ -452,7 +452,7 @@ int cmd_chat(int argc, char **argv) {
         while (common < s.n_tokens && (size_t)common < n_ids && s.tokens[common] == ids[common]) common++;
         if ((size_t)common == n_ids) common--; /* recompute the last token for its logits */
         s.n_tokens = common;
-        if ((st = gen_seq_feed(&s, ids + common, (int32_t)n_ids - common, false))) { free(ids); goto fail; }
+        if ((st = gen_seq_feed(&s, ids + common, (int32_t)n_ids - common, false, true))) { free(ids); goto fail; }
         free(ids);
         int32_t room = s.cap_tokens - s.n_tokens;
         int32_t n_pred = o.n_predict < 0 ? room : VLLMC_MIN(o.n_predict, room);
