@@ -44,10 +44,15 @@ enum bk_act_fmt {
 #define BK_ACT_BIT(f) (1u << (f))
 
 /* An activation matrix [n_rows][n_cols] in f32 plus the quantized copies the matmuls that read it
- * need. fmts (a mask of BK_ACT_BIT) is fixed when the buffers are allocated (bk_act_alloc): the
- * model computes it at load time as the union over the weights that read this activation, so each
+ * need. The buffers (q[f] != NULL) are allocated for a set of formats by bk_act_alloc: the model
+ * computes it at load time as the union over the weights that read this activation, so each
  * activation is quantized once and shared by every matmul that reads it (q/k/v; gate/up).
- * x has row stride n_cols floats; q[f] holds n_rows rows of bk_act_row_bytes(f, n_cols) bytes. */
+ * fmts says which formats the next rmsnorm_quantize / quantize / swiglu_quantize fills: a subset of
+ * the allocated ones, which the model may narrow per layer (a layer whose q/k/v are all Q8_0 skips
+ * the Q8_K copy). F32 weights (and F16/BF16, whose dot takes f32) read x itself.
+ * x has row stride n_cols floats; q[f] holds n_rows rows of bk_act_row_bytes(f, n_cols) bytes.
+ * NOTE: the formats are the CPU dot products' (quant_traits()->vec_dot_type); a GPU backend may keep
+ * its own layout behind q[f] as long as its matmul reads what its quantize wrote. */
 struct bk_act {
     float *x;                  /* [max_rows][n_cols] f32, backend memory */
     void *q[BK_ACT_NFMT];      /* quantized rows per format (NULL if not in fmts; q[F32] = x) */
