@@ -504,19 +504,21 @@ static int parse_call_args(struct tparser *p, struct tnode *n) {
     struct nvec pos = {0}, kw = {0};
     int rc = expect_op(p, OP_LPAREN, "(");
     while (rc == 0 && !is_op(p, OP_RPAREN)) {
-        if (pos.n + kw.n && (rc = expect_op(p, OP_COMMA, ","))) break;
+        if ((pos.n + kw.n || n->c || n->d) && (rc = expect_op(p, OP_COMMA, ","))) break;
         if (is_op(p, OP_RPAREN)) break;
         if (is_op(p, OP_MUL) || is_op(p, OP_POW)) { /* *args / **kwargs, after the other arguments */
             bool star = is_op(p, OP_MUL);
             if (n->d || (star && n->c)) { rc = SYNTAX(p, cur(p)->line, "invalid syntax for function call expression"); break; }
+            /* jinja: keywords may follow *args, nothing may follow **kwargs */
             adv(p);
             struct tnode *v = parse_expr(p, true);
             if (!v) { rc = -1; break; }
             if (star) n->c = v; else n->d = v;
             continue;
         }
-        if (n->c || n->d) { rc = SYNTAX(p, cur(p)->line, "invalid syntax for function call expression"); break; }
-        if (cur(p)->kind == TK_NAME && peek(p, 1)->kind == TK_OP && peek(p, 1)->op == OP_ASSIGN) {
+        bool is_kw = cur(p)->kind == TK_NAME && peek(p, 1)->kind == TK_OP && peek(p, 1)->op == OP_ASSIGN;
+        if (n->d || (!is_kw && n->c)) { rc = SYNTAX(p, cur(p)->line, "invalid syntax for function call expression"); break; }
+        if (is_kw) {
             const char *k = cur(p)->s;
             adv(p), adv(p);
             struct tnode *v = parse_expr(p, true);

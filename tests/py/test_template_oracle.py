@@ -478,6 +478,28 @@ def random_layout(rng, depth=0):
     return "".join(parts) + rng.choice(["", "\n", "\n\n", " "])
 
 
+def random_statements(rng):
+    """Macros (defaults, keywords, caller), namespaces, nested loops with break/continue and scoping."""
+    e = lambda: random_expr(rng, 2)  # noqa: E731
+    body = rng.choice([
+        "{{ a }}|{{ b }}", "{{ a ~ b }}", "{% if a %}{{ caller() if c else 'n' }}{% endif %}", "{{ (a, b) }}",
+        "{% for q in [a, b] %}{{ loop.index }}{{ q }}{% endfor %}"])
+    uses_caller = "caller" in body
+    macro = f"{{% macro m(a, b={e()}, c=false) %}}{body}{{% endmacro %}}"
+    calls = []
+    for _ in range(rng.randint(1, 3)):
+        args = rng.choice([f"{e()}", f"{e()}, {e()}", f"b={e()}, a={e()}", f"*[{e()}]", f"{e()}, **{{'b': {e()}}}"])
+        if uses_caller and rng.random() < 0.6:
+            calls.append(f"{{% call m({args}, c=true) %}}[{{{{ {e()} }}}}]{{% endcall %}}")
+        else:
+            calls.append(f"{{{{ m({args}) }}}}")
+    loops = (f"{{% set ns = namespace(acc=[], n=0) %}}{{% for x in {e()} %}}{{% for y in [1, 2, 3] %}}"
+             f"{{% if y == {rng.choice([1, 2, 3])} %}}{{% {rng.choice(['break', 'continue'])} %}}{{% endif %}}"
+             f"{{% set ns.n = ns.n + 1 %}}{{% set t = y %}}{{% endfor %}}{{% set ns.acc = ns.acc + [x] %}}{{{{ t }}}}"
+             f"{{% endfor %}}{{{{ ns.n }}}}{{{{ ns.acc }}}}{{{{ t }}}}")
+    return macro + "".join(calls) + (loops if rng.random() < 0.5 else "")
+
+
 def run_batch(items):
     with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False, encoding="utf-8") as f:
         for tmpl, ctx in items:
@@ -504,7 +526,7 @@ def test_random_expressions_match_jinja2():
         k = i % 5
         e = random_expr(rng)
         if k == 0:
-            t = random_layout(rng)
+            t = random_layout(rng) if rng.random() < 0.6 else random_statements(rng)
         elif k == 1:
             t = f"{{% for x in {e} %}}{{{{ x }}}},{{{{ loop.index }}}}{{{{ loop.last }}}};{{% else %}}empty{{% endfor %}}"
         elif k == 2:
