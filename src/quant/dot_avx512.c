@@ -1,6 +1,8 @@
-/* AVX-512 (BW/VL/VNNI) dot products: 512-bit kernels for the hot types (Q4_K, Q6_K, Q4_0, Q5_0,
- * Q8_0), and the 256-bit kernels of dot_x86.h with vpdpbusd / vpdpwssd for the rest.
- * Bit-identical to dot_ref.c: integer sums are exact and the fp32 steps follow dot_impl.h. */
+/* AVX-512 (BW/VL/VNNI) dot products: 512-bit kernels for every block type (the float types use the
+ * 256-bit kernels of dot_x86.h), multi-activation forms
+ * for quant_gemm (one weight row against up to DOT_MULTI_MAX activation rows, weights unpacked once), and
+ * the activation quantizers. Bit-identical to dot_ref.c / act_quant.c: integer sums are exact and the
+ * fp32 steps follow dot_impl.h lane for lane. */
 #define DOT_NAME(x) dot_avx512_##x
 #define DOT_X86_VNNI 1
 #include "dot_x86.h"
@@ -387,6 +389,58 @@ static float dotz_q2_K(int64_t n, const void *vw, const void *va) {
     return r;
 }
 
+static inline __attribute__((always_inline)) void dotz_q3_K_n(int64_t n, const void *vw, const void *va,
+                                                               size_t a_stride, const int n_act, float *out) {
+    const block_q3_K *w = vw;
+    const __m512i m2 = _mm512_set1_epi8(3), four = _mm512_set1_epi8(4);
+    float acc[DOT_MULTI_MAX] = {0};
+    for (int64_t s = 0; s < n / QK_K; s++) {
+        const block_q3_K *x = &w[s];
+        __m256i sc16 = _mm256_cvtepi8_epi16(_mm_sub_epi8(dot_unpack_q3k_scales(x->scales), _mm_set1_epi8(32)));
+        __m512i scz = _mm512_castsi256_si512(sc16);
+        /* q = q_u - 4 with q_u = lo + 4*hbit in 0..7: the -4 is sum_b sc_b * (-4) * bsums_b */
+        __m256i scm4 = _mm256_slli_epi16(_mm256_sub_epi16(_mm256_setzero_si256(), sc16), 2);
+        const float d = dot_f16(x->d);
+        __m256i hm = _mm256_loadu_si256((const __m256i *)x->hmask);
+        __m512i hmz = _mm512_inserti64x4(_mm512_castsi256_si512(hm), hm, 1);
+        __m512i wz[4], sz[4];
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            __m256i qs = _mm256_loadu_si256((const __m256i *)(x->qs + 32 * h));
+            __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(qs), _mm256_srli_epi16(qs, 2), 1);
+#pragma GCC unroll 2
+            for (int j = 0; j < 2; j++) {
+                /* wz[2h+j] = groups g = 2j, 2j+1 of half h = activations 128h + 64j .. +63; high bit 4h+g of hmask[l] */
+                __m512i lo = _mm512_and_si512(j ? _mm512_srli_epi16(z, 4) : z, m2);
+                const int g = 2 * j;
+                const __m512i bit = _mm512_inserti64x4(_mm512_set1_epi8((char)(1 << (4 * h + g))),
+                                                       _mm256_set1_epi8((char)(1 << (4 * h + g + 1))), 1);
+                wz[2 * h + j] = _mm512_mask_add_epi8(lo, _mm512_test_epi8_mask(hmz, bit), lo, four);
+                sz[2 * h + j] = _mm512_permutexvar_epi16(_mm512_load_si512(k_dotz_q6_idx[2 * h + j]), scz);
+            }
+        }
+#pragma GCC unroll 4
+        for (int i = 0; i < n_act; i++) {
+            const block_q8_K *ai = (const block_q8_K *)((const uint8_t *)va + (size_t)i * a_stride) + s;
+            __m256i off = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)ai->bsums), scm4);
+            __m512i acc0 = _mm512_setzero_si512(), acc1 = _mm512_setzero_si512();
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k += 2) {
+                acc0 = _mm512_dpwssd_epi32(acc0, _mm512_maddubs_epi16(wz[k], _mm512_loadu_si512(ai->qs + 64 * k)), sz[k]);
+                acc1 = _mm512_dpwssd_epi32(acc1, _mm512_maddubs_epi16(wz[k + 1], _mm512_loadu_si512(ai->qs + 64 * k + 64)), sz[k + 1]);
+            }
+            int32_t isum = dotz_hsum(_mm512_add_epi32(acc0, acc1)) + dot_hsum_i32(off);
+            acc[i] = acc[i] + dot_term_k(ai->d, d, isum);
+        }
+    }
+    for (int i = 0; i < n_act; i++) out[i] = acc[i];
+}
+static float dotz_q3_K(int64_t n, const void *vw, const void *va) {
+    float r;
+    dotz_q3_K_n(n, vw, va, 0, 1, &r);
+    return r;
+}
+
 static inline __attribute__((always_inline)) void dotz_iq4_xs_n(int64_t n, const void *vw, const void *va,
                                                                  size_t a_stride, const int n_act, float *out) {
     const block_iq4_xs *w = vw;
@@ -533,6 +587,7 @@ DOTZ_MULTI(q4_K)
 DOTZ_MULTI(q6_K)
 DOTZ_MULTI(q5_K)
 DOTZ_MULTI(q2_K)
+DOTZ_MULTI(q3_K)
 DOTZ_MULTI(iq4_xs)
 DOTZ_MULTI(q4_0)
 DOTZ_MULTI(q5_0)
@@ -548,6 +603,7 @@ vec_dot_multi_fn dot_avx512_get_multi(uint32_t wtype) {
     case GGML_TYPE_Q6_K: return dotz_q6_K_multi;
     case GGML_TYPE_Q5_K: return dotz_q5_K_multi;
     case GGML_TYPE_Q2_K: return dotz_q2_K_multi;
+    case GGML_TYPE_Q3_K: return dotz_q3_K_multi;
     case GGML_TYPE_IQ4_XS: return dotz_iq4_xs_multi;
     case GGML_TYPE_Q4_0: return dotz_q4_0_multi;
     case GGML_TYPE_Q5_0: return dotz_q5_0_multi;
@@ -566,6 +622,7 @@ vec_dot_fn dot_avx512_get(uint32_t wtype) {
     case GGML_TYPE_Q6_K: return dotz_q6_K;
     case GGML_TYPE_Q5_K: return dotz_q5_K;
     case GGML_TYPE_Q2_K: return dotz_q2_K;
+    case GGML_TYPE_Q3_K: return dotz_q3_K;
     case GGML_TYPE_IQ4_XS: return dotz_iq4_xs;
     case GGML_TYPE_Q4_0: return dotz_q4_0;
     case GGML_TYPE_Q5_0: return dotz_q5_0;
