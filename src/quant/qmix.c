@@ -3,8 +3,9 @@
  * How a type is chosen, per tensor, in processing order:
  *   1. Tensors llama-quantize never touches keep their type (qmix_allows_quantization).
  *   2. --token-embedding-type / --output-tensor-type win for their tensor.
- *   3. The default type of the ftype; if it is a quantized type and --pure is off, the category rules
- *      below refine it (output / tied embeddings, attn_v-like, attn_k, ffn_down, attn_output ...).
+ *   3. The default type of the ftype; if it is a quantized type, the first --tensor-type pattern found
+ *      in the name sets the type, else (unless --pure) the category rules below refine it (output / tied
+ *      embeddings, attn_v-like, attn_k, ffn_down, attn_output ...).
  *   4. If the row length is not a multiple of the chosen block, the fallback table substitutes a type
  *      with a smaller block (F16 as the last resort).
  * The attn_v-like counter (attn_v, attn_qkv, attn_kv_b share it) and the dense ffn_down counter advance
