@@ -1,5 +1,6 @@
 /* `vllmc tokenize`: tokenize text with a GGUF file's vocabulary; print ids and pieces, only the ids as one
- * JSON array (--ids), a batch of JSON-string lines (--jsonl), or the throughput on a file (--bench). */
+ * JSON array (--ids), a batch of JSON-string lines (--jsonl), the throughput on a file (--bench), or the
+ * vocabulary itself (--info, --dump-pieces). */
 #include <cjson/cJSON.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -11,7 +12,7 @@
 
 static void tokenize_usage(void) {
     fprintf(stderr,
-            "usage: vllmc tokenize -m MODEL.gguf (-p TEXT | -f FILE | --jsonl FILE) [options]\n"
+            "usage: vllmc tokenize -m MODEL.gguf (-p TEXT | -f FILE | --jsonl FILE | --info | --dump-pieces) [options]\n"
             "  -m, --model FILE     GGUF file (a vocabulary-only file works)\n"
             "  -p, --prompt TEXT    text to tokenize\n"
             "  -f, --file FILE      read the text from FILE (bytes as they are)\n"
@@ -20,7 +21,9 @@ static void tokenize_usage(void) {
             "  --no-add-special     never add BOS/EOS (default: as the vocabulary asks)\n"
             "  --jsonl FILE         each line a JSON string or {\"hex\": \"...\"} (exact bytes): one line per input,\n"
             "                       {\"ids\": [...], \"decoded_hex\": \"...\"} (decode of the ids, hex)\n"
-            "  --bench N            tokenize the text N times, print MB/s (median) and token count\n");
+            "  --bench N            tokenize the text N times, print MB/s (median) and token count\n"
+            "  --info               print the vocabulary's facts as one JSON line (no text needed)\n"
+            "  --dump-pieces        print every token's piece (the bytes it decodes to) in hex, one per line\n");
 }
 
 static char *tokenize_read_file(const char *path, size_t *len) {
@@ -140,9 +143,34 @@ static int tokenize_jsonl(const struct tokenizer *tok, const char *path, unsigne
     return rc;
 }
 
+static void tokenize_print_info(const struct tokenizer *tok) {
+    uint32_t n = tokenizer_n_vocab(tok);
+    printf("{\"n_vocab\": %u, \"model\": \"%s\", \"pre\": \"%s\", \"bos\": %d, \"eos\": %d, \"add_bos\": %s, \"eog\": [",
+           n, tokenizer_model_type(tok) == TOKENIZER_MODEL_BPE ? "gpt2" : "llama", tokenizer_pre_name(tok),
+           tokenizer_bos(tok), tokenizer_eos(tok), tokenizer_add_bos(tok) ? "true" : "false");
+    const char *sep = "";
+    for (uint32_t i = 0; i < n; i++)
+        if (tokenizer_is_eog(tok, (int32_t)i)) { printf("%s%u", sep, i); sep = ", "; }
+    fputs("], \"control\": [", stdout);
+    sep = "";
+    for (uint32_t i = 0; i < n; i++)
+        if (tokenizer_is_control(tok, (int32_t)i)) { printf("%s%u", sep, i); sep = ", "; }
+    fputs("]}\n", stdout);
+}
+
+static void tokenize_dump_pieces(const struct tokenizer *tok) {
+    uint32_t n = tokenizer_n_vocab(tok);
+    for (uint32_t i = 0; i < n; i++) {
+        size_t len;
+        const char *p = tokenizer_piece(tok, (int32_t)i, &len);
+        for (size_t k = 0; k < len; k++) printf("%02x", (unsigned char)p[k]);
+        putchar('\n');
+    }
+}
+
 int cmd_tokenize(int argc, char **argv) {
     const char *model = NULL, *prompt = NULL, *file = NULL, *jsonl = NULL;
-    bool ids_only = false;
+    bool ids_only = false, info = false, dump = false;
     unsigned flags = TOKENIZER_ENCODE_PARSE_SPECIAL | TOKENIZER_ENCODE_ADD_SPECIAL;
     long bench = 0;
     for (int i = 1; i < argc; i++) {
@@ -157,12 +185,14 @@ int cmd_tokenize(int argc, char **argv) {
             bench = strtol(argv[++i], &end, 10);
             if (*end || bench < 1 || bench > 1000) { fprintf(stderr, "vllmc tokenize: --bench wants 1..1000\n"); return 2; }
         } else if (!strcmp(a, "--ids")) ids_only = true;
+        else if (!strcmp(a, "--info")) info = true;
+        else if (!strcmp(a, "--dump-pieces")) dump = true;
         else if (!strcmp(a, "--no-parse-special")) flags &= ~TOKENIZER_ENCODE_PARSE_SPECIAL;
         else if (!strcmp(a, "--no-add-special")) flags &= ~TOKENIZER_ENCODE_ADD_SPECIAL;
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { tokenize_usage(); return 0; }
         else { fprintf(stderr, "vllmc tokenize: unknown or incomplete option '%s'\n", a); tokenize_usage(); return 2; }
     }
-    if (!model || (!!prompt + !!file + !!jsonl) != 1) { tokenize_usage(); return 2; }
+    if (!model || (!!prompt + !!file + !!jsonl + (info || dump)) != 1) { tokenize_usage(); return 2; }
 
     struct gguf_file *gf = NULL;
     struct tokenizer *tok = NULL;
@@ -174,6 +204,12 @@ int cmd_tokenize(int argc, char **argv) {
         goto done;
     }
     if (jsonl) { rc = tokenize_jsonl(tok, jsonl, flags); goto done; }
+    if (info || dump) {
+        if (info) tokenize_print_info(tok);
+        if (dump) tokenize_dump_pieces(tok);
+        rc = 0;
+        goto done;
+    }
     size_t len;
     if (file) {
         text = tokenize_read_file(file, &len);

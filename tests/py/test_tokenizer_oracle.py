@@ -357,6 +357,38 @@ def test_spm_corpus_vs_llama_cpp(seed):
     assert not rt, f"decode(encode(x)) != x for {len(rt)}; first: {rt[0]!r}"
 
 
+@pytest.mark.parametrize("vocab", ["qwen2", "qwen35", "llama-bpe-on-qwen2", "spm-synthetic"])
+def test_vocab_facts_and_pieces_vs_llama_cpp(vocab):
+    """BOS/EOS/add_bos, the end-of-generation and control sets, and every token's piece (the bytes it decodes
+    to, special tokens shown) equal llama.cpp's for the same file."""
+    import ctypes
+    import llama_cpp
+    path = vocab_path(vocab)
+    need_vllmc()
+    r = subprocess.run([VLLMC, "tokenize", "-m", path, "--info"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    info = json.loads(r.stdout)
+    r = subprocess.run([VLLMC, "tokenize", "-m", path, "--dump-pieces"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    pieces = [bytes.fromhex(l) for l in r.stdout.split("\n")[:-1]]
+    m = llama_vocab(path)
+    v = llama_cpp.llama_model_get_vocab(m.model)
+    n = llama_cpp.llama_vocab_n_tokens(v)
+    assert info["n_vocab"] == n == len(pieces)
+    assert info["bos"] == llama_cpp.llama_vocab_bos(v)
+    assert info["eos"] == llama_cpp.llama_vocab_eos(v)
+    assert info["add_bos"] == bool(llama_cpp.llama_vocab_get_add_bos(v))
+    assert info["eog"] == [i for i in range(n) if llama_cpp.llama_vocab_is_eog(v, i)]
+    assert info["control"] == [i for i in range(n) if llama_cpp.llama_vocab_is_control(v, i)]
+    buf = ctypes.create_string_buffer(1024)
+    bad = []
+    for i in range(n):
+        k = llama_cpp.llama_token_to_piece(v, i, buf, 1024, 0, True)
+        if buf.raw[:k] != pieces[i]:
+            bad.append((i, buf.raw[:k], pieces[i]))
+    assert not bad, f"{len(bad)} pieces differ, first: {bad[:3]!r}"
+
+
 def decodes_above_unicode(b):
     """True if a lenient (llama.cpp-style) decode meets a 4-byte form above U+10FFFF: llama.cpp aborts on those."""
     i = 0
