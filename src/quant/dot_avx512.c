@@ -18,6 +18,14 @@ static inline int32_t dotz_hsum(__m512i v) {
     return dot_hsum_i32(_mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1)));
 }
 
+/* dot_term_kmin(da, d, dmin, I, M) with ddm = [d, dmin, ..] and q = [I, M, ..]: the same fp32 operations,
+ * two lanes at a time: [da*d, da*dmin] * [I, M], then x - y. */
+static inline float dotz_term_kmin(float da, __m128 ddm, __m128i q) {
+    __m128 v = _mm_mul_ps(_mm_set1_ps(da), ddm);
+    __m128 xy = _mm_mul_ps(v, _mm_cvtepi32_ps(q));
+    return _mm_cvtss_f32(_mm_sub_ss(xy, _mm_movehdup_ps(xy)));
+}
+
 /* One weight row against n_act (1..DOT_MULTI_MAX) activation rows a_stride bytes apart; the weight
  * unpacking is done once per super-block. Each out[i] has exactly the bits of the one-row kernel. */
 static inline __attribute__((always_inline)) void dotz_q4_K_n(int64_t n, const void *vw, const void *va,
@@ -29,9 +37,11 @@ static inline __attribute__((always_inline)) void dotz_q4_K_n(int64_t n, const v
         const block_q4_K *x = &w[s];
         __m128i scm = dot_unpack_k4_scales(x->scales);
         __m512i sc = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(scm));
-        __m128i mn = _mm_cvtepu8_epi16(_mm_srli_si128(scm, 8));
-        __m256i mdup = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_unpacklo_epi16(mn, mn)), _mm_unpackhi_epi16(mn, mn), 1);
-        const float d = dot_f16(x->d), dmin = dot_f16(x->dmin);
+        /* int16 [m0 m0 m1 m1 .. m7 m7], against bsums [b0 .. b15] */
+        __m256i mdup = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(scm, _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15)));
+        uint32_t dd_bits;
+        memcpy(&dd_bits, &x->d, 4); /* d, dmin adjacent */
+        const __m128 ddm = _mm_cvtph_ps(_mm_cvtsi32_si128((int)dd_bits)); /* [d, dmin, 0, 0] */
         __m512i wz[4], sz[4];
         #pragma GCC unroll 8
         for (int k = 0; k < 2; k++) {
@@ -58,7 +68,7 @@ static inline __attribute__((always_inline)) void dotz_q4_K_n(int64_t n, const v
             __m256i h = _mm256_hadd_epi32(_mm256_add_epi32(_mm512_castsi512_si256(iz), _mm512_extracti64x4_epi64(iz, 1)), macc);
             __m128i q = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
             q = _mm_hadd_epi32(q, q);
-            acc[i] = acc[i] + dot_term_kmin(ai->d, d, dmin, _mm_cvtsi128_si32(q), _mm_extract_epi32(q, 1));
+            acc[i] = acc[i] + dotz_term_kmin(ai->d, ddm, q);
         }
     }
     #pragma GCC unroll 8
@@ -80,9 +90,11 @@ static inline __attribute__((always_inline)) void dotz_q5_K_n(int64_t n, const v
         const block_q5_K *x = &w[s];
         __m128i scm = dot_unpack_k4_scales(x->scales);
         __m512i sc = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(scm));
-        __m128i mn = _mm_cvtepu8_epi16(_mm_srli_si128(scm, 8));
-        __m256i mdup = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_unpacklo_epi16(mn, mn)), _mm_unpackhi_epi16(mn, mn), 1);
-        const float d = dot_f16(x->d), dmin = dot_f16(x->dmin);
+        /* int16 [m0 m0 m1 m1 .. m7 m7], against bsums [b0 .. b15] */
+        __m256i mdup = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(scm, _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15)));
+        uint32_t dd_bits;
+        memcpy(&dd_bits, &x->d, 4); /* d, dmin adjacent */
+        const __m128 ddm = _mm_cvtph_ps(_mm_cvtsi32_si128((int)dd_bits)); /* [d, dmin, 0, 0] */
         __m256i qh = _mm256_loadu_si256((const __m256i *)x->qh);
         __m512i qhz = _mm512_inserti64x4(_mm512_castsi256_si512(qh), qh, 1);
         __m512i wz[4], sz[4];
@@ -109,7 +121,7 @@ static inline __attribute__((always_inline)) void dotz_q5_K_n(int64_t n, const v
             __m256i h = _mm256_hadd_epi32(_mm256_add_epi32(_mm512_castsi512_si256(iz), _mm512_extracti64x4_epi64(iz, 1)), macc);
             __m128i q = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
             q = _mm_hadd_epi32(q, q);
-            acc[i] = acc[i] + dot_term_kmin(ai->d, d, dmin, _mm_cvtsi128_si32(q), _mm_extract_epi32(q, 1));
+            acc[i] = acc[i] + dotz_term_kmin(ai->d, ddm, q);
         }
     }
     for (int i = 0; i < n_act; i++) out[i] = acc[i];
@@ -356,7 +368,9 @@ static inline __attribute__((always_inline)) void dotz_q2_K_n(int64_t n, const v
         __m128i raw = _mm_loadu_si128((const __m128i *)x->scales);
         __m512i scz = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(_mm_and_si128(raw, _mm_set1_epi8(15))));
         __m256i mn16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), _mm_set1_epi8(15)));
-        const float d = dot_f16(x->d), dmin = dot_f16(x->dmin);
+        uint32_t dd_bits;
+        memcpy(&dd_bits, &x->d, 4); /* d, dmin adjacent */
+        const __m128 ddm = _mm_cvtph_ps(_mm_cvtsi32_si128((int)dd_bits)); /* [d, dmin, 0, 0] */
         __m512i wz[4], sz[4];
 #pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
@@ -378,7 +392,11 @@ static inline __attribute__((always_inline)) void dotz_q2_K_n(int64_t n, const v
                 acc0 = _mm512_dpwssd_epi32(acc0, _mm512_maddubs_epi16(wz[k], _mm512_loadu_si512(ai->qs + 64 * k)), sz[k]);
                 acc1 = _mm512_dpwssd_epi32(acc1, _mm512_maddubs_epi16(wz[k + 1], _mm512_loadu_si512(ai->qs + 64 * k + 64)), sz[k + 1]);
             }
-            acc[i] = acc[i] + dot_term_kmin(ai->d, d, dmin, dotz_hsum(_mm512_add_epi32(acc0, acc1)), dot_hsum_i32(macc));
+            /* both horizontal sums at once: [I M I M] */
+            __m512i iz = _mm512_add_epi32(acc0, acc1);
+            __m256i h = _mm256_hadd_epi32(_mm256_add_epi32(_mm512_castsi512_si256(iz), _mm512_extracti64x4_epi64(iz, 1)), macc);
+            __m128i q = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+            acc[i] = acc[i] + dotz_term_kmin(ai->d, ddm, _mm_hadd_epi32(q, q));
         }
     }
     for (int i = 0; i < n_act; i++) out[i] = acc[i];
