@@ -5,6 +5,7 @@
  * - special tokens (parse switch, user-defined always, longest first), BOS/EOS, output bounds;
  * - decode and the streaming detokenizer (UTF-8-complete chunks that add up to decode);
  * - loading from a GGUF image written by our writer, and load errors. */
+#include <pthread.h>
 #include <string.h>
 #include "test.h"
 #include "gguf/gguf.h"
@@ -634,6 +635,46 @@ static void test_gguf_load(void) {
     CHECK(tokenizer_create(&spec, &t) == VLLMC_ERR_UNSUPPORTED && !t);
 }
 
+/* A loaded tokenizer is shared read-only: encoding from two threads at once gives the serial results. */
+struct thread_job { const struct tokenizer *t; const char *texts[64]; size_t lens[64]; int32_t *ids[64]; size_t n[64]; int ok; };
+
+static void *thread_encode(void *arg) {
+    struct thread_job *j = arg;
+    j->ok = 1;
+    for (int r = 0; r < 20; r++)
+        for (int i = 0; i < 64; i++) {
+            int32_t *ids = NULL;
+            size_t n = 0;
+            if (tokenizer_encode_alloc(j->t, j->texts[i], j->lens[i], TOKENIZER_ENCODE_PARSE_SPECIAL, &ids, &n) != VLLMC_OK ||
+                n != j->n[i] || memcmp(ids, j->ids[i], n * sizeof(int32_t)))
+                j->ok = 0;
+            free(ids);
+        }
+    return NULL;
+}
+
+static void test_threads(void) {
+    struct tokenizer *t = make_small_bpe("qwen35", false);
+    if (!t) return;
+    static char bufs[64][200];
+    struct thread_job job = {.t = t};
+    for (int i = 0; i < 64; i++) {
+        size_t n = test_rand_text((uint8_t *)bufs[i], 40);
+        job.texts[i] = bufs[i];
+        job.lens[i] = n;
+        CHECK(tokenizer_encode_alloc(t, bufs[i], n, TOKENIZER_ENCODE_PARSE_SPECIAL, &job.ids[i], &job.n[i]) == VLLMC_OK);
+    }
+    struct thread_job a = job, b = job;
+    pthread_t ta, tb;
+    CHECK(pthread_create(&ta, NULL, thread_encode, &a) == 0);
+    CHECK(pthread_create(&tb, NULL, thread_encode, &b) == 0);
+    pthread_join(ta, NULL);
+    pthread_join(tb, NULL);
+    CHECK(a.ok && b.ok);
+    for (int i = 0; i < 64; i++) free(job.ids[i]);
+    tokenizer_destroy(t);
+}
+
 int main(void) {
     test_seed_auto("test_tokenizer");
     test_pretok_vs_pcre2();
@@ -644,5 +685,6 @@ int main(void) {
     test_stream_split_char();
     test_stream_stops();
     test_gguf_load();
+    test_threads();
     return test_finish("test_tokenizer");
 }
