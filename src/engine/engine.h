@@ -1,0 +1,43 @@
+/* Engine internals shared with tests: the model runner interface (a real model, or a fake backend in
+ * tests/test_engine_sim.c), engine creation around a runner, synchronous stepping and the invariant
+ * check. The public API is in include/vllmc.h. */
+#ifndef VLLMC_ENGINE_H
+#define VLLMC_ENGINE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include "vllmc.h"
+#include "backend/backend.h"
+#include "tokenizer/tokenizer.h"
+
+/* What the engine needs from a model: one forward step over a batch. logits (host): [b->n_logits][n_vocab]. */
+struct engine_runner {
+    void *ctx;
+    int32_t n_vocab;
+    bool has_state;          /* per-sequence recurrent state (slots 0..max_num_seqs-1): no prefix reuse */
+    const int32_t *eos_ids;  /* end-of-generation ids when there is no tokenizer (else the tokenizer's) */
+    int32_t n_eos_ids;
+    vllmc_status (*forward)(void *ctx, const struct bk_batch *b, float *logits);
+    void (*destroy)(void *ctx); /* called by vllmc_engine_destroy; may be NULL */
+};
+
+/* Resolved sizes (no zero defaults here). */
+struct engine_config {
+    int32_t max_model_len, max_num_seqs, max_num_batched_tokens;
+    int32_t n_blocks;
+    bool prefix_caching;     /* ignored (off) when the runner has state */
+    uint64_t seed;
+};
+
+/* tok may be NULL (no text, no stop strings); it must outlive the engine. With start_thread false the
+ * caller drives the engine with engine_step (tests). */
+vllmc_status engine_create(const struct engine_runner *r, const struct engine_config *c, const struct tokenizer *tok,
+                           bool start_thread, vllmc_engine **out);
+/* One step in the calling thread (engines created without a thread). Returns false if there was
+ * nothing to run. A forward failure aborts the requests of that step. */
+bool engine_step(vllmc_engine *e);
+/* Check every KV-block invariant (refcounts equal table references, free queue = unreferenced blocks,
+ * index consistent, tables cover computed tokens). VLLMC_ERR_INVALID with a message if one is broken. */
+vllmc_status engine_check(vllmc_engine *e);
+
+#endif

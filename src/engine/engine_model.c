@@ -1,0 +1,132 @@
+/* vllmc_engine_create: the engine around a real model on the CPU backend. Loads the model and its
+ * tokenizer, plans memory (weights, activations, KV pool, recurrent-state slots), refuses a plan that
+ * cannot fit (with the numbers), reserves every buffer a step needs, and starts the engine thread. */
+#include <string.h>
+#include "engine/engine.h"
+#include "model/model.h"
+
+struct engm {
+    struct backend *be;
+    struct model *m;
+    struct bk_kv_cache *kv;
+    struct tokenizer *tok;
+};
+
+static vllmc_status engm_forward(void *ctx, const struct bk_batch *b, float *logits) {
+    struct engm *g = ctx;
+    return model_forward(g->m, b, g->kv, logits, NULL);
+}
+
+static void engm_free(void *ctx) {
+    struct engm *g = ctx;
+    if (!g) return;
+    if (g->kv) model_kv_destroy(g->m, g->kv);
+    tokenizer_destroy(g->tok);
+    model_destroy(g->m);
+    if (g->be) g->be->ops->destroy(g->be);
+    free(g);
+}
+
+void vllmc_engine_opts_default(vllmc_engine_opts *o) {
+    memset(o, 0, sizeof(*o));
+    o->kv_dtype = VLLMC_KV_F16;
+    o->enable_prefix_caching = 1;
+    o->print_plan = 1;
+}
+
+static double mib(uint64_t b) { return (double)b / (1024.0 * 1024.0); }
+
+vllmc_status vllmc_engine_create(const char *model_path, const vllmc_engine_opts *opts, vllmc_engine **out) {
+    *out = NULL;
+    vllmc_engine_opts o;
+    if (opts) o = *opts; else vllmc_engine_opts_default(&o);
+    if (o.max_model_len < 0 || o.max_num_seqs < 0 || o.max_num_batched_tokens < 0 || o.kv_blocks < 0 ||
+        (o.kv_dtype != VLLMC_KV_F16 && o.kv_dtype != VLLMC_KV_F32))
+        return vllmc_errorf(VLLMC_ERR_INVALID, "engine options: max_model_len %d, max_num_seqs %d, max_num_batched_tokens %d, "
+                            "kv_blocks %d, kv_dtype %d", o.max_model_len, o.max_num_seqs, o.max_num_batched_tokens, o.kv_blocks, (int)o.kv_dtype);
+    struct engm *g = calloc(1, sizeof(*g));
+    if (!g) return vllmc_errorf(VLLMC_ERR_OOM, "engine");
+    vllmc_status st;
+    if ((st = backend_cpu_create(o.threads, false, &g->be)) || (st = model_load(model_path, g->be, &g->m))) goto fail;
+    if (tokenizer_load_gguf(g->m->gguf, &g->tok) != VLLMC_OK) {
+        LOG_WARN("engine: %s has no usable tokenizer (%s): no text output, no stop strings", model_path, vllmc_last_error());
+        g->tok = NULL;
+    }
+    const struct model_hparams *hp = &g->m->hp;
+    struct engine_config c = {0};
+    c.max_model_len = o.max_model_len ? o.max_model_len : VLLMC_MIN(hp->n_ctx_train, 4096);
+    c.max_num_seqs = o.max_num_seqs ? o.max_num_seqs : 16;
+    c.max_num_batched_tokens = o.max_num_batched_tokens ? o.max_num_batched_tokens : 512;
+    c.prefix_caching = o.enable_prefix_caching != 0;
+    c.seed = o.seed;
+    if (c.max_model_len < 2) { st = vllmc_errorf(VLLMC_ERR_INVALID, "engine: max_model_len %d", c.max_model_len); goto fail; }
+    if (c.max_model_len > hp->n_ctx_train)
+        LOG_WARN("engine: max_model_len %d exceeds the model's training context %d", c.max_model_len, hp->n_ctx_train);
+    const int32_t max_logits = VLLMC_MIN(c.max_num_seqs, c.max_num_batched_tokens);
+    if (max_logits < c.max_num_seqs) c.max_num_seqs = max_logits;
+
+    /* memory plan */
+    const enum bk_kv_dtype kdt = o.kv_dtype == VLLMC_KV_F32 ? BK_KV_F32 : BK_KV_F16;
+    const uint64_t block_bytes = 2ull * (uint64_t)hp->n_attn_layers * bk_kv_block_bytes(kdt, hp->n_kv_head, hp->head_dim);
+    const uint64_t weights = model_weight_bytes(g->m);
+    uint64_t state_slot_bytes = 0;
+    {
+        struct bk_kv_cache *probe = NULL;
+        if ((st = model_kv_create(g->m, kdt, 1, &probe))) goto fail;
+        if (probe->rs) state_slot_bytes = 4ull * (uint64_t)probe->rs->n_layers * (uint64_t)(probe->rs->conv_floats + probe->rs->ssm_floats);
+        model_kv_destroy(g->m, probe);
+    }
+    const bool has_state = state_slot_bytes > 0;
+    const uint64_t state_bytes = state_slot_bytes * (uint64_t)c.max_num_seqs;
+    /* activations: the model's per-row scratch (residual, q/k/v, attention and FFN outputs, gate/up,
+     * quantized copies) for max_num_batched_tokens rows, plus the logits rows (an estimate: the families
+     * size their own scratch) */
+    const uint64_t qkv = (uint64_t)hp->n_head * (uint64_t)hp->head_dim * 2 + 2ull * (uint64_t)hp->n_kv_head * (uint64_t)hp->head_dim;
+    const uint64_t row_floats = 4ull * (uint64_t)hp->n_embd + qkv + 3ull * (uint64_t)VLLMC_MAX(hp->n_ff, hp->n_embd);
+    const uint64_t acts = (uint64_t)c.max_num_batched_tokens * row_floats * 4 * 2 + 2ull * (uint64_t)max_logits * (uint64_t)hp->n_vocab * 4;
+    const int32_t per_seq = CEIL_DIV(c.max_model_len, BK_KV_BLOCK);
+    uint64_t n_blocks;
+    if (o.kv_blocks) n_blocks = (uint64_t)o.kv_blocks;
+    else if (o.kv_memory_bytes) n_blocks = o.kv_memory_bytes / block_bytes;
+    else {
+        n_blocks = (uint64_t)per_seq * (uint64_t)c.max_num_seqs;
+        if (n_blocks * block_bytes > (4ull << 30)) n_blocks = (4ull << 30) / block_bytes;
+        if (o.memory_limit_bytes) {
+            uint64_t fixed = weights + acts + state_bytes;
+            uint64_t room = o.memory_limit_bytes > fixed ? (o.memory_limit_bytes - fixed) / block_bytes : 0;
+            if (room < n_blocks) n_blocks = room;
+        }
+    }
+    const uint64_t kv_bytes = n_blocks * block_bytes, total = weights + acts + state_bytes + kv_bytes;
+    if (o.memory_limit_bytes && total > o.memory_limit_bytes) {
+        st = vllmc_errorf(VLLMC_ERR_OOM, "engine: the plan needs %.1f MiB (weights %.1f + activations %.1f + KV %.1f + state %.1f) "
+                          "but the limit is %.1f MiB", mib(total), mib(weights), mib(acts), mib(kv_bytes), mib(state_bytes),
+                          mib(o.memory_limit_bytes));
+        goto fail;
+    }
+    if (n_blocks < (uint64_t)per_seq || n_blocks > INT32_MAX / BK_KV_BLOCK) {
+        st = vllmc_errorf(VLLMC_ERR_OOM, "engine: a KV pool of %llu blocks (%llu tokens, %.1f MiB at %.1f KiB a block) cannot hold one "
+                          "request of max_model_len %d (%d blocks); give the KV cache more memory or lower max_model_len",
+                          (unsigned long long)n_blocks, (unsigned long long)n_blocks * BK_KV_BLOCK, mib(kv_bytes),
+                          (double)block_bytes / 1024.0, c.max_model_len, per_seq);
+        goto fail;
+    }
+    c.n_blocks = (int32_t)n_blocks;
+    if ((st = model_reserve(g->m, c.max_num_batched_tokens, max_logits)) || (st = model_kv_create(g->m, kdt, c.n_blocks, &g->kv)) ||
+        (has_state && (st = model_kv_set_state_slots(g->m, g->kv, c.max_num_seqs))))
+        goto fail;
+    if (o.print_plan)
+        LOG_INFO("engine plan (%s, %d layers): weights %.1f MiB, activations ~%.1f MiB (%d tokens a step), KV pool %d blocks x %.1f KiB "
+                 "= %.1f MiB (%d tokens, %s), state %d slots x %.1f KiB = %.1f MiB; max_model_len %d, max_num_seqs %d, "
+                 "max concurrency at max_model_len %.2f; prefix caching %s",
+                 hp->arch, hp->n_layer, mib(weights), mib(acts), c.max_num_batched_tokens, c.n_blocks, (double)block_bytes / 1024.0,
+                 mib(kv_bytes), c.n_blocks * BK_KV_BLOCK, kdt == BK_KV_F32 ? "f32" : "f16", has_state ? c.max_num_seqs : 0,
+                 (double)state_slot_bytes / 1024.0, mib(state_bytes), c.max_model_len, c.max_num_seqs, (double)c.n_blocks / per_seq,
+                 !c.prefix_caching ? "off" : has_state ? "off (recurrent state)" : "on");
+    struct engine_runner run = {.ctx = g, .n_vocab = hp->n_vocab, .has_state = has_state, .forward = engm_forward, .destroy = engm_free};
+    if ((st = engine_create(&run, &c, g->tok, true, out))) goto fail;
+    return VLLMC_OK;
+fail:
+    engm_free(g);
+    return st;
+}
