@@ -181,6 +181,8 @@ static void test_errors_and_unsupported(void) {
     EXPECT_ERR("a\nb\n{{ 1 + 'x' }}", "{}", "line 3:");
     EXPECT_ERR("{{ x }}", "[1, 2]", "must be a JSON object");
     EXPECT_ERR("{{ x }}", "{\"x\": ", "not valid JSON");
+    EXPECT_ERR("{{ s }}", "{\"s\": \"a\\u0000b\"}", "NUL character"); /* cJSON would cut the string short */
+    EXPECT("{{ s }}", "{\"s\": \"a\\\\u0000b\"}", "a\\u0000b");
 }
 
 static void test_limits(void) {

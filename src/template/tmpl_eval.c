@@ -712,6 +712,15 @@ vllmc_status tmpl_render_json(const struct tmpl *t, const char *json, size_t siz
                               const struct tmpl_limits *lim, char **out, size_t *out_len) {
     *out = NULL;
     if (out_len) *out_len = 0;
+    /* cJSON strings are NUL-terminated: a \u0000 escape would silently cut the text short */
+    for (size_t i = 0, in_str = 0; i < size; i++) {
+        if (json[i] == '"') in_str = !in_str;
+        else if (in_str && json[i] == '\\' && i + 1 < size) {
+            if (json[i + 1] == 'u' && i + 5 < size && !memcmp(json + i + 2, "0000", 4))
+                return vllmc_errorf(VLLMC_ERR_UNSUPPORTED, "chat template: unsupported NUL character (\\u0000) in a JSON string");
+            i++;
+        }
+    }
     const char *end = NULL;
     cJSON *ctx = cJSON_ParseWithLengthOpts(json, size, &end, false);
     if (!ctx) return vllmc_errorf(VLLMC_ERR_INVALID, "chat template: context is not valid JSON (near byte %zu)",
