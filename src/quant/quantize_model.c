@@ -3,8 +3,10 @@
  * writer to OUT.tmp and rename it to OUT. Tensors, their order and the metadata are llama-quantize's:
  * tensors in its processing order (qmix_name_cmp), input kvs copied in order except general.file_type /
  * general.quantization_version (re-added last) and split.* (dropped).
- * Work split: each tensor is cut into chunks of whole rows (~256K elements); all chunks of all tensors
- * form one parallel-for, so small tensors do not serialize the pool. Every chunk's input is checked for
+ * Work split: each tensor is cut into chunks of whole rows (~256K elements); the threads take the chunks
+ * of all tensors from one shared counter, so small tensors do not serialize the pool and a thread the OS
+ * preempts does not hold the others up (every chunk writes to its own place: the bytes never depend on
+ * which thread ran it). Every chunk's input is checked for
  * inf / NaN (as llama.cpp's loader does), converted chunks also their output scales. */
 #include <errno.h>
 #include <fcntl.h>
@@ -37,6 +39,8 @@ struct qm_job {
     uint8_t *out;
     float **scratch;                 /* per thread, QM_CHUNK_ELEMS or one row, whichever is larger */
     _Atomic uint64_t done_bytes;
+    _Atomic int64_t next_chunk;
+    int64_t n_chunks;
     uint64_t total_bytes;
     _Atomic int failed;              /* 0, or 1 + the index of the chunk that failed */
     _Atomic int failed_output;       /* that chunk's input was fine but its output scales were not */
@@ -120,8 +124,7 @@ static bool qm_data_ok(uint32_t type, const uint8_t *p, int64_t n_elem) {
     return true;
 }
 
-static void qm_chunk_run(void *ctx, int i_task, int i_thread) {
-    struct qm_job *job = ctx;
+static void qm_chunk_run(struct qm_job *job, int i_task, int i_thread) {
     if (atomic_load_explicit(&job->failed, memory_order_relaxed)) return;
     const struct qm_chunk *c = &job->chunks[i_task];
     const struct qm_tensor *t = &job->tensors[c->i_tensor];
@@ -160,6 +163,17 @@ static void qm_chunk_run(void *ctx, int i_task, int i_thread) {
             struct qmix_progress p = {done, job->total_bytes, now - job->t0};
             job->opts->progress(&p, job->opts->progress_user);
         }
+    }
+}
+
+/* One worker: chunks from the shared counter until none is left. */
+static void qm_worker(void *ctx, int i_task, int i_thread) {
+    struct qm_job *job = ctx;
+    (void)i_task;
+    for (;;) {
+        int64_t i = atomic_fetch_add_explicit(&job->next_chunk, 1, memory_order_relaxed);
+        if (i >= job->n_chunks) return;
+        qm_chunk_run(job, (int)i, i_thread);
     }
 }
 
@@ -363,7 +377,9 @@ vllmc_status quantize_model(const char *in_path, const char *out_path, const str
         atomic_init(&job.done_bytes, 0);
         atomic_init(&job.failed, 0);
         atomic_init(&job.failed_output, 0);
-        threadpool_run(tp, qm_chunk_run, &job, (int)n_chunks);
+        atomic_init(&job.next_chunk, 0);
+        job.n_chunks = (int64_t)n_chunks;
+        threadpool_run(tp, qm_worker, &job, n_threads);
         int bad = atomic_load(&job.failed);
         if (bad) {
             const struct qm_chunk *c = &chunks[bad - 1];
