@@ -1057,6 +1057,8 @@ static int call_method(struct tmpl_rt *rt, struct tmethod *m, struct targs *a, s
         return tmpl_fail(rt, "unsupported method '%s' of '%s'", name, tv_type_name(self));
     }
     const struct tstr *s = self.kind == TV_STR ? self.u.s : NULL;
+    if (s && tmpl_charge(rt, s->len)) return -1; /* every str method scans the string */
+    if ((self.kind == TV_LIST || self.kind == TV_DICT) && tmpl_charge(rt, (self.kind == TV_LIST ? self.u.l->n : self.u.d->n) * 8)) return -1;
     switch (id) {
     case M_STARTSWITH: case M_ENDSWITH:
         if (!arg(a, 0, "prefix", &x)) return tmpl_fail(rt, "%s() takes at least 1 argument", name);

@@ -53,6 +53,8 @@ static int tick(struct tmpl_rt *rt, int line) {
 }
 
 int tmpl_contains(struct tmpl_rt *rt, struct tv hay, struct tv needle, bool *out) {
+    if (tmpl_charge(rt, hay.kind == TV_STR ? hay.u.s->len : hay.kind == TV_LIST ? hay.u.l->n * 8 : hay.kind == TV_DICT ? hay.u.d->n * 8 : 0))
+        return -1;
     switch (hay.kind) {
     case TV_UNDEF: *out = false; return 0;
     case TV_STR:
@@ -88,9 +90,12 @@ static int repeat(struct tmpl_rt *rt, struct tv seq, int64_t times, struct tv *o
     if (seq.kind == TV_STR) {
         if (seq.u.s->len && (uint64_t)times > rt->lim.max_output_bytes / seq.u.s->len)
             return tmpl_fail(rt, "string repetition exceeds the output limit");
+        if (!seq.u.s->len) times = 0; /* '' * 10**16 must not loop */
         struct tsb b = {.limit = rt->lim.max_output_bytes};
         for (int64_t i = 0; i < times; i++) if (tsb_put(rt, &b, seq.u.s->p, seq.u.s->len)) { tsb_free(&b); return -1; }
-        return tv_str_sb(rt, &b, out);
+        if (tv_str_sb(rt, &b, out)) return -1;
+        out->flags = seq.flags & TV_F_MARKUP;
+        return 0;
     }
     size_t n = seq.u.l->n;
     if (n && (uint64_t)times > (rt->lim.max_memory_bytes / sizeof(struct tv)) / n) return tmpl_fail(rt, "list repetition exceeds the memory limit");

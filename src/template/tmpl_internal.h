@@ -145,6 +145,9 @@ struct tmpl_rt {
 
 /* Record the first error ("chat template line N: ..."); returns -1. */
 int tmpl_fail(struct tmpl_rt *rt, const char *fmt, ...) VLLMC_PRINTF(2, 3);
+/* Charge `units` of work (bytes or items scanned) to the step budget: one step per 64 units, so long
+ * strings and lists cannot turn a bounded number of steps into unbounded time. -1 past the limit. */
+int tmpl_charge(struct tmpl_rt *rt, size_t units);
 
 /* tsb: append; -1 (and rt error) past the limit or out of memory */
 int tsb_put(struct tmpl_rt *rt, struct tsb *b, const char *p, size_t n);

@@ -50,12 +50,20 @@ int tmpl_fail(struct tmpl_rt *rt, const char *fmt, ...) {
     return -1;
 }
 
+int tmpl_charge(struct tmpl_rt *rt, size_t units) {
+    rt->steps += units >> 6;
+    if (rt->lim.max_steps && rt->steps > rt->lim.max_steps)
+        return tmpl_fail(rt, "render exceeded the step limit (%llu)", (unsigned long long)rt->lim.max_steps);
+    return 0;
+}
+
 static int oom(struct tmpl_rt *rt) {
     return tmpl_fail(rt, "render exceeded the memory limit (%zu bytes)", rt->lim.max_memory_bytes);
 }
 
 /* ---------------- text buffers ---------------- */
 int tsb_put(struct tmpl_rt *rt, struct tsb *b, const char *p, size_t n) {
+    if (n >= 64 && tmpl_charge(rt, n)) return -1;
     if (b->limit && (n > b->limit || b->n > b->limit - n))
         return tmpl_fail(rt, "rendered text exceeds the output limit (%zu bytes)", b->limit);
     if (b->n + n + 1 > b->cap) {
@@ -565,6 +573,7 @@ int tv_write_json(struct tmpl_rt *rt, struct tsb *b, struct tv v, const struct t
 /* ---------------- iteration ---------------- */
 int tv_iter_list(struct tmpl_rt *rt, struct tv v, struct tlist **out) {
     struct tv l = {0};
+    if (tmpl_charge(rt, v.kind == TV_LIST ? v.u.l->n : v.kind == TV_STR ? v.u.s->len : v.kind == TV_DICT ? v.u.d->n : 0)) return -1;
     switch (v.kind) {
     case TV_LIST: *out = v.u.l; return 0;
     case TV_UNDEF:
