@@ -14,9 +14,9 @@ static int g_n_tok;
 
 static struct tokenizer *fuzz_make_bpe(const char *pre) {
     static char store[256][8];
-    static const char *extra[] = {"ab", "abc", "\xc4\xa0" "a", "\xc4\xa0" "ab", "\xc4\xa0\xc4\xa0", "12", "\xc3\xa4\xc2\xb8",
+    static const char *extra[] = {"ab", "abc", "\304\240a", "\304\240ab", "\xc4\xa0\xc4\xa0", "12", "\xc3\xa4\xc2\xb8",
                                   "<|im_end|>", "<|im_start|>", "<think>", "<|im_end|>x", "\xe4\xb8\xad"};
-    static const char *merges_txt[] = {"a b", "ab c", "\xc4\xa0 a", "\xc4\xa0" "a b", "\xc4\xa0 \xc4\xa0", "1 2",
+    static const char *merges_txt[] = {"a b", "ab c", "\xc4\xa0 a", "\304\240a b", "\xc4\xa0 \xc4\xa0", "1 2",
                                        "\xc3\xa4 \xc2\xb8", "x y", "\xc4\xa0 xy"}; /* the last two: results without a token */
     struct gguf_str toks[256 + ARRAY_LEN(extra)], merges[ARRAY_LEN(merges_txt)];
     int32_t types[256 + ARRAY_LEN(extra)];

@@ -367,7 +367,7 @@ static struct tokenizer *make_small_bpe(const char *pre, bool add_bos) {
     int32_t types[300];
     uint32_t n = 0;
     for (int b = 0; b < 256; b++) { test_byte_char((uint8_t)b, store[n]); toks[n] = (struct gguf_str){store[n], strlen(store[n])}; types[n++] = 1; }
-    const char *extra[] = {"ab", "abc", "\xc4\xa0" "ab", "\xc3\xa4\xc2\xb8"};
+    const char *extra[] = {"ab", "abc", "\304\240ab", "\xc3\xa4\xc2\xb8"}; /* \304\240 = U+0120 (GPT-2 space) */
     for (int i = 0; i < 4; i++) { toks[n] = (struct gguf_str){extra[i], strlen(extra[i])}; types[n++] = 1; }
     for (int i = 0; i < 5; i++) { toks[n] = (struct gguf_str){specials[i], strlen(specials[i])}; types[n++] = i == 2 || i == 4 ? 4 : 3; }
     for (int i = 0; i < 4; i++) merges[i] = (struct gguf_str){merges_txt[i], strlen(merges_txt[i])};
