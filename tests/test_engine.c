@@ -1,0 +1,190 @@
+/* Engine on real tiny models (CPU backend). usage: test_engine MODEL.gguf... (tests/py/test_engine_models.py
+ * generates the models and runs this; without arguments the test has nothing to do and says so).
+ * For each model:
+ *   - reference: greedy tokens of each prompt from a plain single-sequence loop over model_forward
+ *     (whole prompt, then one token at a time), the way `vllmc generate` runs;
+ *   - alone: each prompt through the engine by itself;
+ *   - together: all prompts at once (continuous batching, chunked prefill under a small token budget);
+ *   - squeezed: all at once with a KV pool so small that requests are preempted and recomputed;
+ *   every one must give the reference tokens exactly (batch invariance);
+ *   - prefix caching: a request sharing a 64-token prefix with an earlier one computes only its suffix
+ *     on a dense model (engine stats), none of it is reused on a hybrid (policy), and its tokens equal
+ *     a cold run in both cases. */
+#include <string.h>
+#include "engine/engine.h"
+#include "model/model.h"
+#include "test.h"
+
+#define NP 8
+#define NGEN 12
+
+static int32_t prompts[NP][96], n_prompt[NP];
+
+static int ref_tokens(const char *path, int32_t out[NP][NGEN]) {
+    struct backend *be = NULL;
+    struct model *m = NULL;
+    struct bk_kv_cache *kv = NULL;
+    if (backend_cpu_create(2, false, &be) || model_load(path, be, &m) || model_reserve(m, 128, 1) ||
+        model_kv_create(m, BK_KV_F16, 16, &kv)) {
+        fprintf(stderr, "reference: %s\n", vllmc_last_error());
+        return 1;
+    }
+    float *logits = malloc((size_t)m->hp.n_vocab * sizeof(float));
+    int32_t table[16], pos[128], seq[128] = {0};
+    for (int i = 0; i < 16; i++) table[i] = i;
+    for (int p = 0; p < NP; p++) {
+        int32_t toks[128];
+        memcpy(toks, prompts[p], (size_t)n_prompt[p] * sizeof(int32_t));
+        int32_t n = n_prompt[p], done = 0;
+        for (int g = 0; g < NGEN; g++) {
+            for (int32_t i = done; i < n; i++) pos[i - done] = i;
+            struct bk_seq s = {.block_table = table, .n_blocks = CEIL_DIV(n, BK_KV_BLOCK), .state_slot = 0};
+            int32_t lrow = n - done - 1;
+            struct bk_batch b = {.n_tokens = n - done, .token_ids = toks + done, .pos = pos, .seq_idx = seq, .n_seqs = 1, .seqs = &s,
+                                 .n_logits = 1, .logit_rows = &lrow};
+            if (model_forward(m, &b, kv, logits, NULL)) { fprintf(stderr, "forward: %s\n", vllmc_last_error()); return 1; }
+            done = n;
+            int32_t best = 0;
+            for (int32_t v = 1; v < m->hp.n_vocab; v++) if (logits[v] > logits[best]) best = v;
+            out[p][g] = best;
+            toks[n++] = best;
+        }
+    }
+    free(logits);
+    model_kv_destroy(m, kv);
+    model_destroy(m);
+    be->ops->destroy(be);
+    return 0;
+}
+
+static void engine_opts(vllmc_engine_opts *o, int32_t seqs, int32_t budget, int32_t kv_blocks, int caching) {
+    vllmc_engine_opts_default(o);
+    o->max_model_len = 128;
+    o->max_num_seqs = seqs;
+    o->max_num_batched_tokens = budget;
+    o->kv_blocks = kv_blocks;
+    o->enable_prefix_caching = caching;
+    o->threads = 2;
+    o->print_plan = 0;
+}
+
+/* Run prompts idx[0..n) at once; tokens into out. */
+static int run_engine(const char *path, const vllmc_engine_opts *o, const int *idx, int n, int32_t out[NP][NGEN],
+                      vllmc_engine_stats *stats) {
+    vllmc_engine *e = NULL;
+    if (vllmc_engine_create(path, o, &e)) { fprintf(stderr, "engine: %s\n", vllmc_last_error()); return 1; }
+    vllmc_request *h[NP];
+    vllmc_sampling_params sp;
+    vllmc_sampling_params_default(&sp);
+    sp.max_tokens = NGEN;
+    sp.ignore_eos = 1;
+    for (int i = 0; i < n; i++)
+        if (vllmc_engine_submit(e, prompts[idx[i]], n_prompt[idx[i]], &sp, NULL, NULL, &h[i])) {
+            fprintf(stderr, "submit: %s\n", vllmc_last_error());
+            return 1;
+        }
+    int bad = 0;
+    for (int i = 0; i < n; i++) {
+        int32_t k = 0;
+        vllmc_output r;
+        do {
+            vllmc_request_next(h[i], -1, &r);
+            for (int32_t j = 0; j < r.n_tokens; j++) if (k < NGEN) out[idx[i]][k++] = r.tokens[j];
+        } while (!r.finish);
+        if (k != NGEN || r.finish != VLLMC_FINISH_LENGTH) bad++;
+        vllmc_request_release(h[i]);
+    }
+    if (stats) vllmc_engine_get_stats(e, stats);
+    vllmc_engine_destroy(e);
+    return bad;
+}
+
+static int same_tokens(int32_t a[NP][NGEN], int32_t b[NP][NGEN], int p) { return !memcmp(a[p], b[p], sizeof(a[p])); }
+
+static void test_model(const char *path) {
+    printf("model %s\n", path);
+    static int32_t ref[NP][NGEN], alone[NP][NGEN], together[NP][NGEN], squeezed[NP][NGEN];
+    CHECK(ref_tokens(path, ref) == 0);
+    vllmc_engine_opts o;
+    int all[NP];
+    for (int p = 0; p < NP; p++) all[p] = p;
+    engine_opts(&o, 1, 128, 0, 1);
+    for (int p = 0; p < NP; p++) CHECK(run_engine(path, &o, &p, 1, alone, NULL) == 0);
+    engine_opts(&o, NP, 40, 0, 1);
+    vllmc_engine_stats st;
+    CHECK(run_engine(path, &o, all, NP, together, &st) == 0);
+    engine_opts(&o, NP, 40, 12, 0); /* 12 blocks: one 128-token request fits, eight do not */
+    vllmc_engine_stats sq;
+    CHECK(run_engine(path, &o, all, NP, squeezed, &sq) == 0);
+    CHECK_MSG(sq.preemptions > 0, "squeezed run had no preemption");
+    printf("  together: %lld steps; squeezed: %lld steps, %lld preemptions\n", (long long)st.steps, (long long)sq.steps,
+           (long long)sq.preemptions);
+    for (int p = 0; p < NP; p++) {
+        CHECK_MSG(same_tokens(ref, alone, p), "%s prompt %d: engine alone differs from the single-sequence loop", path, p);
+        CHECK_MSG(same_tokens(ref, together, p), "%s prompt %d: batched differs from alone", path, p);
+        CHECK_MSG(same_tokens(ref, squeezed, p), "%s prompt %d: with preemption differs from alone", path, p);
+    }
+
+    /* prefix caching: prompt 7 = prompt 6's first 64 tokens + 10 others */
+    memcpy(prompts[7], prompts[6], 64 * sizeof(int32_t));
+    for (int i = 64; i < 74; i++) prompts[7][i] = (prompts[6][i] + 5) % 300;
+    n_prompt[7] = 74;
+    static int32_t cold[NP][NGEN], warm[NP][NGEN];
+    int seven = 7;
+    engine_opts(&o, 4, 128, 0, 0);
+    CHECK(run_engine(path, &o, &seven, 1, cold, NULL) == 0);
+    engine_opts(&o, 4, 128, 0, 1);
+    vllmc_engine *e = NULL;
+    CHECK(vllmc_engine_create(path, &o, &e) == VLLMC_OK);
+    if (!e) return;
+    vllmc_sampling_params sp;
+    vllmc_sampling_params_default(&sp);
+    sp.max_tokens = NGEN;
+    sp.ignore_eos = 1;
+    vllmc_engine_stats s0, s1;
+    int32_t k = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        int p = pass ? 7 : 6;
+        vllmc_engine_get_stats(e, &s0);
+        vllmc_request *h = NULL;
+        CHECK(vllmc_engine_submit(e, prompts[p], n_prompt[p], &sp, NULL, NULL, &h) == VLLMC_OK);
+        vllmc_output r;
+        k = 0;
+        do {
+            vllmc_request_next(h, -1, &r);
+            for (int32_t j = 0; j < r.n_tokens; j++) if (k < NGEN) warm[p][k++] = r.tokens[j];
+        } while (!r.finish);
+        if (pass) {
+            vllmc_engine_get_stats(e, &s1);
+            const int64_t computed = s1.prompt_tokens_computed - s0.prompt_tokens_computed;
+            if (s1.prefix_caching) {
+                CHECK_MSG(computed == 10 && r.n_cached_tokens == 64, "dense: second request computed %lld prompt tokens, %d cached",
+                          (long long)computed, r.n_cached_tokens);
+            } else {
+                CHECK_MSG(computed == 74 && r.n_cached_tokens == 0, "hybrid: second request computed %lld prompt tokens, %d cached",
+                          (long long)computed, r.n_cached_tokens);
+            }
+            printf("  prefix caching %s: second request computed %lld of 74 prompt tokens\n", s1.prefix_caching ? "on" : "off",
+                   (long long)computed);
+        }
+        vllmc_request_release(h);
+    }
+    CHECK_MSG(same_tokens(cold, warm, 7), "%s: prefix-cached request differs from a cold run", path);
+    vllmc_engine_destroy(e);
+}
+
+int main(int argc, char **argv) {
+    test_seed_auto("test_engine");
+    for (int p = 0; p < NP; p++) {
+        n_prompt[p] = 3 + (int32_t)(test_rand_u64() % 90);
+        for (int i = 0; i < 96; i++) prompts[p][i] = (int32_t)(test_rand_u64() % 300);
+    }
+    n_prompt[6] = 80;
+    if (argc < 2) {
+        printf("test_engine: no model given (tests/py/test_engine_models.py passes the tiny models); nothing to do\n");
+        return test_finish("test_engine");
+    }
+    vllmc_log_set_level(VLLMC_LOG_WARN);
+    for (int i = 1; i < argc; i++) test_model(argv[i]);
+    return test_finish("test_engine");
+}
