@@ -42,7 +42,12 @@ enum tv_kind {
 
 struct tstr { size_t len; char p[]; };
 struct tlist { size_t n, cap; struct tv *v; };
-struct tdict { size_t n, cap; struct tv *k, *v; };
+struct tdict {
+    size_t n, cap;
+    struct tv *k, *v;   /* insertion order */
+    uint32_t *idx;      /* open-addressing index (slot = entry + 1, 0 empty) once n > 16; else NULL */
+    size_t idx_cap;     /* power of two */
+};
 struct tloop;
 struct tmacro;
 struct tmethod;

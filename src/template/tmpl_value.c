@@ -244,12 +244,52 @@ int tv_dict(struct tmpl_rt *rt, struct tv *out) {
     return 0;
 }
 
-/* Python hash equality for dict keys: 1 == 1.0 == True */
-static bool key_eq(struct tv a, struct tv b) { return tv_eq(a, b); }
+/* Hash consistent with tv_eq on hashable keys: 1, 1.0 and True hash alike (as in Python). */
+static uint64_t tv_hash(struct tv v) {
+    uint64_t h;
+    switch (v.kind) {
+    case TV_STR:
+        h = 1469598103934665603ull;
+        for (size_t i = 0; i < v.u.s->len; i++) h = (h ^ (unsigned char)v.u.s->p[i]) * 1099511628211ull;
+        return h;
+    case TV_BOOL: return (uint64_t)v.u.b * 0x9E3779B97F4A7C15ull;
+    case TV_INT: return (uint64_t)v.u.i * 0x9E3779B97F4A7C15ull;
+    case TV_FLOAT:
+        if (v.u.f == floor(v.u.f) && fabs(v.u.f) < 9.2e18) return (uint64_t)(int64_t)v.u.f * 0x9E3779B97F4A7C15ull;
+        memcpy(&h, &v.u.f, sizeof h);
+        return h * 0xC2B2AE3D27D4EB4Full;
+    case TV_LIST:
+        h = 0x27D4EB2F165667C5ull;
+        for (size_t i = 0; i < v.u.l->n; i++) h = (h ^ tv_hash(v.u.l->v[i])) * 0x100000001B3ull;
+        return h;
+    case TV_NONE: return 0x51ED270B27D4EB4Full;
+    default: return (uint64_t)(uintptr_t)v.u.d * 0x9E3779B97F4A7C15ull;
+    }
+}
+
+static size_t dict_find(const struct tdict *d, struct tv key) { /* entry index or SIZE_MAX */
+    if (d->idx) {
+        size_t mask = d->idx_cap - 1;
+        for (size_t s = (size_t)(tv_hash(key) >> 7) & mask;; s = (s + 1) & mask) {
+            uint32_t e = d->idx[s];
+            if (!e) return SIZE_MAX;
+            if (tv_eq(d->k[e - 1], key)) return e - 1;
+        }
+    }
+    for (size_t i = 0; i < d->n; i++) if (tv_eq(d->k[i], key)) return i;
+    return SIZE_MAX;
+}
+
+static void dict_index_put(struct tdict *d, size_t entry) {
+    size_t mask = d->idx_cap - 1, s = (size_t)(tv_hash(d->k[entry]) >> 7) & mask;
+    while (d->idx[s]) s = (s + 1) & mask;
+    d->idx[s] = (uint32_t)(entry + 1);
+}
 
 int tv_dict_set(struct tmpl_rt *rt, struct tdict *d, struct tv key, struct tv val) {
-    for (size_t i = 0; i < d->n; i++)
-        if (key_eq(d->k[i], key)) { d->v[i] = val; return 0; }
+    size_t at = dict_find(d, key);
+    if (at != SIZE_MAX) { d->v[at] = val; return 0; } /* Python keeps the first position */
+    if (d->n >= UINT32_MAX / 4) return oom(rt);
     if (d->n == d->cap) {
         size_t nc = d->cap ? d->cap * 2 : 8;
         struct tv *nk = tmpl_arena_alloc(&rt->arena, nc * sizeof *nk), *nv = tmpl_arena_alloc(&rt->arena, nc * sizeof *nv);
@@ -262,17 +302,40 @@ int tv_dict_set(struct tmpl_rt *rt, struct tdict *d, struct tv key, struct tv va
     d->k[d->n] = key;
     d->v[d->n] = val;
     d->n++;
+    if (d->n > 16 && (!d->idx || d->n * 2 > d->idx_cap)) { /* (re)build the index at load <= 1/4 */
+        size_t cap = 64;
+        while (cap < d->n * 4) cap *= 2;
+        uint32_t *idx = tmpl_arena_alloc(&rt->arena, cap * sizeof *idx);
+        if (!idx) return oom(rt);
+        d->idx = idx;
+        d->idx_cap = cap;
+        for (size_t i = 0; i < d->n; i++) dict_index_put(d, i);
+    } else if (d->idx) dict_index_put(d, d->n - 1);
     return 0;
 }
 
 bool tv_dict_get(const struct tdict *d, struct tv key, struct tv *out) {
-    for (size_t i = 0; i < d->n; i++)
-        if (key_eq(d->k[i], key)) { *out = d->v[i]; return true; }
-    return false;
+    size_t at = dict_find(d, key);
+    if (at == SIZE_MAX) return false;
+    *out = d->v[at];
+    return true;
 }
 
 bool tv_dict_get_str(const struct tdict *d, const char *key, struct tv *out) {
     size_t n = strlen(key);
+    if (d->idx) {
+        struct tv k = {0};
+        struct tstr *ks = malloc(sizeof *ks + n + 1); /* a key to hash; small and short-lived */
+        if (ks) {
+            ks->len = n;
+            memcpy(ks->p, key, n + 1);
+            k.kind = TV_STR;
+            k.u.s = ks;
+            bool r = tv_dict_get(d, k, out);
+            free(ks);
+            return r;
+        }
+    }
     for (size_t i = 0; i < d->n; i++) {
         const struct tv *k = &d->k[i];
         if (k->kind == TV_STR && k->u.s->len == n && !memcmp(k->u.s->p, key, n)) { *out = d->v[i]; return true; }
