@@ -1,7 +1,8 @@
 /* libFuzzer entry for the tokenizers: random bytes are encoded with small in-memory vocabularies (byte-level
  * BPE under every hand-written and regex pre-tokenizer, and SentencePiece with byte fallback), or with the
  * GGUF vocabulary named by $VLLMC_FUZZ_VOCAB. Checks: no crash, the id count within tokenizer_bound, ids in
- * range, decode succeeds, and the streaming detokenizer returns exactly the decoded bytes. */
+ * range, decode succeeds, and the streaming detokenizer returns exactly the decoded bytes. Inputs starting with
+ * 0xFF are GGUF images instead: loading a tokenizer from them either fails cleanly or gives a working one. */
 #include <stdlib.h>
 #include <string.h>
 #include "gguf/gguf.h"
@@ -86,9 +87,33 @@ static void fuzz_init(void) {
     g_tok[g_n_tok++] = fuzz_make_spm();
 }
 
+/* First byte 0xFF: the rest is a GGUF image; load a tokenizer from it (bad files must fail cleanly) and use it. */
+static void fuzz_gguf_vocab(const uint8_t *data, size_t size) {
+    struct gguf_ctx *ctx = NULL;
+    if (gguf_parse(data, size, &ctx) != VLLMC_OK) return;
+    struct tokenizer *t = NULL;
+    if (tokenizer_load_gguf(ctx, &t) == VLLMC_OK) {
+        static const char text[] = "Hello world, <|im_end|> 12345 \xe4\xb8\xad\xff  \n\n x";
+        int32_t *ids = NULL;
+        size_t n = 0;
+        if (tokenizer_encode_alloc(t, text, sizeof(text) - 1, TOKENIZER_ENCODE_PARSE_SPECIAL | TOKENIZER_ENCODE_ADD_SPECIAL,
+                                   &ids, &n) != VLLMC_OK)
+            __builtin_trap();
+        if (n > tokenizer_bound(t, sizeof(text) - 1)) __builtin_trap();
+        char *dec = NULL;
+        size_t nd;
+        if (tokenizer_decode_alloc(t, ids, n, 0, &dec, &nd) != VLLMC_OK) __builtin_trap();
+        free(dec);
+        free(ids);
+        tokenizer_destroy(t);
+    }
+    gguf_free(ctx);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!g_n_tok) fuzz_init();
     if (size < 1) return 0;
+    if (data[0] == 0xFF) { fuzz_gguf_vocab(data + 1, size - 1); return 0; }
     const struct tokenizer *t = g_tok[data[0] % g_n_tok];
     unsigned flags = (data[0] >> 4) & 3;
     const char *text = (const char *)data + 1;
