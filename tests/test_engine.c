@@ -173,6 +173,88 @@ static void test_model(const char *path) {
     vllmc_engine_destroy(e);
 }
 
+
+/* Text, stop strings, logprobs, the memory plan refusal. */
+static void test_text_stops_logprobs(const char *path) {
+    vllmc_engine_opts o;
+    engine_opts(&o, 4, 64, 0, 1);
+    vllmc_engine *e = NULL;
+    CHECK(vllmc_engine_create(path, &o, &e) == VLLMC_OK);
+    if (!e) return;
+    vllmc_sampling_params sp;
+    vllmc_sampling_params_default(&sp);
+    sp.max_tokens = 24;
+    sp.ignore_eos = 1;
+    sp.logprobs = 3;
+    sp.temperature = 1.0f; /* seeded sampling: varied text, the same draws in every run */
+    sp.seed = 1234;
+    vllmc_request *h = NULL;
+    CHECK(vllmc_engine_submit(e, prompts[0], n_prompt[0], &sp, NULL, NULL, &h) == VLLMC_OK);
+    char text[4096];
+    size_t tl = 0;
+    int32_t toks[64], nt = 0;
+    vllmc_output r;
+    do {
+        vllmc_request_next(h, -1, &r);
+        for (int32_t j = 0; j < r.n_tokens; j++) {
+            toks[nt++] = r.tokens[j];
+            /* logprobs sorted, <= 0, total mass <= 1; the sampled token's is at most the best one's */
+            const vllmc_token_logprob *t = r.top_logprobs + (size_t)j * (size_t)r.n_top;
+            CHECK(r.n_top == 3 && r.logprobs[j] <= t[0].logprob && (t[0].id != r.tokens[j] || t[0].logprob == r.logprobs[j]));
+            CHECK(t[0].logprob >= t[1].logprob && t[1].logprob >= t[2].logprob && t[0].logprob <= 0.0f);
+            CHECK(expf(t[0].logprob) + expf(t[1].logprob) + expf(t[2].logprob) <= 1.0001f);
+        }
+        if (tl + r.text_len < sizeof(text)) { memcpy(text + tl, r.text, r.text_len); tl += r.text_len; }
+    } while (!r.finish);
+    CHECK(r.finish == VLLMC_FINISH_LENGTH && nt == 24);
+    vllmc_request_release(h);
+    text[tl] = 0;
+    printf("  text: \"%.60s\"...\n", text);
+    /* stop at a 3-byte string from the middle of that text: the text ends right before its first occurrence */
+    if (tl >= 12) {
+        char stop[4];
+        memcpy(stop, text + tl / 2, 3);
+        stop[3] = 0;
+        const char *first = strstr(text, stop);
+        const char *stops[1] = {stop};
+        sp.logprobs = -1;
+        sp.stop = stops;
+        sp.n_stop = 1;
+        CHECK(vllmc_engine_submit(e, prompts[0], n_prompt[0], &sp, NULL, NULL, &h) == VLLMC_OK);
+        char t2[4096];
+        size_t l2 = 0;
+        int32_t n2 = 0;
+        do {
+            vllmc_request_next(h, -1, &r);
+            for (int32_t j = 0; j < r.n_tokens; j++) { CHECK(r.tokens[j] == toks[n2]); n2++; }
+            if (l2 + r.text_len < sizeof(t2)) { memcpy(t2 + l2, r.text, r.text_len); l2 += r.text_len; }
+        } while (!r.finish);
+        vllmc_request_release(h);
+        CHECK(r.finish == VLLMC_FINISH_STOP && n2 < 24);
+        CHECK_MSG(first && l2 == (size_t)(first - text) && !memcmp(t2, text, l2), "stop string \"%s\": %zu bytes of text, expected %td",
+                  stop, l2, first ? first - text : -1);
+    }
+    /* a stop id ends the stream at that token (included in the ids) */
+    sp.n_stop = 0;
+    sp.stop_ids = &toks[5];
+    sp.n_stop_ids = 1;
+    int32_t at = 0;
+    while (toks[at] != toks[5]) at++;
+    CHECK(vllmc_engine_submit(e, prompts[0], n_prompt[0], &sp, NULL, NULL, &h) == VLLMC_OK);
+    int32_t n3 = 0;
+    do { vllmc_request_next(h, -1, &r); n3 += r.n_tokens; } while (!r.finish);
+    CHECK(r.finish == VLLMC_FINISH_STOP && n3 == at + 1);
+    vllmc_request_release(h);
+    vllmc_engine_destroy(e);
+    /* a plan that cannot fit is refused with numbers */
+    engine_opts(&o, 4, 64, 0, 1);
+    o.memory_limit_bytes = 1 << 20;
+    e = NULL;
+    CHECK(vllmc_engine_create(path, &o, &e) == VLLMC_ERR_OOM && e == NULL);
+    CHECK(strstr(vllmc_last_error(), "MiB") != NULL);
+    printf("  refused: %s\n", vllmc_last_error());
+}
+
 int main(int argc, char **argv) {
     test_seed_auto("test_engine");
     for (int p = 0; p < NP; p++) {
@@ -185,6 +267,9 @@ int main(int argc, char **argv) {
         return test_finish("test_engine");
     }
     vllmc_log_set_level(VLLMC_LOG_WARN);
-    for (int i = 1; i < argc; i++) test_model(argv[i]);
+    for (int i = 1; i < argc; i++) {
+        test_model(argv[i]);
+        test_text_stops_logprobs(argv[i]);
+    }
     return test_finish("test_engine");
 }
