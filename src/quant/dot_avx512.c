@@ -277,7 +277,7 @@ static inline __m512i dotz_w_mxfp4(const block_mxfp4 *x0, const block_mxfp4 *x1)
             _mm256_storeu_ps(p, acc[i]);                                                            \
             for (int64_t bt = b; bt < nb; bt++) {                                                   \
                 const wblock *x = &w[bt];                                                           \
-                float t = dot_term_sym(dw1_expr, fp16_to_fp32(a[bt].d), isum_fn(x, a[bt].qs));      \
+                float t = dot_term_sym(dw1_expr, dot_f16(a[bt].d), isum_fn(x, a[bt].qs));      \
                 p[bt % 8] = p[bt % 8] + t;                                                          \
             }                                                                                       \
             out[i] = dot_reduce8(p);                                                                \
@@ -325,8 +325,8 @@ static inline __m512i dotz_w_mxfp4(const block_mxfp4 *x0, const block_mxfp4 *x1)
             float p[8];                                                                             \
             _mm256_storeu_ps(p, acc[i]);                                                            \
             for (int64_t bt = b; bt < nb; bt++) {                                                   \
-                float t = dot_term_min(fp16_to_fp32(w[bt].d), fp16_to_fp32(a[bt].d), isum_fn(&w[bt], a[bt].qs), \
-                                       fp16_to_fp32(w[bt].m), fp16_to_fp32(a[bt].s));               \
+                float t = dot_term_min(dot_f16(w[bt].d), dot_f16(a[bt].d), isum_fn(&w[bt], a[bt].qs), \
+                                       dot_f16(w[bt].m), dot_f16(a[bt].s));               \
                 p[bt % 8] = p[bt % 8] + t;                                                          \
             }                                                                                       \
             out[i] = dot_reduce8(p);                                                                \
@@ -348,14 +348,14 @@ static inline __m512i dotz_w_q5_1(const block_q5_1 *x0, const block_q5_1 *x1) {
     __m512i nib = dotz_nibbles2(x0->qs, x1->qs);
     return _mm512_mask_add_epi8(nib, _cvtu64_mask64((uint64_t)h0 | ((uint64_t)h1 << 32)), nib, _mm512_set1_epi8(16));
 }
-DOTZ_LEGACY_MIN(q4_1, block_q4_1, dotz_w_q4_1, dot_isum_q4_1)
-DOTZ_LEGACY_MIN(q5_1, block_q5_1, dotz_w_q5_1, dot_isum_q5_1)
+DOTZ_LEGACY_MIN(q4_1, block_q4_1, dotz_w_q4_1, dot_isum1_q4_1)
+DOTZ_LEGACY_MIN(q5_1, block_q5_1, dotz_w_q5_1, dot_isum1_q5_1)
 
-DOTZ_LEGACY_SYM(q4_0, block_q4_0, dotz_w_q4_0, DOT_F16X8(x8, d), dot_isum_q4_0, fp16_to_fp32(x->d))
-DOTZ_LEGACY_SYM(q5_0, block_q5_0, dotz_w_q5_0, DOT_F16X8(x8, d), dot_isum_q5_0, fp16_to_fp32(x->d))
-DOTZ_LEGACY_SYM(q8_0, block_q8_0, dotz_w_q8_0, DOT_F16X8(x8, d), dot_isum_q8_0, fp16_to_fp32(x->d))
-DOTZ_LEGACY_SYM(iq4_nl, block_iq4_nl, dotz_w_iq4_nl, DOT_F16X8(x8, d), dot_isum_iq4_nl, fp16_to_fp32(x->d))
-DOTZ_LEGACY_SYM(mxfp4, block_mxfp4, dotz_w_mxfp4, dot_mxfp4_d8(x8), dot_isum_mxfp4, dot_e8m0_half(x->e))
+DOTZ_LEGACY_SYM(q4_0, block_q4_0, dotz_w_q4_0, DOT_F16X8(x8, d), dot_isum1_q4_0, dot_f16(x->d))
+DOTZ_LEGACY_SYM(q5_0, block_q5_0, dotz_w_q5_0, DOT_F16X8(x8, d), dot_isum1_q5_0, dot_f16(x->d))
+DOTZ_LEGACY_SYM(q8_0, block_q8_0, dotz_w_q8_0, DOT_F16X8(x8, d), dot_isum1_q8_0, dot_f16(x->d))
+DOTZ_LEGACY_SYM(iq4_nl, block_iq4_nl, dotz_w_iq4_nl, DOT_F16X8(x8, d), dot_isum1_iq4_nl, dot_f16(x->d))
+DOTZ_LEGACY_SYM(mxfp4, block_mxfp4, dotz_w_mxfp4, dot_mxfp4_d8(x8), dot_isum1_mxfp4, dot_e8m0_half(x->e))
 
 
 static inline __attribute__((always_inline)) void dotz_q2_K_n(int64_t n, const void *vw, const void *va,

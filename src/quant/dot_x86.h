@@ -100,7 +100,7 @@ static inline __m256 dot_load8_f16(ggml_half h0, ggml_half h1, ggml_half h2, ggm
         _mm256_storeu_ps(p, acc);                                                             \
         for (; b < nb; b++) {                                                                 \
             const wblock *x = &w[b];                                                          \
-            float t = dot_term_sym(dw1_expr, fp16_to_fp32(a[b].d), isum_fn(x, a[b].qs));      \
+            float t = dot_term_sym(dw1_expr, dot_f16(a[b].d), isum_fn(x, a[b].qs));      \
             p[b % 8] = p[b % 8] + t;                                                          \
         }                                                                                     \
         return dot_reduce8(p);                                                                \
@@ -148,11 +148,29 @@ static inline __m256 dot_mxfp4_d8(const block_mxfp4 *x) {
                          dot_e8m0_half(x[3].e), dot_e8m0_half(x[2].e), dot_e8m0_half(x[1].e), dot_e8m0_half(x[0].e));
 }
 
-DOT_LEGACY_SYM(q4_0, block_q4_0, dot_w_q4_0(x), DOT_F16X8(x8, d), dot_isum_q4_0, fp16_to_fp32(x->d))
-DOT_LEGACY_SYM(q5_0, block_q5_0, dot_w_q5_0(x), DOT_F16X8(x8, d), dot_isum_q5_0, fp16_to_fp32(x->d))
-DOT_LEGACY_SYM(q8_0, block_q8_0, dot_w_q8_0(x), DOT_F16X8(x8, d), dot_isum_q8_0, fp16_to_fp32(x->d))
-DOT_LEGACY_SYM(iq4_nl, block_iq4_nl, dot_w_iq4_nl(x), DOT_F16X8(x8, d), dot_isum_iq4_nl, fp16_to_fp32(x->d))
-DOT_LEGACY_SYM(mxfp4, block_mxfp4, dot_w_mxfp4(x), dot_mxfp4_d8(x8), dot_isum_mxfp4, dot_e8m0_half(x->e))
+/* One (tail) block's exact integer sum with 256-bit ops; its fp32 term is the scalar dot_term_*. */
+#define DOT_ISUM1_SYM(name, wblock, wfn)                                                           \
+    static inline int32_t dot_isum1_##name(const wblock *x, const int8_t *a) {                     \
+        return dot_hsum_i32(dot_ss8(_mm256_setzero_si256(), wfn(x), _mm256_loadu_si256((const __m256i *)a))); \
+    }
+#define DOT_ISUM1_MIN(name, wblock, wfn)                                                           \
+    static inline int32_t dot_isum1_##name(const wblock *x, const int8_t *a) {                     \
+        return dot_hsum_i32(dot_us8(_mm256_setzero_si256(), wfn(x), _mm256_loadu_si256((const __m256i *)a))); \
+    }
+static inline __m256i dot_w_q4_1(const block_q4_1 *x) { return dot_nibbles32(x->qs); }
+DOT_ISUM1_SYM(q4_0, block_q4_0, dot_w_q4_0)
+DOT_ISUM1_SYM(q5_0, block_q5_0, dot_w_q5_0)
+DOT_ISUM1_SYM(q8_0, block_q8_0, dot_w_q8_0)
+DOT_ISUM1_SYM(iq4_nl, block_iq4_nl, dot_w_iq4_nl)
+DOT_ISUM1_SYM(mxfp4, block_mxfp4, dot_w_mxfp4)
+DOT_ISUM1_MIN(q4_1, block_q4_1, dot_w_q4_1)
+DOT_ISUM1_MIN(q5_1, block_q5_1, dot_w_q5_1)
+
+DOT_LEGACY_SYM(q4_0, block_q4_0, dot_w_q4_0(x), DOT_F16X8(x8, d), dot_isum1_q4_0, dot_f16(x->d))
+DOT_LEGACY_SYM(q5_0, block_q5_0, dot_w_q5_0(x), DOT_F16X8(x8, d), dot_isum1_q5_0, dot_f16(x->d))
+DOT_LEGACY_SYM(q8_0, block_q8_0, dot_w_q8_0(x), DOT_F16X8(x8, d), dot_isum1_q8_0, dot_f16(x->d))
+DOT_LEGACY_SYM(iq4_nl, block_iq4_nl, dot_w_iq4_nl(x), DOT_F16X8(x8, d), dot_isum1_iq4_nl, dot_f16(x->d))
+DOT_LEGACY_SYM(mxfp4, block_mxfp4, dot_w_mxfp4(x), dot_mxfp4_d8(x8), dot_isum1_mxfp4, dot_e8m0_half(x->e))
 
 #define DOT_LEGACY_MIN(name, wblock, weights_expr, isum_fn)                                   \
     static float DOT_NAME(name)(int64_t n, const void *vw, const void *va) {                  \
@@ -181,15 +199,15 @@ DOT_LEGACY_SYM(mxfp4, block_mxfp4, dot_w_mxfp4(x), dot_mxfp4_d8(x8), dot_isum_mx
         float p[8];                                                                           \
         _mm256_storeu_ps(p, acc);                                                             \
         for (; b < nb; b++) {                                                                 \
-            float t = dot_term_min(fp16_to_fp32(w[b].d), fp16_to_fp32(a[b].d), isum_fn(&w[b], a[b].qs), \
-                                   fp16_to_fp32(w[b].m), fp16_to_fp32(a[b].s));               \
+            float t = dot_term_min(dot_f16(w[b].d), dot_f16(a[b].d), isum_fn(&w[b], a[b].qs), \
+                                   dot_f16(w[b].m), dot_f16(a[b].s));               \
             p[b % 8] = p[b % 8] + t;                                                          \
         }                                                                                     \
         return dot_reduce8(p);                                                                \
     }
 
-DOT_LEGACY_MIN(q4_1, block_q4_1, dot_nibbles32(x->qs), dot_isum_q4_1)
-DOT_LEGACY_MIN(q5_1, block_q5_1, dot_w_q5_1(x), dot_isum_q5_1)
+DOT_LEGACY_MIN(q4_1, block_q4_1, dot_nibbles32(x->qs), dot_isum1_q4_1)
+DOT_LEGACY_MIN(q5_1, block_q5_1, dot_w_q5_1(x), dot_isum1_q5_1)
 
 /* ---- K-quants: per super-block int32 lanes -> one I (and M), then acc = acc + term ---- */
 
@@ -456,7 +474,7 @@ static inline __m256 dot_load8_bf16(const uint16_t *p) {
 }
 #define DOT_X86_CONV_F32(x) (x)
 DOT_FLOAT(f32, float, dot_load8_f32, DOT_X86_CONV_F32)
-DOT_FLOAT(f16, ggml_half, dot_load8_f16p, fp16_to_fp32)
+DOT_FLOAT(f16, ggml_half, dot_load8_f16p, dot_f16)
 DOT_FLOAT(bf16, uint16_t, dot_load8_bf16, bf16_to_fp32)
 
 static vec_dot_fn DOT_NAME(table)(uint32_t wtype) {
