@@ -1,5 +1,5 @@
 /* GPU quantized mat-vec (the CUDA backend's matmul kernel on repacked weights): check against the CPU
- * reference (vec_dot_ref on the same quantized activation: outputs must be bit-exact), then time it on
+ * reference (vec_dot_ref on the same quantized activation: error / max |y| under 1e-5), then time it on
  * the decode shapes of Qwen3.5-4B and report achieved GB/s. Each timing cycles through enough weight
  * copies (>= 512 MB) that nothing is served from L2. usage: bench_gemv [reps] */
 #include <math.h>
@@ -45,7 +45,7 @@ int main(int argc, char **argv) {
         {GGML_TYPE_Q8_0, 2560, 8192, 1, "Q8_0 2560x8192"},
         {GGML_TYPE_Q4_K, 2048, 512 * 8, 1, "MoE 8 experts gate (2048x4096)"},
     };
-    printf("%-32s %5s %6s %7s %5s %8s %9s %8s %s\n", "shape", "type", "n_cols", "n_rows", "fused", "MB", "us", "GB/s", "exact");
+    printf("%-32s %5s %6s %7s %5s %8s %9s %8s %s\n", "shape", "type", "n_cols", "n_rows", "fused", "MB", "us", "GB/s", "max err / max |y|");
     gpuStream_t st;
     CK(gpuStreamCreate(&st));
     std::vector<double> gbs_all;
@@ -76,7 +76,7 @@ int main(int argc, char **argv) {
                 const block_q8_K *q = (const block_q8_K *)aq.data() + b;
                 memcpy(split.data() + 256 * b, q->qs, 256);
                 memcpy(split.data() + n + 4 * b, &q->d, 4);
-                memcpy(split.data() + n + 4 * (n / 256) + 32 * b, q->bsums, 32);
+                memcpy(split.data() + ((n + 4 * (n / 256) + 15) & ~(int64_t)15) + 32 * b, q->bsums, 32);
             }
         } else {
             for (int64_t b = 0; b < n / 32; b++) {
@@ -92,7 +92,8 @@ int main(int argc, char **argv) {
         memset(&av, 0, sizeof(av));
         av.n = n;
         if (af == BK_ACT_Q8_K) {
-            av.k_qs = (const int8_t *)d_act; av.k_d = (const float *)(d_act + n); av.k_bs = (const int16_t *)(d_act + n + 4 * (n / 256));
+            av.k_qs = (const int8_t *)d_act; av.k_d = (const float *)(d_act + n);
+            av.k_bs = (const int16_t *)(d_act + ((n + 4 * (n / 256) + 15) & ~(int64_t)15));
         } else {
             av.o_qs = (const int8_t *)d_act; av.o_d = (const uint16_t *)(d_act + n);
         }
@@ -113,6 +114,8 @@ int main(int argc, char **argv) {
                 cu_mm_seg &g = args[c].seg[args[c].n_seg++];
                 g.w = d_w + (size_t)(c * s.n_fused + f) * dev_bytes; g.y = d_y + f * s.n_rows; g.ld_y = s.n_rows;
                 g.stride = stride; g.type = (int32_t)s.type; g.n_rows = (int32_t)s.n_rows; g.cta0 = ctas;
+                g.row0 = args[c].total_rows;
+                args[c].total_rows += g.n_rows;
                 ctas += (int)GPU_CEIL_DIV(s.n_rows, CU_MM_WARPS);
             }
             args[c].n_ctas = ctas;
@@ -122,8 +125,14 @@ int main(int argc, char **argv) {
         std::vector<float> y(s.n_rows * s.n_fused);
         CK(gpuMemcpy(y.data(), d_y, y.size() * 4, gpuMemcpyDeviceToHost));
         size_t bad = 0;
+        double mrel = 0, ymax = 0;
+        for (int64_t r = 0; r < s.n_rows; r++) ymax = std::max(ymax, (double)fabsf(ref[r]));
         for (int f = 0; f < s.n_fused; f++)
-            for (int64_t r = 0; r < s.n_rows; r++) bad += memcmp(&y[f * s.n_rows + r], &ref[r], 4) != 0;
+            for (int64_t r = 0; r < s.n_rows; r++) {
+                const double e = fabs((double)y[f * s.n_rows + r] - ref[r]) / ymax;
+                mrel = std::max(mrel, e);
+                bad += !(e < 1e-5);
+            }
         gpuEvent_t e0, e1;
         CK(gpuEventCreate(&e0));
         CK(gpuEventCreate(&e1));
@@ -142,8 +151,8 @@ int main(int argc, char **argv) {
         const double us = times[times.size() / 2];
         const double gbs = set_bytes / (us * 1e-6) / 1e9;
         gbs_all.push_back(gbs);
-        printf("%-32s %5s %6lld %7lld %5d %8.2f %9.2f %8.0f %s%s\n", s.what, quant_traits(s.type)->name, (long long)s.n_cols,
-               (long long)s.n_rows, s.n_fused, set_bytes / 1e6, us, gbs, bad ? "NO" : "yes", rt ? "" : " (repack round trip FAILED)");
+        printf("%-32s %5s %6lld %7lld %5d %8.2f %9.2f %8.0f %.2g%s\n", s.what, quant_traits(s.type)->name, (long long)s.n_cols,
+               (long long)s.n_rows, s.n_fused, set_bytes / 1e6, us, gbs, mrel, rt ? "" : " (repack round trip FAILED)");
         if (bad) printf("  %zu of %lld outputs differ from vec_dot_ref\n", bad, (long long)(s.n_rows * s.n_fused));
         CK(gpuFree(d_w)); CK(gpuFree(d_y)); CK(gpuFree(d_act));
         CK(gpuEventDestroy(e0)); CK(gpuEventDestroy(e1));

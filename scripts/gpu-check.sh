@@ -17,7 +17,7 @@ note() { summary+=("$1"); echo "== $1"; }
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,memory.total,driver_version --format=csv | tee "$OUT/gpu.txt"
 # models in the background while the tests run
 mkdir -p /tmp/models
-( python3 .carry/synth_gguf.py qwen35-tiny /tmp/models/qwen35-tiny.gguf >/tmp/models/tiny.log 2>&1
+( python3 .carry/synth_gguf.py qwen35-tiny /tmp/models/qwen35-tiny.gguf >/tmp/models/tiny.log 2>&1; touch /tmp/models/tiny.done
   for m in $BENCH_MODELS; do python3 .carry/synth_gguf.py "$m" "/tmp/models/$m.gguf" >"/tmp/models/$m.log" 2>&1; done
   touch /tmp/models/done ) &
 
@@ -40,7 +40,7 @@ if has ops; then
     note "test_cuda_ops rc=$rc: $(tail -1 "$OUT/test_cuda_ops.txt")"
 fi
 
-for i in $(seq 1 120); do [ -f /tmp/models/qwen35-tiny.gguf ] && [ -s /tmp/models/qwen35-tiny.gguf ] && break; sleep 1; done
+for i in $(seq 1 120); do [ -f /tmp/models/tiny.done ] && break; sleep 1; done
 if has model; then
     timeout 300 "$BIN/test_cuda_model" /tmp/models/qwen35-tiny.gguf 40 24 >"$OUT/test_cuda_model.txt" 2>&1; rc=$?
     tail -12 "$OUT/test_cuda_model.txt"

@@ -25,6 +25,9 @@ struct bench_opts {
     enum bk_kv_dtype kv;
 };
 
+/* The profiling backend: its counters restart after each prefill, so they hold decode steps only. */
+static struct backend *bench_prof_be;
+
 struct bench_run {
     double ttft, decode, tpot_med;
     int32_t first_tokens[4];
@@ -80,6 +83,9 @@ static vllmc_status bench_once(struct model *m, struct bk_kv_cache *kv, const st
     r->ttft = vllmc_time_s() - t0;
     if (st) goto done;
     r->first_tokens[0] = tok;
+#ifdef VLLMC_CUDA
+    if (bench_prof_be) backend_cuda_reset_prof(bench_prof_be);
+#endif
     double td = vllmc_time_s();
     for (int32_t g = 1; g < G; g++) {
         int32_t p = P + g - 1, zero = 0, row = 0, in = tok;
@@ -122,28 +128,29 @@ static void print_profile(const struct bench_opts *o, const int32_t *prompt, dou
     struct model *m = NULL;
     struct bk_kv_cache *kv = NULL;
     vllmc_status st = load(o, true, &be, &m, &kv);
+    bench_prof_be = be;
     if (!st) {
         struct bench_run r;
         double *steps = calloc((size_t)o->n_gen + 1, sizeof(double));
         st = bench_once(m, kv, o, prompt, &r, steps); /* warm */
-        backend_cuda_reset_prof(be);
         if (!st) st = bench_once(m, kv, o, prompt, &r, steps);
         free(steps);
     }
     if (st) { fprintf(stderr, "vllmc bench: profile: %s\n", vllmc_last_error()); goto out; }
     struct backend_cuda_prof p;
     backend_cuda_get_prof(be, &p);
-    /* the profiled pass holds one prefill too: report per generated token over all calls */
-    const double G = o->n_gen;
+    /* counters cover the n_gen - 1 decode steps of the last run */
+    const double G = o->n_gen - 1;
     double busy = 0;
     for (int i = 0; i < p.n; i++) busy += p.ms[i];
-    printf("\nprofile (eager, one event pair per op; prefill included; per generated token):\n");
+    printf("\nprofile of the decode steps (eager, one event pair per op, per token):\n");
     printf("%-12s %10s %10s %7s %9s\n", "op", "calls/tok", "ms/tok", "share", "GB/s");
     for (int i = 0; i < p.n; i++)
         printf("%-12s %10.1f %10.4f %6.1f%% %9.0f\n", p.name[i], (double)p.calls[i] / G, p.ms[i] / G, 100.0 * p.ms[i] / busy,
                p.bytes[i] > 0 ? p.bytes[i] / (p.ms[i] * 1e-3) / 1e9 : 0.0);
     printf("GPU busy %.3f ms/token (profiled run); wall TPOT of the timed runs %.3f ms\n", busy / G, wall_tpot * 1e3);
 out:
+    bench_prof_be = NULL;
     if (kv) model_kv_destroy(m, kv);
     model_destroy(m);
     if (be) be->ops->destroy(be);

@@ -31,7 +31,7 @@ static const char *const cu_op_names[CU_OP_COUNT] = {"?", "upload", "embed", "rm
 struct rec_upload { void *dst; const void *src; uint64_t bytes; };
 struct rec_embed { struct cu_batch_dev b; const uint8_t *table; uint64_t stride; int64_t n; float *out; uint32_t type; uint32_t pad; };
 struct rec_rmsnorm { const float *x; const float *w; float *out; int64_t ld_x, n_rows, n_cols, ld_out; float eps; uint32_t pad; };
-struct rec_nq { const float *in0, *in1, *w; int64_t ld, n_rows; struct cu_act_mut out; float eps; int32_t mode; uint32_t fmts; uint32_t pad; };
+struct rec_nq { const float *in0, *in1, *w; int64_t ld, n_rows; struct cu_act_mut out; float eps; int32_t mode; uint32_t fmts; int32_t group; };
 struct rec_matmul { struct cu_mm_args a; };
 struct rec_add { float *y; const float *x; int64_t n; };
 struct rec_rope { struct cu_batch_dev b; float *x; const float *ff; int64_t ld; int32_t n_head, head_dim, mode, n_rot; float base, scale; };
@@ -94,7 +94,7 @@ static void rec_exec(cu_backend *c, int op, const void *args) {
     case CU_OP_UPLOAD: { const rec_upload *r = (const rec_upload *)args; (void)gpuMemcpyAsync(r->dst, r->src, r->bytes, gpuMemcpyHostToDevice, s); break; }
     case CU_OP_EMBED: { const rec_embed *r = (const rec_embed *)args; cu_launch_embed(&r->b, r->table, r->type, r->stride, r->n, r->out, s); break; }
     case CU_OP_RMSNORM: { const rec_rmsnorm *r = (const rec_rmsnorm *)args; cu_launch_rmsnorm(r->x, r->ld_x, r->w, r->eps, r->n_rows, r->n_cols, r->out, r->ld_out, s); break; }
-    case CU_OP_NQ: { const rec_nq *r = (const rec_nq *)args; cu_launch_norm_quant(r->mode, r->in0, r->in1, r->ld, r->w, r->eps, r->n_rows, r->out, r->fmts, s); break; }
+    case CU_OP_NQ: { const rec_nq *r = (const rec_nq *)args; cu_launch_norm_quant(r->mode, r->in0, r->in1, r->ld, r->w, r->eps, r->group, r->n_rows, r->out, r->fmts, s); break; }
     case CU_OP_MATMUL: { const rec_matmul *r = (const rec_matmul *)args; cu_launch_matmul(&r->a, s); break; }
     case CU_OP_ADD: { const rec_add *r = (const rec_add *)args; cu_launch_add(r->y, r->x, r->n, s); break; }
     case CU_OP_ROPE: { const rec_rope *r = (const rec_rope *)args; cu_launch_rope(&r->b, r->x, r->ld, r->n_head, r->head_dim, r->mode, r->n_rot, r->base, r->scale, r->ff, s); break; }
@@ -192,7 +192,7 @@ static vllmc_status finish_step(cu_backend *c) {
 static vllmc_status dev_alloc(cu_backend *c, size_t n, void **out) {
     *out = NULL;
     if (n == 0) n = 64;
-    n = (n + 255) & ~(size_t)255;
+    n = ((n + 255) & ~(size_t)255) + 256; /* slack for alignment pads inside buffers */
     void *p = NULL;
     vllmc_status st = gpu_err(gpuMalloc(&p, n + 256), "malloc");
     if (st) return vllmc_errorf(st, "cannot allocate %zu bytes on the GPU: %s", n, vllmc_last_error());
@@ -523,8 +523,9 @@ static vllmc_status cu_matmul(struct backend *be, const struct bk_act *act, int 
             s->w = (const uint8_t *)w->data; s->bias = outs[i].bias; s->y = outs[i].y;
             s->ld_y = outs[i].ld_y ? outs[i].ld_y : w->ne[1];
             s->stride = cu_weight_row_stride(w->type, w->ne[0]);
-            s->type = (int32_t)w->type; s->n_rows = (int32_t)w->ne[1]; s->cta0 = ctas;
+            s->type = (int32_t)w->type; s->n_rows = (int32_t)w->ne[1]; s->cta0 = ctas; s->row0 = r.a.total_rows;
             ctas += (int)GPU_CEIL_DIV(w->ne[1], CU_MM_WARPS);
+            r.a.total_rows += s->n_rows;
         }
         r.a.n_ctas = ctas;
         vllmc_status st = submit(c, CU_OP_MATMUL, &r, sizeof(r));
@@ -563,12 +564,12 @@ static vllmc_status cu_attention(struct backend *be, struct bk_kv_cache *kv, con
     if (!kv || p->kv_layer < 0 || p->kv_layer >= kv->n_layers || p->n_kv_head != kv->n_kv_head || p->head_dim != kv->head_dim ||
         p->n_head <= 0 || p->n_kv_head <= 0 || p->n_head % p->n_kv_head)
         return vllmc_errorf(VLLMC_ERR_INVALID, "attention: parameters do not match the KV cache");
-    if (p->head_dim % 32 || p->head_dim > 256)
-        return vllmc_errorf(VLLMC_ERR_UNSUPPORTED, "attention: head_dim %d (CUDA needs a multiple of 32, at most 256)", p->head_dim);
+    if (p->head_dim != 32 && p->head_dim != 64 && p->head_dim != 128 && p->head_dim != 256)
+        return vllmc_errorf(VLLMC_ERR_UNSUPPORTED, "attention: head_dim %d (CUDA: 32, 64, 128 or 256)", p->head_dim);
     const int32_t hd = p->head_dim;
     /* split-K: decode steps size the split from the cache capacity (constant, so graphs replay) */
     const int64_t max_ctx = c->n_tokens == 1 ? (int64_t)kv->n_blocks * BK_KV_BLOCK : (int64_t)c->max_pos + 1;
-    int64_t chunk = c->n_tokens == 1 ? VLLMC_MAX((int64_t)64, GPU_CEIL_DIV(max_ctx, 32)) : VLLMC_MAX((int64_t)256, GPU_CEIL_DIV(max_ctx, 16));
+    int64_t chunk = c->n_tokens == 1 ? VLLMC_MAX((int64_t)32, GPU_CEIL_DIV(max_ctx, 256)) : VLLMC_MAX((int64_t)256, GPU_CEIL_DIV(max_ctx, 16));
     chunk = GPU_CEIL_DIV(chunk, 16) * 16;
     const int64_t n_split = GPU_CEIL_DIV(VLLMC_MAX(max_ctx, (int64_t)c->max_pos + 1), chunk);
     const int64_t need = (int64_t)c->n_tokens * p->n_head * n_split * 4 * (hd + 2);
@@ -654,8 +655,8 @@ static vllmc_status cu_gdn(struct backend *be, struct bk_rs_cache *rs, const str
         p->d_conv > 8)
         return vllmc_errorf(VLLMC_ERR_INVALID, "gdn: bad dims (k heads %d, v heads %d, d_k %d, d_v %d, conv %d)", p->n_k_head,
                             p->n_v_head, p->d_k, p->d_v, p->d_conv);
-    if (p->d_k != 128 || p->d_v > 128 || p->d_v % 8)
-        return vllmc_errorf(VLLMC_ERR_UNSUPPORTED, "gdn: d_k %d, d_v %d (CUDA kernel: d_k 128, d_v <= 128)", p->d_k, p->d_v);
+    if (p->d_k != 128 || (p->d_v != 64 && p->d_v != 128))
+        return vllmc_errorf(VLLMC_ERR_UNSUPPORTED, "gdn: d_k %d, d_v %d (CUDA kernel: d_k 128, d_v 64 or 128)", p->d_k, p->d_v);
     const int64_t key_dim = (int64_t)p->n_k_head * p->d_k, value_dim = (int64_t)p->n_v_head * p->d_v;
     const int64_t conv_dim = 2 * key_dim + value_dim, nv = p->n_v_head;
     if (!rs || p->rs_layer < 0 || p->rs_layer >= rs->n_layers)
@@ -680,7 +681,12 @@ static vllmc_status cu_gdn(struct backend *be, struct bk_rs_cache *rs, const str
     r.a.eps = p->eps; r.a.out = out->x;
     if ((st = submit(c, CU_OP_GDN, &r, sizeof(r)))) return st;
     out->n_rows = c->n_tokens;
-    return submit_nq(c, CU_NQ_QUANT, NULL, NULL, 0, NULL, 0.f, out->n_rows, out);
+    /* gated RMSNorm with z (in[:, conv_dim:]) fused into the quantize */
+    rec_nq q;
+    memset(&q, 0, sizeof(q));
+    q.in1 = in + conv_dim; q.w = w->norm; q.ld = ld_in; q.n_rows = out->n_rows; q.out = cu_act_split(out); q.eps = p->eps;
+    q.mode = CU_NQ_GATED; q.fmts = out->fmts; q.group = p->d_v;
+    return submit(c, CU_OP_NQ, &q, sizeof(q));
 }
 
 static vllmc_status cu_sigmoid_mul(struct backend *be, float *x, int64_t ld_x, const float *gate, int64_t ld_gate, int64_t n_rows,

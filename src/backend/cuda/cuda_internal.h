@@ -10,11 +10,12 @@
  *
  * Quantized activations (struct bk_act formats) are stored split, per format buffer of an act with
  * max_rows rows of n columns (same byte count as the GGUF block arrays):
- *   Q8_K: qs int8 [max_rows][n] | d f32 [max_rows][n/256] | bsums int16 [max_rows][n/16]
+ *   Q8_K: qs int8 [max_rows][n] | d f32 [max_rows][n/256] | (to 16 bytes) bsums int16 [max_rows][n/16]
  *   Q8_0: qs int8 [max_rows][n] | d fp16 [max_rows][n/32]
- * Every integer partial equals the CPU's, and the float terms are combined in the CPU reference's
- * order (sequential over super-blocks; p[b % 8] partials for 32-blocks; p[i % 32] for floats), so a
- * matmul output equals vec_dot_ref bit for bit. */
+ * (dev_alloc leaves 256 bytes of slack past every buffer, which the alignment pad uses.)
+ * The quantized values equal the CPU's byte for byte; every integer partial of a dot product equals
+ * the CPU's, and so does each super-block's float term; only the order in which the terms are summed
+ * differs (F32 weights keep the reference's p[i % 32] order and are bit-exact). */
 #ifndef VLLMC_CUDA_INTERNAL_H
 #define VLLMC_CUDA_INTERNAL_H
 
@@ -66,24 +67,29 @@ struct cu_mm_seg {
     uint64_t stride;           /* bytes per row */
     int32_t type;
     int32_t n_rows;
-    int32_t cta0;              /* first CTA of this segment */
+    int32_t cta0;              /* first CTA of this segment (prefill kernel) */
+    int32_t row0;              /* first row of this segment in the concatenation (decode kernel) */
+    int32_t pad;
 };
 struct cu_mm_args {
     struct cu_mm_seg seg[CU_MM_MAX_SEG];
     int32_t n_seg;
     int32_t n_ctas;            /* CTAs per group of act rows */
     int32_t n_act;             /* act rows */
+    int32_t total_rows;        /* rows of all segments */
     struct cu_act_view a;
 };
 #define CU_MM_WARPS 4          /* rows per CTA (one warp per row) */
 void cu_launch_matmul(const struct cu_mm_args *args, gpuStream_t s);
 
 /* ---- row-wise kernels ---- */
-enum cu_nq_mode { CU_NQ_QUANT = 0, CU_NQ_RMSNORM = 1, CU_NQ_SWIGLU = 2 };
+enum cu_nq_mode { CU_NQ_QUANT = 0, CU_NQ_RMSNORM = 1, CU_NQ_SWIGLU = 2, CU_NQ_GATED = 3 };
 /* mode RMSNORM: out.x[r] = rmsnorm(in0[r]) * w; SWIGLU: out.x[r] = silu(in0[r]) * in1[r] (row stride ld);
- * QUANT: out.x as is. Then out.x[r] is quantized into the formats in fmts. */
+ * GATED: out.x[r] = rmsnorm(out.x[r]) * w * silu(in1[r]) per group of `group` (64 or 128) columns, w of
+ * `group` (the GDN output gate; in1 row stride ld); QUANT: out.x as is. Then out.x[r] is quantized into the
+ * formats in fmts. */
 void cu_launch_norm_quant(int mode, const float *in0, const float *in1, int64_t ld, const float *w, float eps,
-                          int64_t n_rows, struct cu_act_mut out, uint32_t fmts, gpuStream_t s);
+                          int group, int64_t n_rows, struct cu_act_mut out, uint32_t fmts, gpuStream_t s);
 void cu_launch_rmsnorm(const float *x, int64_t ld_x, const float *w, float eps, int64_t n_rows, int64_t n_cols,
                        float *out, int64_t ld_out, gpuStream_t s);
 void cu_launch_add(float *y, const float *x, int64_t n, gpuStream_t s);

@@ -159,7 +159,6 @@ void cu_launch_rope(const struct cu_batch_dev *b, float *x, int64_t ld, int32_t 
 /* ---- attention ---- */
 
 #define ATT_WARPS 4
-#define ATT_MAXD 8 /* head_dim <= 256 */
 
 static __global__ void kv_store_kernel(struct cu_batch_dev b, struct cu_attn_args a) {
     const int t = blockIdx.x;
@@ -181,59 +180,82 @@ static __global__ void kv_store_kernel(struct cu_batch_dev b, struct cu_attn_arg
     }
 }
 
-/* One CTA per (split, head, token); each warp walks every ATT_WARPS-th position of the split with an
- * online softmax and writes its own partial (m, l, acc[head_dim]). */
+/* Load D contiguous elements (f32 or f16 pool) into v, vectorized. */
+template <int D> static __device__ __forceinline__ void att_load(const void *pool, bool f16, size_t idx, float *v) {
+    if (f16) {
+        const uint16_t *p = (const uint16_t *)pool + idx;
+        if (D == 8) {
+            const uint4 u = *(const uint4 *)p;
+            const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+            for (int k = 0; k < 4; k++) { v[2 * k] = fp16_to_fp32((uint16_t)(w[k] & 0xffff)); v[2 * k + 1] = fp16_to_fp32((uint16_t)(w[k] >> 16)); }
+        } else if (D == 4) {
+            const uint2 u = *(const uint2 *)p;
+            v[0] = fp16_to_fp32((uint16_t)(u.x & 0xffff)); v[1] = fp16_to_fp32((uint16_t)(u.x >> 16));
+            v[2] = fp16_to_fp32((uint16_t)(u.y & 0xffff)); v[3] = fp16_to_fp32((uint16_t)(u.y >> 16));
+        } else {
+#pragma unroll
+            for (int k = 0; k < D; k++) v[k] = fp16_to_fp32(p[k]);
+        }
+    } else {
+        const float *p = (const float *)pool + idx;
+        if (D % 4 == 0) {
+#pragma unroll
+            for (int k = 0; k < D; k += 4) { const float4 f = *(const float4 *)(p + k); v[k] = f.x; v[k + 1] = f.y; v[k + 2] = f.z; v[k + 3] = f.w; }
+        } else {
+#pragma unroll
+            for (int k = 0; k < D; k++) v[k] = p[k];
+        }
+    }
+}
+
+/* One CTA per (split, head, token); lane l owns dims [l*D, l*D + D) (D = head_dim / 32); each warp walks
+ * every ATT_WARPS-th position of the split, two positions per round (both rows loaded before the math),
+ * with an online softmax, and writes its own partial (acc[head_dim], m, l). */
+template <int D>
 static __global__ void __launch_bounds__(32 * ATT_WARPS) attn_split_kernel(struct cu_batch_dev b, struct cu_attn_args a) {
     const int split = blockIdx.x, j = blockIdx.y, t = blockIdx.z;
     const int lane = threadIdx.x % 32, wid = threadIdx.x / 32;
-    const int hd = a.head_dim, D = hd / 32, kvh = j / (a.n_head / a.n_kv_head);
+    const int hd = 32 * D, kvh = j / (a.n_head / a.n_kv_head);
     const int32_t n_ctx = b.pos[t] + 1;
-    const int32_t *si = b.seqinfo + 4 * b.seq[t];
-    const int32_t *bt = b.bt + si[0];
+    const int32_t *bt = b.bt + b.seqinfo[4 * b.seq[t]];
     const int t0 = split * a.chunk, t1 = min(n_ctx, t0 + a.chunk);
-    float q[ATT_MAXD], acc[ATT_MAXD];
-    const float *qp = a.q + (int64_t)t * a.ld_q + (int64_t)j * hd;
+    const bool f16 = a.f16 != 0;
+    float q[D], acc[D];
+    const float *qp = a.q + (int64_t)t * a.ld_q + (int64_t)j * hd + lane * D;
 #pragma unroll
-    for (int e = 0; e < ATT_MAXD; e++) {
+    for (int e = 0; e < D; e++) {
         acc[e] = 0.f;
-        q[e] = 0.f;
-        if (e < D) {
-            const float v = qp[lane + 32 * e];
-            q[e] = a.f16 ? fp16_to_fp32(fp32_to_fp16(v)) : v;
-        }
+        q[e] = f16 ? fp16_to_fp32(fp32_to_fp16(qp[e])) : qp[e];
     }
     float m = -INFINITY, l = 0.f;
-    for (int tau = t0 + wid; tau < t1; tau += ATT_WARPS) {
-        const int32_t blk = bt[tau / BK_KV_BLOCK], slot = tau % BK_KV_BLOCK;
-        const size_t base = (((size_t)blk * a.n_kv_head + kvh) * BK_KV_BLOCK + slot) * hd;
-        float kv[ATT_MAXD];
+    for (int tau = t0 + wid; tau < t1; tau += 2 * ATT_WARPS) {
+        const int tau2 = tau + ATT_WARPS;
+        const bool two = tau2 < t1;
+        const size_t base = (((size_t)bt[tau / BK_KV_BLOCK] * a.n_kv_head + kvh) * BK_KV_BLOCK + tau % BK_KV_BLOCK) * hd + lane * D;
+        const size_t base2 = two ? (((size_t)bt[tau2 / BK_KV_BLOCK] * a.n_kv_head + kvh) * BK_KV_BLOCK + tau2 % BK_KV_BLOCK) * hd + lane * D : base;
+        float k1[D], k2[D], v1[D], v2[D];
+        att_load<D>(a.kpool, f16, base, k1);
+        att_load<D>(a.kpool, f16, base2, k2);
+        att_load<D>(a.vpool, f16, base, v1);
+        att_load<D>(a.vpool, f16, base2, v2);
+        float d1 = 0.f, d2 = 0.f;
 #pragma unroll
-        for (int e = 0; e < ATT_MAXD; e++)
-            if (e < D) kv[e] = a.f16 ? fp16_to_fp32(((const uint16_t *)a.kpool)[base + lane + 32 * e])
-                                     : ((const float *)a.kpool)[base + lane + 32 * e];
-        float dot = 0.f;
-#pragma unroll
-        for (int e = 0; e < ATT_MAXD; e++)
-            if (e < D) dot = __fadd_rn(dot, __fmul_rn(q[e], kv[e]));
-        dot = warp_reduce_sum(dot);
-        const float s = __fmul_rn(dot, a.scale);
-        const float mn = fmaxf(m, s);
-        const float corr = expf(m - mn), p = expf(s - mn);
-        l = l * corr + p;
+        for (int e = 0; e < D; e++) { d1 = __fadd_rn(d1, __fmul_rn(q[e], k1[e])); d2 = __fadd_rn(d2, __fmul_rn(q[e], k2[e])); }
+        d1 = warp_reduce_sum(d1);
+        d2 = warp_reduce_sum(d2);
+        const float s1 = __fmul_rn(d1, a.scale), s2 = two ? __fmul_rn(d2, a.scale) : -INFINITY;
+        const float mn = fmaxf(m, fmaxf(s1, s2));
+        const float corr = expf(m - mn), p1 = expf(s1 - mn), p2 = two ? expf(s2 - mn) : 0.f;
+        l = l * corr + p1 + p2;
         m = mn;
 #pragma unroll
-        for (int e = 0; e < ATT_MAXD; e++)
-            if (e < D) {
-                const float v = a.f16 ? fp16_to_fp32(((const uint16_t *)a.vpool)[base + lane + 32 * e])
-                                      : ((const float *)a.vpool)[base + lane + 32 * e];
-                acc[e] = acc[e] * corr + p * v;
-            }
+        for (int e = 0; e < D; e++) acc[e] = acc[e] * corr + p1 * v1[e] + p2 * v2[e];
     }
     const int n_part = a.n_split * ATT_WARPS;
     float *w = a.work + (((int64_t)t * a.n_head + j) * n_part + (int64_t)split * ATT_WARPS + wid) * (hd + 2);
 #pragma unroll
-    for (int e = 0; e < ATT_MAXD; e++)
-        if (e < D) w[lane + 32 * e] = acc[e];
+    for (int e = 0; e < D; e++) w[lane * D + e] = acc[e];
     if (lane == 0) { w[hd] = m; w[hd + 1] = l; }
 }
 
@@ -262,7 +284,13 @@ static __global__ void attn_combine_kernel(struct cu_batch_dev b, struct cu_attn
 
 void cu_launch_attention(const struct cu_batch_dev *b, const struct cu_attn_args *a, gpuStream_t s) {
     kv_store_kernel<<<b->n_tokens, 256, 0, s>>>(*b, *a);
-    attn_split_kernel<<<dim3(a->n_split, a->n_head, b->n_tokens), 32 * ATT_WARPS, 0, s>>>(*b, *a);
+    const dim3 g(a->n_split, a->n_head, b->n_tokens);
+    switch (a->head_dim) {
+    case 32: attn_split_kernel<1><<<g, 32 * ATT_WARPS, 0, s>>>(*b, *a); break;
+    case 64: attn_split_kernel<2><<<g, 32 * ATT_WARPS, 0, s>>>(*b, *a); break;
+    case 128: attn_split_kernel<4><<<g, 32 * ATT_WARPS, 0, s>>>(*b, *a); break;
+    default: attn_split_kernel<8><<<g, 32 * ATT_WARPS, 0, s>>>(*b, *a); break;
+    }
     attn_combine_kernel<<<dim3(a->n_head, b->n_tokens), a->head_dim < 256 ? a->head_dim : 256, 0, s>>>(*b, *a);
 }
 
@@ -298,48 +326,50 @@ static __device__ double block_sum_d(double v, double *red) {
 }
 
 #define GDN_DK 128
-#define GDN_PER (GDN_DK / 4) /* state floats per thread: 4 threads per value row */
+#define GDN_ROWS 32 /* value rows per CTA */
 
-/* One CTA per value head m, 4 * d_v threads: thread 4j + p holds S[j][32p .. 32p + 31]. */
-static __global__ void __launch_bounds__(512) gdn_rule_kernel(struct cu_batch_dev b, struct cu_gdn_args a) {
+/* grid (n_v_head, d_v / GDN_ROWS), 4 * GDN_ROWS threads: thread 4r + p holds row j = GDN_ROWS * y + r of
+ * the head's state S[j][:] at columns 16 i + 4 p + e (i < 8, e < 4), so each float4 of a warp's state
+ * loads is contiguous. Per token: q/k L2 norms (recomputed by each CTA of a head), gates, the delta rule;
+ * writes the raw o rows (the gated RMSNorm runs in the quantize that follows). */
+static __global__ void __launch_bounds__(4 * GDN_ROWS) gdn_rule_kernel(struct cu_batch_dev b, struct cu_gdn_args a) {
     __shared__ float qs[GDN_DK], ks[GDN_DK];
     __shared__ double red[32];
     __shared__ float gate[2];
-    const int m = blockIdx.x, tid = threadIdx.x, jrow = tid / 4, part = tid % 4;
+    const int m = blockIdx.x, tid = threadIdx.x, part = tid % 4;
     const int dk = GDN_DK, dv = a.d_v, kh = m % a.n_k_head;
+    const int j = blockIdx.y * GDN_ROWS + tid / 4;
     const int64_t key_dim = (int64_t)a.n_k_head * dk, value_dim = (int64_t)a.n_v_head * dv;
     const int64_t conv_dim = 2 * key_dim + value_dim;
-    const bool active = jrow < dv; /* always, with 4 * d_v threads; kept for clarity */
-    float S[GDN_PER];
+    float S[32];
     int cur_slot = -1;
     float *sp = NULL;
     for (int t = 0; t < b.n_tokens; t++) {
         const int slot = seq_slot_of(b, t);
         if (slot != cur_slot) {
-            if (cur_slot >= 0 && active)
+            if (cur_slot >= 0)
 #pragma unroll
-                for (int i = 0; i < GDN_PER; i++) sp[i] = S[i];
+                for (int i = 0; i < 8; i++) *(float4 *)(sp + 16 * i) = make_float4(S[4 * i], S[4 * i + 1], S[4 * i + 2], S[4 * i + 3]);
             cur_slot = slot;
-            sp = a.ssm_state + (int64_t)slot * a.ssm_floats + (int64_t)m * dv * dk + (int64_t)jrow * dk + part * GDN_PER;
-            if (active)
+            sp = a.ssm_state + (int64_t)slot * a.ssm_floats + ((int64_t)m * dv + j) * dk + 4 * part;
 #pragma unroll
-                for (int i = 0; i < GDN_PER; i++) S[i] = sp[i];
+            for (int i = 0; i < 8; i++) {
+                const float4 f = *(const float4 *)(sp + 16 * i);
+                S[4 * i] = f.x; S[4 * i + 1] = f.y; S[4 * i + 2] = f.z; S[4 * i + 3] = f.w;
+            }
         }
         if (b.pos[t] == 0)
 #pragma unroll
-            for (int i = 0; i < GDN_PER; i++) S[i] = 0.f;
+            for (int i = 0; i < 32; i++) S[i] = 0.f;
         const float *row = a.conv_out + (int64_t)t * conv_dim;
         /* L2 norms of q and k (sums in double), q scaled by 1/sqrt(d_k) after */
-        float qv = 0.f, kv = 0.f;
-        if (tid < dk) { qv = row[(int64_t)kh * dk + tid]; kv = row[key_dim + (int64_t)kh * dk + tid]; }
-        const double sq = block_sum_d(tid < dk ? (double)qv * (double)qv : 0.0, red);
-        const double sk = block_sum_d(tid < dk ? (double)kv * (double)kv : 0.0, red);
-        if (tid < dk) {
-            const float scq = __fdiv_rn(1.0f, fmaxf(sqrtf((float)sq), a.eps));
-            const float sck = __fdiv_rn(1.0f, fmaxf(sqrtf((float)sk), a.eps));
-            qs[tid] = __fmul_rn(__fmul_rn(qv, scq), __fdiv_rn(1.0f, sqrtf((float)dk)));
-            ks[tid] = __fmul_rn(kv, sck);
-        }
+        const float qv = row[(int64_t)kh * dk + tid], kv = row[key_dim + (int64_t)kh * dk + tid];
+        const double sq = block_sum_d((double)qv * (double)qv, red);
+        const double sk = block_sum_d((double)kv * (double)kv, red);
+        const float scq = __fdiv_rn(1.0f, fmaxf(sqrtf((float)sq), a.eps));
+        const float sck = __fdiv_rn(1.0f, fmaxf(sqrtf((float)sk), a.eps));
+        qs[tid] = __fmul_rn(__fmul_rn(qv, scq), __fdiv_rn(1.0f, sqrtf((float)dk)));
+        ks[tid] = __fmul_rn(kv, sck);
         if (tid == 0) {
             const float *in = a.in + (int64_t)t * a.ld_in + conv_dim + value_dim;
             const float bv = in[m];
@@ -350,46 +380,40 @@ static __global__ void __launch_bounds__(512) gdn_rule_kernel(struct cu_batch_de
         }
         __syncthreads();
         const float beta = gate[0], decay = gate[1];
+        const float vj = row[2 * key_dim + (int64_t)m * dv + j];
+        float kS = 0.f;
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                S[4 * i + e] = __fmul_rn(S[4 * i + e], decay);
+                kS = __fadd_rn(kS, __fmul_rn(S[4 * i + e], ks[16 * i + 4 * part + e]));
+            }
+        kS = __fadd_rn(kS, shfl_xor(kS, 1));
+        kS = __fadd_rn(kS, shfl_xor(kS, 2));
+        const float delta = __fmul_rn(beta, __fsub_rn(vj, kS));
         float o = 0.f;
-        if (active) {
-            const float vj = row[2 * key_dim + (int64_t)m * dv + jrow];
-            float kS = 0.f;
 #pragma unroll
-            for (int i = 0; i < GDN_PER; i++) {
-                S[i] = __fmul_rn(S[i], decay);
-                kS = __fadd_rn(kS, __fmul_rn(S[i], ks[part * GDN_PER + i]));
-            }
-            kS = __fadd_rn(kS, shfl_xor(kS, 1));
-            kS = __fadd_rn(kS, shfl_xor(kS, 2));
-            const float delta = __fmul_rn(beta, __fsub_rn(vj, kS));
+        for (int i = 0; i < 8; i++)
 #pragma unroll
-            for (int i = 0; i < GDN_PER; i++) {
-                S[i] = __fadd_rn(S[i], __fmul_rn(delta, ks[part * GDN_PER + i]));
-                o = __fadd_rn(o, __fmul_rn(S[i], qs[part * GDN_PER + i]));
+            for (int e = 0; e < 4; e++) {
+                S[4 * i + e] = __fadd_rn(S[4 * i + e], __fmul_rn(delta, ks[16 * i + 4 * part + e]));
+                o = __fadd_rn(o, __fmul_rn(S[4 * i + e], qs[16 * i + 4 * part + e]));
             }
-            o = __fadd_rn(o, shfl_xor(o, 1));
-            o = __fadd_rn(o, shfl_xor(o, 2));
-        }
-        /* gated RMSNorm over the head's d_v outputs */
-        const double so = block_sum_d(active && part == 0 ? (double)o * (double)o : 0.0, red);
-        if (active && part == 0) {
-            const float scale = __fdiv_rn(1.0f, sqrtf(__fadd_rn((float)(so / dv), a.eps)));
-            const float z = a.in[(int64_t)t * a.ld_in + conv_dim + (int64_t)m * dv + jrow];
-            const float sz = __fdiv_rn(z, __fadd_rn(1.0f, expf(-z)));
-            a.out[(int64_t)t * value_dim + (int64_t)m * dv + jrow] =
-                __fmul_rn(__fmul_rn(__fmul_rn(o, scale), a.norm[jrow]), sz);
-        }
-        __syncthreads();
+        o = __fadd_rn(o, shfl_xor(o, 1));
+        o = __fadd_rn(o, shfl_xor(o, 2));
+        if (part == 0) a.out[(int64_t)t * value_dim + (int64_t)m * dv + j] = o;
+        __syncthreads(); /* qs, ks, gate are rewritten by the next token */
     }
-    if (cur_slot >= 0 && active)
+    if (cur_slot >= 0)
 #pragma unroll
-        for (int i = 0; i < GDN_PER; i++) sp[i] = S[i];
+        for (int i = 0; i < 8; i++) *(float4 *)(sp + 16 * i) = make_float4(S[4 * i], S[4 * i + 1], S[4 * i + 2], S[4 * i + 3]);
 }
 
 void cu_launch_gdn(const struct cu_batch_dev *b, const struct cu_gdn_args *a, gpuStream_t s) {
     const int64_t conv_dim = 2 * (int64_t)a->n_k_head * a->d_k + (int64_t)a->n_v_head * a->d_v;
     gdn_conv_kernel<<<(unsigned)GPU_CEIL_DIV(conv_dim, 128), 128, 0, s>>>(*b, *a, conv_dim);
-    gdn_rule_kernel<<<a->n_v_head, 4 * a->d_v, 0, s>>>(*b, *a);
+    gdn_rule_kernel<<<dim3(a->n_v_head, a->d_v / GDN_ROWS), 4 * GDN_ROWS, 0, s>>>(*b, *a);
 }
 
 /* ---- argmax ---- */

@@ -1,18 +1,21 @@
 /* Quantized matrix-vector products and the activation quantizers that feed them (layouts in
  * cuda_internal.h).
  *
- * matmul: one warp per weight row, up to CU_MM_MAX_SEG weights (q/k/v, gate/up, ...) in one launch.
- * A warp step covers 512 contiguous bytes of quants: 4 Q4_K/Q6_K super-blocks (8 lanes x 16 bytes each)
- * or 16 Q8_0 blocks (2 lanes each). Two steps' loads are issued before their math. The integer sums of
- * a super-block (block) are reduced with integer shuffles, the float term is formed exactly as the CPU
- * reference forms it (no FMA contraction), and the terms are added in the reference's order, so every
- * output equals vec_dot_ref bit for bit. NA activation rows share each weight load (prefill). */
+ * matmul: one warp per weight row, up to CU_MM_MAX_SEG weights (q/k/v, gate/up, ...) in one launch; at
+ * decode a grid of exactly the resident CTAs walks all rows. A warp step covers 1 KB of contiguous quants:
+ * 8 Q4_K/Q6_K super-blocks (4 lanes x 32 bytes each) or 32 Q8_0 blocks (one per lane). Two steps' loads
+ * are issued before their math. The integer sums of a super-block (block) are exact (dp4a, reduced with
+ * integer shuffles) and its float term is formed as the CPU reference forms it (no FMA contraction); the
+ * terms are then summed per lane and across the warp, an order other than the reference's sequential one,
+ * so outputs match vec_dot_ref to float rounding (about 1e-7 relative). NA activation rows share each
+ * weight load (prefill). */
 #include <string.h>
 #include "backend/cuda/cuda_internal.h"
 #include "quant/blocks.h"
 #include "quant/quant.h"
 
-#define MM_UNROLL 2
+#define MM_UNROLL 2  /* steps whose loads are issued together (Q6_K: 128 bytes a lane) */
+#define MM_UNROLL4 4 /* Q4_K, Q8_0: 32 bytes a lane a step */
 
 static inline uint64_t pad16(uint64_t x) { return (x + 15) & ~(uint64_t)15; }
 
@@ -93,7 +96,7 @@ struct cu_act_mut cu_act_split(const struct bk_act *a) {
     if (a->q[BK_ACT_Q8_K]) {
         m.k_qs = (int8_t *)a->q[BK_ACT_Q8_K];
         m.k_d = (float *)(m.k_qs + R * n);
-        m.k_bs = (int16_t *)(m.k_d + R * (n / QK_K));
+        m.k_bs = (int16_t *)(((uintptr_t)(m.k_d + R * (n / QK_K)) + 15) & ~(uintptr_t)15); /* 16-aligned */
     }
     if (a->q[BK_ACT_Q8_0]) {
         m.o_qs = (int8_t *)a->q[BK_ACT_Q8_0];
@@ -114,13 +117,10 @@ static __device__ __forceinline__ int nearest_int_dev(float v) {
     return (__float_as_int(t) & 0x007fffff) - 0x00400000;
 }
 
-/* One 32-lane group quantizes 256 elements at xb; lane l holds elements 8l .. 8l+7. */
-static __device__ void quant_q8_K_sb(const float *xb, int8_t *qs, float *d_out, int16_t *bsums, int lane) {
-    float v[8];
+/* One 32-lane group quantizes the 256 values v (lane l holds elements 8l .. 8l+7) into a Q8_K super-block. */
+static __device__ void quant_q8_K_sb(const float v[8], int8_t *qs, float *d_out, int16_t *bsums, int lane) {
     float amax = 0.f, vmax = 0.f;
     int imax = 1 << 30;
-    const float4 v0 = *(const float4 *)(xb + lane * 8), v1 = *(const float4 *)(xb + lane * 8 + 4);
-    v[0] = v0.x; v[1] = v0.y; v[2] = v0.z; v[3] = v0.w; v[4] = v1.x; v[5] = v1.y; v[6] = v1.z; v[7] = v1.w;
 #pragma unroll
     for (int k = 0; k < 8; k++) {
         float ax = fabsf(v[k]);
@@ -156,72 +156,106 @@ static __device__ void quant_q8_K_sb(const float *xb, int8_t *qs, float *d_out, 
     if (lane == 0) *d_out = __fdiv_rn(1.f, iscale);
 }
 
-/* One 32-lane group quantizes a 32-element block: one element per lane. */
-static __device__ void quant_q8_0_blk(const float *xb, int8_t *qs, uint16_t *d_out, int lane) {
-    const float v = xb[lane];
-    float amax = fabsf(v);
+/* Four lanes (8 values each) quantize one 32-element Q8_0 block. */
+static __device__ void quant_q8_0_lane(const float v[8], int8_t *qs, uint16_t *d_out, int lane, bool store) {
+    float amax = 0.f;
 #pragma unroll
-    for (int off = 16; off > 0; off >>= 1) amax = fmaxf(amax, shfl_xor(amax, off));
+    for (int k = 0; k < 8; k++) amax = fmaxf(amax, fabsf(v[k]));
+    amax = fmaxf(amax, shfl_xor(amax, 1));
+    amax = fmaxf(amax, shfl_xor(amax, 2));
     const float d = __fdiv_rn(amax, 127.f);
     const float id = d != 0.f ? __fdiv_rn(1.f, d) : 0.f;
-    qs[lane] = (int8_t)roundf(__fmul_rn(v, id));
-    if (lane == 0) *d_out = fp32_to_fp16(d);
+    int packed[2] = {0, 0};
+#pragma unroll
+    for (int k = 0; k < 8; k++) packed[k / 4] |= ((int)roundf(__fmul_rn(v[k], id)) & 0xff) << (8 * (k % 4));
+    if (!store) return;
+    *(int2 *)qs = make_int2(packed[0], packed[1]);
+    if ((lane & 3) == 0) *d_out = fp32_to_fp16(d);
 }
 
-#define NQ_THREADS 256
+#define NQ_WARPS 8
 
-/* One CTA per row: the row's f32 values (normed / gated / as is) into out.x, then every format. */
-static __global__ void __launch_bounds__(NQ_THREADS) norm_quant_kernel(int mode, const float *in0, const float *in1,
-                                                                        int64_t ld, const float *w, float eps,
-                                                                        struct cu_act_mut out, uint32_t fmts) {
-    const int64_t r = blockIdx.x, n = out.n;
-    const int tid = threadIdx.x, lane = tid % 32, grp = tid / 32, n_grp = NQ_THREADS / 32;
+/* grid (ceil(units / NQ_WARPS), rows); a warp owns one 256-element unit of one row: its f32 values
+ * (normed / gated / as they are) go to out.x, then into every format. RMSNorm: every CTA of the row
+ * sums the whole row's squares (in double, the same way), so no second launch is needed. */
+static __global__ void __launch_bounds__(32 * NQ_WARPS) norm_quant_kernel(int mode, const float *in0, const float *in1,
+                                                                          int64_t ld, const float *w, float eps, int group,
+                                                                          struct cu_act_mut out, uint32_t fmts) {
+    const int64_t r = blockIdx.y, n = out.n;
+    const int tid = threadIdx.x, lane = tid % 32, wid = tid / 32;
     float *xr = out.x + r * n;
+    float scale = 1.f;
     if (mode == CU_NQ_RMSNORM) {
-        __shared__ double red[NQ_THREADS / 32];
+        __shared__ double red[NQ_WARPS];
         const float *x = in0 + r * n;
         double sum = 0.0;
-        for (int64_t i = tid; i < n; i += NQ_THREADS) sum += (double)__fmul_rn(x[i], x[i]);
+        for (int64_t i = tid; i < n; i += 32 * NQ_WARPS) sum += (double)__fmul_rn(x[i], x[i]);
 #pragma unroll
         for (int off = 16; off > 0; off >>= 1) sum += shfl_xor(sum, off);
-        if (lane == 0) red[grp] = sum;
+        if (lane == 0) red[wid] = sum;
         __syncthreads();
         double tot = 0.0;
-        for (int g = 0; g < n_grp; g++) tot += red[g];
-        const float scale = __fdiv_rn(1.0f, sqrtf((float)(tot / (double)n + (double)eps)));
-        for (int64_t i = tid; i < n; i += NQ_THREADS) {
-            const float v = __fmul_rn(x[i], scale);
-            xr[i] = w ? __fmul_rn(v, w[i]) : v;
+        for (int g = 0; g < NQ_WARPS; g++) tot += red[g];
+        scale = __fdiv_rn(1.0f, sqrtf((float)(tot / (double)n + (double)eps)));
+    }
+    const int64_t unit = (int64_t)blockIdx.x * NQ_WARPS + wid, e0 = unit * 256 + lane * 8;
+    if (unit * 256 >= n) return;
+    float v[8];
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        const int64_t e = e0 + k;
+        float val = 0.f;
+        if (e < n) {
+            if (mode == CU_NQ_RMSNORM) {
+                val = __fmul_rn(in0[r * n + e], scale);
+                if (w) val = __fmul_rn(val, w[e]);
+                xr[e] = val;
+            } else if (mode == CU_NQ_SWIGLU) {
+                const float gv = in0[r * ld + e];
+                val = __fmul_rn(__fdiv_rn(gv, __fadd_rn(1.0f, expf(-gv))), in1[r * ld + e]);
+                xr[e] = val;
+            } else {
+                val = xr[e];
+            }
         }
-    } else if (mode == CU_NQ_SWIGLU) {
-        const float *g = in0 + r * ld, *u = in1 + r * ld;
-        for (int64_t i = tid; i < n; i += NQ_THREADS) {
-            const float gv = g[i];
-            xr[i] = __fmul_rn(__fdiv_rn(gv, __fadd_rn(1.0f, expf(-gv))), u[i]);
+        v[k] = val;
+    }
+    if (mode == CU_NQ_GATED) {
+        /* RMSNorm over each group of `group` columns (group / 8 lanes), times w, times silu(z) */
+        double sq = 0.0;
+#pragma unroll
+        for (int k = 0; k < 8; k++) sq += (double)v[k] * (double)v[k];
+        for (int off = 1; off < group / 8; off <<= 1) sq += shfl_xor(sq, off);
+        const float gscale = __fdiv_rn(1.0f, sqrtf(__fadd_rn((float)(sq / group), eps)));
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            const int64_t e = e0 + k;
+            if (e < n) {
+                const float z = in1[r * ld + e];
+                const float sz = __fdiv_rn(z, __fadd_rn(1.0f, expf(-z)));
+                v[k] = __fmul_rn(__fmul_rn(__fmul_rn(v[k], gscale), w[e % group]), sz);
+                xr[e] = v[k];
+            }
         }
     }
-    __syncthreads();
     if ((fmts & BK_ACT_BIT(BK_ACT_Q8_K)) && out.k_qs) {
-        const int64_t ns = n / QK_K;
-        for (int64_t s = grp; s < ns; s += n_grp)
-            quant_q8_K_sb(xr + s * QK_K, out.k_qs + r * n + s * QK_K, out.k_d + r * ns + s, out.k_bs + r * (n / 16) + s * 16,
-                          lane);
+        const int64_t ns = n / QK_K, s = unit;
+        quant_q8_K_sb(v, out.k_qs + r * n + s * QK_K, out.k_d + r * ns + s, out.k_bs + r * (n / 16) + s * 16, lane);
     }
-    if ((fmts & BK_ACT_BIT(BK_ACT_Q8_0)) && out.o_qs) {
-        const int64_t nb = n / 32;
-        for (int64_t b = grp; b < nb; b += n_grp)
-            quant_q8_0_blk(xr + b * 32, out.o_qs + r * n + b * 32, out.o_d + r * nb + b, lane);
-    }
+    if ((fmts & BK_ACT_BIT(BK_ACT_Q8_0)) && out.o_qs) /* every lane takes part in the shuffles */
+        quant_q8_0_lane(v, out.o_qs + r * n + e0, out.o_d + r * (n / 32) + e0 / 32, lane, e0 < n);
     if ((fmts & BK_ACT_BIT(BK_ACT_F16)) && out.h)
-        for (int64_t i = tid; i < n; i += NQ_THREADS) out.h[r * n + i] = fp32_to_fp16(xr[i]);
+        for (int k = 0; k < 8; k++) if (e0 + k < n) out.h[r * n + e0 + k] = fp32_to_fp16(v[k]);
     if ((fmts & BK_ACT_BIT(BK_ACT_BF16)) && out.bf)
-        for (int64_t i = tid; i < n; i += NQ_THREADS) out.bf[r * n + i] = fp32_to_bf16(xr[i]);
+        for (int k = 0; k < 8; k++) if (e0 + k < n) out.bf[r * n + e0 + k] = fp32_to_bf16(v[k]);
 }
 
 void cu_launch_norm_quant(int mode, const float *in0, const float *in1, int64_t ld, const float *w, float eps,
-                          int64_t n_rows, struct cu_act_mut out, uint32_t fmts, gpuStream_t s) {
+                          int group, int64_t n_rows, struct cu_act_mut out, uint32_t fmts, gpuStream_t s) {
     if (n_rows <= 0) return;
-    norm_quant_kernel<<<(unsigned)n_rows, NQ_THREADS, 0, s>>>(mode, in0, in1, ld, w, eps, out, fmts);
+    const int64_t units = GPU_CEIL_DIV(out.n, 256);
+    norm_quant_kernel<<<dim3((unsigned)GPU_CEIL_DIV(units, NQ_WARPS), (unsigned)n_rows), 32 * NQ_WARPS, 0, s>>>(
+        mode, in0, in1, ld, w, eps, group, out, fmts);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -250,46 +284,43 @@ static __device__ __forceinline__ void k4_scale_min(int j, uint32_t w0, uint32_t
     }
 }
 
-/* Sequential accumulation of the 4 super-block terms of one warp step (lanes 0, 8, 16, 24) into lane 0. */
-static __device__ __forceinline__ void acc_sb4(float &acc, float t, int sb0, int n_sb) {
-#pragma unroll
-    for (int g = 0; g < 4; g++) {
-        const float tg = shfl_idx(t, 8 * g);
-        if (sb0 + g < n_sb) acc = __fadd_rn(acc, tg);
-    }
-}
-
+/* Q4_K x Q8_K: lane (g, c) of a step owns 64-element chunk c of super-block 8*step + g (32 bytes of quants:
+ * 32 low and 32 high nibbles = sub-blocks 2c and 2c+1). The integer sums of a super-block are reduced over
+ * its 4 lanes; the float term is formed as the reference forms it; terms are summed per lane, then
+ * across the warp. */
 template <int NA>
 static __device__ void row_q4_K(const uint8_t *wr, int n_sb, const cu_act_view &a, int a0, int na, float *acc, int lane) {
-    const int g = lane >> 3, j = lane & 7, c = j >> 1, h = j & 1;
+    const int g = lane >> 2, c = lane & 3;
     const uint8_t *scb = wr + 128 * (size_t)n_sb;
     const uint8_t *dmb = scb + ((12 * (size_t)n_sb + 15) & ~(size_t)15);
-    const int n_steps = (n_sb + 3) / 4;
-    for (int st0 = 0; st0 < n_steps; st0 += MM_UNROLL) {
-        uint4 q[MM_UNROLL];
-        uint32_t sw[MM_UNROLL][3], dm[MM_UNROLL];
+    const int n_steps = (n_sb + 7) / 8;
+    for (int st0 = 0; st0 < n_steps; st0 += MM_UNROLL4) {
+        uint4 q0[MM_UNROLL4], q1[MM_UNROLL4];
+        uint32_t sw[MM_UNROLL4][3], dm[MM_UNROLL4];
 #pragma unroll
-        for (int u = 0; u < MM_UNROLL; u++) {
-            const int sb = 4 * (st0 + u) + g;
+        for (int u = 0; u < MM_UNROLL4; u++) {
+            const int sb = 8 * (st0 + u) + g;
             if (sb < n_sb) {
-                q[u] = gpu_ldg((const uint4 *)(wr + 128 * (size_t)sb + 16 * j));
+                const uint4 *qp = (const uint4 *)(wr + 128 * (size_t)sb + 32 * c);
+                q0[u] = gpu_ldg(qp);
+                q1[u] = gpu_ldg(qp + 1);
                 const uint32_t *sp = (const uint32_t *)(scb + 12 * (size_t)sb);
                 sw[u][0] = gpu_ldg(sp); sw[u][1] = gpu_ldg(sp + 1); sw[u][2] = gpu_ldg(sp + 2);
                 dm[u] = gpu_ldg((const uint32_t *)(dmb + 4 * (size_t)sb));
             } else {
-                q[u] = make_uint4(0, 0, 0, 0); sw[u][0] = sw[u][1] = sw[u][2] = 0; dm[u] = 0;
+                q0[u] = q1[u] = make_uint4(0, 0, 0, 0); sw[u][0] = sw[u][1] = sw[u][2] = 0; dm[u] = 0;
             }
         }
 #pragma unroll
-        for (int u = 0; u < MM_UNROLL; u++) {
+        for (int u = 0; u < MM_UNROLL4; u++) {
             const int st = st0 + u;
             if (st >= n_steps) break;
-            const int sb = 4 * st + g;
+            const int sb = 8 * st + g;
             const bool ok = sb < n_sb;
             int sc0, m0, sc1, m1;
             k4_scale_min(2 * c, sw[u][0], sw[u][1], sw[u][2], sc0, m0);
             k4_scale_min(2 * c + 1, sw[u][0], sw[u][1], sw[u][2], sc1, m1);
-            const uint32_t qw[4] = {q[u].x, q[u].y, q[u].z, q[u].w};
+            const uint32_t qw[8] = {q0[u].x, q0[u].y, q0[u].z, q0[u].w, q1[u].x, q1[u].y, q1[u].z, q1[u].w};
             const float d = fp16_to_fp32((uint16_t)(dm[u] & 0xffff)), dmin = fp16_to_fp32((uint16_t)(dm[u] >> 16));
 #pragma unroll
             for (int r = 0; r < NA; r++) {
@@ -297,69 +328,79 @@ static __device__ void row_q4_K(const uint8_t *wr, int n_sb, const cu_act_view &
                 float da = 0.f;
                 if (ok && r < na) {
                     const int64_t ar = a0 + r;
-                    const int8_t *aq = a.k_qs + ar * a.n + (int64_t)sb * QK_K + 64 * c + 16 * h;
-                    const int4 alo = *(const int4 *)aq, ahi = *(const int4 *)(aq + 32);
-                    const int al[4] = {alo.x, alo.y, alo.z, alo.w}, ah[4] = {ahi.x, ahi.y, ahi.z, ahi.w};
+                    const int8_t *aq = a.k_qs + ar * a.n + (int64_t)sb * QK_K + 64 * c;
+                    const int4 l0 = *(const int4 *)aq, l1 = *(const int4 *)(aq + 16);
+                    const int4 h0 = *(const int4 *)(aq + 32), h1 = *(const int4 *)(aq + 48);
+                    const int al[8] = {l0.x, l0.y, l0.z, l0.w, l1.x, l1.y, l1.z, l1.w};
+                    const int ah[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w};
                     int slo = 0, shi = 0;
 #pragma unroll
-                    for (int k = 0; k < 4; k++) {
+                    for (int k = 0; k < 8; k++) {
                         slo = dot4_i8((int)(qw[k] & 0x0F0F0F0Fu), al[k], slo);
                         shi = dot4_i8((int)((qw[k] >> 4) & 0x0F0F0F0Fu), ah[k], shi);
                     }
-                    const int16_t *bs = a.k_bs + ar * (a.n / 16) + (int64_t)sb * 16;
+                    const int2 bs = *(const int2 *)(a.k_bs + ar * (a.n / 16) + (int64_t)sb * 16 + 4 * c);
+                    const int b0 = (int)(int16_t)(bs.x & 0xffff), b1 = (int)(int16_t)(bs.x >> 16);
+                    const int b2 = (int)(int16_t)(bs.y & 0xffff), b3 = (int)(int16_t)(bs.y >> 16);
                     I = sc0 * slo + sc1 * shi;
-                    M = m0 * (int)bs[4 * c + h] + m1 * (int)bs[4 * c + 2 + h];
+                    M = m0 * (b0 + b1) + m1 * (b2 + b3);
                     da = a.k_d[ar * (a.n / QK_K) + sb];
                 }
-                I += shfl_xor(I, 1); I += shfl_xor(I, 2); I += shfl_xor(I, 4);
-                M += shfl_xor(M, 1); M += shfl_xor(M, 2); M += shfl_xor(M, 4);
-                const float t = term_kmin(da, d, dmin, I, M);
-                acc_sb4(acc[r], t, 4 * st, n_sb);
+                I += shfl_xor(I, 1); I += shfl_xor(I, 2);
+                M += shfl_xor(M, 1); M += shfl_xor(M, 2);
+                if (c == 0 && ok && r < na) acc[r] += term_kmin(da, d, dmin, I, M);
             }
         }
     }
 }
 
+/* Q6_K x Q8_K: lane (g, h, k) owns 32 bytes of ql (64 elements: 32 low nibbles, 32 high) and the 32 qh
+ * bytes they need, of super-block 8*step + g. */
 template <int NA>
 static __device__ void row_q6_K(const uint8_t *wr, int n_sb, const cu_act_view &a, int a0, int na, float *acc, int lane) {
-    const int g = lane >> 3, j = lane & 7, h = j >> 2, k = j & 3;
+    const int g = lane >> 2, h = (lane >> 1) & 1, k = lane & 1;
     const uint8_t *qhb = wr + 128 * (size_t)n_sb, *scb = qhb + 64 * (size_t)n_sb, *db = scb + 16 * (size_t)n_sb;
-    const int n_steps = (n_sb + 3) / 4;
-    const int sh_lo = 2 * (k >> 1), sh_hi = 4 + 2 * (k >> 1);
+    const int n_steps = (n_sb + 7) / 8;
+    const int sh_lo = 2 * k, sh_hi = 4 + 2 * k;
     for (int st0 = 0; st0 < n_steps; st0 += MM_UNROLL) {
-        uint4 ql[MM_UNROLL], qh[MM_UNROLL];
-        int scw[MM_UNROLL];
+        uint4 l0[MM_UNROLL], l1[MM_UNROLL], hh0[MM_UNROLL], hh1[MM_UNROLL];
+        uint32_t scw[MM_UNROLL];
         uint16_t dd[MM_UNROLL];
 #pragma unroll
         for (int u = 0; u < MM_UNROLL; u++) {
-            const int sb = 4 * (st0 + u) + g;
+            const int sb = 8 * (st0 + u) + g;
             if (sb < n_sb) {
-                ql[u] = gpu_ldg((const uint4 *)(wr + 128 * (size_t)sb + 64 * h + 16 * k));
-                qh[u] = gpu_ldg((const uint4 *)(qhb + 64 * (size_t)sb + 32 * h + 16 * (k & 1)));
-                const int8_t *sc = (const int8_t *)(scb + 16 * (size_t)sb);
-                scw[u] = ((int)(uint8_t)sc[8 * h + k]) | ((int)(uint8_t)sc[8 * h + 4 + k] << 8);
+                const uint4 *lp = (const uint4 *)(wr + 128 * (size_t)sb + 64 * h + 32 * k);
+                const uint4 *hp = (const uint4 *)(qhb + 64 * (size_t)sb + 32 * h);
+                l0[u] = gpu_ldg(lp); l1[u] = gpu_ldg(lp + 1);
+                hh0[u] = gpu_ldg(hp); hh1[u] = gpu_ldg(hp + 1);
+                /* scales 8h + 2k, +1 (low nibbles) and 8h + 4 + 2k, +1 (high) */
+                const uint16_t *sp = (const uint16_t *)(scb + 16 * (size_t)sb + 8 * h + 2 * k);
+                scw[u] = (uint32_t)gpu_ldg(sp) | ((uint32_t)gpu_ldg(sp + 2) << 16);
                 dd[u] = gpu_ldg((const unsigned short *)(db + 2 * (size_t)sb));
             } else {
-                ql[u] = qh[u] = make_uint4(0, 0, 0, 0); scw[u] = 0; dd[u] = 0;
+                l0[u] = l1[u] = hh0[u] = hh1[u] = make_uint4(0, 0, 0, 0); scw[u] = 0; dd[u] = 0;
             }
         }
 #pragma unroll
         for (int u = 0; u < MM_UNROLL; u++) {
             const int st = st0 + u;
             if (st >= n_steps) break;
-            const int sb = 4 * st + g;
+            const int sb = 8 * st + g;
             const bool ok = sb < n_sb;
-            const uint32_t L[4] = {ql[u].x, ql[u].y, ql[u].z, ql[u].w}, H[4] = {qh[u].x, qh[u].y, qh[u].z, qh[u].w};
-            int vlo[4], vhi[4];
+            const uint32_t L[8] = {l0[u].x, l0[u].y, l0[u].z, l0[u].w, l1[u].x, l1[u].y, l1[u].z, l1[u].w};
+            const uint32_t H[8] = {hh0[u].x, hh0[u].y, hh0[u].z, hh0[u].w, hh1[u].x, hh1[u].y, hh1[u].z, hh1[u].w};
+            int vlo[8], vhi[8];
 #pragma unroll
-            for (int w = 0; w < 4; w++) {
+            for (int w = 0; w < 8; w++) {
                 const uint32_t lo = (L[w] & 0x0F0F0F0Fu) | (((H[w] >> sh_lo) & 0x03030303u) << 4);
                 const uint32_t hi = ((L[w] >> 4) & 0x0F0F0F0Fu) | (((H[w] >> sh_hi) & 0x03030303u) << 4);
                 /* q - 32 in each byte (q in 0..63): set bit 7 so no byte borrows, subtract, flip bit 7 back */
                 vlo[w] = (int)(((lo | 0x80808080u) - 0x20202020u) ^ 0x80808080u);
                 vhi[w] = (int)(((hi | 0x80808080u) - 0x20202020u) ^ 0x80808080u);
             }
-            const int sc_lo = (int)(int8_t)(scw[u] & 0xff), sc_hi = (int)(int8_t)((scw[u] >> 8) & 0xff);
+            const int s_l0 = (int)(int8_t)(scw[u] & 0xff), s_l1 = (int)(int8_t)((scw[u] >> 8) & 0xff);
+            const int s_h0 = (int)(int8_t)((scw[u] >> 16) & 0xff), s_h1 = (int)(int8_t)(scw[u] >> 24);
             const float d = fp16_to_fp32(dd[u]);
 #pragma unroll
             for (int r = 0; r < NA; r++) {
@@ -367,83 +408,67 @@ static __device__ void row_q6_K(const uint8_t *wr, int n_sb, const cu_act_view &
                 float da = 0.f;
                 if (ok && r < na) {
                     const int64_t ar = a0 + r;
-                    const int8_t *aq = a.k_qs + ar * a.n + (int64_t)sb * QK_K + 128 * h + 16 * k;
-                    const int4 alo = *(const int4 *)aq, ahi = *(const int4 *)(aq + 64);
-                    const int al[4] = {alo.x, alo.y, alo.z, alo.w}, ah[4] = {ahi.x, ahi.y, ahi.z, ahi.w};
-                    int slo = 0, shi = 0;
+                    const int8_t *aq = a.k_qs + ar * a.n + (int64_t)sb * QK_K + 128 * h + 32 * k;
+                    const int4 a0v = *(const int4 *)aq, a1v = *(const int4 *)(aq + 16);
+                    const int4 a2v = *(const int4 *)(aq + 64), a3v = *(const int4 *)(aq + 80);
+                    const int al[8] = {a0v.x, a0v.y, a0v.z, a0v.w, a1v.x, a1v.y, a1v.z, a1v.w};
+                    const int ah[8] = {a2v.x, a2v.y, a2v.z, a2v.w, a3v.x, a3v.y, a3v.z, a3v.w};
+                    int sl0 = 0, sl1 = 0, sh0 = 0, sh1 = 0;
 #pragma unroll
                     for (int w = 0; w < 4; w++) {
-                        slo = dot4_i8(vlo[w], al[w], slo);
-                        shi = dot4_i8(vhi[w], ah[w], shi);
+                        sl0 = dot4_i8(vlo[w], al[w], sl0);
+                        sl1 = dot4_i8(vlo[w + 4], al[w + 4], sl1);
+                        sh0 = dot4_i8(vhi[w], ah[w], sh0);
+                        sh1 = dot4_i8(vhi[w + 4], ah[w + 4], sh1);
                     }
-                    I = sc_lo * slo + sc_hi * shi;
+                    I = s_l0 * sl0 + s_l1 * sl1 + s_h0 * sh0 + s_h1 * sh1;
                     da = a.k_d[ar * (a.n / QK_K) + sb];
                 }
-                I += shfl_xor(I, 1); I += shfl_xor(I, 2); I += shfl_xor(I, 4);
-                const float t = term_k(da, d, I);
-                acc_sb4(acc[r], t, 4 * st, n_sb);
+                I += shfl_xor(I, 1); I += shfl_xor(I, 2);
+                if ((lane & 3) == 0 && ok && r < na) acc[r] += term_k(da, d, I);
             }
         }
     }
 }
 
-/* Q8_0: block b of a step is lane pair b % 16; p[b % 8] partials live in lanes 0, 2, .., 14. */
+/* Q8_0 x Q8_0: one 32-element block per lane per step (32 blocks = 1088 bytes a step). */
 template <int NA>
 static __device__ void row_q8_0(const uint8_t *wr, int n_b, const cu_act_view &a, int a0, int na, float *acc, int lane) {
-    const int g = lane >> 1, j = lane & 1;
     const uint8_t *db = wr + 32 * (size_t)n_b;
-    const int n_steps = (n_b + 15) / 16;
-    float p[NA];
+    const int n_steps = (n_b + 31) / 32;
+    for (int st0 = 0; st0 < n_steps; st0 += MM_UNROLL4) {
+        uint4 q0[MM_UNROLL4], q1[MM_UNROLL4];
+        uint16_t dw[MM_UNROLL4];
 #pragma unroll
-    for (int r = 0; r < NA; r++) p[r] = 0.f;
-    for (int st0 = 0; st0 < n_steps; st0 += MM_UNROLL) {
-        uint4 q[MM_UNROLL];
-        uint16_t dw[MM_UNROLL];
-#pragma unroll
-        for (int u = 0; u < MM_UNROLL; u++) {
-            const int b = 16 * (st0 + u) + g;
+        for (int u = 0; u < MM_UNROLL4; u++) {
+            const int b = 32 * (st0 + u) + lane;
             if (b < n_b) {
-                q[u] = gpu_ldg((const uint4 *)(wr + 32 * (size_t)b + 16 * j));
+                const uint4 *qp = (const uint4 *)(wr + 32 * (size_t)b);
+                q0[u] = gpu_ldg(qp); q1[u] = gpu_ldg(qp + 1);
                 dw[u] = gpu_ldg((const unsigned short *)(db + 2 * (size_t)b));
-            } else { q[u] = make_uint4(0, 0, 0, 0); dw[u] = 0; }
+            } else { q0[u] = q1[u] = make_uint4(0, 0, 0, 0); dw[u] = 0; }
         }
 #pragma unroll
-        for (int u = 0; u < MM_UNROLL; u++) {
-            const int st = st0 + u;
-            if (st >= n_steps) break;
-            const int b = 16 * st + g;
-            const bool ok = b < n_b;
-            const int qw[4] = {(int)q[u].x, (int)q[u].y, (int)q[u].z, (int)q[u].w};
+        for (int u = 0; u < MM_UNROLL4; u++) {
+            const int b = 32 * (st0 + u) + lane;
+            if (b >= n_b) continue;
+            const int qw[8] = {(int)q0[u].x, (int)q0[u].y, (int)q0[u].z, (int)q0[u].w,
+                               (int)q1[u].x, (int)q1[u].y, (int)q1[u].z, (int)q1[u].w};
             const float d = fp16_to_fp32(dw[u]);
 #pragma unroll
             for (int r = 0; r < NA; r++) {
+                if (r < na) {
+                const int64_t ar = a0 + r;
+                const int4 x0 = *(const int4 *)(a.o_qs + ar * a.n + 32 * (int64_t)b);
+                const int4 x1 = *(const int4 *)(a.o_qs + ar * a.n + 32 * (int64_t)b + 16);
                 int I = 0;
-                float da = 0.f;
-                if (ok && r < na) {
-                    const int64_t ar = a0 + r;
-                    const int4 av = *(const int4 *)(a.o_qs + ar * a.n + 32 * (int64_t)b + 16 * j);
-                    I = dot4_i8(qw[0], av.x, I); I = dot4_i8(qw[1], av.y, I);
-                    I = dot4_i8(qw[2], av.z, I); I = dot4_i8(qw[3], av.w, I);
-                    da = fp16_to_fp32(a.o_d[ar * (a.n / 32) + b]);
-                }
-                I += shfl_xor(I, 1);
-                const float t = __fmul_rn(__fmul_rn(d, da), (float)I);
-                const float t8 = shfl_xor(t, 16); /* block b + 8 of this step, for lanes 0..15 */
-                if (lane < 16 && (lane & 1) == 0) {
-                    if (ok) p[r] = __fadd_rn(p[r], t);
-                    if (b + 8 < n_b) p[r] = __fadd_rn(p[r], t8);
+                I = dot4_i8(qw[0], x0.x, I); I = dot4_i8(qw[1], x0.y, I); I = dot4_i8(qw[2], x0.z, I); I = dot4_i8(qw[3], x0.w, I);
+                I = dot4_i8(qw[4], x1.x, I); I = dot4_i8(qw[5], x1.y, I); I = dot4_i8(qw[6], x1.z, I); I = dot4_i8(qw[7], x1.w, I);
+                const float da = fp16_to_fp32(a.o_d[ar * (a.n / 32) + b]);
+                acc[r] += __fmul_rn(__fmul_rn(d, da), (float)I);
                 }
             }
         }
-    }
-    /* dot_reduce8 over lanes 0, 2, .., 14: ((p0+p4)+(p2+p6)) + ((p1+p5)+(p3+p7)) */
-#pragma unroll
-    for (int r = 0; r < NA; r++) {
-        float v = p[r];
-        v = __fadd_rn(v, shfl_xor(v, 8));
-        v = __fadd_rn(v, shfl_xor(v, 4));
-        v = __fadd_rn(v, shfl_xor(v, 2));
-        acc[r] = v;
     }
 }
 
@@ -471,22 +496,8 @@ static __device__ void row_f32(const float *wr, int n, const cu_act_view &a, int
     }
 }
 
-/* 32-lane groups: on wave64 targets each half-wave does its own row. */
 template <int NA>
-static __global__ void __launch_bounds__(32 * CU_MM_WARPS) mm_kernel(const struct cu_mm_args P) {
-    const int lane = threadIdx.x % 32, wid = threadIdx.x / 32;
-    /* groups of NA activation rows vary fastest, so the CTAs reading one weight slice run together */
-    const int n_grp = (P.n_act + NA - 1) / NA;
-    const int cta = blockIdx.x / n_grp;
-    const int a0 = (blockIdx.x % n_grp) * NA;
-    const int na = min(NA, P.n_act - a0);
-    int si = 0;
-#pragma unroll
-    for (int i = 1; i < CU_MM_MAX_SEG; i++)
-        if (i < P.n_seg && cta >= P.seg[i].cta0) si = i;
-    const cu_mm_seg &S = P.seg[si];
-    const int row = (cta - S.cta0) * CU_MM_WARPS + wid;
-    if (row >= S.n_rows) return;
+static __device__ __forceinline__ void mm_row(const struct cu_mm_args &P, const cu_mm_seg &S, int row, int a0, int na, int lane) {
     const uint8_t *wr = S.w + (size_t)row * S.stride;
     float acc[NA];
 #pragma unroll
@@ -499,6 +510,9 @@ static __global__ void __launch_bounds__(32 * CU_MM_WARPS) mm_kernel(const struc
     case GGML_TYPE_F32: row_f32<NA>((const float *)wr, n, P.a, a0, na, acc, lane); break;
     default: break;
     }
+    if (S.type != GGML_TYPE_F32)
+#pragma unroll
+        for (int r = 0; r < NA; r++) acc[r] = warp_reduce_sum(acc[r]);
     if (lane == 0)
         for (int r = 0; r < na; r++) {
             float y = acc[r];
@@ -507,10 +521,57 @@ static __global__ void __launch_bounds__(32 * CU_MM_WARPS) mm_kernel(const struc
         }
 }
 
+/* Decode (one activation row): a grid the size of what the GPU holds at once; each warp walks the rows of
+ * all segments with a stride of the total warp count (no tail wave). 32-lane groups throughout. */
+static __global__ void __launch_bounds__(32 * CU_MM_WARPS) mm_kernel_1(const struct cu_mm_args P) {
+    const int lane = threadIdx.x % 32;
+    const int n_warps = gridDim.x * CU_MM_WARPS;
+    for (int g = blockIdx.x * CU_MM_WARPS + threadIdx.x / 32; g < P.total_rows; g += n_warps) {
+        int si = 0;
+#pragma unroll
+        for (int i = 1; i < CU_MM_MAX_SEG; i++)
+            if (i < P.n_seg && g >= P.seg[i].row0) si = i;
+        mm_row<1>(P, P.seg[si], g - P.seg[si].row0, 0, 1, lane);
+    }
+}
+
+/* Prefill: one warp per (weight row, group of NA activation rows); the groups of one weight slice run
+ * next to each other so its bytes come from L2 after the first. */
+template <int NA>
+static __global__ void __launch_bounds__(32 * CU_MM_WARPS) mm_kernel(const struct cu_mm_args P) {
+    const int lane = threadIdx.x % 32, wid = threadIdx.x / 32;
+    const int n_grp = (P.n_act + NA - 1) / NA;
+    const int cta = blockIdx.x / n_grp;
+    const int a0 = (blockIdx.x % n_grp) * NA;
+    const int na = min(NA, P.n_act - a0);
+    int si = 0;
+#pragma unroll
+    for (int i = 1; i < CU_MM_MAX_SEG; i++)
+        if (i < P.n_seg && cta >= P.seg[i].cta0) si = i;
+    const cu_mm_seg &S = P.seg[si];
+    const int row = (cta - S.cta0) * CU_MM_WARPS + wid;
+    if (row >= S.n_rows) return;
+    mm_row<NA>(P, S, row, a0, na, lane);
+}
+
+static int mm_resident_ctas(void) {
+    static int n = 0;
+    if (!n) {
+        int dev = 0, sms = 0, per = 0;
+        if (gpuGetDevice(&dev) != gpuSuccess || gpuDeviceGetSMCount(&sms, dev) != gpuSuccess ||
+            gpuOccupancyMaxActiveBlocksPerMultiprocessor(&per, mm_kernel_1, 32 * CU_MM_WARPS, 0) != gpuSuccess || sms <= 0 ||
+            per <= 0)
+            return 1024;
+        n = sms * per;
+    }
+    return n;
+}
+
 void cu_launch_matmul(const struct cu_mm_args *args, gpuStream_t s) {
     if (args->n_act <= 0 || args->n_ctas <= 0) return;
     if (args->n_act == 1) {
-        mm_kernel<1><<<(unsigned)args->n_ctas, 32 * CU_MM_WARPS, 0, s>>>(*args);
+        const int ctas = min(args->n_ctas, mm_resident_ctas());
+        mm_kernel_1<<<(unsigned)ctas, 32 * CU_MM_WARPS, 0, s>>>(*args);
     } else {
         const int groups = (args->n_act + 7) / 8;
         mm_kernel<8><<<(unsigned)(args->n_ctas * groups), 32 * CU_MM_WARPS, 0, s>>>(*args);

@@ -49,6 +49,9 @@ typedef hipGraphExec_t gpuGraphExec_t;
 #define gpuFreeHost hipHostFree
 #define gpuStreamCaptureModeThreadLocal hipStreamCaptureModeThreadLocal
 #define gpuSetDevice hipSetDevice
+#define gpuGetDevice hipGetDevice
+#define gpuDeviceGetSMCount(n, dev) hipDeviceGetAttribute((n), hipDeviceAttributeMultiprocessorCount, (dev))
+#define gpuOccupancyMaxActiveBlocksPerMultiprocessor hipOccupancyMaxActiveBlocksPerMultiprocessor
 #define gpuEventDefault hipEventDefault
 #if defined(__GFX9__) && !defined(__GFX11__)
 #define VLLMC_WARP_SIZE 64 /* CDNA / GCN: wave64 */
@@ -99,6 +102,9 @@ typedef cudaGraphExec_t gpuGraphExec_t;
 #define gpuFreeHost cudaFreeHost
 #define gpuStreamCaptureModeThreadLocal cudaStreamCaptureModeThreadLocal
 #define gpuSetDevice cudaSetDevice
+#define gpuGetDevice cudaGetDevice
+#define gpuDeviceGetSMCount(n, dev) cudaDeviceGetAttribute((n), cudaDevAttrMultiProcessorCount, (dev))
+#define gpuOccupancyMaxActiveBlocksPerMultiprocessor cudaOccupancyMaxActiveBlocksPerMultiprocessor
 #define gpuEventDefault cudaEventDefault
 #define VLLMC_WARP_SIZE 32
 typedef uint32_t lane_mask_t;
