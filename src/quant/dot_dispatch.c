@@ -3,6 +3,9 @@
  * same bits as the scalar reference, so the choice changes speed only. */
 #include <pthread.h>
 #include <string.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 #include "dot_impl.h"
 #include "gemv.h"
 
@@ -10,13 +13,22 @@ static const char *const g_isa_names[QUANT_ISA_COUNT] = {"scalar", "avx2", "avx5
 static pthread_once_t g_isa_once = PTHREAD_ONCE_INIT;
 static int g_isa_active;
 
+#if defined(__x86_64__) || defined(__i386__)
+/* F16C (CPUID.1:ECX[29]) and BMI2 (CPUID.7.0:EBX[8]); not every compiler's __builtin_cpu_supports knows them. */
+static bool dot_cpu_f16c_bmi2(void) {
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 29))) return false;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(b & (1u << 8))) return false;
+    return true;
+}
+#endif
+
 bool quant_isa_supported(int isa) {
     switch (isa) {
     case QUANT_ISA_SCALAR: return true;
 #if defined(__x86_64__) || defined(__i386__)
     case QUANT_ISA_AVX2:
-        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c") &&
-               __builtin_cpu_supports("bmi2");
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && dot_cpu_f16c_bmi2();
     case QUANT_ISA_AVX512:
         return quant_isa_supported(QUANT_ISA_AVX2) && __builtin_cpu_supports("avx512f") &&
                __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
