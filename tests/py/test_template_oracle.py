@@ -518,7 +518,7 @@ def test_random_expressions_match_jinja2():
     need_vllmc()
     seed = int(os.environ.get("VLLMC_TEST_SEED", "0")) or int.from_bytes(os.urandom(4), "little")
     rng = random.Random(seed)
-    n = int(os.environ.get("VLLMC_TEMPLATE_RANDOM_EXPRS", "3000"))
+    n = int(os.environ.get("VLLMC_TEMPLATE_RANDOM_EXPRS", "2000"))
     ctx_text = json.dumps(EXPR_CTX, ensure_ascii=False)
     ctx = json.loads(ctx_text)
     items = []
