@@ -127,6 +127,29 @@ int main(int argc, char **argv) {
         if (!init || !g_ggml_traits) { fprintf(stderr, "cannot load %s: %s\n", glib, dlerror()); return 1; }
         init();
     }
+    if (g_ggml_traits) { /* oracle: ggml's CPU activation quantizers (from_float) on random rows vs ours */
+        const uint32_t at[] = {GGML_TYPE_Q8_0, GGML_TYPE_Q8_K};
+        for (size_t k = 0; k < 2; k++) {
+            const struct ggml_traits_cpu *gt = g_ggml_traits((int)at[k]);
+            typedef void (*from_float_fn)(const float *x, void *y, int64_t k);
+            from_float_fn ff = gt ? (from_float_fn)gt->from_float : NULL;
+            if (!ff) continue;
+            enum { N = 4096, ROWS = 64 };
+            static float x[N];
+            static uint8_t ours[N * 2], theirs[N * 2];
+            int same = 0;
+            for (int r = 0; r < ROWS; r++) {
+                for (int i = 0; i < N; i++) x[i] = (float)((int64_t)(rnd() % 200001) - 100000) / (r % 2 ? 7.0f : 100000.0f);
+                size_t bytes = (size_t)quant_row_size(at[k], N);
+                memset(theirs, 0, bytes);
+                quant_get_act_quantizer_isa(at[k], quant_isa_active())(x, ours, N);
+                ff(x, theirs, N);
+                same += memcmp(ours, theirs, bytes) == 0;
+            }
+            printf("activation quantizer %s: %d of %d random rows byte-identical to ggml's CPU from_float\n",
+                   quant_traits(at[k])->name, same, ROWS);
+        }
+    }
     struct threadpool *tp = threadpool_create(2);
     if (!tp) { fprintf(stderr, "threadpool: %s\n", vllmc_last_error()); return 1; }
     printf("bench_dot: %lld x %lld, active ISA %s\n", (long long)n_rows, (long long)n_cols, quant_simd_name());
