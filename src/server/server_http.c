@@ -571,6 +571,8 @@ static void ctx_release_choices(struct srv_ctx *x) {
     free(chs);
 }
 
+static enum MHD_Result continue_generation(struct MHD_Connection *c, struct srv_ctx *x);
+
 static enum MHD_Result start_generation(struct MHD_Connection *c, struct srv_ctx *x) {
     struct srv_error err;
     const bool chat = x->route == R_CHAT;
@@ -688,9 +690,7 @@ static enum MHD_Result start_generation(struct MHD_Connection *c, struct srv_ctx
         MHD_destroy_response(resp);
         x->status = 200;
     } else {
-        pthread_mutex_lock(&x->w->mu);
-        ctx_suspend(x);
-        pthread_mutex_unlock(&x->w->mu);
+        ret = continue_generation(c, x); /* polls before suspending: output may have come already */
     }
 done:
     if (ids) for (int i = 0; i < n_prompts; i++) free(ids[i]);
