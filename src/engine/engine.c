@@ -727,6 +727,13 @@ vllmc_status engine_check(vllmc_engine *e) {
             if (r->blocks[j] < 0 || r->blocks[j] >= k->n_blocks) FAILC("bad block id %d", r->blocks[j]);
             cnt[r->blocks[j]]++;
         }
+        for (int32_t j = 0; j < r->n_blocks; j++) {
+            const int32_t b = r->blocks[j];
+            /* a cached block in a table holds exactly that table's tokens there (and is full of computed ones) */
+            if (k->hashed[b] && ((j + 1) * BK_KV_BLOCK > r->n_computed ||
+                                 memcmp(k->tokens + (size_t)b * BK_KV_BLOCK, r->tokens + (size_t)j * BK_KV_BLOCK, BK_KV_BLOCK * sizeof(int32_t))))
+                FAILC("request %llu: cached block %d at table index %d does not hold its tokens", (unsigned long long)r->id, b, j);
+        }
         for (int32_t j = 0; j < r->n_blocks; j++)
             for (int32_t m = j + 1; m < r->n_blocks; m++)
                 if (r->blocks[j] == r->blocks[m]) FAILC("request %llu holds block %d twice", (unsigned long long)r->id, r->blocks[j]);
