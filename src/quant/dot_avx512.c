@@ -18,14 +18,6 @@ static inline int32_t dotz_hsum(__m512i v) {
     return dot_hsum_i32(_mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1)));
 }
 
-/* dot_term_kmin(da, d, dmin, I, M) with ddm = [d, dmin, ..] and q = [I, M, ..]: the same fp32 operations,
- * two lanes at a time: [da*d, da*dmin] * [I, M], then x - y. */
-static inline float dotz_term_kmin(float da, __m128 ddm, __m128i q) {
-    __m128 v = _mm_mul_ps(_mm_set1_ps(da), ddm);
-    __m128 xy = _mm_mul_ps(v, _mm_cvtepi32_ps(q));
-    return _mm_cvtss_f32(_mm_sub_ss(xy, _mm_movehdup_ps(xy)));
-}
-
 /* One weight row against n_act (1..DOT_MULTI_MAX) activation rows a_stride bytes apart; the weight
  * unpacking is done once per super-block. Each out[i] has exactly the bits of the one-row kernel. */
 static inline __attribute__((always_inline)) void dotz_q4_K_n(int64_t n, const void *vw, const void *va,
@@ -68,7 +60,7 @@ static inline __attribute__((always_inline)) void dotz_q4_K_n(int64_t n, const v
             __m256i h = _mm256_hadd_epi32(_mm256_add_epi32(_mm512_castsi512_si256(iz), _mm512_extracti64x4_epi64(iz, 1)), macc);
             __m128i q = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
             q = _mm_hadd_epi32(q, q);
-            acc[i] = acc[i] + dotz_term_kmin(ai->d, ddm, q);
+            acc[i] = acc[i] + dot_term_kmin_v(ai->d, ddm, q);
         }
     }
     #pragma GCC unroll 8
@@ -121,7 +113,7 @@ static inline __attribute__((always_inline)) void dotz_q5_K_n(int64_t n, const v
             __m256i h = _mm256_hadd_epi32(_mm256_add_epi32(_mm512_castsi512_si256(iz), _mm512_extracti64x4_epi64(iz, 1)), macc);
             __m128i q = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
             q = _mm_hadd_epi32(q, q);
-            acc[i] = acc[i] + dotz_term_kmin(ai->d, ddm, q);
+            acc[i] = acc[i] + dot_term_kmin_v(ai->d, ddm, q);
         }
     }
     for (int i = 0; i < n_act; i++) out[i] = acc[i];
@@ -396,7 +388,7 @@ static inline __attribute__((always_inline)) void dotz_q2_K_n(int64_t n, const v
             __m512i iz = _mm512_add_epi32(acc0, acc1);
             __m256i h = _mm256_hadd_epi32(_mm256_add_epi32(_mm512_castsi512_si256(iz), _mm512_extracti64x4_epi64(iz, 1)), macc);
             __m128i q = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
-            acc[i] = acc[i] + dotz_term_kmin(ai->d, ddm, _mm_hadd_epi32(q, q));
+            acc[i] = acc[i] + dot_term_kmin_v(ai->d, ddm, _mm_hadd_epi32(q, q));
         }
     }
     for (int i = 0; i < n_act; i++) out[i] = acc[i];

@@ -35,6 +35,25 @@ static inline __m256i dot_ss8(__m256i acc, __m256i w, __m256i a) {
 static inline float dot_f16(ggml_half h) {
     return _cvtsh_ss(h);
 }
+/* dot_term_kmin(da, d, dmin, I, M) with ddm = [d, dmin, ..] and q = [I, M, ..]: the same fp32 operations,
+ * two lanes at a time: [da*d, da*dmin] * [I, M], then x - y. */
+static inline float dot_term_kmin_v(float da, __m128 ddm, __m128i q) {
+    __m128 v = _mm_mul_ps(_mm_set1_ps(da), ddm);
+    __m128 xy = _mm_mul_ps(v, _mm_cvtepi32_ps(q));
+    return _mm_cvtss_f32(_mm_sub_ss(xy, _mm_movehdup_ps(xy)));
+}
+/* [d, dmin, 0, 0] from two adjacent f16 fields */
+static inline __m128 dot_f16x2(const ggml_half *p) {
+    uint32_t bits;
+    memcpy(&bits, p, 4);
+    return _mm_cvtph_ps(_mm_cvtsi32_si128((int)bits));
+}
+/* [I, M, I, M] from the int32 lanes of the I and M accumulators */
+static inline __m128i dot_hsum_pair(__m256i iacc, __m256i macc) {
+    __m256i h = _mm256_hadd_epi32(iacc, macc);
+    __m128i q = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+    return _mm_hadd_epi32(q, q);
+}
 static inline int32_t dot_hsum_i32(__m256i v) {
     __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
     s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
@@ -255,8 +274,8 @@ static float DOT_NAME(q4_K)(int64_t n, const void *vw, const void *va) {
         const int8_t *q8 = a[s].qs;
         __m128i scm = dot_unpack_k4_scales(x->scales);
         __m256i sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(scm));
-        __m128i mn = _mm_cvtepu8_epi16(_mm_srli_si128(scm, 8));
-        __m256i mdup = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_unpacklo_epi16(mn, mn)), _mm_unpackhi_epi16(mn, mn), 1);
+        /* int16 [m0 m0 m1 m1 .. m7 m7], against bsums [b0 .. b15] */
+        __m256i mdup = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(scm, _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15)));
         __m256i macc = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)a[s].bsums), mdup);
         __m256i iacc = _mm256_setzero_si256(), iacc1 = _mm256_setzero_si256(); /* two chains */
         #pragma GCC unroll 8
@@ -268,8 +287,7 @@ static float DOT_NAME(q4_K)(int64_t n, const void *vw, const void *va) {
             iacc = dot_madd16(iacc, plo, dot_bcast16(sc, 2 * c));
             iacc1 = dot_madd16(iacc1, phi, dot_bcast16(sc, 2 * c + 1));
         }
-        iacc = _mm256_add_epi32(iacc, iacc1);
-        acc = acc + dot_term_kmin(a[s].d, dot_f16(x->d), dot_f16(x->dmin), dot_hsum_i32(iacc), dot_hsum_i32(macc));
+        acc = acc + dot_term_kmin_v(a[s].d, dot_f16x2(&x->d), dot_hsum_pair(_mm256_add_epi32(iacc, iacc1), macc));
     }
     return acc;
 }
@@ -284,8 +302,8 @@ static float DOT_NAME(q5_K)(int64_t n, const void *vw, const void *va) {
         const int8_t *q8 = a[s].qs;
         __m128i scm = dot_unpack_k4_scales(x->scales);
         __m256i sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(scm));
-        __m128i mn = _mm_cvtepu8_epi16(_mm_srli_si128(scm, 8));
-        __m256i mdup = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_unpacklo_epi16(mn, mn)), _mm_unpackhi_epi16(mn, mn), 1);
+        /* int16 [m0 m0 m1 m1 .. m7 m7], against bsums [b0 .. b15] */
+        __m256i mdup = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(scm, _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15)));
         __m256i macc = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)a[s].bsums), mdup);
         __m256i qh = _mm256_loadu_si256((const __m256i *)x->qh);
         __m256i iacc = _mm256_setzero_si256(), iacc1 = _mm256_setzero_si256(); /* two chains */
@@ -301,8 +319,7 @@ static float DOT_NAME(q5_K)(int64_t n, const void *vw, const void *va) {
             iacc = dot_madd16(iacc, plo, dot_bcast16(sc, 2 * c));
             iacc1 = dot_madd16(iacc1, phi, dot_bcast16(sc, 2 * c + 1));
         }
-        iacc = _mm256_add_epi32(iacc, iacc1);
-        acc = acc + dot_term_kmin(a[s].d, dot_f16(x->d), dot_f16(x->dmin), dot_hsum_i32(iacc), dot_hsum_i32(macc));
+        acc = acc + dot_term_kmin_v(a[s].d, dot_f16x2(&x->d), dot_hsum_pair(_mm256_add_epi32(iacc, iacc1), macc));
     }
     return acc;
 }
@@ -410,7 +427,7 @@ static float DOT_NAME(q2_K)(int64_t n, const void *vw, const void *va) {
                 iacc = dot_madd16(iacc, p, dot_pair16(sc, 2 * g));
             }
         }
-        acc = acc + dot_term_kmin(a[s].d, dot_f16(x->d), dot_f16(x->dmin), dot_hsum_i32(iacc), dot_hsum_i32(macc));
+        acc = acc + dot_term_kmin_v(a[s].d, dot_f16x2(&x->d), dot_hsum_pair(iacc, macc));
     }
     return acc;
 }
