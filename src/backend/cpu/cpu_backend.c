@@ -13,7 +13,7 @@ static void cpu_destroy(struct backend *be) {
     struct cpu_backend *c = cpu_be(be);
     threadpool_destroy(c->tp);
     free(c->token_ids); free(c->pos); free(c->seq_idx); free(c->logit_rows);
-    free(c->seqs); free(c->block_tables);
+    free(c->seqs); free(c->block_tables); free(c->last_pos);
     vllmc_free_aligned(c->attn_scratch);
     free(c);
 }
@@ -96,39 +96,43 @@ static vllmc_status cpu_batch_set(struct backend *be, const struct bk_batch *b) 
             return vllmc_errorf(VLLMC_ERR_INVALID, "batch: sequence %d has a bad block table", s);
         n_blocks += b->seqs[s].n_blocks;
     }
-    int32_t *last_pos = calloc((size_t)b->n_seqs, sizeof(int32_t));
-    if (!last_pos) return vllmc_errorf(VLLMC_ERR_OOM, "batch");
+    /* Grow the owned arrays first (allocation only when a batch is larger than any before), so that
+     * the checks below can use the per-sequence scratch and a rejected batch leaves the last one intact. */
+    vllmc_status st;
+    if (b->n_tokens > c->cap_tokens) {
+        int64_t cap = c->cap_tokens;
+        if ((st = grow_i32(&c->token_ids, &cap, b->n_tokens))) return st;
+        cap = c->cap_tokens;
+        if ((st = grow_i32(&c->pos, &cap, b->n_tokens))) return st;
+        cap = c->cap_tokens;
+        if ((st = grow_i32(&c->seq_idx, &cap, b->n_tokens))) return st;
+        c->cap_tokens = cap;
+    }
+    if ((st = grow_i32(&c->logit_rows, &c->cap_logits, b->n_logits ? b->n_logits : 1))) return st;
+    if ((st = grow_i32(&c->block_tables, &c->cap_blocks, n_blocks ? n_blocks : 1))) return st;
+    if (b->n_seqs > c->cap_seqs) {
+        int64_t cap = c->cap_seqs;
+        if ((st = grow_i32(&c->last_pos, &cap, b->n_seqs))) return st;
+        struct bk_seq *q = realloc(c->seqs, (size_t)cap * sizeof(*q));
+        if (!q) return vllmc_errorf(VLLMC_ERR_OOM, "batch");
+        c->seqs = q;
+        c->cap_seqs = cap;
+    }
+    int32_t *last_pos = c->last_pos;
     for (int32_t s = 0; s < b->n_seqs; s++) last_pos[s] = -1;
     for (int32_t t = 0; t < b->n_tokens; t++) {
         int32_t s = b->seq_idx[t], p = b->pos[t];
-        if (s < 0 || s >= b->n_seqs) { free(last_pos); return vllmc_errorf(VLLMC_ERR_INVALID, "batch: row %d: sequence index %d out of range", t, s); }
-        if (p < 0 || p / BK_KV_BLOCK >= b->seqs[s].n_blocks) {
-            free(last_pos);
+        if (s < 0 || s >= b->n_seqs) return vllmc_errorf(VLLMC_ERR_INVALID, "batch: row %d: sequence index %d out of range", t, s);
+        if (p < 0 || p / BK_KV_BLOCK >= b->seqs[s].n_blocks)
             return vllmc_errorf(VLLMC_ERR_INVALID, "batch: row %d: position %d not covered by the block table of sequence %d", t, p, s);
-        }
-        if (p <= last_pos[s]) { free(last_pos); return vllmc_errorf(VLLMC_ERR_INVALID, "batch: row %d: positions of sequence %d not increasing", t, s); }
+        if (p <= last_pos[s]) return vllmc_errorf(VLLMC_ERR_INVALID, "batch: row %d: positions of sequence %d not increasing", t, s);
         last_pos[s] = p;
-        if (b->token_ids[t] < 0) { free(last_pos); return vllmc_errorf(VLLMC_ERR_INVALID, "batch: row %d: negative token id", t); }
+        if (b->token_ids[t] < 0) return vllmc_errorf(VLLMC_ERR_INVALID, "batch: row %d: negative token id", t);
     }
-    free(last_pos);
     for (int32_t i = 0; i < b->n_logits; i++)
         if (b->logit_rows[i] < 0 || b->logit_rows[i] >= b->n_tokens || (i && b->logit_rows[i] <= b->logit_rows[i - 1]))
             return vllmc_errorf(VLLMC_ERR_INVALID, "batch: logit row %d (%d) out of range or not ascending", i, b->logit_rows[i]);
 
-    int64_t cap_t = c->cap_tokens;
-    vllmc_status st;
-    if ((st = grow_i32(&c->token_ids, &cap_t, b->n_tokens)) || (cap_t = c->cap_tokens, (st = grow_i32(&c->pos, &cap_t, b->n_tokens))) ||
-        (cap_t = c->cap_tokens, (st = grow_i32(&c->seq_idx, &cap_t, b->n_tokens))))
-        return st;
-    c->cap_tokens = cap_t;
-    if ((st = grow_i32(&c->logit_rows, &c->cap_logits, b->n_logits ? b->n_logits : 1))) return st;
-    if ((st = grow_i32(&c->block_tables, &c->cap_blocks, n_blocks ? n_blocks : 1))) return st;
-    if (b->n_seqs > c->cap_seqs) {
-        struct bk_seq *q = realloc(c->seqs, (size_t)b->n_seqs * sizeof(*q));
-        if (!q) return vllmc_errorf(VLLMC_ERR_OOM, "batch");
-        c->seqs = q;
-        c->cap_seqs = b->n_seqs;
-    }
     memcpy(c->token_ids, b->token_ids, (size_t)b->n_tokens * 4);
     memcpy(c->pos, b->pos, (size_t)b->n_tokens * 4);
     memcpy(c->seq_idx, b->seq_idx, (size_t)b->n_tokens * 4);

@@ -16,6 +16,7 @@ struct cpu_backend {
     int32_t *token_ids, *pos, *seq_idx, *logit_rows;
     struct bk_seq *seqs;
     int32_t *block_tables;      /* concatenated; seqs[i].block_table points in here */
+    int32_t *last_pos;          /* [cap_seqs] scratch of the batch checks */
     int64_t cap_tokens, cap_seqs, cap_blocks, cap_logits;
     /* Scratch for attention (per thread: scores over the context + a rounded query). */
     float *attn_scratch;
