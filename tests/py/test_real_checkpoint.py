@@ -121,3 +121,20 @@ def test_greedy_matches_llama_cpp(qi, model_path, ref, tmp_path):
           f"rms logit difference at that step {rms_diff:.4f}")
     assert gap < 4 * rms_diff, (f"greedy differs at token {i} and it is not a near-tie (gap {gap:.4f}, "
                                 f"rms diff {rms_diff:.4f})\nours {got}\nref  {want}")
+
+
+def test_fast_path_bit_identical_to_reference(model_path, tmp_path):
+    """The threaded SIMD backend and the scalar single-thread reference backend give the same logits bits on
+    the real checkpoint (prefill in one batch + decode steps), as the backend's contract says."""
+    if not VLLMC.exists():
+        pytest.fail(f"{VLLMC} not built")
+    ids = [151644, 872, 198, 7985, 264, 13027, 729, 151645, 198, 151644, 77091, 198]
+    dumps = []
+    for extra in (["--reference"], ["-t", "2"]):
+        d = tmp_path / f"logits{len(dumps)}.f32"
+        r = subprocess.run([str(VLLMC), "generate", "-m", model_path, "--prompt-ids", json.dumps(ids), "-n", "3", "--ids",
+                            "--dump-logits", str(d)] + extra, capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr
+        dumps.append(d.read_bytes())
+    assert len(dumps[0]) == (len(ids) + 2) * 151936 * 4
+    assert dumps[0] == dumps[1]
