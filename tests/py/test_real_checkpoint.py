@@ -11,6 +11,7 @@ output on every prompt is not a property even llama.cpp has. The test prints how
 in full and every divergence with its gap. llama.cpp tokenizes the prompts; when our tokenizer is built into
 vllmc, the prompt text is passed with -p and tokenized by us (so the tokenizer is checked end to end too),
 otherwise the ids go in with --prompt-ids. The decoded text is printed (pytest -s) to read that it makes sense.
+Also: the fast backend (threads, SIMD, batched prefill) gives the scalar reference backend's logits bit for bit.
 """
 import json
 import os
