@@ -66,7 +66,8 @@ void quantize_row_act(uint32_t wtype, const float *x, void *dst, int64_t n);
 
 /* Dot product of a weight row (type wtype) with an activation row already quantized to
  * traits(wtype)->vec_dot_type (F32 weights take F32 activations). The integer part is computed
- * in integers; the float combination order is fixed (per block, in block order), so the scalar
+ * in integers; the float combination order is fixed (see dot_impl.h: 32-element blocks go into 8 partial sums
+ * combined by a fixed tree, super-blocks are summed in order), so the scalar
  * reference and the SIMD paths give the same bits. */
 typedef float (*vec_dot_fn)(int64_t n, const void *w, const void *a);
 float vec_dot_ref(uint32_t wtype, int64_t n, const void *w, const void *a);
