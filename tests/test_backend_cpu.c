@@ -442,6 +442,37 @@ static void test_attention(enum bk_kv_dtype dtype) {
     free_batch(&tb);
 }
 
+/* ---- residual add, 1-D weight upload ---- */
+
+static void test_add_upload(void) {
+    const int64_t R = 9, C = 1000;
+    float *y0 = rand_vec(R * C, 1.0f), *x = rand_vec(R * C, 1.0f);
+    float *yr = malloc(sizeof(float) * (size_t)(R * C)), *yf = malloc(sizeof(float) * (size_t)(R * C));
+    memcpy(yr, y0, sizeof(float) * (size_t)(R * C));
+    CHECK(ref_be->ops->add(ref_be, yr, x, R, C) == VLLMC_OK);
+    bool ok = true;
+    for (int64_t i = 0; i < R * C; i++) ok &= yr[i] == y0[i] + x[i];
+    CHECK(ok);
+    for (int i = 0; i < N_FAST; i++) {
+        memcpy(yf, y0, sizeof(float) * (size_t)(R * C));
+        CHECK(fast_be[i]->ops->add(fast_be[i], yf, x, R, C) == VLLMC_OK);
+        CHECK(same_bits(yf, yr, sizeof(float) * (size_t)(R * C)));
+    }
+    /* a 1-D F16 tensor (e.g. a norm weight) becomes an owned F32 copy; a 2-D one stays in place */
+    uint16_t h[64];
+    for (int i = 0; i < 64; i++) h[i] = fp32_to_fp16(x[i]);
+    struct bk_tensor t;
+    CHECK(fast_be[0]->ops->weight_upload(fast_be[0], h, GGML_TYPE_F16, 1, (int64_t[]){64}, &t) == VLLMC_OK);
+    CHECK(t.type == GGML_TYPE_F32 && t.data != (void *)h && ((float *)t.data)[5] == fp16_to_fp32(h[5]));
+    fast_be[0]->ops->weight_free(fast_be[0], &t);
+    CHECK(fast_be[0]->ops->weight_upload(fast_be[0], h, GGML_TYPE_F16, 2, (int64_t[]){32, 2}, &t) == VLLMC_OK);
+    CHECK(t.type == GGML_TYPE_F16 && t.data == (void *)h && t.row_size_bytes == 64);
+    fast_be[0]->ops->weight_free(fast_be[0], &t);
+    /* a row that is not a whole number of blocks is refused */
+    CHECK(fast_be[0]->ops->weight_upload(fast_be[0], h, GGML_TYPE_Q8_0, 2, (int64_t[]){48, 1}, &t) == VLLMC_ERR_CORRUPT);
+    free(y0); free(x); free(yr); free(yf);
+}
+
 /* ---- batch validation ---- */
 
 static void test_batch_checks(void) {
@@ -488,6 +519,7 @@ int main(void) {
     test_rope();
     test_attention(BK_KV_F32);
     test_attention(BK_KV_F16);
+    test_add_upload();
     test_batch_checks();
     ref_be->ops->destroy(ref_be);
     for (int i = 0; i < N_FAST; i++) fast_be[i]->ops->destroy(fast_be[i]);
