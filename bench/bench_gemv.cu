@@ -115,7 +115,9 @@ int main(int argc, char **argv) {
                 g.w = d_w + (size_t)(c * s.n_fused + f) * dev_bytes; g.y = d_y + f * s.n_rows; g.ld_y = s.n_rows;
                 g.stride = stride; g.type = (int32_t)s.type; g.n_rows = (int32_t)s.n_rows; g.cta0 = ctas;
                 g.row0 = args[c].total_rows;
+                g.tile0 = args[c].total_tiles;
                 args[c].total_rows += g.n_rows;
+                args[c].total_tiles += (int32_t)GPU_CEIL_DIV(g.n_rows, 4);
                 ctas += (int)GPU_CEIL_DIV(s.n_rows, CU_MM_WARPS);
             }
             args[c].n_ctas = ctas;

@@ -16,7 +16,7 @@ note() { summary+=("$1"); echo "== $1"; }
 
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,memory.total,driver_version --format=csv | tee "$OUT/gpu.txt"
 # models in the background while the tests run
-mkdir -p /tmp/models
+rm -rf /tmp/models; mkdir -p /tmp/models # a warm machine keeps /tmp from the last call
 ( python3 .carry/synth_gguf.py qwen35-tiny /tmp/models/qwen35-tiny.gguf >/tmp/models/tiny.log 2>&1; touch /tmp/models/tiny.done
   for m in $BENCH_MODELS; do python3 .carry/synth_gguf.py "$m" "/tmp/models/$m.gguf" >"/tmp/models/$m.log" 2>&1; done
   touch /tmp/models/done ) &

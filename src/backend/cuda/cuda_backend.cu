@@ -524,8 +524,10 @@ static vllmc_status cu_matmul(struct backend *be, const struct bk_act *act, int 
             s->ld_y = outs[i].ld_y ? outs[i].ld_y : w->ne[1];
             s->stride = cu_weight_row_stride(w->type, w->ne[0]);
             s->type = (int32_t)w->type; s->n_rows = (int32_t)w->ne[1]; s->cta0 = ctas; s->row0 = r.a.total_rows;
+            s->tile0 = r.a.total_tiles;
             ctas += (int)GPU_CEIL_DIV(w->ne[1], CU_MM_WARPS);
             r.a.total_rows += s->n_rows;
+            r.a.total_tiles += (int32_t)GPU_CEIL_DIV(s->n_rows, 4);
         }
         r.a.n_ctas = ctas;
         vllmc_status st = submit(c, CU_OP_MATMUL, &r, sizeof(r));

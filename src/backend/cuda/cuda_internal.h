@@ -68,8 +68,8 @@ struct cu_mm_seg {
     int32_t type;
     int32_t n_rows;
     int32_t cta0;              /* first CTA of this segment (prefill kernel) */
-    int32_t row0;              /* first row of this segment in the concatenation (decode kernel) */
-    int32_t pad;
+    int32_t row0;              /* first row of this segment in the concatenation */
+    int32_t tile0;             /* first 4-row tile of this segment (decode kernel) */
 };
 struct cu_mm_args {
     struct cu_mm_seg seg[CU_MM_MAX_SEG];
@@ -77,6 +77,8 @@ struct cu_mm_args {
     int32_t n_ctas;            /* CTAs per group of act rows */
     int32_t n_act;             /* act rows */
     int32_t total_rows;        /* rows of all segments */
+    int32_t total_tiles;       /* 4-row tiles of all segments */
+    int32_t pad;
     struct cu_act_view a;
 };
 #define CU_MM_WARPS 4          /* rows per CTA (one warp per row) */

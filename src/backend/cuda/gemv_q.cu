@@ -521,9 +521,181 @@ static __device__ __forceinline__ void mm_row(const struct cu_mm_args &P, const 
         }
 }
 
-/* Decode (one activation row): a grid the size of what the GPU holds at once; each warp walks the rows of
- * all segments with a stride of the total warp count (no tail wave). 32-lane groups throughout. */
-static __global__ void __launch_bounds__(32 * CU_MM_WARPS) mm_kernel_1(const struct cu_mm_args P) {
+/* ---- decode: tiles of MM_TR consecutive rows per warp ----
+ * The (row, super-block) units of a tile are numbered row-major and dealt to the warp's lane groups, so
+ * no lane idles on rows whose super-block count is not a multiple of the groups per step (2560-wide rows
+ * have 10), and the loads of a step stay contiguous. Each lane keeps one float sum per row of the tile. */
+#define MM_TR 4
+
+static __device__ __forceinline__ void acc_add(float *acc, int rl, float v) {
+    if (rl == 0) acc[0] += v;
+    else if (rl == 1) acc[1] += v;
+    else if (rl == 2) acc[2] += v;
+    else acc[3] += v;
+}
+
+static __device__ void tile_q4_K(const uint8_t *w0, uint64_t stride, int rows, int n_sb, const cu_act_view &a, float *acc, int lane) {
+    const int g = lane >> 2, c = lane & 3;
+    const int U = rows * n_sb, n_steps = (U + 7) / 8;
+    const size_t sc_off = 128 * (size_t)n_sb, dm_off = sc_off + ((12 * (size_t)n_sb + 15) & ~(size_t)15);
+    for (int st0 = 0; st0 < n_steps; st0 += MM_UNROLL4) {
+        uint4 q0[MM_UNROLL4], q1[MM_UNROLL4];
+        uint32_t sw[MM_UNROLL4][3], dm[MM_UNROLL4];
+        int rl[MM_UNROLL4], sbs[MM_UNROLL4];
+#pragma unroll
+        for (int u = 0; u < MM_UNROLL4; u++) {
+            const int f = 8 * (st0 + u) + g;
+            rl[u] = f / n_sb;
+            sbs[u] = f - rl[u] * n_sb;
+            if (f < U) {
+                const uint8_t *wr = w0 + (size_t)rl[u] * stride;
+                const uint4 *qp = (const uint4 *)(wr + 128 * (size_t)sbs[u] + 32 * c);
+                q0[u] = gpu_ldg(qp);
+                q1[u] = gpu_ldg(qp + 1);
+                const uint32_t *sp = (const uint32_t *)(wr + sc_off + 12 * (size_t)sbs[u]);
+                sw[u][0] = gpu_ldg(sp); sw[u][1] = gpu_ldg(sp + 1); sw[u][2] = gpu_ldg(sp + 2);
+                dm[u] = gpu_ldg((const uint32_t *)(wr + dm_off + 4 * (size_t)sbs[u]));
+            } else {
+                q0[u] = q1[u] = make_uint4(0, 0, 0, 0); sw[u][0] = sw[u][1] = sw[u][2] = 0; dm[u] = 0;
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < MM_UNROLL4; u++) {
+            if (st0 + u >= n_steps) break;
+            const int f = 8 * (st0 + u) + g, sb = sbs[u];
+            const bool ok = f < U;
+            int I = 0, M = 0;
+            float da = 0.f;
+            if (ok) {
+                int sc0, m0, sc1, m1;
+                k4_scale_min(2 * c, sw[u][0], sw[u][1], sw[u][2], sc0, m0);
+                k4_scale_min(2 * c + 1, sw[u][0], sw[u][1], sw[u][2], sc1, m1);
+                const uint32_t qw[8] = {q0[u].x, q0[u].y, q0[u].z, q0[u].w, q1[u].x, q1[u].y, q1[u].z, q1[u].w};
+                const int8_t *aq = a.k_qs + (int64_t)sb * QK_K + 64 * c;
+                const int4 l0 = *(const int4 *)aq, l1 = *(const int4 *)(aq + 16);
+                const int4 h0 = *(const int4 *)(aq + 32), h1 = *(const int4 *)(aq + 48);
+                const int al[8] = {l0.x, l0.y, l0.z, l0.w, l1.x, l1.y, l1.z, l1.w};
+                const int ah[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w};
+                int slo = 0, shi = 0;
+#pragma unroll
+                for (int k = 0; k < 8; k++) {
+                    slo = dot4_i8((int)(qw[k] & 0x0F0F0F0Fu), al[k], slo);
+                    shi = dot4_i8((int)((qw[k] >> 4) & 0x0F0F0F0Fu), ah[k], shi);
+                }
+                const int2 bs = *(const int2 *)(a.k_bs + (int64_t)sb * 16 + 4 * c);
+                I = sc0 * slo + sc1 * shi;
+                M = m0 * ((int)(int16_t)(bs.x & 0xffff) + (int)(int16_t)(bs.x >> 16)) +
+                    m1 * ((int)(int16_t)(bs.y & 0xffff) + (int)(int16_t)(bs.y >> 16));
+                da = a.k_d[sb];
+            }
+            I += shfl_xor(I, 1); I += shfl_xor(I, 2);
+            M += shfl_xor(M, 1); M += shfl_xor(M, 2);
+            if (c == 0 && ok)
+                acc_add(acc, rl[u], term_kmin(da, fp16_to_fp32((uint16_t)(dm[u] & 0xffff)), fp16_to_fp32((uint16_t)(dm[u] >> 16)), I, M));
+        }
+    }
+}
+
+static __device__ void tile_q6_K(const uint8_t *w0, uint64_t stride, int rows, int n_sb, const cu_act_view &a, float *acc, int lane) {
+    const int g = lane >> 2, h = (lane >> 1) & 1, k = lane & 1;
+    const int U = rows * n_sb, n_steps = (U + 7) / 8;
+    const size_t qh_off = 128 * (size_t)n_sb, sc_off = 192 * (size_t)n_sb, d_off = 208 * (size_t)n_sb;
+    const int sh_lo = 2 * k, sh_hi = 4 + 2 * k;
+    for (int st0 = 0; st0 < n_steps; st0 += MM_UNROLL) {
+        uint4 l0[MM_UNROLL], l1[MM_UNROLL], hh0[MM_UNROLL], hh1[MM_UNROLL];
+        uint32_t scw[MM_UNROLL];
+        uint16_t dd[MM_UNROLL];
+        int rl[MM_UNROLL], sbs[MM_UNROLL];
+#pragma unroll
+        for (int u = 0; u < MM_UNROLL; u++) {
+            const int f = 8 * (st0 + u) + g;
+            rl[u] = f / n_sb;
+            sbs[u] = f - rl[u] * n_sb;
+            if (f < U) {
+                const uint8_t *wr = w0 + (size_t)rl[u] * stride;
+                const size_t sb = (size_t)sbs[u];
+                const uint4 *lp = (const uint4 *)(wr + 128 * sb + 64 * h + 32 * k);
+                const uint4 *hp = (const uint4 *)(wr + qh_off + 64 * sb + 32 * h);
+                l0[u] = gpu_ldg(lp); l1[u] = gpu_ldg(lp + 1);
+                hh0[u] = gpu_ldg(hp); hh1[u] = gpu_ldg(hp + 1);
+                const uint16_t *sp = (const uint16_t *)(wr + sc_off + 16 * sb + 8 * h + 2 * k);
+                scw[u] = (uint32_t)gpu_ldg(sp) | ((uint32_t)gpu_ldg(sp + 2) << 16);
+                dd[u] = gpu_ldg((const unsigned short *)(wr + d_off + 2 * sb));
+            } else {
+                l0[u] = l1[u] = hh0[u] = hh1[u] = make_uint4(0, 0, 0, 0); scw[u] = 0; dd[u] = 0;
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < MM_UNROLL; u++) {
+            if (st0 + u >= n_steps) break;
+            const int f = 8 * (st0 + u) + g, sb = sbs[u];
+            const bool ok = f < U;
+            int I = 0;
+            float da = 0.f;
+            if (ok) {
+                const uint32_t L[8] = {l0[u].x, l0[u].y, l0[u].z, l0[u].w, l1[u].x, l1[u].y, l1[u].z, l1[u].w};
+                const uint32_t H[8] = {hh0[u].x, hh0[u].y, hh0[u].z, hh0[u].w, hh1[u].x, hh1[u].y, hh1[u].z, hh1[u].w};
+                const int8_t *aq = a.k_qs + (int64_t)sb * QK_K + 128 * h + 32 * k;
+                const int4 a0v = *(const int4 *)aq, a1v = *(const int4 *)(aq + 16);
+                const int4 a2v = *(const int4 *)(aq + 64), a3v = *(const int4 *)(aq + 80);
+                const int al[8] = {a0v.x, a0v.y, a0v.z, a0v.w, a1v.x, a1v.y, a1v.z, a1v.w};
+                const int ah[8] = {a2v.x, a2v.y, a2v.z, a2v.w, a3v.x, a3v.y, a3v.z, a3v.w};
+                int sl0 = 0, sl1 = 0, sh0 = 0, sh1 = 0;
+#pragma unroll
+                for (int w = 0; w < 8; w++) {
+                    const uint32_t lo = (L[w] & 0x0F0F0F0Fu) | (((H[w] >> sh_lo) & 0x03030303u) << 4);
+                    const uint32_t hi = ((L[w] >> 4) & 0x0F0F0F0Fu) | (((H[w] >> sh_hi) & 0x03030303u) << 4);
+                    const int vlo = (int)(((lo | 0x80808080u) - 0x20202020u) ^ 0x80808080u);
+                    const int vhi = (int)(((hi | 0x80808080u) - 0x20202020u) ^ 0x80808080u);
+                    if (w < 4) { sl0 = dot4_i8(vlo, al[w], sl0); sh0 = dot4_i8(vhi, ah[w], sh0); }
+                    else { sl1 = dot4_i8(vlo, al[w], sl1); sh1 = dot4_i8(vhi, ah[w], sh1); }
+                }
+                I = (int)(int8_t)(scw[u] & 0xff) * sl0 + (int)(int8_t)((scw[u] >> 8) & 0xff) * sl1 +
+                    (int)(int8_t)((scw[u] >> 16) & 0xff) * sh0 + (int)(int8_t)(scw[u] >> 24) * sh1;
+                da = a.k_d[sb];
+            }
+            I += shfl_xor(I, 1); I += shfl_xor(I, 2);
+            if ((lane & 3) == 0 && ok) acc_add(acc, rl[u], term_k(da, fp16_to_fp32(dd[u]), I));
+        }
+    }
+}
+
+static __device__ void tile_q8_0(const uint8_t *w0, uint64_t stride, int rows, int n_b, const cu_act_view &a, float *acc, int lane) {
+    const int U = rows * n_b, n_steps = (U + 31) / 32;
+    const size_t d_off = 32 * (size_t)n_b;
+    for (int st0 = 0; st0 < n_steps; st0 += MM_UNROLL4) {
+        uint4 q0[MM_UNROLL4], q1[MM_UNROLL4];
+        uint16_t dw[MM_UNROLL4];
+        int rl[MM_UNROLL4], bs[MM_UNROLL4];
+#pragma unroll
+        for (int u = 0; u < MM_UNROLL4; u++) {
+            const int f = 32 * (st0 + u) + lane;
+            rl[u] = f / n_b;
+            bs[u] = f - rl[u] * n_b;
+            if (f < U) {
+                const uint8_t *wr = w0 + (size_t)rl[u] * stride;
+                const uint4 *qp = (const uint4 *)(wr + 32 * (size_t)bs[u]);
+                q0[u] = gpu_ldg(qp); q1[u] = gpu_ldg(qp + 1);
+                dw[u] = gpu_ldg((const unsigned short *)(wr + d_off + 2 * (size_t)bs[u]));
+            } else { q0[u] = q1[u] = make_uint4(0, 0, 0, 0); dw[u] = 0; }
+        }
+#pragma unroll
+        for (int u = 0; u < MM_UNROLL4; u++) {
+            const int f = 32 * (st0 + u) + lane, b = bs[u];
+            if (f >= U) continue;
+            const int4 x0 = *(const int4 *)(a.o_qs + 32 * (int64_t)b), x1 = *(const int4 *)(a.o_qs + 32 * (int64_t)b + 16);
+            int I = 0;
+            I = dot4_i8((int)q0[u].x, x0.x, I); I = dot4_i8((int)q0[u].y, x0.y, I);
+            I = dot4_i8((int)q0[u].z, x0.z, I); I = dot4_i8((int)q0[u].w, x0.w, I);
+            I = dot4_i8((int)q1[u].x, x1.x, I); I = dot4_i8((int)q1[u].y, x1.y, I);
+            I = dot4_i8((int)q1[u].z, x1.z, I); I = dot4_i8((int)q1[u].w, x1.w, I);
+            acc_add(acc, rl[u], __fmul_rn(__fmul_rn(fp16_to_fp32(dw[u]), fp16_to_fp32(a.o_d[b])), (float)I));
+        }
+    }
+}
+
+/* Decode (one activation row), few rows: one warp per row, rows walked with a stride of the warp count. */
+static __global__ void __launch_bounds__(32 * CU_MM_WARPS) mm_kernel_rows(const struct cu_mm_args P) {
     const int lane = threadIdx.x % 32;
     const int n_warps = gridDim.x * CU_MM_WARPS;
     for (int g = blockIdx.x * CU_MM_WARPS + threadIdx.x / 32; g < P.total_rows; g += n_warps) {
@@ -532,6 +704,42 @@ static __global__ void __launch_bounds__(32 * CU_MM_WARPS) mm_kernel_1(const str
         for (int i = 1; i < CU_MM_MAX_SEG; i++)
             if (i < P.n_seg && g >= P.seg[i].row0) si = i;
         mm_row<1>(P, P.seg[si], g - P.seg[si].row0, 0, 1, lane);
+    }
+}
+
+/* Decode (one activation row), many rows (the LM head): a grid the size of what the GPU holds at once;
+ * each warp walks the row tiles of all segments with a stride of the total warp count (no tail wave). 32-lane groups throughout. */
+static __global__ void __launch_bounds__(32 * CU_MM_WARPS) mm_kernel_1(const struct cu_mm_args P) {
+    const int lane = threadIdx.x % 32;
+    const int n_warps = gridDim.x * CU_MM_WARPS;
+    for (int gt = blockIdx.x * CU_MM_WARPS + threadIdx.x / 32; gt < P.total_tiles; gt += n_warps) {
+        int si = 0;
+#pragma unroll
+        for (int i = 1; i < CU_MM_MAX_SEG; i++)
+            if (i < P.n_seg && gt >= P.seg[i].tile0) si = i;
+        const cu_mm_seg &S = P.seg[si];
+        const int r0 = (gt - S.tile0) * MM_TR, rows = min(MM_TR, S.n_rows - r0);
+        const uint8_t *w0 = S.w + (size_t)r0 * S.stride;
+        const int n = (int)P.a.n;
+        float acc[MM_TR] = {0.f, 0.f, 0.f, 0.f};
+        if (S.type == GGML_TYPE_F32) {
+            for (int r = 0; r < rows; r++) {
+                float v[1] = {0.f};
+                row_f32<1>((const float *)(w0 + (size_t)r * S.stride), n, P.a, 0, 1, v, lane);
+                acc_add(acc, r, v[0]);
+            }
+        } else {
+            if (S.type == GGML_TYPE_Q4_K) tile_q4_K(w0, S.stride, rows, n / QK_K, P.a, acc, lane);
+            else if (S.type == GGML_TYPE_Q6_K) tile_q6_K(w0, S.stride, rows, n / QK_K, P.a, acc, lane);
+            else if (S.type == GGML_TYPE_Q8_0) tile_q8_0(w0, S.stride, rows, n / 32, P.a, acc, lane);
+#pragma unroll
+            for (int r = 0; r < MM_TR; r++) acc[r] = warp_reduce_sum(acc[r]);
+        }
+        if (lane < rows) {
+            const float y = lane == 0 ? acc[0] : lane == 1 ? acc[1] : lane == 2 ? acc[2] : acc[3];
+            const int row = r0 + lane;
+            S.y[row] = S.bias ? __fadd_rn(y, S.bias[row]) : y;
+        }
     }
 }
 
@@ -570,8 +778,15 @@ static int mm_resident_ctas(void) {
 void cu_launch_matmul(const struct cu_mm_args *args, gpuStream_t s) {
     if (args->n_act <= 0 || args->n_ctas <= 0) return;
     if (args->n_act == 1) {
-        const int ctas = min(args->n_ctas, mm_resident_ctas());
-        mm_kernel_1<<<(unsigned)ctas, 32 * CU_MM_WARPS, 0, s>>>(*args);
+        const int resident = mm_resident_ctas();
+        /* 4-row tiles only when they still give every resident warp several tiles */
+        if (args->total_rows >= 4 * MM_TR * CU_MM_WARPS * resident) {
+            const int ctas = min((int)GPU_CEIL_DIV(args->total_tiles, CU_MM_WARPS), resident);
+            mm_kernel_1<<<(unsigned)ctas, 32 * CU_MM_WARPS, 0, s>>>(*args);
+        } else {
+            const int ctas = min(args->n_ctas, resident);
+            mm_kernel_rows<<<(unsigned)ctas, 32 * CU_MM_WARPS, 0, s>>>(*args);
+        }
     } else {
         const int groups = (args->n_act + 7) / 8;
         mm_kernel<8><<<(unsigned)(args->n_ctas * groups), 32 * CU_MM_WARPS, 0, s>>>(*args);
