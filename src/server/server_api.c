@@ -411,6 +411,8 @@ static bool parse_fields(enum srv_endpoint ep, const cJSON *o, struct srv_reques
                 BAD("logit_bias", "'logit_bias' values must be numbers in [-100, 100]");
             r->n_logit_bias++;
         }
+        /* the engine's sampler has no bias hook: refuse rather than silently sample without it */
+        if (r->n_logit_bias) BAD("logit_bias", "'logit_bias' is not supported by this server (give {} or leave it out)");
     }
     if (!parse_stop(r, o, err)) return false;
     return true;

@@ -123,6 +123,9 @@ async def one(client, rng, stats):
         r.close()
         return
     path, body = random_body(rng)
+    hang_up = rng.random() < 0.10  # 10% of clients hang up mid-stream
+    if hang_up:
+        body["stream"] = True
     if not body["stream"]:
         r = await client.post(path, body)
         stats[f"{r.status_code // 100}xx"] += 1
@@ -132,7 +135,6 @@ async def one(client, rng, stats):
             assert len(j["choices"]) == body.get("n", 1) * (len(body["prompt"]) if isinstance(body.get("prompt"), list) else 1)
             assert j["usage"]["completion_tokens"] <= body["max_tokens"] * len(j["choices"])
         return
-    hang_up = rng.random() < 0.10
     r = await client.post(path, body)
     try:
         stats[f"{r.status_code // 100}xx"] += 1
