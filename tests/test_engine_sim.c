@@ -375,12 +375,68 @@ static void test_threaded(void) {
     free(f.kvtok);
 }
 
+
+/* Sampled (temperature > 0) requests: a request's stream depends only on its seed and history, so it is
+ * the same run alone in a roomy engine as among many under preemption (the RNG is not replayed on recompute). */
+static void run_sampled(int n, int32_t budget, int32_t seqs, int32_t blocks, struct sim_req *reqs, int64_t *preempt) {
+    struct engine_config c = {.max_model_len = SIM_L, .max_num_seqs = seqs, .max_num_batched_tokens = budget, .n_blocks = blocks,
+                              .prefix_caching = true, .seed = 99};
+    struct fake f = {.n_blocks = blocks};
+    f.kvtok = calloc((size_t)blocks * 16, sizeof(int32_t));
+    const int32_t eos = SIM_EOS;
+    struct engine_runner run = {.ctx = &f, .n_vocab = SIM_V, .eos_ids = &eos, .n_eos_ids = 1, .forward = fake_forward};
+    vllmc_engine *e = NULL;
+    CHECK(engine_create(&run, &c, NULL, false, &e) == VLLMC_OK);
+    for (int i = 0; i < n; i++) {
+        reqs[i].n_got = 0;
+        reqs[i].n_finish_seen = 0;
+        CHECK(vllmc_engine_submit(e, reqs[i].prompt, reqs[i].n_prompt, &reqs[i].sp, NULL, NULL, &reqs[i].h) == VLLMC_OK);
+    }
+    for (int left = n; left > 0;) {
+        engine_step(e);
+        CHECK(engine_check(e) == VLLMC_OK);
+        left = 0;
+        for (int i = 0; i < n; i++) { sim_poll(&reqs[i]); left += reqs[i].h != NULL; }
+    }
+    vllmc_engine_stats st;
+    vllmc_engine_get_stats(e, &st);
+    *preempt = st.preemptions;
+    vllmc_engine_destroy(e);
+    free(f.kvtok);
+}
+
+static void test_sampled_preemption(void) {
+    enum { N = 24 };
+    static struct sim_req a[N], b[N];
+    for (int i = 0; i < N; i++) {
+        memset(&a[i], 0, sizeof(a[i]));
+        a[i].n_prompt = 1 + (int32_t)rnd(100);
+        for (int32_t j = 0; j < a[i].n_prompt; j++) a[i].prompt[j] = (int32_t)rnd(SIM_V);
+        vllmc_sampling_params_default(&a[i].sp);
+        a[i].sp.temperature = 0.5f + (float)rnd(100) / 100.0f;
+        a[i].sp.top_k = (int32_t)rnd(10);
+        a[i].sp.seed = (int64_t)rnd(1000);
+        a[i].sp.max_tokens = 5 + (int32_t)rnd(50);
+        b[i] = a[i];
+    }
+    int64_t p0 = 0, p1 = 0;
+    run_sampled(N, 256, 1, 64, a, &p0);
+    run_sampled(N, 16 + (int32_t)rnd(32), 8, 10, b, &p1);
+    CHECK_MSG(p0 == 0 && p1 > 0, "sampled: %lld preemptions alone, %lld squeezed", (long long)p0, (long long)p1);
+    for (int i = 0; i < N; i++) {
+        CHECK(a[i].n_finish_seen == 1 && b[i].n_finish_seen == 1 && a[i].fin == b[i].fin);
+        CHECK_MSG(a[i].n_got == b[i].n_got && !memcmp(a[i].got, b[i].got, (size_t)VLLMC_MIN(a[i].n_got, SIM_L) * sizeof(int32_t)),
+                  "sampled request %d: alone and under preemption differ", i);
+    }
+}
+
 int main(void) {
     test_seed_auto("test_engine_sim");
     test_refusals();
     test_prefix_reuse(false);
     test_prefix_reuse(true);
     test_threaded();
+    test_sampled_preemption();
     const int trials = getenv("VLLMC_SIM_TRIALS") ? atoi(getenv("VLLMC_SIM_TRIALS")) : 2000;
     for (int t = 0; t < trials && test_n_fail < 20; t++) run_trial(t);
     printf("test_engine_sim: %d mixes, %lld requests, %lld steps, %lld preemptions, %lld prefix-hit tokens, %lld cancels\n", trials,
