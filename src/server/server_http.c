@@ -8,10 +8,12 @@
  * notify from an engine request whose connection has gone is harmless. When a connection ends early
  * its unfinished engine requests are released, which cancels them and frees their KV blocks. */
 #include <arpa/inet.h>
+#include <errno.h>
 #include <microhttpd.h>
 #include <netdb.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -701,8 +703,22 @@ done:
     return ret;
 }
 
+/* Whether the client closed its end. MHD does not watch a connection that waits for its response, so a
+ * non-streamed request checks at each wake-up (one per engine output). */
+static bool client_gone(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!ci) return false;
+    char b;
+    ssize_t k = recv(ci->connect_fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    return k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
 /* A resumed non-streamed request. */
 static enum MHD_Result continue_generation(struct MHD_Connection *c, struct srv_ctx *x) {
+    if (client_gone(c)) {
+        for (int i = 0; i < x->n_ch; i++) vllmc_request_cancel(x->ch[i].r);
+        return MHD_NO; /* MHD closes the connection; on_completed releases the requests */
+    }
     pthread_mutex_lock(&x->w->mu);
     bool all = ctx_poll(x);
     if (!all) {
@@ -1048,7 +1064,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
         if (x->prev) x->prev->next = x->next; else S.active = x->next;
         if (x->next) x->next->prev = x->prev;
     }
-    int st = x->status ? x->status : 500;
+    int st = x->status ? x->status : toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? 500 : 499; /* 499: the client went away */
     if (x->status == 200 && toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && !x->sent_done && x->streaming) st = 499;
     if (st >= 500) S.http_5xx++;
     else if (st >= 400) S.http_4xx++;
@@ -1144,6 +1160,16 @@ static void wait_inflight(double seconds) {
     }
 }
 
+/* libmicrohttpd's own messages (a client that hung up, a malformed request line) at debug level. */
+static void mhd_log(void *cls, const char *fmt, va_list ap) {
+    (void)cls;
+    char buf[512];
+    vsnprintf(buf, sizeof(buf), fmt, ap);
+    size_t n = strlen(buf);
+    while (n && buf[n - 1] == '\n') buf[--n] = 0;
+    LOG_DEBUG("serve: http: %s", buf);
+}
+
 int srv_run(const struct srv_opts *o) {
     memset(&S, 0, sizeof(S));
     S.o = *o;
@@ -1172,6 +1198,7 @@ int srv_run(const struct srv_opts *o) {
     S.d = MHD_start_daemon(flags, (uint16_t)o->port, NULL, NULL, on_request, NULL,
                            MHD_OPTION_SOCK_ADDR, ai->ai_addr,
                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
+                           MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)o->timeout_s,
                            MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(128 * 1024),
                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)4096,

@@ -399,3 +399,23 @@ def test_bad_flags(model, args, msg):
     assert r.returncode == 2 and msg in r.stderr
     r = subprocess.run([str(VLLMC), "serve", "/nonexistent.gguf"], capture_output=True, text=True, timeout=30)
     assert r.returncode != 0 and "nonexistent" in r.stderr
+
+
+def test_nonstream_disconnect_cancels(model, tmp_path):
+    """A client that hangs up while its non-streamed request runs cancels it at the next engine output."""
+    import socket
+    s = Server(model, "-t", 1, "--max-model-len", 4096, log_path=tmp_path / "log")
+    try:
+        body = json.dumps({"prompt": "hi", "max_tokens": 4000, "ignore_eos": True})
+        sock = socket.create_connection(("127.0.0.1", s.port))
+        sock.sendall(f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n\r\n{body}".encode())
+        time.sleep(0.05)
+        sock.close()
+        t0 = time.time()
+        m = s.wait_idle(timeout=30)
+        assert time.time() - t0 < 2.0, "the request ran on after the client left"
+        assert m["vllmc:kv_blocks_free"] == m["vllmc:kv_blocks_total"]
+        assert s.metric("vllm:request_success_total", 'finished_reason="abort"') == 1
+        assert s.metric("vllm:generation_tokens_total") < 4000
+    finally:
+        assert s.stop() == 0
