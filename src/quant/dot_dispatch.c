@@ -14,12 +14,21 @@ static pthread_once_t g_isa_once = PTHREAD_ONCE_INIT;
 static int g_isa_active;
 
 #if defined(__x86_64__) || defined(__i386__)
-/* F16C (CPUID.1:ECX[29]) and BMI2 (CPUID.7.0:EBX[8]); not every compiler's __builtin_cpu_supports knows them. */
-static bool dot_cpu_f16c_bmi2(void) {
+/* F16C (CPUID.1:ECX[29]) and BMI2 (CPUID.7.0:EBX[8]); not every compiler's __builtin_cpu_supports knows them.
+ * Read once: CPUID traps to the hypervisor in a VM (tens of microseconds), and the kernel getters that ask
+ * quant_isa_supported run on every matmul and activation row. */
+static pthread_once_t g_cpuid_once = PTHREAD_ONCE_INIT;
+static bool g_cpu_f16c_bmi2;
+
+static void dot_cpuid_init(void) {
     unsigned a, b, c, d;
-    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 29))) return false;
-    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(b & (1u << 8))) return false;
-    return true;
+    g_cpu_f16c_bmi2 = __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29)) && __get_cpuid_count(7, 0, &a, &b, &c, &d) &&
+                      (b & (1u << 8));
+}
+
+static bool dot_cpu_f16c_bmi2(void) {
+    pthread_once(&g_cpuid_once, dot_cpuid_init);
+    return g_cpu_f16c_bmi2;
 }
 #endif
 
