@@ -25,8 +25,10 @@ struct bench_opts {
     enum bk_kv_dtype kv;
 };
 
+#ifdef VLLMC_CUDA
 /* The profiling backend: its counters restart after each prefill, so they hold decode steps only. */
 static struct backend *bench_prof_be;
+#endif
 
 struct bench_run {
     double ttft, decode, tpot_med;
