@@ -69,6 +69,6 @@ void bk_act_free(struct backend *be, struct bk_act *a) {
 }
 
 uint64_t bk_kv_block_bytes(enum bk_kv_dtype dtype, int32_t n_kv_head, int32_t head_dim) {
-    uint64_t elt = dtype == BK_KV_F16 ? 2 : 4;
+    uint64_t elt = bk_kv_dtype_size(dtype);
     return (uint64_t)BK_KV_BLOCK * (uint64_t)n_kv_head * (uint64_t)head_dim * elt;
 }

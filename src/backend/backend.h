@@ -100,7 +100,10 @@ struct bk_batch {
  * KV cache: one pool per attention layer, blocks of 16 tokens. Layout of each layer's K and V pools:
  * [n_blocks][n_kv_head][BK_KV_BLOCK][head_dim] so one head's 16 tokens are contiguous.
  * ------------------------------------------------------------------------------------------- */
-enum bk_kv_dtype { BK_KV_F32 = 0, BK_KV_F16 = 1 /* BK_KV_FP8_E4M3 later (with k/v scales) */ };
+/* Element types of the KV pools. FP8_E4M3 is OCP FP8 E4M3FN (bias 7, no inf, max 448, NaN 0x7F/0xFF)
+ * holding x / scale with a per-tensor scale per layer and kind (K or V): stored as e4m3(x / scale)
+ * (round to nearest even, saturated to +-448), read as e4m3_to_f32(code) * scale (as vLLM's fp8 cache). */
+enum bk_kv_dtype { BK_KV_F32 = 0, BK_KV_F16 = 1, BK_KV_BF16 = 2, BK_KV_FP8_E4M3 = 3, BK_KV_NDTYPE };
 
 struct bk_kv_cache {
     enum bk_kv_dtype dtype;
@@ -108,8 +111,11 @@ struct bk_kv_cache {
     int32_t n_blocks;
     int32_t n_kv_head, head_dim;
     void **k, **v;             /* [n_layers] host array of backend pointers to each layer's pool */
-    float k_scale, v_scale;    /* for fp8 later; 1.0 */
+    float k_scale, v_scale;    /* scale of every layer whose k_scales / v_scales entry is absent; 1.0 */
     struct bk_rs_cache *rs;    /* recurrent state of hybrid models (below), NULL otherwise */
+    /* Per-layer fp8 scales (host, [n_layers], 1.0 unless the model or a calibration sets them; > 0 and
+     * finite). NULL = use k_scale / v_scale. Only FP8_E4M3 reads them; set them before the first store. */
+    float *k_scales, *v_scales;
 };
 
 /* ---------------------------------------------------------------------------------------------
@@ -299,6 +305,18 @@ vllmc_status bk_act_alloc(struct backend *be, int64_t max_rows, int64_t n_cols, 
 void bk_act_free(struct backend *be, struct bk_act *a); /* accepts a zeroed/half-built act */
 /* Bytes of one KV-cache block (one layer, K or V): BK_KV_BLOCK * n_kv_head * head_dim * elt. */
 uint64_t bk_kv_block_bytes(enum bk_kv_dtype dtype, int32_t n_kv_head, int32_t head_dim);
+/* Bytes of one KV element of dtype (4, 2, 2, 1); 0 for an unknown dtype. */
+size_t bk_kv_dtype_size(enum bk_kv_dtype dtype);
+/* "f32", "f16", "bf16", "fp8_e4m3" (or "?"). */
+const char *bk_kv_dtype_name(enum bk_kv_dtype dtype);
+/* Parse a --kv-cache-dtype value: auto (= f16) | f16 | fp16 | half | bf16 | f32 | fp32 | float | fp8 | fp8_e4m3.
+ * Returns false for anything else. */
+bool bk_kv_dtype_parse(const char *s, enum bk_kv_dtype *out);
+/* FP8 E4M3FN conversions (kv_dtype.c). Encode: round to nearest even, |x| > 448 (and +-inf) saturates to
+ * +-448, NaN gives 0x7F with the sign bit of x. Decode: exact (0x7F / 0xFF are NaN). */
+uint8_t bk_fp8_e4m3_from_f32(float x);
+float bk_fp8_e4m3_to_f32(uint8_t code);
+extern const float bk_fp8_e4m3_table[256]; /* bk_fp8_e4m3_to_f32 of every code */
 const char *bk_act_fmt_name(int fmt);
 
 #endif

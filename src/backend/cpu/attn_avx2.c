@@ -1,4 +1,4 @@
-/* AVX2 + F16C inner kernels of CPU attention. Bit-identical to the scalar set in cpu_ops_ref.c: the
+/* AVX2 + F16C inner kernels of CPU attention (f32, f16, bf16 and fp8 e4m3 caches). Bit-identical to the scalar set in cpu_ops_ref.c: the
  * q.k dot keeps 16 lane partial sums in two 8-wide registers (lane = i % 16, mul then add, no FMA)
  * and folds them 8/4/2/1 exactly as dot16_fold; out += w * v is element-wise. */
 #include <immintrin.h>
@@ -51,7 +51,52 @@ static void axpy_f16_avx2(float *out, float w, const void *v, int32_t hd) {
     }
 }
 
-static const struct cpu_attn_kernels attn_avx2 = {dot16_f32_avx2, dot16_f16_avx2, axpy_f32_avx2, axpy_f16_avx2};
+/* 8 bf16 -> 8 f32: the bits shifted into the high half (exact, as bf16_to_fp32). */
+static inline __m256 bf16x8_to_f32(const uint16_t *p) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
+}
+
+/* 8 e4m3 codes -> 8 f32 by a gather from the decode table (the same values the scalar path reads). */
+static inline __m256 fp8x8_to_f32(const uint8_t *p) {
+    return _mm256_i32gather_ps(bk_fp8_e4m3_table, _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p)), 4);
+}
+
+static float dot16_bf16_avx2(const float *q, const void *k, int32_t hd) {
+    const uint16_t *kr = k;
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    for (int32_t i = 0; i < hd; i += 16) {
+        a0 = _mm256_add_ps(a0, _mm256_mul_ps(_mm256_loadu_ps(q + i), bf16x8_to_f32(kr + i)));
+        a1 = _mm256_add_ps(a1, _mm256_mul_ps(_mm256_loadu_ps(q + i + 8), bf16x8_to_f32(kr + i + 8)));
+    }
+    return fold16(a0, a1);
+}
+
+static float dot16_fp8_avx2(const float *q, const void *k, int32_t hd) {
+    const uint8_t *kr = k;
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    for (int32_t i = 0; i < hd; i += 16) {
+        a0 = _mm256_add_ps(a0, _mm256_mul_ps(_mm256_loadu_ps(q + i), fp8x8_to_f32(kr + i)));
+        a1 = _mm256_add_ps(a1, _mm256_mul_ps(_mm256_loadu_ps(q + i + 8), fp8x8_to_f32(kr + i + 8)));
+    }
+    return fold16(a0, a1);
+}
+
+static void axpy_bf16_avx2(float *out, float w, const void *v, int32_t hd) {
+    const uint16_t *vr = v;
+    const __m256 ww = _mm256_set1_ps(w);
+    for (int32_t i = 0; i < hd; i += 8)
+        _mm256_storeu_ps(out + i, _mm256_add_ps(_mm256_loadu_ps(out + i), _mm256_mul_ps(ww, bf16x8_to_f32(vr + i))));
+}
+
+static void axpy_fp8_avx2(float *out, float w, const void *v, int32_t hd) {
+    const uint8_t *vr = v;
+    const __m256 ww = _mm256_set1_ps(w);
+    for (int32_t i = 0; i < hd; i += 8)
+        _mm256_storeu_ps(out + i, _mm256_add_ps(_mm256_loadu_ps(out + i), _mm256_mul_ps(ww, fp8x8_to_f32(vr + i))));
+}
+
+static const struct cpu_attn_kernels attn_avx2 = {dot16_f32_avx2,  dot16_f16_avx2, axpy_f32_avx2,  axpy_f16_avx2,
+                                                  dot16_bf16_avx2, dot16_fp8_avx2, axpy_bf16_avx2, axpy_fp8_avx2};
 
 const struct cpu_attn_kernels *cpu_attn_kernels_avx2(int32_t head_dim) {
     __builtin_cpu_init();

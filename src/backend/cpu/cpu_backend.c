@@ -158,13 +158,15 @@ static void cpu_kv_destroy(struct backend *be, struct bk_kv_cache *kv) {
     }
     free(kv->k);
     free(kv->v);
+    free(kv->k_scales);
+    free(kv->v_scales);
     free(kv);
 }
 
 static vllmc_status cpu_kv_create(struct backend *be, enum bk_kv_dtype dtype, int32_t n_layers, int32_t n_blocks,
                                   int32_t n_kv_head, int32_t head_dim, struct bk_kv_cache **out) {
     *out = NULL;
-    if (dtype != BK_KV_F32 && dtype != BK_KV_F16) return vllmc_errorf(VLLMC_ERR_UNSUPPORTED, "KV dtype %d", (int)dtype);
+    if ((int)dtype < 0 || dtype >= BK_KV_NDTYPE) return vllmc_errorf(VLLMC_ERR_UNSUPPORTED, "KV dtype %d", (int)dtype);
     if (n_layers < 0 || n_blocks <= 0 || n_kv_head <= 0 || head_dim <= 0)
         return vllmc_errorf(VLLMC_ERR_INVALID, "KV cache of %d layers, %d blocks, %d heads of %d", n_layers, n_blocks, n_kv_head, head_dim);
     uint64_t bytes;
@@ -179,7 +181,10 @@ static vllmc_status cpu_kv_create(struct backend *be, enum bk_kv_dtype dtype, in
     kv->k_scale = kv->v_scale = 1.0f;
     kv->k = calloc((size_t)(n_layers ? n_layers : 1), sizeof(void *));
     kv->v = calloc((size_t)(n_layers ? n_layers : 1), sizeof(void *));
-    if (!kv->k || !kv->v) { cpu_kv_destroy(be, kv); return vllmc_errorf(VLLMC_ERR_OOM, "KV cache"); }
+    kv->k_scales = malloc((size_t)(n_layers ? n_layers : 1) * sizeof(float));
+    kv->v_scales = malloc((size_t)(n_layers ? n_layers : 1) * sizeof(float));
+    if (!kv->k || !kv->v || !kv->k_scales || !kv->v_scales) { cpu_kv_destroy(be, kv); return vllmc_errorf(VLLMC_ERR_OOM, "KV cache"); }
+    for (int32_t l = 0; l < n_layers; l++) kv->k_scales[l] = kv->v_scales[l] = 1.0f;
     kv->n_layers = n_layers;
     for (int32_t l = 0; l < n_layers; l++) {
         vllmc_status st;
@@ -233,6 +238,14 @@ vllmc_status cpu_attn_check(const struct cpu_backend *c, const struct bk_kv_cach
             if (c->seqs[s].block_table[i] < 0 || c->seqs[s].block_table[i] >= kv->n_blocks)
                 return vllmc_errorf(VLLMC_ERR_INVALID, "attention: sequence %d block %d = %d outside the pool of %d", s, i,
                                     c->seqs[s].block_table[i], kv->n_blocks);
+    if (bk_kv_dtype_size(kv->dtype) == 0) return vllmc_errorf(VLLMC_ERR_INVALID, "attention: KV dtype %d", (int)kv->dtype);
+    if (kv->dtype == BK_KV_FP8_E4M3) {
+        float ks, vs;
+        cpu_kv_scales(kv, p->kv_layer, &ks, &vs);
+        if (!(ks > 0.0f) || !(vs > 0.0f) || isinf(ks) || isinf(vs))
+            return vllmc_errorf(VLLMC_ERR_INVALID, "attention: KV layer %d fp8 scales %g / %g (must be finite and > 0)", p->kv_layer,
+                                (double)ks, (double)vs);
+    }
     return VLLMC_OK;
 }
 
@@ -240,18 +253,39 @@ void cpu_kv_store(const struct cpu_backend *c, struct bk_kv_cache *kv, const str
                   int64_t t1, const float *k, int64_t ld_k, const float *v, int64_t ld_v) {
     const int32_t hd = p->head_dim, nkv = p->n_kv_head;
     void *kp = kv->k[p->kv_layer], *vp = kv->v[p->kv_layer];
+    const size_t elt = bk_kv_dtype_size(kv->dtype);
+    float k_scale, v_scale;
+    cpu_kv_scales(kv, p->kv_layer, &k_scale, &v_scale);
     for (int64_t t = t0; t < t1; t++) {
         const struct bk_seq *s = &c->seqs[c->seq_idx[t]];
         int32_t pos = c->pos[t];
         int32_t blk = s->block_table[pos / BK_KV_BLOCK], slot = pos % BK_KV_BLOCK;
         for (int32_t h = 0; h < nkv; h++) {
             const float *ks = k + t * ld_k + (int64_t)h * hd, *vs = v + t * ld_v + (int64_t)h * hd;
-            if (kv->dtype == BK_KV_F16) {
-                uint16_t *kd = cpu_kv_slot(kp, blk, h, slot, nkv, hd, 2), *vd = cpu_kv_slot(vp, blk, h, slot, nkv, hd, 2);
-                for (int32_t i = 0; i < hd; i++) { kd[i] = fp32_to_fp16(ks[i]); vd[i] = fp32_to_fp16(vs[i]); }
-            } else {
-                memcpy(cpu_kv_slot(kp, blk, h, slot, nkv, hd, 4), ks, (size_t)hd * 4);
-                memcpy(cpu_kv_slot(vp, blk, h, slot, nkv, hd, 4), vs, (size_t)hd * 4);
+            void *kd = cpu_kv_slot(kp, blk, h, slot, nkv, hd, elt), *vd = cpu_kv_slot(vp, blk, h, slot, nkv, hd, elt);
+            switch (kv->dtype) {
+            case BK_KV_F16:
+                for (int32_t i = 0; i < hd; i++) {
+                    ((uint16_t *)kd)[i] = fp32_to_fp16(ks[i]);
+                    ((uint16_t *)vd)[i] = fp32_to_fp16(vs[i]);
+                }
+                break;
+            case BK_KV_BF16:
+                for (int32_t i = 0; i < hd; i++) {
+                    ((uint16_t *)kd)[i] = fp32_to_bf16(ks[i]);
+                    ((uint16_t *)vd)[i] = fp32_to_bf16(vs[i]);
+                }
+                break;
+            case BK_KV_FP8_E4M3: /* as vLLM's fp8 cache store: e4m3(x / scale), saturated */
+                for (int32_t i = 0; i < hd; i++) {
+                    ((uint8_t *)kd)[i] = bk_fp8_e4m3_from_f32(ks[i] / k_scale);
+                    ((uint8_t *)vd)[i] = bk_fp8_e4m3_from_f32(vs[i] / v_scale);
+                }
+                break;
+            default:
+                memcpy(kd, ks, (size_t)hd * 4);
+                memcpy(vd, vs, (size_t)hd * 4);
+                break;
             }
         }
     }

@@ -52,7 +52,17 @@ struct cpu_attn_kernels {
     float (*dot_f16)(const float *q, const void *k, int32_t hd);
     void (*axpy_f32)(float *out, float w, const void *v, int32_t hd);
     void (*axpy_f16)(float *out, float w, const void *v, int32_t hd);
+    /* bf16 and fp8 e4m3 (the raw code values, bk_fp8_e4m3_table; the caller applies the scales). */
+    float (*dot_bf16)(const float *q, const void *k, int32_t hd);
+    float (*dot_fp8)(const float *q, const void *k, int32_t hd);
+    void (*axpy_bf16)(float *out, float w, const void *v, int32_t hd);
+    void (*axpy_fp8)(float *out, float w, const void *v, int32_t hd);
 };
+/* The fp8 scales of KV layer l (the per-layer ones if the cache has them, else k_scale / v_scale). */
+static inline void cpu_kv_scales(const struct bk_kv_cache *kv, int32_t l, float *ks, float *vs) {
+    *ks = kv->k_scales ? kv->k_scales[l] : kv->k_scale;
+    *vs = kv->v_scales ? kv->v_scales[l] : kv->v_scale;
+}
 extern const struct cpu_attn_kernels cpu_attn_kernels_scalar;
 /* The AVX2+F16C set if this CPU has it and head_dim is a multiple of 16, else NULL (attn_avx2.c). */
 const struct cpu_attn_kernels *cpu_attn_kernels_avx2(int32_t head_dim);

@@ -100,8 +100,33 @@ static void cpu_axpy_f16_scalar(float *out, float w, const void *v, int32_t hd) 
     for (int32_t i = 0; i < hd; i++) out[i] = out[i] + w * cpu_f16_lut[vr[i]];
 }
 
+static float cpu_dot16_bf16_scalar(const float *q, const void *k, int32_t hd) {
+    const uint16_t *kr = k;
+    float acc[16] = {0};
+    for (int32_t i = 0; i < hd; i++) acc[i % 16] = acc[i % 16] + q[i] * bf16_to_fp32(kr[i]);
+    return dot16_fold(acc);
+}
+
+static float cpu_dot16_fp8_scalar(const float *q, const void *k, int32_t hd) {
+    const uint8_t *kr = k;
+    float acc[16] = {0};
+    for (int32_t i = 0; i < hd; i++) acc[i % 16] = acc[i % 16] + q[i] * bk_fp8_e4m3_table[kr[i]];
+    return dot16_fold(acc);
+}
+
+static void cpu_axpy_bf16_scalar(float *out, float w, const void *v, int32_t hd) {
+    const uint16_t *vr = v;
+    for (int32_t i = 0; i < hd; i++) out[i] = out[i] + w * bf16_to_fp32(vr[i]);
+}
+
+static void cpu_axpy_fp8_scalar(float *out, float w, const void *v, int32_t hd) {
+    const uint8_t *vr = v;
+    for (int32_t i = 0; i < hd; i++) out[i] = out[i] + w * bk_fp8_e4m3_table[vr[i]];
+}
+
 const struct cpu_attn_kernels cpu_attn_kernels_scalar = {
-    cpu_dot16_f32_scalar, cpu_dot16_f16_scalar, cpu_axpy_f32_scalar, cpu_axpy_f16_scalar};
+    cpu_dot16_f32_scalar,  cpu_dot16_f16_scalar, cpu_axpy_f32_scalar,  cpu_axpy_f16_scalar,
+    cpu_dot16_bf16_scalar, cpu_dot16_fp8_scalar, cpu_axpy_bf16_scalar, cpu_axpy_fp8_scalar};
 
 void cpu_attn_row_head(const struct cpu_backend *c, const struct bk_kv_cache *kv, const struct bk_attn_params *p,
                        int32_t t, int32_t j, const float *q, float *out, float *scores, const struct cpu_attn_kernels *kn) {
@@ -110,17 +135,31 @@ void cpu_attn_row_head(const struct cpu_backend *c, const struct bk_kv_cache *kv
     const int32_t n_ctx = c->pos[t] + 1;
     const void *kp = kv->k[p->kv_layer], *vp = kv->v[p->kv_layer];
     const bool f16 = kv->dtype == BK_KV_F16;
-    const size_t elt = f16 ? 2 : 4;
-    float (*dot)(const float *, const void *, int32_t) = f16 ? kn->dot_f16 : kn->dot_f32;
-    void (*axpy)(float *, float, const void *, int32_t) = f16 ? kn->axpy_f16 : kn->axpy_f32;
+    const size_t elt = bk_kv_dtype_size(kv->dtype);
+    float (*dot)(const float *, const void *, int32_t) = kn->dot_f32;
+    void (*axpy)(float *, float, const void *, int32_t) = kn->axpy_f32;
+    /* fp8: K = code * k_scale, V = code * v_scale, so the scales multiply the score and the weight. */
+    float k_mul = 1.0f, v_mul = 1.0f;
+    switch (kv->dtype) {
+    case BK_KV_F16: dot = kn->dot_f16; axpy = kn->axpy_f16; break;
+    case BK_KV_BF16: dot = kn->dot_bf16; axpy = kn->axpy_bf16; break;
+    case BK_KV_FP8_E4M3:
+        dot = kn->dot_fp8;
+        axpy = kn->axpy_fp8;
+        cpu_kv_scales(kv, p->kv_layer, &k_mul, &v_mul);
+        break;
+    default: break;
+    }
     /* With an f16 cache the query and the probabilities are rounded to f16 too, as ggml's matmul
-     * converts its f32 operand to the f16 operand's type (keeps us closest to llama.cpp). */
+     * converts its f32 operand to the f16 operand's type (keeps us closest to llama.cpp). bf16 and
+     * fp8 caches read against the f32 query and probabilities (vLLM dequantizes the cache instead). */
     float *qr = scores + ((n_ctx + 15) & ~15);
     for (int32_t i = 0; i < hd; i++) qr[i] = f16 ? cpu_f16_lut[fp32_to_fp16(q[i])] : q[i];
+    const float score_mul = k_mul * p->scale;
     float mx = -INFINITY;
     for (int32_t tau = 0; tau < n_ctx; tau++) {
         int32_t blk = s->block_table[tau / BK_KV_BLOCK], slot = tau % BK_KV_BLOCK;
-        scores[tau] = dot(qr, cpu_kv_slot((void *)kp, blk, kvh, slot, nkv, hd, elt), hd) * p->scale;
+        scores[tau] = dot(qr, cpu_kv_slot((void *)kp, blk, kvh, slot, nkv, hd, elt), hd) * score_mul;
         if (scores[tau] > mx) mx = scores[tau];
     }
     double sum = 0.0;
@@ -134,7 +173,7 @@ void cpu_attn_row_head(const struct cpu_backend *c, const struct bk_kv_cache *kv
         int32_t blk = s->block_table[tau / BK_KV_BLOCK], slot = tau % BK_KV_BLOCK;
         float w = scores[tau] * inv;
         if (f16) w = cpu_f16_lut[fp32_to_fp16(w)]; /* ggml rounds the probabilities to f16 for an f16 V */
-        axpy(out, w, cpu_kv_slot((void *)vp, blk, kvh, slot, nkv, hd, elt), hd);
+        axpy(out, w * v_mul, cpu_kv_slot((void *)vp, blk, kvh, slot, nkv, hd, elt), hd);
     }
 }
 

@@ -1,0 +1,279 @@
+/* KV-cache dtypes: the FP8 E4M3FN conversions (decode of all 256 codes against the format's formula,
+ * encode against a nearest-value search over the code table on exact ties, their neighbours, subnormals,
+ * saturation and random floats), and paged attention with f16 / bf16 / fp8 caches against the f32 cache
+ * on fresh random data (prefill then decode steps, shuffled block tables, GQA), fast == reference bit
+ * for bit per dtype and thread count, and the fp8 scales (power-of-two scales give exactly scaled results). */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+#include "backend/backend.h"
+#include "quant/blocks.h"
+#include "test.h"
+
+static float f32_from_bits(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+static uint32_t bits_from_f32(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+
+/* The format's definition, written independently of the table: s eeee mmm. */
+static double e4m3_formula(int code) {
+    const int s = code >> 7, e = (code >> 3) & 15, m = code & 7;
+    if (e == 15 && m == 7) return NAN;
+    double v = e == 0 ? ldexp((double)m, -9) : ldexp(1.0 + m / 8.0, e - 7);
+    return s ? -v : v;
+}
+
+/* Reference encoder: the nearest of the 127 non-negative finite codes (in double), ties to the even
+ * code; |x| > 448 gives 448; NaN gives 0x7F; the sign bit of x is kept. */
+static uint8_t e4m3_ref(float x) {
+    const uint8_t sign = (bits_from_f32(x) >> 31) ? 0x80 : 0;
+    if (isnan(x)) return (uint8_t)(sign | 0x7f);
+    double a = fabs((double)x);
+    if (a > 448.0) return (uint8_t)(sign | 0x7e);
+    int best = 0;
+    double bd = INFINITY;
+    for (int c = 0; c <= 0x7e; c++) {
+        double d = fabs(e4m3_formula(c) - a);
+        if (d < bd || (d == bd && !(c & 1))) { bd = d; best = c; }
+    }
+    return (uint8_t)(sign | best);
+}
+
+static void check_encode(float x) {
+    uint8_t got = bk_fp8_e4m3_from_f32(x), want = e4m3_ref(x);
+    CHECK_MSG(got == want, "e4m3(%a) = 0x%02x, want 0x%02x", (double)x, got, want);
+}
+
+static void test_e4m3(void) {
+    /* decode: every code against the formula (NaN codes are NaN; -0 keeps its sign) */
+    int n_nan = 0;
+    for (int c = 0; c < 256; c++) {
+        double want = e4m3_formula(c);
+        float got = bk_fp8_e4m3_to_f32((uint8_t)c);
+        if (isnan(want)) { n_nan++; CHECK_MSG(isnan(got), "code 0x%02x should be NaN", c); continue; }
+        CHECK_MSG((double)got == want && (signbit(got) != 0) == (c >> 7), "code 0x%02x: %a, want %a", c, (double)got, want);
+        CHECK_MSG(bk_fp8_e4m3_from_f32(got) == c, "round trip of code 0x%02x gives 0x%02x", c, bk_fp8_e4m3_from_f32(got));
+        CHECK(bk_fp8_e4m3_table[c] == got || (isnan(bk_fp8_e4m3_table[c]) && isnan(got)));
+    }
+    CHECK(n_nan == 2);
+    CHECK(bk_fp8_e4m3_to_f32(0x7e) == 448.0f && bk_fp8_e4m3_to_f32(0x01) == 0x1p-9f && bk_fp8_e4m3_to_f32(0x08) == 0x1p-6f);
+    /* special inputs */
+    CHECK(bk_fp8_e4m3_from_f32(INFINITY) == 0x7e && bk_fp8_e4m3_from_f32(-INFINITY) == 0xfe);
+    CHECK(bk_fp8_e4m3_from_f32(NAN) == 0x7f && bk_fp8_e4m3_from_f32(-NAN) == 0xff);
+    CHECK(bk_fp8_e4m3_from_f32(1e30f) == 0x7e && bk_fp8_e4m3_from_f32(-449.0f) == 0xfe && bk_fp8_e4m3_from_f32(464.0f) == 0x7e);
+    CHECK(bk_fp8_e4m3_from_f32(0x1p-10f) == 0x00 && bk_fp8_e4m3_from_f32(0x1.000002p-10f) == 0x01); /* tie to 0; just above */
+    CHECK(bk_fp8_e4m3_from_f32(-0.0f) == 0x80 && bk_fp8_e4m3_from_f32(1e-45f) == 0x00);
+    /* every tie (midpoint of adjacent codes, exact in f32) and its f32 neighbours, both signs */
+    for (int c = 0; c < 0x7e; c++) {
+        float mid = (float)((e4m3_formula(c) + e4m3_formula(c + 1)) / 2);
+        CHECK((double)mid == (e4m3_formula(c) + e4m3_formula(c + 1)) / 2);
+        for (int d = -2; d <= 2; d++) {
+            float x = f32_from_bits(bits_from_f32(mid) + (uint32_t)d);
+            check_encode(x);
+            check_encode(-x);
+        }
+        /* the codes themselves and their neighbours */
+        float v = (float)e4m3_formula(c + 1);
+        check_encode(nextafterf(v, 0.0f));
+        check_encode(nextafterf(v, INFINITY));
+    }
+    /* random floats: log-uniform magnitudes over the whole range (subnormals to saturation), random
+     * bit patterns (f32 subnormals, huge values, NaNs), and values near 448 */
+    for (int i = 0; i < 200000; i++) {
+        float x;
+        switch (i % 4) {
+        case 0: x = ldexpf(1.0f + test_rand_uniform(), (int)(test_rand_u64() % 34) - 24); break;
+        case 1: x = f32_from_bits((uint32_t)test_rand_u64()); break;
+        case 2: x = 400.0f + 100.0f * test_rand_uniform(); break;
+        default: x = test_rand_normal() * 0x1p-7f; break; /* mostly subnormal e4m3 */
+        }
+        if (test_rand_u64() & 1) x = -x;
+        check_encode(x);
+    }
+    /* kv dtype helpers */
+    enum bk_kv_dtype dt;
+    CHECK(bk_kv_dtype_parse("fp8", &dt) && dt == BK_KV_FP8_E4M3);
+    CHECK(bk_kv_dtype_parse("auto", &dt) && dt == BK_KV_F16);
+    CHECK(bk_kv_dtype_parse("bf16", &dt) && dt == BK_KV_BF16);
+    CHECK(bk_kv_dtype_parse("fp16", &dt) && dt == BK_KV_F16);
+    CHECK(bk_kv_dtype_parse("f32", &dt) && dt == BK_KV_F32);
+    CHECK(!bk_kv_dtype_parse("fp8_e5m2", &dt) && !bk_kv_dtype_parse("", &dt) && !bk_kv_dtype_parse(NULL, &dt));
+    CHECK(bk_kv_dtype_size(BK_KV_FP8_E4M3) == 1 && bk_kv_dtype_size(BK_KV_BF16) == 2 && bk_kv_dtype_size(BK_KV_NDTYPE) == 0);
+    CHECK(bk_kv_block_bytes(BK_KV_FP8_E4M3, 2, 64) == 16 * 2 * 64);
+}
+
+/* ---- attention with every dtype ---- */
+
+#define N_BE 3 /* reference, fast 1 thread, fast 2 threads */
+static struct backend *bes[N_BE];
+
+struct attn_case {
+    int32_t H, KVH, D;
+    float k_scale, v_scale;  /* fp8 scales set on the cache */
+    float data_mul;          /* K and V are normal * data_mul, Q is divided by it (the scores keep their size) */
+};
+
+static double rel_err(const float *a, const float *ref, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) { num += ((double)a[i] - ref[i]) * ((double)a[i] - ref[i]); den += (double)ref[i] * ref[i]; }
+    return sqrt(num / (den > 0 ? den : 1));
+}
+
+/* Run the same two steps (a prefill of 2 sequences, then 3 decode rows) through every dtype and
+ * backend; out[dtype][be] hold the outputs of both steps, concatenated. */
+static void run_attention(const struct attn_case *ac, float *out[BK_KV_NDTYPE][N_BE], size_t *n_out) {
+    const int32_t H = ac->H, KVH = ac->KVH, D = ac->D, n_seqs = 2;
+    const int32_t n_prefill[2] = {37, 18}, n_decode[2] = {2, 1};
+    int32_t n_blocks = 0;
+    for (int s = 0; s < n_seqs; s++) n_blocks += CEIL_DIV(n_prefill[s] + n_decode[s], BK_KV_BLOCK);
+    int32_t tables[16];
+    for (int i = 0; i < n_blocks; i++) tables[i] = i;
+    for (int i = n_blocks - 1; i > 0; i--) {
+        int j = (int)(test_rand_u64() % (uint64_t)(i + 1));
+        int32_t t = tables[i]; tables[i] = tables[j]; tables[j] = t;
+    }
+    struct bk_seq seqs[2];
+    int32_t off = 0;
+    for (int s = 0; s < n_seqs; s++) {
+        seqs[s] = (struct bk_seq){.block_table = tables + off, .n_blocks = CEIL_DIV(n_prefill[s] + n_decode[s], BK_KV_BLOCK), .state_slot = -1};
+        off += seqs[s].n_blocks;
+    }
+    struct bk_kv_cache *kv[BK_KV_NDTYPE][N_BE];
+    for (int dt = 0; dt < BK_KV_NDTYPE; dt++)
+        for (int b = 0; b < N_BE; b++) {
+            kv[dt][b] = NULL;
+            CHECK(bes[b]->ops->kv_create(bes[b], (enum bk_kv_dtype)dt, 2, n_blocks + 1, KVH, D, &kv[dt][b]) == VLLMC_OK);
+            kv[dt][b]->k_scales[1] = ac->k_scale;
+            kv[dt][b]->v_scales[1] = ac->v_scale;
+        }
+    const struct bk_attn_params p = {.n_head = H, .n_kv_head = KVH, .head_dim = D, .scale = 1.0f / sqrtf((float)D), .kv_layer = 1};
+    size_t total = 0;
+    for (int step = 0; step < 2; step++) {
+        int32_t tok[64], pos[64], sq[64], rows[64], T = 0;
+        int32_t done[2] = {0, 0};
+        for (int s = 0; s < n_seqs; s++) done[s] = 0;
+        /* rows interleaved round robin, positions increasing within each sequence */
+        for (bool any = true; any;) {
+            any = false;
+            for (int s = 0; s < n_seqs; s++) {
+                int32_t n = step ? n_decode[s] : n_prefill[s];
+                if (done[s] < n) {
+                    tok[T] = 0;
+                    pos[T] = (step ? n_prefill[s] : 0) + done[s]++;
+                    sq[T] = s;
+                    rows[T] = T;
+                    T++;
+                    any = true;
+                }
+            }
+        }
+        struct bk_batch bt = {.n_tokens = T, .token_ids = tok, .pos = pos, .seq_idx = sq, .n_seqs = n_seqs, .seqs = seqs,
+                              .n_logits = 1, .logit_rows = rows};
+        const size_t nq = (size_t)T * (size_t)(H * D), nk = (size_t)T * (size_t)(KVH * D);
+        float *q = malloc(nq * 4), *k = malloc(nk * 4), *v = malloc(nk * 4);
+        /* queries with a few large channels (as real models have) so the softmax is not flat */
+        for (size_t i = 0; i < nq; i++) q[i] = test_rand_normal() * ((i % (size_t)D) < 4 ? 4.0f : 1.0f) / ac->data_mul;
+        for (size_t i = 0; i < nk; i++) { k[i] = test_rand_normal() * ac->data_mul; v[i] = test_rand_normal() * ac->data_mul; }
+        for (int dt = 0; dt < BK_KV_NDTYPE; dt++)
+            for (int b = 0; b < N_BE; b++) {
+                CHECK(bes[b]->ops->batch_set(bes[b], &bt) == VLLMC_OK);
+                CHECK(bes[b]->ops->attention(bes[b], kv[dt][b], &p, q, 0, k, 0, v, 0, out[dt][b] + total) == VLLMC_OK);
+            }
+        total += nq;
+        free(q); free(k); free(v);
+    }
+    /* the caches of one dtype hold identical bytes on every backend */
+    for (int dt = 0; dt < BK_KV_NDTYPE; dt++)
+        for (int b = 1; b < N_BE; b++) {
+            size_t bytes = (size_t)bk_kv_block_bytes((enum bk_kv_dtype)dt, KVH, D) * (size_t)(n_blocks + 1);
+            CHECK_MSG(!memcmp(kv[dt][b]->k[1], kv[dt][0]->k[1], bytes) && !memcmp(kv[dt][b]->v[1], kv[dt][0]->v[1], bytes),
+                      "dtype %s backend %d: cache bytes differ", bk_kv_dtype_name((enum bk_kv_dtype)dt), b);
+        }
+    for (int dt = 0; dt < BK_KV_NDTYPE; dt++)
+        for (int b = 0; b < N_BE; b++) bes[b]->ops->kv_destroy(bes[b], kv[dt][b]);
+    *n_out = total;
+}
+
+static void test_attention_case(const struct attn_case *ac) {
+    const size_t cap = (size_t)64 * (size_t)(ac->H * ac->D);
+    float *out[BK_KV_NDTYPE][N_BE];
+    for (int dt = 0; dt < BK_KV_NDTYPE; dt++)
+        for (int b = 0; b < N_BE; b++) out[dt][b] = malloc(cap * 4);
+    size_t n = 0;
+    run_attention(ac, out, &n);
+    /* bounds vs the f32 cache: f16 and bf16 round K/V to 11 and 8 significant bits (relative error
+     * 2^-11 / 2^-8 per element, less after averaging); e4m3 keeps 4 (2^-4 per element) */
+    const double bound[BK_KV_NDTYPE] = {0.0, 2e-3, 1e-2, 6e-2};
+    for (int dt = 1; dt < BK_KV_NDTYPE; dt++) {
+        double err = rel_err(out[dt][0], out[BK_KV_F32][0], n);
+        printf("  H %d KVH %d D %d scales %g/%g data x%g: %-8s rel err vs f32 cache %.3e (bound %.0e)\n", ac->H, ac->KVH, ac->D,
+               (double)ac->k_scale, (double)ac->v_scale, (double)ac->data_mul, bk_kv_dtype_name((enum bk_kv_dtype)dt), err, bound[dt]);
+        CHECK_MSG(err < bound[dt] && err > 0, "dtype %s: rel err %g", bk_kv_dtype_name((enum bk_kv_dtype)dt), err);
+    }
+    for (int dt = 0; dt < BK_KV_NDTYPE; dt++)
+        for (int b = 1; b < N_BE; b++)
+            CHECK_MSG(!memcmp(out[dt][b], out[dt][0], n * 4), "dtype %s: fast backend %d (%d threads) differs from the reference",
+                      bk_kv_dtype_name((enum bk_kv_dtype)dt), b, bes[b]->n_threads);
+    for (int dt = 0; dt < BK_KV_NDTYPE; dt++)
+        for (int b = 0; b < N_BE; b++) free(out[dt][b]);
+}
+
+/* fp8 with power-of-two scales: K, V multiplied by 2^a, 2^b with k_scale 2^a, v_scale 2^b store the
+ * same codes; with Q divided by 2^a the scores are the same bits, so the output is exactly 2^b times
+ * the unscaled one. */
+static void test_fp8_pow2_scales(void) {
+    const int32_t H = 4, KVH = 2, D = 64, T = 20;
+    int32_t table[2] = {1, 0}, tok[20] = {0}, pos[20], sq[20] = {0}, rows[1] = {0};
+    for (int t = 0; t < T; t++) pos[t] = t;
+    struct bk_seq seq = {.block_table = table, .n_blocks = 2, .state_slot = -1};
+    struct bk_batch bt = {.n_tokens = T, .token_ids = tok, .pos = pos, .seq_idx = sq, .n_seqs = 1, .seqs = &seq, .n_logits = 1, .logit_rows = rows};
+    float *q = malloc(sizeof(float) * T * H * D), *k = malloc(sizeof(float) * T * KVH * D), *v = malloc(sizeof(float) * T * KVH * D);
+    float *q2 = malloc(sizeof(float) * T * H * D), *k2 = malloc(sizeof(float) * T * KVH * D), *v2 = malloc(sizeof(float) * T * KVH * D);
+    float *o1 = malloc(sizeof(float) * T * H * D), *o2 = malloc(sizeof(float) * T * H * D);
+    for (int i = 0; i < T * H * D; i++) { q[i] = test_rand_normal(); q2[i] = q[i] / 8.0f; }
+    for (int i = 0; i < T * KVH * D; i++) {
+        k[i] = test_rand_normal(); v[i] = test_rand_normal();
+        k2[i] = k[i] * 8.0f; v2[i] = v[i] * 0.25f;
+    }
+    const struct bk_attn_params p = {.n_head = H, .n_kv_head = KVH, .head_dim = D, .scale = 0.125f, .kv_layer = 0};
+    for (int b = 0; b < N_BE; b++) {
+        struct bk_kv_cache *c1 = NULL, *c2 = NULL;
+        CHECK(bes[b]->ops->kv_create(bes[b], BK_KV_FP8_E4M3, 1, 2, KVH, D, &c1) == VLLMC_OK);
+        CHECK(bes[b]->ops->kv_create(bes[b], BK_KV_FP8_E4M3, 1, 2, KVH, D, &c2) == VLLMC_OK);
+        c2->k_scales[0] = 8.0f;
+        c2->v_scales[0] = 0.25f;
+        CHECK(bes[b]->ops->batch_set(bes[b], &bt) == VLLMC_OK);
+        CHECK(bes[b]->ops->attention(bes[b], c1, &p, q, 0, k, 0, v, 0, o1) == VLLMC_OK);
+        CHECK(bes[b]->ops->attention(bes[b], c2, &p, q2, 0, k2, 0, v2, 0, o2) == VLLMC_OK);
+        CHECK(!memcmp(c1->k[0], c2->k[0], 2 * 16 * KVH * D) && !memcmp(c1->v[0], c2->v[0], 2 * 16 * KVH * D));
+        int bad = 0;
+        for (int i = 0; i < T * H * D; i++) bad += o2[i] != o1[i] * 0.25f;
+        CHECK_MSG(bad == 0, "backend %d: %d outputs not exactly scaled", b, bad);
+        /* scales must be finite and > 0 */
+        c2->k_scales[0] = 0.0f;
+        CHECK(bes[b]->ops->attention(bes[b], c2, &p, q2, 0, k2, 0, v2, 0, o2) == VLLMC_ERR_INVALID);
+        c2->k_scales[0] = NAN;
+        CHECK(bes[b]->ops->attention(bes[b], c2, &p, q2, 0, k2, 0, v2, 0, o2) == VLLMC_ERR_INVALID);
+        bes[b]->ops->kv_destroy(bes[b], c1);
+        bes[b]->ops->kv_destroy(bes[b], c2);
+    }
+    free(q); free(q2); free(k); free(v); free(k2); free(v2); free(o1); free(o2);
+}
+
+int main(void) {
+    test_seed_auto("test_kv_dtype");
+    test_e4m3();
+    CHECK(backend_cpu_create(1, true, &bes[0]) == VLLMC_OK);
+    CHECK(backend_cpu_create(1, false, &bes[1]) == VLLMC_OK);
+    CHECK(backend_cpu_create(2, false, &bes[2]) == VLLMC_OK);
+    if (!bes[0] || !bes[1] || !bes[2]) return test_finish("test_kv_dtype");
+    const struct attn_case cases[] = {
+        {6, 2, 64, 1.0f, 1.0f, 1.0f},     /* AVX2 kernels */
+        {4, 4, 128, 1.0f, 1.0f, 3.0f},    /* MHA, wider heads */
+        {6, 3, 40, 1.0f, 1.0f, 1.0f},     /* head_dim not a multiple of 16: scalar kernels on both paths */
+        {6, 2, 64, 0.37f, 2.9f, 30.0f},   /* non-unit scales on large data (1.0 would saturate K and V) */
+        {6, 2, 64, 1.0f, 1.0f, 0.02f},    /* small data: many subnormal codes */
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) test_attention_case(&cases[i]);
+    test_fp8_pow2_scales();
+    for (int b = 0; b < N_BE; b++) bes[b]->ops->destroy(bes[b]);
+    return test_finish("test_kv_dtype");
+}
