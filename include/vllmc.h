@@ -62,7 +62,10 @@ typedef struct {
                                        requests, at most 4 GiB */
     uint64_t memory_limit_bytes;    /* 0 = none; else weights + activations + KV + state must fit */
     vllmc_kv_dtype kv_dtype;
-    int enable_prefix_caching;      /* 1 (default) or 0. Models with recurrent state never reuse prefixes */
+    int enable_prefix_caching;      /* 1 (default) or 0 */
+    int32_t state_snapshots;        /* models with recurrent state (qwen35): snapshot slots of the state at block
+                                       boundaries, which prefix reuse needs; < 0 = default (max_num_seqs),
+                                       0 = no prefix reuse for such models */
     int threads;                    /* CPU threads; <= 0 = all */
     uint64_t seed;                  /* seeds requests that give no seed of their own */
     int print_plan;                 /* log the memory plan at INFO level (default 1) */
@@ -86,7 +89,7 @@ typedef struct {
     float presence_penalty;   /* 0 off */
     float frequency_penalty;  /* 0 off */
     int64_t seed;             /* < 0: derived from the engine seed and the request number */
-    int32_t max_tokens;       /* output tokens; <= 0: up to max_model_len */
+    int32_t max_tokens;       /* output tokens; <= 0 or more than fit: up to max_model_len - n_prompt */
     int32_t min_tokens;       /* EOS, stop ids and stop strings are ignored before this many */
     int ignore_eos;
     const int32_t *stop_ids;  int32_t n_stop_ids;        /* <= VLLMC_MAX_STOP_IDS */
@@ -147,6 +150,8 @@ typedef struct {
     int32_t kv_blocks_cached;
     int32_t max_model_len, max_num_seqs, max_num_batched_tokens;
     int prefix_caching;              /* effective setting */
+    int recurrent_state;             /* the model has recurrent (GDN) state */
+    int32_t state_snapshots_total, state_snapshots_used;
 } vllmc_engine_stats;
 void vllmc_engine_get_stats(vllmc_engine *e, vllmc_engine_stats *out);
 /* Block until no request is waiting or running. */

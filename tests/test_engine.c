@@ -7,9 +7,9 @@
  *   - together: all prompts at once (continuous batching, chunked prefill under a small token budget);
  *   - squeezed: all at once with a KV pool so small that requests are preempted and recomputed;
  *   every one must give the reference tokens exactly (batch invariance);
- *   - prefix caching: a request sharing a 64-token prefix with an earlier one computes only its suffix
- *     on a dense model (engine stats), none of it is reused on a hybrid (policy), and its tokens equal
- *     a cold run in both cases. */
+ *   - prefix caching: a request extending an earlier 80-token prompt by 10 tokens computes only those 10
+ *     (engine stats) on a dense model and on a hybrid (through the recurrent-state snapshot at the end
+ *     of the earlier prompt); a hybrid without snapshot slots reuses nothing; the tokens equal a cold run. */
 #include <string.h>
 #include "engine/engine.h"
 #include "model/model.h"
@@ -18,7 +18,7 @@
 #define NP 8
 #define NGEN 10
 
-static int32_t prompts[NP][96], n_prompt[NP];
+static int32_t prompts[NP][128], n_prompt[NP];
 
 static int ref_tokens(const char *path, int32_t out[NP][NGEN]) {
     struct backend *be = NULL;
@@ -101,6 +101,57 @@ static int run_engine(const char *path, const vllmc_engine_opts *o, const int *i
 
 static int same_tokens(int32_t a[NP][NGEN], int32_t b[NP][NGEN], int p) { return !memcmp(a[p], b[p], sizeof(a[p])); }
 
+/* Prompt 6, then prompt 7 (sharing its first 64 tokens) in one engine; prompt 7's tokens must equal the
+ * cold run. Returns whether the model has recurrent state. */
+static bool prefix_run(const char *path, int32_t snapshots, int32_t cold[NP][NGEN]) {
+    static int32_t warm[NP][NGEN];
+    vllmc_engine_opts o;
+    engine_opts(&o, 4, 128, 0, 1);
+    o.state_snapshots = snapshots;
+    vllmc_engine *e = NULL;
+    CHECK(vllmc_engine_create(path, &o, &e) == VLLMC_OK);
+    if (!e) return false;
+    vllmc_sampling_params sp;
+    vllmc_sampling_params_default(&sp);
+    sp.max_tokens = NGEN;
+    sp.ignore_eos = 1;
+    vllmc_engine_stats s0, s1;
+    int32_t k = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        int p = pass ? 7 : 6;
+        vllmc_engine_get_stats(e, &s0);
+        vllmc_request *h = NULL;
+        CHECK(vllmc_engine_submit(e, prompts[p], n_prompt[p], &sp, NULL, NULL, &h) == VLLMC_OK);
+        vllmc_output r;
+        k = 0;
+        do {
+            vllmc_request_next(h, -1, &r);
+            for (int32_t j = 0; j < r.n_tokens; j++) if (k < NGEN) warm[p][k++] = r.tokens[j];
+        } while (!r.finish);
+        if (pass) {
+            vllmc_engine_get_stats(e, &s1);
+            const int64_t computed = s1.prompt_tokens_computed - s0.prompt_tokens_computed;
+            const bool reuse = !s1.recurrent_state || snapshots != 0;
+            CHECK_MSG(s1.prefix_caching == reuse, "prefix caching %d, recurrent state %d, snapshots %d", s1.prefix_caching,
+                      s1.recurrent_state, snapshots);
+            if (reuse) {
+                CHECK_MSG(computed == 10 && r.n_cached_tokens == 80, "second request computed %lld prompt tokens, %d cached",
+                          (long long)computed, r.n_cached_tokens);
+            } else {
+                CHECK_MSG(computed == 90 && r.n_cached_tokens == 0, "hybrid without snapshots: second request computed %lld prompt "
+                          "tokens, %d cached", (long long)computed, r.n_cached_tokens);
+            }
+            printf("  prefix caching %s%s: second request computed %lld of 90 prompt tokens\n", s1.prefix_caching ? "on" : "off",
+                   s1.recurrent_state ? (snapshots ? " (state snapshots)" : " (no snapshots)") : "", (long long)computed);
+        }
+        vllmc_request_release(h);
+    }
+    CHECK_MSG(same_tokens(cold, warm, 7), "%s: prefix-cached request differs from a cold run", path);
+    const bool hybrid = s1.recurrent_state != 0;
+    vllmc_engine_destroy(e);
+    return hybrid;
+}
+
 static void test_model(const char *path) {
     printf("model %s\n", path);
     static int32_t ref[NP][NGEN], alone[NP][NGEN], together[NP][NGEN], squeezed[NP][NGEN];
@@ -125,52 +176,16 @@ static void test_model(const char *path) {
         CHECK_MSG(same_tokens(ref, squeezed, p), "%s prompt %d: with preemption differs from alone", path, p);
     }
 
-    /* prefix caching: prompt 7 = prompt 6's first 64 tokens + 10 others */
-    memcpy(prompts[7], prompts[6], 64 * sizeof(int32_t));
-    for (int i = 64; i < 74; i++) prompts[7][i] = (prompts[6][i] + 5) % 300;
-    n_prompt[7] = 74;
-    static int32_t cold[NP][NGEN], warm[NP][NGEN];
+    /* prefix caching: prompt 7 = prompt 6 (80 tokens) + 10 more, as a chat's next turn extends the last */
+    memcpy(prompts[7], prompts[6], 80 * sizeof(int32_t));
+    for (int i = 80; i < 90; i++) prompts[7][i] = (int32_t)(test_rand_u64() % 300);
+    n_prompt[7] = 90;
+    static int32_t cold[NP][NGEN];
     int seven = 7;
     engine_opts(&o, 4, 128, 0, 0);
     CHECK(run_engine(path, &o, &seven, 1, cold, NULL) == 0);
-    engine_opts(&o, 4, 128, 0, 1);
-    vllmc_engine *e = NULL;
-    CHECK(vllmc_engine_create(path, &o, &e) == VLLMC_OK);
-    if (!e) return;
-    vllmc_sampling_params sp;
-    vllmc_sampling_params_default(&sp);
-    sp.max_tokens = NGEN;
-    sp.ignore_eos = 1;
-    vllmc_engine_stats s0, s1;
-    int32_t k = 0;
-    for (int pass = 0; pass < 2; pass++) {
-        int p = pass ? 7 : 6;
-        vllmc_engine_get_stats(e, &s0);
-        vllmc_request *h = NULL;
-        CHECK(vllmc_engine_submit(e, prompts[p], n_prompt[p], &sp, NULL, NULL, &h) == VLLMC_OK);
-        vllmc_output r;
-        k = 0;
-        do {
-            vllmc_request_next(h, -1, &r);
-            for (int32_t j = 0; j < r.n_tokens; j++) if (k < NGEN) warm[p][k++] = r.tokens[j];
-        } while (!r.finish);
-        if (pass) {
-            vllmc_engine_get_stats(e, &s1);
-            const int64_t computed = s1.prompt_tokens_computed - s0.prompt_tokens_computed;
-            if (s1.prefix_caching) {
-                CHECK_MSG(computed == 10 && r.n_cached_tokens == 64, "dense: second request computed %lld prompt tokens, %d cached",
-                          (long long)computed, r.n_cached_tokens);
-            } else {
-                CHECK_MSG(computed == 74 && r.n_cached_tokens == 0, "hybrid: second request computed %lld prompt tokens, %d cached",
-                          (long long)computed, r.n_cached_tokens);
-            }
-            printf("  prefix caching %s: second request computed %lld of 74 prompt tokens\n", s1.prefix_caching ? "on" : "off",
-                   (long long)computed);
-        }
-        vllmc_request_release(h);
-    }
-    CHECK_MSG(same_tokens(cold, warm, 7), "%s: prefix-cached request differs from a cold run", path);
-    vllmc_engine_destroy(e);
+    const bool hybrid = prefix_run(path, -1, cold);
+    if (hybrid) prefix_run(path, 0, cold); /* the other policy: no snapshots, no reuse */
 }
 
 

@@ -67,6 +67,14 @@ static vllmc_status fake_forward(void *ctx, const struct bk_batch *b, float *log
     return VLLMC_OK;
 }
 
+static vllmc_status fake_state_copy(void *ctx, int32_t src, int32_t dst) {
+    struct fake *f = ctx;
+    if (src < 0 || src >= 64 || dst < 0 || dst >= 64 || src == dst) { f->errors++; return vllmc_errorf(VLLMC_ERR_INVALID, "slot copy"); }
+    f->slot_hash[dst] = f->slot_hash[src];
+    f->slot_pos[dst] = f->slot_pos[src];
+    return VLLMC_OK;
+}
+
 struct sim_req {
     int32_t prompt[SIM_L], n_prompt;
     vllmc_sampling_params sp;
@@ -112,7 +120,7 @@ static void sim_expect(struct sim_req *q, int32_t L) {
     }
 }
 
-static int64_t g_preempt, g_hits, g_cancels, g_steps, g_reqs;
+static int64_t g_preempt, g_hits, g_cancels, g_steps, g_reqs, g_state_hits;
 
 static void sim_poll(struct sim_req *q) {
     if (!q->h) return;
@@ -156,12 +164,13 @@ static void run_trial(int trial) {
     struct engine_config c = {.max_model_len = L, .max_num_seqs = 1 + (int32_t)rnd(8),
                               .max_num_batched_tokens = 1 + (int32_t)rnd(rnd(2) ? 24 : 200), .n_blocks = per_seq + (int32_t)rnd(per_seq * 3),
                               .prefix_caching = rnd(5) != 0, .seed = test_rand_u64()};
+    if (has_state && rnd(4)) c.n_state_snapshots = 1 + (int32_t)rnd(16); /* else: no reuse for the hybrid */
     struct fake f = {.n_blocks = c.n_blocks, .has_state = has_state};
     f.kvtok = malloc((size_t)c.n_blocks * 16 * sizeof(int32_t));
     for (int32_t i = 0; i < c.n_blocks * 16; i++) f.kvtok[i] = -1;
     const int32_t eos = SIM_EOS;
     struct engine_runner run = {.ctx = &f, .n_vocab = SIM_V, .has_state = has_state, .eos_ids = &eos, .n_eos_ids = 1,
-                                .forward = fake_forward};
+                                .forward = fake_forward, .state_copy = fake_state_copy};
     vllmc_engine *e = NULL;
     vllmc_status st = engine_create(&run, &c, NULL, false, &e);
     CHECK(st == VLLMC_OK);
@@ -227,21 +236,22 @@ static void run_trial(int trial) {
     g_hits += s.prefix_cache_hit_tokens;
     g_steps += s.steps;
     g_reqs += n_req;
-    if (has_state) CHECK(s.prefix_cache_hit_tokens == 0 && !s.prefix_caching);
+    if (has_state && !c.n_state_snapshots) CHECK(s.prefix_cache_hit_tokens == 0 && !s.prefix_caching);
+    if (has_state && c.n_state_snapshots) g_state_hits += s.prefix_cache_hit_tokens;
     vllmc_engine_destroy(e);
     free(f.kvtok);
 }
 
 /* A second request sharing a long prefix computes only its suffix (dense); with recurrent state the
  * policy is no reuse, so it computes everything; both give the cold-run stream. */
-static void test_prefix_reuse(bool has_state) {
+static void test_prefix_reuse(bool has_state, int32_t n_snap) {
     struct engine_config c = {.max_model_len = 256, .max_num_seqs = 4, .max_num_batched_tokens = 64, .n_blocks = 64,
-                              .prefix_caching = true, .seed = 1};
+                              .prefix_caching = true, .n_state_snapshots = n_snap, .seed = 1};
     struct fake f = {.n_blocks = c.n_blocks, .has_state = has_state};
     f.kvtok = malloc((size_t)c.n_blocks * 16 * sizeof(int32_t));
     const int32_t eos = -1;
     struct engine_runner run = {.ctx = &f, .n_vocab = SIM_V, .has_state = has_state, .eos_ids = &eos, .n_eos_ids = 0,
-                                .forward = fake_forward};
+                                .forward = fake_forward, .state_copy = fake_state_copy};
     vllmc_engine *e = NULL;
     CHECK(engine_create(&run, &c, NULL, false, &e) == VLLMC_OK);
     static struct sim_req a, b;
@@ -270,8 +280,9 @@ static void test_prefix_reuse(bool has_state) {
     sim_verify(&a, -1, 0);
     sim_verify(&b, -1, 1);
     const int64_t computed = s1.prompt_tokens_computed - s0.prompt_tokens_computed;
-    if (has_state) CHECK_MSG(computed == 110, "hybrid: computed %lld prompt tokens", (long long)computed);
-    else CHECK_MSG(computed == 110 - 96, "dense: computed %lld prompt tokens of the second request (expected 14)", (long long)computed);
+    if (has_state && !n_snap) CHECK_MSG(computed == 110, "hybrid without snapshots: computed %lld prompt tokens", (long long)computed);
+    else CHECK_MSG(computed == 110 - 96, "%s: computed %lld prompt tokens of the second request (expected 14)",
+                   has_state ? "hybrid with snapshots" : "dense", (long long)computed);
     CHECK(engine_check(e) == VLLMC_OK);
     CHECK(f.errors == 0);
     vllmc_engine_destroy(e);
@@ -433,14 +444,16 @@ static void test_sampled_preemption(void) {
 int main(void) {
     test_seed_auto("test_engine_sim");
     test_refusals();
-    test_prefix_reuse(false);
-    test_prefix_reuse(true);
+    test_prefix_reuse(false, 0);
+    test_prefix_reuse(true, 0);
+    test_prefix_reuse(true, 4);
     test_threaded();
     test_sampled_preemption();
     const int trials = getenv("VLLMC_SIM_TRIALS") ? atoi(getenv("VLLMC_SIM_TRIALS")) : 2000;
     for (int t = 0; t < trials && test_n_fail < 20; t++) run_trial(t);
-    printf("test_engine_sim: %d mixes, %lld requests, %lld steps, %lld preemptions, %lld prefix-hit tokens, %lld cancels\n", trials,
-           (long long)g_reqs, (long long)g_steps, (long long)g_preempt, (long long)g_hits, (long long)g_cancels);
-    CHECK(g_preempt > 0 && g_hits > 0 && g_cancels > 0);
+    printf("test_engine_sim: %d mixes, %lld requests, %lld steps, %lld preemptions, %lld prefix-hit tokens (%lld on hybrids, "
+           "through state snapshots), %lld cancels\n", trials, (long long)g_reqs, (long long)g_steps, (long long)g_preempt,
+           (long long)g_hits, (long long)g_state_hits, (long long)g_cancels);
+    CHECK(g_preempt > 0 && g_hits > 0 && g_cancels > 0 && g_state_hits > 0);
     return test_finish("test_engine_sim");
 }

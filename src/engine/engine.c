@@ -22,12 +22,29 @@
  *
  * Prefix caching and recurrent state. The KV of a full block is a pure function of the tokens up to
  * it, so attention layers can share it; the Gated DeltaNet state of a hybrid model is not kept per
- * block: a slot holds only the state after the last token its sequence computed. Reusing cached KV
- * for a prefix would need the recurrent state at that block boundary, which nothing here snapshots.
- * Policy (exact by construction): an engine whose runner has recurrent state never reuses prefixes
- * (prefix caching is forced off and reported so in the stats and the plan); every request computes
- * its whole prompt, and a preempted one recomputes from position 0 (the backend zeroes the slot when
- * a run starts at position 0). Snapshots of the state at block boundaries would lift this later. */
+ * block: a running slot holds only the state after the last token its sequence computed. Reusing cached
+ * KV for a prefix also needs the recurrent state at that block boundary, exactly.
+ * Policy (exact by construction): snapshots at block boundaries.
+ *   - A hybrid engine keeps n_state_snapshots extra state slots. When a step ends a sequence exactly at
+ *     a block boundary inside its prompt, and the cached block holding that boundary has no snapshot,
+ *     the running slot is copied into a free snapshot slot tied to that block. To make boundaries
+ *     happen, a hybrid prefill chunk that would cross the last block boundary of the prompt is cut there
+ *     (a prompt of 100 tokens runs as 96 + 4; the backend results do not depend on the chunking).
+ *   - A prefix hit on a hybrid engine ends at the deepest matched block that has a snapshot; admission
+ *     copies that snapshot into the request's running slot, and the first run starts after the hit
+ *     (a run starting at position 0 zeroes the slot instead).
+ *   - A snapshot lives as long as its block stays cached: evicting the block (kvb_alloc handing it out
+ *     again) frees the snapshot slot. With no free snapshot slot, no snapshot is taken (reuse only
+ *     shrinks, never becomes inexact).
+ *   - So a hybrid reuses a prefix only up to a boundary where an earlier run ended: the last full block
+ *     of an earlier prompt (a chat's next turn, a repeated prompt, a preempted request's recompute) or a
+ *     chunk end cut by the token budget. A prefix shared only part-way into an earlier prompt is
+ *     recomputed (dense models reuse every matched block).
+ *   - Without snapshot slots (n_state_snapshots == 0 or a runner without state_copy) a hybrid engine
+ *     reuses no prefix at all, and a preempted request recomputes from position 0.
+ * Tested: tests/test_engine_sim.c (a fake state that must equal the hash of the history read back through
+ * the block table, at every logits row) and tests/test_engine.c (qwen35 / qwen35moe: reuse, and output
+ * equal to a cold run). */
 #include "engine/engine.h"
 #include <math.h>
 #include <pthread.h>
@@ -95,6 +112,9 @@ struct vllmc_engine {
     struct sampler *smp;
     struct kv_blocks kv;
     bool prefix_caching;
+    bool snapshots;                /* hybrid prefix reuse through state snapshots */
+    int32_t *blk_snap;             /* [n_blocks] snapshot slot of a cached block, -1 */
+    int32_t *snap_free, n_snap_free;
     int32_t max_blocks_per_seq;
     bool *is_eos;                  /* [n_vocab] */
     int32_t *eos_list, n_eos;
@@ -439,6 +459,7 @@ static bool req_grow(vllmc_engine *e, struct vllmc_request *r, int32_t n_tokens)
     for (int32_t i = 0; i < need; i++) {
         int32_t b = kvb_alloc(&e->kv);
         VLLMC_ASSERT(b >= 0);
+        if (e->snapshots && e->blk_snap[b] >= 0) { e->snap_free[e->n_snap_free++] = e->blk_snap[b]; e->blk_snap[b] = -1; }
         r->blocks[r->n_blocks++] = b;
     }
     return true;
@@ -454,9 +475,17 @@ static void sched_add(vllmc_engine *e, struct vllmc_request *r, int32_t n_new, i
     e->sched[e->n_sched++] = r;
 }
 
+/* Hybrid engines with snapshots: cut a chunk at the last block boundary of the prompt it crosses. */
+static int32_t chunk_cut(const vllmc_engine *e, const struct vllmc_request *r, int32_t n_new) {
+    if (!e->snapshots) return n_new;
+    const int32_t end = r->n_computed + n_new;
+    const int32_t bnd = VLLMC_MIN(end, r->n_prompt) / BK_KV_BLOCK * BK_KV_BLOCK;
+    return bnd > r->n_computed && bnd < end ? bnd - r->n_computed : n_new;
+}
+
 /* Schedule a running request; may preempt others (or itself). */
 static void sched_running(vllmc_engine *e, struct vllmc_request *r, int32_t *budget, bool *preempted) {
-    const int32_t n_new = VLLMC_MIN(r->n_tokens - r->n_computed, *budget);
+    const int32_t n_new = chunk_cut(e, r, VLLMC_MIN(r->n_tokens - r->n_computed, *budget));
     for (;;) {
         if (req_grow(e, r, r->n_computed + n_new)) break;
         struct vllmc_request *victim = NULL;
@@ -492,16 +521,20 @@ static void schedule(vllmc_engine *e) {
         if (e->prefix_caching) {
             const int32_t max_hit = (r->n_tokens - 1) / BK_KV_BLOCK;
             req_hash_blocks(r, max_hit);
-            int32_t parent = -1;
+            int32_t parent = -1, usable = 0;
             for (; n_hit < max_hit; n_hit++) {
                 int32_t b = kvb_lookup(&e->kv, r->bhash[n_hit], r->tokens + (size_t)n_hit * BK_KV_BLOCK, parent);
                 if (b < 0) break;
                 r->bcanon[n_hit] = b; /* staged; committed below */
                 parent = b;
+                if (!e->snapshots || e->blk_snap[b] >= 0) usable = n_hit + 1;
             }
+            n_hit = usable; /* hybrid: only up to a block with a state snapshot */
         }
         const int32_t hit_tokens = n_hit * BK_KV_BLOCK;
-        const int32_t n_new = VLLMC_MIN(r->n_tokens - hit_tokens, budget);
+        r->n_computed = hit_tokens; /* for chunk_cut; reset below if the request does not fit */
+        const int32_t n_new = chunk_cut(e, r, VLLMC_MIN(r->n_tokens - hit_tokens, budget));
+        r->n_computed = 0;
         int32_t hit_free = 0;
         for (int32_t i = 0; i < n_hit; i++) hit_free += e->kv.ref[r->bcanon[i]] == 0;
         const int32_t need = CEIL_DIV(hit_tokens + n_new, BK_KV_BLOCK) - n_hit;
@@ -509,6 +542,12 @@ static void schedule(vllmc_engine *e) {
         if (e->run.has_state) {
             VLLMC_ASSERT(e->n_free_slots > 0);
             r->slot = e->free_slots[--e->n_free_slots];
+            /* the hit ends at a block with a snapshot: resume the recurrent state from there */
+            if (n_hit && e->run.state_copy(e->run.ctx, e->blk_snap[r->bcanon[n_hit - 1]], r->slot)) {
+                LOG_ERROR("engine: state snapshot copy failed: %s; request aborted", vllmc_last_error());
+                req_finish(e, r, VLLMC_FINISH_ABORT);
+                continue;
+            }
         }
         for (int32_t i = 0; i < n_hit; i++) {
             kvb_ref(&e->kv, r->bcanon[i]);
@@ -649,6 +688,7 @@ static void publish_stats(vllmc_engine *e) {
     e->stats.waiting = e->n_waiting;
     e->stats.kv_blocks_free = e->kv.n_free;
     e->stats.kv_blocks_cached = e->kv.n_hashed;
+    e->stats.state_snapshots_used = e->snapshots ? e->cfg.n_state_snapshots - e->n_snap_free : 0;
     pthread_mutex_lock(&e->mu);
     e->stats_pub = e->stats;
     pthread_mutex_unlock(&e->mu);
@@ -699,6 +739,19 @@ bool engine_step(vllmc_engine *e) {
                 r->bcanon[i] = have;
             }
             if (full > r->n_indexed) r->n_indexed = full;
+            /* hybrid: the running slot now holds the state after block full-1 */
+            if (e->snapshots && full > 0 && r->n_computed == full * BK_KV_BLOCK && r->n_computed <= r->n_prompt) {
+                const int32_t cb = r->bcanon[full - 1];
+                if (e->blk_snap[cb] < 0 && e->n_snap_free > 0) {
+                    const int32_t sn = e->snap_free[--e->n_snap_free];
+                    if (e->run.state_copy(e->run.ctx, r->slot, sn)) {
+                        LOG_ERROR("engine: state snapshot failed: %s", vllmc_last_error());
+                        e->snap_free[e->n_snap_free++] = sn;
+                    } else {
+                        e->blk_snap[cb] = sn;
+                    }
+                }
+            }
         }
     }
     for (int32_t i = 0; i < nl; i++) sample_one(e, e->b_lreq[i], e->logits + (size_t)i * (size_t)e->run.n_vocab);
@@ -756,6 +809,19 @@ vllmc_status engine_check(vllmc_engine *e) {
         }
     }
     if (n_hashed != k->n_hashed) FAILC("hashed count %d != %d", n_hashed, k->n_hashed);
+    if (e->snapshots) {
+        int32_t n_snap = 0;
+        for (int32_t b = 0; b < k->n_blocks; b++) {
+            if (e->blk_snap[b] < 0) continue;
+            n_snap++;
+            if (!k->hashed[b]) FAILC("block %d has a state snapshot but is not cached", b);
+            const int32_t sn = e->blk_snap[b];
+            if (sn < e->cfg.max_num_seqs || sn >= e->cfg.max_num_seqs + e->cfg.n_state_snapshots) FAILC("block %d: snapshot slot %d", b, sn);
+            for (int32_t c = b + 1; c < k->n_blocks; c++) if (e->blk_snap[c] == sn) FAILC("snapshot slot %d on blocks %d and %d", sn, b, c);
+            for (int32_t i = 0; i < e->n_snap_free; i++) if (e->snap_free[i] == sn) FAILC("snapshot slot %d both used and free", sn);
+        }
+        if (n_snap + e->n_snap_free != e->cfg.n_state_snapshots) FAILC("snapshot slots: %d used + %d free != %d", n_snap, e->n_snap_free, e->cfg.n_state_snapshots);
+    }
     int32_t nq = 0, prev = -1;
     for (int32_t b = k->free_head; b >= 0; b = k->next[b]) {
         if (++nq > k->n_blocks) FAILC("free queue cycle");
@@ -807,6 +873,7 @@ static void *engine_thread_main(void *arg) {
 static void engine_free(vllmc_engine *e) {
     sampler_destroy(e->smp);
     kvb_free(&e->kv);
+    free(e->blk_snap); free(e->snap_free);
     free(e->is_eos); free(e->eos_list); free(e->running); free(e->free_slots); free(e->sched);
     free(e->b_tok); free(e->b_pos); free(e->b_seq); free(e->b_lrow); free(e->b_seqs); free(e->b_lreq); free(e->logits);
     pthread_mutex_destroy(&e->mu);
@@ -837,7 +904,8 @@ vllmc_status engine_create(const struct engine_runner *run, const struct engine_
     e->run = *run;
     e->cfg = *c;
     e->tok = tok;
-    e->prefix_caching = c->prefix_caching && !run->has_state;
+    e->snapshots = c->prefix_caching && run->has_state && run->state_copy && c->n_state_snapshots > 0;
+    e->prefix_caching = c->prefix_caching && (!run->has_state || e->snapshots);
     e->max_blocks_per_seq = per_seq;
     const int32_t V = run->n_vocab, S = c->max_num_seqs, T = c->max_num_batched_tokens;
     vllmc_status st;
@@ -854,6 +922,14 @@ vllmc_status engine_create(const struct engine_runner *run, const struct engine_
     e->b_lreq = malloc((size_t)S * sizeof(*e->b_lreq));
     e->b_seqs = malloc((size_t)S * sizeof(struct bk_seq));
     e->logits = malloc((size_t)S * (size_t)V * sizeof(float));
+    if (e->snapshots) {
+        e->blk_snap = malloc((size_t)c->n_blocks * sizeof(int32_t));
+        e->snap_free = malloc((size_t)c->n_state_snapshots * sizeof(int32_t));
+        if (!e->blk_snap || !e->snap_free) { e->run.destroy = NULL; engine_free(e); return vllmc_errorf(VLLMC_ERR_OOM, "snapshots"); }
+        for (int32_t i = 0; i < c->n_blocks; i++) e->blk_snap[i] = -1;
+        for (int32_t i = 0; i < c->n_state_snapshots; i++) e->snap_free[i] = S + c->n_state_snapshots - 1 - i;
+        e->n_snap_free = c->n_state_snapshots;
+    }
     if (!e->is_eos || !e->eos_list || !e->running || !e->free_slots || !e->sched || !e->b_tok || !e->b_pos || !e->b_seq ||
         !e->b_lrow || !e->b_lreq || !e->b_seqs || !e->logits) {
         e->run.destroy = NULL;
@@ -872,6 +948,8 @@ vllmc_status engine_create(const struct engine_runner *run, const struct engine_
     e->stats.max_num_seqs = S;
     e->stats.max_num_batched_tokens = T;
     e->stats.prefix_caching = e->prefix_caching;
+    e->stats.recurrent_state = run->has_state;
+    e->stats.state_snapshots_total = e->snapshots ? c->n_state_snapshots : 0;
     publish_stats(e);
     if (start_thread) {
         if (pthread_create(&e->thread, NULL, engine_thread_main, e)) {

@@ -14,10 +14,13 @@
 struct engine_runner {
     void *ctx;
     int32_t n_vocab;
-    bool has_state;          /* per-sequence recurrent state (slots 0..max_num_seqs-1): no prefix reuse */
+    bool has_state;          /* per-sequence recurrent state: running slots 0..max_num_seqs-1, then
+                                n_state_snapshots snapshot slots */
     const int32_t *eos_ids;  /* end-of-generation ids when there is no tokenizer (else the tokenizer's) */
     int32_t n_eos_ids;
     vllmc_status (*forward)(void *ctx, const struct bk_batch *b, float *logits);
+    /* Copy recurrent-state slot src to dst (has_state only; NULL: no snapshots, no prefix reuse). */
+    vllmc_status (*state_copy)(void *ctx, int32_t src, int32_t dst);
     void (*destroy)(void *ctx); /* called by vllmc_engine_destroy; may be NULL */
 };
 
@@ -25,7 +28,8 @@ struct engine_runner {
 struct engine_config {
     int32_t max_model_len, max_num_seqs, max_num_batched_tokens;
     int32_t n_blocks;
-    bool prefix_caching;     /* ignored (off) when the runner has state */
+    bool prefix_caching;
+    int32_t n_state_snapshots; /* runners with state: snapshot slots for prefix reuse (0: no reuse) */
     uint64_t seed;
 };
 

@@ -10,7 +10,25 @@ struct engm {
     struct model *m;
     struct bk_kv_cache *kv;
     struct tokenizer *tok;
+    float *host_tmp;            /* one layer's state of one slot (snapshot copies go through the host) */
 };
+
+/* Copy recurrent-state slot src to dst in every recurrent layer (conv and delta-rule state). */
+static vllmc_status engm_state_copy(void *ctx, int32_t src, int32_t dst) {
+    struct engm *g = ctx;
+    struct bk_rs_cache *rs = g->kv->rs;
+    const struct backend_ops *op = g->be->ops;
+    vllmc_status st;
+    for (int32_t l = 0; l < rs->n_layers; l++) {
+        const size_t cf = (size_t)rs->conv_floats, sf = (size_t)rs->ssm_floats;
+        if ((st = op->copy_to_host(g->be, g->host_tmp, rs->conv[l] + (size_t)src * cf, cf * 4)) ||
+            (st = op->copy_to_device(g->be, rs->conv[l] + (size_t)dst * cf, g->host_tmp, cf * 4)) ||
+            (st = op->copy_to_host(g->be, g->host_tmp, rs->ssm[l] + (size_t)src * sf, sf * 4)) ||
+            (st = op->copy_to_device(g->be, rs->ssm[l] + (size_t)dst * sf, g->host_tmp, sf * 4)))
+            return st;
+    }
+    return VLLMC_OK;
+}
 
 static vllmc_status engm_forward(void *ctx, const struct bk_batch *b, float *logits) {
     struct engm *g = ctx;
@@ -22,6 +40,7 @@ static void engm_free(void *ctx) {
     if (!g) return;
     if (g->kv) model_kv_destroy(g->m, g->kv);
     tokenizer_destroy(g->tok);
+    free(g->host_tmp);
     model_destroy(g->m);
     if (g->be) g->be->ops->destroy(g->be);
     free(g);
@@ -31,6 +50,7 @@ void vllmc_engine_opts_default(vllmc_engine_opts *o) {
     memset(o, 0, sizeof(*o));
     o->kv_dtype = VLLMC_KV_F16;
     o->enable_prefix_caching = 1;
+    o->state_snapshots = -1;
     o->print_plan = 1;
 }
 
@@ -77,7 +97,9 @@ vllmc_status vllmc_engine_create(const char *model_path, const vllmc_engine_opts
         model_kv_destroy(g->m, probe);
     }
     const bool has_state = state_slot_bytes > 0;
-    const uint64_t state_bytes = state_slot_bytes * (uint64_t)c.max_num_seqs;
+    c.n_state_snapshots = !has_state || !c.prefix_caching ? 0 : o.state_snapshots < 0 ? c.max_num_seqs : o.state_snapshots;
+    const int32_t n_slots = c.max_num_seqs + c.n_state_snapshots;
+    const uint64_t state_bytes = state_slot_bytes * (uint64_t)n_slots;
     /* activations: the model's per-row scratch (residual, q/k/v, attention and FFN outputs, gate/up,
      * quantized copies) for max_num_batched_tokens rows, plus the logits rows (an estimate: the families
      * size their own scratch) */
@@ -113,17 +135,24 @@ vllmc_status vllmc_engine_create(const char *model_path, const vllmc_engine_opts
     }
     c.n_blocks = (int32_t)n_blocks;
     if ((st = model_reserve(g->m, c.max_num_batched_tokens, max_logits)) || (st = model_kv_create(g->m, kdt, c.n_blocks, &g->kv)) ||
-        (has_state && (st = model_kv_set_state_slots(g->m, g->kv, c.max_num_seqs))))
+        (has_state && (st = model_kv_set_state_slots(g->m, g->kv, n_slots))))
         goto fail;
+    if (has_state) {
+        const struct bk_rs_cache *rs = g->kv->rs;
+        g->host_tmp = malloc((size_t)VLLMC_MAX(rs->conv_floats, rs->ssm_floats) * sizeof(float));
+        if (!g->host_tmp) { st = vllmc_errorf(VLLMC_ERR_OOM, "engine: state copy buffer"); goto fail; }
+    }
     if (o.print_plan)
         LOG_INFO("engine plan (%s, %d layers): weights %.1f MiB, activations ~%.1f MiB (%d tokens a step), KV pool %d blocks x %.1f KiB "
-                 "= %.1f MiB (%d tokens, %s), state %d slots x %.1f KiB = %.1f MiB; max_model_len %d, max_num_seqs %d, "
+                 "= %.1f MiB (%d tokens, %s), state %d slots (%d running + %d snapshots) x %.1f KiB = %.1f MiB; max_model_len %d, max_num_seqs %d, "
                  "max concurrency at max_model_len %.2f; prefix caching %s",
                  hp->arch, hp->n_layer, mib(weights), mib(acts), c.max_num_batched_tokens, c.n_blocks, (double)block_bytes / 1024.0,
-                 mib(kv_bytes), c.n_blocks * BK_KV_BLOCK, kdt == BK_KV_F32 ? "f32" : "f16", has_state ? c.max_num_seqs : 0,
+                 mib(kv_bytes), c.n_blocks * BK_KV_BLOCK, kdt == BK_KV_F32 ? "f32" : "f16", has_state ? n_slots : 0,
+                 has_state ? c.max_num_seqs : 0, c.n_state_snapshots,
                  (double)state_slot_bytes / 1024.0, mib(state_bytes), c.max_model_len, c.max_num_seqs, (double)c.n_blocks / per_seq,
-                 !c.prefix_caching ? "off" : has_state ? "off (recurrent state)" : "on");
-    struct engine_runner run = {.ctx = g, .n_vocab = hp->n_vocab, .has_state = has_state, .forward = engm_forward, .destroy = engm_free};
+                 !c.prefix_caching ? "off" : has_state && !c.n_state_snapshots ? "off (recurrent state, no snapshots)" : "on");
+    struct engine_runner run = {.ctx = g, .n_vocab = hp->n_vocab, .has_state = has_state, .forward = engm_forward,
+                                  .state_copy = has_state ? engm_state_copy : NULL, .destroy = engm_free};
     if ((st = engine_create(&run, &c, g->tok, true, out))) goto fail;
     return VLLMC_OK;
 fail:
