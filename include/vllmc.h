@@ -51,7 +51,7 @@ void vllmc_log_set_level(vllmc_log_level min_level);
 typedef struct vllmc_engine vllmc_engine;
 typedef struct vllmc_request vllmc_request;
 
-typedef enum { VLLMC_KV_F16 = 0, VLLMC_KV_F32 = 1 } vllmc_kv_dtype;
+typedef enum { VLLMC_KV_F16 = 0, VLLMC_KV_F32 = 1, VLLMC_KV_BF16 = 2, VLLMC_KV_FP8_E4M3 = 3 } vllmc_kv_dtype;
 
 typedef struct {
     int32_t max_model_len;          /* prompt + output tokens per request; 0 = min(model context, 4096) */

@@ -164,7 +164,7 @@ static void test_model(const char *path) {
     engine_opts(&o, NP, 40, 0, 1);
     vllmc_engine_stats st;
     CHECK(run_engine(path, &o, all, NP, together, &st) == 0);
-    engine_opts(&o, NP, 40, 12, 0); /* 12 blocks: one 128-token request fits, eight do not */
+    engine_opts(&o, NP, 40, 8, 0); /* 8 blocks: one 128-token request fits, eight do not */
     vllmc_engine_stats sq;
     CHECK(run_engine(path, &o, all, NP, squeezed, &sq) == 0);
     CHECK_MSG(sq.preemptions > 0, "squeezed run had no preemption");
@@ -273,10 +273,29 @@ static void test_text_stops_logprobs(const char *path) {
     printf("  refused: %s\n", vllmc_last_error());
 }
 
+/* Other KV dtypes: batched with preemption equals alone (each dtype against itself). */
+static void test_kv_dtypes(const char *path) {
+    static int32_t alone[NP][NGEN], squeezed[NP][NGEN];
+    int all[NP];
+    for (int p = 0; p < NP; p++) all[p] = p;
+    const vllmc_kv_dtype dts[] = {VLLMC_KV_F32, VLLMC_KV_BF16, VLLMC_KV_FP8_E4M3};
+    for (size_t d = 0; d < sizeof(dts) / sizeof(dts[0]); d++) {
+        vllmc_engine_opts o;
+        engine_opts(&o, 1, 128, 0, 1);
+        o.kv_dtype = dts[d];
+        CHECK(run_engine(path, &o, all, NP, alone, NULL) == 0);
+        engine_opts(&o, NP, 40, 8, 1);
+        o.kv_dtype = dts[d];
+        CHECK(run_engine(path, &o, all, NP, squeezed, NULL) == 0);
+        for (int p = 0; p < NP; p++) CHECK_MSG(same_tokens(alone, squeezed, p), "kv dtype %d prompt %d: batched differs from alone", (int)dts[d], p);
+    }
+    printf("  kv dtypes f32, bf16, fp8_e4m3: batched with preemption equals alone\n");
+}
+
 int main(int argc, char **argv) {
     test_seed_auto("test_engine");
     for (int p = 0; p < NP; p++) {
-        n_prompt[p] = 3 + (int32_t)(test_rand_u64() % 70);
+        n_prompt[p] = 20 + (int32_t)(test_rand_u64() % 53);
         for (int i = 0; i < 96; i++) prompts[p][i] = (int32_t)(test_rand_u64() % 300);
     }
     n_prompt[6] = 80;
@@ -285,6 +304,7 @@ int main(int argc, char **argv) {
         return test_finish("test_engine");
     }
     vllmc_log_set_level(VLLMC_LOG_WARN);
+    test_kv_dtypes(argv[1]);
     for (int i = 1; i < argc; i++) {
         test_model(argv[i]);
         test_text_stops_logprobs(argv[i]);

@@ -61,7 +61,7 @@ vllmc_status vllmc_engine_create(const char *model_path, const vllmc_engine_opts
     vllmc_engine_opts o;
     if (opts) o = *opts; else vllmc_engine_opts_default(&o);
     if (o.max_model_len < 0 || o.max_num_seqs < 0 || o.max_num_batched_tokens < 0 || o.kv_blocks < 0 ||
-        (o.kv_dtype != VLLMC_KV_F16 && o.kv_dtype != VLLMC_KV_F32))
+        (o.kv_dtype != VLLMC_KV_F16 && o.kv_dtype != VLLMC_KV_F32 && o.kv_dtype != VLLMC_KV_BF16 && o.kv_dtype != VLLMC_KV_FP8_E4M3))
         return vllmc_errorf(VLLMC_ERR_INVALID, "engine options: max_model_len %d, max_num_seqs %d, max_num_batched_tokens %d, "
                             "kv_blocks %d, kv_dtype %d", o.max_model_len, o.max_num_seqs, o.max_num_batched_tokens, o.kv_blocks, (int)o.kv_dtype);
     struct engm *g = calloc(1, sizeof(*g));
@@ -86,7 +86,8 @@ vllmc_status vllmc_engine_create(const char *model_path, const vllmc_engine_opts
     if (max_logits < c.max_num_seqs) c.max_num_seqs = max_logits;
 
     /* memory plan */
-    const enum bk_kv_dtype kdt = o.kv_dtype == VLLMC_KV_F32 ? BK_KV_F32 : BK_KV_F16;
+    const enum bk_kv_dtype kdt = o.kv_dtype == VLLMC_KV_F32 ? BK_KV_F32 : o.kv_dtype == VLLMC_KV_BF16 ? BK_KV_BF16
+                                 : o.kv_dtype == VLLMC_KV_FP8_E4M3 ? BK_KV_FP8_E4M3 : BK_KV_F16;
     const uint64_t block_bytes = 2ull * (uint64_t)hp->n_attn_layers * bk_kv_block_bytes(kdt, hp->n_kv_head, hp->head_dim);
     const uint64_t weights = model_weight_bytes(g->m);
     uint64_t state_slot_bytes = 0;
@@ -147,7 +148,7 @@ vllmc_status vllmc_engine_create(const char *model_path, const vllmc_engine_opts
                  "= %.1f MiB (%d tokens, %s), state %d slots (%d running + %d snapshots) x %.1f KiB = %.1f MiB; max_model_len %d, max_num_seqs %d, "
                  "max concurrency at max_model_len %.2f; prefix caching %s",
                  hp->arch, hp->n_layer, mib(weights), mib(acts), c.max_num_batched_tokens, c.n_blocks, (double)block_bytes / 1024.0,
-                 mib(kv_bytes), c.n_blocks * BK_KV_BLOCK, kdt == BK_KV_F32 ? "f32" : "f16", has_state ? n_slots : 0,
+                 mib(kv_bytes), c.n_blocks * BK_KV_BLOCK, bk_kv_dtype_name(kdt), has_state ? n_slots : 0,
                  has_state ? c.max_num_seqs : 0, c.n_state_snapshots,
                  (double)state_slot_bytes / 1024.0, mib(state_bytes), c.max_model_len, c.max_num_seqs, (double)c.n_blocks / per_seq,
                  !c.prefix_caching ? "off" : has_state && !c.n_state_snapshots ? "off (recurrent state, no snapshots)" : "on");
