@@ -3,11 +3,11 @@
 # mat-vec kernel and the whole decode of synthetic models. Logs under $OUT; a short table printed last.
 # Binaries come from .carry/bin (built with `make CUDA=1` on the dev machine, with the shared libraries
 # they need in .carry/lib) when they start there, else are built here. Models are generated here with
-# .carry/synth_gguf.py. STAGES (default "ops model gemv sanitize bench") picks what runs.
+# .carry/synth_gguf.py. STAGES (default "ops model dense gemv sanitize bench") picks what runs.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu-out}
-STAGES=${STAGES:-"ops model gemv sanitize bench"}
+STAGES=${STAGES:-"ops model dense gemv sanitize bench"}
 BENCH_MODELS=${BENCH_MODELS:-"qwen35-4b"}
 mkdir -p "$OUT"
 has() { [[ " $STAGES " == *" $1 "* ]]; }
@@ -45,6 +45,15 @@ if has model; then
     timeout 300 "$BIN/test_cuda_model" /tmp/models/qwen35-tiny.gguf 40 24 >"$OUT/test_cuda_model.txt" 2>&1; rc=$?
     tail -12 "$OUT/test_cuda_model.txt"
     note "test_cuda_model rc=$rc: $(grep 'worst' "$OUT/test_cuda_model.txt" | head -1 | cut -c1-160)"
+fi
+
+if has dense; then # dense llama / qwen2 / qwen3 (tests/tools/make_tiny_models.py output carried in .carry/models)
+    for f in .carry/models/*.gguf; do
+        [ -f "$f" ] || continue
+        n=$(basename "$f" .gguf)
+        timeout 120 "$BIN/test_cuda_model" "$f" 30 16 >"$OUT/model_$n.txt" 2>&1; rc=$?
+        note "test_cuda_model $n rc=$rc: $(grep 'worst' "$OUT/model_$n.txt" | head -1 | sed 's/.*steps, //' | cut -c1-120)$(grep -m1 FAIL "$OUT/model_$n.txt")"
+    done
 fi
 
 if has gemv; then

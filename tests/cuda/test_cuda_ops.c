@@ -65,7 +65,7 @@ static void fill_weight(uint32_t type, uint8_t *p, size_t bytes) {
         ggml_half d = fp32_to_fp16(1e-3f * (0.5f + test_rand_uniform())), dm = fp32_to_fp16(5e-4f * (0.5f + test_rand_uniform()));
         if (type == GGML_TYPE_Q4_K) { memcpy(blk, &d, 2); memcpy(blk + 2, &dm, 2); }
         else if (type == GGML_TYPE_Q6_K) memcpy(blk + 208, &d, 2);
-        else if (type == GGML_TYPE_Q8_0) memcpy(blk, &d, 2);
+        else if (type == GGML_TYPE_Q8_0 || type == GGML_TYPE_Q4_0 || type == GGML_TYPE_Q5_0) memcpy(blk, &d, 2);
     }
 }
 
@@ -142,14 +142,15 @@ static void check_act_quant(const struct bk_act *ra, const struct bk_act *ga, in
     }
 }
 
-/* matmul of 4 weights of mixed types sharing one activation (with bias and ld_y), 1 and 11 rows;
- * quantize feeds it; outputs bit-exact. */
+/* matmul of 6 weights of mixed types sharing one activation (with bias and ld_y; two launches of at most
+ * 4), 1 and 11 rows; quantize feeds it. */
+#define NW 6
 static void test_matmul(void) {
     const int64_t E = 512 + 256 * (int64_t)(test_rand_u64() % 3);
-    const uint32_t types[4] = {GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, GGML_TYPE_Q8_0, GGML_TYPE_F32};
-    const int64_t nout[4] = {37, 64, 29, 16};
-    struct pair_w w[4];
-    for (int i = 0; i < 4; i++) make_weight(&w[i], types[i], E, nout[i]);
+    const uint32_t types[NW] = {GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, GGML_TYPE_Q8_0, GGML_TYPE_F32, GGML_TYPE_Q5_0, GGML_TYPE_Q4_0};
+    const int64_t nout[NW] = {37, 64, 29, 16, 45, 18};
+    struct pair_w w[NW];
+    for (int i = 0; i < NW; i++) make_weight(&w[i], types[i], E, nout[i]);
     const uint32_t fmts = BK_ACT_BIT(BK_ACT_Q8_K) | BK_ACT_BIT(BK_ACT_Q8_0);
     for (int rows = 1; rows <= 11; rows += 10) {
         struct bk_act ra, ga;
@@ -166,9 +167,9 @@ static void test_matmul(void) {
         const int64_t ld = 80;
         float *bias = rand_buf(80, 0.1f);
         float *gbias = dev_put(bias, 80 * 4);
-        float *ry[4], *gy[4];
-        struct bk_matmul_out ro[4], go[4];
-        for (int i = 0; i < 4; i++) {
+        float *ry[NW], *gy[NW];
+        struct bk_matmul_out ro[NW], go[NW];
+        for (int i = 0; i < NW; i++) {
             ry[i] = ref_put(NULL, (size_t)(rows * ld) * 4);
             float *poison = nan_buf((size_t)(rows * ld));
             gy[i] = dev_put(poison, (size_t)(rows * ld) * 4);
@@ -176,9 +177,9 @@ static void test_matmul(void) {
             ro[i] = (struct bk_matmul_out){.w = &w[i].r, .bias = i == 1 ? bias : NULL, .y = ry[i], .ld_y = ld};
             go[i] = (struct bk_matmul_out){.w = &w[i].g, .bias = i == 1 ? gbias : NULL, .y = gy[i], .ld_y = ld};
         }
-        CHECK(ref->ops->matmul(ref, &ra, 4, ro) == VLLMC_OK);
-        CHECK(gpu->ops->matmul(gpu, &ga, 4, go) == VLLMC_OK);
-        for (int i = 0; i < 4; i++) {
+        CHECK(ref->ops->matmul(ref, &ra, NW, ro) == VLLMC_OK);
+        CHECK(gpu->ops->matmul(gpu, &ga, NW, go) == VLLMC_OK);
+        for (int i = 0; i < NW; i++) {
             float *h = malloc((size_t)(rows * ld) * 4);
             dev_get(h, gy[i], (size_t)(rows * ld) * 4);
             size_t bad = 0;
@@ -203,7 +204,7 @@ static void test_matmul(void) {
         bk_act_free(ref, &ra);
         bk_act_free(gpu, &ga);
     }
-    for (int i = 0; i < 4; i++) free_weight(&w[i]);
+    for (int i = 0; i < NW; i++) free_weight(&w[i]);
 }
 
 /* rmsnorm_quantize, swiglu_quantize, rmsnorm with strides, add, sigmoid_mul. */
@@ -262,10 +263,10 @@ static void test_batch_ops(void) {
     batch_two_seqs(&tb, 5, 100, 3, 7, 300);
     set_batch(&tb);
     const int T = tb.b.n_tokens;
-    const uint32_t types[4] = {GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, GGML_TYPE_Q8_0, GGML_TYPE_F32};
+    const uint32_t types[6] = {GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, GGML_TYPE_Q8_0, GGML_TYPE_F32, GGML_TYPE_Q5_0, GGML_TYPE_Q4_0};
     const int64_t E = 512;
     float *h = malloc((size_t)(T * E) * 4);
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < 6; i++) {
         struct pair_w w;
         make_weight(&w, types[i], E, 300);
         float *ro = ref_put(NULL, (size_t)(T * E) * 4), *go = dev_put(NULL, (size_t)(T * E) * 4);

@@ -44,6 +44,24 @@ static __device__ float dequant_elem(const uint8_t *row, uint32_t type, int64_t 
         const uint8_t *dp = row + 32 * nb + 2 * b;
         return __fmul_rn((float)(int8_t)row[e], fp16_to_fp32((uint16_t)(dp[0] | (dp[1] << 8))));
     }
+    case GGML_TYPE_Q4_0:
+    case GGML_TYPE_Q5_0: {
+        const int64_t nb = n / 32, b = e / 32;
+        const int j = (int)(e % 32), l = j % 16;
+        const uint8_t qb = row[16 * b + l];
+        int q = j < 16 ? (qb & 15) : (qb >> 4);
+        const uint8_t *dp;
+        if (type == GGML_TYPE_Q5_0) {
+            const uint8_t *qh = row + 16 * nb + 4 * b;
+            const uint32_t h = (uint32_t)qh[0] | ((uint32_t)qh[1] << 8) | ((uint32_t)qh[2] << 16) | ((uint32_t)qh[3] << 24);
+            q = (q | (int)(((h >> j) & 1u) << 4)) - 16;
+            dp = row + 16 * nb + ((4 * nb + 15) & ~(int64_t)15) + 2 * b;
+        } else {
+            q -= 8;
+            dp = row + 16 * nb + 2 * b;
+        }
+        return __fmul_rn((float)q, fp16_to_fp32((uint16_t)(dp[0] | (dp[1] << 8))));
+    }
     case GGML_TYPE_F32: return ((const float *)row)[e];
     case GGML_TYPE_F16: return fp16_to_fp32(((const uint16_t *)row)[e]);
     case GGML_TYPE_BF16: return bf16_to_fp32(((const uint16_t *)row)[e]);

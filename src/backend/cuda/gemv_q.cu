@@ -25,6 +25,8 @@ uint64_t cu_weight_row_stride(uint32_t type, int64_t n) {
     case GGML_TYPE_Q4_K: return n % QK_K ? 0 : 128 * (uint64_t)(n / QK_K) + pad16(12 * (uint64_t)(n / QK_K)) + pad16(4 * (uint64_t)(n / QK_K));
     case GGML_TYPE_Q6_K: return n % QK_K ? 0 : 208 * (uint64_t)(n / QK_K) + pad16(2 * (uint64_t)(n / QK_K));
     case GGML_TYPE_Q8_0: return n % 32 ? 0 : 32 * (uint64_t)(n / 32) + pad16(2 * (uint64_t)(n / 32));
+    case GGML_TYPE_Q4_0: return n % 32 ? 0 : 16 * (uint64_t)(n / 32) + pad16(2 * (uint64_t)(n / 32));
+    case GGML_TYPE_Q5_0: return n % 32 ? 0 : 16 * (uint64_t)(n / 32) + pad16(4 * (uint64_t)(n / 32)) + pad16(2 * (uint64_t)(n / 32));
     case GGML_TYPE_F32: return 4 * (uint64_t)n;
     case GGML_TYPE_F16:
     case GGML_TYPE_BF16: return 2 * (uint64_t)n;
@@ -68,6 +70,22 @@ static void repack_row(uint32_t type, const uint8_t *src, int64_t n, uint8_t *ds
             block_q8_0 *b = (block_q8_0 *)(src + s * sizeof(block_q8_0));
             if (unpack) { memcpy(b->qs, qs + 32 * s, 32); memcpy(&b->d, d + 2 * s, 2); }
             else { memcpy(qs + 32 * s, b->qs, 32); memcpy(d + 2 * s, &b->d, 2); }
+        }
+    } else if (type == GGML_TYPE_Q4_0) {
+        const int64_t nb = n / 32;
+        uint8_t *qs = dst, *d = dst + 16 * nb;
+        for (int64_t s = 0; s < nb; s++) {
+            block_q4_0 *b = (block_q4_0 *)(src + s * sizeof(block_q4_0));
+            if (unpack) { memcpy(b->qs, qs + 16 * s, 16); memcpy(&b->d, d + 2 * s, 2); }
+            else { memcpy(qs + 16 * s, b->qs, 16); memcpy(d + 2 * s, &b->d, 2); }
+        }
+    } else if (type == GGML_TYPE_Q5_0) {
+        const int64_t nb = n / 32;
+        uint8_t *qs = dst, *qh = dst + 16 * nb, *d = qh + pad16(4 * (uint64_t)nb);
+        for (int64_t s = 0; s < nb; s++) {
+            block_q5_0 *b = (block_q5_0 *)(src + s * sizeof(block_q5_0));
+            if (unpack) { memcpy(b->qs, qs + 16 * s, 16); memcpy(b->qh, qh + 4 * s, 4); memcpy(&b->d, d + 2 * s, 2); }
+            else { memcpy(qs + 16 * s, b->qs, 16); memcpy(qh + 4 * s, b->qh, 4); memcpy(d + 2 * s, &b->d, 2); }
         }
     } else {
         if (unpack) memcpy((void *)src, dst, stride);
@@ -472,6 +490,68 @@ static __device__ void row_q8_0(const uint8_t *wr, int n_b, const cu_act_view &a
     }
 }
 
+/* Bit 4 of each byte from the 4 low bits of x (Q5_0 high bits). */
+static __device__ __forceinline__ uint32_t spread4(uint32_t x) {
+    return ((x & 1u) << 4) | ((x & 2u) << 11) | ((x & 4u) << 18) | ((x & 8u) << 25);
+}
+
+/* Q4_0 / Q5_0 x Q8_0: one 32-element block per lane per step; element j < 16 is the low nibble of qs[j],
+ * element j + 16 the high nibble (Q5_0: bit j / j + 16 of qh as the 5th bit); offset 8 / 16. */
+template <int NA, bool Q5>
+static __device__ void row_q45_0(const uint8_t *wr, int n_b, const cu_act_view &a, int a0, int na, float *acc, int lane) {
+    const uint8_t *qhb = wr + 16 * (size_t)n_b;
+    const uint8_t *db = Q5 ? qhb + ((4 * (size_t)n_b + 15) & ~(size_t)15) : qhb;
+    const int n_steps = (n_b + 31) / 32;
+    for (int st0 = 0; st0 < n_steps; st0 += MM_UNROLL4) {
+        uint4 q[MM_UNROLL4];
+        uint32_t qh[MM_UNROLL4];
+        uint16_t dw[MM_UNROLL4];
+#pragma unroll
+        for (int u = 0; u < MM_UNROLL4; u++) {
+            const int b = 32 * (st0 + u) + lane;
+            if (b < n_b) {
+                q[u] = gpu_ldg((const uint4 *)(wr + 16 * (size_t)b));
+                qh[u] = Q5 ? gpu_ldg((const uint32_t *)(qhb + 4 * (size_t)b)) : 0u;
+                dw[u] = gpu_ldg((const unsigned short *)(db + 2 * (size_t)b));
+            } else { q[u] = make_uint4(0, 0, 0, 0); qh[u] = 0; dw[u] = 0; }
+        }
+#pragma unroll
+        for (int u = 0; u < MM_UNROLL4; u++) {
+            const int b = 32 * (st0 + u) + lane;
+            if (b >= n_b) continue;
+            const uint32_t qw[4] = {q[u].x, q[u].y, q[u].z, q[u].w};
+            int lo[4], hi[4];
+#pragma unroll
+            for (int w = 0; w < 4; w++) {
+                uint32_t l = qw[w] & 0x0F0F0F0Fu, h = (qw[w] >> 4) & 0x0F0F0F0Fu;
+                if (Q5) {
+                    l |= spread4((qh[u] >> (4 * w)) & 15u);
+                    h |= spread4((qh[u] >> (16 + 4 * w)) & 15u);
+                    lo[w] = (int)(((l | 0x80808080u) - 0x10101010u) ^ 0x80808080u);
+                    hi[w] = (int)(((h | 0x80808080u) - 0x10101010u) ^ 0x80808080u);
+                } else {
+                    lo[w] = (int)(((l | 0x80808080u) - 0x08080808u) ^ 0x80808080u);
+                    hi[w] = (int)(((h | 0x80808080u) - 0x08080808u) ^ 0x80808080u);
+                }
+            }
+            const float d = fp16_to_fp32(dw[u]);
+#pragma unroll
+            for (int r = 0; r < NA; r++) {
+                if (r < na) {
+                    const int64_t ar = a0 + r;
+                    const int4 x0 = *(const int4 *)(a.o_qs + ar * a.n + 32 * (int64_t)b);
+                    const int4 x1 = *(const int4 *)(a.o_qs + ar * a.n + 32 * (int64_t)b + 16);
+                    int I = 0;
+                    I = dot4_i8(lo[0], x0.x, I); I = dot4_i8(lo[1], x0.y, I); I = dot4_i8(lo[2], x0.z, I); I = dot4_i8(lo[3], x0.w, I);
+                    I = dot4_i8(hi[0], x1.x, I); I = dot4_i8(hi[1], x1.y, I); I = dot4_i8(hi[2], x1.z, I); I = dot4_i8(hi[3], x1.w, I);
+                    const float da = fp16_to_fp32(a.o_d[ar * (a.n / 32) + b]);
+                    acc[r] += __fmul_rn(__fmul_rn(d, da), (float)I);
+                }
+            }
+        }
+    }
+}
+
 /* F32 weights x f32 activations: p[i % 32] in lane i % 32, then dot_reduce32 as butterflies. */
 template <int NA>
 static __device__ void row_f32(const float *wr, int n, const cu_act_view &a, int a0, int na, float *acc, int lane) {
@@ -507,6 +587,8 @@ static __device__ __forceinline__ void mm_row(const struct cu_mm_args &P, const 
     case GGML_TYPE_Q4_K: row_q4_K<NA>(wr, n / QK_K, P.a, a0, na, acc, lane); break;
     case GGML_TYPE_Q6_K: row_q6_K<NA>(wr, n / QK_K, P.a, a0, na, acc, lane); break;
     case GGML_TYPE_Q8_0: row_q8_0<NA>(wr, n / 32, P.a, a0, na, acc, lane); break;
+    case GGML_TYPE_Q4_0: row_q45_0<NA, false>(wr, n / 32, P.a, a0, na, acc, lane); break;
+    case GGML_TYPE_Q5_0: row_q45_0<NA, true>(wr, n / 32, P.a, a0, na, acc, lane); break;
     case GGML_TYPE_F32: row_f32<NA>((const float *)wr, n, P.a, a0, na, acc, lane); break;
     default: break;
     }
@@ -781,7 +863,10 @@ void cu_launch_matmul(const struct cu_mm_args *args, gpuStream_t s) {
         const int resident = mm_resident_ctas();
         /* 4-row tiles when there are rows enough (measured on the H200: never slower from 8,192 rows of
          * 2,560 columns, 1.4x on the LM head; slower on 2,560-row matrices, which leave warps idle) */
-        if (args->total_rows >= 8192) {
+        bool tiles = args->total_rows >= 8192;
+        for (int i = 0; i < args->n_seg; i++) /* the tile kernel has Q4_K, Q6_K, Q8_0 and F32 */
+            if (args->seg[i].type == GGML_TYPE_Q4_0 || args->seg[i].type == GGML_TYPE_Q5_0) tiles = false;
+        if (tiles) {
             const int ctas = min((int)GPU_CEIL_DIV(args->total_tiles, CU_MM_WARPS), resident);
             mm_kernel_1<<<(unsigned)ctas, 32 * CU_MM_WARPS, 0, s>>>(*args);
         } else {
