@@ -90,6 +90,21 @@ static void test_conv(struct threadpool *tp) {
     CHECK(sti[0] == 6 && sti[1] == 7 && sti[2] == 2);
     free(x); free(w); free(st0); free(st_ref); free(st_one); free(st_pieces); free(y_ref); free(y_one);
     free(y_pieces); free(xs); free(ys); free(xc); free(st_a); free(st_b);
+    /* Every kernel width: token-by-token steps (the decode path) give the bits of one run and the reference. */
+    for (int dc = 2; dc <= 8; dc++) {
+        const int nc = 70, TT = 11, nh = dc - 1;
+        float *xx = rand_vec((int64_t)TT * nc, 1.0f), *ww = rand_vec(nc * dc, 0.5f), *s0 = rand_vec(nc * nh, 1.0f);
+        float *sr = copy_vec(s0, nc * nh), *s1 = copy_vec(s0, nc * nh), *sp = copy_vec(s0, nc * nh);
+        float *yr = malloc((size_t)TT * nc * 4), *y1 = malloc((size_t)TT * nc * 4), *yp = malloc((size_t)TT * nc * 4);
+        ref_conv(yr, xx, TT, nc, ww, dc, sr);
+        gdn_conv1d_silu(y1, nc, xx, nc, TT, nc, ww, dc, s1, tp);
+        for (int t = 0; t < TT; t++)
+            gdn_conv1d_silu(yp + (int64_t)t * nc, nc, xx + (int64_t)t * nc, nc, 1, nc, ww, dc, sp, t % 2 ? tp : NULL);
+        CHECK_MSG(rel_err(y1, yr, (int64_t)TT * nc) < 1e-5, "conv d_conv %d err %g", dc, rel_err(y1, yr, (int64_t)TT * nc));
+        CHECK_MSG(rel_err(yp, y1, (int64_t)TT * nc) == 0, "conv d_conv %d steps vs run", dc);
+        CHECK(rel_err(sp, sr, nc * nh) == 0 && rel_err(s1, sr, nc * nh) == 0);
+        free(xx); free(ww); free(s0); free(sr); free(s1); free(sp); free(yr); free(y1); free(yp);
+    }
 }
 
 /* ---- norms and gates ---- */

@@ -82,6 +82,21 @@ static void gdn_conv_task(void *vctx, int i_task, int i_thread) {
     const struct gdn_conv_ctx *c = vctx;
     const int nh = c->d_conv - 1, T = c->n_tokens;
     const int ch0 = i_task * GDN_CONV_BLOCK, nc = VLLMC_MIN(GDN_CONV_BLOCK, c->n_ch - ch0);
+    if (T == 1) { /* decode: one window per channel, no transposes; same sum order as below */
+        const float *x = c->x + ch0;
+        float *y = c->y + ch0;
+        for (int ch = 0; ch < nc; ch++) {
+            const float *wc = c->w + (int64_t)(ch0 + ch) * c->d_conv;
+            float *st = c->state + (int64_t)(ch0 + ch) * nh;
+            float acc = 0.0f;
+            for (int j = 0; j < nh; j++) acc += st[j] * wc[j];
+            acc += x[ch] * wc[nh];
+            y[ch] = gdn_silu(acc);
+            for (int j = 0; j + 1 < nh; j++) st[j] = st[j + 1];
+            st[nh - 1] = x[ch];
+        }
+        return;
+    }
     float wT[8][GDN_CONV_BLOCK], stT[8][GDN_CONV_BLOCK];
     for (int ch = 0; ch < nc; ch++)
         for (int j = 0; j <= nh; j++) {

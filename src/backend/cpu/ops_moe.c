@@ -6,6 +6,7 @@
 #include "backend/cpu/ops_moe.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <string.h>
 #include "backend/cpu/cpu_internal.h"
 #include "backend/cpu/ops_gdn.h"
@@ -13,6 +14,41 @@
 #include "quant/quant.h"
 
 #define MOE_ROWS_PER_JOB 64
+
+/* Scratch kept from call to call: one block that grows to the largest request and is reused, so steady
+ * decode and prefill allocate (and page-fault) nothing. One op at a time holds it; a concurrent call (a
+ * second backend on another thread) takes a private block instead. The block stays reachable until exit. */
+static pthread_mutex_t g_moe_mem_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint8_t *g_moe_mem;
+static size_t g_moe_mem_cap;
+static bool g_moe_mem_busy;
+
+static uint8_t *moe_scratch_get(size_t bytes) {
+    uint8_t *p = NULL;
+    pthread_mutex_lock(&g_moe_mem_lock);
+    if (!g_moe_mem_busy) {
+        if (g_moe_mem_cap < bytes) {
+            vllmc_free_aligned(g_moe_mem);
+            g_moe_mem_cap = 0;
+            g_moe_mem = vllmc_malloc_aligned(bytes);
+            if (g_moe_mem) g_moe_mem_cap = bytes;
+        }
+        if (g_moe_mem) {
+            g_moe_mem_busy = true;
+            p = g_moe_mem;
+        }
+    }
+    pthread_mutex_unlock(&g_moe_mem_lock);
+    return p ? p : vllmc_malloc_aligned(bytes);
+}
+
+static void moe_scratch_put(uint8_t *p) {
+    pthread_mutex_lock(&g_moe_mem_lock);
+    const bool shared = p == g_moe_mem && g_moe_mem_busy;
+    if (shared) g_moe_mem_busy = false;
+    pthread_mutex_unlock(&g_moe_mem_lock);
+    if (!shared) vllmc_free_aligned(p);
+}
 
 void moe_route(const float *logits, int n_expert, int k, bool norm, int32_t *ids, float *weights) {
     float mx = -INFINITY;
@@ -152,7 +188,7 @@ vllmc_status cpu_moe(struct backend *be, const struct bk_act *in, const struct b
     }
     if (T == 0) return VLLMC_OK;
 
-    /* Sizes of the scratch (one allocation per call). */
+    /* Sizes of the scratch (one block, reused across calls). */
     const int64_t n_ent = T * k;
     const uint64_t arb_g = bk_act_row_bytes(fg, n_embd), arb_u = bk_act_row_bytes(fu, n_embd);
     const uint64_t arb_d = bk_act_row_bytes(fd, n_ff);
@@ -176,7 +212,7 @@ vllmc_status cpu_moe(struct backend *be, const struct bk_act *in, const struct b
                                                   CEIL_DIV(n_embd, MOE_ROWS_PER_JOB)) + n_ent + T + 8;
     const size_t o_jobs = MOE_TAKE(sizeof(struct moe_job) * max_jobs);
 #undef MOE_TAKE
-    uint8_t *mem = vllmc_malloc_aligned(off);
+    uint8_t *mem = moe_scratch_get(off);
     if (!mem) return vllmc_errorf(VLLMC_ERR_OOM, "moe scratch of %zu bytes", off);
     float *logits = (float *)(void *)(mem + o_logits), *wts = (float *)(void *)(mem + o_wts);
     int32_t *ids = (int32_t *)(void *)(mem + o_ids);
@@ -198,7 +234,7 @@ vllmc_status cpu_moe(struct backend *be, const struct bk_act *in, const struct b
     for (int e = 0; e < E; e++) cnt[e + 1] += cnt[e]; /* cnt[e] = first entry slot of expert e */
     {
         int64_t fill[1024], *fp = E <= 1024 ? fill : NULL;
-        if (!fp) { vllmc_free_aligned(mem); return vllmc_errorf(VLLMC_ERR_UNSUPPORTED, "moe: %d experts (max 1024)", E); }
+        if (!fp) { moe_scratch_put(mem); return vllmc_errorf(VLLMC_ERR_UNSUPPORTED, "moe: %d experts (max 1024)", E); }
         memcpy(fp, cnt, sizeof(int64_t) * E);
         for (int64_t x = 0; x < n_ent; x++) {
             const int e = ids[x];
@@ -281,6 +317,6 @@ vllmc_status cpu_moe(struct backend *be, const struct bk_act *in, const struct b
             for (int64_t x = 0; x < n_embd; x++) o[x] += gsc * y[x];
         }
     }
-    vllmc_free_aligned(mem);
+    moe_scratch_put(mem);
     return VLLMC_OK;
 }
