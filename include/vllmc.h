@@ -81,7 +81,7 @@ void vllmc_engine_destroy(vllmc_engine *e);
 #define VLLMC_MAX_TOP_LOGPROBS 20
 
 typedef struct {
-    float temperature;        /* 0 = greedy (default 1.0 as in OpenAI: set 0 for greedy) */
+    float temperature;        /* 0 = greedy, the default here (OpenAI's default is 1: a server sets it) */
     int32_t top_k;            /* <= 0 off */
     float top_p;              /* (0, 1], 1 off */
     float min_p;              /* [0, 1], 0 off */
@@ -90,11 +90,13 @@ typedef struct {
     float frequency_penalty;  /* 0 off */
     int64_t seed;             /* < 0: derived from the engine seed and the request number */
     int32_t max_tokens;       /* output tokens; <= 0 or more than fit: up to max_model_len - n_prompt */
-    int32_t min_tokens;       /* EOS, stop ids and stop strings are ignored before this many */
+    int32_t min_tokens;       /* EOS (unless ignored) and stop ids cannot be drawn before this many
+                                 output tokens; a completed stop string still ends the request */
     int ignore_eos;
     const int32_t *stop_ids;  int32_t n_stop_ids;        /* <= VLLMC_MAX_STOP_IDS */
     const char *const *stop;  int32_t n_stop;            /* <= VLLMC_MAX_STOP_STRINGS, each <= 256 bytes */
-    int32_t logprobs;         /* < 0: none; 0: the sampled token's; n: plus the top n (<= 20) */
+    int32_t logprobs;         /* < 0: none; 0: the sampled token's; n: plus the top n (<= 20). Log-softmax
+                                 of the raw logits (before penalties, temperature, filters) */
 } vllmc_sampling_params;
 
 void vllmc_sampling_params_default(vllmc_sampling_params *p); /* greedy, no limits, no logprobs */
@@ -140,7 +142,7 @@ void vllmc_request_release(vllmc_request *r); /* accepts NULL */
 
 typedef struct {
     int64_t steps;
-    int64_t prompt_tokens_computed;  /* prompt (and recomputed) tokens run through the model */
+    int64_t prompt_tokens_computed;  /* prompt positions run through the model (again after a preemption) */
     int64_t prefix_cache_hit_tokens; /* tokens reused from the prefix cache */
     int64_t generated_tokens;
     int64_t preemptions;
