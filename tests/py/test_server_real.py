@@ -3,6 +3,7 @@ openai package: the GGUF's own chat template, an answer that reads right, greedy
 `vllmc generate --temperature 0` on the same text, streaming equal to non-streamed, concurrent requests
 equal to the same requests one at a time, stop strings, and every KV block free at the end."""
 import subprocess
+import time
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
@@ -71,3 +72,33 @@ def test_concurrent_equals_serial(server, client):
     assert together == serial
     m = server.wait_idle()
     assert m["vllmc:kv_blocks_free"] == m["vllmc:kv_blocks_total"]
+
+
+def test_health_503_while_loading(server, tmp_path):
+    """The port answers at once; /health and the API say 503 until the engine is loaded, then 200."""
+    import json
+    import urllib.error
+    import urllib.request
+    s = Server(server.path, "--max-model-len", 512, log_path=tmp_path / "log", wait=False)
+    seen = []
+    try:
+        t0 = time.time()
+        while time.time() - t0 < 120:
+            for path in ("/health", "/v1/models"):
+                try:
+                    with urllib.request.urlopen(s.base + path, timeout=5) as r:
+                        seen.append((path, r.status))
+                except urllib.error.HTTPError as e:
+                    body = json.loads(e.read())
+                    assert e.code == 503 and body["error"]["code"] == 503
+                    seen.append((path, 503))
+                except (urllib.error.URLError, ConnectionError):
+                    pass
+            if ("/health", 200) in seen:
+                break
+            time.sleep(0.01)
+        assert ("/health", 503) in seen and ("/health", 200) in seen, seen[-5:]
+        first_ok = seen.index(("/health", 200))
+        assert all(st == 503 for _, st in seen[:first_ok])
+    finally:
+        assert s.stop() == 0
