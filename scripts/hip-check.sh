@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# Every check of the HIP (AMD) build that this machine's compiler allows, and a line per target saying how
+# it was checked. Debian's hipcc (ROCm 5.2, LLVM 15):
+#   gfx1100 (RDNA3)  every kernel file compiled to device code with -Werror (-nogpulib: Debian ships no gfx11
+#                    device library, so nothing is linked); the ISA is generated and inspected: wave32, the
+#                    v_dot4_i32_iu8 packed dots, registers, spills and LDS of each kernel
+#   gfx1030 (RDNA2)  the same compile, then a full build: kernels with the device library, libvllmc.a, vllmc and
+#                    the GPU test binaries linked against libamdhip64 (they cannot run here: no AMD GPU)
+#   gfx1200 (RDNA4)  unknown to this compiler: not checked (needs ROCm >= 6.4; see docs/ROCM.md)
+# Usage: scripts/hip-check.sh [--no-link]. Output: a summary table last; ISA listings under build/hip/isa/.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+LINK=1
+[ "${1:-}" = "--no-link" ] && LINK=0
+HIPCC=${HIPCC:-hipcc}
+JOBS=${JOBS:-$(nproc)}
+summary=()
+fail=0
+note() { summary+=("$1"); }
+
+if ! command -v "$HIPCC" > /dev/null; then
+    echo "hip-check: $HIPCC not found (Debian: apt-get install hipcc)"; exit 2
+fi
+echo "hip-check: $($HIPCC --version 2>/dev/null | grep -m1 -i 'version' || echo "$HIPCC")"
+
+# ISA of one kernel file for one target: per kernel, VGPRs, spills, scratch, LDS, wave size; and whether
+# the code calls out (with -nogpulib, math library calls stay external and force a 16 KB scratch guess).
+isa_table() { # arch file.s
+    awk -v arch="$1" '
+        /^[ \t]*\.group_segment_fixed_size:/ { lds = $2 }
+        /^[ \t]*\.name:/ { name = $2 }
+        /^[ \t]*\.private_segment_fixed_size:/ { scratch = $2 }
+        /^[ \t]*\.vgpr_count:/ { vgpr = $2 }
+        /^[ \t]*\.vgpr_spill_count:/ { spill = $2 }
+        /^[ \t]*\.wavefront_size:/ { wave = $2;
+            printf "  %-8s %-60.60s wave%-3s vgpr %4s spill %3s scratch %6s lds %6s\n", arch, name, wave, vgpr, spill, scratch, lds }
+    ' "$2"
+}
+
+mkdir -p build/hip/isa
+for arch in gfx1100 gfx1030; do
+    log=build/hip/isa/compile-$arch.log
+    if make -j"$JOBS" --no-print-directory HIP=1 HIP_ARCH=$arch hip-check > "$log" 2>&1; then
+        n=$(ls src/backend/cuda/*.cu | wc -l)
+        # device assembly, to look at what the compiler made of the kernels
+        libs="-nogpulib"
+        [ "$arch" = gfx1030 ] && libs=""
+        isa_ok=1
+        for f in src/backend/cuda/*.cu; do
+            b=$(basename "$f" .cu)
+            $HIPCC -x hip --offload-arch=$arch $libs --cuda-device-only -O3 -std=c++17 -Iinclude -Isrc \
+                -Wno-unused-command-line-argument -S "$f" -o build/hip/isa/$b-$arch.s >> "$log" 2>&1 || isa_ok=0
+        done
+        dots=$(cat build/hip/isa/*-$arch.s 2>/dev/null | grep -c 'v_dot4c\?_i32_iu\?8' || true)
+        w32=$(cat build/hip/isa/*-$arch.s 2>/dev/null | grep -c '\.wavefront_size: *32' || true)
+        w64=$(cat build/hip/isa/*-$arch.s 2>/dev/null | grep -c '\.wavefront_size: *64' || true)
+        spills=$(cat build/hip/isa/*-$arch.s 2>/dev/null | awk '/\.vgpr_spill_count:/ { s += $2 } END { print s + 0 }')
+        note "$arch: $n kernel files compiled (-Werror), ISA $([ $isa_ok = 1 ] && echo generated || echo FAILED): $w32 wave32 / $w64 wave64 kernels, $dots packed int8 dot instructions, $spills VGPRs spilled"
+        [ $isa_ok = 1 ] && [ "$w64" = 0 ] || fail=1
+        { echo "ISA per kernel ($arch)$([ -n "$libs" ] && echo ': built -nogpulib, so math-library calls stay external; scratch and VGPR caps reflect those calls')"; for s in build/hip/isa/*-$arch.s; do isa_table $arch "$s"; done; } > build/hip/isa/kernels-$arch.txt
+    else
+        tail -30 "$log"
+        note "$arch: kernel compile FAILED (see $log)"
+        fail=1
+    fi
+done
+
+if [ $LINK = 1 ]; then
+    log=build/hip/isa/link-gfx1030.log
+    if make -j"$JOBS" --no-print-directory HIP=1 HIP_ARCH=gfx1030 BUILD=build/hip/full-gfx1030 all cuda-tests > "$log" 2>&1; then
+        libhip=$(ldd build/hip/full-gfx1030/vllmc 2>/dev/null | grep -o 'libamdhip64[^ ]*' | head -1)
+        note "gfx1030: full build linked: build/hip/full-gfx1030/vllmc and tests/cuda/* against ${libhip:-?} (not run: no AMD GPU here)"
+    else
+        tail -30 "$log"
+        note "gfx1030: full build FAILED (see $log)"
+        fail=1
+    fi
+else
+    note "gfx1030: full build skipped (--no-link)"
+fi
+
+if $HIPCC -x hip --offload-arch=gfx1200 -nogpulib -fgpu-rdc -c src/backend/cuda/gemv_q.cu -Iinclude -Isrc -o /dev/null > /dev/null 2>&1; then
+    note "gfx1200: this compiler knows gfx1200: run make HIP=1 HIP_ARCH=gfx1200 hip-check"
+else
+    note "gfx1200: not checked (unknown to this hipcc; needs ROCm >= 6.4)"
+fi
+
+echo "hip-check summary:"
+for s in "${summary[@]}"; do echo "  $s"; done
+for a in gfx1100 gfx1030; do [ -f build/hip/isa/kernels-$a.txt ] && echo "  per-kernel ISA: build/hip/isa/kernels-$a.txt"; done
+exit $fail
