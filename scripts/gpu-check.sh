@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # GPU machine: check the CUDA backend against the CPU reference, run it under compute-sanitizer, time the
 # mat-vec kernel and the whole decode of synthetic models. Logs under $OUT; a short table printed last.
-# Binaries come from .carry/bin (built with `make CUDA=1` on the dev machine, with the shared libraries
-# they need in .carry/lib) when they start there, else are built here. Models are generated here with
+# Binaries come from .carry/bin (scripts/gpu-carry.sh builds them with `make CUDA=1` on the dev machine and
+# copies the shared libraries they need to .carry/lib) when they start there, else are built here. Models are generated here with
 # .carry/synth_gguf.py. STAGES (default "ops model dense gemv sanitize bench") picks what runs.
 set -uo pipefail
 cd "$(dirname "$0")/.."

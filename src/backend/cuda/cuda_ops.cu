@@ -260,8 +260,8 @@ static __global__ void __launch_bounds__(32 * ATT_WARPS) attn_split_kernel(struc
         float d1 = 0.f, d2 = 0.f;
 #pragma unroll
         for (int e = 0; e < D; e++) { d1 = __fadd_rn(d1, __fmul_rn(q[e], k1[e])); d2 = __fadd_rn(d2, __fmul_rn(q[e], k2[e])); }
-        d1 = warp_reduce_sum(d1);
-        d2 = warp_reduce_sum(d2);
+        d1 = group32_sum(d1);
+        d2 = group32_sum(d2);
         const float s1 = __fmul_rn(d1, a.scale), s2 = two ? __fmul_rn(d2, a.scale) : -INFINITY;
         const float mn = fmaxf(m, fmaxf(s1, s2));
         const float corr = expf(m - mn), p1 = expf(s1 - mn), p2 = two ? expf(s2 - mn) : 0.f;

@@ -594,7 +594,7 @@ static __device__ __forceinline__ void mm_row(const struct cu_mm_args &P, const 
     }
     if (S.type != GGML_TYPE_F32)
 #pragma unroll
-        for (int r = 0; r < NA; r++) acc[r] = warp_reduce_sum(acc[r]);
+        for (int r = 0; r < NA; r++) acc[r] = group32_sum(acc[r]);
     if (lane == 0)
         for (int r = 0; r < na; r++) {
             float y = acc[r];
@@ -815,7 +815,7 @@ static __global__ void __launch_bounds__(32 * CU_MM_WARPS) mm_kernel_1(const str
             else if (S.type == GGML_TYPE_Q6_K) tile_q6_K(w0, S.stride, rows, n / QK_K, P.a, acc, lane);
             else if (S.type == GGML_TYPE_Q8_0) tile_q8_0(w0, S.stride, rows, n / 32, P.a, acc, lane);
 #pragma unroll
-            for (int r = 0; r < MM_TR; r++) acc[r] = warp_reduce_sum(acc[r]);
+            for (int r = 0; r < MM_TR; r++) acc[r] = group32_sum(acc[r]);
         }
         if (lane < rows) {
             const float y = lane == 0 ? acc[0] : lane == 1 ? acc[1] : lane == 2 ? acc[2] : acc[3];

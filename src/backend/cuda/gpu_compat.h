@@ -153,6 +153,14 @@ static __device__ __forceinline__ float warp_reduce_sum(float v) {
     return v;
 }
 
+/* Sum over an aligned group of 32 lanes (a whole warp on NVIDIA and wave32; half a wave64), for kernels
+ * that give each 32-lane group its own work. */
+static __device__ __forceinline__ float group32_sum(float v) {
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) v += shfl_xor(v, off);
+    return v;
+}
+
 static __device__ __forceinline__ float warp_reduce_max(float v) {
 #pragma unroll
     for (int off = VLLMC_WARP_SIZE / 2; off > 0; off >>= 1) {

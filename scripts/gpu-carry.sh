@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Dev machine: build the CUDA binaries and fill .carry/ (git-ignored) with what scripts/gpu-check.sh needs on
+# the GPU machine: bin/ (vllmc, test_cuda_ops, test_cuda_model, bench_gemv), lib/ (the shared libraries they
+# load, except glibc and the C++ runtime), synth_gguf.py, and models/ (tiny dense llama / qwen2 / qwen3
+# GGUFs from tests/tools/make_tiny_models.py, when the Python venv can quantize). Then call the device with
+# carry [".carry"] and `bash scripts/gpu-check.sh`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${BUILD:-build/cuda}
+make -j"$(nproc)" CUDA=1 BUILD="$BUILD" all cuda-tests >/tmp/gpu-carry-build.log 2>&1 || { tail -30 /tmp/gpu-carry-build.log; exit 1; }
+nvcc -O3 -std=c++17 -gencode=arch=compute_90,code=sm_90 -Iinclude -Isrc -o "$BUILD/bench_gemv" bench/bench_gemv.cu \
+    "$BUILD/libvllmc.a" -lpcre2-8 -lcjson -lm -lpthread
+mkdir -p .carry/bin .carry/lib
+cp "$BUILD/vllmc" "$BUILD/tests/cuda/test_cuda_ops" "$BUILD/tests/cuda/test_cuda_model" "$BUILD/bench_gemv" .carry/bin/
+for l in $(ldd "$BUILD/vllmc" | awk '{print $3}' | grep '^/'); do
+    case $(basename "$l") in libc.so*|libdl.so*|libm.so*|libpthread.so*|librt.so*|libstdc++*|libgcc_s*) ;; *) cp -L "$l" .carry/lib/ ;; esac
+done
+SHARED=${SHARED:-../shared}
+[ -f "$SHARED/tools/synth_gguf.py" ] && cp "$SHARED/tools/synth_gguf.py" .carry/
+if [ ! -d .carry/models ] && [ -x .venv/bin/python ]; then
+    mkdir -p .carry/models
+    .venv/bin/python tests/tools/make_tiny_models.py .carry/models --types q8_0,q4_k_m >/tmp/gpu-carry-models.log 2>&1 ||
+        echo "tiny dense models not made (see /tmp/gpu-carry-models.log)"
+fi
+du -sh .carry
