@@ -5,7 +5,8 @@
  * that history. So a wrong block table, a block shared or reused while still needed, a lost or
  * duplicated token after preemption, or a stale state slot all change the token stream.
  * Thousands of random request mixes (prompt lengths, shared prefixes, chunked prefill budgets, small KV
- * pools forcing preemption, cancels, EOS and stop ids, min_tokens, max_tokens, max_model_len) are
+ * pools forcing preemption, cancels, EOS and stop ids, min_tokens, max_tokens, max_model_len, hybrid
+ * engines with and without recurrent-state snapshots for prefix reuse) are
  * checked: after every step engine_check (no leaked or double-freed block, refcounts equal table
  * references, free queue and prefix index consistent); every request finishes exactly once with exactly
  * the stream computed directly from the fake model (a cancelled one with a prefix of it). */
