@@ -164,18 +164,20 @@ void gdn_gates(float *beta, float *g, const float *b, const float *a, int64_t ab
         }
 }
 
+/* One head of one token (y may alias x). */
+static void gdn_gated_rmsnorm_head(float *y, const float *x, const float *zz, int d_v, const float *w, float eps) {
+    double sum = 0.0;
+    for (int i = 0; i < d_v; i++) sum += (double)x[i] * x[i];
+    const float scale = 1.0f / sqrtf((float)(sum / d_v) + eps);
+    for (int i = 0; i < d_v; i++) y[i] = x[i] * scale * w[i] * gdn_silu(zz[i]);
+}
+
 void gdn_gated_rmsnorm(float *out, const float *o, int64_t stride, const float *z, int64_t z_stride,
                        int n_tokens, int n_head, int d_v, const float *w, float eps) {
     for (int t = 0; t < n_tokens; t++)
-        for (int m = 0; m < n_head; m++) {
-            const float *x = o + (int64_t)t * stride + (int64_t)m * d_v;
-            const float *zz = z + (int64_t)t * z_stride + (int64_t)m * d_v;
-            float *y = out + (int64_t)t * stride + (int64_t)m * d_v;
-            double sum = 0.0;
-            for (int i = 0; i < d_v; i++) sum += (double)x[i] * x[i];
-            const float scale = 1.0f / sqrtf((float)(sum / d_v) + eps);
-            for (int i = 0; i < d_v; i++) y[i] = x[i] * scale * w[i] * gdn_silu(zz[i]);
-        }
+        for (int m = 0; m < n_head; m++)
+            gdn_gated_rmsnorm_head(out + (int64_t)t * stride + (int64_t)m * d_v, o + (int64_t)t * stride + (int64_t)m * d_v,
+                                   z + (int64_t)t * z_stride + (int64_t)m * d_v, d_v, w, eps);
 }
 
 /* ---- delta rule ---- */
@@ -344,6 +346,27 @@ void gdn_delta_rule_chunked(const struct gdn_dims *d, int n_tokens, int chunk, c
 
 /* ---- the backend op (struct backend_ops.gdn) ---- */
 
+struct gdn_fused_ctx {
+    const struct gdn_rule_ctx *rule;
+    threadpool_fn rule_task; /* gdn_recurrent_task or gdn_chunked_task */
+    const float *z;          /* row t of the run at z + t * z_stride */
+    int64_t z_stride;
+    const float *norm_w;
+    float eps;
+};
+
+/* Value head m: the delta rule over the run, then the gated RMSNorm of that head's outputs. */
+static void gdn_rule_norm_task(void *vctx, int m, int i_thread) {
+    const struct gdn_fused_ctx *f = vctx;
+    const struct gdn_rule_ctx *c = f->rule;
+    f->rule_task((void *)c, m, i_thread);
+    const int dv = c->d->d_v;
+    for (int t = 0; t < c->n_tokens; t++) {
+        float *o = c->o + (int64_t)t * c->o_stride + (int64_t)m * dv;
+        gdn_gated_rmsnorm_head(o, o, f->z + (int64_t)t * f->z_stride + (int64_t)m * dv, dv, f->norm_w, f->eps);
+    }
+}
+
 #define GDN_CHUNK 64          /* chunk length of the chunked rule */
 #define GDN_CHUNKED_MIN 32    /* runs at least this long may use the chunked rule (fast backend only) */
 
@@ -401,15 +424,16 @@ vllmc_status cpu_gdn(struct backend *be, struct bk_rs_cache *rs, const struct bk
          * head stays in L1/L2 and the recurrence does fewer flops, so it is faster there (BENCHMARKS.md). */
         const bool simd_rule = (p->d_k % 16 == 0 && quant_isa_active() == QUANT_ISA_AVX512) ||
                                (p->d_k % 8 == 0 && quant_isa_active() == QUANT_ISA_AVX2);
-        if (!c->reference && n >= GDN_CHUNKED_MIN && !simd_rule)
-            gdn_delta_rule_chunked(&d, n, GDN_CHUNK, y, y + key_dim, conv_dim, y + 2 * key_dim, conv_dim, g + t0 * nv,
-                                   beta + t0 * nv, sst, o, value_dim, scratch, tp);
-        else
-            gdn_delta_rule_recurrent(&d, n, y, y + key_dim, conv_dim, y + 2 * key_dim, conv_dim, g + t0 * nv,
-                                     beta + t0 * nv, sst, o, value_dim, tp);
+        const bool chunked = !c->reference && n >= GDN_CHUNKED_MIN && !simd_rule;
+        /* The rule and then the gated norm of the same head in one task: the norm runs on every thread. */
+        struct gdn_rule_ctx rc = {&d, n, GDN_CHUNK, y, y + key_dim, y + 2 * key_dim, g + t0 * nv, beta + t0 * nv,
+                                  conv_dim, conv_dim, value_dim, sst, o, scratch,
+                                  chunked ? gdn_chunked_scratch_floats(&d, GDN_CHUNK) : 0};
+        struct gdn_fused_ctx fc = {&rc, chunked ? gdn_chunked_task : gdn_recurrent_task, x + conv_dim, ld_in, w->norm,
+                                   p->eps};
+        gdn_parallel_for(tp, gdn_rule_norm_task, &fc, d.n_v_head);
         t0 = t1;
     }
-    gdn_gated_rmsnorm(out->x, out->x, value_dim, in + conv_dim, ld_in, (int)T, (int)nv, p->d_v, w->norm, p->eps);
     out->n_rows = T;
     return be->ops->quantize(be, out);
 }
