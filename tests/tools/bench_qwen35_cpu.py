@@ -6,7 +6,8 @@ usage: bench_qwen35_cpu.py BUILD_DIR OUT_DIR [--shapes qwen35-tiny,qwen35-0.8b,q
 Shapes are written by /work/shared/tools/synth_gguf.py (random Q4_K_M-like bytes), plus two extra shapes
 defined here: qwen35-0.8b (Qwen3.5-0.8B: 1024 wide, 24 layers, 16/16 GDN heads, 248320 vocab, tied) and
 qwen35moe-small (1024 wide, 8 layers, 64 experts top 8, expert width 512, 32768 vocab).
-Runs alternate (ours, llama.cpp) REPS times on the same random prompt; ours reads the speeds that
+Runs alternate (ours, llama.cpp) REPS times on the same random prompt (also reported: the median of the
+per-pair ratios, and the weight bytes read per decoded token with the GB/s both engines reach); ours reads the speeds that
 `vllmc generate` prints (time inside model_forward), llama.cpp is timed around Llama.eval (prompt in one
 call, then one eval per generated token; includes ~50 us of Python per call). Prints medians and spreads.
 """
@@ -60,6 +61,7 @@ def main():
         path = os.path.join(a.out_dir, f"synth-{shape}.gguf")
         make_shape(shape, path)
         res = {"ours_pp": [], "ours_tg": [], "ll_pp": [], "ll_tg": []}
+        gb_per_token = 0.0
         m = llama_cpp.Llama(model_path=path, logits_all=False, n_ctx=a.prompt + a.gen + 8, n_batch=512,
                             n_threads=a.threads, n_threads_batch=a.threads, verbose=False)
         for _ in range(a.reps):
@@ -71,6 +73,9 @@ def main():
                 sys.exit(f"vllmc failed on {shape}: {out.stderr[-2000:]}")
             res["ours_pp"].append(float(pp.group(1)))
             res["ours_tg"].append(float(tg.group(1)))
+            bw = re.search(r"generation: .*\(([\d.]+) GB/s of weights\)", out.stderr)
+            if bw:
+                gb_per_token = float(bw.group(1)) / float(tg.group(1))
             m.reset()
             t0 = time.perf_counter()
             m.eval(ids)
@@ -85,11 +90,16 @@ def main():
         del m
         med = {k: float(np.median(v)) for k, v in res.items()}
         spread = {k: (min(v), max(v)) for k, v in res.items()}
-        rows.append((shape, med, spread))
-        print(f"{shape}: " + ", ".join(f"{k} {med[k]:.1f} ({spread[k][0]:.1f}..{spread[k][1]:.1f})" for k in res), flush=True)
+        # ratios of each interleaved pair (ours run i vs llama.cpp run i), so load drift hits both sides alike
+        paired = {k: float(np.median([o / l for o, l in zip(res["ours_" + k], res["ll_" + k])])) for k in ("pp", "tg")}
+        rows.append((shape, med, spread, paired, gb_per_token))
+        print(f"{shape}: " + ", ".join(f"{k} {med[k]:.1f} ({spread[k][0]:.1f}..{spread[k][1]:.1f})" for k in res) +
+              f", paired ratios pp {paired['pp']:.2f}x tg {paired['tg']:.2f}x, weights read per token "
+              f"{gb_per_token * 1e3:.1f} MB (ours {gb_per_token * med['ours_tg']:.1f} GB/s, "
+              f"llama.cpp {gb_per_token * med['ll_tg']:.1f} GB/s at the median)", flush=True)
     print(f"\n| shape | threads | prefill ours | prefill llama.cpp | ratio | decode ours | decode llama.cpp | ratio |")
     print("|---|---|---|---|---|---|---|---|")
-    for shape, med, sp in rows:
+    for shape, med, sp, _, _ in rows:
         print(f"| {shape} | {a.threads} | {med['ours_pp']:.1f} ({sp['ours_pp'][0]:.1f}..{sp['ours_pp'][1]:.1f}) | "
               f"{med['ll_pp']:.1f} ({sp['ll_pp'][0]:.1f}..{sp['ll_pp'][1]:.1f}) | {med['ours_pp'] / med['ll_pp']:.2f}x | "
               f"{med['ours_tg']:.1f} ({sp['ours_tg'][0]:.1f}..{sp['ours_tg'][1]:.1f}) | "
