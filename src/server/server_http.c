@@ -614,6 +614,11 @@ static enum MHD_Result start_generation(struct MHD_Connection *c, struct srv_ctx
                         ret = send_error(c, x, &err);
                         goto done;
                     }
+                if (q->echo) { /* echo shows the prompt as text */
+                    size_t tl = 0;
+                    if (tokenizer_decode_alloc(S.tok, p->ids, (size_t)p->n_ids, 0, &p->text, &tl) == VLLMC_OK) p->text_len = tl;
+                    else p->text = NULL;
+                }
                 ids[i] = p->ids;
                 n_ids[i] = p->n_ids;
                 p->ids = NULL;

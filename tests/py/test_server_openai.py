@@ -215,6 +215,13 @@ def test_usage_matches_tokenize(server, client):
     assert r2.choices[0].text == r.choices[0].text
     r3 = client.completions.create(model=MODEL, prompt=[tk["tokens"], tk["tokens"]], max_tokens=3, temperature=0)
     assert [c.text for c in r3.choices] == [r.choices[0].text] * 2
+    # echo puts the prompt text first, for text and token-id prompts, streamed or not
+    for prompt in (PROMPTS[1], tk["tokens"]):
+        e = client.completions.create(model=MODEL, prompt=prompt, max_tokens=3, temperature=0, echo=True)
+        assert e.choices[0].text == PROMPTS[1] + r.choices[0].text
+        es = "".join(c.choices[0].text for c in client.completions.create(
+            model=MODEL, prompt=prompt, max_tokens=3, temperature=0, echo=True, stream=True) if c.choices)
+        assert es == PROMPTS[1] + r.choices[0].text
 
 
 def test_prefix_cache_reports_cached_tokens(client):
