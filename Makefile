@@ -46,8 +46,9 @@ HIP_ARCH  ?= gfx1100
 ROCM_PATH ?= /opt/rocm
 HIP_SRC   := $(sort $(wildcard src/backend/cuda/*.cu))
 HIP_OBJ   := $(HIP_SRC:src/backend/cuda/%.cu=build/hip/$(HIP_ARCH)/%.o)
+HIP_EXTRA ?=
 HIPFLAGS  := -x hip --offload-arch=$(HIP_ARCH) -O3 -std=c++17 -Iinclude -Isrc -Wall -Wextra -Werror \
-             -Wno-unused-command-line-argument
+             -Wno-unused-command-line-argument $(HIP_EXTRA)
 
 all: $(BUILD)/vllmc $(BUILD)/libvllmc.a
 

@@ -39,6 +39,8 @@ static const double E2E_B[] = {0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.
 static const double TPOT_B[] = {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
                                 40.0, 80.0};
 
+static const double N_B[] = {1, 2, 5, 10, 20};
+
 static void hist_observe(struct srv_hist *h, double v) {
     for (int i = 0; i < h->nb; i++)
         if (v <= h->b[i]) h->cnt[i]++;
@@ -62,7 +64,7 @@ struct srv_choice {
     bool done, role_sent;
     vllmc_finish_reason finish;
     int32_t n_prompt, n_cached, n_out;
-    double t_first;
+    double t_first, t_last;          /* first and latest output (inter-token latency) */
     struct srv_think think;
     bool use_think;
     struct sbuf text, reasoning;      /* non-streamed: everything; streamed: this poll's delta */
@@ -110,7 +112,7 @@ struct srv {
     struct srv_waker *wfree, *wall;
     uint64_t rng;
     uint64_t prompt_tokens, gen_tokens, prefix_queries, prefix_hits, finished[4], http_2xx, http_4xx, http_5xx;
-    struct srv_hist ttft, e2e, tpot, req_prompt, req_gen;
+    struct srv_hist ttft, e2e, tpot, itl, decode, prefill, req_prompt, req_gen, params_n, params_max;
     double len_b[40];
     int n_len_b;
 };
@@ -354,6 +356,10 @@ static void record_finish(const struct srv_ctx *x, const struct srv_choice *ch) 
     hist_observe(&S.e2e, now - x->t_start);
     if (ch->n_out > 0 && ch->t_first > 0) hist_observe(&S.ttft, ch->t_first - x->t_start);
     if (ch->n_out > 1 && ch->t_first > 0) hist_observe(&S.tpot, (now - ch->t_first) / (ch->n_out - 1));
+    if (ch->t_first > 0) {
+        hist_observe(&S.prefill, ch->t_first - x->t_start);
+        hist_observe(&S.decode, now - ch->t_first);
+    }
     hist_observe(&S.req_gen, ch->n_out);
     pthread_mutex_unlock(&S.mu);
 }
@@ -438,7 +444,16 @@ static bool ctx_poll(struct srv_ctx *x) {
         if (ch->done) continue;
         vllmc_output o;
         vllmc_request_next(ch->r, 0, &o);
-        if (o.n_tokens && ch->t_first == 0) ch->t_first = vllmc_time_s();
+        if (o.n_tokens) {
+            const double now = vllmc_time_s();
+            if (ch->t_first == 0) ch->t_first = now;
+            else { /* the gap since the previous output, spread over the tokens it brought */
+                pthread_mutex_lock(&S.mu);
+                for (int32_t k = 0; k < o.n_tokens; k++) hist_observe(&S.itl, (now - ch->t_last) / o.n_tokens);
+                pthread_mutex_unlock(&S.mu);
+            }
+            ch->t_last = now;
+        }
         ch->n_prompt = o.n_prompt_tokens;
         ch->n_cached = o.n_cached_tokens;
         ch->n_out = o.n_output_tokens;
@@ -683,8 +698,12 @@ static enum MHD_Result start_generation(struct MHD_Connection *c, struct srv_ctx
     for (int i = 0; i < n_prompts; i++) {
         S.prompt_tokens += (uint64_t)n_ids[i] * (uint64_t)q->n;
         S.prefix_queries += (uint64_t)n_ids[i] * (uint64_t)q->n;
-        for (int k = 0; k < q->n; k++) hist_observe(&S.req_prompt, n_ids[i]);
+        for (int k = 0; k < q->n; k++) {
+            hist_observe(&S.req_prompt, n_ids[i]);
+            hist_observe(&S.params_max, q->max_tokens > 0 ? q->max_tokens : S.max_model_len - n_ids[i]);
+        }
     }
+    hist_observe(&S.params_n, q->n);
     pthread_mutex_unlock(&S.mu);
     x->running = true;
     if (q->stream) {
@@ -921,7 +940,13 @@ static enum MHD_Result do_metrics(struct MHD_Connection *c, struct srv_ctx *x) {
     metric_val(&b, "vllm:request_success_total", ",finished_reason=\"abort\"", (double)S.finished[VLLMC_FINISH_ABORT]);
     metric_hist(&b, "vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", &S.ttft);
     metric_hist(&b, "vllm:e2e_request_latency_seconds", "Histogram of end to end request latency in seconds.", &S.e2e);
-    metric_hist(&b, "vllm:time_per_output_token_seconds", "Histogram of time per output token in seconds.", &S.tpot);
+    metric_hist(&b, "vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", &S.itl);
+    metric_hist(&b, "vllm:time_per_output_token_seconds", "Histogram of time per output token in seconds.", &S.itl);
+    metric_hist(&b, "vllm:request_time_per_output_token_seconds", "Histogram of time_per_output_token_seconds per request.", &S.tpot);
+    metric_hist(&b, "vllm:request_prefill_time_seconds", "Histogram of time spent in PREFILL phase for request.", &S.prefill);
+    metric_hist(&b, "vllm:request_decode_time_seconds", "Histogram of time spent in DECODE phase for request.", &S.decode);
+    metric_hist(&b, "vllm:request_params_n", "Histogram of the n request parameter.", &S.params_n);
+    metric_hist(&b, "vllm:request_params_max_tokens", "Histogram of the max_tokens request parameter.", &S.params_max);
     metric_hist(&b, "vllm:request_prompt_tokens", "Number of prefill tokens processed.", &S.req_prompt);
     metric_hist(&b, "vllm:request_generation_tokens", "Number of generation tokens processed.", &S.req_gen);
     metric_hdr(&b, "vllmc:kv_blocks_total", "gauge", "KV-cache blocks of 16 tokens in the pool.");
@@ -1185,6 +1210,10 @@ int srv_run(const struct srv_opts *o) {
     S.ttft.b = TTFT_B; S.ttft.nb = (int)(sizeof(TTFT_B) / sizeof(double));
     S.e2e.b = E2E_B; S.e2e.nb = (int)(sizeof(E2E_B) / sizeof(double));
     S.tpot.b = TPOT_B; S.tpot.nb = (int)(sizeof(TPOT_B) / sizeof(double));
+    S.itl.b = TPOT_B; S.itl.nb = S.tpot.nb;
+    S.prefill.b = E2E_B; S.prefill.nb = S.e2e.nb;
+    S.decode.b = E2E_B; S.decode.nb = S.e2e.nb;
+    S.params_n.b = N_B; S.params_n.nb = (int)(sizeof(N_B) / sizeof(double));
     int rc = 1;
     vllmc_status st = load_frontend();
     if (st) { fprintf(stderr, "vllmc serve: %s\n", vllmc_last_error()); goto out; }
@@ -1234,6 +1263,7 @@ int srv_run(const struct srv_opts *o) {
 buckets_done:
     S.req_prompt.b = S.len_b; S.req_prompt.nb = S.n_len_b;
     S.req_gen.b = S.len_b; S.req_gen.nb = S.n_len_b;
+    S.params_max.b = S.len_b; S.params_max.nb = S.n_len_b;
     atomic_store(&S.ready, 1);
     LOG_INFO("serve: ready: model '%s', max_model_len %d, max_num_seqs %d", S.name, es.max_model_len, es.max_num_seqs);
     fflush(stderr);

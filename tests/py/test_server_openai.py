@@ -340,29 +340,32 @@ def test_metrics(server, client):
 def test_429_and_drain(model, tmp_path):
     tpl = tmp_path / "t.jinja"
     tpl.write_text(CHATML)
-    s = Server(model, "--chat-template", tpl, "--max-pending-requests", 1, "-t", 1, "--max-model-len", 512,
+    s = Server(model, "--chat-template", tpl, "--max-pending-requests", 1, "-t", 1, "--max-model-len", 2048,
                log_path=tmp_path / "log")
     try:
         results = {}
+        started = threading.Event()
 
         def long_stream():
-            c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=60)
+            c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=120)
             c.request("POST", "/v1/completions", body=json.dumps(
-                {"prompt": "hi", "max_tokens": 400, "ignore_eos": True, "stream": True}))
+                {"prompt": "hi", "max_tokens": 2000, "ignore_eos": True, "stream": True}))
             r = c.getresponse()
             results["status"] = r.status
-            results["body"] = r.read().decode()
+            first = r.readline()
+            started.set()
+            results["body"] = first.decode() + r.read().decode()
 
         t = threading.Thread(target=long_stream)
         t.start()
-        time.sleep(0.3)
+        assert started.wait(60)
         st, _, data = raw(s, "POST", "/v1/completions", {"prompt": "hi", "max_tokens": 1}, key=None)
         assert_error(st, data, 429)
         # SIGTERM while the stream runs: it finishes, then the server exits 0
         s.proc.send_signal(signal.SIGTERM)
-        t.join(60)
+        t.join(120)
         assert results["status"] == 200 and results["body"].endswith("data: [DONE]\n\n")
-        assert s.proc.wait(30) == 0
+        assert s.proc.wait(60) == 0
     finally:
         s.stop()
 
