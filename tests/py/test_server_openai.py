@@ -429,3 +429,13 @@ def test_nonstream_disconnect_cancels(model, tmp_path):
         assert s.metric("vllm:generation_tokens_total") < 4000
     finally:
         assert s.stop() == 0
+
+
+def test_impossible_plan_is_a_startup_error(model):
+    import subprocess
+    r = subprocess.run([str(VLLMC), "serve", str(model), "--num-gpu-blocks-override", "1", "--max-model-len", "2048",
+                        "--port", "0"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "KV pool" in r.stderr, r.stderr[-500:]
+    r = subprocess.run([str(VLLMC), "serve", str(model), "--max-num-batched-tokens", "4", "--max-num-seqs", "8"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "--max-num-batched-tokens" in r.stderr
