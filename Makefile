@@ -111,6 +111,7 @@ deps:
 # bounded time, and the oracle tests (Python venv, see tests/requirements.txt).
 test: deps
 	@$(MAKE) --no-print-directory all tests
+	@$(MAKE) --no-print-directory fuzz > build/fuzz-build.log 2>&1 || { tail -n 30 build/fuzz-build.log; exit 1; }
 	@bash tests/run.sh $(BUILD)
 
 # Sanitizer build of everything, tests run under ASan + UBSan.
@@ -123,7 +124,7 @@ asan:
 FUZZ_BUILD := build/fuzz
 # An object that clang cannot compile only drops out of the archive (-k): a target that needs it fails to link.
 fuzz:
-	-$(MAKE) -k CC=clang BUILD=$(FUZZ_BUILD) OPT="-O1 -fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer" \
+	$(MAKE) CC=clang BUILD=$(FUZZ_BUILD) OPT="-O1 -fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer" \
 	    $(patsubst $(BUILD)/%,$(FUZZ_BUILD)/%,$(LIB_OBJ))
 	@rm -f $(FUZZ_BUILD)/libvllmc.a && $(AR) rcs $(FUZZ_BUILD)/libvllmc.a $$(find $(FUZZ_BUILD)/src -name '*.o')
 	@mkdir -p $(FUZZ_BUILD)/fuzz

@@ -5,6 +5,8 @@ set -u
 build=${1:-build}
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
+# The shared test data (tokenizer vectors, chat templates) sits beside the checkout.
+if [ -z "${VLLMC_SHARED:-}" ] && [ -d ../shared ]; then export VLLMC_SHARED=$(cd ../shared && pwd); fi
 pass=0; fail=0; skip=0; failed=()
 mkdir -p "$build/logs"
 for t in "$build"/tests/test_*; do
@@ -16,6 +18,14 @@ for t in "$build"/tests/test_*; do
         fail=$((fail + 1)); failed+=("$n"); echo "---- $n FAILED:"; tail -n 30 "$build/logs/$n.log"
     fi
 done
+# Fuzz targets (built by `make fuzz`), each for a bounded time: one test item.
+if [ -z "${VLLMC_TEST_ONLY_C:-}" ] && ls build/fuzz/fuzz/fuzz_* > /dev/null 2>&1; then
+    if bash scripts/fuzz-ci.sh "${FUZZ_SECONDS:-80}" > "$build/logs/fuzz.log" 2>&1; then
+        pass=$((pass + 1)); tail -n 1 "$build/logs/fuzz.log"
+    else
+        fail=$((fail + 1)); failed+=("fuzz"); echo "---- fuzz FAILED:"; tail -n 40 "$build/logs/fuzz.log"
+    fi
+fi
 if [ -z "${VLLMC_TEST_ONLY_C:-}" ] && ls tests/py/test_*.py > /dev/null 2>&1; then
     py=${VLLMC_PYTHON:-.venv/bin/python}
     if [ ! -x "$py" ]; then

@@ -27,9 +27,8 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUILD = os.environ.get("VLLMC_BUILD", "build")
 VLLMC = os.path.join(BUILD if os.path.isabs(BUILD) else os.path.join(ROOT, BUILD), "vllmc")
-TEMPLATE_DIR = "/work/shared/testdata/chat-templates"
-if not os.path.isdir(TEMPLATE_DIR):
-    TEMPLATE_DIR = os.path.join(os.path.dirname(ROOT), "shared", "testdata", "chat-templates")
+SHARED = os.environ.get("VLLMC_SHARED") or os.path.join(os.path.dirname(ROOT), "shared")
+TEMPLATE_DIR = os.path.join(SHARED, "testdata", "chat-templates")
 CONV_DIR = os.path.join(ROOT, "tests", "data", "conversations")
 TEMPLATES = sorted(glob.glob(os.path.join(TEMPLATE_DIR, "*.jinja")))
 CONVS = sorted(glob.glob(os.path.join(CONV_DIR, "*.json")))

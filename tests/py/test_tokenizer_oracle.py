@@ -21,9 +21,8 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUILD = os.environ.get("VLLMC_BUILD", "build")
 VLLMC = os.path.join(BUILD if os.path.isabs(BUILD) else os.path.join(ROOT, BUILD), "vllmc")
-TESTDATA = os.path.join(os.path.dirname(ROOT), "shared", "testdata", "tokenizer")
-if not os.path.isdir(TESTDATA):
-    TESTDATA = "/work/shared/testdata/tokenizer"
+SHARED = os.environ.get("VLLMC_SHARED") or os.path.join(os.path.dirname(ROOT), "shared")
+TESTDATA = os.path.join(SHARED, "testdata", "tokenizer")
 N_CORPUS = int(os.environ.get("VLLMC_TOKENIZER_CORPUS", "10000"))
 
 GPT2_RE = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""

@@ -3,6 +3,7 @@
  * and folds them 8/4/2/1 exactly as dot16_fold; out += w * v is element-wise. */
 #include <immintrin.h>
 #include "backend/cpu/cpu_internal.h"
+#include "quant/gemv.h"
 
 static float fold16(__m256 a0, __m256 a1) {
     float acc[16];
@@ -100,6 +101,6 @@ static const struct cpu_attn_kernels attn_avx2 = {dot16_f32_avx2,  dot16_f16_avx
 
 const struct cpu_attn_kernels *cpu_attn_kernels_avx2(int32_t head_dim) {
     __builtin_cpu_init();
-    const bool have = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+    const bool have = quant_isa_supported(QUANT_ISA_AVX2); /* AVX2 + FMA + F16C + BMI2, via CPUID */
     return have && head_dim % 16 == 0 ? &attn_avx2 : NULL;
 }
