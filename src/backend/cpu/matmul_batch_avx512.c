@@ -50,46 +50,50 @@ void cpu_mmb_prepare(int64_t n_cols, const void *act, size_t act_row_bytes, int6
 }
 
 /* Unpack blocks [b0, b0 + n) of one weight row into u (32 bytes a block) and d; blocks up to the
- * next multiple of 8 are zero. Returns log2(off). */
-static int mmb_unpack(uint32_t wtype, const uint8_t *wrow, int64_t b0, int64_t n, uint8_t *u, float *d) {
-    int shift = 0;
+ * next multiple of 8 are zero. Returns log2(off). wtype is a constant after inlining. */
+static inline __attribute__((always_inline)) int mmb_unpack_t(const uint32_t wtype, const uint8_t *wrow, int64_t b0,
+                                                              int64_t n, uint8_t *u, float *d) {
+    const size_t bsz = wtype == GGML_TYPE_Q8_0 ? sizeof(block_q8_0) : wtype == GGML_TYPE_Q5_0 ? sizeof(block_q5_0)
+                                                                                                : sizeof(block_q4_0);
+    const uint8_t *x0 = wrow + (size_t)b0 * bsz;
+    const __m128i m4 = _mm_set1_epi8(15);
     for (int64_t k = 0; k < n; k++) {
+        const uint8_t *x = x0 + (size_t)k * bsz;
         __m256i v;
         if (wtype == GGML_TYPE_Q8_0) {
-            const block_q8_0 *x = (const block_q8_0 *)wrow + b0 + k;
-            v = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)x->qs), _mm256_set1_epi8((char)0x80));
-            d[k] = fp16_to_fp32(x->d);
-            shift = 7;
+            v = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)((const block_q8_0 *)x)->qs), _mm256_set1_epi8((char)0x80));
         } else {
-            const uint8_t *qs;
+            const uint8_t *qs = wtype == GGML_TYPE_Q5_0 ? ((const block_q5_0 *)x)->qs : ((const block_q4_0 *)x)->qs;
+            __m128i q = _mm_loadu_si128((const __m128i *)qs);
+            v = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m4), _mm_and_si128(q, m4));
             if (wtype == GGML_TYPE_Q5_0) {
-                const block_q5_0 *x = (const block_q5_0 *)wrow + b0 + k;
-                qs = x->qs;
-                d[k] = fp16_to_fp32(x->d);
-            } else {
-                const block_q4_0 *x = (const block_q4_0 *)wrow + b0 + k;
-                qs = x->qs;
-                d[k] = fp16_to_fp32(x->d);
-            }
-            __m128i q = _mm_loadu_si128((const __m128i *)qs), m = _mm_set1_epi8(15);
-            v = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m), _mm_and_si128(q, m));
-            shift = 3;
-            if (wtype == GGML_TYPE_Q5_0) {
-                const block_q5_0 *x = (const block_q5_0 *)wrow + b0 + k;
                 uint32_t qh;
-                memcpy(&qh, x->qh, 4);
+                memcpy(&qh, ((const block_q5_0 *)x)->qh, 4);
                 v = _mm256_mask_add_epi8(v, (__mmask32)qh, v, _mm256_set1_epi8(16));
-                shift = 4;
             }
         }
         _mm256_storeu_si256((__m256i *)(u + k * 32), v);
     }
+    /* scales, 8 at a time through F16C (exact, as fp16_to_fp32); zero past n */
     const int64_t np = (n + 7) & ~(int64_t)7;
-    if (np > n) {
-        memset(u + n * 32, 0, (size_t)(np - n) * 32);
-        for (int64_t k = n; k < np; k++) d[k] = 0.0f;
+    for (int64_t k0 = 0; k0 < np; k0 += 8) {
+        uint16_t h[8];
+        for (int j = 0; j < 8; j++) {
+            if (k0 + j < n) memcpy(&h[j], x0 + (size_t)(k0 + j) * bsz, sizeof(uint16_t)); /* d is the first field */
+            else h[j] = 0;
+        }
+        _mm256_storeu_ps(d + k0, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h)));
     }
-    return shift;
+    if (np > n) memset(u + n * 32, 0, (size_t)(np - n) * 32);
+    return wtype == GGML_TYPE_Q8_0 ? 7 : wtype == GGML_TYPE_Q5_0 ? 4 : 3;
+}
+
+static int mmb_unpack(uint32_t wtype, const uint8_t *wrow, int64_t b0, int64_t n, uint8_t *u, float *d) {
+    switch (wtype) {
+    case GGML_TYPE_Q8_0: return mmb_unpack_t(GGML_TYPE_Q8_0, wrow, b0, n, u, d);
+    case GGML_TYPE_Q5_0: return mmb_unpack_t(GGML_TYPE_Q5_0, wrow, b0, n, u, d);
+    default: return mmb_unpack_t(GGML_TYPE_Q4_0, wrow, b0, n, u, d);
+    }
 }
 
 /* 8 int32 block sums from 4 vectors of 16 partial sums (2 blocks each, in block order). */
