@@ -60,6 +60,13 @@ typedef hipGraphExec_t gpuGraphExec_t;
 #endif
 typedef uint64_t lane_mask_t;
 #define VLLMC_FULL_MASK (~0ull)
+#if !defined(HIP_ENABLE_WARP_SYNC_BUILTINS)
+/* __syncwarp: a wave runs in lockstep; order its lanes' memory accesses (wave-scope fences) and keep the
+ * compiler from moving them across (wave barrier). */
+#define __syncwarp(...) \
+    do { __builtin_amdgcn_fence(__ATOMIC_RELEASE, "wavefront"); __builtin_amdgcn_wave_barrier(); \
+         __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "wavefront"); } while (0)
+#endif
 #else
 #include <cuda_runtime.h>
 #define VLLMC_CUDA_DEVICE 1
