@@ -71,6 +71,8 @@ struct srv_choice {
     cJSON *lp;                        /* chat: content array; completions: object of four arrays */
     size_t text_off;                  /* completions logprobs text_offset */
     const char *echo; size_t echo_len; /* completions echo: the prompt text to put first */
+    struct tokenizer_stream *ts;      /* skip_special_tokens false: own detokenizer keeping special tokens */
+    char *ts_buf;
 };
 
 enum srv_route { R_NONE, R_HEALTH, R_VERSION, R_MODELS, R_METRICS, R_COMPLETIONS, R_CHAT, R_TOKENIZE, R_DETOKENIZE, R_NOTFOUND };
@@ -458,8 +460,28 @@ static bool ctx_poll(struct srv_ctx *x) {
         ch->n_cached = o.n_cached_tokens;
         ch->n_out = o.n_output_tokens;
         if (ch->echo_len) { sbuf_add(&ch->text, ch->echo, ch->echo_len); ch->echo_len = 0; }
-        if (ch->use_think) srv_think_feed(&ch->think, o.text, o.text_len, &ch->reasoning, &ch->text);
-        else sbuf_add(&ch->text, o.text, o.text_len);
+        const char *text = o.text;
+        size_t text_len = o.text_len;
+        struct sbuf own = {0};
+        if (ch->ts) { /* the text with special tokens, cut at the same stop strings */
+            const size_t cap = tokenizer_stream_bound(S.tok);
+            for (int32_t k = 0; k < o.n_tokens && !ch->ts->stopped; k++) {
+                const int32_t id = o.tokens[k];
+                if (o.finish == VLLMC_FINISH_STOP && k == o.n_tokens - 1) { /* the EOS or stop id itself shows no text */
+                    bool stop_id = tokenizer_is_eog(S.tok, id);
+                    for (int32_t j = 0; j < x->req.sp.n_stop_ids; j++) stop_id |= x->req.sp.stop_ids[j] == id;
+                    if (stop_id) break;
+                }
+                size_t n = 0;
+                if (tokenizer_stream_feed(ch->ts, id, ch->ts_buf, cap, &n) == VLLMC_OK) sbuf_add(&own, ch->ts_buf, n);
+            }
+            if (o.finish != VLLMC_FINISH_NONE) sbuf_add(&own, ch->ts_buf, tokenizer_stream_flush(ch->ts, ch->ts_buf, cap));
+            text = own.p ? own.p : "";
+            text_len = own.n;
+        }
+        if (ch->use_think) srv_think_feed(&ch->think, text, text_len, &ch->reasoning, &ch->text);
+        else sbuf_add(&ch->text, text, text_len);
+        sbuf_free(&own);
         if (x->req.logprobs >= 0) add_logprobs(ch, &o, chat);
         if (o.finish != VLLMC_FINISH_NONE) {
             ch->done = true;
@@ -580,6 +602,8 @@ static void ctx_release_choices(struct srv_ctx *x) {
         struct srv_choice *ch = &chs[i];
         vllmc_request_release(ch->r); /* cancels an unfinished request */
         ch->r = NULL;
+        free(ch->ts);
+        free(ch->ts_buf);
         sbuf_free(&ch->text);
         sbuf_free(&ch->reasoning);
         cJSON_Delete(ch->lp);
@@ -684,6 +708,16 @@ static enum MHD_Result start_generation(struct MHD_Connection *c, struct srv_ctx
         if (q->echo && !chat) {
             struct srv_prompt *p = &q->prompts[pi];
             if (p->text) { ch->echo = p->text; ch->echo_len = p->text_len; }
+        }
+        if (!q->skip_special_tokens) {
+            ch->ts = malloc(sizeof(*ch->ts));
+            ch->ts_buf = malloc(tokenizer_stream_bound(S.tok));
+            if (!ch->ts || !ch->ts_buf) { ret = send_err(c, x, 500, NULL, "out of memory"); goto done; }
+            tokenizer_stream_init(ch->ts, S.tok, TOKENIZER_DECODE_REPLACE_INVALID);
+            if (tokenizer_stream_set_stops(ch->ts, q->sp.stop, (size_t)q->sp.n_stop)) {
+                ret = send_err(c, x, 400, "stop", vllmc_last_error());
+                goto done;
+            }
         }
         vllmc_sampling_params sp = q->sp;
         sp.max_tokens = q->max_tokens > 0 ? q->max_tokens : 0;

@@ -439,3 +439,21 @@ def test_impossible_plan_is_a_startup_error(model):
     r = subprocess.run([str(VLLMC), "serve", str(model), "--max-num-batched-tokens", "4", "--max-num-seqs", "8"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "--max-num-batched-tokens" in r.stderr
+
+
+def test_skip_special_tokens(server, client):
+    """skip_special_tokens false keeps the text of special tokens the model draws: the text is then the
+    concatenation of every output token's piece; with the default it is that without the special ones."""
+    st, _, data = raw(server, "POST", "/tokenize", {"prompt": "<|im_start|><|im_end|><|endoftext|>"})
+    specials = {"<|im_start|>", "<|im_end|>", "<|endoftext|>"}
+    assert json.loads(data)["count"] == 3
+    for prompt in PROMPTS + ["<|im_start|>", "<|im_end|><|im_start|>"]:
+        kw = dict(model=MODEL, prompt=prompt, max_tokens=48, temperature=0, logprobs=0)
+        keep = client.completions.create(**kw, extra_body={"skip_special_tokens": False, "ignore_eos": True}).choices[0]
+        skip = client.completions.create(**kw, extra_body={"ignore_eos": True}).choices[0]
+        assert keep.logprobs.tokens == skip.logprobs.tokens
+        assert keep.text == "".join(keep.logprobs.tokens)
+        assert skip.text == "".join(t for t in skip.logprobs.tokens if t not in specials)
+        streamed = "".join(c.choices[0].text for c in client.completions.create(
+            **kw, stream=True, extra_body={"skip_special_tokens": False, "ignore_eos": True}) if c.choices)
+        assert streamed == keep.text
