@@ -177,7 +177,7 @@ static void test_matmul(void) {
     const int64_t C = 512;
     const int64_t rows_out[3] = {200, 48, 67}; /* odd sizes: chunk edges */
     for (size_t ti = 0; ti < ARRAY_LEN(types); ti++) {
-        for (int n_rows = 1; n_rows <= 7; n_rows += 6) {
+        for (int n_rows = 1; n_rows <= 13; n_rows += 6) { /* 13 rows: the batched Q4_0/Q5_0/Q8_0 kernels */
             /* three weights of types (t, t, Q8_0) so one activation carries two formats */
             const uint32_t wt[3] = {types[ti], types[ti], GGML_TYPE_Q8_0};
             struct bk_tensor w[3];
@@ -232,6 +232,19 @@ static void test_matmul(void) {
                     memcpy(&guard, &y[k][rows_out[k] * n_rows], 4);
                     CHECK(guard == 0xffffffffu); /* nothing written past the output */
                 }
+            }
+            /* each row alone (a one-row view of the activation) gets the bits it got in the batch */
+            for (int i = 0; i < n_rows; i++) {
+                struct bk_act one = act;
+                one.x = act.x + (int64_t)i * C;
+                for (int f = 0; f < BK_ACT_NFMT; f++)
+                    if (act.q[f]) one.q[f] = (char *)act.q[f] + (size_t)i * bk_act_row_bytes(f, C);
+                one.n_rows = one.max_rows = 1;
+                for (int k = 0; k < 3; k++) { o[k].y = y[k]; memset(y[k], 0xff, sizeof(float) * (size_t)rows_out[k]); }
+                CHECK(fast_be[1]->ops->matmul(fast_be[1], &one, 3, o) == VLLMC_OK);
+                for (int k = 0; k < 3; k++)
+                    CHECK_MSG(same_bits(y[k], y_ref[k] + (int64_t)i * rows_out[k], sizeof(float) * (size_t)rows_out[k]),
+                              "type %s, row %d of %d alone", quant_traits(wt[k])->name, i, n_rows);
             }
             /* a format that was not prepared is an error, not a crash */
             struct bk_act bad = act;

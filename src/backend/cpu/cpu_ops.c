@@ -4,13 +4,18 @@
  * job, so q/k/v (or gate/up) cost one fork-join and the activation is quantized once. */
 #include <math.h>
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 #include "backend/cpu/cpu_internal.h"
+#include "backend/cpu/matmul_batch.h"
 #include "quant/blocks.h"
 #include "quant/gemv.h"
 #include "quant/quant.h"
 
 #define CPU_MATMUL_MAX_OUT 16
+/* From this many activation rows, Q4_0/Q5_0/Q8_0 weights take the batched kernels of matmul_batch.h
+ * (their per-row unpack costs more than it saves for fewer rows). */
+#define CPU_MATMUL_BATCH_MIN_ROWS 8
 
 static int cpu_threads(const struct cpu_backend *c) { return c->tp ? threadpool_n_threads(c->tp) : 1; }
 
@@ -112,6 +117,8 @@ struct matmul_ctx {
     int64_t chunk0[CPU_MATMUL_MAX_OUT + 1];      /* first chunk of each output */
     const void *a[CPU_MATMUL_MAX_OUT];
     uint64_t arb[CPU_MATMUL_MAX_OUT];
+    bool batched[CPU_MATMUL_MAX_OUT];            /* output i runs on cpu_mmb_gemm with prep */
+    const void *prep;                            /* the Q8_0 activation prepared by cpu_mmb_prepare */
     _Atomic int64_t next;                        /* next chunk to take */
 };
 
@@ -123,7 +130,9 @@ static void matmul_chunk(struct matmul_ctx *m, int64_t ic) {
     const int64_t r0 = (ic - m->chunk0[i]) * m->chunk, r1 = VLLMC_MIN(w->ne[1], r0 + m->chunk);
     const int64_t ld = o->ld_y ? o->ld_y : w->ne[1];
     const int64_t n_act = m->act->n_rows;
-    if (n_act == 1)
+    if (m->batched[i])
+        cpu_mmb_gemm(w->type, w->ne[0], w->data, w->row_size_bytes, r0, r1 - r0, m->prep, n_act, o->y + r0, ld);
+    else if (n_act == 1)
         quant_gemv(w->type, w->ne[0], w->data, w->row_size_bytes, r0, r1 - r0, m->a[i], o->y + r0);
     else
         quant_gemm(w->type, w->ne[0], w->data, w->row_size_bytes, r0, r1 - r0, m->a[i], m->arb[i], n_act, o->y + r0, ld);
@@ -157,6 +166,17 @@ vllmc_status cpu_fast_matmul(struct backend *be, const struct bk_act *act, int n
         total_rows += outs[i].w->ne[1];
     }
     if (act->n_rows == 0) return VLLMC_OK;
+    void *prep = NULL;
+    if (act->n_rows >= CPU_MATMUL_BATCH_MIN_ROWS) {
+        bool any = false;
+        for (int i = 0; i < n_out; i++) any |= cpu_mmb_supported(outs[i].w->type);
+        const size_t bytes = cpu_mmb_prep_row_bytes(act->n_cols) * (size_t)act->n_rows;
+        if (any && (prep = aligned_alloc(64, (bytes + 63) & ~(size_t)63))) { /* no memory: the plain kernels */
+            cpu_mmb_prepare(act->n_cols, act->q[BK_ACT_Q8_0], bk_act_row_bytes(BK_ACT_Q8_0, act->n_cols), act->n_rows, prep);
+            m.prep = prep;
+            for (int i = 0; i < n_out; i++) m.batched[i] = cpu_mmb_supported(outs[i].w->type);
+        }
+    }
     /* Enough chunks to balance the threads, few enough that each streams a useful run of rows;
      * multiples of 16 rows. */
     const int nt = cpu_threads(c);
@@ -172,6 +192,7 @@ vllmc_status cpu_fast_matmul(struct backend *be, const struct bk_act *act, int n
     atomic_init(&m.next, 0);
     if (nt == 1) matmul_worker(&m, 0, 0);
     else threadpool_run(c->tp, matmul_worker, &m, nt);
+    free(prep);
     return VLLMC_OK;
 }
 
