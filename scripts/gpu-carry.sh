@@ -2,7 +2,8 @@
 # Dev machine: build the CUDA binaries and fill .carry/ (git-ignored) with what scripts/gpu-check.sh needs on
 # the GPU machine: bin/ (vllmc, test_cuda_ops, test_cuda_model, bench_gemv), lib/ (the shared libraries they
 # load, except glibc and the C++ runtime), synth_gguf.py, and models/ (tiny dense llama / qwen2 / qwen3
-# GGUFs from tests/tools/make_tiny_models.py, when the Python venv can quantize). Then call the device with
+# GGUFs from tests/tools/make_tiny_models.py, when the Python venv can quantize), moe/ (tiny qwen35moe q8_0 and
+# q4_k_m from tests/tools/make_tiny_qwen35.py). Then call the device with
 # carry [".carry"] and `bash scripts/gpu-check.sh`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,5 +22,15 @@ if [ ! -d .carry/models ] && [ -x .venv/bin/python ]; then
     mkdir -p .carry/models
     .venv/bin/python tests/tools/make_tiny_models.py .carry/models --types q8_0,q4_k_m >/tmp/gpu-carry-models.log 2>&1 ||
         echo "tiny dense models not made (see /tmp/gpu-carry-models.log)"
+fi
+# tiny qwen35moe (quantized variants only: the f32 ones would not fit the carry limit)
+if [ ! -d .carry/moe ] && [ -x .venv/bin/python ]; then
+    mkdir -p .carry/moe /tmp/gpu-carry-moe
+    if .venv/bin/python tests/tools/make_tiny_qwen35.py /tmp/gpu-carry-moe --arch qwen35moe --types q8_0,q4_k_m \
+        >/tmp/gpu-carry-moe.log 2>&1; then
+        cp /tmp/gpu-carry-moe/qwen35moe-tiny-q8_0.gguf /tmp/gpu-carry-moe/qwen35moe-tiny-q4_k_m.gguf .carry/moe/
+    else
+        echo "tiny qwen35moe models not made (see /tmp/gpu-carry-moe.log)"
+    fi
 fi
 du -sh .carry

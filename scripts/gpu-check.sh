@@ -3,12 +3,17 @@
 # mat-vec kernel and the whole decode of synthetic models. Logs under $OUT; a short table printed last.
 # Binaries come from .carry/bin (scripts/gpu-carry.sh builds them with `make CUDA=1` on the dev machine and
 # copies the shared libraries they need to .carry/lib) when they start there, else are built here. Models are generated here with
-# .carry/synth_gguf.py. STAGES (default "ops model dense gemv sanitize bench") picks what runs.
+# .carry/synth_gguf.py. STAGES (default "ops model dense moe moesan gemv sanitize bench") picks what runs: moe runs the
+# tiny qwen35moe files carried in .carry/moe (tests/tools/make_tiny_qwen35.py output) through test_cuda_model, moesan
+# runs the q4_k_m one under compute-sanitizer. BENCH_MODELS names synth_gguf.py shapes (qwen36-14b-a3b: the MoE body);
+# BENCH_ARGS the prompt / generation / repetitions; BENCH_EAGER=0 skips the eager rerun.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu-out}
-STAGES=${STAGES:-"ops model dense gemv sanitize bench"}
+STAGES=${STAGES:-"ops model dense moe moesan gemv sanitize bench"}
 BENCH_MODELS=${BENCH_MODELS:-"qwen35-4b"}
+BENCH_ARGS=${BENCH_ARGS:-"-p 512 -g 256 -r 5"}
+BENCH_EAGER=${BENCH_EAGER:-1}
 mkdir -p "$OUT"
 has() { [[ " $STAGES " == *" $1 "* ]]; }
 summary=()
@@ -56,6 +61,28 @@ if has dense; then # dense llama / qwen2 / qwen3 (tests/tools/make_tiny_models.p
     done
 fi
 
+if has moe; then # tiny qwen35moe (routed + shared experts): CPU vs CUDA graphs vs CUDA eager
+    for f in .carry/moe/*.gguf; do
+        [ -f "$f" ] || continue
+        n=$(basename "$f" .gguf)
+        timeout 120 "$BIN/test_cuda_model" "$f" 24 12 >"$OUT/model_$n.txt" 2>&1; rc=$?
+        tail -4 "$OUT/model_$n.txt"
+        note "test_cuda_model $n rc=$rc: $(grep 'worst' "$OUT/model_$n.txt" | head -1 | sed 's/.*steps, //' | cut -c1-120)$(grep -m1 FAIL "$OUT/model_$n.txt")"
+    done
+fi
+
+if has moesan; then
+    f=.carry/moe/qwen35moe-tiny-q4_k_m.gguf
+    if command -v compute-sanitizer >/dev/null && [ -f "$f" ]; then
+        timeout 200 compute-sanitizer --tool memcheck --leak-check full --error-exitcode 9 "$BIN/test_cuda_model" \
+            "$f" 12 4 >"$OUT/sanitizer_moe.txt" 2>&1; rc=$?
+        tail -4 "$OUT/sanitizer_moe.txt"
+        note "memcheck (tiny qwen35moe q4_k_m: prefill 12 + decode 4, graph and eager) rc=$rc: $(grep -c 'Invalid\|ERROR SUMMARY: [1-9]' "$OUT/sanitizer_moe.txt") error lines; $(grep 'ERROR SUMMARY' "$OUT/sanitizer_moe.txt" | head -1)"
+    else
+        note "moesan: compute-sanitizer or $f missing"
+    fi
+fi
+
 if has gemv; then
     timeout 300 "$BIN/bench_gemv" 20 >"$OUT/bench_gemv.txt" 2>&1
     cat "$OUT/bench_gemv.txt"
@@ -77,12 +104,16 @@ if has bench; then
     for m in $BENCH_MODELS; do
         f=/tmp/models/$m.gguf
         [ -s "$f" ] || { note "$m: model not generated ($(tail -2 /tmp/models/$m.log))"; continue; }
-        timeout 240 "$BIN/vllmc" bench -m "$f" -p 512 -g 256 -r 5 --profile >"$OUT/bench_$m.txt" 2>&1; rc=$?
+        # shellcheck disable=SC2086
+        timeout 240 "$BIN/vllmc" bench -m "$f" $BENCH_ARGS --profile >"$OUT/bench_$m.txt" 2>&1; rc=$?
         cat "$OUT/bench_$m.txt"
         note "$m graphs rc=$rc: $(grep '^output tok/s' "$OUT/bench_$m.txt" | head -1)"
         note "$m: $(grep '^weights / TPOT' "$OUT/bench_$m.txt" | head -1)"
-        timeout 120 "$BIN/vllmc" bench -m "$f" -p 512 -g 256 -r 3 --enforce-eager >"$OUT/bench_${m}_eager.txt" 2>&1; rc=$?
-        note "$m eager rc=$rc: $(grep '^output tok/s' "$OUT/bench_${m}_eager.txt" | head -1)"
+        if [ "$BENCH_EAGER" = 1 ]; then
+            # shellcheck disable=SC2086
+            timeout 120 "$BIN/vllmc" bench -m "$f" $BENCH_ARGS --enforce-eager >"$OUT/bench_${m}_eager.txt" 2>&1; rc=$?
+            note "$m eager rc=$rc: $(grep '^output tok/s' "$OUT/bench_${m}_eager.txt" | head -1)"
+        fi
     done
 fi
 

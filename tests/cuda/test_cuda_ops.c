@@ -413,6 +413,99 @@ static void test_gdn(void) {
     ref->ops->free(ref, rconv); ref->ops->free(ref, rssm); ref->ops->free(ref, rwork);
 }
 
+/* MoE FFN vs the CPU reference op: router softmax / top-k / renormalisation, expert SwiGLU from the 3-D
+ * tensors, shared expert with its sigmoid gate; decode (1 row) and prefill (9 rows), three weight mixes:
+ * A merged hidden buffer (shared width = expert width, same down format), B separate shared hidden rows
+ * (other width and format, F32 shared gate/up), C no shared expert. Deterministic: two runs bit-equal. */
+struct moe_w { struct bk_tensor r, g; uint8_t *host; };
+static void make_moe_w(struct moe_w *w, uint32_t type, int n_dims, int64_t n_in, int64_t n_out, int64_t n_exp) {
+    const size_t bytes = quant_row_size(type, n_in) * (size_t)(n_out * n_exp);
+    w->host = malloc(bytes);
+    fill_weight(type, w->host, bytes);
+    const int64_t ne[3] = {n_in, n_out, n_exp};
+    CHECK(ref->ops->weight_upload(ref, w->host, type, n_dims, ne, &w->r) == VLLMC_OK);
+    CHECK(gpu->ops->weight_upload(gpu, w->host, type, n_dims, ne, &w->g) == VLLMC_OK);
+}
+static void free_moe_w(struct moe_w *w) {
+    if (!w->host) return;
+    ref->ops->weight_free(ref, &w->r);
+    gpu->ops->weight_free(gpu, &w->g);
+    free(w->host);
+}
+
+static void test_moe_case(char name, uint32_t tg, uint32_t tu, uint32_t td, int shared, uint32_t tsg, uint32_t tsu, uint32_t tsd,
+                          int64_t n_ffs) {
+    const int64_t NE = 512, NFF = 256, E = 12 + (int64_t)(test_rand_u64() % 9);
+    const int K = 4;
+    struct moe_w router, ge, ue, de, gs, us, ds, sgate;
+    memset(&gs, 0, sizeof(gs)); memset(&us, 0, sizeof(us)); memset(&ds, 0, sizeof(ds)); memset(&sgate, 0, sizeof(sgate));
+    make_moe_w(&router, GGML_TYPE_F32, 2, NE, E, 1);
+    make_moe_w(&ge, tg, 3, NE, NFF, E);
+    make_moe_w(&ue, tu, 3, NE, NFF, E);
+    make_moe_w(&de, td, 3, NFF, NE, E);
+    if (shared) {
+        make_moe_w(&gs, tsg, 2, NE, n_ffs, 1);
+        make_moe_w(&us, tsu, 2, NE, n_ffs, 1);
+        make_moe_w(&ds, tsd, 2, n_ffs, NE, 1);
+        make_moe_w(&sgate, GGML_TYPE_F32, 1, NE, 1, 1);
+    }
+    const struct bk_moe_weights rw = {&router.r, &ge.r, &ue.r, &de.r, shared ? &gs.r : NULL, shared ? &us.r : NULL,
+                                      shared ? &ds.r : NULL, shared ? &sgate.r : NULL};
+    const struct bk_moe_weights gw = {&router.g, &ge.g, &ue.g, &de.g, shared ? &gs.g : NULL, shared ? &us.g : NULL,
+                                      shared ? &ds.g : NULL, shared ? &sgate.g : NULL};
+    const struct bk_moe_params mp = {K, true};
+    const uint32_t fmts = BK_ACT_BIT(BK_ACT_F32) | BK_ACT_BIT(BK_ACT_Q8_K) | BK_ACT_BIT(BK_ACT_Q8_0);
+    for (int rows = 1; rows <= 9; rows += 8) {
+        struct bk_act ra, ga;
+        CHECK(bk_act_alloc(ref, 9, NE, fmts, &ra) == VLLMC_OK);
+        CHECK(bk_act_alloc(gpu, 9, NE, fmts, &ga) == VLLMC_OK);
+        float *x = rand_buf((size_t)(rows * NE), 1.0f);
+        memcpy(ra.x, x, (size_t)(rows * NE) * 4);
+        CHECK(gpu->ops->copy_to_device(gpu, ga.x, x, (size_t)(rows * NE) * 4) == VLLMC_OK);
+        ra.n_rows = ga.n_rows = rows;
+        ra.fmts = ga.fmts = fmts;
+        CHECK(ref->ops->quantize(ref, &ra) == VLLMC_OK);
+        CHECK(gpu->ops->quantize(gpu, &ga) == VLLMC_OK);
+        float *rout = nan_buf((size_t)(rows * NE)), *h = nan_buf((size_t)(rows * NE)), *h2 = nan_buf((size_t)(rows * NE));
+        float *gout = dev_put(h, (size_t)(rows * NE) * 4);
+        CHECK_MSG(ref->ops->moe(ref, &ra, &rw, &mp, rout) == VLLMC_OK, "%s", vllmc_last_error());
+        CHECK_MSG(gpu->ops->moe(gpu, &ga, &gw, &mp, gout) == VLLMC_OK, "%s", vllmc_last_error());
+        dev_get(h, gout, (size_t)(rows * NE) * 4);
+        CHECK(gpu->ops->moe(gpu, &ga, &gw, &mp, gout) == VLLMC_OK);
+        dev_get(h2, gout, (size_t)(rows * NE) * 4);
+        double amax = 0, dmax = 0;
+        for (int64_t i = 0; i < rows * NE; i++) {
+            amax = fmax(amax, fabs(rout[i]));
+            dmax = isnan(h[i]) ? INFINITY : fmax(dmax, fabs((double)h[i] - rout[i]));
+        }
+        const double rel = dmax / fmax(amax, 1e-12), mr = max_rel(h, rout, (size_t)(rows * NE), 1e-2 * amax);
+        printf("moe %c, %lld experts, %d rows: max |d| / max |ref| %.3g, max rel (floor 1%% of max) %.3g, %zu of %lld bit-equal\n",
+               name, (long long)E, rows, rel, mr, (size_t)(rows * NE) - n_diff(h, rout, (size_t)(rows * NE)), (long long)(rows * NE));
+        CHECK_MSG(amax > 0 && rel < 2e-3, "moe %c rows %d: max |d| / max |ref| = %.3g", name, rows, rel);
+        CHECK_MSG(n_diff(h, h2, (size_t)(rows * NE)) == 0, "moe %c rows %d: two runs differ", name, rows);
+        free(x); free(rout); free(h); free(h2);
+        gpu->ops->free(gpu, gout);
+        bk_act_free(ref, &ra); bk_act_free(gpu, &ga);
+    }
+    /* bad parameters: clear errors */
+    struct bk_act ga;
+    CHECK(bk_act_alloc(gpu, 1, NE, BK_ACT_BIT(BK_ACT_F32), &ga) == VLLMC_OK);
+    ga.n_rows = 1;
+    ga.fmts = BK_ACT_BIT(BK_ACT_F32);
+    const struct bk_moe_params bad = {(int32_t)E + 1, true};
+    CHECK(gpu->ops->moe(gpu, &ga, &gw, &bad, ga.x) == VLLMC_ERR_INVALID);
+    if (tg != GGML_TYPE_F32) CHECK(gpu->ops->moe(gpu, &ga, &gw, &mp, ga.x) == VLLMC_ERR_INVALID); /* format missing */
+    bk_act_free(gpu, &ga);
+    free_moe_w(&router); free_moe_w(&ge); free_moe_w(&ue); free_moe_w(&de);
+    free_moe_w(&gs); free_moe_w(&us); free_moe_w(&ds); free_moe_w(&sgate);
+}
+
+static void test_moe(void) {
+    test_moe_case('A', GGML_TYPE_Q4_K, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, 1, GGML_TYPE_Q8_0, GGML_TYPE_Q4_K, GGML_TYPE_Q4_K, 256);
+    test_moe_case('B', GGML_TYPE_Q8_0, GGML_TYPE_Q4_K, GGML_TYPE_Q8_0, 1, GGML_TYPE_F32, GGML_TYPE_F32, GGML_TYPE_Q6_K, 512);
+    test_moe_case('C', GGML_TYPE_Q6_K, GGML_TYPE_Q5_0, GGML_TYPE_Q4_0, 0, 0, 0, 0, 0);
+}
+
 /* Bad input: clear errors, no crash. */
 static void test_errors(void) {
     struct bk_tensor t;
@@ -438,6 +531,7 @@ int main(void) {
     test_batch_ops();
     test_attention();
     test_gdn();
+    test_moe();
     test_errors();
     ref->ops->destroy(ref);
     gpu->ops->destroy(gpu);

@@ -20,13 +20,15 @@
 #include "quant/blocks.h"
 #include "quant/quant.h"
 
+#define MOE_MAX_EXPERT_CU 1024 /* cuda_moe.cu's routing kernel holds the probabilities in shared memory */
+
 enum cu_op {
     CU_OP_UPLOAD = 1, CU_OP_EMBED, CU_OP_RMSNORM, CU_OP_NQ, CU_OP_MATMUL, CU_OP_ADD, CU_OP_ROPE, CU_OP_ATTN,
-    CU_OP_GETROWS, CU_OP_ARGMAX, CU_OP_D2H, CU_OP_GDN, CU_OP_SIGMUL, CU_OP_COUNT
+    CU_OP_GETROWS, CU_OP_ARGMAX, CU_OP_D2H, CU_OP_GDN, CU_OP_SIGMUL, CU_OP_MOE, CU_OP_COUNT
 };
 static const char *const cu_op_names[CU_OP_COUNT] = {"?", "upload", "embed", "rmsnorm", "norm+quant", "matmul", "add",
                                                      "rope", "attention", "get_rows", "argmax", "d2h", "gdn",
-                                                     "sigmoid_mul"};
+                                                     "sigmoid_mul", "moe"};
 
 struct rec_upload { void *dst; const void *src; uint64_t bytes; };
 struct rec_embed { struct cu_batch_dev b; const uint8_t *table; uint64_t stride; int64_t n; float *out; uint32_t type; uint32_t pad; };
@@ -41,6 +43,7 @@ struct rec_argmax { const float *x; int32_t *out; int64_t n_rows, n; };
 struct rec_d2h { void *dst; const void *src; uint64_t bytes; };
 struct rec_gdn { struct cu_batch_dev b; struct cu_gdn_args a; };
 struct rec_sigmul { float *x; const float *g; int64_t ld_x, ld_g, n_rows, n_cols; };
+struct rec_moe { struct cu_moe_args a; double wbytes; };
 
 struct cu_backend {
     struct backend base;
@@ -62,6 +65,8 @@ struct cu_backend {
     int32_t argmax_n;
     float *attn_work;
     int64_t attn_work_floats;
+    uint8_t *moe_work;
+    uint64_t moe_work_bytes;
     struct backend_cuda_stats stats;
     /* profile */
     gpuEvent_t ev0, ev1;
@@ -81,6 +86,7 @@ static vllmc_status gpu_err(gpuError_t e, const char *what) {
  * ------------------------------------------------------------------------------------------- */
 
 static double rec_weight_bytes(int op, const void *args) {
+    if (op == CU_OP_MOE) return ((const rec_moe *)args)->wbytes;
     if (op != CU_OP_MATMUL) return 0;
     const rec_matmul *r = (const rec_matmul *)args;
     double b = 0;
@@ -104,6 +110,7 @@ static void rec_exec(cu_backend *c, int op, const void *args) {
     case CU_OP_D2H: { const rec_d2h *r = (const rec_d2h *)args; (void)gpuMemcpyAsync(r->dst, r->src, r->bytes, gpuMemcpyDeviceToHost, s); break; }
     case CU_OP_GDN: { const rec_gdn *r = (const rec_gdn *)args; cu_launch_gdn(&r->b, &r->a, s); break; }
     case CU_OP_SIGMUL: { const rec_sigmul *r = (const rec_sigmul *)args; cu_launch_sigmoid_mul(r->x, r->ld_x, r->g, r->ld_g, r->n_rows, r->n_cols, s); break; }
+    case CU_OP_MOE: { const rec_moe *r = (const rec_moe *)args; cu_launch_moe(&r->a, s); break; }
     default: break;
     }
 }
@@ -702,6 +709,176 @@ static vllmc_status cu_sigmoid_mul(struct backend *be, float *x, int64_t ld_x, c
     return submit(c, CU_OP_SIGMUL, &r, sizeof(r));
 }
 
+static vllmc_status moe_check_mat(const struct bk_tensor *t, const char *what, int n_dims, int64_t ne0, int64_t ne1, int64_t ne2) {
+    if (!t || !t->data) return vllmc_errorf(VLLMC_ERR_INVALID, "moe: %s missing", what);
+    if (t->n_dims != n_dims || t->ne[0] != ne0 || (ne1 >= 0 && t->ne[1] != ne1) || (n_dims == 3 && t->ne[2] != ne2))
+        return vllmc_errorf(VLLMC_ERR_INVALID, "moe: %s has shape {%lld, %lld, %lld}", what, (long long)t->ne[0],
+                            (long long)t->ne[1], (long long)t->ne[2]);
+    if (!cu_matmul_type(t->type) || !cu_weight_row_stride(t->type, t->ne[0]))
+        return vllmc_errorf(VLLMC_ERR_UNSUPPORTED, "moe: %s type %u is not supported by the CUDA backend", what, t->type);
+    return VLLMC_OK;
+}
+
+/* The activation format weight t reads: present in `in` (gate/up) or one the hidden quantizer writes (down). */
+static vllmc_status moe_fmt(const struct bk_act *in, const struct bk_tensor *t, const char *what, int *fmt) {
+    *fmt = bk_act_fmt_for_weight(t->type);
+    if (*fmt != BK_ACT_F32 && *fmt != BK_ACT_Q8_K && *fmt != BK_ACT_Q8_0)
+        return vllmc_errorf(VLLMC_ERR_UNSUPPORTED, "moe: %s reads an activation format the CUDA backend lacks", what);
+    if (in && !(in->fmts & BK_ACT_BIT(*fmt)))
+        return vllmc_errorf(VLLMC_ERR_INVALID, "moe: input lacks the activation format %s reads", what);
+    return VLLMC_OK;
+}
+
+static vllmc_status cu_moe(struct backend *be, const struct bk_act *in, const struct bk_moe_weights *w,
+                           const struct bk_moe_params *p, float *out) {
+    cu_backend *c = cub(be);
+    const int64_t n_embd = in->n_cols, T = in->n_rows;
+    vllmc_status st;
+    if (!w->router || !w->router->data || w->router->type != GGML_TYPE_F32 || w->router->ne[0] != n_embd || w->router->n_dims != 2)
+        return vllmc_errorf(VLLMC_ERR_INVALID, "moe: router must be F32 {%lld, n_expert}", (long long)n_embd);
+    const int64_t E = w->router->ne[1];
+    const int k = p->n_expert_used;
+    if (E > MOE_MAX_EXPERT_CU) return vllmc_errorf(VLLMC_ERR_UNSUPPORTED, "moe: %lld experts (CUDA: at most %d)", (long long)E, MOE_MAX_EXPERT_CU);
+    if (k < 1 || k > E) return vllmc_errorf(VLLMC_ERR_INVALID, "moe: %d experts used of %lld", k, (long long)E);
+    if (T < 0 || T > in->max_rows || !in->x || !(in->fmts & BK_ACT_BIT(BK_ACT_F32)))
+        return vllmc_errorf(VLLMC_ERR_INVALID, "moe: input needs %lld valid f32 rows", (long long)T);
+    if ((st = check_fmts(in, "moe"))) return st;
+    if ((st = moe_check_mat(w->gate_exps, "ffn_gate_exps", 3, n_embd, -1, E))) return st;
+    const int64_t n_ff = w->gate_exps->ne[1];
+    if ((st = moe_check_mat(w->up_exps, "ffn_up_exps", 3, n_embd, n_ff, E))) return st;
+    if ((st = moe_check_mat(w->down_exps, "ffn_down_exps", 3, n_ff, n_embd, E))) return st;
+    const bool shared = w->gate_shexp && w->gate_shexp->data;
+    int64_t n_ffs = 0;
+    if (shared) {
+        if ((st = moe_check_mat(w->gate_shexp, "ffn_gate_shexp", 2, n_embd, -1, 1))) return st;
+        n_ffs = w->gate_shexp->ne[1];
+        if ((st = moe_check_mat(w->up_shexp, "ffn_up_shexp", 2, n_embd, n_ffs, 1))) return st;
+        if ((st = moe_check_mat(w->down_shexp, "ffn_down_shexp", 2, n_ffs, n_embd, 1))) return st;
+    }
+    const bool sgate = shared && w->shexp_gate && w->shexp_gate->data;
+    if (sgate && (w->shexp_gate->type != GGML_TYPE_F32 || w->shexp_gate->ne[0] != n_embd))
+        return vllmc_errorf(VLLMC_ERR_INVALID, "moe: shared-expert gate must be F32 {%lld}", (long long)n_embd);
+    int f, fd, fds = -1;
+    if ((st = moe_fmt(in, w->gate_exps, "ffn_gate_exps", &f)) || (st = moe_fmt(in, w->up_exps, "ffn_up_exps", &f)) ||
+        (st = moe_fmt(NULL, w->down_exps, "ffn_down_exps", &fd)))
+        return st;
+    if (shared && ((st = moe_fmt(in, w->gate_shexp, "ffn_gate_shexp", &f)) || (st = moe_fmt(in, w->up_shexp, "ffn_up_shexp", &f)) ||
+                   (st = moe_fmt(NULL, w->down_shexp, "ffn_down_shexp", &fds))))
+        return st;
+    if (T == 0) return VLLMC_OK;
+    if (T * k > (1 << 24)) return vllmc_errorf(VLLMC_ERR_UNSUPPORTED, "moe: %lld rows", (long long)T);
+
+    /* device scratch, grown on demand (sizes are constant across decode steps, so graphs replay) */
+    const int64_t n_ent = T * k;
+    const bool merged = shared && n_ffs == n_ff && fds == fd;
+    const int64_t R0 = n_ent + (merged ? T : 0);
+    uint64_t off = 0;
+    auto take = [&off](uint64_t bytes) { const uint64_t o = off; off += (bytes + 255) & ~(uint64_t)255; return o; };
+    const uint64_t o_logits = take(4 * (uint64_t)(T * E)), o_glog = take(4 * (uint64_t)T), o_ids = take(4 * (uint64_t)n_ent),
+                   o_wts = take(4 * (uint64_t)n_ent);
+    const uint64_t o_gu0 = take(4 * (uint64_t)(R0 * 2 * n_ff)), o_gu1 = take(shared && !merged ? 4 * (uint64_t)(T * 2 * n_ffs) : 0);
+    const uint64_t o_hx0 = take(4 * (uint64_t)(R0 * n_ff)), o_hq0 = take(fd == BK_ACT_F32 ? 0 : bk_act_row_bytes(fd, n_ff) * R0 + 256);
+    const uint64_t o_hx1 = take(shared && !merged ? 4 * (uint64_t)(T * n_ffs) : 0);
+    const uint64_t o_hq1 = take(shared && !merged && fds != BK_ACT_F32 ? bk_act_row_bytes(fds, n_ffs) * T + 256 : 0);
+    const uint64_t o_Y = take(4 * (uint64_t)(n_ent * n_embd)), o_Ys = take(shared ? 4 * (uint64_t)(T * n_embd) : 0);
+    if (off > c->moe_work_bytes) {
+        flush(c);
+        (void)gpuStreamSynchronize(c->stream);
+        if (c->moe_work) dev_free(c, c->moe_work);
+        c->moe_work = NULL;
+        c->moe_work_bytes = 0;
+        if ((st = dev_alloc(c, (size_t)off, (void **)&c->moe_work))) return st;
+        c->moe_work_bytes = off;
+    }
+    uint8_t *m = c->moe_work;
+    rec_moe r;
+    memset(&r, 0, sizeof(r));
+    struct cu_moe_args *a = &r.a;
+    /* 1. router (+ shared-expert gate) */
+    a->router.a = act_view(in);
+    a->router.n_act = (int32_t)T;
+    struct cu_mm_seg *sg = &a->router.seg[a->router.n_seg++];
+    sg->w = (const uint8_t *)w->router->data; sg->y = (float *)(m + o_logits); sg->ld_y = E;
+    sg->stride = cu_weight_row_stride(GGML_TYPE_F32, n_embd); sg->type = GGML_TYPE_F32; sg->n_rows = (int32_t)E;
+    a->router.n_ctas = (int32_t)GPU_CEIL_DIV(E, CU_MM_WARPS);
+    a->router.total_rows = (int32_t)E;
+    a->router.total_tiles = (int32_t)GPU_CEIL_DIV(E, 4);
+    if (sgate) {
+        sg = &a->router.seg[a->router.n_seg++];
+        sg->w = (const uint8_t *)w->shexp_gate->data; sg->y = (float *)(m + o_glog); sg->ld_y = 1;
+        sg->stride = cu_weight_row_stride(GGML_TYPE_F32, n_embd); sg->type = GGML_TYPE_F32; sg->n_rows = 1;
+        sg->cta0 = a->router.n_ctas; sg->row0 = a->router.total_rows; sg->tile0 = a->router.total_tiles;
+        a->router.n_ctas += 1; a->router.total_rows += 1; a->router.total_tiles += 1;
+    }
+    /* 2. routing */
+    a->logits = (const float *)(m + o_logits); a->glog = (const float *)(m + o_glog);
+    a->ids = (int32_t *)(m + o_ids); a->wts = (float *)(m + o_wts);
+    a->T = (int32_t)T; a->E = (int32_t)E; a->k = k; a->norm = p->norm_weights; a->shared = shared; a->sgate = sgate;
+    a->merged = merged;
+    /* 3. gate + up */
+    float *gu0 = (float *)(m + o_gu0), *gu1 = merged ? gu0 + n_ent * 2 * n_ff : (float *)(m + o_gu1);
+    a->gu_buf[0] = gu0; a->gu_buf[1] = shared ? gu1 : NULL;
+    a->n_ff[0] = n_ff; a->n_ff[1] = n_ffs;
+    {
+        struct cu_moe_grp *g = &a->gu.g[a->gu.n_grp++];
+        const struct bk_tensor *t2[2] = {w->gate_exps, w->up_exps};
+        for (int i = 0; i < 2; i++) {
+            g->w[i] = (const uint8_t *)t2[i]->data; g->stride[i] = cu_weight_row_stride(t2[i]->type, n_embd);
+            g->exp_bytes[i] = g->stride[i] * (uint64_t)n_ff; g->type[i] = (int32_t)t2[i]->type;
+        }
+        g->y[0] = gu0; g->y[1] = gu0 + n_ff; g->ld_y = 2 * n_ff; g->ids = a->ids;
+        g->n_rows = (int32_t)n_ff; g->n_mat = 2; g->n_ent = (int32_t)n_ent; g->act_div = k; g->a = act_view(in);
+    }
+    if (shared) {
+        struct cu_moe_grp *g = &a->gu.g[a->gu.n_grp++];
+        const struct bk_tensor *t2[2] = {w->gate_shexp, w->up_shexp};
+        for (int i = 0; i < 2; i++) {
+            g->w[i] = (const uint8_t *)t2[i]->data; g->stride[i] = cu_weight_row_stride(t2[i]->type, n_embd);
+            g->type[i] = (int32_t)t2[i]->type;
+        }
+        g->y[0] = gu1; g->y[1] = gu1 + n_ffs; g->ld_y = 2 * n_ffs;
+        g->n_rows = (int32_t)n_ffs; g->n_mat = 2; g->n_ent = (int32_t)T; g->act_div = 1; g->a = act_view(in);
+    }
+    /* 4. hidden rows */
+    struct bk_act h0, h1;
+    memset(&h0, 0, sizeof(h0));
+    memset(&h1, 0, sizeof(h1));
+    h0.x = (float *)(m + o_hx0); h0.n_cols = n_ff; h0.max_rows = R0;
+    if (fd != BK_ACT_F32) h0.q[fd] = m + o_hq0;
+    a->h[0] = cu_act_split(&h0); a->hfmts[0] = BK_ACT_BIT(fd);
+    if (shared && !merged) {
+        h1.x = (float *)(m + o_hx1); h1.n_cols = n_ffs; h1.max_rows = T;
+        if (fds != BK_ACT_F32) h1.q[fds] = m + o_hq1;
+        a->h[1] = cu_act_split(&h1); a->hfmts[1] = BK_ACT_BIT(fds);
+    }
+    /* 5. down */
+    a->Y = (const float *)(m + o_Y); a->Ys = shared ? (const float *)(m + o_Ys) : NULL;
+    {
+        struct cu_moe_grp *g = &a->down.g[a->down.n_grp++];
+        g->w[0] = (const uint8_t *)w->down_exps->data; g->stride[0] = cu_weight_row_stride(w->down_exps->type, n_ff);
+        g->exp_bytes[0] = g->stride[0] * (uint64_t)n_embd; g->type[0] = (int32_t)w->down_exps->type;
+        g->y[0] = (float *)(m + o_Y); g->ld_y = n_embd; g->ids = a->ids;
+        g->n_rows = (int32_t)n_embd; g->n_mat = 1; g->n_ent = (int32_t)n_ent; g->act_div = 1; g->a = act_view(&h0);
+    }
+    if (shared) {
+        struct cu_moe_grp *g = &a->down.g[a->down.n_grp++];
+        g->w[0] = (const uint8_t *)w->down_shexp->data; g->stride[0] = cu_weight_row_stride(w->down_shexp->type, n_ffs);
+        g->type[0] = (int32_t)w->down_shexp->type;
+        g->y[0] = (float *)(m + o_Ys); g->ld_y = n_embd;
+        g->n_rows = (int32_t)n_embd; g->n_mat = 1; g->n_ent = (int32_t)T; g->act_div = 1;
+        g->act_off = merged ? (int32_t)n_ent : 0; g->a = act_view(merged ? &h0 : &h1);
+    }
+    /* 6. mix */
+    a->out = out; a->n_embd = n_embd;
+    /* weight bytes read (profile): the router, the distinct experts at most, the shared expert */
+    const double per_exp = (double)a->gu.g[0].exp_bytes[0] + (double)a->gu.g[0].exp_bytes[1] + (double)a->down.g[0].exp_bytes[0];
+    r.wbytes = 4.0 * (double)(E + (sgate ? 1 : 0)) * (double)n_embd + per_exp * (double)VLLMC_MIN(n_ent, E);
+    if (shared)
+        r.wbytes += (double)cu_weight_row_stride(w->gate_shexp->type, n_embd) * n_ffs + (double)cu_weight_row_stride(w->up_shexp->type, n_embd) * n_ffs +
+                    (double)cu_weight_row_stride(w->down_shexp->type, n_ffs) * n_embd;
+    return submit(c, CU_OP_MOE, &r, sizeof(r));
+}
+
 /* ---------------------------------------------------------------------------------------------
  * KV cache, lifetime
  * ------------------------------------------------------------------------------------------- */
@@ -756,6 +933,7 @@ static void cu_destroy(struct backend *be) {
     dev_free(c, c->d_batch);
     dev_free(c, c->d_argmax);
     dev_free(c, c->attn_work);
+    dev_free(c, c->moe_work);
     if (c->ev0) (void)gpuEventDestroy(c->ev0);
     if (c->ev1) (void)gpuEventDestroy(c->ev1);
     (void)gpuStreamDestroy(c->stream);
@@ -786,7 +964,7 @@ static const struct backend_ops cu_ops = {
     cu_kv_create,
     cu_kv_destroy,
     cu_gdn,
-    NULL, /* moe */
+    cu_moe,
     cu_sigmoid_mul,
 };
 

@@ -139,4 +139,48 @@ void cu_launch_gdn(const struct cu_batch_dev *b, const struct cu_gdn_args *a, gp
 /* argmax of each of n_rows rows of n floats (ties to the lowest index) into out (device). */
 void cu_launch_argmax(const float *x, int64_t n_rows, int64_t n, int32_t *out, gpuStream_t s);
 
+/* ---- mixture of experts ---- */
+/* One group of expert mat-vec entries: entry ent multiplies activation row ent / act_div by n_mat
+ * matrices (gate and up, or down) of the expert ids[ent] (ids NULL: the matrices as given), each of
+ * n_rows rows of a.n columns; matrix m's row r goes to y[m][ent * ld_y + r]. */
+struct cu_moe_grp {
+    const uint8_t *w[2];       /* repacked 3-D (routed) or 2-D (shared) tensors */
+    uint64_t stride[2];        /* bytes per row */
+    uint64_t exp_bytes[2];     /* bytes per expert */
+    int32_t type[2];
+    float *y[2];
+    int64_t ld_y;
+    const int32_t *ids;        /* [n_ent] expert of each entry (device), or NULL */
+    int32_t n_rows, n_mat, n_ent, act_div;
+    int32_t act_off, pad;      /* activation row of entry ent: ent / act_div + act_off */
+    struct cu_act_view a;
+};
+struct cu_moe_mm_args {
+    struct cu_moe_grp g[2];
+    int32_t n_grp, pad;
+};
+void cu_launch_moe_matmul(const struct cu_moe_mm_args *a, gpuStream_t s);
+
+/* The whole MoE FFN of T rows (cuda_moe.cu): router (+ shared-expert gate) mat-vec, softmax / top-k /
+ * renormalisation, the chosen experts' gate+up (and the shared expert's) in one launch, SwiGLU + quantize,
+ * all down products in one launch, then the weighted sum in a fixed order. No host synchronisation. */
+struct cu_moe_args {
+    struct cu_mm_args router;  /* seg 0: router -> logits [T][E]; seg 1 (if sgate): shexp gate -> glog [T] */
+    const float *logits, *glog;
+    int32_t *ids;
+    float *wts;
+    int32_t T, E, k, norm, shared, sgate;
+    int32_t merged, pad;       /* shared rows follow the routed ones in gu_buf[0] / h[0] (same width and format) */
+    struct cu_moe_mm_args gu;  /* gate in y[0] = GU, up in y[1] = GU + n_ff (row stride 2 n_ff) */
+    const float *gu_buf[2];    /* routed, shared: [rows][2 n_ff] */
+    int64_t n_ff[2];
+    struct cu_act_mut h[2];    /* hidden rows (routed [T k][n_ff], shared [T][n_ffs]) */
+    uint32_t hfmts[2];
+    struct cu_moe_mm_args down; /* -> Y [T k][n_embd], Ys [T][n_embd] */
+    const float *Y, *Ys;
+    float *out;
+    int64_t n_embd;
+};
+void cu_launch_moe(const struct cu_moe_args *a, gpuStream_t s);
+
 #endif

@@ -878,3 +878,48 @@ void cu_launch_matmul(const struct cu_mm_args *args, gpuStream_t s) {
         mm_kernel<8><<<(unsigned)(args->n_ctas * groups), 32 * CU_MM_WARPS, 0, s>>>(*args);
     }
 }
+
+/* ---------------------------------------------------------------------------------------------
+ * MoE expert mat-vecs: entries (token, expert slot) x weight rows, the expert read from device memory.
+ * grid (row blocks, entries); a warp owns one row of one matrix of one entry, the dot product formed as in
+ * mm_row (exact integer partials, the same per-block float terms). Entries of group 0 are the routed ones
+ * (expert ids[ent]), group 1 the shared expert's (expert 0 of its own 2-D matrices).
+ * ------------------------------------------------------------------------------------------- */
+static __global__ void __launch_bounds__(32 * CU_MM_WARPS) moe_mm_kernel(const struct cu_moe_mm_args P) {
+    const int lane = threadIdx.x % 32, wid = threadIdx.x / 32;
+    const int total = P.g[0].n_ent + (P.n_grp > 1 ? P.g[1].n_ent : 0);
+    for (int ge = blockIdx.y; ge < total; ge += gridDim.y) {
+        const int gi = ge < P.g[0].n_ent ? 0 : 1;
+        const struct cu_moe_grp &G = P.g[gi];
+        const int ent = gi ? ge - P.g[0].n_ent : ge;
+        const int gr = blockIdx.x * CU_MM_WARPS + wid;
+        if (gr >= G.n_mat * G.n_rows) continue;
+        const int m = gr / G.n_rows, row = gr - m * G.n_rows;
+        const int64_t e = G.ids ? (int64_t)G.ids[ent] : 0;
+        const uint8_t *wr = G.w[m] + (size_t)e * G.exp_bytes[m] + (size_t)row * G.stride[m];
+        const int arow = ent / G.act_div + G.act_off, n = (int)G.a.n;
+        float acc[1] = {0.f};
+        switch (G.type[m]) {
+        case GGML_TYPE_Q4_K: row_q4_K<1>(wr, n / QK_K, G.a, arow, 1, acc, lane); break;
+        case GGML_TYPE_Q6_K: row_q6_K<1>(wr, n / QK_K, G.a, arow, 1, acc, lane); break;
+        case GGML_TYPE_Q8_0: row_q8_0<1>(wr, n / 32, G.a, arow, 1, acc, lane); break;
+        case GGML_TYPE_Q4_0: row_q45_0<1, false>(wr, n / 32, G.a, arow, 1, acc, lane); break;
+        case GGML_TYPE_Q5_0: row_q45_0<1, true>(wr, n / 32, G.a, arow, 1, acc, lane); break;
+        case GGML_TYPE_F32: row_f32<1>((const float *)wr, n, G.a, arow, 1, acc, lane); break;
+        default: break;
+        }
+        float v = acc[0];
+        if (G.type[m] != GGML_TYPE_F32) v = group32_sum(v);
+        if (lane == 0) G.y[m][(int64_t)ent * G.ld_y + row] = v;
+    }
+}
+
+void cu_launch_moe_matmul(const struct cu_moe_mm_args *a, gpuStream_t s) {
+    int total = 0, ctas = 0;
+    for (int i = 0; i < a->n_grp; i++) {
+        total += a->g[i].n_ent;
+        ctas = max(ctas, (int)GPU_CEIL_DIV(a->g[i].n_mat * a->g[i].n_rows, CU_MM_WARPS));
+    }
+    if (total <= 0 || ctas <= 0) return;
+    moe_mm_kernel<<<dim3((unsigned)ctas, (unsigned)min(total, 65535)), 32 * CU_MM_WARPS, 0, s>>>(*a);
+}
