@@ -1,6 +1,7 @@
 /* GPU target logic on the CPU: the target table, the mat-vec kernel variant and launch shapes per target,
  * and the warp-width-dependent parts of the kernels emulated lane by lane for wave32 and wave64:
- *   - the lane -> unit mapping of the decode mat-vec (one-row and 4-row-tile kernels, Q4_K / Q6_K / Q8_0)
+ *   - the lane -> unit mapping of the decode mat-vec (one-row and 4-row-tile kernels, Q4_K / Q6_K / Q8_0,
+ *     and the one-block-per-lane Q4_0 / Q5_0)
  *     covers every element of every row exactly once;
  *   - the integer partials, reduced with the kernels' butterfly shuffles (HIP __shfl_xor semantics, width =
  *     the hardware wave), equal the sequential sum when the reduction stays inside the 32-lane group, and
@@ -78,34 +79,39 @@ static void test_mm_plan(void) {
         struct gpu_mm_plan p;
         /* ffn_down: 2,560 rows -> one group per row */
         const int down[1] = {2560};
-        CHECK(gpu_mm_plan_make(t, down, 1, 1, resident, &p));
+        CHECK(gpu_mm_plan_make(t, down, NULL, 1, 1, resident, &p));
         CHECK(p.kernel == GPU_MM_ROWS && p.rows_per_group == 1 && p.act_per_group == 1);
         CHECK(p.threads == 128 && p.waves_per_cta == 128 / t->warp_size);
         CHECK(p.n_ctas_rows == 640 && p.ctas == (640 < resident ? 640 : resident));
         /* GDN in-projections fused: qkv 8,192 + gate 4,096 + beta 32 + alpha 32 rows -> 4-row tiles */
         const int gdn[4] = {8192, 4096, 32, 32};
-        CHECK(gpu_mm_plan_make(t, gdn, 4, 1, resident, &p));
+        CHECK(gpu_mm_plan_make(t, gdn, NULL, 4, 1, resident, &p));
         CHECK(p.kernel == GPU_MM_TILES && p.rows_per_group == GPU_MM_TILE_ROWS);
         CHECK(p.total_rows == 12352 && p.total_tiles == 2048 + 1024 + 8 + 8);
         CHECK(p.ctas == (772 < resident ? 772 : resident));
         /* LM head 248,320 rows: a resident-size grid */
         const int head[1] = {248320};
-        CHECK(gpu_mm_plan_make(t, head, 1, 1, resident, &p));
+        CHECK(gpu_mm_plan_make(t, head, NULL, 1, 1, resident, &p));
         CHECK(p.kernel == GPU_MM_TILES && p.total_tiles == 62080 && p.ctas == resident);
         /* just under the tile threshold */
         const int under[2] = {4096, 4095};
-        CHECK(gpu_mm_plan_make(t, under, 2, 1, resident, &p) && p.kernel == GPU_MM_ROWS);
+        CHECK(gpu_mm_plan_make(t, under, NULL, 2, 1, resident, &p) && p.kernel == GPU_MM_ROWS);
         const int at[2] = {4096, 4096};
-        CHECK(gpu_mm_plan_make(t, at, 2, 1, resident, &p) && p.kernel == GPU_MM_TILES);
+        CHECK(gpu_mm_plan_make(t, at, NULL, 2, 1, resident, &p) && p.kernel == GPU_MM_TILES);
+        /* a Q4_0 / Q5_0 segment keeps the row kernel however many rows */
+        const uint32_t t40[2] = {GGML_TYPE_Q4_K, GGML_TYPE_Q4_0}, t50[1] = {GGML_TYPE_Q5_0}, tk[2] = {GGML_TYPE_Q6_K, GGML_TYPE_Q8_0};
+        CHECK(gpu_mm_plan_make(t, at, t40, 2, 1, resident, &p) && p.kernel == GPU_MM_ROWS);
+        CHECK(gpu_mm_plan_make(t, head, t50, 1, 1, resident, &p) && p.kernel == GPU_MM_ROWS && p.ctas == resident);
+        CHECK(gpu_mm_plan_make(t, at, tk, 2, 1, resident, &p) && p.kernel == GPU_MM_TILES);
         /* prefill of 20 tokens: 3 groups of 8 activation rows per CTA of rows */
-        CHECK(gpu_mm_plan_make(t, down, 1, 20, resident, &p));
+        CHECK(gpu_mm_plan_make(t, down, NULL, 1, 20, resident, &p));
         CHECK(p.kernel == GPU_MM_PREFILL && p.act_per_group == 8 && p.ctas == 640 * 3);
         /* bad shapes */
         const int zero[1] = {0};
-        CHECK(!gpu_mm_plan_make(t, zero, 1, 1, resident, &p));
-        CHECK(!gpu_mm_plan_make(t, down, 0, 1, resident, &p) && !gpu_mm_plan_make(t, down, 5, 1, resident, &p));
-        CHECK(!gpu_mm_plan_make(t, down, 1, 0, resident, &p) && !gpu_mm_plan_make(t, down, 1, 1, 0, &p));
-        CHECK(!gpu_mm_plan_make(NULL, down, 1, 1, resident, &p));
+        CHECK(!gpu_mm_plan_make(t, zero, NULL, 1, 1, resident, &p));
+        CHECK(!gpu_mm_plan_make(t, down, NULL, 0, 1, resident, &p) && !gpu_mm_plan_make(t, down, NULL, 5, 1, resident, &p));
+        CHECK(!gpu_mm_plan_make(t, down, NULL, 1, 0, resident, &p) && !gpu_mm_plan_make(t, down, NULL, 1, 1, 0, &p));
+        CHECK(!gpu_mm_plan_make(NULL, down, NULL, 1, 1, resident, &p));
         int nx, ny, th;
         gpu_nq_shape(t, 2560, 3, &nx, &ny, &th);
         CHECK(nx == 2 && ny == 3 && th == 256);
@@ -153,7 +159,7 @@ static int emu_matvec(uint32_t type, int n, const int *rows, int W, int reduce_o
                     part[L] += (int64_t)wt[at] * act[e];
                 }
         }
-        if (type != GGML_TYPE_Q8_0) { /* I += shfl_xor(I, 1); I += shfl_xor(I, 2); lane c == 0 adds */
+        if (type == GGML_TYPE_Q4_K || type == GGML_TYPE_Q6_K) { /* I += shfl_xor(I, 1); I += shfl_xor(I, 2); c == 0 adds */
             emu_shfl_xor(part, t, W, 1, W);
             for (int L = 0; L < W; L++) part[L] += t[L];
             emu_shfl_xor(part, t, W, 2, W);
@@ -185,14 +191,14 @@ static int emu_matvec(uint32_t type, int n, const int *rows, int W, int reduce_o
 }
 
 static void test_matvec_emulation(void) {
-    const uint32_t types[3] = {GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, GGML_TYPE_Q8_0};
+    const uint32_t types[5] = {GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q5_0};
     /* widths of the seed models (2,560, 4,096, 9,216, 2,048, 512) and odd block counts */
     const int widths[7] = {256, 512, 2048, 2560, 4096, 9216, 1792};
     const int wave[2] = {32, 64};
     int n_cases = 0;
     for (int wi = 0; wi < 2; wi++) {
         const int W = wave[wi], G = W / GPU_GROUP_LANES;
-        for (int ti = 0; ti < 3; ti++)
+        for (int ti = 0; ti < 5; ti++)
             for (int ni = 0; ni < 7; ni++)
                 for (int rows_a = 1; rows_a <= 4; rows_a++) {
                     const int rows[2] = {rows_a, 1 + (int)(test_rand_u64() % 4)};
@@ -200,8 +206,9 @@ static void test_matvec_emulation(void) {
                     const int bad = emu_matvec(types[ti], widths[ni], rows, W, GPU_GROUP_LANES / 2, &steps);
                     CHECK_MSG(bad == 0, "W=%d type=%u n=%d rows=%d,%d: %d results wrong (-1: coverage)", W,
                               types[ti], widths[ni], rows[0], rows[1], bad);
-                    const int upr = types[ti] == GGML_TYPE_Q8_0 ? widths[ni] / 32 : widths[ni] / QK_K;
-                    const int ups = types[ti] == GGML_TYPE_Q8_0 ? 32 : 8;
+                    const bool kq = types[ti] == GGML_TYPE_Q4_K || types[ti] == GGML_TYPE_Q6_K;
+                    const int upr = kq ? widths[ni] / QK_K : widths[ni] / 32;
+                    const int ups = kq ? 8 : 32;
                     const int mr = G == 2 && rows[1] > rows[0] ? rows[1] : rows[0];
                     CHECK(steps == (mr * upr + ups - 1) / ups);
                     n_cases++;
@@ -213,7 +220,7 @@ static void test_matvec_emulation(void) {
         if (W == 32) CHECK(bad == 0);
         else CHECK_MSG(bad > 0, "wave64: a wave-wide reduction should mix the two groups' rows");
     }
-    CHECK(n_cases == 2 * 3 * 7 * 4);
+    CHECK(n_cases == 2 * 5 * 7 * 4);
     /* invalid inputs */
     struct gpu_mm_unit u;
     CHECK(!gpu_mm_lane_unit(GGML_TYPE_F32, 256, 1, 0, 0, &u));

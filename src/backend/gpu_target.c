@@ -43,8 +43,8 @@ int gpu_group_reduce_max_offset(const struct gpu_target *t) {
 
 static int gpu_ceil_div(int a, int b) { return (a + b - 1) / b; }
 
-bool gpu_mm_plan_make(const struct gpu_target *t, const int *seg_rows, int n_seg, int n_act, int resident,
-                      struct gpu_mm_plan *out) {
+bool gpu_mm_plan_make(const struct gpu_target *t, const int *seg_rows, const uint32_t *seg_types, int n_seg,
+                      int n_act, int resident, struct gpu_mm_plan *out) {
     memset(out, 0, sizeof(*out));
     if (!t || !seg_rows || n_seg < 1 || n_seg > 4 || n_act < 1 || resident < 1) return false;
     for (int i = 0; i < n_seg; i++) {
@@ -53,11 +53,14 @@ bool gpu_mm_plan_make(const struct gpu_target *t, const int *seg_rows, int n_seg
         out->total_tiles += gpu_ceil_div(seg_rows[i], GPU_MM_TILE_ROWS);
         out->n_ctas_rows += gpu_ceil_div(seg_rows[i], GPU_MM_GROUPS_PER_CTA);
     }
+    bool tiles_ok = true;
+    for (int i = 0; seg_types && i < n_seg; i++)
+        if (seg_types[i] == GGML_TYPE_Q4_0 || seg_types[i] == GGML_TYPE_Q5_0) tiles_ok = false;
     out->threads = GPU_GROUP_LANES * GPU_MM_GROUPS_PER_CTA;
     out->waves_per_cta = gpu_ceil_div(out->threads, t->warp_size);
     if (n_act == 1) {
         out->act_per_group = 1;
-        if (out->total_rows >= GPU_MM_TILE_MIN_ROWS) {
+        if (out->total_rows >= GPU_MM_TILE_MIN_ROWS && tiles_ok) {
             out->kernel = GPU_MM_TILES;
             out->rows_per_group = GPU_MM_TILE_ROWS;
             const int need = gpu_ceil_div(out->total_tiles, GPU_MM_GROUPS_PER_CTA);
@@ -87,6 +90,8 @@ static bool gpu_mm_geometry(uint32_t type, int64_t n_cols, int *units_per_row, i
         *units_per_step = GPU_GROUP_LANES / 4;
         return true;
     case GGML_TYPE_Q8_0:
+    case GGML_TYPE_Q4_0:
+    case GGML_TYPE_Q5_0:
         if (n_cols % 32) return false;
         *units_per_row = (int)(n_cols / 32);
         *units_per_step = GPU_GROUP_LANES;
@@ -107,7 +112,8 @@ bool gpu_mm_lane_unit(uint32_t type, int64_t n_cols, int rows, int step, int lan
     if (rows < 1 || step < 0 || lane < 0 || lane >= GPU_GROUP_LANES || !gpu_mm_geometry(type, n_cols, &upr, &ups))
         return false;
     /* the flat unit index f is dealt row-major over the tile: f = ups * step + (lane's slot) */
-    const int slot = type == GGML_TYPE_Q8_0 ? lane : lane >> 2;
+    const bool kq = type == GGML_TYPE_Q4_K || type == GGML_TYPE_Q6_K;
+    const int slot = kq ? lane >> 2 : lane;
     const int f = ups * step + slot;
     if (f >= rows * upr) return true; /* idle lane */
     u->valid = true;

@@ -85,10 +85,12 @@ struct gpu_mm_plan {
     int act_per_group;     /* activation rows one group multiplies */
     int total_rows, total_tiles, n_ctas_rows; /* as cu_mm_args counts them */
 };
-/* seg_rows: rows of each fused weight (1 .. 4 segments), n_act activation rows, resident: CTAs the GPU
- * holds at once (the runtime's occupancy answer). Returns false on an invalid shape. */
-bool gpu_mm_plan_make(const struct gpu_target *t, const int *seg_rows, int n_seg, int n_act, int resident,
-                      struct gpu_mm_plan *out);
+/* seg_rows / seg_types: rows and GGML type of each fused weight (1 .. 4 segments; seg_types may be NULL:
+ * all K-quants), n_act activation rows, resident: CTAs the GPU holds at once (the runtime's occupancy
+ * answer). The tile kernel has Q4_K, Q6_K, Q8_0 and F32 only: a Q4_0 / Q5_0 segment keeps the row kernel.
+ * Returns false on an invalid shape. */
+bool gpu_mm_plan_make(const struct gpu_target *t, const int *seg_rows, const uint32_t *seg_types, int n_seg,
+                      int n_act, int resident, struct gpu_mm_plan *out);
 
 /* Lane -> unit mapping of the decode mat-vec for one step of one 32-lane group. A unit is what one lane
  * reads in one step: a Q4_K / Q6_K chunk of 64 elements of one super-block (32 bytes of quants) or one
@@ -101,7 +103,7 @@ struct gpu_mm_unit {
     int n_runs, run;       /* element runs of this unit and their length */
     int elem0[2];
 };
-/* type: GGML type id (Q4_K, Q6_K, Q8_0). n_cols: row width; rows: rows of the tile (1 for GPU_MM_ROWS).
+/* type: GGML type id (Q4_K, Q6_K, Q8_0; Q4_0 and Q5_0 as Q8_0: a 32-element block per lane). n_cols: row width; rows: rows of the tile (1 for GPU_MM_ROWS).
  * Returns false for an unsupported type or width. */
 bool gpu_mm_lane_unit(uint32_t type, int64_t n_cols, int rows, int step, int lane, struct gpu_mm_unit *u);
 /* Steps one group takes over a tile of `rows` rows (the kernels' n_steps). */
