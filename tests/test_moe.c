@@ -4,7 +4,9 @@
  * weights and quantized expert weights (Q8_0, Q4_K/Q6_K/mixed), the reference rounding each matrix's input to
  * that matrix's activation type as the op does: all outputs within 1e-2, and all but 2 + T/4 rows within 1e-5
  * (a hidden value at a rounding boundary may round the other way in float than in double; ~4% of rows).
- * Also: thread-count independence (bit-exact) and shape errors returned, not aborted. */
+ * Also: thread-count independence (bit-exact), shape errors returned, not aborted, and the op's reused
+ * scratch under concurrent calls from two backends on two threads (sizes alternating, results bit-exact). */
+#include <pthread.h>
 #include <string.h>
 
 #include "backend/backend.h"
@@ -236,8 +238,83 @@ static void run_case(const struct moe_case *mc, int T, struct backend *be_fast, 
     free_wmat(&gs); free_wmat(&us); free_wmat(&ds); free_wmat(&sg);
 }
 
+/* ---- concurrent calls: the op keeps one scratch block across calls and gives a private one to a call that
+ * finds it taken; two threads with their own backends and alternating sizes must get the bits of a lone call */
+
+#define MOE_CONC_CALLS 400
+struct moe_conc {
+    struct backend *be;
+    const struct bk_moe_weights *w;
+    const struct bk_moe_params *p;
+    struct bk_act act[2];   /* T = 1 and T = 9 */
+    const float *want[2];
+    float *out;
+    int n_embd, n_bad;
+};
+
+static void *moe_conc_thread(void *vctx) {
+    struct moe_conc *c = vctx;
+    for (int i = 0; i < MOE_CONC_CALLS; i++) {
+        const int v = i % 2;
+        const int64_t T = c->act[v].n_rows;
+        if (c->be->ops->moe(c->be, &c->act[v], c->w, c->p, c->out) != VLLMC_OK ||
+            memcmp(c->out, c->want[v], sizeof(float) * T * c->n_embd) != 0)
+            c->n_bad++;
+    }
+    return NULL;
+}
+
+static void test_concurrent(void) {
+    const int n = 64, n_ff = 96, n_ffs = 32, E = 8;
+    struct wmat router, g, u, d, gs, us, ds, sg;
+    make_wmat(&router, GGML_TYPE_F32, 2, n, E, 1, 3.0f / sqrtf((float)n));
+    make_wmat(&g, GGML_TYPE_Q8_0, 3, n, n_ff, E, 1.0f / sqrtf((float)n));
+    make_wmat(&u, GGML_TYPE_Q8_0, 3, n, n_ff, E, 1.0f / sqrtf((float)n));
+    make_wmat(&d, GGML_TYPE_Q8_0, 3, n_ff, n, E, 1.0f / sqrtf((float)n_ff));
+    make_wmat(&gs, GGML_TYPE_Q8_0, 2, n, n_ffs, 1, 1.0f / sqrtf((float)n));
+    make_wmat(&us, GGML_TYPE_Q8_0, 2, n, n_ffs, 1, 1.0f / sqrtf((float)n));
+    make_wmat(&ds, GGML_TYPE_Q8_0, 2, n_ffs, n, 1, 1.0f / sqrtf((float)n_ffs));
+    make_wmat(&sg, GGML_TYPE_F32, 1, n, 1, 1, 1.0f / sqrtf((float)n));
+    const struct bk_moe_weights w = {&router.t, &g.t, &u.t, &d.t, &gs.t, &us.t, &ds.t, &sg.t};
+    const struct bk_moe_params p = {3, true};
+    const uint32_t fmts = BK_ACT_BIT(bk_act_fmt_for_weight(GGML_TYPE_Q8_0));
+    struct moe_conc cs[2];
+    float *want[2][2];
+    for (int th = 0; th < 2; th++) {
+        struct moe_conc *c = &cs[th];
+        memset(c, 0, sizeof(*c));
+        VLLMC_ASSERT(backend_cpu_create(th == 0 ? 1 : 2, false, &c->be) == VLLMC_OK);
+        c->w = &w;
+        c->p = &p;
+        c->n_embd = n;
+        c->out = malloc(sizeof(float) * 9 * n);
+        for (int v = 0; v < 2; v++) {
+            const int T = v ? 9 : 1;
+            VLLMC_ASSERT(bk_act_alloc(c->be, T, n, fmts, &c->act[v]) == VLLMC_OK);
+            for (int64_t i = 0; i < (int64_t)T * n; i++) c->act[v].x[i] = test_rand_normal();
+            c->act[v].n_rows = T;
+            VLLMC_ASSERT(c->be->ops->quantize(c->be, &c->act[v]) == VLLMC_OK);
+            want[th][v] = malloc(sizeof(float) * T * n);
+            CHECK(c->be->ops->moe(c->be, &c->act[v], &w, &p, want[th][v]) == VLLMC_OK);
+            c->want[v] = want[th][v];
+        }
+    }
+    pthread_t tid[2];
+    for (int th = 0; th < 2; th++) VLLMC_ASSERT(pthread_create(&tid[th], NULL, moe_conc_thread, &cs[th]) == 0);
+    for (int th = 0; th < 2; th++) pthread_join(tid[th], NULL);
+    for (int th = 0; th < 2; th++) {
+        CHECK_MSG(cs[th].n_bad == 0, "concurrent moe, thread %d: %d of %d calls wrong", th, cs[th].n_bad, MOE_CONC_CALLS);
+        for (int v = 0; v < 2; v++) { bk_act_free(cs[th].be, &cs[th].act[v]); free(want[th][v]); }
+        free(cs[th].out);
+        cs[th].be->ops->destroy(cs[th].be);
+    }
+    free_wmat(&router); free_wmat(&g); free_wmat(&u); free_wmat(&d);
+    free_wmat(&gs); free_wmat(&us); free_wmat(&ds); free_wmat(&sg);
+}
+
 int main(void) {
     test_seed_auto("test_moe");
+    test_concurrent();
     test_route();
     struct backend *be_fast = NULL, *be_ref = NULL;
     VLLMC_ASSERT(backend_cpu_create(2, false, &be_fast) == VLLMC_OK);
