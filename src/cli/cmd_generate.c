@@ -1,7 +1,7 @@
 /* `vllmc generate` and `vllmc chat`: load a GGUF on the CPU backend, prefill the prompt in chunks,
  * then decode one token per step with the sampler, streaming text to stdout (speeds on stderr).
  * Debug/oracle modes: --prompt-ids (skip the tokenizer), --ids (print ids as JSON), --dump-logits
- * (every computed logits row as raw float32 to a file). */
+ * (every computed logits row as raw float32 to a file), --perplexity (score a text file). */
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>
@@ -16,9 +16,10 @@
 #include "tokenizer/tokenizer.h"
 
 struct gen_opts {
-    const char *model_path, *prompt, *prompt_ids, *dump_logits, *system;
+    const char *model_path, *prompt, *prompt_ids, *dump_logits, *system, *perplexity;
     int32_t n_predict, n_threads, batch, ctx;
-    bool ids, ignore_eos, reference, f32_kv, verbose;
+    bool ids, ignore_eos, reference, verbose;
+    enum bk_kv_dtype kv_dtype;
     struct sampler_params sp;
 };
 
@@ -35,7 +36,8 @@ static void gen_usage(const char *cmd) {
             "  --ignore-eos              do not stop at an end-of-generation token\n"
             "  --batch N                 prefill chunk size (default 256)\n"
             "  --ctx N                   context length to reserve (default prompt + n)\n"
-            "  --kv-f32                  f32 KV cache (default f16)\n"
+            "  --kv-cache-dtype T        KV cache type: auto (= f16) | f16 | bf16 | fp8 (e4m3, scaled) | f32\n"
+            "  --kv-f32                  same as --kv-cache-dtype f32\n"
             "  --reference               plain scalar reference ops (slow; for testing)\n"
             "%s",
             cmd, strcmp(cmd, "chat") ? "-p TEXT " : "",
@@ -43,6 +45,8 @@ static void gen_usage(const char *cmd) {
                                   "  --prompt-ids JSON         prompt as a JSON array of token ids instead of text\n"
                                   "  --ids                     print the generated ids as one JSON array instead of text\n"
                                   "  --dump-logits FILE        write every computed logits row (float32) to FILE\n"
+                                  "  --perplexity FILE         score the text of FILE (BOS + its tokens): print JSON\n"
+                                  "                            {n_tokens, n_scored, nll, ppl} and generate nothing\n"
                                 : "  --system TEXT             system message\n",
             strcmp(cmd, "chat") ? "" : " per reply; -1 = until the end of the context",
             "");
@@ -70,6 +74,7 @@ static int parse_opts(int argc, char **argv, bool chat, struct gen_opts *o) {
     memset(o, 0, sizeof(*o));
     o->n_predict = chat ? -1 : 128;
     o->batch = 256;
+    o->kv_dtype = BK_KV_F16;
     sampler_params_default(&o->sp);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -104,14 +109,23 @@ static int parse_opts(int argc, char **argv, bool chat, struct gen_opts *o) {
         }
         else if (!strcmp(a, "--ignore-eos")) o->ignore_eos = true;
         else if (!strcmp(a, "--reference")) o->reference = true;
-        else if (!strcmp(a, "--kv-f32")) o->f32_kv = true;
+        else if (!strcmp(a, "--kv-f32")) o->kv_dtype = BK_KV_F32;
+        else if (!strcmp(a, "--kv-cache-dtype")) { NEED_ARG(); if (!bk_kv_dtype_parse(v, &o->kv_dtype)) BAD(v); }
+        else if (!chat && !strcmp(a, "--perplexity")) { NEED_ARG(); o->perplexity = v; }
         else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) o->verbose = true;
         else { fprintf(stderr, "vllmc: unknown option '%s' (see vllmc %s --help)\n", a, chat ? "chat" : "generate"); return 2; }
 #undef NEED_ARG
 #undef BAD
     }
     if (!o->model_path) { fprintf(stderr, "vllmc: -m MODEL.gguf is required\n"); return 2; }
-    if (!chat && !o->prompt && !o->prompt_ids) { fprintf(stderr, "vllmc: -p TEXT or --prompt-ids JSON is required\n"); return 2; }
+    if (!chat && !o->prompt && !o->prompt_ids && !o->perplexity) {
+        fprintf(stderr, "vllmc: -p TEXT, --prompt-ids JSON or --perplexity FILE is required\n");
+        return 2;
+    }
+    if (o->perplexity && (o->prompt || o->prompt_ids || o->dump_logits)) {
+        fprintf(stderr, "vllmc: --perplexity takes no -p, --prompt-ids or --dump-logits\n");
+        return 2;
+    }
     if (!chat && o->prompt && o->prompt_ids) { fprintf(stderr, "vllmc: give -p or --prompt-ids, not both\n"); return 2; }
     if (sampler_params_check(&o->sp) != VLLMC_OK) { fprintf(stderr, "vllmc: %s\n", vllmc_last_error()); return 2; }
     return 0;
@@ -155,6 +169,9 @@ struct gen_seq {
     int32_t *rows;                         /* scratch batch arrays */
     int32_t *pos, *seq_idx;
     FILE *dump;
+    bool score;                            /* perplexity: add -log p(next token) of every fed row */
+    double nll;
+    int64_t n_scored;
     double t_prefill, t_decode;
     int64_t n_prefill, n_decode;
 };
@@ -170,7 +187,8 @@ static void gen_seq_free(struct gen_seq *s) {
     memset(s, 0, sizeof(*s));
 }
 
-static vllmc_status gen_seq_init(struct gen_seq *s, struct model *m, int32_t max_ctx, int32_t batch, bool all_logits, bool f32_kv) {
+static vllmc_status gen_seq_init(struct gen_seq *s, struct model *m, int32_t max_ctx, int32_t batch, bool all_logits,
+                                 enum bk_kv_dtype kv_dtype) {
     memset(s, 0, sizeof(*s));
     s->m = m;
     s->batch = batch;
@@ -178,7 +196,7 @@ static vllmc_status gen_seq_init(struct gen_seq *s, struct model *m, int32_t max
     s->cap_tokens = max_ctx;
     vllmc_status st;
     if ((st = model_reserve(m, batch, all_logits ? batch : 1))) return st;
-    if ((st = model_kv_create(m, f32_kv ? BK_KV_F32 : BK_KV_F16, s->n_blocks_max, &s->kv))) return st;
+    if ((st = model_kv_create(m, kv_dtype, s->n_blocks_max, &s->kv))) return st;
     s->block_table = malloc((size_t)s->n_blocks_max * sizeof(int32_t));
     s->tokens = malloc((size_t)max_ctx * sizeof(int32_t));
     s->logits = malloc((size_t)(all_logits ? batch : 1) * (size_t)m->hp.n_vocab * sizeof(float));
@@ -213,6 +231,17 @@ static vllmc_status gen_seq_feed(struct gen_seq *s, const int32_t *ids, int32_t 
         else { s->t_decode += dt; s->n_decode += c; }
         memcpy(s->tokens + s->n_tokens, ids + off, (size_t)c * sizeof(int32_t));
         s->n_tokens += c;
+        if (s->score && all_logits)
+            for (int32_t i = 0; i < c && off + i + 1 < n; i++) {
+                /* -log softmax(row i)[next token], in double with the max subtracted */
+                const float *l = s->logits + (size_t)i * (size_t)V;
+                float mx = l[0];
+                for (int32_t j = 1; j < V; j++) mx = l[j] > mx ? l[j] : mx;
+                double se = 0.0;
+                for (int32_t j = 0; j < V; j++) se += exp((double)l[j] - (double)mx);
+                s->nll += log(se) + (double)mx - (double)l[ids[off + i + 1]];
+                s->n_scored++;
+            }
         if (s->dump && b.n_logits && fwrite(s->logits, sizeof(float) * (size_t)V, (size_t)b.n_logits, s->dump) != (size_t)b.n_logits)
             return vllmc_errorf(VLLMC_ERR_IO, "writing logits");
         off += c;
@@ -317,12 +346,81 @@ static vllmc_status generate_loop(struct gen_env *e, struct gen_seq *s, const st
     return st;
 }
 
+/* Read a whole file (NUL-terminated copy, malloc'd). */
+static vllmc_status read_text_file(const char *path, char **out, size_t *n_out) {
+    *out = NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f) return vllmc_errorf(VLLMC_ERR_IO, "cannot open %s", path);
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        if (n + 1 >= cap) {
+            char *t = cap > SIZE_MAX / 2 ? NULL : realloc(buf, cap *= 2);
+            if (!t) { free(buf); buf = NULL; break; }
+            buf = t;
+        }
+        size_t got = fread(buf + n, 1, cap - n - 1, f);
+        n += got;
+        if (got == 0) break;
+    }
+    const bool err = ferror(f);
+    fclose(f);
+    if (!buf) return vllmc_errorf(VLLMC_ERR_OOM, "reading %s", path);
+    if (err) { free(buf); return vllmc_errorf(VLLMC_ERR_IO, "reading %s failed", path); }
+    buf[n] = 0;
+    *out = buf;
+    *n_out = n;
+    return VLLMC_OK;
+}
+
+/* --perplexity FILE: tokenize the text (with the model's BOS if it adds one; special tokens are text),
+ * feed it in --batch chunks with every row's logits and print the mean negative log-likelihood of each
+ * token given the ones before it (every token after the first) and its exp. */
+static int run_perplexity(struct gen_env *e, const struct gen_opts *o) {
+    char *text = NULL;
+    size_t n_text = 0, n = 0;
+    int32_t *ids = NULL;
+    struct gen_seq s = {0};
+    vllmc_status st;
+    if ((st = read_text_file(o->perplexity, &text, &n_text))) goto fail;
+    if ((st = tokenizer_encode_alloc(e->tok, text, n_text, TOKENIZER_ENCODE_ADD_SPECIAL, &ids, &n))) goto fail;
+    if (n < 2) { st = vllmc_errorf(VLLMC_ERR_INVALID, "%s: %zu tokens; perplexity needs at least 2", o->perplexity, n); goto fail; }
+    if (n > (size_t)(o->ctx ? o->ctx : e->m->hp.n_ctx_train)) {
+        st = vllmc_errorf(VLLMC_ERR_INVALID, "%s: %zu tokens exceed the context (%d; --ctx to change)", o->perplexity, n,
+                          o->ctx ? o->ctx : e->m->hp.n_ctx_train);
+        goto fail;
+    }
+    if ((st = gen_seq_init(&s, e->m, (int32_t)n, o->batch, true, o->kv_dtype))) goto fail;
+    s.score = true;
+    if ((st = gen_seq_feed(&s, ids, (int32_t)n, true, true))) goto fail;
+    const double mean = s.nll / (double)s.n_scored;
+    printf("{\"n_tokens\": %zu, \"n_scored\": %lld, \"kv_cache_dtype\": \"%s\", \"nll\": %.9g, \"ppl\": %.9g}\n", n,
+           (long long)s.n_scored, bk_kv_dtype_name(o->kv_dtype), mean, exp(mean));
+    fflush(stdout);
+    if (o->verbose) print_speed(&s, e->m);
+    gen_seq_free(&s);
+    free(ids);
+    free(text);
+    return 0;
+fail:
+    fprintf(stderr, "vllmc: %s\n", vllmc_last_error());
+    gen_seq_free(&s);
+    free(ids);
+    free(text);
+    return 1;
+}
+
 int cmd_generate(int argc, char **argv) {
     struct gen_opts o;
     int rc = parse_opts(argc, argv, false, &o);
     if (rc) return rc == 1 ? 0 : rc;
     struct gen_env e;
-    if ((rc = gen_env_init(&e, &o, o.prompt != NULL || !o.ids))) { gen_env_free(&e); return rc; }
+    if ((rc = gen_env_init(&e, &o, o.prompt != NULL || o.perplexity != NULL || !o.ids))) { gen_env_free(&e); return rc; }
+    if (o.perplexity) {
+        rc = run_perplexity(&e, &o);
+        gen_env_free(&e);
+        return rc;
+    }
     struct gen_seq s = {0};
     int32_t *prompt = NULL, n_prompt = 0, *gen = NULL, n_gen = 0;
     vllmc_status st;
@@ -341,7 +439,7 @@ int cmd_generate(int argc, char **argv) {
     if (want_ctx > INT32_MAX / 2) want_ctx = INT32_MAX / 2;
     if (want_ctx < n_prompt + 1) { st = vllmc_errorf(VLLMC_ERR_INVALID, "--ctx %lld is shorter than the prompt (%d tokens)", (long long)want_ctx, n_prompt); goto fail; }
     const bool all_logits = o.dump_logits != NULL;
-    if ((st = gen_seq_init(&s, e.m, (int32_t)want_ctx, o.batch, all_logits, o.f32_kv))) goto fail;
+    if ((st = gen_seq_init(&s, e.m, (int32_t)want_ctx, o.batch, all_logits, o.kv_dtype))) goto fail;
     if (all_logits && !(s.dump = fopen(o.dump_logits, "wb"))) { st = vllmc_errorf(VLLMC_ERR_IO, "cannot write %s", o.dump_logits); goto fail; }
     if ((st = gen_seq_feed(&s, prompt, n_prompt, all_logits, true))) goto fail;
     if ((st = generate_loop(&e, &s, &o, n_prompt, n_predict, gen_seq_last_logits(&s, all_logits, n_prompt), !o.ids, &gen, &n_gen))) goto fail;
@@ -406,7 +504,7 @@ int cmd_chat(int argc, char **argv) {
     }
     if ((st = tmpl_parse(tsrc.ptr, (size_t)tsrc.len, &tp))) goto fail;
     int32_t ctx = o.ctx ? o.ctx : VLLMC_MIN(e.m->hp.n_ctx_train, 8192);
-    if ((st = gen_seq_init(&s, e.m, ctx, o.batch, false, o.f32_kv))) goto fail;
+    if ((st = gen_seq_init(&s, e.m, ctx, o.batch, false, o.kv_dtype))) goto fail;
     msgs = cJSON_CreateArray();
     if (!msgs) { st = vllmc_errorf(VLLMC_ERR_OOM, "chat"); goto fail; }
     if (o.system) {

