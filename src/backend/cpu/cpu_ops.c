@@ -14,8 +14,10 @@
 
 #define CPU_MATMUL_MAX_OUT 16
 /* From this many activation rows, Q4_0/Q5_0/Q8_0 weights take the batched kernels of matmul_batch.h
- * (their per-row unpack costs more than it saves for fewer rows). */
-#define CPU_MATMUL_BATCH_MIN_ROWS 8
+ * (their per-row unpack costs more than it saves for fewer rows; -D to compare). */
+#ifndef CPU_MATMUL_BATCH_MIN_ROWS
+#define CPU_MATMUL_BATCH_MIN_ROWS 4
+#endif
 
 static int cpu_threads(const struct cpu_backend *c) { return c->tp ? threadpool_n_threads(c->tp) : 1; }
 

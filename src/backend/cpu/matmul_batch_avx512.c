@@ -76,7 +76,13 @@ static inline __attribute__((always_inline)) int mmb_unpack_t(const uint32_t wty
     }
     /* scales, 8 at a time through F16C (exact, as fp16_to_fp32); zero past n */
     const int64_t np = (n + 7) & ~(int64_t)7;
-    for (int64_t k0 = 0; k0 < np; k0 += 8) {
+#define MMB_D(j) (*(const uint16_t *)(x0 + (size_t)(k0 + (j)) * bsz)) /* d is the first field */
+    int64_t k0 = 0;
+    for (; k0 + 8 <= n; k0 += 8) /* built in a register: no store-forwarding stall */
+        _mm256_storeu_ps(d + k0, _mm256_cvtph_ps(_mm_setr_epi16((short)MMB_D(0), (short)MMB_D(1), (short)MMB_D(2), (short)MMB_D(3),
+                                                                (short)MMB_D(4), (short)MMB_D(5), (short)MMB_D(6), (short)MMB_D(7))));
+#undef MMB_D
+    for (; k0 < np; k0 += 8) {
         uint16_t h[8];
         for (int j = 0; j < 8; j++) {
             if (k0 + j < n) memcpy(&h[j], x0 + (size_t)(k0 + j) * bsz, sizeof(uint16_t)); /* d is the first field */
