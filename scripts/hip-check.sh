@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Every check of the HIP (AMD) build that this machine's compiler allows, and a line per target saying how
 # it was checked. Debian's hipcc (ROCm 5.2, LLVM 15):
-#   gfx1100 (RDNA3)  every kernel file compiled to device code with -Werror (-nogpulib: Debian ships no gfx11
-#                    device library, so nothing is linked); the ISA is generated and inspected: wave32, the
-#                    v_dot4_i32_iu8 packed dots, registers, spills and LDS of each kernel
-#   gfx1030 (RDNA2)  the same compile, then a full build: kernels with the device library, libvllmc.a, vllmc and
-#                    the GPU test binaries linked against libamdhip64 (they cannot run here: no AMD GPU)
+#   gfx1100 (RDNA3)  every kernel file compiled to device code with -Werror, -nogpulib (as CI does: Debian ships
+#                    no gfx11 device library). Then, with a device-library directory made here from Debian's
+#                    target-independent bitcode plus a generated oclc_isa_version_1100.bc (one constant,
+#                    11000), the ISA is generated and inspected (wave32, the v_dot4_i32_iu8 packed dots,
+#                    registers, spills, LDS of each kernel) and the whole build is linked
+#   gfx1030 (RDNA2)  the same, with Debian's own gfx1030 device library
+# The linked binaries cannot run here (no AMD GPU).
 #   gfx1200 (RDNA4)  unknown to this compiler: not checked (needs ROCm >= 6.4; see docs/ROCM.md)
 # Usage: scripts/hip-check.sh [--no-link]. Output: a summary table last; ISA listings under build/hip/isa/.
 set -uo pipefail
@@ -15,6 +17,7 @@ LINK=1
 HIPCC=${HIPCC:-hipcc}
 JOBS=${JOBS:-$(nproc)}
 summary=()
+declare -A devlib
 fail=0
 note() { summary+=("$1"); }
 
@@ -38,13 +41,35 @@ isa_table() { # arch file.s
 }
 
 mkdir -p build/hip/isa
+# device library for gfx1100: Debian's bitcode (ocml/ockl are target-independent; the oclc_isa_version_*.bc
+# control files only define __oclc_ISA_version) plus the gfx1100 control file it lacks
+devlib_flag() { # arch -> extra hipcc flag that gives this arch a device library ("" when the system has one)
+    local arch=$1 ver=${1#gfx} sys=""
+    for d in "${ROCM_PATH:-/opt/rocm}/amdgcn/bitcode" /usr/lib/x86_64-linux-gnu/amdgcn/bitcode /usr/lib/amdgcn/bitcode; do
+        [ -f "$d/ocml.bc" ] && { sys=$d; break; }
+    done
+    [ -n "$sys" ] || { echo "-nogpulib"; return; }
+    [ -f "$sys/oclc_isa_version_$ver.bc" ] && { echo ""; return; }
+    local dis as major   # the LLVM tools of hipcc's own clang (bitcode is not readable by an older LLVM)
+    major=$($HIPCC --version 2>/dev/null | grep -io 'clang version [0-9]*' | head -1 | grep -o '[0-9]*$')
+    dis=$(command -v "llvm-dis-$major" || command -v llvm-dis)
+    as=$(command -v "llvm-as-$major" || command -v llvm-as)
+    [ -n "$dis" ] && [ -n "$as" ] && [ -f "$sys/oclc_isa_version_1030.bc" ] || { echo "-nogpulib"; return; }
+    local d=$PWD/build/hip/devlib-$arch
+    rm -rf "$d"; mkdir -p "$d"
+    for f in "$sys"/*.bc; do ln -s "$f" "$d/"; done
+    local num=$(( 10#${ver:0:-2} * 1000 + 16#${ver: -2:1} * 100 + 16#${ver: -1} ))
+    "$dis" "$sys/oclc_isa_version_1030.bc" -o - | sed "s/constant i32 10300/constant i32 $num/" | "$as" -o "$d/oclc_isa_version_$ver.bc" \
+        && echo "--rocm-device-lib-path=$d" || echo "-nogpulib"
+}
+
 for arch in gfx1100 gfx1030; do
     log=build/hip/isa/compile-$arch.log
     if make -j"$JOBS" --no-print-directory HIP=1 HIP_ARCH=$arch hip-check > "$log" 2>&1; then
         n=$(ls src/backend/cuda/*.cu | wc -l)
         # device assembly, to look at what the compiler made of the kernels
-        libs="-nogpulib"
-        [ "$arch" = gfx1030 ] && libs=""
+        libs=$(devlib_flag $arch)
+        devlib[$arch]=$libs
         isa_ok=1
         for f in src/backend/cuda/*.cu; do
             b=$(basename "$f" .cu)
@@ -55,9 +80,12 @@ for arch in gfx1100 gfx1030; do
         w32=$(cat build/hip/isa/*-$arch.s 2>/dev/null | grep -c '\.wavefront_size: *32' || true)
         w64=$(cat build/hip/isa/*-$arch.s 2>/dev/null | grep -c '\.wavefront_size: *64' || true)
         spills=$(cat build/hip/isa/*-$arch.s 2>/dev/null | awk '/\.vgpr_spill_count:/ { s += $2 } END { print s + 0 }')
-        note "$arch: $n kernel files compiled (-Werror), ISA $([ $isa_ok = 1 ] && echo generated || echo FAILED): $w32 wave32 / $w64 wave64 kernels, $dots packed int8 dot instructions, $spills VGPRs spilled"
+        how="system device library"
+        [ "$libs" = -nogpulib ] && how="-nogpulib"
+        [[ "$libs" == --rocm-device-lib-path* ]] && how="generated gfx11 ISA-version stub + Debian device library"
+        note "$arch: $n kernel files compiled (-Werror); ISA ($how) $([ $isa_ok = 1 ] && echo generated || echo FAILED): $w32 wave32 / $w64 wave64 kernels, $dots packed int8 dot instructions, $spills VGPRs spilled"
         [ $isa_ok = 1 ] && [ "$w64" = 0 ] || fail=1
-        { echo "ISA per kernel ($arch)$([ -n "$libs" ] && echo ': built -nogpulib, so math-library calls stay external; scratch and VGPR caps reflect those calls')"; for s in build/hip/isa/*-$arch.s; do isa_table $arch "$s"; done; } > build/hip/isa/kernels-$arch.txt
+        { echo "ISA per kernel ($arch, $how)$([ "$libs" = -nogpulib ] && echo ': math-library calls stay external; scratch and VGPR caps reflect those calls')"; for s in build/hip/isa/*-$arch.s; do isa_table $arch "$s"; done; } > build/hip/isa/kernels-$arch.txt
     else
         tail -30 "$log"
         note "$arch: kernel compile FAILED (see $log)"
@@ -66,17 +94,21 @@ for arch in gfx1100 gfx1030; do
 done
 
 if [ $LINK = 1 ]; then
-    log=build/hip/isa/link-gfx1030.log
-    if make -j"$JOBS" --no-print-directory HIP=1 HIP_ARCH=gfx1030 BUILD=build/hip/full-gfx1030 all cuda-tests > "$log" 2>&1; then
-        libhip=$(ldd build/hip/full-gfx1030/vllmc 2>/dev/null | grep -o 'libamdhip64[^ ]*' | head -1)
-        note "gfx1030: full build linked: build/hip/full-gfx1030/vllmc and tests/cuda/* against ${libhip:-?} (not run: no AMD GPU here)"
-    else
-        tail -30 "$log"
-        note "gfx1030: full build FAILED (see $log)"
-        fail=1
-    fi
+    for arch in gfx1030 gfx1100; do
+        libs=${devlib[$arch]:-}
+        if [ "$libs" = -nogpulib ]; then note "$arch: full build not possible (no device library)"; continue; fi
+        log=build/hip/isa/link-$arch.log
+        if make -j"$JOBS" --no-print-directory HIP=1 HIP_ARCH=$arch HIP_EXTRA="$libs" BUILD=build/hip/full-$arch all cuda-tests > "$log" 2>&1; then
+            libhip=$(ldd build/hip/full-$arch/vllmc 2>/dev/null | grep -o 'libamdhip64[^ ]*' | head -1)
+            note "$arch: full build linked: build/hip/full-$arch/vllmc and tests/cuda/* against ${libhip:-?}$([ -n "$libs" ] && echo ' (device library with the generated ISA-version stub)') (not run: no AMD GPU here)"
+        else
+            tail -30 "$log"
+            note "$arch: full build FAILED (see $log)"
+            fail=1
+        fi
+    done
 else
-    note "gfx1030: full build skipped (--no-link)"
+    note "full builds skipped (--no-link)"
 fi
 
 if $HIPCC -x hip --offload-arch=gfx1200 -nogpulib -fgpu-rdc -c src/backend/cuda/gemv_q.cu -Iinclude -Isrc -o /dev/null > /dev/null 2>&1; then
