@@ -8,6 +8,7 @@
  *     a wave-wide reduction on wave64 mixes the two groups of a wave (the hazard the group width avoids);
  *   - the Q8_K quantizer's argmax butterfly (ties to the lowest index) and its 16-element block sums.
  * Inputs are fresh random integers every run (VLLMC_TEST_SEED replays one). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -308,6 +309,38 @@ static void test_roofline(void) {
     CHECK(gpu_roofline_tok_s(xtx, 0) == 0.0 && gpu_roofline_tok_s(NULL, 1e9) == 0.0);
 }
 
+/* The constants gpu_target.h states about the kernels, found in the kernel sources (run from the repository
+ * root, as tests/run.sh does): a launcher change that the plan functions do not follow fails here. */
+static bool source_has(const char *path, const char *text) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return false;
+    static char buf[1 << 20];
+    const size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    return strstr(buf, text) != NULL;
+}
+
+static void test_kernel_constants(void) {
+    const char *gemv = "src/backend/cuda/gemv_q.cu", *internal = "src/backend/cuda/cuda_internal.h";
+    FILE *f = fopen(gemv, "rb");
+    if (!f) { printf("test_gpu_target: %s not found from here: kernel constants not compared\n", gemv); return; }
+    fclose(f);
+    char want[96];
+    snprintf(want, sizeof(want), "#define CU_MM_WARPS %d", GPU_MM_GROUPS_PER_CTA);
+    CHECK_MSG(source_has(internal, want), "%s lacks '%s'", internal, want);
+    snprintf(want, sizeof(want), "#define MM_TR %d", GPU_MM_TILE_ROWS);
+    CHECK_MSG(source_has(gemv, want), "%s lacks '%s'", gemv, want);
+    snprintf(want, sizeof(want), "#define NQ_WARPS %d", GPU_NQ_GROUPS_PER_CTA);
+    CHECK_MSG(source_has(gemv, want), "%s lacks '%s'", gemv, want);
+    snprintf(want, sizeof(want), "total_rows >= %d", GPU_MM_TILE_MIN_ROWS);
+    CHECK_MSG(source_has(gemv, want), "%s lacks '%s'", gemv, want);
+    snprintf(want, sizeof(want), "mm_kernel<%d><<<", GPU_MM_PREFILL_ACT);
+    CHECK_MSG(source_has(gemv, want), "%s lacks '%s'", gemv, want);
+    CHECK_MSG(source_has(gemv, "GGML_TYPE_Q4_0 || args->seg[i].type == GGML_TYPE_Q5_0) tiles = false"),
+              "%s: the tile kernel's type rule changed", gemv);
+}
+
 int main(void) {
     test_seed_auto("test_gpu_target");
     test_table();
@@ -315,5 +348,6 @@ int main(void) {
     test_matvec_emulation();
     test_q8k_butterfly();
     test_roofline();
+    test_kernel_constants();
     return test_finish("test_gpu_target");
 }
