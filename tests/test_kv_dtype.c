@@ -2,12 +2,18 @@
  * encode against a nearest-value search over the code table on exact ties, their neighbours, subnormals,
  * saturation and random floats), and paged attention with f16 / bf16 / fp8 caches against the f32 cache
  * on fresh random data (prefill then decode steps, shuffled block tables, GQA), fast == reference bit
- * for bit per dtype and thread count, and the fp8 scales (power-of-two scales give exactly scaled results). */
+ * for bit per dtype and thread count, and the fp8 scales (power-of-two scales give exactly scaled results).
+ * Through a small random qwen2 model: fp8 scales read from the GGUF keys (one number or one per layer; bad
+ * ones refused), logits of every KV dtype close to the f32 cache's, fast == reference bit for bit. */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+#include <unistd.h>
 #include "backend/backend.h"
+#include "gguf/gguf.h"
+#include "model/model.h"
 #include "quant/blocks.h"
+#include "quant/quant.h"
 #include "test.h"
 
 static float f32_from_bits(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
@@ -258,6 +264,150 @@ static void test_fp8_pow2_scales(void) {
     free(q); free(q2); free(k); free(v); free(k2); free(v2); free(o1); free(o2);
 }
 
+
+/* ---- through a model ---- */
+
+#define ME 128
+#define MH 4
+#define MKVH 2
+#define MD 32
+#define MFF 256
+#define MNV 200
+#define MNL 2
+
+static float *rand_f32(int64_t n, float gain) {
+    float *f = malloc(sizeof(float) * (size_t)n);
+    for (int64_t i = 0; i < n; i++) f[i] = gain * test_rand_normal();
+    return f;
+}
+
+/* A qwen2 model of f32 weights (k bias large, as real qwen2 checkpoints have) with the given scale keys:
+ * k_scale < 0 = no key; v_scales NULL = no key, else an array of n_v numbers. */
+static void write_qwen2(const char *path, float k_scale, const float *v_scales, int n_v) {
+    struct gguf_writer *w = gguf_writer_create();
+    float *own[64];
+    int n_own = 0;
+    gguf_writer_set_str(w, "general.architecture", "qwen2");
+    gguf_writer_set_u32(w, "qwen2.block_count", MNL);
+    gguf_writer_set_u32(w, "qwen2.embedding_length", ME);
+    gguf_writer_set_u32(w, "qwen2.feed_forward_length", MFF);
+    gguf_writer_set_u32(w, "qwen2.attention.head_count", MH);
+    gguf_writer_set_u32(w, "qwen2.attention.head_count_kv", MKVH);
+    gguf_writer_set_f32(w, "qwen2.attention.layer_norm_rms_epsilon", 1e-6f);
+    gguf_writer_set_f32(w, "qwen2.rope.freq_base", 10000.0f);
+    if (k_scale >= 0) gguf_writer_set_f32(w, "vllmc.kv_cache.k_scale", k_scale);
+    if (v_scales) gguf_writer_set_arr(w, "vllmc.kv_cache.v_scale", GGUF_TYPE_FLOAT32, v_scales, (uint64_t)n_v);
+#define ADD(name, n_in, n_out, gain, bias) do { \
+        float *f_ = rand_f32((int64_t)(n_in) * (n_out), gain); \
+        if (bias) for (int64_t i_ = 0; i_ < (int64_t)(n_in) * (n_out); i_++) f_[i_] += (bias); \
+        own[n_own++] = f_; \
+        int64_t ne_[2] = {n_in, n_out}; \
+        VLLMC_ASSERT(gguf_writer_add_tensor(w, name, GGML_TYPE_F32, (n_out) == 1 ? 1 : 2, (n_out) == 1 ? (int64_t[]){n_in} : ne_, f_) == VLLMC_OK); \
+    } while (0)
+    ADD("token_embd.weight", ME, MNV, 1.0f, 0.0f);
+    ADD("output_norm.weight", ME, 1, 0.1f, 1.0f);
+    char n[64];
+    for (int l = 0; l < MNL; l++) {
+#define NAME(x) (snprintf(n, sizeof(n), "blk.%d.%s", l, x), n)
+        ADD(NAME("attn_norm.weight"), ME, 1, 0.1f, 1.0f);
+        ADD(NAME("attn_q.weight"), ME, MH * MD, 0.3f / sqrtf(ME), 0.0f);
+        ADD(NAME("attn_k.weight"), ME, MKVH * MD, 0.3f / sqrtf(ME), 0.0f);
+        ADD(NAME("attn_v.weight"), ME, MKVH * MD, 1.0f / sqrtf(ME), 0.0f);
+        ADD(NAME("attn_output.weight"), MH * MD, ME, 0.5f / sqrtf(MH * MD), 0.0f);
+        ADD(NAME("ffn_norm.weight"), ME, 1, 0.1f, 1.0f);
+        ADD(NAME("ffn_gate.weight"), ME, MFF, 1.0f / sqrtf(ME), 0.0f);
+        ADD(NAME("ffn_up.weight"), ME, MFF, 1.0f / sqrtf(ME), 0.0f);
+        ADD(NAME("ffn_down.weight"), MFF, ME, 0.5f / sqrtf(MFF), 0.0f);
+        ADD(NAME("attn_q.bias"), MH * MD, 1, 0.2f, 0.0f);
+        ADD(NAME("attn_k.bias"), MKVH * MD, 1, 4.0f, 0.0f);
+        ADD(NAME("attn_v.bias"), MKVH * MD, 1, 0.2f, 0.0f);
+#undef NAME
+    }
+#undef ADD
+    VLLMC_ASSERT(gguf_writer_write(w, path) == VLLMC_OK);
+    gguf_writer_destroy(w);
+    for (int i = 0; i < n_own; i++) free(own[i]);
+}
+
+/* Prefill 40 tokens in chunks of 16 (all logits) then 4 decode steps; logits [44][MNV]. */
+static void model_logits(struct model *m, enum bk_kv_dtype dt, const int32_t *toks, float *out) {
+    struct bk_kv_cache *kv = NULL;
+    CHECK(model_kv_create(m, dt, 4, &kv) == VLLMC_OK);
+    if (!kv) return;
+    int32_t table[4] = {2, 0, 3, 1}, pos[16], sq[16] = {0}, rows[16];
+    struct bk_seq seq = {.block_table = table, .n_blocks = 4, .state_slot = 0};
+    for (int p0 = 0; p0 < 44;) {
+        const int c = p0 < 40 ? (p0 + 16 <= 40 ? 16 : 40 - p0) : 1;
+        for (int i = 0; i < c; i++) { pos[i] = p0 + i; rows[i] = i; }
+        struct bk_batch b = {.n_tokens = c, .token_ids = toks + p0, .pos = pos, .seq_idx = sq, .n_seqs = 1, .seqs = &seq,
+                             .n_logits = c, .logit_rows = rows};
+        CHECK(model_forward(m, &b, kv, out + (size_t)p0 * MNV, NULL) == VLLMC_OK);
+        p0 += c;
+    }
+    model_kv_destroy(m, kv);
+}
+
+static void test_model_kv(void) {
+    char path[] = "/tmp/test_kv_dtype_XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    if (fd < 0) return;
+    close(fd);
+    struct backend *ref = bes[0], *fast = bes[2];
+    /* scale keys: a number for K, an array for V */
+    const float vs[MNL] = {0.5f, 0.25f};
+    write_qwen2(path, 4.0f, vs, MNL);
+    struct model *m = NULL, *mr = NULL;
+    CHECK(model_load(path, fast, &m) == VLLMC_OK && model_load(path, ref, &mr) == VLLMC_OK);
+    if (!m || !mr) { unlink(path); return; }
+    CHECK(model_reserve(m, 16, 16) == VLLMC_OK && model_reserve(mr, 16, 16) == VLLMC_OK);
+    struct bk_kv_cache *kv = NULL;
+    CHECK(model_kv_create(m, BK_KV_FP8_E4M3, 2, &kv) == VLLMC_OK && kv);
+    if (kv) {
+        CHECK(kv->k_scales[0] == 4.0f && kv->k_scales[1] == 4.0f && kv->v_scales[0] == 0.5f && kv->v_scales[1] == 0.25f);
+        model_kv_destroy(m, kv);
+    }
+    CHECK(model_kv_create(m, BK_KV_F16, 2, &kv) == VLLMC_OK && kv);
+    if (kv) { CHECK(kv->k_scales[0] == 1.0f && kv->v_scales[1] == 1.0f); model_kv_destroy(m, kv); }
+    /* logits: every dtype close to the f32 cache; the fast backend gives the reference's bits */
+    int32_t toks[44];
+    for (int i = 0; i < 44; i++) toks[i] = (int32_t)(test_rand_u64() % MNV);
+    const size_t nl = (size_t)44 * MNV;
+    float *l32 = malloc(nl * 4), *l = malloc(nl * 4), *lr = malloc(nl * 4);
+    model_logits(m, BK_KV_F32, toks, l32);
+    const double bound[BK_KV_NDTYPE] = {0.0, 2e-3, 1e-2, 6e-2};
+    for (int dt = 0; dt < BK_KV_NDTYPE; dt++) {
+        model_logits(m, (enum bk_kv_dtype)dt, toks, l);
+        model_logits(mr, (enum bk_kv_dtype)dt, toks, lr);
+        CHECK_MSG(!memcmp(l, lr, nl * 4), "model logits with a %s cache: fast differs from the reference", bk_kv_dtype_name((enum bk_kv_dtype)dt));
+        double num = 0, den = 0;
+        for (size_t i = 0; i < nl; i++) { num += ((double)l[i] - l32[i]) * ((double)l[i] - l32[i]); den += (double)l32[i] * l32[i]; }
+        const double err = sqrt(num / den);
+        printf("  model logits, %-8s cache: rel err vs f32 cache %.3e\n", bk_kv_dtype_name((enum bk_kv_dtype)dt), err);
+        if (dt) CHECK_MSG(err < bound[dt] && err > 0, "model logits %s: rel err %g", bk_kv_dtype_name((enum bk_kv_dtype)dt), err);
+    }
+    free(l32); free(l); free(lr);
+    model_destroy(m);
+    model_destroy(mr);
+    /* bad scale keys are refused when an fp8 cache is made (other dtypes do not read them) */
+    const float bad_v[3] = {1.0f, -1.0f, 1.0f};
+    for (int c = 0; c < 3; c++) {
+        if (c == 0) write_qwen2(path, 0.0f, NULL, 0);           /* zero */
+        if (c == 1) write_qwen2(path, -1.0f, bad_v, 2);         /* a negative entry */
+        if (c == 2) write_qwen2(path, -1.0f, bad_v, 3);         /* 3 entries for 2 layers */
+        m = NULL;
+        CHECK(model_load(path, fast, &m) == VLLMC_OK);
+        if (!m) continue;
+        kv = (struct bk_kv_cache *)1;
+        CHECK_MSG(model_kv_create(m, BK_KV_FP8_E4M3, 2, &kv) == VLLMC_ERR_CORRUPT && !kv, "bad scale case %d", c);
+        kv = NULL;
+        CHECK(model_kv_create(m, BK_KV_F16, 2, &kv) == VLLMC_OK && kv);
+        model_kv_destroy(m, kv);
+        model_destroy(m);
+    }
+    unlink(path);
+}
+
 int main(void) {
     test_seed_auto("test_kv_dtype");
     test_e4m3();
@@ -274,6 +424,7 @@ int main(void) {
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) test_attention_case(&cases[i]);
     test_fp8_pow2_scales();
+    test_model_kv();
     for (int b = 0; b < N_BE; b++) bes[b]->ops->destroy(bes[b]);
     return test_finish("test_kv_dtype");
 }
