@@ -339,6 +339,11 @@ static void test_kernel_constants(void) {
     CHECK_MSG(source_has(gemv, want), "%s lacks '%s'", gemv, want);
     CHECK_MSG(source_has(gemv, "GGML_TYPE_Q4_0 || args->seg[i].type == GGML_TYPE_Q5_0) tiles = false"),
               "%s: the tile kernel's type rule changed", gemv);
+    /* the int8 dot form of each AMD target in the table is the one gpu_compat.h selects */
+    const char *compat = "src/backend/cuda/gpu_compat.h";
+    CHECK(source_has(compat, "defined(__gfx1100__) || defined(__gfx1101__) || defined(__gfx1102__) || "
+                             "defined(__gfx1200__) || defined(__gfx1201__)\n    return __builtin_amdgcn_sudot4("));
+    CHECK(source_has(compat, "defined(__gfx90a__) || defined(__gfx1030__)\n    return __builtin_amdgcn_sdot4("));
 }
 
 int main(void) {
