@@ -2,6 +2,8 @@
  * CUDA eager; a random prompt, then decode steps fed with the CPU's greedy tokens (teacher forcing).
  * CUDA graph replay must equal CUDA eager bit for bit (same kernels); CUDA vs CPU within a relative
  * logit error (activations may round differently in the last place, which moves a quantized value).
+ * Any architecture the loader knows: scripts/gpu-check.sh runs the tiny qwen35 (dense), the tiny dense llama /
+ * qwen2 / qwen3 files and the tiny qwen35moe ones (routed + shared experts through the moe op).
  * usage: test_cuda_model MODEL.gguf [n_prompt] [n_decode]  (or $VLLMC_CUDA_TEST_MODEL); skips without. */
 #include <math.h>
 #include <string.h>
