@@ -295,7 +295,7 @@ static void test_q8k_butterfly(void) {
     }
 }
 
-/* Decode rooflines of the two seed models (weight bytes per token from ARCH-QWEN35.md 2.3). */
+/* Decode rooflines of the seed models (weight bytes per token: ARCH-QWEN35.md 2.3; 14B-A3B: BENCHMARKS.md MoE). */
 static void test_roofline(void) {
     const struct gpu_target *xtx = gpu_target_find("gfx1100"), *n44 = gpu_target_find("gfx1200");
     if (!xtx || !n44) { CHECK(false); return; }
@@ -304,6 +304,9 @@ static void test_roofline(void) {
     CHECK_NEAR(gpu_roofline_tok_s(n44, b4), 118.5, 0.1);
     CHECK_NEAR(gpu_roofline_tok_s(xtx, bmoe), 484.8, 0.1);
     CHECK_NEAR(gpu_roofline_tok_s(n44, bmoe), 161.6, 0.1);
+    /* the seed's 14B-A3B (35B-A3B body, 96 experts): 1.925 GB per token at top 8 */
+    CHECK_NEAR(gpu_roofline_tok_s(xtx, 1.925e9), 498.7, 0.1);
+    CHECK_NEAR(gpu_roofline_tok_s(n44, 1.925e9), 166.2, 0.1);
     /* the 150 tok/s gate on the RX 7900 XTX is 42% of its weight-streaming bound */
     CHECK_NEAR(150.0 / gpu_roofline_tok_s(xtx, b4), 0.422, 0.001);
     CHECK(gpu_roofline_tok_s(xtx, 0) == 0.0 && gpu_roofline_tok_s(NULL, 1e9) == 0.0);
