@@ -45,8 +45,9 @@ static void gen_usage(const char *cmd) {
                                   "  --prompt-ids JSON         prompt as a JSON array of token ids instead of text\n"
                                   "  --ids                     print the generated ids as one JSON array instead of text\n"
                                   "  --dump-logits FILE        write every computed logits row (float32) to FILE\n"
-                                  "  --perplexity FILE         score the text of FILE (BOS + its tokens): print JSON\n"
-                                  "                            {n_tokens, n_scored, nll, ppl} and generate nothing\n"
+                                  "  --perplexity FILE         score the text of FILE (specials added as the model asks;\n"
+                                  "                            --batch rows per step): print JSON {n_tokens, n_scored,\n"
+                                  "                            kv_cache_dtype, nll, ppl} and generate nothing\n"
                                 : "  --system TEXT             system message\n",
             strcmp(cmd, "chat") ? "" : " per reply; -1 = until the end of the context",
             "");

@@ -5,7 +5,11 @@ Greedy decoding: 8 chat prompts x 64 tokens (end-of-generation ignored) with --k
 The two must give the same ids or part at a near-tie: at the first step where they differ (the inputs up to
 there are identical on both sides), the f16 run's logit gap between its token and the fp8 run's token must be
 within 4x the rms logit difference fp8 makes at that very step (the criterion test_real_checkpoint.py uses
-against llama.cpp) and below MAX_GAP. Every divergence is printed with its gap (pytest -s).
+against llama.cpp) and below MAX_GAP (1.5 logits). Every divergence is printed with its gap (pytest -s).
+Measured: 1 of 8 prompts equal for all 64 tokens; the others part at tokens 0-49 where the f16 run's gap
+between the two tokens is 0.002-0.90 logits (4 of 7 below 0.05), each within 1.7x the rms logit change fp8
+makes at that step (0.13-0.54 logits; over a whole run without divergence: median 0.18, max 1.2). A gap
+bound of 0.1 would not hold: fp8 moves this model's logits by more than that (see perplexity below).
 
 Perplexity: a public-domain text (tests/data/ppl_declaration.txt, 351 tokens) scored with
 `vllmc generate --perplexity` for f32, f16, bf16 and fp8 caches. Measured: f32 32.13, f16 32.11, bf16 31.50,
