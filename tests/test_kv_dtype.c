@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "backend/backend.h"
+#include "backend/cpu/cpu_internal.h"
 #include "gguf/gguf.h"
 #include "model/model.h"
 #include "quant/blocks.h"
@@ -93,6 +94,38 @@ static void test_e4m3(void) {
         }
         if (test_rand_u64() & 1) x = -x;
         check_encode(x);
+    }
+    /* the NaN codes hold the quiet NaN 0x7FC00000 (what the SIMD decoder produces too) */
+    CHECK(bits_from_f32(bk_fp8_e4m3_table[0x7f]) == 0x7fc00000u && bits_from_f32(bk_fp8_e4m3_table[0xff]) == 0x7fc00000u);
+    /* the attention kernels' fp8 / bf16 / f16 decoders on every code (SIMD set vs the scalar set, bit for bit) */
+    cpu_init_tables(); /* the scalar f16 decoder's table (backend_cpu_create builds it otherwise) */
+    const struct cpu_attn_kernels *kn = cpu_attn_kernels_avx2(64);
+    if (kn) {
+        uint8_t codes[256];
+        uint16_t halves[256];
+        for (int c = 0; c < 256; c++) codes[c] = (uint8_t)c;
+        for (int c0 = 0; c0 < 65536; c0 += 256) {
+            for (int c = 0; c < 256; c++) halves[c] = (uint16_t)(c0 + c);
+            for (int kind = 0; kind < 2; kind++) {
+                float a[256] = {0}, b[256] = {0};
+                for (int i = 0; i < 256; i += 64) {
+                    void (*fs)(float *, float, const void *, int32_t) = kind ? cpu_attn_kernels_scalar.axpy_bf16 : cpu_attn_kernels_scalar.axpy_f16;
+                    void (*fv)(float *, float, const void *, int32_t) = kind ? kn->axpy_bf16 : kn->axpy_f16;
+                    fs(a + i, 1.0f, halves + i, 64);
+                    fv(b + i, 1.0f, halves + i, 64);
+                }
+                CHECK_MSG(!memcmp(a, b, sizeof(a)), "%s decode of 0x%04x..: SIMD differs", kind ? "bf16" : "f16", c0);
+            }
+        }
+        float a[256] = {0}, b[256] = {0};
+        for (int i = 0; i < 256; i += 64) {
+            cpu_attn_kernels_scalar.axpy_fp8(a + i, 1.0f, codes + i, 64);
+            kn->axpy_fp8(b + i, 1.0f, codes + i, 64);
+        }
+        CHECK_MSG(!memcmp(a, b, sizeof(a)), "fp8 decode: SIMD differs from the table");
+        for (int c = 0; c < 256; c++) CHECK(!memcmp(&b[c], &bk_fp8_e4m3_table[c], 4) || c == 0x80); /* 0 + -0 = +0 */
+    } else {
+        printf("  (no AVX2: SIMD decoders not checked)\n");
     }
     /* kv dtype helpers */
     enum bk_kv_dtype dt;

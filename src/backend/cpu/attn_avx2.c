@@ -57,9 +57,18 @@ static inline __m256 bf16x8_to_f32(const uint16_t *p) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
 }
 
-/* 8 e4m3 codes -> 8 f32 by a gather from the decode table (the same values the scalar path reads). */
+/* 8 e4m3 codes -> 8 f32, the values of bk_fp8_e4m3_table bit for bit (no gather: slow on some cores).
+ * The 7 exponent+mantissa bits placed at f32 bit 20 read as 2^(e-127) * (1 + m/8) (an f32 subnormal
+ * m/8 * 2^-126 when e = 0); times 2^120 that is exactly the e4m3 value, normal or subnormal. Then the
+ * sign, and the table's NaN (0x7FC00000) for the codes 0x7F / 0xFF. */
 static inline __m256 fp8x8_to_f32(const uint8_t *p) {
-    return _mm256_i32gather_ps(bk_fp8_e4m3_table, _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p)), 4);
+    const __m256i c = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p));
+    const __m256i em = _mm256_and_si256(c, _mm256_set1_epi32(0x7f));
+    const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(c, _mm256_set1_epi32(0x80)), 24);
+    const __m256 mag = _mm256_mul_ps(_mm256_castsi256_ps(_mm256_slli_epi32(em, 20)), _mm256_set1_ps(0x1p120f));
+    const __m256 v = _mm256_or_ps(mag, _mm256_castsi256_ps(sign));
+    const __m256 nan = _mm256_castsi256_ps(_mm256_cmpeq_epi32(em, _mm256_set1_epi32(0x7f)));
+    return _mm256_blendv_ps(v, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fc00000)), nan);
 }
 
 static float dot16_bf16_avx2(const float *q, const void *k, int32_t hd) {
