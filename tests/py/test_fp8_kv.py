@@ -120,14 +120,14 @@ def test_fp8_greedy_matches_f16(model_path, tmp_path):
         print("  " + line)
 
 
-def perplexity(model, dtype):
-    r = subprocess.run([str(VLLMC), "generate", "-m", model, "--perplexity", str(PPL_TEXT), "--kv-cache-dtype", dtype],
-                       capture_output=True, text=True, timeout=300)
+def perplexity(model, dtype, extra=(), text=PPL_TEXT):
+    r = subprocess.run([str(VLLMC), "generate", "-m", model, "--perplexity", str(text), "--kv-cache-dtype", dtype,
+                        *extra], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
-def test_fp8_perplexity(model_path):
+def test_fp8_perplexity(model_path, tmp_path):
     res = {d: perplexity(model_path, d) for d in ("f32", "f16", "bf16", "fp8")}
     for d, j in res.items():
         assert j["n_scored"] == j["n_tokens"] - 1 and j["n_tokens"] > 300
@@ -139,6 +139,13 @@ def test_fp8_perplexity(model_path):
     assert abs(rel["f32"]) < 0.005
     assert abs(rel["bf16"]) < 0.05
     assert abs(rel["fp8"]) < 0.20
+    # the scalar reference backend scores the first paragraph identically with an fp8 cache (9 digits printed;
+    # the slow reference gets the short text, in 16-token chunks so prefill and chunked attention both run)
+    short = tmp_path / "short.txt"
+    short.write_text(PPL_TEXT.read_text().split("\n\n")[0])
+    fast = perplexity(model_path, "fp8", ["--batch", "16"], short)
+    ref = perplexity(model_path, "fp8", ["--reference", "--batch", "16"], short)
+    assert fast["n_tokens"] > 40 and ref == fast
 
 
 def test_kv_cache_dtype_flag_errors(model_path):
