@@ -558,6 +558,7 @@ static __device__ void row_f32(const float *wr, int n, const cu_act_view &a, int
     float p[NA];
 #pragma unroll
     for (int r = 0; r < NA; r++) p[r] = 0.f;
+#pragma unroll 8 /* loads of 8 steps in flight; each lane still sums its elements in order */
     for (int i = lane; i < n; i += 32) {
         const float wv = gpu_ldg(wr + i);
 #pragma unroll
@@ -880,11 +881,21 @@ void cu_launch_matmul(const struct cu_mm_args *args, gpuStream_t s) {
 }
 
 /* ---------------------------------------------------------------------------------------------
- * MoE expert mat-vecs: entries (token, expert slot) x weight rows, the expert read from device memory.
- * grid (row blocks, entries); a warp owns one row of one matrix of one entry, the dot product formed as in
- * mm_row (exact integer partials, the same per-block float terms). Entries of group 0 are the routed ones
- * (expert ids[ent]), group 1 the shared expert's (expert 0 of its own 2-D matrices).
+ * MoE expert mat-vecs: entries (token, expert slot) x tiles of MM_TR weight rows, the expert read from device
+ * memory. grid (tile blocks, entries); a warp owns one tile of one matrix of one entry: Q4_K, Q6_K and Q8_0
+ * through the decode tile functions (the (row, super-block) units of the tile dealt to all lane groups, so
+ * 512-wide down rows keep every lane busy), other types row by row as in mm_row. Integer partials exact,
+ * per-block float terms as the reference forms them. Entries of group 0 are the routed ones (expert
+ * ids[ent]), group 1 the shared expert's (expert 0 of its own 2-D matrices).
  * ------------------------------------------------------------------------------------------- */
+static __device__ __forceinline__ cu_act_view act_row(cu_act_view a, int64_t r) {
+    const int64_t n = a.n;
+    if (a.x) a.x += r * n;
+    if (a.k_qs) { a.k_qs += r * n; a.k_d += r * (n / QK_K); a.k_bs += r * (n / 16); }
+    if (a.o_qs) { a.o_qs += r * n; a.o_d += r * (n / 32); }
+    return a;
+}
+
 static __global__ void __launch_bounds__(32 * CU_MM_WARPS) moe_mm_kernel(const struct cu_moe_mm_args P) {
     const int lane = threadIdx.x % 32, wid = threadIdx.x / 32;
     const int total = P.g[0].n_ent + (P.n_grp > 1 ? P.g[1].n_ent : 0);
@@ -892,25 +903,36 @@ static __global__ void __launch_bounds__(32 * CU_MM_WARPS) moe_mm_kernel(const s
         const int gi = ge < P.g[0].n_ent ? 0 : 1;
         const struct cu_moe_grp &G = P.g[gi];
         const int ent = gi ? ge - P.g[0].n_ent : ge;
-        const int gr = blockIdx.x * CU_MM_WARPS + wid;
-        if (gr >= G.n_mat * G.n_rows) continue;
-        const int m = gr / G.n_rows, row = gr - m * G.n_rows;
+        const int tpm = (G.n_rows + MM_TR - 1) / MM_TR, gt = blockIdx.x * CU_MM_WARPS + wid;
+        if (gt >= G.n_mat * tpm) continue;
+        const int m = gt / tpm, r0 = (gt - m * tpm) * MM_TR, rows = min(MM_TR, G.n_rows - r0);
         const int64_t e = G.ids ? (int64_t)G.ids[ent] : 0;
-        const uint8_t *wr = G.w[m] + (size_t)e * G.exp_bytes[m] + (size_t)row * G.stride[m];
-        const int arow = ent / G.act_div + G.act_off, n = (int)G.a.n;
-        float acc[1] = {0.f};
-        switch (G.type[m]) {
-        case GGML_TYPE_Q4_K: row_q4_K<1>(wr, n / QK_K, G.a, arow, 1, acc, lane); break;
-        case GGML_TYPE_Q6_K: row_q6_K<1>(wr, n / QK_K, G.a, arow, 1, acc, lane); break;
-        case GGML_TYPE_Q8_0: row_q8_0<1>(wr, n / 32, G.a, arow, 1, acc, lane); break;
-        case GGML_TYPE_Q4_0: row_q45_0<1, false>(wr, n / 32, G.a, arow, 1, acc, lane); break;
-        case GGML_TYPE_Q5_0: row_q45_0<1, true>(wr, n / 32, G.a, arow, 1, acc, lane); break;
-        case GGML_TYPE_F32: row_f32<1>((const float *)wr, n, G.a, arow, 1, acc, lane); break;
-        default: break;
+        const uint64_t stride = G.stride[m];
+        const uint8_t *w0 = G.w[m] + (size_t)e * G.exp_bytes[m] + (size_t)r0 * stride;
+        const cu_act_view a = act_row(G.a, ent / G.act_div + G.act_off);
+        const int n = (int)G.a.n, type = G.type[m];
+        float acc[MM_TR] = {0.f, 0.f, 0.f, 0.f};
+        if (type == GGML_TYPE_Q4_K || type == GGML_TYPE_Q6_K || type == GGML_TYPE_Q8_0) {
+            if (type == GGML_TYPE_Q4_K) tile_q4_K(w0, stride, rows, n / QK_K, a, acc, lane);
+            else if (type == GGML_TYPE_Q6_K) tile_q6_K(w0, stride, rows, n / QK_K, a, acc, lane);
+            else tile_q8_0(w0, stride, rows, n / 32, a, acc, lane);
+#pragma unroll
+            for (int r = 0; r < MM_TR; r++) acc[r] = group32_sum(acc[r]);
+        } else {
+            for (int r = 0; r < rows; r++) {
+                const uint8_t *wr = w0 + (size_t)r * stride;
+                float v[1] = {0.f};
+                if (type == GGML_TYPE_Q4_0) row_q45_0<1, false>(wr, n / 32, a, 0, 1, v, lane);
+                else if (type == GGML_TYPE_Q5_0) row_q45_0<1, true>(wr, n / 32, a, 0, 1, v, lane);
+                else if (type == GGML_TYPE_F32) row_f32<1>((const float *)wr, n, a, 0, 1, v, lane);
+                if (type != GGML_TYPE_F32) v[0] = group32_sum(v[0]);
+                acc_add(acc, r, v[0]);
+            }
         }
-        float v = acc[0];
-        if (G.type[m] != GGML_TYPE_F32) v = group32_sum(v);
-        if (lane == 0) G.y[m][(int64_t)ent * G.ld_y + row] = v;
+        if (lane < rows) {
+            const float y = lane == 0 ? acc[0] : lane == 1 ? acc[1] : lane == 2 ? acc[2] : acc[3];
+            G.y[m][(int64_t)ent * G.ld_y + r0 + lane] = y;
+        }
     }
 }
 
@@ -918,7 +940,7 @@ void cu_launch_moe_matmul(const struct cu_moe_mm_args *a, gpuStream_t s) {
     int total = 0, ctas = 0;
     for (int i = 0; i < a->n_grp; i++) {
         total += a->g[i].n_ent;
-        ctas = max(ctas, (int)GPU_CEIL_DIV(a->g[i].n_mat * a->g[i].n_rows, CU_MM_WARPS));
+        ctas = max(ctas, (int)GPU_CEIL_DIV(a->g[i].n_mat * (int)GPU_CEIL_DIV(a->g[i].n_rows, MM_TR), CU_MM_WARPS));
     }
     if (total <= 0 || ctas <= 0) return;
     moe_mm_kernel<<<dim3((unsigned)ctas, (unsigned)min(total, 65535)), 32 * CU_MM_WARPS, 0, s>>>(*a);
