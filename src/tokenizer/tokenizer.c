@@ -1184,7 +1184,7 @@ vllmc_status tokenizer_decode(const struct tokenizer *t, const int32_t *ids, siz
         const char *p = tokenizer_piece(t, id, &n);
         if (first && n && t->model == TOKENIZER_MODEL_SPM && t->add_space_prefix && p[0] == ' ') { p++; n--; }
         first = false; /* only the first shown token carries the encoder's space prefix */
-        if (total + n <= cap) memcpy(out + total, p, n);
+        if (n && total + n <= cap) memcpy(out + total, p, n); /* out may be NULL when cap is 0 */
         total += n;
     }
     *n_out = total;
