@@ -236,6 +236,7 @@ int cmd_bench(int argc, char **argv) {
     for (int k = 0; k < o.reps; k++) dec_tps[k] = (o.n_gen - 1) / dec[k];
     const double dtps_med = median(dec_tps, o.reps);
     const double wbytes = (double)model_weight_bytes(m);
+    const double abytes = (double)model_active_weight_bytes(m); /* bytes a decode token reads (top-k experts) */
     uint64_t peak = 0;
     uint64_t replays = 0, captures = 0;
 #ifdef VLLMC_CUDA
@@ -250,19 +251,19 @@ int cmd_bench(int argc, char **argv) {
     if (o.json) {
         printf("{\"model\":\"%s\",\"arch\":\"%s\",\"backend\":\"%s\",\"graphs\":%s,\"n_prompt\":%d,\"n_gen\":%d,\"reps\":%d,"
                "\"output_tok_s\":%.2f,\"decode_tok_s\":%.2f,\"tpot_ms\":%.4f,\"ttft_ms\":%.3f,\"pp_tok_s\":%.2f,\"pp_sd\":%.2f,"
-               "\"tg_tok_s\":%.2f,\"tg_sd\":%.2f,\"peak_vram_bytes\":%llu,\"weight_bytes\":%.0f,\"roofline_frac\":%.4f,"
+               "\"tg_tok_s\":%.2f,\"tg_sd\":%.2f,\"peak_vram_bytes\":%llu,\"weight_bytes\":%.0f,\"bytes_per_token\":%.0f,\"roofline_frac\":%.4f,"
                "\"graph_replays\":%llu,\"graph_captures\":%llu,\"load_s\":%.2f}\n",
                o.model, m->hp.arch, be->ops->name, (!o.cpu && !o.eager) ? "true" : "false", o.n_prompt, o.n_gen, o.reps, otps_med,
                dtps_med, tpot_med * 1e3, ttft_med * 1e3, pp_m, pp_sd, tg_m, tg_sd, (unsigned long long)peak, wbytes,
-               wbytes / 4.5e12 / tpot_med, (unsigned long long)replays, (unsigned long long)captures, t_load);
+               abytes, abytes / 4.5e12 / tpot_med, (unsigned long long)replays, (unsigned long long)captures, t_load);
     } else {
         printf("model %s (%s, %.2f GB of weights), backend %s%s, prompt %d, generate %d, %d runs after a warm-up (load %.1f s)\n",
                o.model, m->hp.arch, wbytes / 1e9, be->ops->name, o.cpu ? "" : (o.eager ? " (eager)" : " (CUDA graphs)"),
                o.n_prompt, o.n_gen, o.reps, t_load);
         printf("output tok/s %.1f | decode tok/s %.1f | TPOT %.3f ms | TTFT %.1f ms | peak VRAM %.2f GB\n", otps_med, dtps_med,
                tpot_med * 1e3, ttft_med * 1e3, peak / 1e9);
-        printf("weights / TPOT = %.0f GB/s = %.0f%% of 4.5 TB/s; graph replays %llu, captures %llu\n", wbytes / tpot_med / 1e9,
-               100.0 * wbytes / tpot_med / 4.5e12, (unsigned long long)replays, (unsigned long long)captures);
+        printf("bytes per token %.2f GB / TPOT = %.0f GB/s = %.0f%% of 4.5 TB/s; graph replays %llu, captures %llu\n",
+               abytes / 1e9, abytes / tpot_med / 1e9, 100.0 * abytes / tpot_med / 4.5e12, (unsigned long long)replays, (unsigned long long)captures);
         printf("| model | backend | test | t/s |\n|---|---|---|---|\n");
         printf("| %s | %s | pp%d | %.2f +- %.2f |\n", m->hp.arch, be->ops->name, o.n_prompt, pp_m, pp_sd);
         printf("| %s | %s | tg%d | %.2f +- %.2f |\n", m->hp.arch, be->ops->name, o.n_gen, tg_m, tg_sd);

@@ -98,6 +98,9 @@ void model_kv_destroy(struct model *m, struct bk_kv_cache *kv);
 vllmc_status model_kv_set_state_slots(struct model *m, struct bk_kv_cache *kv, int32_t n_slots);
 /* Total bytes of weights bound (for bandwidth figures). */
 uint64_t model_weight_bytes(const struct model *m);
+/* Bytes one decode token reads: as model_weight_bytes, but 3-D expert tensors count only
+ * expert_used_count of their experts. */
+uint64_t model_active_weight_bytes(struct model *m);
 
 /* ---- Helpers for arch files ---- */
 enum model_bind_flags { MODEL_BIND_REQUIRED = 0, MODEL_BIND_OPTIONAL = 1 };
