@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "backend/backend.h"
 #include "cli/cli.h"
 #include "server/server.h"
 
@@ -23,7 +24,8 @@ static void serve_usage(void) {
             "  --max-num-batched-tokens N       tokens per engine step (default 512)\n"
             "  --num-gpu-blocks-override N      exactly N KV blocks of 16 tokens\n"
             "  --gpu-memory-utilization F       fraction (0, 1] of host memory the engine may plan for\n"
-            "  --kv-cache-dtype auto|fp16|fp32  KV cache element type (default auto = fp16)\n"
+            "  --kv-cache-dtype DTYPE           KV cache element type: auto (= fp16), fp16, bf16, fp32, or fp8 / fp8_e4m3\n"
+            "                                   (e4m3 with a per-tensor K and V scale, 1.0 as in vLLM)\n"
             "  --enable-prefix-caching / --no-enable-prefix-caching   (default on)\n"
             "  --seed N                         seed for requests that give none (default 0)\n"
             "  --chat-template FILE|TEXT        chat template instead of the GGUF's\n"
@@ -80,11 +82,10 @@ int cmd_serve(int argc, char **argv) {
             if (pages > 0 && psz > 0) o.eng.memory_limit_bytes = (uint64_t)(f * (double)pages * (double)psz);
         } else if (!strcmp(a, "--kv-cache-dtype")) {
             NEED_ARG();
-            if (!strcmp(v, "auto") || !strcmp(v, "fp16") || !strcmp(v, "f16") || !strcmp(v, "float16") || !strcmp(v, "half"))
-                o.eng.kv_dtype = VLLMC_KV_F16;
-            else if (!strcmp(v, "fp32") || !strcmp(v, "f32") || !strcmp(v, "float32") || !strcmp(v, "float"))
-                o.eng.kv_dtype = VLLMC_KV_F32;
-            else BAD("auto, fp16 or fp32 (fp8 is not supported)");
+            enum bk_kv_dtype kd;
+            if (!bk_kv_dtype_parse(v, &kd)) BAD("auto, fp16, bf16, fp8, fp8_e4m3 or fp32");
+            o.eng.kv_dtype = kd == BK_KV_F32 ? VLLMC_KV_F32 : kd == BK_KV_BF16 ? VLLMC_KV_BF16
+                           : kd == BK_KV_FP8_E4M3 ? VLLMC_KV_FP8_E4M3 : VLLMC_KV_F16;
         } else if (!strcmp(a, "--enable-prefix-caching")) o.eng.enable_prefix_caching = 1;
         else if (!strcmp(a, "--no-enable-prefix-caching")) o.eng.enable_prefix_caching = 0;
         else if (!strcmp(a, "--seed")) { INT_ARG(0, INT64_MAX, "a non-negative integer"); o.eng.seed = (uint64_t)n; }

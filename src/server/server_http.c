@@ -809,6 +809,9 @@ static enum MHD_Result do_models(struct MHD_Connection *c, struct srv_ctx *x) {
     cJSON_AddStringToObject(m, "root", S.o.model_path);
     cJSON_AddNullToObject(m, "parent");
     cJSON_AddNumberToObject(m, "max_model_len", S.max_model_len);
+    const vllmc_kv_dtype kd = S.o.eng.kv_dtype;
+    cJSON_AddStringToObject(m, "kv_cache_dtype", kd == VLLMC_KV_F32 ? "fp32" : kd == VLLMC_KV_BF16 ? "bf16"
+                                                 : kd == VLLMC_KV_FP8_E4M3 ? "fp8_e4m3" : "fp16");
     cJSON_AddArrayToObject(m, "permission");
     return send_json(c, x, 200, o);
 }

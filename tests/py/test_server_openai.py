@@ -84,7 +84,7 @@ def test_models_health_version(server, client):
     ms = client.models.list()
     assert [m.id for m in ms.data] == [MODEL]
     m = ms.data[0].model_dump()
-    assert m["root"].endswith(".gguf") and m["max_model_len"] == 256
+    assert m["root"].endswith(".gguf") and m["max_model_len"] == 256 and m["kv_cache_dtype"] == "fp16"
     assert raw(server, "GET", "/health", key=None)[0] == 200
     st, _, data = raw(server, "GET", "/version", key=None)
     assert st == 200 and "version" in json.loads(data)
@@ -399,7 +399,8 @@ def test_reasoning_split(model, tmp_path):
         assert s.stop() == 0
 
 
-@pytest.mark.parametrize("args,msg", [(["--port", "70000"], "--port"), (["--kv-cache-dtype", "fp8"], "--kv-cache-dtype"),
+@pytest.mark.parametrize("args,msg", [(["--port", "70000"], "--port"), (["--kv-cache-dtype", "fp4"], "--kv-cache-dtype"),
+                                      (["--kv-cache-dtype", "fp8_e5m2"], "--kv-cache-dtype"),
                                       (["--max-model-len", "abc"], "--max-model-len"),
                                       (["--gpu-memory-utilization", "1.5"], "--gpu-memory-utilization"),
                                       (["--bogus"], "unknown option")])
@@ -409,6 +410,30 @@ def test_bad_flags(model, args, msg):
     assert r.returncode == 2 and msg in r.stderr
     r = subprocess.run([str(VLLMC), "serve", "/nonexistent.gguf"], capture_output=True, text=True, timeout=30)
     assert r.returncode != 0 and "nonexistent" in r.stderr
+
+
+@pytest.mark.parametrize("dtype,name", [("fp8", "fp8_e4m3"), ("fp8_e4m3", "fp8_e4m3"), ("bf16", "bf16"), ("fp32", "fp32"),
+                                        ("auto", "fp16")])
+def test_kv_cache_dtype_serves(model, tmp_path, dtype, name):
+    """Every --kv-cache-dtype the engine supports starts, builds its KV pool in that type and serves greedy text."""
+    s = Server(model, "--kv-cache-dtype", dtype, "-t", 1, "--max-model-len", 256, "--max-num-seqs", 2,
+               log_path=tmp_path / "log")
+    try:
+        st, _, data = raw(s, "GET", "/v1/models", key=None)
+        assert st == 200 and json.loads(data)["data"][0]["kv_cache_dtype"] == name
+        body = {"prompt": "The quick brown fox", "max_tokens": 8, "temperature": 0, "ignore_eos": True}
+        st, _, data = raw(s, "POST", "/v1/completions", body, key=None)
+        assert st == 200, data
+        r = json.loads(data)
+        assert r["usage"]["completion_tokens"] == 8 and r["choices"][0]["finish_reason"] == "length"
+        # greedy is deterministic in every cache type
+        st, _, data2 = raw(s, "POST", "/v1/completions", body, key=None)
+        assert st == 200 and json.loads(data2)["choices"][0]["text"] == r["choices"][0]["text"]
+        m = s.wait_idle(timeout=30)
+        assert m["vllmc:kv_blocks_free"] == m["vllmc:kv_blocks_total"] > 0
+    finally:
+        assert s.stop() == 0
+    assert name.replace("fp16", "f16").replace("fp32", "f32") in s.log_text(), s.log_text()[-2000:]
 
 
 def test_nonstream_disconnect_cancels(model, tmp_path):
