@@ -169,7 +169,8 @@ static void test_distributions(struct sampler *s) {
         for (int i = 0; i < 8 && c2 < 0.9 * s2; i++)
             if (exp(logits[order[i]] / T - mx) >= 0.05) { keep[order[i]] = true; c2 += exp(logits[order[i]] / T - mx); kept++; }
         histogram(s, &p, 11, N, counts);
-        CHECK_MSG(kept >= 2 && dist_err(counts, N, T, keep) < 0.012, "combined T=%g (%d kept)", (double)T, kept);
+        /* kept can be 1 for some draws (then every sample must be that token): still a real check */
+        CHECK_MSG(kept >= 1 && dist_err(counts, N, T, keep) < 0.012, "combined T=%g (%d kept)", (double)T, kept);
     }
 }
 

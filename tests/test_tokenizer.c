@@ -134,7 +134,7 @@ static size_t ref_bpe(const struct test_vocab *v, const uint8_t *w, size_t n, in
         size_t best = SIZE_MAX, at = 0;
         for (size_t i = 0; i + 1 < k; i++) {
             char pair[130];
-            snprintf(pair, sizeof(pair), "%s %s", sym[i], sym[i + 1]);
+            snprintf(pair, sizeof(pair), "%.63s %.63s", sym[i], sym[i + 1]); /* symbols are < 64 bytes */
             for (size_t r = 0; r < v->n_merges && r < best; r++)
                 if (!strcmp(v->merge[r], pair)) { best = r; at = i; break; }
         }
