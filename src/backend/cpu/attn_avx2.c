@@ -109,7 +109,6 @@ static const struct cpu_attn_kernels attn_avx2 = {dot16_f32_avx2,  dot16_f16_avx
                                                   dot16_bf16_avx2, dot16_fp8_avx2, axpy_bf16_avx2, axpy_fp8_avx2};
 
 const struct cpu_attn_kernels *cpu_attn_kernels_avx2(int32_t head_dim) {
-    __builtin_cpu_init();
     const bool have = quant_isa_supported(QUANT_ISA_AVX2); /* AVX2 + FMA + F16C + BMI2, via CPUID */
     return have && head_dim % 16 == 0 ? &attn_avx2 : NULL;
 }
