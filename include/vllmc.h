@@ -80,6 +80,9 @@ void vllmc_engine_destroy(vllmc_engine *e);
 #define VLLMC_MAX_STOP_IDS 64
 #define VLLMC_MAX_TOP_LOGPROBS 20
 
+/* One OpenAI logit_bias entry: added to the token's raw logit before every other sampling step. */
+typedef struct { int32_t id; float bias; } vllmc_logit_bias;
+
 typedef struct {
     float temperature;        /* 0 = greedy, the default here (OpenAI's default is 1: a server sets it) */
     int32_t top_k;            /* <= 0 off */
@@ -97,6 +100,8 @@ typedef struct {
     const char *const *stop;  int32_t n_stop;            /* <= VLLMC_MAX_STOP_STRINGS, each <= 256 bytes */
     int32_t logprobs;         /* < 0: none; 0: the sampled token's; n: plus the top n (<= 20). Log-softmax
                                  of the raw logits (before penalties, temperature, filters) */
+    const vllmc_logit_bias *logit_bias; int32_t n_logit_bias; /* copied; ids in the vocabulary, biases in
+                                 [-100, 100] (greedy too: -100 bans a token, +100 forces it in practice) */
 } vllmc_sampling_params;
 
 void vllmc_sampling_params_default(vllmc_sampling_params *p); /* greedy, no limits, no logprobs */

@@ -1,6 +1,7 @@
 /* Sampler: greedy (ties to the lowest id, NaN never wins), seeded determinism, the empirical
  * distribution against softmax(l / T) over the tokens each filter keeps (top-k, top-p, min-p),
- * the penalties' exact effect on the logits, and parameter checks. */
+ * the penalties' exact effect on the logits, the logit bias (first, for greedy and sampling) and
+ * parameter checks. */
 #include <stdbool.h>
 #include <string.h>
 #include "engine/sampler.h"
@@ -216,6 +217,71 @@ static void test_penalties(struct sampler *s) {
     CHECK(sampler_sample(s, logits, &p, &rng, NULL, 0, 0) == 13);
 }
 
+/* logit_bias: added to the raw logits before penalties, temperature and filters. */
+static void test_bias(struct sampler *s) {
+    struct sampler_params p;
+    sampler_params_default(&p);
+    struct sampler_rng rng;
+    sampler_rng_seed(&rng, 5);
+    fill_random(3.0f);
+    sort_order();
+    const int32_t top = order[0], second = order[1], far = order[V - 1];
+    /* greedy: -100 bans the argmax (the next best wins), +100 forces the worst token */
+    struct sampler_bias ban = {top, -100.0f}, force = {far, 100.0f};
+    p.bias = &ban; p.n_bias = 1;
+    CHECK(sampler_sample(s, logits, &p, &rng, NULL, 0, 0) == second);
+    p.bias = &force;
+    CHECK(sampler_sample(s, logits, &p, &rng, NULL, 0, 0) == far);
+    /* the exact sum decides: second + (gap + 0.5) beats top; gap - 0.5 does not; entries for one id add */
+    const float gap = logits[top] - logits[second];
+    struct sampler_bias b2[2] = {{second, gap + 0.5f}, {top, 0.0f}};
+    p.bias = b2; p.n_bias = 1;
+    CHECK(sampler_sample(s, logits, &p, &rng, NULL, 0, 0) == second);
+    b2[0].bias = gap - 0.5f;
+    CHECK(sampler_sample(s, logits, &p, &rng, NULL, 0, 0) == top);
+    b2[1] = (struct sampler_bias){second, 1.0f}; p.n_bias = 2;
+    CHECK(sampler_sample(s, logits, &p, &rng, NULL, 0, 0) == second);
+    /* the logits row itself is not modified */
+    CHECK(sampler_argmax(logits, V) == top);
+    /* bias comes before top-k: with top_k 1 and the top token banned, every draw is the second */
+    p.bias = &ban; p.n_bias = 1;
+    p.temperature = 1.0f;
+    p.top_k = 1;
+    int ok = 0;
+    for (int i = 0; i < 50; i++) ok += sampler_sample(s, logits, &p, &rng, NULL, 0, 0) == second;
+    CHECK(ok == 50);
+    /* sampling at T = 1: the draw follows softmax(l + bias); a banned token is (practically) never drawn */
+    p.top_k = 0;
+    struct sampler_bias many[3] = {{top, -100.0f}, {order[5], 2.0f}, {order[40], 4.0f}};
+    p.bias = many; p.n_bias = 3;
+    float saved[3];
+    for (int k = 0; k < 3; k++) saved[k] = logits[many[k].id];
+    static int counts[V];
+    histogram(s, &p, 11, 20000, counts);
+    CHECK(counts[top] == 0);
+    for (int k = 0; k < 3; k++) logits[many[k].id] += many[k].bias;
+    bool keep[V];
+    for (int i = 0; i < V; i++) keep[i] = true;
+    keep[top] = false; /* its probability is ~e^-100 */
+    const double err = dist_err(counts, 20000, 1.0f, keep);
+    CHECK_MSG(err < 0.02, "bias distribution error %g", err);
+    for (int k = 0; k < 3; k++) logits[many[k].id] = saved[k];
+    /* bias before the repetition penalty: a positive biased logit is divided by it */
+    sampler_params_default(&p);
+    for (int i = 0; i < V; i++) logits[i] = -10.0f;
+    logits[20] = 1.0f;
+    logits[21] = 0.5f;
+    struct sampler_bias b21 = {21, 2.5f}; /* 21 -> 3.0, / 2 -> 1.5 > 1: 21; penalised before bias it would be 2.75 */
+    p.bias = &b21; p.n_bias = 1;
+    p.repetition_penalty = 2.0f;
+    const int32_t hist[] = {21};
+    CHECK(sampler_sample(s, logits, &p, &rng, hist, 1, 1) == 21);
+    b21.bias = 1.7f; /* (0.5 + 1.7) / 2 = 1.1 > 1 still 21; penalty then bias would give 1.95 either way */
+    CHECK(sampler_sample(s, logits, &p, &rng, hist, 1, 1) == 21);
+    b21.bias = 1.3f; /* (0.5 + 1.3) / 2 = 0.9 < 1: 20 (penalty first would give 0.25 + 1.3 = 1.55: 21) */
+    CHECK(sampler_sample(s, logits, &p, &rng, hist, 1, 1) == 20);
+}
+
 static void test_params(void) {
     struct sampler_params p;
     sampler_params_default(&p);
@@ -231,6 +297,19 @@ static void test_params(void) {
     bad[6].presence_penalty = 3.0f;
     bad[7].frequency_penalty = NAN;
     for (int i = 0; i < 8; i++) CHECK_MSG(sampler_params_check(&bad[i]) == VLLMC_ERR_INVALID, "case %d", i);
+    struct sampler_bias bb[3] = {{3, 100.0f}, {-1, 1.0f}, {4, NAN}};
+    p.bias = bb; p.n_bias = 1;
+    CHECK(sampler_params_check(&p) == VLLMC_OK);
+    p.n_bias = 2;
+    CHECK(sampler_params_check(&p) == VLLMC_ERR_INVALID);
+    bb[1] = (struct sampler_bias){1, 100.5f};
+    CHECK(sampler_params_check(&p) == VLLMC_ERR_INVALID);
+    bb[1] = (struct sampler_bias){1, -100.0f};
+    CHECK(sampler_params_check(&p) == VLLMC_OK);
+    p.n_bias = 3;
+    CHECK(sampler_params_check(&p) == VLLMC_ERR_INVALID);
+    p.n_bias = -1;
+    CHECK(sampler_params_check(&p) == VLLMC_ERR_INVALID);
     struct sampler *s = NULL;
     CHECK(sampler_create(0, &s) == VLLMC_ERR_INVALID && !s);
 }
@@ -243,6 +322,7 @@ int main(void) {
     test_determinism(s);
     test_distributions(s);
     test_penalties(s);
+    test_bias(s);
     test_params();
     sampler_destroy(s);
     return test_finish("test_sampler");

@@ -74,8 +74,9 @@ static void test_parse_random_valid(void) {
         float temp = 1.0f, top_p = 1.0f, min_p = 0, pres = 0;
         bool stream = false, incl = false, ign = false;
         long long seed = -1;
-        int n_stop = 0;
+        int n_stop = 0, n_bias = 0;
         char *stops[4] = {0};
+        vllmc_logit_bias bias[6];
         if (rnd(2)) { max_tokens = 1 + rnd(1000); cJSON_AddNumberToObject(o, rnd(2) ? "max_tokens" : "max_completion_tokens", max_tokens); }
         if (rnd(2)) { n = 1 + rnd(4); cJSON_AddNumberToObject(o, "n", n); }
         if (rnd(2)) { temp = (float)rnd(200) / 100.0f; cJSON_AddNumberToObject(o, "temperature", temp); }
@@ -104,6 +105,17 @@ static void test_parse_random_valid(void) {
                 cJSON_AddItemToArray(a, cJSON_CreateString(stops[i]));
             }
         }
+        if (rnd(2)) {
+            n_bias = rnd(6);
+            cJSON *b = cJSON_AddObjectToObject(o, "logit_bias");
+            for (int i = 0; i < n_bias; i++) {
+                char key[16];
+                bias[i].id = (int32_t)(i * 1000 + rnd(1000)); /* distinct keys */
+                bias[i].bias = (float)(rnd(20001) - 10000) / 100.0f;
+                snprintf(key, sizeof(key), "%d", bias[i].id);
+                cJSON_AddNumberToObject(b, key, bias[i].bias);
+            }
+        }
         if (rnd(2)) cJSON_AddStringToObject(o, "unknown_field", "ignored");
         if (!chat && max_tokens < 0 && min_tokens > 16) cJSON_DeleteItemFromObject(o, "min_tokens"), min_tokens = 0;
         char *body = cJSON_PrintUnformatted(o);
@@ -122,6 +134,9 @@ static void test_parse_random_valid(void) {
             CHECK(r.sp.seed == seed);
             CHECK(r.logprobs == logprobs && r.sp.logprobs == logprobs);
             CHECK(r.sp.n_stop == n_stop);
+            CHECK(r.sp.n_logit_bias == n_bias && r.n_logit_bias == n_bias);
+            for (int i = 0; i < n_bias && i < r.sp.n_logit_bias; i++)
+                CHECK(r.sp.logit_bias[i].id == bias[i].id && r.sp.logit_bias[i].bias == bias[i].bias);
             for (int i = 0; i < n_stop && i < r.sp.n_stop; i++) CHECK(!strcmp(r.sp.stop[i], stops[i]));
             if (chat) CHECK(cJSON_IsArray(r.messages) && r.n_prompts == 0);
             else if (ids_prompt > 0) {
@@ -150,7 +165,9 @@ static void test_parse_bad_fields(void) {
         {"seed", "\"x\"", false},           {"stop", "5", false},               {"stop", "[\"a\", 1]", false},
         {"stop_token_ids", "[-1]", false},  {"logprobs", "21", false},          {"logprobs", "\"yes\"", true},
         {"top_logprobs", "30", true},       {"stream", "1", false},             {"logit_bias", "{\"x\": 1}", false},
-        {"logit_bias", "{\"5\": 500}", false}, {"logit_bias", "{\"5\": -100}", false}, {"chat_template_kwargs", "[]", true}, {"tools", "{}", true},
+        {"logit_bias", "{\"5\": 500}", false}, {"logit_bias", "{\"5\": \"-100\"}", false}, {"logit_bias", "{\" 5\": 1}", true},
+        {"logit_bias", "{\"-5\": 1}", false}, {"logit_bias", "{\"99999999999\": 1}", false}, {"logit_bias", "[]", true},
+        {"chat_template_kwargs", "[]", true}, {"tools", "{}", true},
         {"model", "5", false},              {"min_tokens", "-1", false},        {"echo", "\"no\"", false},
         {"ignore_eos", "0", false},
     };

@@ -61,7 +61,8 @@ struct vllmc_request {
     /* immutable after submit */
     int32_t n_prompt, max_tokens, min_tokens;
     bool ignore_eos;
-    struct sampler_params sp;
+    struct sampler_params sp;      /* sp.bias points at bias */
+    struct sampler_bias *bias;
     int32_t stop_ids[VLLMC_MAX_STOP_IDS], n_stop_ids;
     char *stops[VLLMC_MAX_STOP_STRINGS];
     int32_t n_stops;
@@ -157,7 +158,7 @@ struct vllmc_engine {
 static void req_free(struct vllmc_request *r) {
     free(r->tokens); free(r->blocks); free(r->bhash); free(r->bcanon); free(r->dbuf);
     free(r->p_tok); free(r->c_tok); free(r->p_lp); free(r->c_lp); free(r->p_top); free(r->c_top);
-    free(r->p_text); free(r->c_text);
+    free(r->p_text); free(r->c_text); free(r->bias);
     for (int32_t i = 0; i < r->n_stops; i++) free(r->stops[i]);
     pthread_mutex_destroy(&r->mu);
     pthread_cond_destroy(&r->cv);
@@ -223,6 +224,15 @@ vllmc_status vllmc_engine_submit(vllmc_engine *e, const int32_t *prompt, int32_t
     if (spp->logprobs > VLLMC_MAX_TOP_LOGPROBS)
         return vllmc_errorf(VLLMC_ERR_INVALID, "request: logprobs %d (at most %d)", spp->logprobs, VLLMC_MAX_TOP_LOGPROBS);
     if (spp->min_tokens < 0) return vllmc_errorf(VLLMC_ERR_INVALID, "request: min_tokens %d", spp->min_tokens);
+    if (spp->n_logit_bias < 0 || (spp->n_logit_bias && !spp->logit_bias))
+        return vllmc_errorf(VLLMC_ERR_INVALID, "request: %d logit_bias entries", spp->n_logit_bias);
+    for (int32_t i = 0; i < spp->n_logit_bias; i++)
+        if (spp->logit_bias[i].id < 0 || spp->logit_bias[i].id >= V)
+            return vllmc_errorf(VLLMC_ERR_INVALID, "request: logit_bias token id %d is outside the vocabulary of %d",
+                                spp->logit_bias[i].id, V);
+        else if (!(spp->logit_bias[i].bias >= -100.0f && spp->logit_bias[i].bias <= 100.0f))
+            return vllmc_errorf(VLLMC_ERR_INVALID, "request: logit_bias for token %d must be in [-100, 100], got %g",
+                                spp->logit_bias[i].id, (double)spp->logit_bias[i].bias);
     struct sampler_params sp;
     sampler_params_default(&sp);
     sp.temperature = spp->temperature;
@@ -232,6 +242,7 @@ vllmc_status vllmc_engine_submit(vllmc_engine *e, const int32_t *prompt, int32_t
     sp.repetition_penalty = spp->repetition_penalty;
     sp.presence_penalty = spp->presence_penalty;
     sp.frequency_penalty = spp->frequency_penalty;
+    sp.n_bias = spp->n_logit_bias; /* sp.bias: the request's copy, made below */
     vllmc_status st = sampler_params_check(&sp);
     if (st) return vllmc_errorf(st, "request: %s", vllmc_last_error());
 
@@ -262,6 +273,12 @@ vllmc_status vllmc_engine_submit(vllmc_engine *e, const int32_t *prompt, int32_t
     r->p_tok = malloc(mt * sizeof(int32_t));
     r->c_tok = malloc(mt * sizeof(int32_t));
     bool ok = r->tokens && r->blocks && r->bhash && r->bcanon && r->p_tok && r->c_tok;
+    if (ok && sp.n_bias) {
+        r->bias = malloc((size_t)sp.n_bias * sizeof(*r->bias));
+        if ((ok = r->bias != NULL))
+            for (int32_t i = 0; i < sp.n_bias; i++) r->bias[i] = (struct sampler_bias){spp->logit_bias[i].id, spp->logit_bias[i].bias};
+        r->sp.bias = r->bias;
+    }
     if (ok && r->logprobs >= 0) {
         r->p_lp = malloc(mt * sizeof(float));
         r->c_lp = malloc(mt * sizeof(float));

@@ -1,4 +1,4 @@
-/* Sampler: penalties, temperature, min-p, top-k, top-p and a seeded draw, on one logits row.
+/* Sampler: logit bias, penalties, temperature, min-p, top-k, top-p and a seeded draw, on one logits row.
  * Deterministic: candidates are ordered by (logit desc, id asc), sums run in a fixed order in
  * double, and the only randomness is the per-request xoshiro256** state. No allocation per call. */
 #include "engine/sampler.h"
@@ -36,6 +36,13 @@ vllmc_status sampler_params_check(const struct sampler_params *p) {
         return vllmc_errorf(VLLMC_ERR_INVALID, "presence_penalty must be in [-2, 2], got %g", (double)p->presence_penalty);
     if (!(p->frequency_penalty >= -2.0f && p->frequency_penalty <= 2.0f))
         return vllmc_errorf(VLLMC_ERR_INVALID, "frequency_penalty must be in [-2, 2], got %g", (double)p->frequency_penalty);
+    if (p->n_bias < 0) return vllmc_errorf(VLLMC_ERR_INVALID, "logit_bias: %d entries", p->n_bias);
+    for (int32_t i = 0; p->bias && i < p->n_bias; i++) {
+        if (p->bias[i].id < 0) return vllmc_errorf(VLLMC_ERR_INVALID, "logit_bias token id %d is negative", p->bias[i].id);
+        if (!(p->bias[i].bias >= -100.0f && p->bias[i].bias <= 100.0f))
+            return vllmc_errorf(VLLMC_ERR_INVALID, "logit_bias for token %d must be in [-100, 100], got %g", p->bias[i].id,
+                                (double)p->bias[i].bias);
+    }
     return VLLMC_OK;
 }
 
@@ -154,6 +161,10 @@ int32_t sampler_sample(struct sampler *s, const float *logits, const struct samp
                        struct sampler_rng *rng, const int32_t *history, int32_t n_history, int32_t n_prompt) {
     const int32_t V = s->n_vocab;
     memcpy(s->l, logits, (size_t)V * sizeof(float));
+    for (int32_t i = 0; p->bias && i < p->n_bias; i++) {
+        const int32_t id = p->bias[i].id;
+        if (id >= 0 && id < V) s->l[id] += p->bias[i].bias;
+    }
     apply_penalties(s, p, history, n_history, n_prompt);
     if (p->temperature == 0.0f) return sampler_argmax(s->l, V);
 

@@ -1,13 +1,17 @@
 /* Sampler: turns one logits row into a token id, deterministically from (logits, params, rng state,
- * token history). Order of the transforms (as vLLM): repetition/presence/frequency penalties,
+ * token history). Order of the transforms (as vLLM): the logit bias (OpenAI logit_bias, added to the
+ * raw logits before anything else), repetition/presence/frequency penalties,
  * temperature, min-p (on the full distribution), top-k, top-p, then a draw from the renormalized
  * distribution over the survivors.
- * temperature == 0 is greedy: the argmax, ties to the lowest id (penalties still apply first). */
+ * temperature == 0 is greedy: the argmax, ties to the lowest id (bias and penalties still apply first). */
 #ifndef VLLMC_SAMPLER_H
 #define VLLMC_SAMPLER_H
 
 #include <stdint.h>
 #include "common/common.h"
+
+/* One logit_bias entry: bias is added to the token's logit (-100 bans it in practice, +100 forces it). */
+struct sampler_bias { int32_t id; float bias; };
 
 struct sampler_params {
     float temperature;       /* 0 = greedy; > 0 divides the logits */
@@ -18,11 +22,15 @@ struct sampler_params {
     float presence_penalty;  /* [-2, 2]; 0: off. l -= presence if the token occurs in the output */
     float frequency_penalty; /* [-2, 2]; 0: off. l -= frequency * count in the output */
     uint64_t seed;
+    const struct sampler_bias *bias; /* [n_bias] or NULL (none), not owned; ids in [0, n_vocab), |bias| <= 100;
+                                        entries for one id add up */
+    int32_t n_bias;
 };
 
 /* Defaults: greedy, every filter off, seed 0. */
 void sampler_params_default(struct sampler_params *p);
-/* VLLMC_ERR_INVALID with a message naming the bad field (NaN, out of range). */
+/* VLLMC_ERR_INVALID with a message naming the bad field (NaN, out of range). Bias ids must be >= 0
+ * (the upper bound, the vocabulary, is checked by the caller; sampler_sample skips ids beyond it). */
 vllmc_status sampler_params_check(const struct sampler_params *p);
 
 /* Per-request RNG (xoshiro256**), seeded by splitmix64 of the seed. */

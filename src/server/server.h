@@ -56,7 +56,8 @@ struct srv_request {
     bool stream, include_usage;
     int logprobs;                      /* -1: none; else number of top alternatives (0..20) */
     bool skip_special_tokens;
-    int n_logit_bias;                  /* entries of logit_bias (validated; a non-empty one is refused) */
+    vllmc_logit_bias *logit_bias;      /* [n_logit_bias] (ids checked against the vocabulary later); sp points here */
+    int32_t n_logit_bias;
     vllmc_sampling_params sp;          /* stop / stop_ids point into this struct */
     char *stop[VLLMC_MAX_STOP_STRINGS];
     const char *stop_ptr[VLLMC_MAX_STOP_STRINGS];

@@ -1,4 +1,6 @@
 /* OpenAI request parsing and validation, error objects, the reasoning splitter. No HTTP, no engine. */
+#include <ctype.h>
+#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -402,17 +404,25 @@ static bool parse_fields(enum srv_endpoint ep, const cJSON *o, struct srv_reques
     const cJSON *lb = cJSON_GetObjectItemCaseSensitive(o, "logit_bias");
     if (lb && !cJSON_IsNull(lb)) {
         if (!cJSON_IsObject(lb)) BAD("logit_bias", "'logit_bias' must be an object of token id -> bias");
+        const int n = cJSON_GetArraySize(lb);
+        if (n > 0 && !(r->logit_bias = malloc((size_t)n * sizeof(*r->logit_bias)))) {
+            srv_error_set(err, 500, "logit_bias", "out of memory");
+            return false;
+        }
         const cJSON *e;
         cJSON_ArrayForEach(e, lb) {
             char *end;
+            errno = 0;
             long id = strtol(e->string, &end, 10);
-            if (!e->string[0] || *end || id < 0) BAD("logit_bias", "'logit_bias' key '%.32s' is not a token id", e->string);
+            if (!e->string[0] || *end || id < 0 || id > INT32_MAX || errno || !isdigit((unsigned char)e->string[0]))
+                BAD("logit_bias", "'logit_bias' key '%.32s' is not a token id", e->string);
             if (!cJSON_IsNumber(e) || !(e->valuedouble >= -100 && e->valuedouble <= 100))
                 BAD("logit_bias", "'logit_bias' values must be numbers in [-100, 100]");
-            r->n_logit_bias++;
+            VLLMC_ASSERT(r->n_logit_bias < n);
+            r->logit_bias[r->n_logit_bias++] = (vllmc_logit_bias){(int32_t)id, (float)e->valuedouble};
         }
-        /* the engine's sampler has no bias hook: refuse rather than silently sample without it */
-        if (r->n_logit_bias) BAD("logit_bias", "'logit_bias' is not supported by this server (give {} or leave it out)");
+        sp->logit_bias = r->logit_bias;
+        sp->n_logit_bias = r->n_logit_bias;
     }
     if (!parse_stop(r, o, err)) return false;
     return true;
@@ -460,6 +470,7 @@ void srv_request_free(struct srv_request *r) {
     cJSON_Delete(r->messages);
     cJSON_Delete(r->tools);
     cJSON_Delete(r->template_kwargs);
+    free(r->logit_bias);
     for (int i = 0; i < VLLMC_MAX_STOP_STRINGS; i++) free(r->stop[i]);
     memset(r, 0, sizeof(*r));
 }

@@ -683,6 +683,13 @@ static enum MHD_Result start_generation(struct MHD_Connection *c, struct srv_ctx
             ret = send_error(c, x, &err);
             goto done;
         }
+        for (int32_t k = 0; k < q->n_logit_bias; k++)
+            if (q->logit_bias[k].id >= S.n_vocab) {
+                srv_error_set(&err, 400, "logit_bias", "logit_bias token id %d is outside the vocabulary (%d tokens)", q->logit_bias[k].id,
+                              S.n_vocab);
+                ret = send_error(c, x, &err);
+                goto done;
+            }
         if (n_ids[i] > 0 && q->sp.n_stop_ids)
             for (int32_t k = 0; k < q->sp.n_stop_ids; k++)
                 if (q->sp.stop_ids[k] >= S.n_vocab) {

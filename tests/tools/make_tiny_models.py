@@ -90,11 +90,12 @@ def make_vocab(n_vocab):
     return tokens, types, merges
 
 
-def write_model(arch, path):
+def write_model(arch, path, user_tokens=()):
+    """user_tokens: extra USER_DEFINED tokens (decoded as their literal text) appended after the specials."""
     s = SHAPES[arch]
     rng = np.random.default_rng(s["seed"])
     E, L, F = s["n_embd"], s["n_layer"], s["n_ff"]
-    H, KV, D, V = s["n_head"], s["n_kv_head"], s["head_dim"], s["n_vocab"]
+    H, KV, D, V = s["n_head"], s["n_kv_head"], s["head_dim"], s["n_vocab"] + len(user_tokens)
 
     w = gguf.GGUFWriter(path, arch)
     w.add_string("general.name", f"{arch}-tiny")
@@ -114,7 +115,9 @@ def write_model(arch, path):
         w.add_uint32("llama.vocab_size", V)
     w.add_uint32("general.file_type", 0)
 
-    tokens, types, merges = make_vocab(V)
+    tokens, types, merges = make_vocab(V - len(user_tokens))
+    tokens += list(user_tokens)
+    types += [int(gguf.TokenType.USER_DEFINED)] * len(user_tokens)
     w.add_string("tokenizer.ggml.model", "gpt2")
     w.add_string("tokenizer.ggml.pre", "qwen2" if arch != "llama" else "llama-bpe")
     w.add_array("tokenizer.ggml.tokens", tokens)
@@ -181,11 +184,13 @@ def main():
     ap.add_argument("out_dir")
     ap.add_argument("--types", default="f32,q8_0,q4_k_m")
     ap.add_argument("--arch", default="llama,qwen2,qwen3")
+    ap.add_argument("--user-token", action="append", default=[],
+                    help="append a USER_DEFINED token with this text (repeatable; the vocabulary grows by one each)")
     args = ap.parse_args()
     os.makedirs(args.out_dir, exist_ok=True)
     for arch in args.arch.split(","):
         f32 = os.path.join(args.out_dir, f"{arch}-tiny-f32.gguf")
-        write_model(arch, f32)
+        write_model(arch, f32, args.user_token)
         for ty in args.types.split(","):
             if ty == "f32":
                 print(f32)
