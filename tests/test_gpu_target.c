@@ -107,6 +107,11 @@ static void test_mm_plan(void) {
         /* prefill of 20 tokens: 3 groups of 8 activation rows per CTA of rows */
         CHECK(gpu_mm_plan_make(t, down, NULL, 1, 20, resident, &p));
         CHECK(p.kernel == GPU_MM_PREFILL && p.act_per_group == 8 && p.ctas == 640 * 3);
+        /* ... in sweeps of 4 activation rows on gfx11 (8 spill there), of all 8 elsewhere */
+        const bool gfx11 = !strncmp(t->name, "gfx11", 5);
+        CHECK_MSG(p.act_per_sweep == (gfx11 ? 4 : 8) && p.sweeps == (gfx11 ? 2 : 1), "%s: %d rows per sweep, %d sweeps",
+                  t->name, p.act_per_sweep, p.sweeps);
+        CHECK(gpu_mm_plan_make(t, down, NULL, 1, 1, resident, &p) && p.act_per_sweep == 1 && p.sweeps == 1);
         /* bad shapes */
         const int zero[1] = {0};
         CHECK(!gpu_mm_plan_make(t, zero, NULL, 1, 1, resident, &p));
@@ -312,6 +317,36 @@ static void test_roofline(void) {
     CHECK(gpu_roofline_tok_s(xtx, 0) == 0.0 && gpu_roofline_tok_s(NULL, 1e9) == 0.0);
 }
 
+/* The prefill kernel's sweeps (gemv_q.cu mm_kernel<NA>, SW = min(NA, VLLMC_MM_PREFILL_SWEEP)): one call of
+ * mm_row<NA> when SW == NA, else mm_row<SW> on (a0, min(SW, na)) and, if na > SW, on (a0 + SW, na - SW).
+ * For every target and token count, every activation row is multiplied exactly once, no sweep exceeds SW
+ * rows (the accumulator count its registers were sized for), none is empty. */
+static void test_prefill_sweeps(void) {
+    for (int i = 0; i < gpu_target_count(); i++) {
+        const struct gpu_target *t = gpu_target_at(i);
+        const int NA = GPU_MM_PREFILL_ACT, SW = NA < t->mm_prefill_sweep ? NA : t->mm_prefill_sweep;
+        CHECK(SW == NA || NA == 2 * SW);
+        for (int n_act = 2; n_act <= 41; n_act++) {
+            int seen[64] = {0}, bad = 0;
+            for (int a0 = 0; a0 < n_act; a0 += NA) {
+                const int na = n_act - a0 < NA ? n_act - a0 : NA;
+                int calls[2][2], n_calls = 0; /* (first row, rows) of each mm_row call */
+                if (SW == NA) { calls[0][0] = a0; calls[0][1] = na; n_calls = 1; }
+                else {
+                    calls[0][0] = a0; calls[0][1] = na < SW ? na : SW; n_calls = 1;
+                    if (na > SW) { calls[1][0] = a0 + SW; calls[1][1] = na - SW; n_calls = 2; }
+                }
+                for (int c = 0; c < n_calls; c++) {
+                    if (calls[c][1] < 1 || calls[c][1] > SW) bad++;
+                    for (int r = 0; r < calls[c][1]; r++) seen[calls[c][0] + r]++;
+                }
+            }
+            for (int r = 0; r < 64; r++) bad += seen[r] != (r < n_act ? 1 : 0);
+            CHECK_MSG(bad == 0, "%s, %d tokens: %d sweep errors", t->name, n_act, bad);
+        }
+    }
+}
+
 /* The constants gpu_target.h states about the kernels, found in the kernel sources (run from the repository
  * root, as tests/run.sh does): a launcher change that the plan functions do not follow fails here. */
 static bool source_has(const char *path, const char *text) {
@@ -329,7 +364,7 @@ static void test_kernel_constants(void) {
     FILE *f = fopen(gemv, "rb");
     if (!f) { printf("test_gpu_target: %s not found from here: kernel constants not compared\n", gemv); return; }
     fclose(f);
-    char want[96];
+    char want[192];
     snprintf(want, sizeof(want), "#define CU_MM_WARPS %d", GPU_MM_GROUPS_PER_CTA);
     CHECK_MSG(source_has(internal, want), "%s lacks '%s'", internal, want);
     snprintf(want, sizeof(want), "#define MM_TR %d", GPU_MM_TILE_ROWS);
@@ -342,6 +377,17 @@ static void test_kernel_constants(void) {
     CHECK_MSG(source_has(gemv, want), "%s lacks '%s'", gemv, want);
     CHECK_MSG(source_has(gemv, "GGML_TYPE_Q4_0 || args->seg[i].type == GGML_TYPE_Q5_0) tiles = false"),
               "%s: the tile kernel's type rule changed", gemv);
+    /* the prefill sweep width of the table is the one gpu_compat.h selects per device pass, and the kernel's
+     * sweeps are the ones test_prefill_sweeps emulates */
+    const struct gpu_target *rdna3 = gpu_target_find("gfx1100"), *other = gpu_target_find("gfx1030");
+    if (rdna3 && other) {
+        snprintf(want, sizeof(want), "#if defined(VLLMC_HIP) && defined(__GFX11__)\n#define VLLMC_MM_PREFILL_SWEEP %d\n#else\n"
+                 "#define VLLMC_MM_PREFILL_SWEEP %d\n#endif", rdna3->mm_prefill_sweep, other->mm_prefill_sweep);
+        CHECK_MSG(source_has("src/backend/cuda/gpu_compat.h", want), "gpu_compat.h lacks '%s'", want);
+    }
+    CHECK(source_has(gemv, "constexpr int SW = NA < VLLMC_MM_PREFILL_SWEEP ? NA : VLLMC_MM_PREFILL_SWEEP;"));
+    CHECK(source_has(gemv, "        mm_row<SW>(P, S, row, a0, min(SW, na), lane);\n"
+                           "        if (na > SW) mm_row<SW>(P, S, row, a0 + SW, na - SW, lane);"));
     /* the int8 dot form of each AMD target in the table is the one gpu_compat.h selects */
     const char *compat = "src/backend/cuda/gpu_compat.h";
     CHECK(source_has(compat, "defined(__gfx1100__) || defined(__gfx1101__) || defined(__gfx1102__) || "
@@ -356,6 +402,7 @@ int main(void) {
     test_matvec_emulation();
     test_q8k_butterfly();
     test_roofline();
+    test_prefill_sweeps();
     test_kernel_constants();
     return test_finish("test_gpu_target");
 }

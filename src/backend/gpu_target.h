@@ -57,6 +57,8 @@ struct gpu_target {
     enum gpu_matrix matrix;
     bool debian_hipcc_compiles; /* Debian's hipcc (ROCm 5.2, LLVM 15) knows this target */
     bool debian_hipcc_links;    /* ... and ships its device library, so a full HIP link works there */
+    int mm_prefill_sweep;       /* activation rows the prefill mat-vec multiplies per sweep of a weight row
+                                   (gpu_compat.h VLLMC_MM_PREFILL_SWEEP): 4 on gfx11, where 8 spills */
 };
 
 /* Known targets (index 0 .. gpu_target_count()-1) and lookup by offload-arch name (NULL if unknown). */
@@ -83,6 +85,8 @@ struct gpu_mm_plan {
     int waves_per_cta;     /* hardware waves per CTA */
     int rows_per_group;    /* weight rows one group owns at a time */
     int act_per_group;     /* activation rows one group multiplies */
+    int act_per_sweep;     /* ... per sweep over its weight row (prefill: the target's mm_prefill_sweep) */
+    int sweeps;            /* sweeps over the weight row: act_per_group / act_per_sweep */
     int total_rows, total_tiles, n_ctas_rows; /* as cu_mm_args counts them */
 };
 /* seg_rows / seg_types: rows and GGML type of each fused weight (1 .. 4 segments; seg_types may be NULL:

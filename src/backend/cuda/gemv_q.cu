@@ -842,7 +842,13 @@ static __global__ void __launch_bounds__(32 * CU_MM_WARPS) mm_kernel(const struc
     const cu_mm_seg &S = P.seg[si];
     const int row = (cta - S.cta0) * CU_MM_WARPS + wid;
     if (row >= S.n_rows) return;
-    mm_row<NA>(P, S, row, a0, na, lane);
+    constexpr int SW = NA < VLLMC_MM_PREFILL_SWEEP ? NA : VLLMC_MM_PREFILL_SWEEP; /* per target: gpu_compat.h */
+    if constexpr (SW == NA) mm_row<NA>(P, S, row, a0, na, lane);
+    else { /* two sweeps, written out: a loop over them spills on gfx11 */
+        static_assert(NA == 2 * SW, "two sweeps of SW activation rows");
+        mm_row<SW>(P, S, row, a0, min(SW, na), lane);
+        if (na > SW) mm_row<SW>(P, S, row, a0 + SW, na - SW, lane);
+    }
 }
 
 static int mm_resident_ctas(void) {

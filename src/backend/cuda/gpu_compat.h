@@ -120,6 +120,17 @@ typedef uint32_t lane_mask_t;
 
 #define GPU_CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
 
+/* Activation rows the prefill mat-vec (gemv_q.cu mm_kernel) multiplies per sweep of a weight row, chosen per
+ * device pass; a group of 8 rows takes 8 / VLLMC_MM_PREFILL_SWEEP sweeps (the launch shape is the same on
+ * every target). gfx11: 4. At 8, ROCm 5.2's LLVM holds the kernel to 128 VGPRs on gfx11 and spills 22
+ * (80 bytes of scratch); at 4 it takes 124 and spills none. The host-side table (gpu_target.c,
+ * mm_prefill_sweep) states the same value and tests/test_gpu_target.c checks the two agree. */
+#if defined(VLLMC_HIP) && defined(__GFX11__)
+#define VLLMC_MM_PREFILL_SWEEP 4
+#else
+#define VLLMC_MM_PREFILL_SWEEP 8
+#endif
+
 /* Full-warp butterfly exchange with an explicit mask. */
 template <typename T> static __device__ __forceinline__ T shfl_xor(T v, int off) {
 #if defined(VLLMC_HIP)
