@@ -302,8 +302,33 @@ static void test_think(void) {
     CHECK(!srv_prompt_opens_think("think>", 6));
 }
 
+/* stream_options.continuous_usage_stats: usage in every chunk, only together with include_usage */
+static void test_continuous_usage(void) {
+    static const struct { const char *so; bool incl, cont; } C[] = {
+        {"{\"include_usage\": true, \"continuous_usage_stats\": true}", true, true},
+        {"{\"continuous_usage_stats\": true}", false, false},
+        {"{\"include_usage\": true}", true, false},
+        {"{\"include_usage\": false, \"continuous_usage_stats\": true}", false, false},
+    };
+    for (size_t i = 0; i < sizeof(C) / sizeof(C[0]); i++) {
+        char body[256];
+        snprintf(body, sizeof(body), "{\"prompt\": \"a\", \"stream\": true, \"stream_options\": %s}", C[i].so);
+        struct srv_request r;
+        struct srv_error e;
+        CHECK(srv_request_parse(SRV_EP_COMPLETIONS, body, strlen(body), &r, &e) == VLLMC_OK);
+        CHECK_MSG(r.include_usage == C[i].incl && r.continuous_usage == C[i].cont, "%s", body);
+        srv_request_free(&r);
+    }
+    const char *bad = "{\"prompt\": \"a\", \"stream\": true, \"stream_options\": {\"continuous_usage_stats\": 1}}";
+    struct srv_request r;
+    struct srv_error e;
+    CHECK(srv_request_parse(SRV_EP_COMPLETIONS, bad, strlen(bad), &r, &e) == VLLMC_ERR_INVALID && e.http == 400);
+    srv_request_free(&r);
+}
+
 int main(void) {
     test_seed_auto("test_server_json");
+    test_continuous_usage();
     test_parse_random_valid();
     test_parse_bad_fields();
     test_parse_mutations();

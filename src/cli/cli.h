@@ -7,6 +7,7 @@ int cmd_generate(int argc, char **argv);
 int cmd_chat(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_bench_serve(int argc, char **argv); /* `vllmc bench serve`: argv[0] is "serve" */
 int cmd_quantize(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);

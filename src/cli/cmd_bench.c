@@ -54,6 +54,7 @@ static void mean_sd(const double *v, int n, double *m, double *sd) {
 static void usage(void) {
     fprintf(stderr,
             "usage: vllmc bench -m MODEL.gguf [options]\n"
+            "       vllmc bench serve --help   (load generator for a running server)\n"
             "  -p N            prompt tokens (default 512)\n"
             "  -g N            generated tokens per run (default 256)\n"
             "  -n N            alias of -g (llama-bench's tg)\n"
@@ -164,6 +165,7 @@ int cmd_bench(int argc, char **argv) {
 #ifndef VLLMC_CUDA
     o.cpu = true;
 #endif
+    if (argc > 1 && !strcmp(argv[1], "serve")) return cmd_bench_serve(argc - 1, argv + 1);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const bool has = i + 1 < argc;

@@ -54,6 +54,7 @@ struct srv_request {
     int32_t max_tokens;                /* -1: not given */
     int n;                             /* choices per prompt, >= 1 */
     bool stream, include_usage;
+    bool continuous_usage;             /* stream_options.continuous_usage_stats (with include_usage): usage in every chunk */
     int logprobs;                      /* -1: none; else number of top alternatives (0..20) */
     bool skip_special_tokens;
     vllmc_logit_bias *logit_bias;      /* [n_logit_bias] (ids checked against the vocabulary later); sp points here */

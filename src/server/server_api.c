@@ -360,6 +360,8 @@ static bool parse_fields(enum srv_endpoint ep, const cJSON *o, struct srv_reques
         if (!cJSON_IsObject(so)) BAD("stream_options", "'stream_options' must be an object");
         if (!r->stream) BAD("stream_options", "'stream_options' is only allowed when 'stream' is true");
         if (!get_bool(so, "include_usage", &r->include_usage, err)) return false;
+        if (!get_bool(so, "continuous_usage_stats", &r->continuous_usage, err)) return false;
+        r->continuous_usage = r->continuous_usage && r->include_usage;
     }
     vllmc_sampling_params *sp = &r->sp;
     sp->temperature = 1.0f;

@@ -376,8 +376,11 @@ static cJSON *chunk_head(const struct srv_ctx *x) {
     return o;
 }
 
+static void add_usage(cJSON *o, const struct srv_ctx *x);
+
 static void sse_emit(struct srv_ctx *x, cJSON *o) {
-    if (x->req.include_usage) cJSON_AddNullToObject(o, "usage");
+    if (x->req.continuous_usage) add_usage(o, x); /* vLLM's continuous_usage_stats: the counts so far */
+    else if (x->req.include_usage) cJSON_AddNullToObject(o, "usage");
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     if (!s) { x->out.oom = true; return; }
