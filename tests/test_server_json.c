@@ -5,7 +5,10 @@
  * - each field given a wrong type or out-of-range value must fail with 400 naming that field;
  * - truncations and byte flips of valid bodies never crash and either parse or give a 400;
  * - the reasoning splitter fed random texts (with and without tags, tags at random places) in random
- *   pieces must give exactly what a plain whole-string reference split gives. */
+ *   pieces must give exactly what a plain whole-string reference split gives;
+ * - the tool-call parser on texts built from known parts (plain text with partial and stray tags, valid
+ *   Hermes blocks, malformed blocks, an unclosed block at the end) fed in random pieces must give exactly
+ *   the calls of the valid blocks and every other byte as content; plus fixed odd cases. */
 #include <string.h>
 #include "server/server.h"
 #include "test.h"
@@ -326,8 +329,133 @@ static void test_continuous_usage(void) {
     srv_request_free(&r);
 }
 
+/* ---- tool calls ---- */
+
+static void tools_run(const char *text, size_t n, bool random_pieces, struct sbuf *content, struct srv_tools *t) {
+    srv_tools_init(t);
+    size_t at = 0;
+    while (at < n) {
+        size_t k = random_pieces ? 1 + (size_t)rnd(rnd(3) ? 4 : 40) : n;
+        if (k > n - at) k = n - at;
+        srv_tools_feed(t, text + at, k, content);
+        at += k;
+    }
+    srv_tools_flush(t, content);
+}
+
+static void test_tools_fixed(void) {
+    static const struct { const char *in, *content; int n; const char *name0, *args0; } C[] = {
+        {"<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>", "", 1, "get_weather", "{\"city\":\"Paris\"}"},
+        {"Sure.\n<tool_call>{\"name\":\"f\"}</tool_call>\nDone", "Sure.\n\nDone", 1, "f", "{}"},
+        {"<tool_call>{\"name\":\"f\",\"arguments\":\"{\\\"a\\\": 1}\"}</tool_call>", "", 1, "f", "{\"a\": 1}"},
+        {"<tool_call>{\"name\":\"f\",\"parameters\":[1,2]}</tool_call>", "", 1, "f", "[1,2]"},
+        {"<tool_call>{\"name\":\"a\"}</tool_call><tool_call>{\"name\":\"b\"}</tool_call>", "", 2, "a", "{}"},
+        {"<tool_call>{\"name\": 5}</tool_call>", "<tool_call>{\"name\": 5}</tool_call>", 0, NULL, NULL},
+        {"<tool_call>{\"name\": \"\"}</tool_call>", "<tool_call>{\"name\": \"\"}</tool_call>", 0, NULL, NULL},
+        {"<tool_call>{\"name\": \"f\"} x</tool_call>", "<tool_call>{\"name\": \"f\"} x</tool_call>", 0, NULL, NULL},
+        {"<tool_call>[{\"name\": \"f\"}]</tool_call>", "<tool_call>[{\"name\": \"f\"}]</tool_call>", 0, NULL, NULL},
+        {"<tool_call>{\"name\": \"f\"", "<tool_call>{\"name\": \"f\"", 0, NULL, NULL},
+        {"<tool_call></tool_call>", "<tool_call></tool_call>", 0, NULL, NULL},
+        {"</tool_call> <tool_ca", "</tool_call> <tool_ca", 0, NULL, NULL},
+        {"<tool_call><tool_call>{\"name\":\"f\"}</tool_call>", "<tool_call><tool_call>{\"name\":\"f\"}</tool_call>", 0, NULL, NULL},
+        {"<<tool_call>{\"name\":\"g\"}</tool_call>>", "<>", 1, "g", "{}"},
+        {"", "", 0, NULL, NULL},
+    };
+    for (size_t i = 0; i < sizeof(C) / sizeof(C[0]); i++)
+        for (int pieces = 0; pieces < 2; pieces++) {
+            struct sbuf content = {0};
+            struct srv_tools t;
+            tools_run(C[i].in, strlen(C[i].in), pieces, &content, &t);
+            const char *got = content.p ? content.p : "";
+            CHECK_MSG(!strcmp(got, C[i].content) && t.n_calls == C[i].n, "case %zu: content '%s', %d calls", i, got, t.n_calls);
+            if (C[i].n && t.n_calls) CHECK_MSG(!strcmp(t.calls[0].name, C[i].name0) && !strcmp(t.calls[0].arguments, C[i].args0),
+                                               "case %zu: %s(%s)", i, t.calls[0].name, t.calls[0].arguments);
+            if (i == 4 && t.n_calls == 2) CHECK(!strcmp(t.calls[1].name, "b"));
+            srv_tools_free(&t);
+            sbuf_free(&content);
+        }
+}
+
+static void test_tools_random(void) {
+    static const char *const text_pieces[] = {"a", " ", "\n", "<", ">", "/", "tool", "call", "_", "<tool_ca", "</tool_call>", "{", "}", "\"", "\xc3\xa9"};
+    static const char *const bad_inside[] = {"{\"name\": 5}", "{\"arguments\": {}}", "not json", "{\"name\": \"f\"} trailing", "[1, 2]",
+                                             "{\"name\": \"\"}", "{\"name\": \"f\", \"arguments\": {\"a\": 1}", "", "\n  \n", "<tool_call>"};
+    static const char *const names[] = {"get_weather", "search", "f", "x_y.z"};
+    for (int it = 0; it < 400; it++) {
+        struct sbuf text = {0}, want = {0};
+        char *want_name[16], *want_args[16];
+        int n_want = 0;
+        const int parts = rnd(8);
+        int prev = -1;
+        for (int k = 0; k < parts; k++) {
+            int kind = rnd(3); /* 0 text, 1 valid block, 2 malformed block */
+            if (kind == 0 && prev == 0) kind = 1 + rnd(2); /* no two text parts in a row (a tag across them) */
+            if (kind == 1 && n_want == 16) kind = 2;
+            if (kind == 0) {
+                struct sbuf seg = {0};
+                for (int j = rnd(10); j >= 0; j--) sbuf_adds(&seg, text_pieces[rnd((int)(sizeof(text_pieces) / sizeof(text_pieces[0])))]);
+                if (strstr(seg.p, "<tool_call>")) { sbuf_free(&seg); continue; }
+                sbuf_add(&text, seg.p, seg.n);
+                sbuf_add(&want, seg.p, seg.n);
+                sbuf_free(&seg);
+            } else if (kind == 1) {
+                cJSON *o = cJSON_CreateObject(), *a = NULL;
+                const char *nm = names[rnd(4)];
+                cJSON_AddStringToObject(o, "name", nm);
+                const int form = rnd(4);
+                if (form > 0) {
+                    a = cJSON_CreateObject();
+                    for (int j = rnd(3); j > 0; j--) {
+                        char key[8];
+                        snprintf(key, sizeof(key), "k%d", j);
+                        if (rnd(2)) cJSON_AddNumberToObject(a, key, rnd(1000));
+                        else cJSON_AddStringToObject(a, key, rnd(2) ? "</tool_call" : "v \"q\" <x>");
+                    }
+                }
+                char *args = a ? cJSON_PrintUnformatted(a) : strdup("{}");
+                if (form == 1) cJSON_AddItemToObject(o, "arguments", a);
+                else if (form == 2) cJSON_AddItemToObject(o, "parameters", a);
+                else if (form == 3) { cJSON_AddStringToObject(o, "arguments", args); cJSON_Delete(a); }
+                char *js = rnd(2) ? cJSON_Print(o) : cJSON_PrintUnformatted(o);
+                sbuf_adds(&text, "<tool_call>");
+                sbuf_adds(&text, rnd(2) ? "\n" : "");
+                sbuf_adds(&text, js);
+                sbuf_adds(&text, rnd(2) ? "\n" : " ");
+                sbuf_adds(&text, "</tool_call>");
+                want_name[n_want] = strdup(nm);
+                want_args[n_want++] = args;
+                free(js);
+                cJSON_Delete(o);
+            } else {
+                const char *in = bad_inside[rnd((int)(sizeof(bad_inside) / sizeof(bad_inside[0])))];
+                sbuf_adds(&text, "<tool_call>"); sbuf_adds(&text, in); sbuf_adds(&text, "</tool_call>");
+                sbuf_adds(&want, "<tool_call>"); sbuf_adds(&want, in); sbuf_adds(&want, "</tool_call>");
+            }
+            prev = kind;
+        }
+        if (rnd(4) == 0) { /* an unclosed block at the end stays content */
+            sbuf_adds(&text, "<tool_call>{\"name\": \"f\"}");
+            sbuf_adds(&want, "<tool_call>{\"name\": \"f\"}");
+        }
+        struct sbuf content = {0};
+        struct srv_tools t;
+        tools_run(text.p ? text.p : "", text.n, true, &content, &t);
+        bool same = content.n == want.n && (want.n == 0 || !memcmp(content.p, want.p, want.n)) && t.n_calls == n_want;
+        for (int k = 0; same && k < n_want; k++) same = !strcmp(t.calls[k].name, want_name[k]) && !strcmp(t.calls[k].arguments, want_args[k]);
+        CHECK_MSG(same, "text '%s': content '%s' (want '%s'), %d calls (want %d)", text.p ? text.p : "", content.p ? content.p : "",
+                  want.p ? want.p : "", t.n_calls, n_want);
+        for (int k = 0; k < n_want; k++) { free(want_name[k]); free(want_args[k]); }
+        srv_tools_free(&t);
+        sbuf_free(&content);
+        sbuf_free(&text);
+        sbuf_free(&want);
+    }
+}
+
 int main(void) {
     test_seed_auto("test_server_json");
+    test_tools_fixed();
+    test_tools_random();
     test_continuous_usage();
     test_parse_random_valid();
     test_parse_bad_fields();

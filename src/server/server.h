@@ -48,6 +48,7 @@ struct srv_request {
     int n_prompts;
     cJSON *messages;                   /* chat: normalised copy (content flattened to a string) */
     cJSON *tools;                      /* chat: copy or NULL */
+    bool parse_tool_calls;             /* chat: tools given and tool_choice is not "none" */
     cJSON *template_kwargs;            /* chat: chat_template_kwargs copy or NULL */
     bool add_generation_prompt;        /* chat, default true */
     bool echo;                         /* completions: prepend the prompt text */
@@ -86,6 +87,22 @@ void srv_think_flush(struct srv_think *t, struct sbuf *reasoning, struct sbuf *c
 /* Whether a rendered chat prompt leaves the model inside a <think> block (ends with "<think>" and
  * optional whitespace). */
 bool srv_prompt_opens_think(const char *prompt, size_t len);
+
+/* Hermes / Qwen tool calls in chat output (server_tools.c): "<tool_call>" JSON "</tool_call>" blocks whose
+ * JSON is an object with a non-empty string "name" become calls (arguments kept as JSON text); all other
+ * text, malformed and unclosed blocks included, is content, byte for byte. Fed in any pieces it gives
+ * what one feed gives; a possible tag start or an open block is held until decided or flushed. */
+struct srv_tool_call { char *name, *arguments; };
+struct srv_tools {
+    struct srv_tool_call *calls;
+    int n_calls, cap_calls;
+    struct sbuf hold;
+    bool in_block, oom;
+};
+void srv_tools_init(struct srv_tools *t);
+void srv_tools_feed(struct srv_tools *t, const char *s, size_t n, struct sbuf *content);
+void srv_tools_flush(struct srv_tools *t, struct sbuf *content);
+void srv_tools_free(struct srv_tools *t);
 
 /* Server options (cmd_serve fills them from flags). */
 struct srv_opts {

@@ -333,6 +333,18 @@ static bool parse_fields(enum srv_endpoint ep, const cJSON *o, struct srv_reques
             if (!cJSON_IsArray(tools)) BAD("tools", "'tools' must be a list");
             if (cJSON_GetArraySize(tools) > 0 && !(r->tools = cJSON_Duplicate(tools, 1))) { srv_error_set(err, 500, "tools", "out of memory"); return false; }
         }
+        /* tool_choice: "none" turns the output parsing off; "auto", "required" and a named function parse it
+         * (the choice is not enforced on the sampling) */
+        const cJSON *tc = cJSON_GetObjectItemCaseSensitive(o, "tool_choice");
+        bool none = false;
+        if (tc && !cJSON_IsNull(tc)) {
+            if (cJSON_IsString(tc)) {
+                none = !strcmp(tc->valuestring, "none");
+                if (!none && strcmp(tc->valuestring, "auto") && strcmp(tc->valuestring, "required"))
+                    BAD("tool_choice", "'tool_choice' must be \"none\", \"auto\", \"required\" or a function object");
+            } else if (!cJSON_IsObject(tc)) BAD("tool_choice", "'tool_choice' must be \"none\", \"auto\", \"required\" or a function object");
+        }
+        r->parse_tool_calls = r->tools && !none;
         const cJSON *kw = cJSON_GetObjectItemCaseSensitive(o, "chat_template_kwargs");
         if (kw && !cJSON_IsNull(kw)) {
             if (!cJSON_IsObject(kw)) BAD("chat_template_kwargs", "'chat_template_kwargs' must be an object");

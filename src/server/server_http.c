@@ -67,6 +67,9 @@ struct srv_choice {
     double t_first, t_last;          /* first and latest output (inter-token latency) */
     struct srv_think think;
     bool use_think;
+    bool use_tools;                   /* chat with tools: <tool_call> blocks of the content become tool_calls */
+    struct srv_tools tools;
+    int calls_sent;                   /* streamed: tool calls already sent */
     struct sbuf text, reasoning;      /* non-streamed: everything; streamed: this poll's delta */
     cJSON *lp;                        /* chat: content array; completions: object of four arrays */
     size_t text_off;                  /* completions logprobs text_offset */
@@ -390,6 +393,47 @@ static void sse_emit(struct srv_ctx *x, cJSON *o) {
     free(s);
 }
 
+/* "tool_calls" once the output held a tool call (and was not aborted), else the engine's reason. */
+static const char *choice_finish(const struct srv_choice *ch) {
+    if (ch->use_tools && ch->tools.n_calls > 0 && ch->finish != VLLMC_FINISH_ABORT) return "tool_calls";
+    return vllmc_finish_reason_str(ch->finish);
+}
+
+static cJSON *tool_call_json(const struct srv_tool_call *tc, int index, bool with_index, bool name_part, bool args_part) {
+    cJSON *t = cJSON_CreateObject();
+    if (with_index) cJSON_AddNumberToObject(t, "index", index);
+    if (name_part) {
+        char id[48];
+        make_id(id, sizeof(id), "call_");
+        cJSON_AddStringToObject(t, "id", id);
+        cJSON_AddStringToObject(t, "type", "function");
+    }
+    cJSON *f = cJSON_AddObjectToObject(t, "function");
+    if (name_part) add_clean_string(f, "name", tc->name, strlen(tc->name));
+    if (args_part) add_clean_string(f, "arguments", tc->arguments, strlen(tc->arguments));
+    return t;
+}
+
+/* Streamed tool calls as vLLM's hermes parser sends them: a delta with index, id, type and the function
+ * name, then one with the arguments. */
+static void stream_tool_calls(struct srv_ctx *x, struct srv_choice *ch) {
+    for (; ch->calls_sent < ch->tools.n_calls; ch->calls_sent++) {
+        for (int part = 0; part < 2; part++) {
+            cJSON *o = chunk_head(x);
+            cJSON *cs = cJSON_AddArrayToObject(o, "choices");
+            cJSON *c = cJSON_CreateObject();
+            cJSON_AddItemToArray(cs, c);
+            cJSON_AddNumberToObject(c, "index", ch->index);
+            cJSON *d = cJSON_AddObjectToObject(c, "delta");
+            cJSON *tcs = cJSON_AddArrayToObject(d, "tool_calls");
+            cJSON_AddItemToArray(tcs, tool_call_json(&ch->tools.calls[ch->calls_sent], ch->calls_sent, true, part == 0, part == 1));
+            cJSON_AddNullToObject(c, "logprobs");
+            cJSON_AddNullToObject(c, "finish_reason");
+            sse_emit(x, o);
+        }
+    }
+}
+
 /* A streamed chunk with this choice's new text (and finish reason when done). */
 static void stream_choice(struct srv_ctx *x, struct srv_choice *ch, bool finishing) {
     const bool chat = x->route == R_CHAT;
@@ -407,7 +451,23 @@ static void stream_choice(struct srv_ctx *x, struct srv_choice *ch, bool finishi
         cJSON_AddNullToObject(c, "finish_reason");
         sse_emit(x, o);
     }
-    if (!finishing && ch->text.n == 0 && ch->reasoning.n == 0 && !ch->lp) return;
+    const bool new_calls = ch->use_tools && ch->tools.n_calls > ch->calls_sent;
+    if (ch->text.n == 0 && ch->reasoning.n == 0 && !ch->lp && !(finishing && !new_calls)) {
+        if (new_calls) stream_tool_calls(x, ch);
+        if (finishing) { /* the finish reason after the calls */
+            cJSON *o = chunk_head(x);
+            cJSON *cs = cJSON_AddArrayToObject(o, "choices");
+            cJSON *c = cJSON_CreateObject();
+            cJSON_AddItemToArray(cs, c);
+            cJSON_AddNumberToObject(c, "index", ch->index);
+            cJSON_AddObjectToObject(c, "delta");
+            cJSON_AddNullToObject(c, "logprobs");
+            cJSON_AddStringToObject(c, "finish_reason", choice_finish(ch));
+            sse_emit(x, o);
+        }
+        return;
+    }
+    if (new_calls) finishing = false; /* the text first, then the calls, then the finish reason */
     cJSON *o = chunk_head(x);
     cJSON *cs = cJSON_AddArrayToObject(o, "choices");
     cJSON *c = cJSON_CreateObject();
@@ -432,12 +492,13 @@ static void stream_choice(struct srv_ctx *x, struct srv_choice *ch, bool finishi
         else cJSON_AddNullToObject(c, "logprobs");
     }
     ch->lp = NULL;
-    if (finishing) cJSON_AddStringToObject(c, "finish_reason", vllmc_finish_reason_str(ch->finish));
+    if (finishing) cJSON_AddStringToObject(c, "finish_reason", choice_finish(ch));
     else cJSON_AddNullToObject(c, "finish_reason");
     sse_emit(x, o);
     ch->text.n = ch->reasoning.n = 0;
     if (ch->text.p) ch->text.p[0] = 0;
     if (ch->reasoning.p) ch->reasoning.p[0] = 0;
+    if (new_calls) stream_choice(x, ch, ch->done); /* now without text: the calls and the finish reason */
 }
 
 /* Collect new output from every unfinished choice. Returns true when all have finished. */
@@ -482,14 +543,22 @@ static bool ctx_poll(struct srv_ctx *x) {
             text = own.p ? own.p : "";
             text_len = own.n;
         }
-        if (ch->use_think) srv_think_feed(&ch->think, text, text_len, &ch->reasoning, &ch->text);
-        else sbuf_add(&ch->text, text, text_len);
+        /* content goes through the tool-call parser when the request has tools */
+        struct sbuf fresh = {0}, *content = ch->use_tools ? &fresh : &ch->text;
+        if (ch->use_think) srv_think_feed(&ch->think, text, text_len, &ch->reasoning, content);
+        else sbuf_add(content, text, text_len);
         sbuf_free(&own);
         if (x->req.logprobs >= 0) add_logprobs(ch, &o, chat);
+        if (o.finish != VLLMC_FINISH_NONE && ch->use_think) srv_think_flush(&ch->think, &ch->reasoning, content);
+        if (ch->use_tools) {
+            srv_tools_feed(&ch->tools, fresh.p, fresh.n, &ch->text);
+            if (o.finish != VLLMC_FINISH_NONE) srv_tools_flush(&ch->tools, &ch->text);
+            if (ch->tools.oom || fresh.oom) x->out.oom = true;
+        }
+        sbuf_free(&fresh);
         if (o.finish != VLLMC_FINISH_NONE) {
             ch->done = true;
             ch->finish = o.finish;
-            if (ch->use_think) srv_think_flush(&ch->think, &ch->reasoning, &ch->text);
             record_finish(x, ch);
         } else {
             all = false;
@@ -515,7 +584,11 @@ static cJSON *final_json(struct srv_ctx *x) {
         if (chat) {
             cJSON *m = cJSON_AddObjectToObject(c, "message");
             cJSON_AddStringToObject(m, "role", "assistant");
-            cJSON_AddStringToObject(m, "content", ch->text.p ? ch->text.p : "");
+            const bool calls = ch->use_tools && ch->tools.n_calls > 0;
+            bool blank = true; /* with tool calls, content that is only whitespace is null */
+            for (size_t k = 0; k < ch->text.n && blank; k++) blank = strchr(" \t\r\n", ch->text.p[k]) != NULL;
+            if (calls && blank) cJSON_AddNullToObject(m, "content");
+            else cJSON_AddStringToObject(m, "content", ch->text.p ? ch->text.p : "");
             if (ch->use_think) {
                 if (ch->reasoning.n) {
                     cJSON_AddStringToObject(m, "reasoning_content", ch->reasoning.p);
@@ -525,7 +598,8 @@ static cJSON *final_json(struct srv_ctx *x) {
                     cJSON_AddNullToObject(m, "reasoning");
                 }
             }
-            cJSON_AddItemToObject(m, "tool_calls", cJSON_CreateArray());
+            cJSON *tcs = cJSON_AddArrayToObject(m, "tool_calls");
+            for (int k = 0; calls && k < ch->tools.n_calls; k++) cJSON_AddItemToArray(tcs, tool_call_json(&ch->tools.calls[k], k, false, true, true));
             if (ch->lp) {
                 cJSON *l = cJSON_AddObjectToObject(c, "logprobs");
                 cJSON_AddItemToObject(l, "content", ch->lp);
@@ -538,7 +612,7 @@ static cJSON *final_json(struct srv_ctx *x) {
             else cJSON_AddNullToObject(c, "logprobs");
         }
         ch->lp = NULL;
-        cJSON_AddStringToObject(c, "finish_reason", vllmc_finish_reason_str(ch->finish));
+        cJSON_AddStringToObject(c, "finish_reason", choice_finish(ch));
     }
     add_usage(o, x);
     return o;
@@ -609,6 +683,7 @@ static void ctx_release_choices(struct srv_ctx *x) {
         free(ch->ts_buf);
         sbuf_free(&ch->text);
         sbuf_free(&ch->reasoning);
+        srv_tools_free(&ch->tools);
         cJSON_Delete(ch->lp);
         ch->lp = NULL;
     }
@@ -715,6 +790,8 @@ static enum MHD_Result start_generation(struct MHD_Connection *c, struct srv_ctx
         ch->index = i;
         ch->use_think = chat && S.think;
         srv_think_init(&ch->think, opens_think);
+        ch->use_tools = chat && q->parse_tool_calls;
+        srv_tools_init(&ch->tools);
         if (q->echo && !chat) {
             struct srv_prompt *p = &q->prompts[pi];
             if (p->text) { ch->echo = p->text; ch->echo_len = p->text_len; }
@@ -857,6 +934,8 @@ static enum MHD_Result do_tokenize(struct MHD_Connection *c, struct srv_ctx *x) 
             if (agp) cJSON_AddItemReferenceToObject(only, "add_generation_prompt", (cJSON *)agp);
             const cJSON *kw = cJSON_GetObjectItemCaseSensitive(j, "chat_template_kwargs");
             if (kw) cJSON_AddItemReferenceToObject(only, "chat_template_kwargs", (cJSON *)kw);
+            const cJSON *tl = cJSON_GetObjectItemCaseSensitive(j, "tools");
+            if (tl) cJSON_AddItemReferenceToObject(only, "tools", (cJSON *)tl);
             char *s = cJSON_PrintUnformatted(only);
             cJSON_Delete(only);
             if (!s) { ret = MHD_NO; goto out; }

@@ -143,3 +143,112 @@ def test_logit_bias_bad(server, client, vocab):
     # the largest id is fine; the server keeps serving
     r = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=2, logit_bias={str(len(vocab) - 1): -100})
     assert r.choices[0].finish_reason in ("stop", "length")
+
+
+# ---- tool calls ----
+
+CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}\n</tool_call>'
+MIXED = 'Sure, checking.\n<tool_call>\n{"name": "get_time", "arguments": {"tz": "UTC"}}\n</tool_call>'
+BROKEN = '<tool_call>\n{"name": "get_weather", "arguments": oops}\n</tool_call>'
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather in a city",
+                                           "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}},
+         {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties": {}}}}]
+MSGS = [{"role": "user", "content": "What is the weather in Paris?"}]
+
+
+@pytest.fixture(scope="module")
+def tool_server(tmp_path_factory):
+    """A tiny model whose last three tokens are whole outputs: a call, text + a call, a malformed block."""
+    if not VLLMC.exists():
+        pytest.skip(f"{VLLMC} not built")
+    d = tmp_path_factory.mktemp("tools")
+    r = subprocess.run([sys.executable, str(ROOT / "tests/tools/make_tiny_models.py"), str(d), "--types", "f32", "--arch", "qwen2",
+                        "--user-token", CALL, "--user-token", MIXED, "--user-token", BROKEN], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+    model = d / "qwen2-tiny-f32.gguf"
+    tpl = d / "chatml.jinja"
+    tpl.write_text(CHATML)
+    s = Server(model, "--chat-template", tpl, "--served-model-name", MODEL, "--max-model-len", 256, "-t", 1,
+               log_path=d / "server.log")
+    v = vocab_bytes(model)
+    s.ids = {t: v.index(t.encode()) for t in (CALL, MIXED, BROKEN)}
+    yield s
+    assert s.stop() == 0, s.log_text()[-3000:]
+
+
+@pytest.fixture(scope="module")
+def tclient(tool_server):
+    return openai.OpenAI(base_url=tool_server.base + "/v1", api_key="none", max_retries=0, timeout=60)
+
+
+def force(server, tok):
+    return {str(server.ids[tok]): 100}
+
+
+def streamed(tclient, **kw):
+    """Reassemble a streamed chat: content, tool calls by index, finish reason."""
+    content, calls, finish = [], {}, None
+    for ch in tclient.chat.completions.create(model=MODEL, messages=MSGS, temperature=0, stream=True, **kw):
+        for c in ch.choices:
+            d = c.delta
+            if d.content:
+                content.append(d.content)
+            for tc in d.tool_calls or []:
+                e = calls.setdefault(tc.index, {"id": None, "type": None, "name": "", "arguments": ""})
+                if tc.id:
+                    assert e["id"] is None
+                    e["id"], e["type"] = tc.id, tc.type
+                if tc.function and tc.function.name:
+                    e["name"] += tc.function.name
+                if tc.function and tc.function.arguments:
+                    e["arguments"] += tc.function.arguments
+            finish = c.finish_reason or finish
+    return "".join(content), [calls[i] for i in sorted(calls)], finish
+
+
+def test_tool_calls_two(tool_server, tclient):
+    r = tclient.chat.completions.create(model=MODEL, messages=MSGS, tools=TOOLS, temperature=0, max_tokens=2,
+                                        logit_bias=force(tool_server, CALL))
+    c = r.choices[0]
+    assert c.finish_reason == "tool_calls" and c.message.content is None and r.usage.completion_tokens == 2
+    tcs = c.message.tool_calls
+    assert len(tcs) == 2 and len({t.id for t in tcs}) == 2
+    for t in tcs:
+        assert t.id.startswith("call_") and t.type == "function" and t.function.name == "get_weather"
+        assert json.loads(t.function.arguments) == {"city": "Paris", "unit": "celsius"}
+    content, calls, finish = streamed(tclient, tools=TOOLS, max_tokens=2, logit_bias=force(tool_server, CALL))
+    assert finish == "tool_calls" and content == "" and len(calls) == 2
+    for e in calls:
+        assert e["id"].startswith("call_") and e["type"] == "function" and e["name"] == "get_weather"
+        assert json.loads(e["arguments"]) == {"city": "Paris", "unit": "celsius"}
+
+
+def test_tool_call_with_text(tool_server, tclient):
+    r = tclient.chat.completions.create(model=MODEL, messages=MSGS, tools=TOOLS, tool_choice="auto", temperature=0,
+                                        max_tokens=1, logit_bias=force(tool_server, MIXED))
+    c = r.choices[0]
+    assert c.message.content == "Sure, checking.\n" and c.finish_reason == "tool_calls"
+    assert [(t.function.name, json.loads(t.function.arguments)) for t in c.message.tool_calls] == [("get_time", {"tz": "UTC"})]
+    content, calls, finish = streamed(tclient, tools=TOOLS, max_tokens=1, logit_bias=force(tool_server, MIXED))
+    assert content == "Sure, checking.\n" and finish == "tool_calls"
+    assert [(e["name"], json.loads(e["arguments"])) for e in calls] == [("get_time", {"tz": "UTC"})]
+
+
+def test_tool_calls_off_or_malformed(tool_server, tclient):
+    # a malformed block stays content
+    r = tclient.chat.completions.create(model=MODEL, messages=MSGS, tools=TOOLS, temperature=0, max_tokens=1,
+                                        logit_bias=force(tool_server, BROKEN))
+    c = r.choices[0]
+    assert c.message.content == BROKEN and not c.message.tool_calls and c.finish_reason == "length"
+    content, calls, finish = streamed(tclient, tools=TOOLS, max_tokens=1, logit_bias=force(tool_server, BROKEN))
+    assert content == BROKEN and calls == [] and finish == "length"
+    # tool_choice "none" and no tools: parsing is off, the block is plain content
+    for kw in ({"tools": TOOLS, "tool_choice": "none"}, {}):
+        r = tclient.chat.completions.create(model=MODEL, messages=MSGS, temperature=0, max_tokens=1,
+                                            logit_bias=force(tool_server, CALL), **kw)
+        c = r.choices[0]
+        assert c.message.content == CALL and not c.message.tool_calls and c.finish_reason == "length"
+        content, calls, finish = streamed(tclient, max_tokens=1, logit_bias=force(tool_server, CALL), **kw)
+        assert content == CALL and calls == [] and finish == "length"
+    with pytest.raises(openai.BadRequestError):
+        tclient.chat.completions.create(model=MODEL, messages=MSGS, tools=TOOLS, tool_choice="sometimes", max_tokens=1)

@@ -102,3 +102,22 @@ def test_health_503_while_loading(server, tmp_path):
         assert all(st == 503 for _, st in seen[:first_ok])
     finally:
         assert s.stop() == 0
+
+
+def test_tool_call_weather(client):
+    """Best effort: the checkpoint's template renders the tools with the Hermes <tool_call> instructions; when
+    the model answers with a block it must come back parsed. (Qwen2.5-Coder-0.5B answers this prompt with a
+    fenced JSON object instead, under llama.cpp too; then the test skips and says so.)"""
+    import json
+    tools = [{"type": "function", "function": {"name": "get_weather", "description": "Get the current weather in a given city",
+              "parameters": {"type": "object", "properties": {"city": {"type": "string", "description": "The city name"}},
+                             "required": ["city"]}}}]
+    msgs = [{"role": "user", "content": "What's the weather in Paris?"}]
+    r = client.chat.completions.create(model="tm", temperature=0, max_tokens=64, tools=tools, messages=msgs)
+    c = r.choices[0]
+    if not c.message.tool_calls:
+        assert "<tool_call>" not in (c.message.content or ""), c.message.content
+        pytest.skip(f"the model answered without a <tool_call> block: {c.message.content[:80]!r}")
+    assert c.finish_reason == "tool_calls"
+    t = c.message.tool_calls[0]
+    assert t.function.name == "get_weather" and json.loads(t.function.arguments).get("city") == "Paris"
