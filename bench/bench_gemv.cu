@@ -122,40 +122,60 @@ int main(int argc, char **argv) {
             }
             args[c].n_ctas = ctas;
         }
-        cu_launch_matmul(&args[0], st);
-        CK(gpuStreamSynchronize(st));
-        std::vector<float> y(s.n_rows * s.n_fused);
-        CK(gpuMemcpy(y.data(), d_y, y.size() * 4, gpuMemcpyDeviceToHost));
-        size_t bad = 0;
-        double mrel = 0, ymax = 0;
-        for (int64_t r = 0; r < s.n_rows; r++) ymax = std::max(ymax, (double)fabsf(ref[r]));
-        for (int f = 0; f < s.n_fused; f++)
-            for (int64_t r = 0; r < s.n_rows; r++) {
-                const double e = fabs((double)y[f * s.n_rows + r] - ref[r]) / ymax;
-                mrel = std::max(mrel, e);
-                bad += !(e < 1e-5);
-            }
         gpuEvent_t e0, e1;
         CK(gpuEventCreate(&e0));
         CK(gpuEventCreate(&e1));
-        for (int i = 0; i < copies; i++) cu_launch_matmul(&args[i % copies], st); /* warm-up */
-        std::vector<float> times;
-        for (int k = 0; k < reps; k++) {
-            CK(gpuEventRecord(e0, st));
-            for (int i = 0; i < copies; i++) cu_launch_matmul(&args[i], st);
-            CK(gpuEventRecord(e1, st));
-            CK(gpuEventSynchronize(e1));
-            float ms;
-            CK(gpuEventElapsedTime(&ms, e0, e1));
-            times.push_back(ms * 1000.f / copies);
-        }
-        std::sort(times.begin(), times.end());
-        const double us = times[times.size() / 2];
-        const double gbs = set_bytes / (us * 1e-6) / 1e9;
-        gbs_all.push_back(gbs);
-        printf("%-32s %5s %6lld %7lld %5d %8.2f %9.2f %8.0f %.2g%s\n", s.what, quant_traits(s.type)->name, (long long)s.n_cols,
-               (long long)s.n_rows, s.n_fused, set_bytes / 1e6, us, gbs, mrel, rt ? "" : " (repack round trip FAILED)");
-        if (bad) printf("  %zu of %lld outputs differ from vec_dot_ref\n", bad, (long long)(s.n_rows * s.n_fused));
+        /* kernel choices (see cu_mm_cfg): the previous default (one warp per row below 8,192 rows, 4-row
+         * tiles from there), then tiles of tr rows split over ks warps, each with plain launches and with
+         * programmatic dependent launch (the next launch prefetches its weights while one runs) */
+        const int cfgs[][2] = {{-1, -1}, {1, 1}, {2, 1}, {4, 1}, {1, 2}, {2, 2}, {4, 2}, {1, 4}, {2, 4}, {4, 4}};
+        const struct cu_mm_cfg keep = cu_mm_cfg;
+        for (const auto &cf : cfgs)
+            for (int pdl = 0; pdl < 2; pdl++) {
+                if (cf[0] < 0) { cu_mm_cfg = keep; cu_mm_cfg.ks[0] = cu_mm_cfg.ks[1] = cu_mm_cfg.ks[2] = 0; }
+                else for (int c = 0; c < 3; c++) { cu_mm_cfg.tr[c] = cf[0]; cu_mm_cfg.ks[c] = cf[1]; }
+                gpu_pdl.on = pdl == 1;
+                gpu_pdl.after_kernel = false;
+                CK(gpuMemset(d_y, 0xff, sizeof(float) * s.n_rows * s.n_fused)); /* NaN: every output must be written */
+                cu_launch_matmul(&args[0], st);
+                CK(gpuStreamSynchronize(st));
+                std::vector<float> y(s.n_rows * s.n_fused);
+                CK(gpuMemcpy(y.data(), d_y, y.size() * 4, gpuMemcpyDeviceToHost));
+                size_t bad = 0;
+                double mrel = 0, ymax = 0;
+                for (int64_t r = 0; r < s.n_rows; r++) ymax = std::max(ymax, (double)fabsf(ref[r]));
+                for (int f = 0; f < s.n_fused; f++)
+                    for (int64_t r = 0; r < s.n_rows; r++) {
+                        const double e = fabs((double)y[f * s.n_rows + r] - ref[r]) / ymax;
+                        mrel = std::max(mrel, e);
+                        bad += !(e < 1e-5);
+                    }
+                for (int i = 0; i < copies; i++) cu_launch_matmul(&args[i % copies], st); /* warm-up */
+                std::vector<float> times;
+                for (int k = 0; k < reps; k++) {
+                    CK(gpuEventRecord(e0, st));
+                    gpu_pdl.after_kernel = false;
+                    for (int i = 0; i < copies; i++) cu_launch_matmul(&args[i], st);
+                    CK(gpuEventRecord(e1, st));
+                    CK(gpuEventSynchronize(e1));
+                    float ms;
+                    CK(gpuEventElapsedTime(&ms, e0, e1));
+                    times.push_back(ms * 1000.f / copies);
+                }
+                std::sort(times.begin(), times.end());
+                const double us = times[times.size() / 2];
+                const double gbs = set_bytes / (us * 1e-6) / 1e9;
+                gbs_all.push_back(gbs);
+                char name[64];
+                if (cf[0] < 0) snprintf(name, sizeof(name), "%s", s.what);
+                else snprintf(name, sizeof(name), "  tr %d ks %d", cf[0], cf[1]);
+                printf("%-32s %5s %6lld %7lld %5d %8.2f %9.2f %8.0f %.2g%s%s\n", name, quant_traits(s.type)->name, (long long)s.n_cols,
+                       (long long)s.n_rows, s.n_fused, set_bytes / 1e6, us, gbs, mrel, pdl ? " pdl" : "",
+                       rt ? "" : " (repack round trip FAILED)");
+                if (bad) printf("  %zu of %lld outputs differ from vec_dot_ref\n", bad, (long long)(s.n_rows * s.n_fused));
+            }
+        cu_mm_cfg = keep;
+        gpu_pdl.on = false;
         CK(gpuFree(d_w)); CK(gpuFree(d_y)); CK(gpuFree(d_act));
         CK(gpuEventDestroy(e0)); CK(gpuEventDestroy(e1));
     }

@@ -14,7 +14,7 @@ nvcc -O3 -std=c++17 -gencode=arch=compute_90,code=sm_90 -Iinclude -Isrc -o "$BUI
 mkdir -p .carry/bin .carry/lib
 cp "$BUILD/vllmc" "$BUILD/tests/cuda/test_cuda_ops" "$BUILD/tests/cuda/test_cuda_model" "$BUILD/bench_gemv" .carry/bin/
 for l in $(ldd "$BUILD/vllmc" | awk '{print $3}' | grep '^/'); do
-    case $(basename "$l") in libc.so*|libdl.so*|libm.so*|libpthread.so*|librt.so*|libstdc++*|libgcc_s*) ;; *) cp -L "$l" .carry/lib/ ;; esac
+    case $(basename "$l") in libc.so*|libdl.so*|libm.so*|libpthread.so*|librt.so*|libstdc++*|libgcc_s*|libcublas*) ;; *) cp -L "$l" .carry/lib/ ;; esac
 done
 SHARED=${SHARED:-../shared}
 [ -f "$SHARED/tools/synth_gguf.py" ] && cp "$SHARED/tools/synth_gguf.py" .carry/

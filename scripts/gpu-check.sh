@@ -6,7 +6,10 @@
 # .carry/synth_gguf.py. STAGES (default "ops model dense moe moesan gemv sanitize bench") picks what runs: moe runs the
 # tiny qwen35moe files carried in .carry/moe (tests/tools/make_tiny_qwen35.py output) through test_cuda_model, moesan
 # runs the q4_k_m one under compute-sanitizer. BENCH_MODELS names synth_gguf.py shapes (qwen36-14b-a3b: the MoE body);
-# BENCH_ARGS the prompt / generation / repetitions; BENCH_EAGER=0 skips the eager rerun.
+# BENCH_ARGS the prompt / generation / repetitions; BENCH_EAGER=0 skips the eager rerun. Stage ab (not in the
+# default list) times the decode of each BENCH_MODELS shape with the backend's switches (VLLMC_CUDA_PDL,
+# VLLMC_CUDA_FUSE_ADD, VLLMC_CUDA_MM) from the previous kernels to all on, with AB_ARGS (default -p 512 -g 256
+# -r 3); VLLMC_CUDA_MM's best value per row class is taken from this run's bench_gemv output when there is one.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu-out}
@@ -114,6 +117,45 @@ if has bench; then
             timeout 120 "$BIN/vllmc" bench -m "$f" $BENCH_ARGS --enforce-eager >"$OUT/bench_${m}_eager.txt" 2>&1; rc=$?
             note "$m eager rc=$rc: $(grep '^output tok/s' "$OUT/bench_${m}_eager.txt" | head -1)"
         fi
+    done
+fi
+
+if has ab; then
+    for i in $(seq 1 240); do [ -f /tmp/models/done ] && break; sleep 1; done
+    best=""
+    [ -s "$OUT/bench_gemv.txt" ] && best=$(python3 - "$OUT/bench_gemv.txt" <<'PYEOF'
+import re, sys
+# per row class (< 8192, < 65536, more rows): the kernel choice with the least total time over the shapes, with PDL
+tot = {}
+shape = None
+for line in open(sys.argv[1]):
+    m = re.match(r'^(.*?)\s+(\S+)\s+(\d+)\s+(\d+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+(\d+)\s+(\S+)( pdl)?', line)
+    if not m or not m.group(10): continue
+    name, rows = m.group(1), int(m.group(4)) * int(m.group(5))
+    cls = 0 if rows < 8192 else 1 if rows < 65536 else 2
+    t = re.match(r'\s*tr (\d) ks (\d)', name)
+    cfg = (int(t.group(1)), int(t.group(2))) if t else (1 if cls == 0 else 4, 0)
+    tot.setdefault(cls, {}).setdefault(cfg, 0.0)
+    tot[cls][cfg] += float(m.group(7))
+out = []
+for c in range(3):
+    cfg = min(tot[c], key=tot[c].get) if c in tot else (1 if c == 0 else 4, 0)
+    out += [str(cfg[0]), str(cfg[1])]
+print(",".join(out))
+PYEOF
+)
+    old="1,0,4,0,4,0"
+    AB_ARGS=${AB_ARGS:-"-p 512 -g 256 -r 3"}
+    for m in $BENCH_MODELS; do
+        f=/tmp/models/$m.gguf
+        [ -s "$f" ] || { note "$m: model not generated"; continue; }
+        for v in "0 0 $old" "1 0 $old" "1 1 $old" ${best:+"1 1 $best" "0 1 $best"}; do
+            set -- $v
+            # shellcheck disable=SC2086
+            VLLMC_CUDA_PDL=$1 VLLMC_CUDA_FUSE_ADD=$2 VLLMC_CUDA_MM=$3 timeout 120 "$BIN/vllmc" bench -m "$f" $AB_ARGS \
+                >"$OUT/ab_${m}_$1$2_$3.txt" 2>&1; rc=$?
+            note "$m pdl=$1 fuse_add=$2 mm=$3 rc=$rc: $(grep '^output tok/s' "$OUT/ab_${m}_$1$2_$3.txt" | head -1)"
+        done
     done
 fi
 

@@ -49,6 +49,8 @@ struct cu_backend {
     struct backend base;
     gpuStream_t stream;
     bool eager, profile;
+    bool pdl;                  /* programmatic dependent launch between kernels (gpu_compat.h) */
+    bool fuse_add;             /* recorded steps: a residual add after a matmul / moe goes into its epilogue */
     /* the batch: host copies, pinned staging, device copy */
     int32_t n_tokens, n_seqs, n_logits, max_pos;
     std::vector<int32_t> tok, pos, seq, lrows, seq_slot, seq_nblocks;
@@ -58,6 +60,7 @@ struct cu_backend {
     /* recording and graphs */
     bool recording;
     std::vector<uint8_t> rec, graph_rec;
+    size_t last_rec;           /* offset of the last record in rec (SIZE_MAX: none) */
     gpuGraphExec_t gexec;
     int32_t *d_argmax, *h_argmax;
     int64_t cap_argmax;
@@ -74,6 +77,8 @@ struct cu_backend {
 };
 
 static inline cu_backend *cub(struct backend *be) { return (cu_backend *)be; }
+
+thread_local struct gpu_pdl_state gpu_pdl;
 
 static vllmc_status gpu_err(gpuError_t e, const char *what) {
     if (e == gpuSuccess) return VLLMC_OK;
@@ -96,6 +101,8 @@ static double rec_weight_bytes(int op, const void *args) {
 
 static void rec_exec(cu_backend *c, int op, const void *args) {
     gpuStream_t s = c->stream;
+    gpu_pdl.on = c->pdl;
+    if (op == CU_OP_UPLOAD || op == CU_OP_D2H) gpu_pdl.after_kernel = false; /* a copy comes between */
     switch (op) {
     case CU_OP_UPLOAD: { const rec_upload *r = (const rec_upload *)args; (void)gpuMemcpyAsync(r->dst, r->src, r->bytes, gpuMemcpyHostToDevice, s); break; }
     case CU_OP_EMBED: { const rec_embed *r = (const rec_embed *)args; cu_launch_embed(&r->b, r->table, r->type, r->stride, r->n, r->out, s); break; }
@@ -145,6 +152,7 @@ static vllmc_status submit(cu_backend *c, int op, const void *args, size_t n) {
         const uint32_t hdr[2] = {(uint32_t)op, (uint32_t)padded};
         memcpy(&c->rec[off], hdr, 8);
         memcpy(&c->rec[off + 8], args, n);
+        c->last_rec = off;
         return VLLMC_OK;
     }
     rec_run(c, op, args);
@@ -172,6 +180,7 @@ static vllmc_status finish_step(cu_backend *c) {
     c->graph_rec.clear();
     gpuGraph_t g = NULL;
     e = gpuStreamBeginCapture(c->stream, gpuStreamCaptureModeThreadLocal);
+    gpu_pdl.after_kernel = false;
     if (e == gpuSuccess) {
         rec_run_all(c, c->rec);
         e = gpuStreamEndCapture(c->stream, &g);
@@ -237,6 +246,7 @@ static vllmc_status cu_copy_to_device(struct backend *be, void *dst, const void 
     flush(c);
     if (!n) return VLLMC_OK;
     (void)gpuMemcpyAsync(dst, src, n, gpuMemcpyHostToDevice, c->stream);
+    gpu_pdl.after_kernel = false;
     return gpu_err(gpuStreamSynchronize(c->stream), "copy to device");
 }
 
@@ -245,6 +255,7 @@ static vllmc_status cu_copy_to_host(struct backend *be, void *dst, const void *s
     flush(c);
     if (!n) return VLLMC_OK;
     (void)gpuMemcpyAsync(dst, src, n, gpuMemcpyDeviceToHost, c->stream);
+    gpu_pdl.after_kernel = false;
     return gpu_err(gpuStreamSynchronize(c->stream), "copy to host");
 }
 
@@ -402,6 +413,7 @@ static vllmc_status cu_batch_set(struct backend *be, const struct bk_batch *b) {
     c->bd.n_tokens = b->n_tokens; c->bd.n_logits = b->n_logits;
     c->recording = !c->eager && !c->profile && b->n_tokens == 1 && b->n_logits == 1;
     c->rec.clear();
+    c->last_rec = SIZE_MAX;
     rec_upload r;
     memset(&r, 0, sizeof(r));
     r.dst = c->d_batch; r.src = c->h_stage; r.bytes = (uint64_t)c->words * 4;
@@ -544,9 +556,36 @@ static vllmc_status cu_matmul(struct backend *be, const struct bk_act *act, int 
     return VLLMC_OK;
 }
 
+/* In a recorded step, y += x right after the matmul (one weight) or moe op that wrote x, of n_rows rows of
+ * n_cols: the op's epilogue adds each output into y as it writes it (same float sums, so the bits equal
+ * those of the separate add; x is still written). False when the last record is not such an op. */
+static bool fuse_add(cu_backend *c, float *y, const float *x, int64_t n_rows, int64_t n_cols) {
+    if (!c->recording || !c->fuse_add || c->last_rec == SIZE_MAX || y == x) return false;
+    uint32_t hdr[2];
+    memcpy(hdr, &c->rec[c->last_rec], 8);
+    void *args = &c->rec[c->last_rec + 8]; /* records start 8-byte aligned */
+    if (hdr[0] == CU_OP_MATMUL) {
+        rec_matmul *r = (rec_matmul *)args;
+        struct cu_mm_seg *sg = &r->a.seg[0];
+        if (r->a.n_seg != 1 || r->a.n_act != n_rows || sg->y != x || sg->ld_y != n_cols || sg->n_rows != n_cols ||
+            sg->res || r->a.a.x == y)
+            return false;
+        sg->res = y;
+    } else if (hdr[0] == CU_OP_MOE) {
+        rec_moe *r = (rec_moe *)args;
+        if (r->a.out != x || r->a.n_embd != n_cols || r->a.T != n_rows || r->a.res || r->a.router.a.x == y) return false;
+        r->a.res = y;
+    } else {
+        return false;
+    }
+    c->stats.fused_adds++;
+    return true;
+}
+
 static vllmc_status cu_add(struct backend *be, float *y, const float *x, int64_t n_rows, int64_t n_cols) {
     cu_backend *c = cub(be);
     if (n_rows < 0 || n_cols < 0) return vllmc_errorf(VLLMC_ERR_INVALID, "add: bad shape");
+    if (fuse_add(c, y, x, n_rows, n_cols)) return VLLMC_OK;
     rec_add r;
     memset(&r, 0, sizeof(r));
     r.y = y; r.x = x; r.n = n_rows * n_cols;
@@ -979,6 +1018,18 @@ extern "C" vllmc_status backend_cuda_create(const struct backend_cuda_opts *o, s
     c->base.n_threads = 1;
     c->eager = o && o->enforce_eager;
     c->profile = o && o->profile;
+    const char *env = getenv("VLLMC_CUDA_PDL"); /* "0": plain launches (comparisons) */
+    c->pdl = !c->profile && !(env && !strcmp(env, "0"));
+    env = getenv("VLLMC_CUDA_FUSE_ADD");
+    c->fuse_add = !(env && !strcmp(env, "0"));
+    c->last_rec = SIZE_MAX;
+    if ((env = getenv("VLLMC_CUDA_MM"))) { /* "tr0,ks0,tr1,ks1,tr2,ks2": mat-vec kernel choice (comparisons) */
+        int v[6];
+        if (sscanf(env, "%d,%d,%d,%d,%d,%d", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5]) == 6) {
+            const int tr[3] = {v[0], v[2], v[4]}, ks[3] = {v[1], v[3], v[5]};
+            backend_cuda_set_matvec(tr, ks);
+        }
+    }
     if ((st = gpu_err(gpuStreamCreate(&c->stream), "stream"))) { delete c; return st; }
     if (c->profile) {
         (void)gpuEventCreate(&c->ev0);
@@ -989,6 +1040,17 @@ extern "C" vllmc_status backend_cuda_create(const struct backend_cuda_opts *o, s
 }
 
 extern "C" void backend_cuda_get_stats(struct backend *be, struct backend_cuda_stats *out) { *out = cub(be)->stats; }
+
+extern "C" void backend_cuda_set_matvec(const int tr[3], const int ks[3]) {
+    for (int i = 0; i < 3; i++) { cu_mm_cfg.tr[i] = tr[i]; cu_mm_cfg.ks[i] = ks[i]; }
+}
+extern "C" void backend_cuda_set_matvec_rows(int rows0, int rows1) {
+    cu_mm_cfg.rows[0] = rows0;
+    cu_mm_cfg.rows[1] = rows1;
+}
+extern "C" void backend_cuda_get_matvec(int tr[3], int ks[3]) {
+    for (int i = 0; i < 3; i++) { tr[i] = cu_mm_cfg.tr[i]; ks[i] = cu_mm_cfg.ks[i]; }
+}
 
 extern "C" void backend_cuda_get_prof(struct backend *be, struct backend_cuda_prof *out) {
     cu_backend *c = cub(be);

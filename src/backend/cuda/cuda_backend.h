@@ -26,8 +26,16 @@ struct backend_cuda_stats {
     uint64_t graph_replays, graph_captures, eager_steps;
     uint64_t bytes_now, bytes_peak;   /* device memory allocated through the backend */
     uint64_t weight_bytes;            /* device bytes of uploaded weights */
+    uint64_t fused_adds;              /* residual adds recorded into a matmul / moe epilogue */
 };
 void backend_cuda_get_stats(struct backend *be, struct backend_cuda_stats *out);
+
+/* Decode mat-vec kernel choice for launches of < 8,192 / < 65,536 / more rows (class 0 / 1 / 2): ks[c] 0
+ * the one-warp-per-row (0) or 4-row-tile (1, 2) kernel, else tiles of tr[c] (1..4) rows split over ks[c]
+ * (1, 2, 4) warps. Process-wide; for tests and comparisons (the defaults are the measured best). */
+void backend_cuda_set_matvec(const int tr[3], const int ks[3]);
+void backend_cuda_get_matvec(int tr[3], int ks[3]);
+void backend_cuda_set_matvec_rows(int rows0, int rows1); /* class limits (default 8,192 and 65,536) */
 
 /* Per op-family profile (profile = true): calls, GPU milliseconds, bytes of weights read. */
 #define BACKEND_CUDA_PROF_MAX 16

@@ -63,6 +63,7 @@ struct cu_mm_seg {
     const uint8_t *w;          /* repacked rows */
     const float *bias;
     float *y;
+    float *res;                /* or NULL: also res[a][row] += y[a][row] (row stride ld_y; the residual add) */
     int64_t ld_y;
     uint64_t stride;           /* bytes per row */
     int32_t type;
@@ -82,6 +83,15 @@ struct cu_mm_args {
     struct cu_act_view a;
 };
 #define CU_MM_WARPS 4          /* rows per CTA (one warp per row) */
+/* Decode mat-vec kernel choice by the rows of a launch (all segments): class 0 below rows[0], class 1
+ * below rows[1], class 2 the rest. ks[c] 0: one warp per row (class 0) or per 4-row tile (else), a grid
+ * of the resident CTAs; ks[c] 1, 2 or 4: tiles of tr[c] (1..4) rows, each taken by ks[c] warps of a CTA
+ * that split its super-blocks (split-K) and add their partial sums in warp order. */
+struct cu_mm_cfg {
+    int32_t rows[2];
+    int32_t tr[3], ks[3];
+};
+extern struct cu_mm_cfg cu_mm_cfg;
 void cu_launch_matmul(const struct cu_mm_args *args, gpuStream_t s);
 
 /* ---- row-wise kernels ---- */
@@ -179,6 +189,7 @@ struct cu_moe_args {
     struct cu_moe_mm_args down; /* -> Y [T k][n_embd], Ys [T][n_embd] */
     const float *Y, *Ys;
     float *out;
+    float *res;                /* or NULL: also res[t][c] += out[t][c] (the residual add) */
     int64_t n_embd;
 };
 void cu_launch_moe(const struct cu_moe_args *a, gpuStream_t s);

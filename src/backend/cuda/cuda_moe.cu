@@ -18,6 +18,8 @@
 /* One 32-lane group per row. Lane l owns experts l, l + 32, ... */
 static __global__ void __launch_bounds__(32) moe_route_kernel(const float *logits, int E, int k, int norm, int32_t *ids,
                                                               float *wts) {
+    gpu_pdl_wait();
+    gpu_pdl_trigger();
     __shared__ float p[MOE_MAX_EXPERT];
     __shared__ unsigned char taken[MOE_MAX_EXPERT];
     const int lane = threadIdx.x;
@@ -65,7 +67,9 @@ static __global__ void __launch_bounds__(32) moe_route_kernel(const float *logit
 
 /* out[t][c] = sum_j w[t][j] * Y[t k + j][c] (j in selection order) + sigmoid(glog[t]) * Ys[t][c]. */
 static __global__ void moe_mix_kernel(const float *Y, const float *wts, int k, const float *Ys, const float *glog,
-                                      int64_t n, float *out) {
+                                      int64_t n, float *out, float *res) {
+    gpu_pdl_wait();
+    gpu_pdl_trigger();
     const int64_t t = blockIdx.y, c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= n) return;
     float o = 0.f;
@@ -79,12 +83,13 @@ static __global__ void moe_mix_kernel(const float *Y, const float *wts, int k, c
         o = __fadd_rn(o, __fmul_rn(g, Ys[t * n + c]));
     }
     out[t * n + c] = o;
+    if (res) res[t * n + c] = __fadd_rn(res[t * n + c], o);
 }
 
 void cu_launch_moe(const struct cu_moe_args *a, gpuStream_t s) {
     if (a->T <= 0) return;
     cu_launch_matmul(&a->router, s);
-    moe_route_kernel<<<(unsigned)a->T, 32, 0, s>>>(a->logits, a->E, a->k, a->norm, a->ids, a->wts);
+    gpu_launch(moe_route_kernel, dim3((unsigned)a->T), dim3(32), 0, s, a->logits, a->E, a->k, a->norm, a->ids, a->wts);
     cu_launch_moe_matmul(&a->gu, s);
     const int n_ent = a->T * a->k;
     if (a->merged) {
@@ -99,6 +104,6 @@ void cu_launch_moe(const struct cu_moe_args *a, gpuStream_t s) {
                                  a->h[1], a->hfmts[1], s);
     }
     cu_launch_moe_matmul(&a->down, s);
-    moe_mix_kernel<<<dim3((unsigned)GPU_CEIL_DIV(a->n_embd, 256), (unsigned)a->T), 256, 0, s>>>(
-        a->Y, a->wts, a->k, a->shared ? a->Ys : NULL, a->sgate ? a->glog : NULL, a->n_embd, a->out);
+    gpu_launch(moe_mix_kernel, dim3((unsigned)GPU_CEIL_DIV(a->n_embd, 256), (unsigned)a->T), dim3(256), 0, s,
+        a->Y, a->wts, a->k, a->shared ? a->Ys : NULL, a->sgate ? a->glog : NULL, a->n_embd, a->out, a->res);
 }

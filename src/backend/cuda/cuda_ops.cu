@@ -71,6 +71,8 @@ static __device__ float dequant_elem(const uint8_t *row, uint32_t type, int64_t 
 
 static __global__ void embed_kernel(struct cu_batch_dev b, const uint8_t *table, uint32_t type, uint64_t stride,
                                     int64_t n, float *out) {
+    gpu_pdl_wait();
+    gpu_pdl_trigger();
     const int t = blockIdx.x;
     const uint8_t *row = table + (uint64_t)b.tok[t] * stride;
     for (int64_t e = threadIdx.x; e < n; e += blockDim.x) out[(int64_t)t * n + e] = dequant_elem(row, type, n, e);
@@ -78,23 +80,27 @@ static __global__ void embed_kernel(struct cu_batch_dev b, const uint8_t *table,
 
 void cu_launch_embed(const struct cu_batch_dev *b, const uint8_t *table, uint32_t type, uint64_t stride, int64_t n_cols,
                      float *out, gpuStream_t s) {
-    embed_kernel<<<b->n_tokens, 256, 0, s>>>(*b, table, type, stride, n_cols, out);
+    gpu_launch(embed_kernel, dim3(b->n_tokens), dim3(256), 0, s, *b, table, type, stride, n_cols, out);
 }
 
 static __global__ void get_rows_kernel(struct cu_batch_dev b, const float *x, int64_t n, float *out) {
+    gpu_pdl_wait();
+    gpu_pdl_trigger();
     const int i = blockIdx.x;
     const float *src = x + (int64_t)b.logit_rows[i] * n;
     for (int64_t e = threadIdx.x; e < n; e += blockDim.x) out[(int64_t)i * n + e] = src[e];
 }
 
 void cu_launch_get_rows(const struct cu_batch_dev *b, const float *x, int64_t n_cols, float *out, gpuStream_t s) {
-    if (b->n_logits > 0) get_rows_kernel<<<b->n_logits, 256, 0, s>>>(*b, x, n_cols, out);
+    if (b->n_logits > 0) gpu_launch(get_rows_kernel, dim3(b->n_logits), dim3(256), 0, s, *b, x, n_cols, out);
 }
 
 /* ---- norms, elementwise ---- */
 
 static __global__ void rmsnorm_kernel(const float *x, int64_t ld_x, const float *w, float eps, int64_t n, float *out,
                                       int64_t ld_out) {
+    gpu_pdl_wait();
+    gpu_pdl_trigger();
     __shared__ double red[32];
     const float *xr = x + blockIdx.x * ld_x;
     float *yr = out + blockIdx.x * ld_out;
@@ -118,10 +124,12 @@ void cu_launch_rmsnorm(const float *x, int64_t ld_x, const float *w, float eps, 
                        int64_t ld_out, gpuStream_t s) {
     if (n_rows <= 0) return;
     const int th = n_cols >= 1024 ? 256 : 128;
-    rmsnorm_kernel<<<(unsigned)n_rows, th, 0, s>>>(x, ld_x, w, eps, n_cols, out, ld_out);
+    gpu_launch(rmsnorm_kernel, dim3((unsigned)n_rows), dim3(th), 0, s, x, ld_x, w, eps, n_cols, out, ld_out);
 }
 
 static __global__ void add_kernel(float *y, const float *x, int64_t n) {
+    gpu_pdl_wait();
+    gpu_pdl_trigger();
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
         y[i] = __fadd_rn(y[i], x[i]);
 }
@@ -129,10 +137,12 @@ static __global__ void add_kernel(float *y, const float *x, int64_t n) {
 void cu_launch_add(float *y, const float *x, int64_t n, gpuStream_t s) {
     if (n <= 0) return;
     const int64_t blocks = GPU_CEIL_DIV(n, 256);
-    add_kernel<<<(unsigned)(blocks < 4096 ? blocks : 4096), 256, 0, s>>>(y, x, n);
+    gpu_launch(add_kernel, dim3((unsigned)(blocks < 4096 ? blocks : 4096)), dim3(256), 0, s, y, x, n);
 }
 
 static __global__ void sigmoid_mul_kernel(float *x, int64_t ld_x, const float *g, int64_t ld_g, int64_t n_cols) {
+    gpu_pdl_wait();
+    gpu_pdl_trigger();
     float *xr = x + blockIdx.x * ld_x;
     const float *gr = g + blockIdx.x * ld_g;
     for (int64_t c = threadIdx.x; c < n_cols; c += blockDim.x)
@@ -142,13 +152,15 @@ static __global__ void sigmoid_mul_kernel(float *x, int64_t ld_x, const float *g
 void cu_launch_sigmoid_mul(float *x, int64_t ld_x, const float *g, int64_t ld_g, int64_t n_rows, int64_t n_cols,
                            gpuStream_t s) {
     if (n_rows <= 0 || n_cols <= 0) return;
-    sigmoid_mul_kernel<<<(unsigned)n_rows, 128, 0, s>>>(x, ld_x, g, ld_g, n_cols);
+    gpu_launch(sigmoid_mul_kernel, dim3((unsigned)n_rows), dim3(128), 0, s, x, ld_x, g, ld_g, n_cols);
 }
 
 /* ---- RoPE ---- */
 
 static __global__ void rope_kernel(struct cu_batch_dev b, float *x, int64_t ld, int32_t head_dim, int mode, int32_t n_rot,
                                    float theta_scale, float freq_scale, const float *ff) {
+    gpu_pdl_wait();
+    gpu_pdl_trigger();
     const int t = blockIdx.x, h = blockIdx.y, half = n_rot / 2;
     float *xh = x + (int64_t)t * ld + (int64_t)h * head_dim;
     const int32_t pos = b.pos[t];
@@ -170,8 +182,8 @@ static __global__ void rope_kernel(struct cu_batch_dev b, float *x, int64_t ld, 
 void cu_launch_rope(const struct cu_batch_dev *b, float *x, int64_t ld, int32_t n_head, int32_t head_dim, int mode,
                     int32_t n_rot, float freq_base, float freq_scale, const float *freq_factors, gpuStream_t s) {
     const float theta_scale = powf(freq_base, -2.0f / (float)n_rot); /* host powf: the CPU's value */
-    rope_kernel<<<dim3(b->n_tokens, n_head), 64, 0, s>>>(*b, x, ld, head_dim, mode, n_rot, theta_scale, freq_scale,
-                                                          freq_factors);
+    gpu_launch(rope_kernel, dim3(b->n_tokens, n_head), dim3(64), 0, s, *b, x, ld, head_dim, mode, n_rot, theta_scale,
+               freq_scale, freq_factors);
 }
 
 /* ---- attention ---- */
@@ -315,6 +327,8 @@ void cu_launch_attention(const struct cu_batch_dev *b, const struct cu_attn_args
 /* ---- Gated DeltaNet ---- */
 
 static __global__ void gdn_conv_kernel(struct cu_batch_dev b, struct cu_gdn_args a, int64_t conv_dim) {
+    gpu_pdl_wait();
+    gpu_pdl_trigger();
     const int64_t ch = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (ch >= conv_dim) return;
     const int nh = a.d_conv - 1;
@@ -351,6 +365,8 @@ static __device__ double block_sum_d(double v, double *red) {
  * loads is contiguous. Per token: q/k L2 norms (recomputed by each CTA of a head), gates, the delta rule;
  * writes the raw o rows (the gated RMSNorm runs in the quantize that follows). */
 static __global__ void __launch_bounds__(4 * GDN_ROWS) gdn_rule_kernel(struct cu_batch_dev b, struct cu_gdn_args a) {
+    gpu_pdl_wait();
+    gpu_pdl_trigger();
     __shared__ float qs[GDN_DK], ks[GDN_DK];
     __shared__ double red[32];
     __shared__ float gate[2];
@@ -430,13 +446,15 @@ static __global__ void __launch_bounds__(4 * GDN_ROWS) gdn_rule_kernel(struct cu
 
 void cu_launch_gdn(const struct cu_batch_dev *b, const struct cu_gdn_args *a, gpuStream_t s) {
     const int64_t conv_dim = 2 * (int64_t)a->n_k_head * a->d_k + (int64_t)a->n_v_head * a->d_v;
-    gdn_conv_kernel<<<(unsigned)GPU_CEIL_DIV(conv_dim, 128), 128, 0, s>>>(*b, *a, conv_dim);
-    gdn_rule_kernel<<<dim3(a->n_v_head, a->d_v / GDN_ROWS), 4 * GDN_ROWS, 0, s>>>(*b, *a);
+    gpu_launch(gdn_conv_kernel, dim3((unsigned)GPU_CEIL_DIV(conv_dim, 128)), dim3(128), 0, s, *b, *a, conv_dim);
+    gpu_launch(gdn_rule_kernel, dim3(a->n_v_head, a->d_v / GDN_ROWS), dim3(4 * GDN_ROWS), 0, s, *b, *a);
 }
 
 /* ---- argmax ---- */
 
 static __global__ void argmax_kernel(const float *x, int64_t n, int32_t *out) {
+    gpu_pdl_wait();
+    gpu_pdl_trigger();
     __shared__ float bv[32];
     __shared__ int bi[32];
     const float *r = x + blockIdx.x * n;
@@ -463,5 +481,5 @@ static __global__ void argmax_kernel(const float *x, int64_t n, int32_t *out) {
 }
 
 void cu_launch_argmax(const float *x, int64_t n_rows, int64_t n, int32_t *out, gpuStream_t s) {
-    if (n_rows > 0) argmax_kernel<<<(unsigned)n_rows, 1024, 0, s>>>(x, n, out);
+    if (n_rows > 0) gpu_launch(argmax_kernel, dim3((unsigned)n_rows), dim3(1024), 0, s, x, n, out);
 }

@@ -221,4 +221,56 @@ static __device__ __forceinline__ int dot4_i8(int a, int b, int c) {
 #endif
 }
 
+/* ---- programmatic dependent launch (PDL) ----
+ * On sm_90 a kernel launched by gpu_launch while gpu_pdl.on is set (and the stream's previous operation
+ * was a kernel) may start while that kernel still runs. Such a kernel calls gpu_pdl_wait() before it
+ * reads anything an earlier kernel writes and before it writes anything: what it does before the wait
+ * may only read data no kernel writes (weights), e.g. prefetch them into L2. gpu_pdl_wait() returns once
+ * every earlier kernel has completed with its writes visible (each of them waited in turn), so the
+ * ordering is the stream's. gpu_pdl_trigger() lets the next kernel launch now. Every kernel launched
+ * through gpu_launch must call gpu_pdl_wait(); kernels launched with <<< >>> are ordered as usual. On
+ * HIP, and without the flag, gpu_launch is a plain launch and both calls are no-ops. */
+struct gpu_pdl_state {
+    bool on;           /* launch with the programmatic-serialization attribute */
+    bool after_kernel; /* the stream's last operation was a kernel launch */
+};
+extern thread_local struct gpu_pdl_state gpu_pdl;
+
+static __device__ __forceinline__ void gpu_pdl_wait(void) {
+#if !defined(VLLMC_HIP) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+static __device__ __forceinline__ void gpu_pdl_trigger(void) {
+#if !defined(VLLMC_HIP) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+/* Hint: bring the 128-byte line at p into L2 (no register written, no fault on a valid address). */
+static __device__ __forceinline__ void gpu_prefetch_l2(const void *p) {
+#if !defined(VLLMC_HIP)
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+#else
+    (void)p;
+#endif
+}
+
+template <typename... P, typename... A>
+static inline void gpu_launch(void (*k)(P...), dim3 grid, dim3 block, size_t smem, gpuStream_t s, A... args) {
+#if !defined(VLLMC_HIP)
+    if (gpu_pdl.on && gpu_pdl.after_kernel) {
+        cudaLaunchAttribute at[1];
+        at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        at[0].val.programmaticStreamSerializationAllowed = 1;
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = grid; cfg.blockDim = block; cfg.dynamicSmemBytes = smem; cfg.stream = s;
+        cfg.attrs = at; cfg.numAttrs = 1;
+        if (cudaLaunchKernelEx(&cfg, k, static_cast<P>(args)...) == cudaSuccess) return;
+        (void)cudaGetLastError(); /* not taken: launch it the plain way (which reports a real error) */
+    }
+#endif
+    k<<<grid, block, smem, s>>>(static_cast<P>(args)...);
+    gpu_pdl.after_kernel = true;
+}
+
 #endif
