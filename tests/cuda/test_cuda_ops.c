@@ -376,6 +376,54 @@ static void test_batch_ops(void) {
     bk_act_free(gpu, &ga);
 }
 
+/* argmax over a large vocabulary (several CTAs per row, several elements per thread): an F32 head whose
+ * column c holds row c's logits, activation rows one-hot, so the logits are exactly the planted values;
+ * few distinct levels (many ties), very negative entries, the maximum planted twice (the lower index must win). */
+static void test_argmax(void) {
+    const int64_t V = 70000 + (int64_t)(test_rand_u64() % 30000), E = 32;
+    const int T = 3;
+    float *wt = calloc((size_t)(V * E), 4);
+    int32_t want[T];
+    for (int r = 0; r < T; r++) {
+        for (int64_t i = 0; i < V; i++) {
+            const uint64_t u = test_rand_u64();
+            wt[i * E + r] = u % 97 == 0 ? -1e30f : (float)(u % 50) / 8.0f - 3.0f; /* (-inf x 0 would be NaN) */
+        }
+        const int64_t a = (int64_t)(test_rand_u64() % (uint64_t)(V - 1)), b = a + 1 + (int64_t)(test_rand_u64() % (uint64_t)(V - 1 - a));
+        wt[a * E + r] = wt[b * E + r] = 100.0f + (float)r;
+        if (r == 2) wt[(V - 1) * E + r] = 100.0f + (float)r; /* a third copy at the very end */
+        want[r] = (int32_t)a;
+    }
+    struct pair_w head;
+    head.host = (uint8_t *)wt;
+    const int64_t ne[2] = {E, V};
+    CHECK(ref->ops->weight_upload(ref, wt, GGML_TYPE_F32, 2, ne, &head.r) == VLLMC_OK);
+    CHECK(gpu->ops->weight_upload(gpu, wt, GGML_TYPE_F32, 2, ne, &head.g) == VLLMC_OK);
+    struct bk_act ra, ga;
+    CHECK(bk_act_alloc(ref, T, E, BK_ACT_BIT(BK_ACT_F32), &ra) == VLLMC_OK);
+    CHECK(bk_act_alloc(gpu, T, E, BK_ACT_BIT(BK_ACT_F32), &ga) == VLLMC_OK);
+    float x[T * 32];
+    memset(x, 0, sizeof(x));
+    for (int r = 0; r < T; r++) x[r * E + r] = 1.0f;
+    memcpy(ra.x, x, sizeof(x));
+    CHECK(gpu->ops->copy_to_device(gpu, ga.x, x, sizeof(x)) == VLLMC_OK);
+    ra.n_rows = ga.n_rows = T;
+    float *rl = ref_put(NULL, (size_t)(T * V) * 4), *gl = dev_put(NULL, (size_t)(T * V) * 4);
+    int32_t am_r[T], am_g[T];
+    CHECK(ref->ops->logits(ref, &ra, &head.r, rl, am_r) == VLLMC_OK);
+    CHECK(gpu->ops->logits(gpu, &ga, &head.g, gl, am_g) == VLLMC_OK);
+    for (int r = 0; r < T; r++) {
+        CHECK_MSG(am_r[r] == want[r], "argmax reference row %d: %d, planted %d", r, am_r[r], want[r]);
+        CHECK_MSG(am_g[r] == want[r], "argmax row %d of %lld: %d, planted first maximum at %d", r, (long long)V, am_g[r], want[r]);
+    }
+    printf("argmax: %d rows of %lld logits (ties, the maximum two or three times): all at the first maximum\n", T, (long long)V);
+    free_weight(&head);
+    ref->ops->free(ref, rl);
+    gpu->ops->free(gpu, gl);
+    bk_act_free(ref, &ra);
+    bk_act_free(gpu, &ga);
+}
+
 /* attention over the paged cache: two interleaved sequences, prefill then a decode step, f32 and f16. */
 static void test_attention(void) {
     for (int dt = 0; dt < 2; dt++) {
@@ -577,6 +625,7 @@ int main(void) {
     test_matmul();
     test_rowwise();
     test_batch_ops();
+    test_argmax();
     test_attention();
     test_gdn();
     test_moe();

@@ -39,7 +39,7 @@ struct rec_add { float *y; const float *x; int64_t n; };
 struct rec_rope { struct cu_batch_dev b; float *x; const float *ff; int64_t ld; int32_t n_head, head_dim, mode, n_rot; float base, scale; };
 struct rec_attn { struct cu_batch_dev b; struct cu_attn_args a; };
 struct rec_getrows { struct cu_batch_dev b; const float *x; float *out; int64_t n; };
-struct rec_argmax { const float *x; int32_t *out; int64_t n_rows, n; };
+struct rec_argmax { const float *x; int32_t *out; void *work; int64_t n_rows, n; };
 struct rec_d2h { void *dst; const void *src; uint64_t bytes; };
 struct rec_gdn { struct cu_batch_dev b; struct cu_gdn_args a; };
 struct rec_sigmul { float *x; const float *g; int64_t ld_x, ld_g, n_rows, n_cols; };
@@ -113,7 +113,7 @@ static void rec_exec(cu_backend *c, int op, const void *args) {
     case CU_OP_ROPE: { const rec_rope *r = (const rec_rope *)args; cu_launch_rope(&r->b, r->x, r->ld, r->n_head, r->head_dim, r->mode, r->n_rot, r->base, r->scale, r->ff, s); break; }
     case CU_OP_ATTN: { const rec_attn *r = (const rec_attn *)args; cu_launch_attention(&r->b, &r->a, s); break; }
     case CU_OP_GETROWS: { const rec_getrows *r = (const rec_getrows *)args; cu_launch_get_rows(&r->b, r->x, r->n, r->out, s); break; }
-    case CU_OP_ARGMAX: { const rec_argmax *r = (const rec_argmax *)args; cu_launch_argmax(r->x, r->n_rows, r->n, r->out, s); break; }
+    case CU_OP_ARGMAX: { const rec_argmax *r = (const rec_argmax *)args; cu_launch_argmax(r->x, r->n_rows, r->n, r->out, r->work, s); break; }
     case CU_OP_D2H: { const rec_d2h *r = (const rec_d2h *)args; (void)gpuMemcpyAsync(r->dst, r->src, r->bytes, gpuMemcpyDeviceToHost, s); break; }
     case CU_OP_GDN: { const rec_gdn *r = (const rec_gdn *)args; cu_launch_gdn(&r->b, &r->a, s); break; }
     case CU_OP_SIGMUL: { const rec_sigmul *r = (const rec_sigmul *)args; cu_launch_sigmoid_mul(r->x, r->ld_x, r->g, r->ld_g, r->n_rows, r->n_cols, s); break; }
@@ -670,7 +670,8 @@ static vllmc_status cu_logits(struct backend *be, const struct bk_act *act, cons
             if (c->h_argmax) (void)gpuFreeHost(c->h_argmax);
             c->d_argmax = NULL; c->h_argmax = NULL; c->cap_argmax = 0;
             const int64_t cap = VLLMC_MAX(act->n_rows, (int64_t)64);
-            if ((st = dev_alloc(c, (size_t)cap * 4, (void **)&c->d_argmax)) ||
+            /* the ids, then CU_ARGMAX_PARTS (value, index) partials per row */
+            if ((st = dev_alloc(c, (size_t)cap * (4 + 8 * CU_ARGMAX_PARTS) + 16, (void **)&c->d_argmax)) ||
                 (st = gpu_err(gpuHostAlloc((void **)&c->h_argmax, (size_t)cap * 4), "pinned argmax")))
                 return st;
             c->cap_argmax = cap;
@@ -678,6 +679,7 @@ static vllmc_status cu_logits(struct backend *be, const struct bk_act *act, cons
         rec_argmax ra;
         memset(&ra, 0, sizeof(ra));
         ra.x = logits; ra.out = c->d_argmax; ra.n_rows = act->n_rows; ra.n = w->ne[1];
+        ra.work = (uint8_t *)c->d_argmax + ((4 * (size_t)c->cap_argmax + 15) & ~(size_t)15);
         if ((st = submit(c, CU_OP_ARGMAX, &ra, sizeof(ra)))) return st;
         rec_d2h rd;
         memset(&rd, 0, sizeof(rd));

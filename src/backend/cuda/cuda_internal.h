@@ -146,8 +146,11 @@ struct cu_gdn_args {
     float *out;                /* [n_tokens][n_v_head * d_v] */
 };
 void cu_launch_gdn(const struct cu_batch_dev *b, const struct cu_gdn_args *a, gpuStream_t s);
-/* argmax of each of n_rows rows of n floats (ties to the lowest index) into out (device). */
-void cu_launch_argmax(const float *x, int64_t n_rows, int64_t n, int32_t *out, gpuStream_t s);
+/* argmax of each of n_rows rows of n floats (ties to the lowest index) into out (device): CU_ARGMAX_PARTS
+ * CTAs per row write (value, index) partials to work (16-byte aligned, n_rows * CU_ARGMAX_PARTS * 8 bytes),
+ * then one warp per row picks among them. */
+#define CU_ARGMAX_PARTS 64
+void cu_launch_argmax(const float *x, int64_t n_rows, int64_t n, int32_t *out, void *work, gpuStream_t s);
 
 /* ---- mixture of experts ---- */
 /* One group of expert mat-vec entries: entry ent multiplies activation row ent / act_div by n_mat

@@ -365,8 +365,6 @@ static __device__ double block_sum_d(double v, double *red) {
  * loads is contiguous. Per token: q/k L2 norms (recomputed by each CTA of a head), gates, the delta rule;
  * writes the raw o rows (the gated RMSNorm runs in the quantize that follows). */
 static __global__ void __launch_bounds__(4 * GDN_ROWS) gdn_rule_kernel(struct cu_batch_dev b, struct cu_gdn_args a) {
-    gpu_pdl_wait();
-    gpu_pdl_trigger();
     __shared__ float qs[GDN_DK], ks[GDN_DK];
     __shared__ double red[32];
     __shared__ float gate[2];
@@ -378,6 +376,20 @@ static __global__ void __launch_bounds__(4 * GDN_ROWS) gdn_rule_kernel(struct cu
     float S[32];
     int cur_slot = -1;
     float *sp = NULL;
+    if (b.n_tokens > 0) {
+        /* the first token's state before the dependency wait: no kernel of this step before this one
+         * writes it (only this layer's rule kernel does, and earlier steps completed before this step's
+         * batch upload), and the batch upload completed before the step's first kernel started */
+        cur_slot = seq_slot_of(b, 0);
+        sp = a.ssm_state + (int64_t)cur_slot * a.ssm_floats + ((int64_t)m * dv + j) * dk + 4 * part;
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            const float4 f = *(const float4 *)(sp + 16 * i);
+            S[4 * i] = f.x; S[4 * i + 1] = f.y; S[4 * i + 2] = f.z; S[4 * i + 3] = f.w;
+        }
+    }
+    gpu_pdl_wait();
+    gpu_pdl_trigger();
     for (int t = 0; t < b.n_tokens; t++) {
         const int slot = seq_slot_of(b, t);
         if (slot != cur_slot) {
@@ -452,15 +464,25 @@ void cu_launch_gdn(const struct cu_batch_dev *b, const struct cu_gdn_args *a, gp
 
 /* ---- argmax ---- */
 
-static __global__ void argmax_kernel(const float *x, int64_t n, int32_t *out) {
+/* (v, i) beats (bv, bi): larger, or equal at a lower index; an empty slot (index INT_MAX) never wins. */
+static __device__ __forceinline__ bool am_better(float v, int i, float bv, int bi) {
+    return bi == 0x7fffffff || (i != 0x7fffffff && (v > bv || (v == bv && i < bi)));
+}
+
+/* grid (CU_ARGMAX_PARTS, n_rows), 256 threads: part p scans elements p * 256 + t, stepping by all parts'
+ * threads (each thread's own elements in increasing order, so its first maximum is kept), reduces the CTA
+ * and writes its (value, index) to work. */
+static __global__ void __launch_bounds__(256) argmax_part_kernel(const float *x, int64_t n, float2 *work) {
     gpu_pdl_wait();
     gpu_pdl_trigger();
-    __shared__ float bv[32];
-    __shared__ int bi[32];
-    const float *r = x + blockIdx.x * n;
+    __shared__ float bv[8];
+    __shared__ int bi[8];
+    const float *r = x + blockIdx.y * n;
     float best = -INFINITY;
     int idx = 0x7fffffff;
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    const int64_t step = (int64_t)CU_ARGMAX_PARTS * 256;
+#pragma unroll 8 /* the loads of 8 steps in flight; the comparisons stay in element order */
+    for (int64_t i = (int64_t)blockIdx.x * 256 + threadIdx.x; i < n; i += step) {
         const float v = r[i];
         if (idx == 0x7fffffff || v > best) { best = v; idx = (int)i; }
     }
@@ -468,18 +490,40 @@ static __global__ void argmax_kernel(const float *x, int64_t n, int32_t *out) {
     for (int off = 16; off > 0; off >>= 1) {
         const float ov = shfl_xor(best, off);
         const int oi = shfl_xor(idx, off);
-        if (ov > best || (ov == best && oi < idx)) { best = ov; idx = oi; }
+        if (am_better(ov, oi, best, idx)) { best = ov; idx = oi; }
     }
     if (threadIdx.x % 32 == 0) { bv[threadIdx.x / 32] = best; bi[threadIdx.x / 32] = idx; }
     __syncthreads();
     if (threadIdx.x == 0) {
         best = bv[0]; idx = bi[0];
-        for (int g = 1; g < (int)(blockDim.x / 32); g++)
-            if (bv[g] > best || (bv[g] == best && bi[g] < idx)) { best = bv[g]; idx = bi[g]; }
-        out[blockIdx.x] = idx;
+        for (int g = 1; g < 8; g++)
+            if (am_better(bv[g], bi[g], best, idx)) { best = bv[g]; idx = bi[g]; }
+        work[blockIdx.y * CU_ARGMAX_PARTS + blockIdx.x] = make_float2(best, __int_as_float(idx));
     }
 }
 
-void cu_launch_argmax(const float *x, int64_t n_rows, int64_t n, int32_t *out, gpuStream_t s) {
-    if (n_rows > 0) gpu_launch(argmax_kernel, dim3((unsigned)n_rows), dim3(1024), 0, s, x, n, out);
+/* One warp per row: the best of the row's CU_ARGMAX_PARTS partials. */
+static __global__ void __launch_bounds__(32) argmax_final_kernel(const float2 *work, int32_t *out) {
+    gpu_pdl_wait();
+    gpu_pdl_trigger();
+    const float2 *w = work + blockIdx.x * CU_ARGMAX_PARTS;
+    float best = -INFINITY;
+    int idx = 0x7fffffff;
+    for (int p = threadIdx.x; p < CU_ARGMAX_PARTS; p += 32) {
+        const float2 e = w[p];
+        if (am_better(e.x, __float_as_int(e.y), best, idx)) { best = e.x; idx = __float_as_int(e.y); }
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+        const float ov = shfl_xor(best, off);
+        const int oi = shfl_xor(idx, off);
+        if (am_better(ov, oi, best, idx)) { best = ov; idx = oi; }
+    }
+    if (threadIdx.x == 0) out[blockIdx.x] = idx;
+}
+
+void cu_launch_argmax(const float *x, int64_t n_rows, int64_t n, int32_t *out, void *work, gpuStream_t s) {
+    if (n_rows <= 0) return;
+    gpu_launch(argmax_part_kernel, dim3(CU_ARGMAX_PARTS, (unsigned)n_rows), dim3(256), 0, s, x, n, (float2 *)work);
+    gpu_launch(argmax_final_kernel, dim3((unsigned)n_rows), dim3(32), 0, s, (const float2 *)work, out);
 }

@@ -193,6 +193,16 @@ static __device__ void quant_q8_0_lane(const float v[8], int8_t *qs, uint16_t *d
 
 #define NQ_WARPS 8
 
+static __device__ __forceinline__ bool al16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+static __device__ __forceinline__ void ld8(const float *p, float v[8]) {
+    const float4 a = *(const float4 *)p, b = *(const float4 *)(p + 4);
+    v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w; v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
+}
+static __device__ __forceinline__ void st8(float *p, const float v[8]) {
+    *(float4 *)p = make_float4(v[0], v[1], v[2], v[3]);
+    *(float4 *)(p + 4) = make_float4(v[4], v[5], v[6], v[7]);
+}
+
 /* grid (ceil(units / NQ_WARPS), rows); a warp owns one 256-element unit of one row: its f32 values
  * (normed / gated / as they are) go to out.x, then into every format. RMSNorm: every CTA of the row
  * sums the whole row's squares (in double, the same way), so no second launch is needed. */
@@ -209,7 +219,19 @@ static __global__ void __launch_bounds__(32 * NQ_WARPS) norm_quant_kernel(int mo
         __shared__ double red[NQ_WARPS];
         const float *x = in0 + r * n;
         double sum = 0.0;
-        for (int64_t i = tid; i < n; i += 32 * NQ_WARPS) sum += (double)__fmul_rn(x[i], x[i]);
+        if ((n & 3) == 0 && al16(x)) { /* 16-byte loads, 4 in flight */
+            const float4 *x4 = (const float4 *)x;
+#pragma unroll 4
+            for (int64_t i = tid; i < n / 4; i += 32 * NQ_WARPS) {
+                const float4 q = x4[i];
+                sum += (double)__fmul_rn(q.x, q.x);
+                sum += (double)__fmul_rn(q.y, q.y);
+                sum += (double)__fmul_rn(q.z, q.z);
+                sum += (double)__fmul_rn(q.w, q.w);
+            }
+        } else {
+            for (int64_t i = tid; i < n; i += 32 * NQ_WARPS) sum += (double)__fmul_rn(x[i], x[i]);
+        }
 #pragma unroll
         for (int off = 16; off > 0; off >>= 1) sum += shfl_xor(sum, off);
         if (lane == 0) red[wid] = sum;
@@ -221,8 +243,31 @@ static __global__ void __launch_bounds__(32 * NQ_WARPS) norm_quant_kernel(int mo
     const int64_t unit = (int64_t)blockIdx.x * NQ_WARPS + wid, e0 = unit * 256 + lane * 8;
     if (unit * 256 >= n) return;
     float v[8];
+    /* whole 8-element pieces with aligned rows: 16-byte loads and stores (the same values) */
+    const bool vec = e0 + 8 <= n && al16(xr + e0) &&
+                     (mode == CU_NQ_RMSNORM ? al16(in0 + r * n + e0) && (!w || al16(w + e0))
+                      : mode == CU_NQ_SWIGLU ? al16(in0 + r * ld + e0) && al16(in1 + r * ld + e0) : true);
+    if (vec) {
+        if (mode == CU_NQ_RMSNORM) {
+            float a[8], b[8];
+            ld8(in0 + r * n + e0, a);
+            if (w) ld8(w + e0, b);
 #pragma unroll
-    for (int k = 0; k < 8; k++) {
+            for (int k = 0; k < 8; k++) v[k] = w ? __fmul_rn(__fmul_rn(a[k], scale), b[k]) : __fmul_rn(a[k], scale);
+            st8(xr + e0, v);
+        } else if (mode == CU_NQ_SWIGLU) {
+            float a[8], b[8];
+            ld8(in0 + r * ld + e0, a);
+            ld8(in1 + r * ld + e0, b);
+#pragma unroll
+            for (int k = 0; k < 8; k++) v[k] = __fmul_rn(__fdiv_rn(a[k], __fadd_rn(1.0f, expf(-a[k]))), b[k]);
+            st8(xr + e0, v);
+        } else {
+            ld8(xr + e0, v);
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < 8 && !vec; k++) {
         const int64_t e = e0 + k;
         float val = 0.f;
         if (e < n) {
@@ -957,7 +1002,7 @@ static int mm_resident_ctas(void) {
 }
 
 /* measured on the H200 (docs/BENCHMARKS.md); VLLMC_CUDA_MM="tr0,ks0,tr1,ks1,tr2,ks2" overrides (experiments) */
-struct cu_mm_cfg cu_mm_cfg = {{8192, 65536}, {1, 4, 4}, {0, 0, 0}};
+struct cu_mm_cfg cu_mm_cfg = {{8192, 65536}, {1, 4, 4}, {0, 2, 1}};
 
 void cu_launch_matmul(const struct cu_mm_args *args, gpuStream_t s) {
     if (args->n_act <= 0 || args->n_ctas <= 0) return;
