@@ -406,7 +406,7 @@ static void test_tools_random(void) {
                 if (form > 0) {
                     a = cJSON_CreateObject();
                     for (int j = rnd(3); j > 0; j--) {
-                        char key[8];
+                        char key[16];
                         snprintf(key, sizeof(key), "k%d", j);
                         if (rnd(2)) cJSON_AddNumberToObject(a, key, rnd(1000));
                         else cJSON_AddStringToObject(a, key, rnd(2) ? "</tool_call" : "v \"q\" <x>");

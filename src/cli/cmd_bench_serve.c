@@ -112,6 +112,19 @@ static void itl_push(struct bs_req *q, double v) {
     q->itl[q->n_itl++] = v;
 }
 
+/* Whether a streamed choice carries output: text (completions), delta content, reasoning or tool calls (chat). */
+static bool chunk_has_output(const cJSON *c) {
+    if (!cJSON_IsObject(c)) return false;
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(c, "text"), *d = cJSON_GetObjectItemCaseSensitive(c, "delta");
+    if (cJSON_IsString(t) && t->valuestring[0]) return true;
+    static const char *const keys[] = {"content", "reasoning_content", "reasoning"};
+    for (size_t k = 0; k < sizeof(keys) / sizeof(keys[0]); k++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(d, keys[k]);
+        if (cJSON_IsString(v) && v->valuestring[0]) return true;
+    }
+    return cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(d, "tool_calls")) > 0;
+}
+
 static int on_event(void *user, const char *data, size_t n) {
     struct bs_req *q = user;
     const double now = vllmc_time_s();
@@ -132,8 +145,8 @@ static int on_event(void *user, const char *data, size_t n) {
         const cJSON *ct = cJSON_GetObjectItemCaseSensitive(u, "completion_tokens"), *pt = cJSON_GetObjectItemCaseSensitive(u, "prompt_tokens");
         if (cJSON_IsNumber(ct)) { q->n_out = (int32_t)ct->valuedouble; count = q->n_out; q->usage_seen = true; }
         if (cJSON_IsNumber(pt)) q->n_prompt = (int32_t)pt->valuedouble;
-    } else if (cJSON_IsArray(cs) && cJSON_GetArraySize(cs) > 0 && !q->usage_seen) {
-        count = q->n_counted + 1; /* a server without continuous usage: one token per content chunk */
+    } else if (!q->usage_seen && chunk_has_output(cJSON_GetArrayItem(cs, 0))) {
+        count = q->n_counted + 1; /* a server without continuous usage: one token per chunk with output */
     }
     if (count > q->n_counted) {
         const int32_t delta = count - q->n_counted;
@@ -473,15 +486,15 @@ int cmd_bench_serve(int argc, char **argv) {
         if (body) run_request(&o, body, len, &q);
         free(body);
         if (!body || !q.ok) {
-            fprintf(stderr, "vllmc bench serve: the warm-up request to %s%s%s failed: %s\n", url, o.prefix[0] ? "" : "", o.endpoint,
-                    body ? q.err : "out of memory");
+            fprintf(stderr, "vllmc bench serve: the warm-up request to http://%s:%d%s%s failed: %s\n", o.host, o.port, o.prefix,
+                    o.endpoint, body ? q.err : "out of memory");
             free(q.itl);
             rc = 1;
             goto out;
         }
         free(q.itl);
     }
-    printf("vllmc bench serve: %s%s, %s, %s prompts of %d tokens, %d output tokens, %s\n", url, o.endpoint,
+    printf("vllmc bench serve: http://%s:%d%s%s, %s, %s prompts of %d tokens, %d output tokens, %s\n", o.host, o.port, o.prefix, o.endpoint,
            o.chat ? "chat" : "completions", lines ? "text" : "random-id", lines ? 0 : o.input_len, o.output_len,
            o.stream ? "streamed" : "not streamed");
     printf("%5s %6s %6s %8s %8s %10s %10s %9s %9s %9s %8s %8s %8s %8s %8s %8s\n", "conc", "ok", "failed", "dur_s", "req/s",
