@@ -9,7 +9,8 @@
 # BENCH_ARGS the prompt / generation / repetitions; BENCH_EAGER=0 skips the eager rerun. Stage ab (not in the
 # default list) times the decode of each BENCH_MODELS shape with the backend's switches (VLLMC_CUDA_PDL,
 # VLLMC_CUDA_FUSE_ADD, VLLMC_CUDA_MM) from the previous kernels to all on, with AB_ARGS (default -p 512 -g 256
-# -r 3); VLLMC_CUDA_MM's best value per row class is taken from this run's bench_gemv output when there is one.
+# -r 3); VLLMC_CUDA_MM's best value per row class is taken from this run's bench_gemv output when there is one
+# (models after the first: the previous kernels and that best only; AB_CFG adds one more VLLMC_CUDA_MM value).
 # Stage nsys (not default; needs nsys): a kernel trace of the first BENCH_MODELS shape's decode (graph nodes
 # traced one by one), summed per kernel over the last 20 decode steps into nsys_decode_pdl{1,0}.txt.
 set -uo pipefail
@@ -135,28 +136,32 @@ for line in open(sys.argv[1]):
     if not m or not m.group(10): continue
     name, rows = m.group(1), int(m.group(4)) * int(m.group(5))
     cls = 0 if rows < 8192 else 1 if rows < 65536 else 2
-    t = re.match(r'\s*tr (\d) ks (\d)', name)
-    cfg = (int(t.group(1)), int(t.group(2))) if t else (1 if cls == 0 else 4, 0)
+    t = re.match(r'\s*tr (\d) ks (\d) p (\d)', name)
+    cfg = (int(t.group(1)), int(t.group(2)), int(t.group(3))) if t else (1 if cls == 0 else 4, 0, 0)
     tot.setdefault(cls, {}).setdefault(cfg, 0.0)
     tot[cls][cfg] += float(m.group(7))
-out = []
+out, pers = [], []
 for c in range(3):
-    cfg = min(tot[c], key=tot[c].get) if c in tot else (1 if c == 0 else 4, 0)
+    cfg = min(tot[c], key=tot[c].get) if c in tot else (1 if c == 0 else 4, 0, 0)
     out += [str(cfg[0]), str(cfg[1])]
-print(",".join(out))
+    pers.append(str(cfg[2]))
+print(",".join(out + pers))
 PYEOF
 )
-    old="1,0,4,0,4,0"
+    old="1,0,4,0,4,0,0,0,0"
     AB_ARGS=${AB_ARGS:-"-p 512 -g 256 -r 3"}
     for m in $BENCH_MODELS; do
         f=/tmp/models/$m.gguf
         [ -s "$f" ] || { note "$m: model not generated"; continue; }
-        for v in "0 0 $old" "1 0 $old" "1 1 $old" ${best:+"1 1 $best" "0 1 $best"}; do
+        vs=("0 0 $old" "1 0 $old" "1 1 $old" ${best:+"1 1 $best" "0 1 $best"})
+        [ "$m" = "${BENCH_MODELS%% *}" ] || vs=("0 0 $old" "1 1 ${best:-$old}") # further models: before / after
+        [ -n "${AB_CFG:-}" ] && vs+=("1 1 $AB_CFG")
+        for v in "${vs[@]}"; do
             set -- $v
             # shellcheck disable=SC2086
             VLLMC_CUDA_PDL=$1 VLLMC_CUDA_FUSE_ADD=$2 VLLMC_CUDA_MM=$3 timeout 120 "$BIN/vllmc" bench -m "$f" $AB_ARGS \
-                >"$OUT/ab_${m}_$1$2_$3.txt" 2>&1; rc=$?
-            note "$m pdl=$1 fuse_add=$2 mm=$3 rc=$rc: $(grep '^output tok/s' "$OUT/ab_${m}_$1$2_$3.txt" | head -1)"
+                >"$OUT/ab_${m}_$1$2_${3//,/-}.txt" 2>&1; rc=$?
+            note "$m pdl=$1 fuse_add=$2 mm=$3 rc=$rc: $(grep '^output tok/s' "$OUT/ab_${m}_$1$2_${3//,/-}.txt" | head -1)"
         done
     done
 fi

@@ -194,20 +194,23 @@ static void test_matmul(void) {
             }
         }
         free(wrow);
-        /* every decode mat-vec kernel choice (1 row), the default last */
-        int tr0[3], ks0[3];
-        backend_cuda_get_matvec(tr0, ks0);
-        const int cfg[][2] = {{1, 0}, {4, 0}, {1, 1}, {2, 1}, {4, 1}, {1, 2}, {3, 2}, {4, 2}, {1, 4}, {2, 4}, {4, 4}, {0, -1}};
+        /* every decode mat-vec kernel choice (1 row; {tr, ks, pers}), the default last */
+        int tr0[3], ks0[3], ps0[3];
+        backend_cuda_get_matvec(tr0, ks0, ps0);
+        const int cfg[][3] = {{1, 0, 0}, {4, 0, 0}, {1, 1, 0}, {2, 1, 0}, {4, 1, 0}, {1, 2, 0}, {3, 2, 0}, {4, 2, 0}, {1, 4, 0},
+                              {2, 4, 0}, {4, 4, 0}, {4, 2, -3}, {1, 1, -5}, {2, 4, -2}, {4, 2, 1}, {0, -1, 0}};
         for (int k = 0; k < (int)(sizeof(cfg) / sizeof(cfg[0])); k++) {
             if (rows > 1 && cfg[k][1] >= 0) continue;
             if (cfg[k][1] >= 0) {
                 /* class 0 (these few rows) takes the config; ks 0 there is the one-warp-per-row kernel, so
-                 * the 4-row tile kernel is reached through class 1 with the limits lowered */
+                 * the 4-row tile kernel is reached through class 1 with the limits lowered; pers < 0: a grid
+                 * of -pers CTAs stepping over the tile groups */
                 const int tr[3] = {cfg[k][0], cfg[k][0], cfg[k][0]}, ks[3] = {cfg[k][1], cfg[k][1], cfg[k][1]};
-                backend_cuda_set_matvec(tr, ks);
+                const int ps[3] = {cfg[k][2], cfg[k][2], cfg[k][2]};
+                backend_cuda_set_matvec(tr, ks, ps);
                 backend_cuda_set_matvec_rows(cfg[k][0] == 4 && cfg[k][1] == 0 ? 1 : 8192, 65536);
             } else {
-                backend_cuda_set_matvec(tr0, ks0);
+                backend_cuda_set_matvec(tr0, ks0, ps0);
                 backend_cuda_set_matvec_rows(8192, 65536);
             }
             CHECK(gpu->ops->matmul(gpu, &ga, NW, go) == VLLMC_OK);
@@ -227,11 +230,11 @@ static void test_matmul(void) {
                  * per-block terms in another order */
                 if (types[i] == GGML_TYPE_F32) CHECK_MSG(bad == 0, "matmul F32 rows %d: %zu outputs not bit-exact", rows, bad);
                 if (cfg[k][1] < 0 || i == 0)
-                    printf("matmul %s rows %d E %lld (tr %d ks %d): %zu of %lld outputs differ from the reference in the last bits, "
-                           "max |d| / sum |w x| %.3g\n", quant_traits(types[i])->name, rows, (long long)E, cfg[k][0], cfg[k][1], bad,
-                           (long long)(rows * nout[i]), mb);
-                CHECK_MSG(mb < 2e-6, "matmul %s (tr %d ks %d): max |d| / sum |w x| %.3g", quant_traits(types[i])->name, cfg[k][0],
-                          cfg[k][1], mb);
+                    printf("matmul %s rows %d E %lld (tr %d ks %d pers %d): %zu of %lld outputs differ from the reference in the "
+                           "last bits, max |d| / sum |w x| %.3g\n", quant_traits(types[i])->name, rows, (long long)E, cfg[k][0], cfg[k][1],
+                           cfg[k][2], bad, (long long)(rows * nout[i]), mb);
+                CHECK_MSG(mb < 2e-6, "matmul %s (tr %d ks %d pers %d): max |d| / sum |w x| %.3g", quant_traits(types[i])->name,
+                          cfg[k][0], cfg[k][1], cfg[k][2], mb);
                 free(h);
             }
             /* poison again so the next kernel choice must write every output */

@@ -1025,11 +1025,12 @@ extern "C" vllmc_status backend_cuda_create(const struct backend_cuda_opts *o, s
     env = getenv("VLLMC_CUDA_FUSE_ADD");
     c->fuse_add = !(env && !strcmp(env, "0"));
     c->last_rec = SIZE_MAX;
-    if ((env = getenv("VLLMC_CUDA_MM"))) { /* "tr0,ks0,tr1,ks1,tr2,ks2": mat-vec kernel choice (comparisons) */
-        int v[6];
-        if (sscanf(env, "%d,%d,%d,%d,%d,%d", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5]) == 6) {
-            const int tr[3] = {v[0], v[2], v[4]}, ks[3] = {v[1], v[3], v[5]};
-            backend_cuda_set_matvec(tr, ks);
+    if ((env = getenv("VLLMC_CUDA_MM"))) { /* "tr0,ks0,tr1,ks1,tr2,ks2[,p0,p1,p2]": mat-vec kernel choice (comparisons) */
+        int v[9] = {0, 0, 0, 0, 0, 0, 0, 0, 0};
+        const int nv = sscanf(env, "%d,%d,%d,%d,%d,%d,%d,%d,%d", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7], &v[8]);
+        if (nv == 6 || nv == 9) {
+            const int tr[3] = {v[0], v[2], v[4]}, ks[3] = {v[1], v[3], v[5]}, pers[3] = {v[6], v[7], v[8]};
+            backend_cuda_set_matvec(tr, ks, pers);
         }
     }
     if ((st = gpu_err(gpuStreamCreate(&c->stream), "stream"))) { delete c; return st; }
@@ -1043,15 +1044,15 @@ extern "C" vllmc_status backend_cuda_create(const struct backend_cuda_opts *o, s
 
 extern "C" void backend_cuda_get_stats(struct backend *be, struct backend_cuda_stats *out) { *out = cub(be)->stats; }
 
-extern "C" void backend_cuda_set_matvec(const int tr[3], const int ks[3]) {
-    for (int i = 0; i < 3; i++) { cu_mm_cfg.tr[i] = tr[i]; cu_mm_cfg.ks[i] = ks[i]; }
+extern "C" void backend_cuda_set_matvec(const int tr[3], const int ks[3], const int pers[3]) {
+    for (int i = 0; i < 3; i++) { cu_mm_cfg.tr[i] = tr[i]; cu_mm_cfg.ks[i] = ks[i]; cu_mm_cfg.pers[i] = pers[i]; }
 }
 extern "C" void backend_cuda_set_matvec_rows(int rows0, int rows1) {
     cu_mm_cfg.rows[0] = rows0;
     cu_mm_cfg.rows[1] = rows1;
 }
-extern "C" void backend_cuda_get_matvec(int tr[3], int ks[3]) {
-    for (int i = 0; i < 3; i++) { tr[i] = cu_mm_cfg.tr[i]; ks[i] = cu_mm_cfg.ks[i]; }
+extern "C" void backend_cuda_get_matvec(int tr[3], int ks[3], int pers[3]) {
+    for (int i = 0; i < 3; i++) { tr[i] = cu_mm_cfg.tr[i]; ks[i] = cu_mm_cfg.ks[i]; pers[i] = cu_mm_cfg.pers[i]; }
 }
 
 extern "C" void backend_cuda_get_prof(struct backend *be, struct backend_cuda_prof *out) {

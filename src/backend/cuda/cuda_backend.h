@@ -32,9 +32,11 @@ void backend_cuda_get_stats(struct backend *be, struct backend_cuda_stats *out);
 
 /* Decode mat-vec kernel choice for launches of < 8,192 / < 65,536 / more rows (class 0 / 1 / 2): ks[c] 0
  * the one-warp-per-row (0) or 4-row-tile (1, 2) kernel, else tiles of tr[c] (1..4) rows split over ks[c]
- * (1, 2, 4) warps. Process-wide; for tests and comparisons (the defaults are the measured best). */
-void backend_cuda_set_matvec(const int tr[3], const int ks[3]);
-void backend_cuda_get_matvec(int tr[3], int ks[3]);
+ * (1, 2, 4) warps, one CTA per CTA-sized group of tiles (pers[c] 0) or a grid of pers[c] x the resident
+ * CTAs stepping over the groups (-pers[c] CTAs when negative). Process-wide; for tests and comparisons (the
+ * defaults are the measured best). */
+void backend_cuda_set_matvec(const int tr[3], const int ks[3], const int pers[3]);
+void backend_cuda_get_matvec(int tr[3], int ks[3], int pers[3]);
 void backend_cuda_set_matvec_rows(int rows0, int rows1); /* class limits (default 8,192 and 65,536) */
 
 /* Per op-family profile (profile = true): calls, GPU milliseconds, bytes of weights read. */

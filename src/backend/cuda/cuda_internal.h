@@ -86,10 +86,12 @@ struct cu_mm_args {
 /* Decode mat-vec kernel choice by the rows of a launch (all segments): class 0 below rows[0], class 1
  * below rows[1], class 2 the rest. ks[c] 0: one warp per row (class 0) or per 4-row tile (else), a grid
  * of the resident CTAs; ks[c] 1, 2 or 4: tiles of tr[c] (1..4) rows, each taken by ks[c] warps of a CTA
- * that split its super-blocks (split-K) and add their partial sums in warp order. */
+ * that split its super-blocks (split-K) and add their partial sums in warp order; pers[c] > 0 bounds that
+ * grid to pers[c] x the resident CTAs, which step over the tiles prefetching the next ones into L2. */
 struct cu_mm_cfg {
     int32_t rows[2];
     int32_t tr[3], ks[3];
+    int32_t pers[3];           /* ks >= 1: 0 one CTA per tile group, else at most pers x the resident CTAs (persistent) */
 };
 extern struct cu_mm_cfg cu_mm_cfg;
 void cu_launch_matmul(const struct cu_mm_args *args, gpuStream_t s);

@@ -327,19 +327,27 @@ void cu_launch_attention(const struct cu_batch_dev *b, const struct cu_attn_args
 /* ---- Gated DeltaNet ---- */
 
 static __global__ void gdn_conv_kernel(struct cu_batch_dev b, struct cu_gdn_args a, int64_t conv_dim) {
-    gpu_pdl_wait();
-    gpu_pdl_trigger();
     const int64_t ch = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
-    if (ch >= conv_dim) return;
     const int nh = a.d_conv - 1;
     const float *w = a.conv_w + ch * a.d_conv;
+    /* before the dependency wait: the weights, and the first token's conv state (as in gdn_rule_kernel: no
+     * earlier kernel of this step writes it) */
+    float wv[8], st0[8];
+    if (ch < conv_dim && b.n_tokens > 0) {
+        const float *st = a.conv_state + (int64_t)seq_slot_of(b, 0) * a.conv_floats + ch * nh;
+        for (int k = 0; k <= nh; k++) wv[k] = w[k];
+        for (int k = 0; k < nh; k++) st0[k] = st[k];
+    }
+    gpu_pdl_wait();
+    gpu_pdl_trigger();
+    if (ch >= conv_dim) return;
     for (int t = 0; t < b.n_tokens; t++) {
         float *st = a.conv_state + (int64_t)seq_slot_of(b, t) * a.conv_floats + ch * nh;
         float win[8];
-        for (int k = 0; k < nh; k++) win[k] = b.pos[t] == 0 ? 0.f : st[k];
+        for (int k = 0; k < nh; k++) win[k] = b.pos[t] == 0 ? 0.f : t == 0 ? st0[k] : st[k];
         win[nh] = a.in[(int64_t)t * a.ld_in + ch];
         float s = 0.f;
-        for (int k = 0; k <= nh; k++) s = __fadd_rn(s, __fmul_rn(win[k], w[k]));
+        for (int k = 0; k <= nh; k++) s = __fadd_rn(s, __fmul_rn(win[k], wv[k]));
         a.conv_out[(int64_t)t * conv_dim + ch] = __fdiv_rn(s, __fadd_rn(1.0f, expf(-s)));
         for (int k = 0; k < nh; k++) st[k] = win[k + 1];
     }
@@ -408,6 +416,8 @@ static __global__ void __launch_bounds__(4 * GDN_ROWS) gdn_rule_kernel(struct cu
 #pragma unroll
             for (int i = 0; i < 32; i++) S[i] = 0.f;
         const float *row = a.conv_out + (int64_t)t * conv_dim;
+        const float *gin = a.in + (int64_t)t * a.ld_in + conv_dim + value_dim; /* beta, dt inputs (loaded early) */
+        const float g_b = gin[m], g_x = gin[a.n_v_head + m];
         /* L2 norms of q and k (sums in double), q scaled by 1/sqrt(d_k) after */
         const float qv = row[(int64_t)kh * dk + tid], kv = row[key_dim + (int64_t)kh * dk + tid];
         const double sq = block_sum_d((double)qv * (double)qv, red);
@@ -417,9 +427,8 @@ static __global__ void __launch_bounds__(4 * GDN_ROWS) gdn_rule_kernel(struct cu
         qs[tid] = __fmul_rn(__fmul_rn(qv, scq), __fdiv_rn(1.0f, sqrtf((float)dk)));
         ks[tid] = __fmul_rn(kv, sck);
         if (tid == 0) {
-            const float *in = a.in + (int64_t)t * a.ld_in + conv_dim + value_dim;
-            const float bv = in[m];
-            const float x = __fadd_rn(in[a.n_v_head + m], a.dt_bias[m]);
+            const float bv = g_b;
+            const float x = __fadd_rn(g_x, a.dt_bias[m]);
             const float sp_ = x > 20.0f ? x : logf(__fadd_rn(1.0f, expf(x)));
             gate[0] = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-bv)));
             gate[1] = expf(__fmul_rn(sp_, a.ssm_a[m]));

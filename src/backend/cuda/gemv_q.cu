@@ -907,59 +907,87 @@ static __global__ void __launch_bounds__(32 * CU_MM_WARPS) mm_kernel_1(const str
     }
 }
 
-/* Decode, split-K: CTA b holds tiles CU_MM_WARPS / KS * b ... of tr rows (tile0 / total_tiles counted in
+/* Decode, split-K: CTA-sized groups of CU_MM_WARPS / KS tiles of tr rows (tile0 / total_tiles counted in
  * tiles of tr rows); the KS warps of a tile take its (row, super-block) units in turns of one warp step
  * (1 KB of quants) each, reduce their lanes, and the tile's first warp adds the KS partial sums in warp
- * order. Before the dependency wait every warp prefetches its share of the tile's weights into L2. */
+ * order. Group g runs on CTA g, or (persistent grid, fewer CTAs than groups) CTAs step over the groups by
+ * the grid size and prefetch the next group's weights into L2 before computing the current one. Before
+ * the dependency wait every warp prefetches its share of its first tile's weights into L2. */
 template <int KS>
-static __global__ void __launch_bounds__(32 * CU_MM_WARPS) mm_kernel_split(const struct cu_mm_args P, int tr) {
-    __shared__ float part[CU_MM_WARPS][MM_TR];
-    const int lane = threadIdx.x % 32, wid = threadIdx.x / 32, wk = wid % KS;
-    const int gt = blockIdx.x * (CU_MM_WARPS / KS) + wid / KS;
-    const bool live = gt < P.total_tiles;
+static __device__ __forceinline__ const cu_mm_seg &split_tile(const struct cu_mm_args &P, int grp, int wid, int tr, int &gt,
+                                                              int &r0, int &rows) {
+    gt = grp * (CU_MM_WARPS / KS) + wid / KS;
     int si = 0;
 #pragma unroll
     for (int i = 1; i < CU_MM_MAX_SEG; i++)
         if (i < P.n_seg && gt >= P.seg[i].tile0) si = i;
     const cu_mm_seg &S = P.seg[si];
-    const int r0 = (gt - S.tile0) * tr, rows = live ? min(tr, S.n_rows - r0) : 0;
-    const uint8_t *w0 = S.w + (size_t)r0 * S.stride;
-    if (live) prefetch_rows(w0, (uint64_t)rows * S.stride, wk * 32 + lane, KS * 32);
+    r0 = (gt - S.tile0) * tr;
+    rows = gt < P.total_tiles ? min(tr, S.n_rows - r0) : 0;
+    return S;
+}
+
+#if defined(VLLMC_HIP)
+#define MM_SPLIT_BOUNDS __launch_bounds__(32 * CU_MM_WARPS)
+#else /* 5 CTAs an SM (<= 102 registers): the persistent loop would otherwise take 128 registers for ks 2 and 4 */
+#define MM_SPLIT_BOUNDS __launch_bounds__(32 * CU_MM_WARPS, 5)
+#endif
+template <int KS>
+static __global__ void MM_SPLIT_BOUNDS mm_kernel_split(const struct cu_mm_args P, int tr) {
+    __shared__ float part[CU_MM_WARPS][MM_TR];
+    const int lane = threadIdx.x % 32, wid = threadIdx.x / 32, wk = wid % KS;
+    const int n_grp = (P.total_tiles + CU_MM_WARPS / KS - 1) / (CU_MM_WARPS / KS);
+    {
+        int gt, r0, rows;
+        const cu_mm_seg &S = split_tile<KS>(P, blockIdx.x, wid, tr, gt, r0, rows);
+        if (rows > 0) prefetch_rows(S.w + (size_t)r0 * S.stride, (uint64_t)rows * S.stride, wk * 32 + lane, KS * 32);
+    }
     gpu_pdl_wait();
     gpu_pdl_trigger();
     const int n = (int)P.a.n;
-    float acc[MM_TR] = {0.f, 0.f, 0.f, 0.f};
-    if (live) {
-        if (S.type == GGML_TYPE_F32) {
-            if (wk == 0)
-                for (int r = 0; r < rows; r++) {
-                    float v[1] = {0.f};
-                    row_f32<1>((const float *)(w0 + (size_t)r * S.stride), n, P.a, 0, 1, v, lane);
-                    acc_add(acc, r, v[0]);
-                }
-        } else {
-            if (S.type == GGML_TYPE_Q4_K) tile_q4_K(w0, S.stride, rows, n / QK_K, P.a, acc, lane, 8 * wk, 8 * KS);
-            else if (S.type == GGML_TYPE_Q6_K) tile_q6_K(w0, S.stride, rows, n / QK_K, P.a, acc, lane, 8 * wk, 8 * KS);
-            else if (S.type == GGML_TYPE_Q8_0) tile_q8_0(w0, S.stride, rows, n / 32, P.a, acc, lane, 32 * wk, 32 * KS);
-#pragma unroll
-            for (int r = 0; r < MM_TR; r++) acc[r] = group32_sum(acc[r]);
+    for (int grp = blockIdx.x; grp < n_grp; grp += gridDim.x) {
+        if (grp + (int)gridDim.x < n_grp) { /* the next group's weights while this one computes */
+            int gt, r0, rows;
+            const cu_mm_seg &S = split_tile<KS>(P, grp + gridDim.x, wid, tr, gt, r0, rows);
+            if (rows > 0) prefetch_rows(S.w + (size_t)r0 * S.stride, (uint64_t)rows * S.stride, wk * 32 + lane, KS * 32);
         }
-    }
-    if (KS > 1) {
-        if (lane == 0)
+        int gt, r0, rows;
+        const cu_mm_seg &S = split_tile<KS>(P, grp, wid, tr, gt, r0, rows);
+        const uint8_t *w0 = S.w + (size_t)r0 * S.stride;
+        float acc[MM_TR] = {0.f, 0.f, 0.f, 0.f};
+        if (rows > 0) {
+            if (S.type == GGML_TYPE_F32) {
+                if (wk == 0)
+                    for (int r = 0; r < rows; r++) {
+                        float v[1] = {0.f};
+                        row_f32<1>((const float *)(w0 + (size_t)r * S.stride), n, P.a, 0, 1, v, lane);
+                        acc_add(acc, r, v[0]);
+                    }
+            } else {
+                if (S.type == GGML_TYPE_Q4_K) tile_q4_K(w0, S.stride, rows, n / QK_K, P.a, acc, lane, 8 * wk, 8 * KS);
+                else if (S.type == GGML_TYPE_Q6_K) tile_q6_K(w0, S.stride, rows, n / QK_K, P.a, acc, lane, 8 * wk, 8 * KS);
+                else if (S.type == GGML_TYPE_Q8_0) tile_q8_0(w0, S.stride, rows, n / 32, P.a, acc, lane, 32 * wk, 32 * KS);
 #pragma unroll
-            for (int r = 0; r < MM_TR; r++) part[wid][r] = acc[r];
-        __syncthreads();
-    }
-    if (wk == 0 && lane < rows) {
-        float y = lane == 0 ? acc[0] : lane == 1 ? acc[1] : lane == 2 ? acc[2] : acc[3];
-        if (S.type != GGML_TYPE_F32)
+                for (int r = 0; r < MM_TR; r++) acc[r] = group32_sum(acc[r]);
+            }
+        }
+        if (KS > 1) {
+            __syncthreads(); /* the last group's partial sums have been read */
+            if (lane == 0)
 #pragma unroll
-            for (int k = 1; k < KS; k++) y = __fadd_rn(y, part[wid + k][lane]);
-        const int row = r0 + lane;
-        if (S.bias) y = __fadd_rn(y, S.bias[row]);
-        S.y[row] = y;
-        if (S.res) S.res[row] = __fadd_rn(S.res[row], y);
+                for (int r = 0; r < MM_TR; r++) part[wid][r] = acc[r];
+            __syncthreads();
+        }
+        if (wk == 0 && lane < rows) {
+            float y = lane == 0 ? acc[0] : lane == 1 ? acc[1] : lane == 2 ? acc[2] : acc[3];
+            if (S.type != GGML_TYPE_F32)
+#pragma unroll
+                for (int k = 1; k < KS; k++) y = __fadd_rn(y, part[wid + k][lane]);
+            const int row = r0 + lane;
+            if (S.bias) y = __fadd_rn(y, S.bias[row]);
+            S.y[row] = y;
+            if (S.res) S.res[row] = __fadd_rn(S.res[row], y);
+        }
     }
 }
 
@@ -1001,8 +1029,24 @@ static int mm_resident_ctas(void) {
     return n;
 }
 
-/* measured on the H200 (docs/BENCHMARKS.md); VLLMC_CUDA_MM="tr0,ks0,tr1,ks1,tr2,ks2" overrides (experiments) */
-struct cu_mm_cfg cu_mm_cfg = {{8192, 65536}, {1, 4, 4}, {0, 2, 1}};
+/* CTAs of mm_kernel_split<ks> the GPU holds at once */
+static int split_resident(int ks) {
+    static int n[5] = {0, 0, 0, 0, 0};
+    if (!n[ks]) {
+        int dev = 0, sms = 0, per = 0;
+        gpuError_t e = gpuGetDevice(&dev);
+        if (e == gpuSuccess) e = gpuDeviceGetSMCount(&sms, dev);
+        if (e == gpuSuccess)
+            e = gpuOccupancyMaxActiveBlocksPerMultiprocessor(&per, ks == 1 ? mm_kernel_split<1> : ks == 2 ? mm_kernel_split<2> : mm_kernel_split<4>,
+                                                             32 * CU_MM_WARPS, 0);
+        if (e != gpuSuccess || sms <= 0 || per <= 0) return 1024;
+        n[ks] = sms * per;
+    }
+    return n[ks];
+}
+
+/* measured on the H200 (docs/BENCHMARKS.md); VLLMC_CUDA_MM="tr0,ks0,tr1,ks1,tr2,ks2[,p0,p1,p2]" overrides (experiments) */
+struct cu_mm_cfg cu_mm_cfg = {{8192, 65536}, {1, 4, 4}, {0, 2, 1}, {0, 0, 0}};
 
 void cu_launch_matmul(const struct cu_mm_args *args, gpuStream_t s) {
     if (args->n_act <= 0 || args->n_ctas <= 0) return;
@@ -1021,7 +1065,11 @@ void cu_launch_matmul(const struct cu_mm_args *args, gpuStream_t s) {
                 a.seg[i].tile0 = a.total_tiles;
                 a.total_tiles += (int32_t)GPU_CEIL_DIV(a.seg[i].n_rows, tr);
             }
-            const dim3 grid((unsigned)GPU_CEIL_DIV(a.total_tiles, CU_MM_WARPS / ks)), block(32 * CU_MM_WARPS);
+            int groups = (int)GPU_CEIL_DIV(a.total_tiles, CU_MM_WARPS / ks);
+            const int pers = cu_mm_cfg.pers[cls]; /* (< 0: exactly -pers CTAs, for tests) */
+            if (pers > 0) groups = min(groups, pers * split_resident(ks));
+            else if (pers < 0) groups = min(groups, -pers);
+            const dim3 grid((unsigned)groups), block(32 * CU_MM_WARPS);
             if (ks == 1) gpu_launch(mm_kernel_split<1>, grid, block, 0, s, a, tr);
             else if (ks == 2) gpu_launch(mm_kernel_split<2>, grid, block, 0, s, a, tr);
             else gpu_launch(mm_kernel_split<4>, grid, block, 0, s, a, tr);
