@@ -1,4 +1,5 @@
-/* GPU quantized mat-vec (the CUDA backend's matmul kernel on repacked weights): check against the CPU
+/* GPU quantized mat-vec (the CUDA backend's matmul kernel on repacked weights): for each decode kernel
+ * choice (cu_mm_cfg), with plain launches and with programmatic dependent launch, check against the CPU
  * reference (vec_dot_ref on the same quantized activation: error / max |y| under 1e-5), then time it on
  * the decode shapes of Qwen3.5-4B and report achieved GB/s. Each timing cycles through enough weight
  * copies (>= 512 MB) that nothing is served from L2. usage: bench_gemv [reps] */

@@ -11,8 +11,6 @@
 # VLLMC_CUDA_FUSE_ADD, VLLMC_CUDA_MM) from the previous kernels to all on, with AB_ARGS (default -p 512 -g 256
 # -r 3); VLLMC_CUDA_MM's best value per row class is taken from this run's bench_gemv output when there is one
 # (models after the first: the previous kernels and that best only; AB_CFG adds one more VLLMC_CUDA_MM value).
-# Stage nsys (not default; needs nsys): a kernel trace of the first BENCH_MODELS shape's decode (graph nodes
-# traced one by one), summed per kernel over the last 20 decode steps into nsys_decode_pdl{1,0}.txt.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu-out}
@@ -164,48 +162,6 @@ PYEOF
             note "$m pdl=$1 fuse_add=$2 mm=$3 rc=$rc: $(grep '^output tok/s' "$OUT/ab_${m}_$1$2_${3//,/-}.txt" | head -1)"
         done
     done
-fi
-
-if has nsys; then
-    for i in $(seq 1 240); do [ -f /tmp/models/done ] && break; sleep 1; done
-    m=${BENCH_MODELS%% *}
-    if command -v nsys >/dev/null && [ -s "/tmp/models/$m.gguf" ]; then
-        for pdl in ${NSYS_PDL:-1 0}; do # with PDL a kernel's span includes its wait for the one before
-        rm -f /tmp/nsys_dec*
-        VLLMC_CUDA_PDL=$pdl timeout 150 nsys profile -o /tmp/nsys_dec --force-overwrite true -t cuda --cuda-graph-trace=node \
-            "$BIN/vllmc" bench -m "/tmp/models/$m.gguf" -p 512 -g 64 -r 1 >"$OUT/nsys_run.txt" 2>&1
-        nsys stats --report cuda_gpu_trace --format csv --output /tmp/nsys_dec /tmp/nsys_dec.nsys-rep >/dev/null 2>&1
-        python3 - /tmp/nsys_dec_cuda_gpu_trace.csv >"$OUT/nsys_decode_pdl$pdl.txt" 2>&1 <<'PYEOF'
-import csv, sys, collections
-rows = list(csv.DictReader(open(sys.argv[1])))
-ks = [(int(r["Start (ns)"]), int(r["Duration (ns)"]), r["Name"]) for r in rows if r.get("Duration (ns)")]
-ks.sort()
-ends = [i for i, k in enumerate(ks) if k[2].startswith("argmax_final")]
-N = min(20, len(ends) - 1)
-a, b = ends[-N - 1] + 1, ends[-1] + 1
-win = ks[a:b]
-wall = win[-1][0] + win[-1][1] - win[0][0]
-busy = sum(k[1] for k in win)
-tot = collections.defaultdict(lambda: [0, 0])
-for s, d, n in win:
-    n = n.split("(")[0].replace("void ", "")
-    tot[n][0] += 1; tot[n][1] += d
-print(f"decode steps {N}: wall {wall / N / 1e3:.1f} us/step, kernel time {busy / N / 1e3:.1f} us/step, "
-      f"kernels {len(win) / N:.0f}/step; overlap/gaps: wall - kernel time = {(wall - busy) / N / 1e3:.1f} us/step")
-print(f"{'kernel':60s} {'calls/step':>10s} {'us/step':>9s} {'us/call':>8s} {'share':>6s}")
-for n, (c, d) in sorted(tot.items(), key=lambda x: -x[1][1]):
-    print(f"{n[:60]:60s} {c / N:10.1f} {d / N / 1e3:9.1f} {d / c / 1e3:8.2f} {d / busy * 100:5.1f}%")
-gaps = [win[i + 1][0] - (win[i][0] + win[i][1]) for i in range(len(win) - 1)]
-gaps.sort()
-print(f"gap between consecutive kernels (start - previous end), ns: median {gaps[len(gaps) // 2]}, "
-      f"p10 {gaps[len(gaps) // 10]}, p90 {gaps[9 * len(gaps) // 10]}")
-PYEOF
-        head -40 "$OUT/nsys_decode_pdl$pdl.txt"
-        note "nsys $m pdl=$pdl: $(head -1 "$OUT/nsys_decode_pdl$pdl.txt")"
-        done
-    else
-        note "nsys: not installed here or model missing"
-    fi
 fi
 
 echo
