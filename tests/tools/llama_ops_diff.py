@@ -9,8 +9,8 @@ one-token step. An eval callback keeps every tensor of the graph. For layer L (d
 in numpy from llama.cpp's own input to that op, under two models of the arithmetic:
   ggml  the rounding points read from ggml's x86 (AVX2+FMA) kernels, as this build runs them;
   ours  the formulas of vllm.c's CPU reference (cpu_ops_ref.c, dot_impl.h).
-and the count of f32 results whose bits differ from llama.cpp's is printed. "-" = that model is not written
-here (the K-quant matmuls: llama.cpp runs them on repacked 8x8 weights whose sum order is not modelled).
+and the count of f32 results whose bits differ from llama.cpp's is printed. "-" = not modelled here (Q6_K;
+Q4_K is modelled as llama.cpp's one-row kernel on repacked 8x8 weights: its batch kernel sums otherwise).
 Activations are quantized the same way in both models (Q8_0 / Q8_K; our quantizers are byte-identical to
 ggml's). fma(a, b, c) is modelled in float64 then rounded to f32 (a double rounding that is exact in practice).
 """
@@ -35,19 +35,25 @@ def hsum8(a):  # ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)), the AVX2 horizontal sum 
     return ((s0 + s2).astype(f32) + (s1 + s3).astype(f32)).astype(f32)
 
 
-def ggml_expf(x):  # ggml_v_expf (AVX2): valid while |round(x * log2 e)| <= 126, asserted
+def ggml_expf(x):  # ggml_v_expf (AVX2), including its |n| > 126 branches
     x = x.astype(f32)
+    u32 = lambda v: np.asarray(v, np.uint32)
     r = f32(float.fromhex("0x1.8p23"))
     z = fma(x, f32(float.fromhex("0x1.715476p+0")), r)
     n = (z - r).astype(f32)
-    assert np.all(np.abs(n) <= 126)
     b = fma(-n, f32(float.fromhex("0x1.7f7d1cp-20")), fma(-n, f32(float.fromhex("0x1.62e4p-1")), x))
-    k = ((z.view(np.uint32) << np.uint32(23)) + f32(1).view(np.uint32)).view(f32)
+    e = z.view(np.uint32) << np.uint32(23)
+    k = (e + f32(1).view(np.uint32)).view(f32)
     u = (b * b).astype(f32)
     j = fma(fma(fma(f32(float.fromhex("0x1.0e4020p-7")), b, f32(float.fromhex("0x1.573e2ep-5"))), u,
                 fma(f32(float.fromhex("0x1.555e66p-3")), b, f32(float.fromhex("0x1.fffdb6p-2")))), u,
             (f32(float.fromhex("0x1.ffffecp-1")) * b).astype(f32))
-    return fma(j, k, k)
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        g = np.where(n <= 0, u32(0x82000000), u32(0))
+        s1 = (g + u32(0x7f000000)).astype(np.uint32).view(f32)
+        s2 = (e - g).astype(np.uint32).view(f32)
+        far = np.where(np.abs(n) > 192, (s1 * s1).astype(f32), (fma(s2, j, s2) * s1).astype(f32))
+        return np.where(np.abs(n) > 126, far, fma(j, k, k)).astype(f32)
 
 
 def f16r(x):
@@ -92,7 +98,46 @@ def weight_blocks(t):
         lo = (qs & 15) | (((qh[..., None] >> j) & 1) << 4)
         hi = (qs >> 4) | (((qh[..., None] >> (j + 16)) & 1) << 4)
         return name, dict(d=b[..., :2].copy().view(np.float16).astype(f32)[..., 0], q=np.concatenate([lo, hi], -1) - 16)
+    if name == "Q4_K":
+        b = raw.reshape(N, -1, 144)
+        sc6 = b[..., 4:16].astype(np.int64)
+        sc, mn = np.zeros(b.shape[:2] + (8,), np.int64), np.zeros(b.shape[:2] + (8,), np.int64)
+        for j in range(8):
+            if j < 4:
+                sc[..., j], mn[..., j] = sc6[..., j] & 63, sc6[..., j + 4] & 63
+            else:
+                sc[..., j] = (sc6[..., j + 4] & 15) | ((sc6[..., j - 4] >> 6) << 4)
+                mn[..., j] = (sc6[..., j + 4] >> 4) | ((sc6[..., j] >> 6) << 4)
+        qs = b[..., 16:].astype(np.int64).reshape(N, -1, 4, 32)
+        q = np.stack([qs & 15, qs >> 4], 3).reshape(N, -1, 256)  # 64-element chunks: low nibbles, then high
+        f = lambda o: b[..., o:o + 2].copy().view(np.float16).astype(f32)[..., 0]
+        return name, dict(d=f(0), dmin=f(2), q=q, sc=sc, m=mn)
     return name, None
+
+
+def matmul_q4K(w, x, model):  # Q4_K x Q8_K
+    ad, aq, bs = q8_K(x)
+    T, N, nb = x.shape[0], w["d"].shape[0], w["d"].shape[1]
+    out = np.zeros((T, N), f32)
+    for t in range(T):
+        acc, accm = np.zeros(N, f32), np.zeros(N, f32)
+        for s in range(nb):
+            isum = (w["q"][:, s] * aq[t, s] * np.repeat(w["sc"][:, s], 32, -1)).sum(-1)
+            msum = (w["m"][:, s] * bs[t, s].reshape(8, 2).sum(-1)).sum(-1)
+            dd, dm = (w["d"][:, s] * ad[t, s]).astype(f32), (w["dmin"][:, s] * ad[t, s]).astype(f32)
+            if model == "ggml":  # repacked q4_K_8x8 gemv: fma per super-block, mins in their own accumulator
+                acc, accm = fma(isum.astype(f32), dd, acc), fma(msum.astype(f32), dm, accm)
+            else:  # dot_term_kmin: (dd * isum) - (dm * msum), added in order
+                term = ((dd * isum.astype(f32)).astype(f32) - (dm * msum.astype(f32)).astype(f32)).astype(f32)
+                acc = (acc + term).astype(f32)
+        out[t] = (acc - accm).astype(f32)
+    return out
+
+
+def matmul(typ, w, x, model):
+    if w is None:
+        return None
+    return matmul_q4K(w, x, model) if typ == "Q4_K" else matmul_q0(w, x, model)
 
 
 def matmul_q0(w, x, model):  # x [T, K]; 32-element block types against Q8_0 activations
@@ -278,7 +323,7 @@ def main():
         for nm, key in (("attn_q", "Qcur"), ("attn_k", "Kcur"), ("attn_v", "Vcur")):
             typ, w = weight_blocks(W[f"blk.{L}.{nm}.weight"])
             ref = t(f"{key}-{L}", "MUL_MAT").reshape(T, -1)
-            row(f"{nm} matmul {typ} x Q8_0", ref, *(None, None) if w is None else (matmul_q0(w, an, "ggml"), matmul_q0(w, an, "ours")))
+            row(f"{nm} matmul {typ}", ref, matmul(typ, w, an, "ggml"), matmul(typ, w, an, "ours"))
         hd = t(f"Qcur-{L}", "ROPE").size // T // n_head
         qadd = t(f"Qcur-{L}", "ADD").reshape(T, n_head, hd)
         qr = t(f"Qcur-{L}", "ROPE").reshape(T, n_head, hd)
@@ -323,13 +368,12 @@ def main():
         gate, up = t(f"ffn_gate-{L}").reshape(T, -1), t(f"ffn_up-{L}").reshape(T, -1)
         for nm, ref in (("ffn_gate", gate), ("ffn_up", up)):
             typ, w = weight_blocks(W[f"blk.{L}.{nm}.weight"])
-            row(f"{nm} matmul {typ} x Q8_0", ref, *(None, None) if w is None else (matmul_q0(w, fn, "ggml"), matmul_q0(w, fn, "ours")))
+            row(f"{nm} matmul {typ}", ref, matmul(typ, w, fn, "ggml"), matmul(typ, w, fn, "ours"))
         sw = t(f"ffn_swiglu-{L}").reshape(T, -1)
         row("swiglu", sw, ((gate / (f32(1) + ggml_expf(-gate))).astype(f32) * up).astype(f32),
             ((gate / (f32(1) + np.exp(-gate.astype(np.float64)).astype(f32))).astype(f32) * up).astype(f32))
         typ, w = weight_blocks(W[f"blk.{L}.ffn_down.weight"])
-        row(f"ffn_down matmul {W[f'blk.{L}.ffn_down.weight'].tensor_type.name}", t(f"ffn_out-{L}"),
-            *(None, None) if w is None else (matmul_q0(w, sw, "ggml"), matmul_q0(w, sw, "ours")))
+        row(f"ffn_down matmul {typ}", t(f"ffn_out-{L}"), matmul(typ, w, sw, "ggml"), matmul(typ, w, sw, "ours"))
 
 
 if __name__ == "__main__":

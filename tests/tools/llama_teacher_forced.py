@@ -2,13 +2,14 @@
 """Teacher-forced logits on the 8 prompts of tests/py/test_real_checkpoint.py: ours against llama.cpp, and
 llama.cpp against itself.
 
-usage: llama_teacher_forced.py MODEL.gguf VLLMC_BINARY [N_GEN]
+usage: llama_teacher_forced.py MODEL.gguf VLLMC_BINARY [N_GEN] [--flash-attn]
 
 For each prompt llama.cpp (llama-cpp-python, the test's settings) decodes N_GEN (64) greedy tokens the way
 the test runs it: the prompt in one batch, then one token per step ("step" logits). The same tokens are then
 fed as one batch to llama.cpp ("batch") and to vllmc (`generate --prompt-ids ... --dump-logits`; our logits do
 not depend on the batch). Per generated position: relative difference ||a - b|| / ||b|| of the full logit
 rows, llama.cpp's top-2 gap, and the positions where the argmax differs from llama.cpp's step token.
+--flash-attn runs llama.cpp with flash attention on (the test runs it off, llama-cpp-python's default).
 """
 import json
 import os
@@ -26,9 +27,12 @@ from test_real_checkpoint import QUESTIONS, chat_prompt  # noqa: E402
 
 
 def main():
-    model, vllmc = sys.argv[1], sys.argv[2]
-    N = int(sys.argv[3]) if len(sys.argv) > 3 else 64
-    m = llama_cpp.Llama(model_path=model, n_ctx=512, n_threads=2, n_threads_batch=2, verbose=False, logits_all=True)
+    fa = "--flash-attn" in sys.argv
+    args = [a for a in sys.argv[1:] if a != "--flash-attn"]
+    model, vllmc = args[0], args[1]
+    N = int(args[2]) if len(args) > 2 else 64
+    m = llama_cpp.Llama(model_path=model, n_ctx=512, n_threads=2, n_threads_batch=2, verbose=False, logits_all=True,
+                        flash_attn=fa)
     nv = m.n_vocab()
     row = lambda i: np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(m._ctx.ctx, i), shape=(nv,)).copy()
     rel = lambda a, b: np.linalg.norm(a - b, axis=-1) / np.linalg.norm(b, axis=-1)
