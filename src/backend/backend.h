@@ -116,6 +116,9 @@ struct bk_kv_cache {
     /* Per-layer fp8 scales (host, [n_layers], 1.0 unless the model or a calibration sets them; > 0 and
      * finite). NULL = use k_scale / v_scale. Only FP8_E4M3 reads them; set them before the first store. */
     float *k_scales, *v_scales;
+    /* Longest sequence (positions) any batch will use; 0 = n_blocks * BK_KV_BLOCK. A backend may size
+     * fixed per-cache work from it (the CUDA split-K chunk); the engine sets its max_model_len. */
+    int32_t max_ctx;
 };
 
 /* ---------------------------------------------------------------------------------------------
@@ -283,6 +286,11 @@ struct backend_ops {
      * output gate of gated attention (qwen35). NULL in backends without it. */
     vllmc_status (*sigmoid_mul)(struct backend *be, float *x, int64_t ld_x, const float *gate, int64_t ld_gate,
                                 int64_t n_rows, int64_t n_cols);
+    /* Copy n bytes between two buffers of this backend (no host round trip), ordered after every op
+     * called before it. */
+    vllmc_status (*copy_within)(struct backend *be, void *dst, const void *src, size_t n);
+    /* Free and total bytes of the memory this backend allocates from (the GPU's; the host's on CPU). */
+    vllmc_status (*mem_info)(struct backend *be, uint64_t *free_bytes, uint64_t *total_bytes);
 };
 
 /* A backend instance. Backends embed this as their first member. */

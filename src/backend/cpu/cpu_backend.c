@@ -2,6 +2,7 @@
  * op tables (reference and fast). Backend memory is plain host memory, 64-byte aligned. */
 #include <math.h>
 #include <string.h>
+#include <unistd.h>
 #include "backend/cpu/cpu_internal.h"
 #include "backend/cpu/ops_gdn.h"
 #include "backend/cpu/ops_moe.h"
@@ -37,6 +38,16 @@ static void cpu_free(struct backend *be, void *p) {
 static vllmc_status cpu_copy(struct backend *be, void *dst, const void *src, size_t n) {
     (void)be;
     if (n) memmove(dst, src, n);
+    return VLLMC_OK;
+}
+
+/* Host memory: free = available pages (MemAvailable as the kernel counts it), total = physical pages. */
+static vllmc_status cpu_mem_info(struct backend *be, uint64_t *free_bytes, uint64_t *total_bytes) {
+    (void)be;
+    const long pages = sysconf(_SC_PHYS_PAGES), avail = sysconf(_SC_AVPHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+    if (pages <= 0 || psz <= 0) return vllmc_errorf(VLLMC_ERR_UNSUPPORTED, "host memory size unknown");
+    *total_bytes = (uint64_t)pages * (uint64_t)psz;
+    *free_bytes = avail > 0 ? (uint64_t)avail * (uint64_t)psz : *total_bytes;
     return VLLMC_OK;
 }
 
@@ -319,6 +330,8 @@ static const struct backend_ops cpu_ref_ops = {
     .gdn = cpu_gdn,
     .moe = cpu_moe,
     .sigmoid_mul = cpu_sigmoid_mul,
+    .copy_within = cpu_copy,
+    .mem_info = cpu_mem_info,
 };
 
 static const struct backend_ops cpu_fast_ops = {
@@ -347,6 +360,8 @@ static const struct backend_ops cpu_fast_ops = {
     .gdn = cpu_gdn,
     .moe = cpu_moe,
     .sigmoid_mul = cpu_sigmoid_mul,
+    .copy_within = cpu_copy,
+    .mem_info = cpu_mem_info,
 };
 
 vllmc_status backend_cpu_create(int n_threads, bool reference, struct backend **out) {

@@ -3,12 +3,15 @@
  * Every op is validated on the host when it is called and becomes a record: an op code and a POD
  * argument block of device pointers and scalars (zero-filled first, so records compare bytewise). In
  * eager mode a record is executed at once (kernels queued on the backend's stream). In a decode step
- * (batch of one token, one logit row, graphs allowed) records are only collected; the LM head op ends
- * the step: if the step's records equal the last captured step's, that CUDA graph is replayed, else the
- * records are captured into a new graph. Positions, token ids and block tables are read by the kernels
- * from device memory (one upload from pinned memory, itself a graph node), so steady decode replays the
- * same graph. Any other call in the middle of a step (copies, frees, a new batch) runs what was
- * recorded first. */
+ * (B sequences of one token and one logit row each, graphs allowed) records are only collected; the LM
+ * head op ends the step: if a cached step has the same records, its CUDA graph is replayed, else the
+ * records are captured into a new graph (the least recently used one evicted past
+ * BACKEND_CUDA_GRAPH_CACHE). A graph does exactly what its records do, so equal records make replaying
+ * it the same as running them. Positions, token ids and block tables are read by the kernels from device
+ * memory (one upload from pinned memory, itself a graph node), and the attention split-K is sized from
+ * the cache (its chunk) and a power of two of the longest context, so steady decode of B sequences
+ * replays one graph per B (a new one each time the longest context doubles). Any other call in the
+ * middle of a step (copies, frees, a new batch) runs what was recorded first. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +24,8 @@
 #include "quant/quant.h"
 
 #define MOE_MAX_EXPERT_CU 1024 /* cuda_moe.cu's routing kernel holds the probabilities in shared memory */
+#define CU_GRAPH_MAX_TOKENS 512 /* decode steps of up to this many sequences run as graphs */
+#define CU_ATT_WORK_FLOATS (32ll << 20) /* attention split-K partials per launch group (128 MiB) */
 
 enum cu_op {
     CU_OP_UPLOAD = 1, CU_OP_EMBED, CU_OP_RMSNORM, CU_OP_NQ, CU_OP_MATMUL, CU_OP_ADD, CU_OP_ROPE, CU_OP_ATTN,
@@ -45,23 +50,30 @@ struct rec_gdn { struct cu_batch_dev b; struct cu_gdn_args a; };
 struct rec_sigmul { float *x; const float *g; int64_t ld_x, ld_g, n_rows, n_cols; };
 struct rec_moe { struct cu_moe_args a; double wbytes; };
 
+struct cu_graph {
+    std::vector<uint8_t> rec;  /* the step's records */
+    gpuGraphExec_t exec;
+    uint64_t last_use;
+};
+
 struct cu_backend {
     struct backend base;
     gpuStream_t stream;
-    bool eager, profile;
+    bool eager, profile, batch_invariant;
     bool pdl;                  /* programmatic dependent launch between kernels (gpu_compat.h) */
     bool fuse_add;             /* recorded steps: a residual add after a matmul / moe goes into its epilogue */
     /* the batch: host copies, pinned staging, device copy */
-    int32_t n_tokens, n_seqs, n_logits, max_pos;
+    int32_t n_tokens, n_seqs, n_logits, max_pos, max_block;
     std::vector<int32_t> tok, pos, seq, lrows, seq_slot, seq_nblocks;
     int32_t *h_stage, *d_batch;
     int64_t cap_t, cap_s, cap_b, words;
     struct cu_batch_dev bd;
     /* recording and graphs */
     bool recording;
-    std::vector<uint8_t> rec, graph_rec;
+    std::vector<uint8_t> rec;
     size_t last_rec;           /* offset of the last record in rec (SIZE_MAX: none) */
-    gpuGraphExec_t gexec;
+    std::vector<cu_graph> graphs;
+    uint64_t use_clock;
     int32_t *d_argmax, *h_argmax;
     int64_t cap_argmax;
     int32_t *argmax_dst;
@@ -167,38 +179,58 @@ static void flush(cu_backend *c) {
     c->rec.clear();
 }
 
-/* End of a recorded step: replay the graph when the step is the same, else capture it. */
+static void graphs_clear(cu_backend *c) {
+    for (cu_graph &g : c->graphs)
+        if (g.exec) (void)gpuGraphExecDestroy(g.exec);
+    c->graphs.clear();
+    c->stats.graphs_cached = 0;
+}
+
+/* End of a recorded step: replay the cached graph of an equal step, else capture one. */
 static vllmc_status finish_step(cu_backend *c) {
     c->recording = false;
     gpuError_t e;
-    if (c->gexec && c->rec == c->graph_rec) {
-        e = gpuGraphLaunch(c->gexec, c->stream);
-        if (e == gpuSuccess) { c->stats.graph_replays++; c->rec.clear(); return VLLMC_OK; }
-        return gpu_err(e, "graph launch");
-    }
-    if (c->gexec) { (void)gpuGraphExecDestroy(c->gexec); c->gexec = NULL; }
-    c->graph_rec.clear();
+    for (cu_graph &g : c->graphs)
+        if (g.rec.size() == c->rec.size() && !memcmp(g.rec.data(), c->rec.data(), c->rec.size())) {
+            g.last_use = ++c->use_clock;
+            c->rec.clear();
+            e = gpuGraphLaunch(g.exec, c->stream);
+            if (e == gpuSuccess) { c->stats.graph_replays++; return VLLMC_OK; }
+            return gpu_err(e, "graph launch");
+        }
     gpuGraph_t g = NULL;
+    gpuGraphExec_t exec = NULL;
     e = gpuStreamBeginCapture(c->stream, gpuStreamCaptureModeThreadLocal);
     gpu_pdl.after_kernel = false;
     if (e == gpuSuccess) {
         rec_run_all(c, c->rec);
         e = gpuStreamEndCapture(c->stream, &g);
     }
-    if (e == gpuSuccess) e = gpuGraphInstantiate(&c->gexec, g);
+    if (e == gpuSuccess) e = gpuGraphInstantiate(&exec, g);
     if (g) (void)gpuGraphDestroy(g);
     if (e != gpuSuccess) { /* no graph: run the step eagerly */
-        c->gexec = NULL;
         (void)gpuGetLastError();
         rec_run_all(c, c->rec);
         c->rec.clear();
         c->stats.eager_steps++;
         return gpu_err(gpuGetLastError(), "eager step");
     }
-    c->graph_rec.swap(c->rec);
+    if (c->graphs.size() >= BACKEND_CUDA_GRAPH_CACHE) { /* evict the least recently used */
+        size_t lru = 0;
+        for (size_t i = 1; i < c->graphs.size(); i++)
+            if (c->graphs[i].last_use < c->graphs[lru].last_use) lru = i;
+        (void)gpuGraphExecDestroy(c->graphs[lru].exec);
+        c->graphs.erase(c->graphs.begin() + (std::ptrdiff_t)lru);
+    }
+    cu_graph ng;
+    ng.rec.swap(c->rec);
+    ng.exec = exec;
+    ng.last_use = ++c->use_clock;
+    c->graphs.push_back(std::move(ng));
     c->rec.clear();
     c->stats.graph_captures++;
-    return gpu_err(gpuGraphLaunch(c->gexec, c->stream), "graph launch");
+    c->stats.graphs_cached = c->graphs.size();
+    return gpu_err(gpuGraphLaunch(exec, c->stream), "graph launch");
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -248,6 +280,24 @@ static vllmc_status cu_copy_to_device(struct backend *be, void *dst, const void 
     (void)gpuMemcpyAsync(dst, src, n, gpuMemcpyHostToDevice, c->stream);
     gpu_pdl.after_kernel = false;
     return gpu_err(gpuStreamSynchronize(c->stream), "copy to device");
+}
+
+static vllmc_status cu_copy_within(struct backend *be, void *dst, const void *src, size_t n) {
+    cu_backend *c = cub(be);
+    flush(c);
+    if (!n) return VLLMC_OK;
+    (void)gpuMemcpyAsync(dst, src, n, gpuMemcpyDeviceToDevice, c->stream);
+    return gpu_err(gpuGetLastError(), "copy on device");
+}
+
+static vllmc_status cu_mem_info(struct backend *be, uint64_t *free_bytes, uint64_t *total_bytes) {
+    (void)be;
+    size_t f = 0, t = 0;
+    vllmc_status st = gpu_err(gpuMemGetInfo(&f, &t), "memory info");
+    if (st) return st;
+    *free_bytes = f;
+    *total_bytes = t;
+    return VLLMC_OK;
 }
 
 static vllmc_status cu_copy_to_host(struct backend *be, void *dst, const void *src, size_t n) {
@@ -378,14 +428,17 @@ static vllmc_status cu_batch_set(struct backend *be, const struct bk_batch *b) {
     for (int32_t i = 0; i < b->n_logits; i++)
         if (b->logit_rows[i] < 0 || b->logit_rows[i] >= b->n_tokens || (i && b->logit_rows[i] <= b->logit_rows[i - 1]))
             return vllmc_errorf(VLLMC_ERR_INVALID, "batch: logit row %d (%d) out of range or not ascending", i, b->logit_rows[i]);
+    int32_t max_block = 0;
     for (int32_t s = 0; s < b->n_seqs; s++)
-        for (int32_t k = 0; k < b->seqs[s].n_blocks; k++)
+        for (int32_t k = 0; k < b->seqs[s].n_blocks; k++) {
             if (b->seqs[s].block_table[k] < 0)
                 return vllmc_errorf(VLLMC_ERR_INVALID, "batch: sequence %d: negative block id", s);
+            max_block = VLLMC_MAX(max_block, b->seqs[s].block_table[k]);
+        }
     vllmc_status st;
     (void)gpuStreamSynchronize(c->stream); /* the staging buffer may still feed the last upload */
     if ((st = grow_batch(c, b->n_tokens, b->n_seqs, n_blocks))) return st;
-    c->n_tokens = b->n_tokens; c->n_seqs = b->n_seqs; c->n_logits = b->n_logits; c->max_pos = max_pos;
+    c->n_tokens = b->n_tokens; c->n_seqs = b->n_seqs; c->n_logits = b->n_logits; c->max_pos = max_pos; c->max_block = max_block;
     c->tok.assign(b->token_ids, b->token_ids + b->n_tokens);
     c->pos.assign(b->pos, b->pos + b->n_tokens);
     c->seq.assign(b->seq_idx, b->seq_idx + b->n_tokens);
@@ -411,7 +464,9 @@ static vllmc_status cu_batch_set(struct backend *be, const struct bk_batch *b) {
     c->bd.tok = d; c->bd.pos = d + T; c->bd.seq = d + 2 * T; c->bd.logit_rows = d + 3 * T;
     c->bd.seqinfo = d + 4 * T; c->bd.bt = d + 4 * T + 4 * S;
     c->bd.n_tokens = b->n_tokens; c->bd.n_logits = b->n_logits;
-    c->recording = !c->eager && !c->profile && b->n_tokens == 1 && b->n_logits == 1;
+    /* pure decode (one token and one logit row per sequence) is recorded and replayed as a graph */
+    c->recording = !c->eager && !c->profile && b->n_tokens == b->n_logits && b->n_tokens == b->n_seqs &&
+                   b->n_tokens <= CU_GRAPH_MAX_TOKENS;
     c->rec.clear();
     c->last_rec = SIZE_MAX;
     rec_upload r;
@@ -536,6 +591,7 @@ static vllmc_status cu_matmul(struct backend *be, const struct bk_act *act, int 
         memset(&r, 0, sizeof(r));
         r.a.a = act_view(act);
         r.a.n_act = (int32_t)act->n_rows;
+        r.a.row_order = c->batch_invariant;
         int ctas = 0;
         for (int i = i0; i < VLLMC_MIN(n_out, i0 + CU_MM_MAX_SEG); i++) {
             const struct bk_tensor *w = outs[i].w;
@@ -616,12 +672,29 @@ static vllmc_status cu_attention(struct backend *be, struct bk_kv_cache *kv, con
     if (p->head_dim != 32 && p->head_dim != 64 && p->head_dim != 128 && p->head_dim != 256)
         return vllmc_errorf(VLLMC_ERR_UNSUPPORTED, "attention: head_dim %d (CUDA: 32, 64, 128 or 256)", p->head_dim);
     const int32_t hd = p->head_dim;
-    /* split-K: decode steps size the split from the cache capacity (constant, so graphs replay) */
-    const int64_t max_ctx = c->n_tokens == 1 ? (int64_t)kv->n_blocks * BK_KV_BLOCK : (int64_t)c->max_pos + 1;
-    int64_t chunk = c->n_tokens == 1 ? VLLMC_MAX((int64_t)32, GPU_CEIL_DIV(max_ctx, 256)) : VLLMC_MAX((int64_t)256, GPU_CEIL_DIV(max_ctx, 16));
+    float ks = 1.0f, vs = 1.0f;
+    if (kv->dtype == BK_KV_FP8_E4M3) {
+        ks = kv->k_scales ? kv->k_scales[p->kv_layer] : kv->k_scale;
+        vs = kv->v_scales ? kv->v_scales[p->kv_layer] : kv->v_scale;
+        if (!(ks > 0.0f) || !(vs > 0.0f) || isinf(ks) || isinf(vs))
+            return vllmc_errorf(VLLMC_ERR_INVALID, "attention: KV layer %d fp8 scales %g / %g (must be finite and > 0)", p->kv_layer,
+                                (double)ks, (double)vs);
+    }
+    if (c->max_block >= kv->n_blocks)
+        return vllmc_errorf(VLLMC_ERR_INVALID, "attention: block id %d outside the pool of %d", c->max_block, kv->n_blocks);
+    /* split-K: the chunk depends only on the cache (its longest context), so every row is split at the same
+     * positions whatever else is in the batch (batch invariance) and decode records do not move with the
+     * positions; the number of splits is a power of two of what the longest row needs (few distinct graphs) */
+    const int64_t cap = (int64_t)kv->n_blocks * BK_KV_BLOCK;
+    const int64_t max_ctx = kv->max_ctx > 0 ? VLLMC_MIN((int64_t)kv->max_ctx, cap) : cap;
+    int64_t chunk = VLLMC_MAX((int64_t)32, GPU_CEIL_DIV(max_ctx, 256));
     chunk = GPU_CEIL_DIV(chunk, 16) * 16;
-    const int64_t n_split = GPU_CEIL_DIV(VLLMC_MAX(max_ctx, (int64_t)c->max_pos + 1), chunk);
-    const int64_t need = (int64_t)c->n_tokens * p->n_head * n_split * 4 * (hd + 2);
+    const int64_t need_split = GPU_CEIL_DIV((int64_t)c->max_pos + 1, chunk);
+    int64_t n_split = 1;
+    while (n_split < need_split) n_split *= 2;
+    const int64_t per_tok = (int64_t)p->n_head * n_split * (hd + 2);
+    const int64_t group = VLLMC_MAX((int64_t)1, VLLMC_MIN((int64_t)c->n_tokens, CU_ATT_WORK_FLOATS / per_tok));
+    const int64_t need = group * per_tok;
     if (need > c->attn_work_floats) {
         flush(c);
         (void)gpuStreamSynchronize(c->stream);
@@ -639,9 +712,10 @@ static vllmc_status cu_attention(struct backend *be, struct bk_kv_cache *kv, con
     r.a.ld_q = ld_q ? ld_q : (int64_t)p->n_head * hd;
     r.a.ld_k = ld_k ? ld_k : (int64_t)p->n_kv_head * hd;
     r.a.ld_v = ld_v ? ld_v : (int64_t)p->n_kv_head * hd;
-    r.a.out = out; r.a.kpool = kv->k[p->kv_layer]; r.a.vpool = kv->v[p->kv_layer]; r.a.f16 = kv->dtype == BK_KV_F16;
+    r.a.out = out; r.a.kpool = kv->k[p->kv_layer]; r.a.vpool = kv->v[p->kv_layer]; r.a.dtype = (int32_t)kv->dtype;
     r.a.n_head = p->n_head; r.a.n_kv_head = p->n_kv_head; r.a.head_dim = hd; r.a.scale = p->scale;
-    r.a.n_split = (int32_t)n_split; r.a.chunk = (int32_t)chunk; r.a.work = c->attn_work;
+    r.a.k_scale = ks; r.a.v_scale = vs;
+    r.a.n_split = (int32_t)n_split; r.a.chunk = (int32_t)chunk; r.a.group = (int32_t)group; r.a.work = c->attn_work;
     return submit(c, CU_OP_ATTN, &r, sizeof(r));
 }
 
@@ -838,6 +912,7 @@ static vllmc_status cu_moe(struct backend *be, const struct bk_act *in, const st
     /* 1. router (+ shared-expert gate) */
     a->router.a = act_view(in);
     a->router.n_act = (int32_t)T;
+    a->router.row_order = c->batch_invariant;
     struct cu_mm_seg *sg = &a->router.seg[a->router.n_seg++];
     sg->w = (const uint8_t *)w->router->data; sg->y = (float *)(m + o_logits); sg->ld_y = E;
     sg->stride = cu_weight_row_stride(GGML_TYPE_F32, n_embd); sg->type = GGML_TYPE_F32; sg->n_rows = (int32_t)E;
@@ -932,13 +1007,16 @@ static void cu_kv_destroy(struct backend *be, struct bk_kv_cache *kv) {
     }
     free(kv->k);
     free(kv->v);
+    free(kv->k_scales);
+    free(kv->v_scales);
     free(kv);
 }
 
 static vllmc_status cu_kv_create(struct backend *be, enum bk_kv_dtype dtype, int32_t n_layers, int32_t n_blocks, int32_t n_kv_head,
                                  int32_t head_dim, struct bk_kv_cache **out) {
     *out = NULL;
-    if (dtype != BK_KV_F32 && dtype != BK_KV_F16) return vllmc_errorf(VLLMC_ERR_UNSUPPORTED, "KV dtype %d", (int)dtype);
+    if ((int)dtype < 0 || dtype >= BK_KV_NDTYPE) return vllmc_errorf(VLLMC_ERR_UNSUPPORTED, "KV dtype %d", (int)dtype);
+    if (head_dim % 4) return vllmc_errorf(VLLMC_ERR_UNSUPPORTED, "KV cache: head_dim %d (CUDA: a multiple of 4)", head_dim);
     if (n_layers < 0 || n_blocks <= 0 || n_kv_head <= 0 || head_dim <= 0)
         return vllmc_errorf(VLLMC_ERR_INVALID, "KV cache of %d layers, %d blocks, %d heads of %d", n_layers, n_blocks, n_kv_head, head_dim);
     uint64_t bytes;
@@ -950,7 +1028,10 @@ static vllmc_status cu_kv_create(struct backend *be, enum bk_kv_dtype dtype, int
     kv->k_scale = kv->v_scale = 1.0f;
     kv->k = (void **)calloc((size_t)(n_layers ? n_layers : 1), sizeof(void *));
     kv->v = (void **)calloc((size_t)(n_layers ? n_layers : 1), sizeof(void *));
-    if (!kv->k || !kv->v) { cu_kv_destroy(be, kv); return vllmc_errorf(VLLMC_ERR_OOM, "KV cache"); }
+    kv->k_scales = (float *)malloc((size_t)(n_layers ? n_layers : 1) * sizeof(float));
+    kv->v_scales = (float *)malloc((size_t)(n_layers ? n_layers : 1) * sizeof(float));
+    if (!kv->k || !kv->v || !kv->k_scales || !kv->v_scales) { cu_kv_destroy(be, kv); return vllmc_errorf(VLLMC_ERR_OOM, "KV cache"); }
+    for (int32_t l = 0; l < n_layers; l++) kv->k_scales[l] = kv->v_scales[l] = 1.0f;
     kv->n_layers = n_layers;
     for (int32_t l = 0; l < n_layers; l++) {
         vllmc_status st;
@@ -968,7 +1049,7 @@ static void cu_destroy(struct backend *be) {
     cu_backend *c = cub(be);
     flush(c);
     (void)gpuStreamSynchronize(c->stream);
-    if (c->gexec) (void)gpuGraphExecDestroy(c->gexec);
+    graphs_clear(c);
     if (c->h_stage) (void)gpuFreeHost(c->h_stage);
     if (c->h_argmax) (void)gpuFreeHost(c->h_argmax);
     dev_free(c, c->d_batch);
@@ -1007,6 +1088,8 @@ static const struct backend_ops cu_ops = {
     cu_gdn,
     cu_moe,
     cu_sigmoid_mul,
+    cu_copy_within,
+    cu_mem_info,
 };
 
 extern "C" vllmc_status backend_cuda_create(const struct backend_cuda_opts *o, struct backend **out) {
@@ -1033,6 +1116,7 @@ extern "C" vllmc_status backend_cuda_create(const struct backend_cuda_opts *o, s
             backend_cuda_set_matvec(tr, ks, pers);
         }
     }
+    c->batch_invariant = o && o->batch_invariant;
     if ((st = gpu_err(gpuStreamCreate(&c->stream), "stream"))) { delete c; return st; }
     if (c->profile) {
         (void)gpuEventCreate(&c->ev0);
@@ -1053,6 +1137,15 @@ extern "C" void backend_cuda_set_matvec_rows(int rows0, int rows1) {
 }
 extern "C" void backend_cuda_get_matvec(int tr[3], int ks[3], int pers[3]) {
     for (int i = 0; i < 3; i++) { tr[i] = cu_mm_cfg.tr[i]; ks[i] = cu_mm_cfg.ks[i]; pers[i] = cu_mm_cfg.pers[i]; }
+}
+
+extern "C" int backend_cuda_device_count(void) {
+    int n = 0;
+    if (gpuGetDeviceCount(&n) != gpuSuccess) {
+        (void)gpuGetLastError();
+        return 0;
+    }
+    return n;
 }
 
 extern "C" void backend_cuda_get_prof(struct backend *be, struct backend_cuda_prof *out) {

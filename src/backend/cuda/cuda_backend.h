@@ -1,9 +1,10 @@
 /* CUDA backend (built with `make CUDA=1`): the op table of backend.h on one GPU.
  * Weights are uploaded once (quantized ones repacked for coalesced loads); activations, the KV cache
- * and recurrent state live in device memory. A decode step (a batch of one token with one logit row)
- * is recorded op by op without launching anything; at the LM head the recorded step is compared with
- * the last captured one and, when equal, its CUDA graph is replayed (else captured again). Only token
- * ids come back to the host. enforce_eager runs every op as it is called (no graphs). */
+ * and recurrent state live in device memory. A decode step (B sequences with one token and one logit row
+ * each) is recorded op by op without launching anything; at the LM head the recorded step is looked up in
+ * a small cache of captured steps and, when an equal one is there, its CUDA graph is replayed (else the
+ * step is captured, evicting the least recently used). Only token ids (or the logits rows the caller
+ * copies) come back to the host. enforce_eager runs every op as it is called (no graphs). */
 #ifndef VLLMC_CUDA_BACKEND_H
 #define VLLMC_CUDA_BACKEND_H
 
@@ -18,12 +19,19 @@ struct backend_cuda_opts {
     int device;          /* GPU ordinal */
     bool enforce_eager;  /* no CUDA graphs */
     bool profile;        /* time every op family with events (forces eager) */
+    bool batch_invariant; /* a row's results do not depend on the batch: matmuls of one activation row sum
+                             in the multi-row kernel's order (the decode tile kernel only where that is the same) */
 };
 
 vllmc_status backend_cuda_create(const struct backend_cuda_opts *o, struct backend **out);
+/* GPUs visible to this process (0 when there is no driver or device). */
+int backend_cuda_device_count(void);
+/* Decode steps whose graphs are kept (least recently used evicted). */
+#define BACKEND_CUDA_GRAPH_CACHE 32
 
 struct backend_cuda_stats {
     uint64_t graph_replays, graph_captures, eager_steps;
+    uint64_t graphs_cached;           /* captured steps held now (<= BACKEND_CUDA_GRAPH_CACHE) */
     uint64_t bytes_now, bytes_peak;   /* device memory allocated through the backend */
     uint64_t weight_bytes;            /* device bytes of uploaded weights */
     uint64_t fused_adds;              /* residual adds recorded into a matmul / moe epilogue */

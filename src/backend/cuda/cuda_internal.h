@@ -79,7 +79,8 @@ struct cu_mm_args {
     int32_t n_act;             /* act rows */
     int32_t total_rows;        /* rows of all segments */
     int32_t total_tiles;       /* 4-row tiles of all segments */
-    int32_t pad;
+    int32_t row_order;         /* batch invariance: one activation row must sum in the order of the multi-row
+                                  kernel (mm_row), so the decode tile kernel runs only where its order is the same */
     struct cu_act_view a;
 };
 #define CU_MM_WARPS 4          /* rows per CTA (one warp per row) */
@@ -129,11 +130,13 @@ struct cu_attn_args {
     int64_t ld_q, ld_k, ld_v;
     float *out;
     void *kpool, *vpool;
-    int32_t f16;
+    int32_t dtype;             /* enum bk_kv_dtype of the pools (kv_access.h) */
     int32_t n_head, n_kv_head, head_dim;
-    float scale;
+    float scale;               /* softmax scale; the score is q.k * (k_scale * scale) as on the CPU */
+    float k_scale, v_scale;    /* fp8: the layer's scales (stores divide by them, reads multiply); else 1 */
     int32_t n_split, chunk;    /* split-K over the context: n_split parts of chunk positions */
-    float *work;               /* [n_tokens][n_head][n_split][head_dim + 2] */
+    int32_t group, t0;         /* tokens per split/combine launch (bounds the work buffer); first token (launcher) */
+    float *work;               /* [group][n_head][n_split][head_dim + 2] */
 };
 void cu_launch_attention(const struct cu_batch_dev *b, const struct cu_attn_args *a, gpuStream_t s);
 struct cu_gdn_args {

@@ -6,6 +6,7 @@
  * functions (expf, sinf, cosf) may differ from glibc's in the last place. */
 #include <math.h>
 #include "backend/cuda/cuda_internal.h"
+#include "backend/cuda/kv_access.h"
 #include "quant/blocks.h"
 #include "quant/quant.h"
 
@@ -199,58 +200,28 @@ static __global__ void kv_store_kernel(struct cu_batch_dev b, struct cu_attn_arg
     for (int e = threadIdx.x; e < n; e += blockDim.x) {
         const int kvh = e / hd, i = e % hd;
         const size_t idx = (((size_t)blk * a.n_kv_head + kvh) * BK_KV_BLOCK + slot) * hd + i;
-        const float kv_k = a.k[(int64_t)t * a.ld_k + e], kv_v = a.v[(int64_t)t * a.ld_v + e];
-        if (a.f16) {
-            ((uint16_t *)a.kpool)[idx] = fp32_to_fp16(kv_k);
-            ((uint16_t *)a.vpool)[idx] = fp32_to_fp16(kv_v);
-        } else {
-            ((float *)a.kpool)[idx] = kv_k;
-            ((float *)a.vpool)[idx] = kv_v;
-        }
+        kv_store(a.kpool, a.dtype, idx, a.k[(int64_t)t * a.ld_k + e], a.k_scale);
+        kv_store(a.vpool, a.dtype, idx, a.v[(int64_t)t * a.ld_v + e], a.v_scale);
     }
 }
 
-/* Load D contiguous elements (f32 or f16 pool) into v, vectorized. */
-template <int D> static __device__ __forceinline__ void att_load(const void *pool, bool f16, size_t idx, float *v) {
-    if (f16) {
-        const uint16_t *p = (const uint16_t *)pool + idx;
-        if (D == 8) {
-            const uint4 u = *(const uint4 *)p;
-            const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-            for (int k = 0; k < 4; k++) { v[2 * k] = fp16_to_fp32((uint16_t)(w[k] & 0xffff)); v[2 * k + 1] = fp16_to_fp32((uint16_t)(w[k] >> 16)); }
-        } else if (D == 4) {
-            const uint2 u = *(const uint2 *)p;
-            v[0] = fp16_to_fp32((uint16_t)(u.x & 0xffff)); v[1] = fp16_to_fp32((uint16_t)(u.x >> 16));
-            v[2] = fp16_to_fp32((uint16_t)(u.y & 0xffff)); v[3] = fp16_to_fp32((uint16_t)(u.y >> 16));
-        } else {
-#pragma unroll
-            for (int k = 0; k < D; k++) v[k] = fp16_to_fp32(p[k]);
-        }
-    } else {
-        const float *p = (const float *)pool + idx;
-        if (D % 4 == 0) {
-#pragma unroll
-            for (int k = 0; k < D; k += 4) { const float4 f = *(const float4 *)(p + k); v[k] = f.x; v[k + 1] = f.y; v[k + 2] = f.z; v[k + 3] = f.w; }
-        } else {
-#pragma unroll
-            for (int k = 0; k < D; k++) v[k] = p[k];
-        }
-    }
-}
-
-/* One CTA per (split, head, token); lane l owns dims [l*D, l*D + D) (D = head_dim / 32); each warp walks
- * every ATT_WARPS-th position of the split, two positions per round (both rows loaded before the math),
- * with an online softmax, and writes its own partial (acc[head_dim], m, l). */
+/* One CTA per (split, head, token of the launch's group); lane l owns dims [l*D, l*D + D) (D = head_dim / 32);
+ * each warp walks every ATT_WARPS-th position of the split, two positions per round (both rows loaded before
+ * the math), with an online softmax; the CTA then merges its warps' partials (in warp order) and writes one
+ * partial (acc[head_dim], m, l) per split. The split boundaries depend only on `chunk` (fixed per KV cache),
+ * so a row's result does not depend on the other rows of the batch. */
 template <int D>
 static __global__ void __launch_bounds__(32 * ATT_WARPS) attn_split_kernel(struct cu_batch_dev b, struct cu_attn_args a) {
-    const int split = blockIdx.x, j = blockIdx.y, t = blockIdx.z;
+    __shared__ float sm[ATT_WARPS][32 * D + 2];
+    const int split = blockIdx.x, j = blockIdx.y, tg = blockIdx.z, t = a.t0 + tg;
     const int lane = threadIdx.x % 32, wid = threadIdx.x / 32;
     const int hd = 32 * D, kvh = j / (a.n_head / a.n_kv_head);
     const int32_t n_ctx = b.pos[t] + 1;
     const int32_t *bt = b.bt + b.seqinfo[4 * b.seq[t]];
     const int t0 = split * a.chunk, t1 = min(n_ctx, t0 + a.chunk);
-    const bool f16 = a.f16 != 0;
+    if (t0 >= t1) return; /* past this row's context: the combine does not read this split */
+    const bool f16 = a.dtype == BK_KV_F16;
+    const float score_mul = __fmul_rn(a.k_scale, a.scale);
     float q[D], acc[D];
     const float *qp = a.q + (int64_t)t * a.ld_q + (int64_t)j * hd + lane * D;
 #pragma unroll
@@ -265,16 +236,16 @@ static __global__ void __launch_bounds__(32 * ATT_WARPS) attn_split_kernel(struc
         const size_t base = (((size_t)bt[tau / BK_KV_BLOCK] * a.n_kv_head + kvh) * BK_KV_BLOCK + tau % BK_KV_BLOCK) * hd + lane * D;
         const size_t base2 = two ? (((size_t)bt[tau2 / BK_KV_BLOCK] * a.n_kv_head + kvh) * BK_KV_BLOCK + tau2 % BK_KV_BLOCK) * hd + lane * D : base;
         float k1[D], k2[D], v1[D], v2[D];
-        att_load<D>(a.kpool, f16, base, k1);
-        att_load<D>(a.kpool, f16, base2, k2);
-        att_load<D>(a.vpool, f16, base, v1);
-        att_load<D>(a.vpool, f16, base2, v2);
+        kv_load<D>(a.kpool, a.dtype, base, k1);
+        kv_load<D>(a.kpool, a.dtype, base2, k2);
+        kv_load<D>(a.vpool, a.dtype, base, v1);
+        kv_load<D>(a.vpool, a.dtype, base2, v2);
         float d1 = 0.f, d2 = 0.f;
 #pragma unroll
         for (int e = 0; e < D; e++) { d1 = __fadd_rn(d1, __fmul_rn(q[e], k1[e])); d2 = __fadd_rn(d2, __fmul_rn(q[e], k2[e])); }
         d1 = group32_sum(d1);
         d2 = group32_sum(d2);
-        const float s1 = __fmul_rn(d1, a.scale), s2 = two ? __fmul_rn(d2, a.scale) : -INFINITY;
+        const float s1 = __fmul_rn(d1, score_mul), s2 = two ? __fmul_rn(d2, score_mul) : -INFINITY;
         const float mn = fmaxf(m, fmaxf(s1, s2));
         const float corr = expf(m - mn), p1 = expf(s1 - mn), p2 = two ? expf(s2 - mn) : 0.f;
         l = l * corr + p1 + p2;
@@ -282,18 +253,34 @@ static __global__ void __launch_bounds__(32 * ATT_WARPS) attn_split_kernel(struc
 #pragma unroll
         for (int e = 0; e < D; e++) acc[e] = acc[e] * corr + p1 * v1[e] + p2 * v2[e];
     }
-    const int n_part = a.n_split * ATT_WARPS;
-    float *w = a.work + (((int64_t)t * a.n_head + j) * n_part + (int64_t)split * ATT_WARPS + wid) * (hd + 2);
 #pragma unroll
-    for (int e = 0; e < D; e++) w[lane * D + e] = acc[e];
-    if (lane == 0) { w[hd] = m; w[hd + 1] = l; }
+    for (int e = 0; e < D; e++) sm[wid][lane * D + e] = acc[e];
+    if (lane == 0) { sm[wid][hd] = m; sm[wid][hd + 1] = l; }
+    __syncthreads();
+    /* merge the warps' partials in warp order; a warp that saw no position has m = -inf and weight 0 */
+    float M = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < ATT_WARPS; w++) M = fmaxf(M, sm[w][hd]);
+    float cw[ATT_WARPS], L = 0.f;
+#pragma unroll
+    for (int w = 0; w < ATT_WARPS; w++) {
+        cw[w] = sm[w][hd] == -INFINITY ? 0.f : expf(sm[w][hd] - M);
+        L += sm[w][hd + 1] * cw[w];
+    }
+    float *wo = a.work + (((int64_t)tg * a.n_head + j) * a.n_split + split) * (hd + 2);
+    for (int i = threadIdx.x; i < hd; i += 32 * ATT_WARPS) {
+        float o = 0.f;
+#pragma unroll
+        for (int w = 0; w < ATT_WARPS; w++) o += sm[w][i] * cw[w];
+        wo[i] = o;
+    }
+    if (threadIdx.x == 0) { wo[hd] = M; wo[hd + 1] = L; }
 }
 
 static __global__ void attn_combine_kernel(struct cu_batch_dev b, struct cu_attn_args a) {
-    const int j = blockIdx.x, t = blockIdx.y, hd = a.head_dim;
-    const int n_part = a.n_split * ATT_WARPS;
-    const int used = min(n_part, GPU_CEIL_DIV(b.pos[t] + 1, a.chunk) * ATT_WARPS);
-    const float *w = a.work + ((int64_t)t * a.n_head + j) * n_part * (hd + 2);
+    const int j = blockIdx.x, tg = blockIdx.y, t = a.t0 + tg, hd = a.head_dim;
+    const int used = min(a.n_split, GPU_CEIL_DIV(b.pos[t] + 1, a.chunk));
+    const float *w = a.work + ((int64_t)tg * a.n_head + j) * a.n_split * (hd + 2);
     float M = -INFINITY;
     for (int p = 0; p < used; p++) M = fmaxf(M, w[p * (hd + 2) + hd]);
     double L = 0.0;
@@ -301,7 +288,8 @@ static __global__ void attn_combine_kernel(struct cu_batch_dev b, struct cu_attn
         const float mp = w[p * (hd + 2) + hd];
         if (mp != -INFINITY) L += (double)w[p * (hd + 2) + hd + 1] * (double)expf(mp - M);
     }
-    const float inv = (float)(1.0 / L);
+    /* fp8: V = code * v_scale, applied with the normalisation */
+    const float inv = __fmul_rn((float)(1.0 / L), a.v_scale);
     for (int i = threadIdx.x; i < hd; i += blockDim.x) {
         float o = 0.f;
         for (int p = 0; p < used; p++) {
@@ -312,16 +300,22 @@ static __global__ void attn_combine_kernel(struct cu_batch_dev b, struct cu_attn
     }
 }
 
-void cu_launch_attention(const struct cu_batch_dev *b, const struct cu_attn_args *a, gpuStream_t s) {
-    kv_store_kernel<<<b->n_tokens, 256, 0, s>>>(*b, *a);
-    const dim3 g(a->n_split, a->n_head, b->n_tokens);
-    switch (a->head_dim) {
-    case 32: attn_split_kernel<1><<<g, 32 * ATT_WARPS, 0, s>>>(*b, *a); break;
-    case 64: attn_split_kernel<2><<<g, 32 * ATT_WARPS, 0, s>>>(*b, *a); break;
-    case 128: attn_split_kernel<4><<<g, 32 * ATT_WARPS, 0, s>>>(*b, *a); break;
-    default: attn_split_kernel<8><<<g, 32 * ATT_WARPS, 0, s>>>(*b, *a); break;
+void cu_launch_attention(const struct cu_batch_dev *b, const struct cu_attn_args *args, gpuStream_t s) {
+    kv_store_kernel<<<b->n_tokens, 256, 0, s>>>(*b, *args);
+    struct cu_attn_args a = *args;
+    const int group = a.group > 0 ? a.group : b->n_tokens;
+    for (int t0 = 0; t0 < b->n_tokens; t0 += group) {
+        const int nt = min(group, b->n_tokens - t0);
+        a.t0 = t0;
+        const dim3 g(a.n_split, a.n_head, nt);
+        switch (a.head_dim) {
+        case 32: attn_split_kernel<1><<<g, 32 * ATT_WARPS, 0, s>>>(*b, a); break;
+        case 64: attn_split_kernel<2><<<g, 32 * ATT_WARPS, 0, s>>>(*b, a); break;
+        case 128: attn_split_kernel<4><<<g, 32 * ATT_WARPS, 0, s>>>(*b, a); break;
+        default: attn_split_kernel<8><<<g, 32 * ATT_WARPS, 0, s>>>(*b, a); break;
+        }
+        attn_combine_kernel<<<dim3(a.n_head, nt), a.head_dim < 256 ? a.head_dim : 256, 0, s>>>(*b, a);
     }
-    attn_combine_kernel<<<dim3(a->n_head, b->n_tokens), a->head_dim < 256 ? a->head_dim : 256, 0, s>>>(*b, *a);
 }
 
 /* ---- Gated DeltaNet ---- */

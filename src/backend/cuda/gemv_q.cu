@@ -1056,10 +1056,23 @@ void cu_launch_matmul(const struct cu_mm_args *args, gpuStream_t s) {
         bool q40 = false; /* the tile kernels have Q4_K, Q6_K, Q8_0 and F32 */
         for (int i = 0; i < args->n_seg; i++)
             if (args->seg[i].type == GGML_TYPE_Q4_0 || args->seg[i].type == GGML_TYPE_Q5_0) q40 = true;
-        const int ks = q40 ? 0 : cu_mm_cfg.ks[cls];
+        int ks = q40 ? 0 : cu_mm_cfg.ks[cls];
+        int tr = max(1, min(MM_TR, (int)cu_mm_cfg.tr[cls]));
+        /* row_order (batch invariance): the row must sum as mm_row does in the multi-row kernel: no split-K over
+         * warps, and tiles of several rows only where a row holds a whole number of warp steps (8 super-blocks,
+         * 32 Q8_0 blocks; a tile deals (row, block) units to the lane groups), else tiles of one row */
+        bool tile_order = true;
+        for (int i = 0; i < args->n_seg; i++) {
+            const int t = args->seg[i].type;
+            if ((t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q6_K) ? (args->a.n / QK_K) % 8 != 0 : t == GGML_TYPE_Q8_0 ? (args->a.n / 32) % 32 != 0 : false)
+                tile_order = false;
+        }
+        if (args->row_order) {
+            if (ks > 1) ks = 1;
+            if (!tile_order) tr = 1;
+        }
         if (ks == 1 || ks == 2 || ks == 4) {
             struct cu_mm_args a = *args;
-            const int tr = max(1, min(MM_TR, (int)cu_mm_cfg.tr[cls]));
             a.total_tiles = 0;
             for (int i = 0; i < a.n_seg; i++) {
                 a.seg[i].tile0 = a.total_tiles;
@@ -1073,7 +1086,7 @@ void cu_launch_matmul(const struct cu_mm_args *args, gpuStream_t s) {
             if (ks == 1) gpu_launch(mm_kernel_split<1>, grid, block, 0, s, a, tr);
             else if (ks == 2) gpu_launch(mm_kernel_split<2>, grid, block, 0, s, a, tr);
             else gpu_launch(mm_kernel_split<4>, grid, block, 0, s, a, tr);
-        } else if (cls > 0 && !q40) {
+        } else if (cls > 0 && !q40 && (!args->row_order || tile_order)) {
             /* 4-row tiles when there are rows enough (measured on the H200: never slower from 8,192 rows of
              * 2,560 columns, 1.4x on the LM head; slower on 2,560-row matrices, which leave warps idle) */
             const int ctas = min((int)GPU_CEIL_DIV(args->total_tiles, CU_MM_WARPS), resident);

@@ -49,6 +49,7 @@ typedef hipGraphExec_t gpuGraphExec_t;
 #define gpuFreeHost hipHostFree
 #define gpuStreamCaptureModeThreadLocal hipStreamCaptureModeThreadLocal
 #define gpuSetDevice hipSetDevice
+#define gpuGetDeviceCount hipGetDeviceCount
 #define gpuGetDevice hipGetDevice
 #define gpuDeviceGetSMCount(n, dev) hipDeviceGetAttribute((n), hipDeviceAttributeMultiprocessorCount, (dev))
 #define gpuOccupancyMaxActiveBlocksPerMultiprocessor hipOccupancyMaxActiveBlocksPerMultiprocessor
@@ -109,6 +110,7 @@ typedef cudaGraphExec_t gpuGraphExec_t;
 #define gpuFreeHost cudaFreeHost
 #define gpuStreamCaptureModeThreadLocal cudaStreamCaptureModeThreadLocal
 #define gpuSetDevice cudaSetDevice
+#define gpuGetDeviceCount cudaGetDeviceCount
 #define gpuGetDevice cudaGetDevice
 #define gpuDeviceGetSMCount(n, dev) cudaDeviceGetAttribute((n), cudaDevAttrMultiProcessorCount, (dev))
 #define gpuOccupancyMaxActiveBlocksPerMultiprocessor cudaOccupancyMaxActiveBlocksPerMultiprocessor
