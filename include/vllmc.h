@@ -52,6 +52,9 @@ typedef struct vllmc_engine vllmc_engine;
 typedef struct vllmc_request vllmc_request;
 
 typedef enum { VLLMC_KV_F16 = 0, VLLMC_KV_F32 = 1, VLLMC_KV_BF16 = 2, VLLMC_KV_FP8_E4M3 = 3 } vllmc_kv_dtype;
+/* Where the model runs. AUTO: the GPU when the library was built with CUDA (or HIP) and a device is
+ * present, else the CPU. */
+typedef enum { VLLMC_DEVICE_AUTO = 0, VLLMC_DEVICE_CPU = 1, VLLMC_DEVICE_CUDA = 2 } vllmc_device;
 
 typedef struct {
     int32_t max_model_len;          /* prompt + output tokens per request; 0 = min(model context, 4096) */
@@ -69,6 +72,13 @@ typedef struct {
     int threads;                    /* CPU threads; <= 0 = all */
     uint64_t seed;                  /* seeds requests that give no seed of their own */
     int print_plan;                 /* log the memory plan at INFO level (default 1) */
+    vllmc_device device;            /* default AUTO */
+    float gpu_memory_utilization;   /* (0, 1]: weights + activations + KV + state must fit this fraction of the
+                                       device's memory (the host's on cpu); with no KV size given the KV pool
+                                       takes what is left of it (at most max_num_seqs full requests). 0 = not set */
+    int enforce_eager;              /* cuda: run every op as it is called (no CUDA graphs) */
+    int batch_invariant;            /* cuda: every matmul sums in the same order for any batch size, so a
+                                       request's tokens do not depend on what runs next to it (default 1) */
 } vllmc_engine_opts;
 
 void vllmc_engine_opts_default(vllmc_engine_opts *o);
@@ -159,6 +169,7 @@ typedef struct {
     int prefix_caching;              /* effective setting */
     int recurrent_state;             /* the model has recurrent (GDN) state */
     int32_t state_snapshots_total, state_snapshots_used;
+    vllmc_device device;             /* CPU or CUDA (never AUTO) */
 } vllmc_engine_stats;
 void vllmc_engine_get_stats(vllmc_engine *e, vllmc_engine_stats *out);
 /* Block until no request is waiting or running. */

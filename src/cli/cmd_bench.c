@@ -5,15 +5,22 @@
  * time), TTFT, decode tok/s, peak device memory; and a llama-bench style table (pp = prompt tokens / prefill
  * time, tg = generated tokens / decode time, mean +- stddev over the runs).
  * --profile (CUDA) reruns one decode pass on an eager, event-timed backend and prints per op family:
- * calls per token, ms per token, share, GB/s of weights read, and GPU-busy vs wall time. */
+ * calls per token, ms per token, share, GB/s of weights read, and GPU-busy vs wall time.
+ * --concurrency N1,N2,... runs the engine instead (continuous batching, the public API): for each N it
+ * keeps N requests of -p random prompt tokens and -g output tokens in flight (a new one submitted as one
+ * finishes) until -r x N requests have finished, after a warm-up round of N, and reports output tok/s
+ * (all output tokens / wall time), the median TPOT of the requests ((last token - first token) / (n - 1))
+ * and the median TTFT. Prompts are distinct (no prefix-cache hits). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "backend/backend.h"
 #include "cli.h"
 #include "common/common.h"
 #include "model/model.h"
+#include "vllmc.h"
 #ifdef VLLMC_CUDA
 #include "backend/cuda/cuda_backend.h"
 #endif
@@ -21,8 +28,9 @@
 struct bench_opts {
     const char *model;
     int n_prompt, n_gen, reps, threads;
-    bool json, eager, profile, cpu;
+    bool json, eager, profile, cpu, variant;
     enum bk_kv_dtype kv;
+    int conc[16], n_conc;
 };
 
 #ifdef VLLMC_CUDA
@@ -61,7 +69,9 @@ static void usage(void) {
             "  -r N            timed runs after one warm-up (default 5)\n"
             "  --device D      cuda (default when built with CUDA=1) or cpu\n"
             "  --enforce-eager no CUDA graphs\n"
-            "  --kv-cache-dtype f16|f32 (default f16)\n"
+            "  --kv-cache-dtype D  auto (= f16), f16, bf16, f32, fp8 / fp8_e4m3\n"
+            "  --concurrency N,..  engine mode: keep N requests in flight (continuous batching) for each N\n"
+            "  --no-batch-invariant  engine mode, cuda: one-row matmuls may use the faster tile order\n"
             "  -t N            CPU threads (cpu device)\n"
             "  --profile       per op family table (CUDA)\n"
             "  --json          one JSON object on stdout\n");
@@ -108,7 +118,7 @@ done:
 static vllmc_status make_backend(const struct bench_opts *o, bool profile, struct backend **be) {
 #ifdef VLLMC_CUDA
     if (!o->cpu) {
-        struct backend_cuda_opts co = {0, o->eager, profile};
+        struct backend_cuda_opts co = {0, o->eager, profile, false};
         return backend_cuda_create(&co, be);
     }
 #endif
@@ -160,8 +170,124 @@ out:
 }
 #endif
 
+/* ---- engine mode (--concurrency) ---- */
+
+struct eng_req {
+    vllmc_request *h;
+    double t_submit, t_first, t_last;
+    int32_t n_out;
+};
+
+static int bench_engine(const struct bench_opts *o) {
+    int max_n = 1;
+    for (int i = 0; i < o->n_conc; i++) max_n = o->conc[i] > max_n ? o->conc[i] : max_n;
+    vllmc_engine_opts eo;
+    vllmc_engine_opts_default(&eo);
+    eo.device = o->cpu ? VLLMC_DEVICE_CPU : VLLMC_DEVICE_CUDA;
+    eo.max_model_len = o->n_prompt + o->n_gen + 1;
+    eo.max_num_seqs = max_n;
+    eo.max_num_batched_tokens = VLLMC_MAX(2048, o->n_prompt + max_n);
+    eo.enable_prefix_caching = 0;
+    eo.enforce_eager = o->eager;
+    eo.batch_invariant = !o->variant;
+    eo.threads = o->threads;
+    eo.kv_dtype = o->kv == BK_KV_F32 ? VLLMC_KV_F32 : o->kv == BK_KV_BF16 ? VLLMC_KV_BF16 : o->kv == BK_KV_FP8_E4M3 ? VLLMC_KV_FP8_E4M3 : VLLMC_KV_F16;
+    double t_load = vllmc_time_s();
+    vllmc_engine *e = NULL;
+    if (vllmc_engine_create(o->model, &eo, &e)) { fprintf(stderr, "vllmc bench: %s\n", vllmc_last_error()); return 1; }
+    t_load = vllmc_time_s() - t_load;
+    vllmc_engine_stats es;
+    vllmc_engine_get_stats(e, &es);
+    int rc = 1;
+    const int max_total = max_n * (o->reps + 1);
+    struct eng_req *rq = calloc((size_t)max_total, sizeof(*rq));
+    int32_t *prompt = malloc((size_t)o->n_prompt * sizeof(int32_t));
+    double *tpot = calloc((size_t)max_total, sizeof(double)), *ttft = calloc((size_t)max_total, sizeof(double));
+    if (!rq || !prompt || !tpot || !ttft) { fprintf(stderr, "vllmc bench: out of memory\n"); goto out; }
+    /* the vocabulary size from a throwaway model would cost a load: token ids below 1000 fit every model here */
+    uint64_t seed = 0x5eed;
+    vllmc_sampling_params sp;
+    vllmc_sampling_params_default(&sp);
+    sp.max_tokens = o->n_gen;
+    sp.ignore_eos = 1;
+    printf("engine bench: model %s, device %s%s, KV %s, prompt %d, output %d, %d x concurrency requests timed after a warm-up "
+           "round (load %.1f s, %d KV blocks)\n", o->model, es.device == VLLMC_DEVICE_CUDA ? "cuda" : "cpu",
+           es.device != VLLMC_DEVICE_CUDA ? "" : o->eager ? " (eager)" : " (CUDA graphs)", bk_kv_dtype_name(o->kv),
+           o->n_prompt, o->n_gen, o->reps, t_load, es.kv_blocks_total);
+    printf("| concurrency | requests | output tok/s | TPOT median ms | TTFT median ms | wall s |\n|---|---|---|---|---|---|\n");
+    for (int ci = 0; ci < o->n_conc; ci++) {
+        const int N = o->conc[ci], total = N * (o->reps + 1), warm = N;
+        memset(rq, 0, (size_t)total * sizeof(*rq));
+        int submitted = 0, finished = 0, live = 0, n_done_timed = 0;
+        double t_start = 0, t_end = 0;
+        int64_t out_timed = 0;
+        while (finished < total) {
+            /* keep N in flight; the timed part starts when the warm-up round has finished */
+            while (live < N && submitted < total && (submitted < warm || finished >= warm)) {
+                if (submitted == warm) t_start = vllmc_time_s();
+                for (int i = 0; i < o->n_prompt; i++) {
+                    seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+                    prompt[i] = (int32_t)((seed >> 33) % 1000u);
+                }
+                struct eng_req *r = &rq[submitted];
+                r->t_submit = vllmc_time_s();
+                if (vllmc_engine_submit(e, prompt, o->n_prompt, &sp, NULL, NULL, &r->h)) {
+                    fprintf(stderr, "vllmc bench: submit: %s\n", vllmc_last_error());
+                    goto out;
+                }
+                submitted++;
+                live++;
+            }
+            bool progress = false;
+            for (int i = 0; i < submitted; i++) {
+                struct eng_req *r = &rq[i];
+                if (!r->h) continue;
+                vllmc_output out;
+                if (vllmc_request_next(r->h, 0, &out)) { fprintf(stderr, "vllmc bench: %s\n", vllmc_last_error()); goto out; }
+                if (out.n_tokens > 0) {
+                    const double now = vllmc_time_s();
+                    if (!r->n_out) r->t_first = now;
+                    r->t_last = now;
+                    r->n_out += out.n_tokens;
+                    progress = true;
+                }
+                if (out.finish != VLLMC_FINISH_NONE) {
+                    if (out.finish != VLLMC_FINISH_LENGTH || r->n_out != o->n_gen) {
+                        fprintf(stderr, "vllmc bench: request %d ended (%s) after %d tokens\n", i, vllmc_finish_reason_str(out.finish), r->n_out);
+                        goto out;
+                    }
+                    vllmc_request_release(r->h);
+                    r->h = NULL;
+                    finished++;
+                    live--;
+                    progress = true;
+                    if (i >= warm) {
+                        out_timed += r->n_out;
+                        tpot[n_done_timed] = r->n_out > 1 ? (r->t_last - r->t_first) / (r->n_out - 1) : 0;
+                        ttft[n_done_timed] = r->t_first - r->t_submit;
+                        n_done_timed++;
+                        t_end = vllmc_time_s();
+                    }
+                }
+            }
+            if (!progress) usleep(50);
+        }
+        const double wall = t_end - t_start;
+        printf("| %d | %d | %.1f | %.3f | %.1f | %.2f |\n", N, n_done_timed, (double)out_timed / wall, median(tpot, n_done_timed) * 1e3,
+               median(ttft, n_done_timed) * 1e3, wall);
+        fflush(stdout);
+    }
+    rc = 0;
+out:
+    if (rq)
+        for (int i = 0; i < max_total; i++) vllmc_request_release(rq[i].h);
+    vllmc_engine_destroy(e);
+    free(rq); free(prompt); free(tpot); free(ttft);
+    return rc;
+}
+
 int cmd_bench(int argc, char **argv) {
-    struct bench_opts o = {NULL, 512, 256, 5, 0, false, false, false, false, BK_KV_F16};
+    struct bench_opts o = {NULL, 512, 256, 5, 0, false, false, false, false, false, BK_KV_F16, {0}, 0};
 #ifndef VLLMC_CUDA
     o.cpu = true;
 #endif
@@ -177,6 +303,7 @@ int cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "-t") && has) o.threads = atoi(argv[++i]);
         else if (!strcmp(a, "--json")) o.json = true;
         else if (!strcmp(a, "--enforce-eager")) o.eager = true;
+        else if (!strcmp(a, "--no-batch-invariant")) o.variant = true;
         else if (!strcmp(a, "--profile")) o.profile = true;
         else if (!strcmp(a, "--device") && has) {
             const char *d = argv[++i];
@@ -191,15 +318,28 @@ int cmd_bench(int argc, char **argv) {
             } else { fprintf(stderr, "vllmc bench: unknown device '%s'\n", d); return 2; }
         } else if (!strcmp(a, "--kv-cache-dtype") && has) {
             const char *d = argv[++i];
-            if (!strcmp(d, "f16") || !strcmp(d, "auto")) o.kv = BK_KV_F16;
-            else if (!strcmp(d, "f32")) o.kv = BK_KV_F32;
-            else { fprintf(stderr, "vllmc bench: KV dtype '%s' (f16, f32)\n", d); return 2; }
+            if (!bk_kv_dtype_parse(d, &o.kv)) { fprintf(stderr, "vllmc bench: KV dtype '%s' (auto, f16, bf16, f32, fp8)\n", d); return 2; }
+        } else if (!strcmp(a, "--concurrency") && has) {
+            const char *d = argv[++i];
+            o.n_conc = 0;
+            while (*d) {
+                char *end;
+                long n = strtol(d, &end, 10);
+                if (end == d || n < 1 || n > 4096 || o.n_conc == 16 || (*end && *end != ',')) {
+                    fprintf(stderr, "vllmc bench: --concurrency takes up to 16 counts 1..4096 separated by commas\n");
+                    return 2;
+                }
+                o.conc[o.n_conc++] = (int)n;
+                d = *end ? end + 1 : end;
+            }
+            if (!o.n_conc) { fprintf(stderr, "vllmc bench: --concurrency needs at least one count\n"); return 2; }
         } else { fprintf(stderr, "vllmc bench: unknown or incomplete option '%s'\n", a); usage(); return 2; }
     }
     if (!o.model || o.n_prompt < 1 || o.n_prompt > 1 << 20 || o.n_gen < 2 || o.n_gen > 1 << 20 || o.reps < 1 || o.reps > 1000) {
         usage();
         return 2;
     }
+    if (o.n_conc) return bench_engine(&o);
     struct backend *be = NULL;
     struct model *m = NULL;
     struct bk_kv_cache *kv = NULL;

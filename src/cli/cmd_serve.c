@@ -23,7 +23,9 @@ static void serve_usage(void) {
             "  --max-num-seqs N, -np N          requests running at once (default 16)\n"
             "  --max-num-batched-tokens N       tokens per engine step (default 512)\n"
             "  --num-gpu-blocks-override N      exactly N KV blocks of 16 tokens\n"
-            "  --gpu-memory-utilization F       fraction (0, 1] of host memory the engine may plan for\n"
+            "  --device cuda|cpu                where the model runs (default: cuda when built with CUDA and a GPU is present)\n"
+            "  --gpu-memory-utilization F       fraction (0, 1] of the device's memory (the host's on cpu) for weights,\n"
+            "                                   activations, KV cache and state; the KV cache takes what is left\n"
             "  --kv-cache-dtype DTYPE           KV cache element type: auto (= fp16), fp16, bf16, fp32, or fp8 / fp8_e4m3\n"
             "                                   (e4m3 with a per-tensor K and V scale, 1.0 as in vLLM)\n"
             "  --enable-prefix-caching / --no-enable-prefix-caching   (default on)\n"
@@ -31,9 +33,11 @@ static void serve_usage(void) {
             "  --chat-template FILE|TEXT        chat template instead of the GGUF's\n"
             "  --reasoning-parser qwen3|none    split <think> output into reasoning_content (default: when the template has <think>)\n"
             "  --disable-log-requests           no line per request\n"
-            "  --enforce-eager                  accepted (no graphs on this backend)\n"
-            "  -ngl N, --n-gpu-layers N         accepted and ignored (the CPU backend runs every layer)\n"
-            "  -t N, --threads N                CPU threads (default: all)\n"
+            "  --enforce-eager                  cuda: run every op as it is called, no CUDA graphs for decode steps\n"
+            "  --no-batch-invariant             cuda: let one-row matmuls use the faster tile order (a request's tokens\n"
+            "                                   may then depend on what runs next to it)\n"
+            "  -ngl N, --n-gpu-layers N         accepted and ignored (the chosen device runs every layer)\n"
+            "  -t N, --threads N                CPU threads (default: all; cpu device)\n"
             "  --max-pending-requests N         generation requests in flight before 429 (default 4096)\n"
             "  --max-request-bytes N            request body limit (default 16777216; 413 above)\n"
             "  --timeout N                      idle connection timeout, seconds (default 600)\n");
@@ -78,8 +82,13 @@ int cmd_serve(int argc, char **argv) {
             errno = 0;
             double f = strtod(v, &end);
             if (errno || end == v || *end || !(f > 0 && f <= 1)) BAD("a fraction in (0, 1]");
-            long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
-            if (pages > 0 && psz > 0) o.eng.memory_limit_bytes = (uint64_t)(f * (double)pages * (double)psz);
+            o.eng.gpu_memory_utilization = (float)f;
+        } else if (!strcmp(a, "--device")) {
+            NEED_ARG();
+            if (!strcmp(v, "cuda") || !strcmp(v, "gpu")) o.eng.device = VLLMC_DEVICE_CUDA;
+            else if (!strcmp(v, "cpu")) o.eng.device = VLLMC_DEVICE_CPU;
+            else if (!strcmp(v, "auto")) o.eng.device = VLLMC_DEVICE_AUTO;
+            else BAD("cuda, cpu or auto");
         } else if (!strcmp(a, "--kv-cache-dtype")) {
             NEED_ARG();
             enum bk_kv_dtype kd;
@@ -97,10 +106,11 @@ int cmd_serve(int argc, char **argv) {
             else BAD("qwen3, deepseek_r1 or none");
         } else if (!strcmp(a, "--disable-log-requests") || !strcmp(a, "--no-enable-log-requests")) o.log_requests = false;
         else if (!strcmp(a, "--enable-log-requests")) o.log_requests = true;
-        else if (!strcmp(a, "--enforce-eager")) { /* nothing to capture on this backend */ }
+        else if (!strcmp(a, "--enforce-eager")) o.eng.enforce_eager = 1;
+        else if (!strcmp(a, "--no-batch-invariant")) o.eng.batch_invariant = 0;
         else if (!strcmp(a, "-ngl") || !strcmp(a, "--n-gpu-layers") || !strcmp(a, "--gpu-layers")) {
             INT_ARG(-1, 1 << 20, "an integer");
-            fprintf(stderr, "vllmc serve: note: %s is accepted and ignored (the CPU backend runs every layer)\n", a);
+            fprintf(stderr, "vllmc serve: note: %s is accepted and ignored (the chosen device runs every layer)\n", a);
         } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { INT_ARG(0, 1024, "an integer 0..1024"); o.eng.threads = (int)n; }
         else if (!strcmp(a, "--max-pending-requests")) { INT_ARG(1, 1 << 20, "an integer >= 1"); o.max_pending = (int)n; }
         else if (!strcmp(a, "--max-request-bytes")) { INT_ARG(1024, 1ll << 32, "an integer 1024..4294967296"); o.max_body = (size_t)n; }

@@ -31,6 +31,7 @@ struct engine_config {
     bool prefix_caching;
     int32_t n_state_snapshots; /* runners with state: snapshot slots for prefix reuse (0: no reuse) */
     uint64_t seed;
+    vllmc_device device;       /* reported in the stats */
 };
 
 /* tok may be NULL (no text, no stop strings); it must outlive the engine. With start_thread false the

@@ -1,19 +1,24 @@
-/* vllmc_engine_create: the engine around a real model on the CPU backend. Loads the model and its
- * tokenizer, plans memory (weights, activations, KV pool, recurrent-state slots), refuses a plan that
- * cannot fit (with the numbers), reserves every buffer a step needs, and starts the engine thread. */
+/* vllmc_engine_create: the engine around a real model on the CPU or the CUDA backend. Loads the model
+ * and its tokenizer, plans memory (weights, activations, KV pool, recurrent-state slots) against the
+ * device's memory, refuses a plan that cannot fit (with the numbers), reserves every buffer a step needs,
+ * and starts the engine thread. */
 #include <string.h>
 #include "engine/engine.h"
 #include "model/model.h"
+#ifdef VLLMC_CUDA
+#include "backend/cuda/cuda_backend.h"
+#endif
 
 struct engm {
     struct backend *be;
     struct model *m;
     struct bk_kv_cache *kv;
     struct tokenizer *tok;
-    float *host_tmp;            /* one layer's state of one slot (snapshot copies go through the host) */
+    float *host_tmp;            /* one layer's state of one slot, for backends without copy_within */
 };
 
-/* Copy recurrent-state slot src to dst in every recurrent layer (conv and delta-rule state). */
+/* Copy recurrent-state slot src to dst in every recurrent layer (conv and delta-rule state): within the
+ * backend's memory when it can (device to device on CUDA), else through the host. */
 static vllmc_status engm_state_copy(void *ctx, int32_t src, int32_t dst) {
     struct engm *g = ctx;
     struct bk_rs_cache *rs = g->kv->rs;
@@ -21,6 +26,12 @@ static vllmc_status engm_state_copy(void *ctx, int32_t src, int32_t dst) {
     vllmc_status st;
     for (int32_t l = 0; l < rs->n_layers; l++) {
         const size_t cf = (size_t)rs->conv_floats, sf = (size_t)rs->ssm_floats;
+        if (op->copy_within) {
+            if ((st = op->copy_within(g->be, rs->conv[l] + (size_t)dst * cf, rs->conv[l] + (size_t)src * cf, cf * 4)) ||
+                (st = op->copy_within(g->be, rs->ssm[l] + (size_t)dst * sf, rs->ssm[l] + (size_t)src * sf, sf * 4)))
+                return st;
+            continue;
+        }
         if ((st = op->copy_to_host(g->be, g->host_tmp, rs->conv[l] + (size_t)src * cf, cf * 4)) ||
             (st = op->copy_to_device(g->be, rs->conv[l] + (size_t)dst * cf, g->host_tmp, cf * 4)) ||
             (st = op->copy_to_host(g->be, g->host_tmp, rs->ssm[l] + (size_t)src * sf, sf * 4)) ||
@@ -52,6 +63,30 @@ void vllmc_engine_opts_default(vllmc_engine_opts *o) {
     o->enable_prefix_caching = 1;
     o->state_snapshots = -1;
     o->print_plan = 1;
+    o->batch_invariant = 1;
+}
+
+/* The backend for o->device (AUTO: CUDA when built with it and a GPU is present). */
+static vllmc_status engm_backend(const vllmc_engine_opts *o, vllmc_device *dev, struct backend **be) {
+    vllmc_device d = o->device;
+#ifdef VLLMC_CUDA
+    if (d == VLLMC_DEVICE_AUTO) d = backend_cuda_device_count() > 0 ? VLLMC_DEVICE_CUDA : VLLMC_DEVICE_CPU;
+    if (d == VLLMC_DEVICE_CUDA) {
+        if (backend_cuda_device_count() <= 0) return vllmc_errorf(VLLMC_ERR_UNSUPPORTED, "engine: device cuda: no GPU found");
+        struct backend_cuda_opts co = {0};
+        co.device = 0;
+        co.enforce_eager = o->enforce_eager != 0;
+        co.batch_invariant = o->batch_invariant != 0;
+        *dev = d;
+        return backend_cuda_create(&co, be);
+    }
+#else
+    if (d == VLLMC_DEVICE_AUTO) d = VLLMC_DEVICE_CPU;
+    if (d == VLLMC_DEVICE_CUDA)
+        return vllmc_errorf(VLLMC_ERR_UNSUPPORTED, "engine: device cuda: this build has no GPU backend (make CUDA=1 or HIP=1)");
+#endif
+    *dev = d;
+    return backend_cpu_create(o->threads, false, be);
 }
 
 static double mib(uint64_t b) { return (double)b / (1024.0 * 1024.0); }
@@ -61,13 +96,17 @@ vllmc_status vllmc_engine_create(const char *model_path, const vllmc_engine_opts
     vllmc_engine_opts o;
     if (opts) o = *opts; else vllmc_engine_opts_default(&o);
     if (o.max_model_len < 0 || o.max_num_seqs < 0 || o.max_num_batched_tokens < 0 || o.kv_blocks < 0 ||
-        (o.kv_dtype != VLLMC_KV_F16 && o.kv_dtype != VLLMC_KV_F32 && o.kv_dtype != VLLMC_KV_BF16 && o.kv_dtype != VLLMC_KV_FP8_E4M3))
+        (o.kv_dtype != VLLMC_KV_F16 && o.kv_dtype != VLLMC_KV_F32 && o.kv_dtype != VLLMC_KV_BF16 && o.kv_dtype != VLLMC_KV_FP8_E4M3) ||
+        (o.device != VLLMC_DEVICE_AUTO && o.device != VLLMC_DEVICE_CPU && o.device != VLLMC_DEVICE_CUDA) ||
+        !(o.gpu_memory_utilization >= 0.0f && o.gpu_memory_utilization <= 1.0f))
         return vllmc_errorf(VLLMC_ERR_INVALID, "engine options: max_model_len %d, max_num_seqs %d, max_num_batched_tokens %d, "
-                            "kv_blocks %d, kv_dtype %d", o.max_model_len, o.max_num_seqs, o.max_num_batched_tokens, o.kv_blocks, (int)o.kv_dtype);
+                            "kv_blocks %d, kv_dtype %d, device %d, gpu_memory_utilization %g", o.max_model_len, o.max_num_seqs,
+                            o.max_num_batched_tokens, o.kv_blocks, (int)o.kv_dtype, (int)o.device, (double)o.gpu_memory_utilization);
     struct engm *g = calloc(1, sizeof(*g));
     if (!g) return vllmc_errorf(VLLMC_ERR_OOM, "engine");
     vllmc_status st;
-    if ((st = backend_cpu_create(o.threads, false, &g->be)) || (st = model_load(model_path, g->be, &g->m))) goto fail;
+    vllmc_device dev = VLLMC_DEVICE_CPU;
+    if ((st = engm_backend(&o, &dev, &g->be)) || (st = model_load(model_path, g->be, &g->m))) goto fail;
     if (tokenizer_load_gguf(g->m->gguf, &g->tok) != VLLMC_OK) {
         LOG_WARN("engine: %s has no usable tokenizer (%s): no text output, no stop strings", model_path, vllmc_last_error());
         g->tok = NULL;
@@ -79,6 +118,7 @@ vllmc_status vllmc_engine_create(const char *model_path, const vllmc_engine_opts
     c.max_num_batched_tokens = o.max_num_batched_tokens ? o.max_num_batched_tokens : 512;
     c.prefix_caching = o.enable_prefix_caching != 0;
     c.seed = o.seed;
+    c.device = dev;
     if (c.max_model_len < 2) { st = vllmc_errorf(VLLMC_ERR_INVALID, "engine: max_model_len %d", c.max_model_len); goto fail; }
     if (c.max_model_len > hp->n_ctx_train)
         LOG_WARN("engine: max_model_len %d exceeds the model's training context %d", c.max_model_len, hp->n_ctx_train);
@@ -108,23 +148,52 @@ vllmc_status vllmc_engine_create(const char *model_path, const vllmc_engine_opts
     const uint64_t row_floats = 4ull * (uint64_t)hp->n_embd + qkv + 3ull * (uint64_t)VLLMC_MAX(hp->n_ff, hp->n_embd);
     const uint64_t acts = (uint64_t)c.max_num_batched_tokens * row_floats * 4 * 2 + 2ull * (uint64_t)max_logits * (uint64_t)hp->n_vocab * 4;
     const int32_t per_seq = CEIL_DIV(c.max_model_len, BK_KV_BLOCK);
+    /* gpu_memory_utilization: a fraction of the device's memory (the host's on cpu) for the whole plan */
+    const char *dev_name = dev == VLLMC_DEVICE_CUDA ? "GPU" : "host";
+    uint64_t dev_free = 0, dev_total = 0;
+    char util_note[96] = "";
+    if (g->be->ops->mem_info && g->be->ops->mem_info(g->be, &dev_free, &dev_total) != VLLMC_OK) dev_free = dev_total = 0;
+    /* host: no free-memory check (the weights are mmap'd, pages come and go); GPU: keep a reserve for what the
+     * backend allocates on its own (batch staging, attention split-K and MoE scratch, graphs, library workspaces) */
+    const uint64_t dev_reserve = 512ull << 20;
+    if (dev != VLLMC_DEVICE_CUDA) dev_free = 0;
+    else dev_free = dev_free > dev_reserve ? dev_free - dev_reserve : 1;
+    if (o.gpu_memory_utilization > 0.0f) {
+        if (!dev_total) { st = vllmc_errorf(VLLMC_ERR_UNSUPPORTED, "engine: gpu_memory_utilization: the %s memory size is unknown", dev_name); goto fail; }
+        const uint64_t lim = (uint64_t)((double)o.gpu_memory_utilization * (double)dev_total);
+        if (!o.memory_limit_bytes || lim < o.memory_limit_bytes) o.memory_limit_bytes = lim;
+        snprintf(util_note, sizeof(util_note), " (%.2f of %.1f MiB of %s memory)", (double)o.gpu_memory_utilization, mib(dev_total), dev_name);
+    }
     uint64_t n_blocks;
     if (o.kv_blocks) n_blocks = (uint64_t)o.kv_blocks;
     else if (o.kv_memory_bytes) n_blocks = o.kv_memory_bytes / block_bytes;
     else {
         n_blocks = (uint64_t)per_seq * (uint64_t)c.max_num_seqs;
-        if (n_blocks * block_bytes > (4ull << 30)) n_blocks = (4ull << 30) / block_bytes;
+        if (!(o.gpu_memory_utilization > 0.0f) && n_blocks * block_bytes > (4ull << 30)) n_blocks = (4ull << 30) / block_bytes;
         if (o.memory_limit_bytes) {
             uint64_t fixed = weights + acts + state_bytes;
             uint64_t room = o.memory_limit_bytes > fixed ? (o.memory_limit_bytes - fixed) / block_bytes : 0;
+            if (room < n_blocks) n_blocks = room;
+        }
+        if (dev_free) {
+            const uint64_t fixed = acts + state_bytes;
+            const uint64_t room = dev_free > fixed ? (dev_free - fixed) / block_bytes : 0;
             if (room < n_blocks) n_blocks = room;
         }
     }
     const uint64_t kv_bytes = n_blocks * block_bytes, total = weights + acts + state_bytes + kv_bytes;
     if (o.memory_limit_bytes && total > o.memory_limit_bytes) {
         st = vllmc_errorf(VLLMC_ERR_OOM, "engine: the plan needs %.1f MiB (weights %.1f + activations %.1f + KV %.1f + state %.1f) "
-                          "but the limit is %.1f MiB", mib(total), mib(weights), mib(acts), mib(kv_bytes), mib(state_bytes),
-                          mib(o.memory_limit_bytes));
+                          "but the limit is %.1f MiB%s", mib(total), mib(weights), mib(acts), mib(kv_bytes), mib(state_bytes),
+                          mib(o.memory_limit_bytes), util_note);
+        goto fail;
+    }
+    /* what is still to be allocated must fit in what the device has free now (the weights are already there) */
+    if (dev_free && total - weights > dev_free) {
+        st = vllmc_errorf(VLLMC_ERR_OOM, "engine: the plan needs %.1f MiB more on the %s (activations %.1f + KV %.1f + state %.1f) "
+                          "but %.1f MiB of %.1f are free (after a %.0f MiB reserve); lower the KV size, max_num_seqs or "
+                          "max_num_batched_tokens", mib(total - weights), dev_name, mib(acts), mib(kv_bytes), mib(state_bytes),
+                          mib(dev_free), mib(dev_total), mib(dev_reserve));
         goto fail;
     }
     if (n_blocks < (uint64_t)per_seq || n_blocks > INT32_MAX / BK_KV_BLOCK) {
@@ -138,16 +207,17 @@ vllmc_status vllmc_engine_create(const char *model_path, const vllmc_engine_opts
     if ((st = model_reserve(g->m, c.max_num_batched_tokens, max_logits)) || (st = model_kv_create(g->m, kdt, c.n_blocks, &g->kv)) ||
         (has_state && (st = model_kv_set_state_slots(g->m, g->kv, n_slots))))
         goto fail;
-    if (has_state) {
+    g->kv->max_ctx = c.max_model_len;
+    if (has_state && !g->be->ops->copy_within) {
         const struct bk_rs_cache *rs = g->kv->rs;
         g->host_tmp = malloc((size_t)VLLMC_MAX(rs->conv_floats, rs->ssm_floats) * sizeof(float));
         if (!g->host_tmp) { st = vllmc_errorf(VLLMC_ERR_OOM, "engine: state copy buffer"); goto fail; }
     }
     if (o.print_plan)
-        LOG_INFO("engine plan (%s, %d layers): weights %.1f MiB, activations ~%.1f MiB (%d tokens a step), KV pool %d blocks x %.1f KiB "
+        LOG_INFO("engine plan (%s, %d layers, %s): weights %.1f MiB, activations ~%.1f MiB (%d tokens a step), KV pool %d blocks x %.1f KiB "
                  "= %.1f MiB (%d tokens, %s), state %d slots (%d running + %d snapshots) x %.1f KiB = %.1f MiB; max_model_len %d, max_num_seqs %d, "
                  "max concurrency at max_model_len %.2f; prefix caching %s",
-                 hp->arch, hp->n_layer, mib(weights), mib(acts), c.max_num_batched_tokens, c.n_blocks, (double)block_bytes / 1024.0,
+                 hp->arch, hp->n_layer, dev == VLLMC_DEVICE_CUDA ? "cuda" : "cpu", mib(weights), mib(acts), c.max_num_batched_tokens, c.n_blocks, (double)block_bytes / 1024.0,
                  mib(kv_bytes), c.n_blocks * BK_KV_BLOCK, bk_kv_dtype_name(kdt), has_state ? n_slots : 0,
                  has_state ? c.max_num_seqs : 0, c.n_state_snapshots,
                  (double)state_slot_bytes / 1024.0, mib(state_bytes), c.max_model_len, c.max_num_seqs, (double)c.n_blocks / per_seq,
