@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Dev machine: build the CUDA binaries and fill .carry/ (git-ignored) with what scripts/gpu-check.sh needs on
-# the GPU machine: bin/ (vllmc, test_cuda_ops, test_cuda_model, bench_gemv), lib/ (the shared libraries they
+# the GPU machine: bin/ (vllmc, the tests/cuda binaries, bench_gemv), lib/ (the shared libraries they
 # load, except glibc and the C++ runtime), synth_gguf.py, and models/ (tiny dense llama / qwen2 / qwen3
 # GGUFs from tests/tools/make_tiny_models.py, when the Python venv can quantize), moe/ (tiny qwen35moe q8_0 and
 # q4_k_m from tests/tools/make_tiny_qwen35.py). Then call the device with
@@ -12,7 +12,8 @@ make -j"$(nproc)" CUDA=1 BUILD="$BUILD" all cuda-tests >/tmp/gpu-carry-build.log
 nvcc -O3 -std=c++17 -gencode=arch=compute_90,code=sm_90 -Iinclude -Isrc -o "$BUILD/bench_gemv" bench/bench_gemv.cu \
     "$BUILD/libvllmc.a" -lpcre2-8 -lcjson -lm -lpthread
 mkdir -p .carry/bin .carry/lib
-cp "$BUILD/vllmc" "$BUILD/tests/cuda/test_cuda_ops" "$BUILD/tests/cuda/test_cuda_model" "$BUILD/bench_gemv" .carry/bin/
+cp "$BUILD/vllmc" "$BUILD/bench_gemv" .carry/bin/
+for t in tests/cuda/test_*.c; do cp "$BUILD/tests/cuda/$(basename "$t" .c)" .carry/bin/; done
 for l in $(ldd "$BUILD/vllmc" | awk '{print $3}' | grep '^/'); do
     case $(basename "$l") in libc.so*|libdl.so*|libm.so*|libpthread.so*|librt.so*|libstdc++*|libgcc_s*|libcublas*) ;; *) cp -L "$l" .carry/lib/ ;; esac
 done

@@ -11,6 +11,10 @@
 # VLLMC_CUDA_FUSE_ADD, VLLMC_CUDA_MM) from the previous kernels to all on, with AB_ARGS (default -p 512 -g 256
 # -r 3); VLLMC_CUDA_MM's best value per row class is taken from this run's bench_gemv output when there is one
 # (models after the first: the previous kernels and that best only; AB_CFG adds one more VLLMC_CUDA_MM value).
+# Stage engine runs test_cuda_engine (the engine on CUDA: 64 requests alone vs together vs eager, bf16 / fp8 KV)
+# on the tiny models and on ENGINE_MODELS (default BENCH_MODELS; ENGINE_ARGS: requests and tokens); stage
+# ebench runs `vllmc bench --concurrency` (EBENCH_ARGS) on BENCH_MODELS with the f16 and fp8 KV caches, and
+# with EBENCH_VARIANT=1 once more (f16) with --no-batch-invariant (the cost of batch invariance).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu-out}
@@ -87,6 +91,15 @@ if has moesan; then
     fi
 fi
 
+if has engine; then # the engine on CUDA: batch invariance (alone = together = eager), KV dtypes
+    for f in /tmp/models/qwen35-tiny.gguf .carry/models/*q8_0*.gguf .carry/moe/*q4_k_m*.gguf; do
+        [ -f "$f" ] || continue
+        n=$(basename "$f" .gguf)
+        timeout 120 "$BIN/test_cuda_engine" "$f" 64 12 >"$OUT/engine_$n.txt" 2>&1; rc=$?
+        note "test_cuda_engine $n rc=$rc: $(grep -m1 'together' "$OUT/engine_$n.txt" | sed 's/test_cuda_engine: //' | cut -c1-150)$(grep -m1 FAIL "$OUT/engine_$n.txt")"
+    done
+fi
+
 if has gemv; then
     timeout 300 "$BIN/bench_gemv" 20 >"$OUT/bench_gemv.txt" 2>&1
     cat "$OUT/bench_gemv.txt"
@@ -118,6 +131,38 @@ if has bench; then
             timeout 120 "$BIN/vllmc" bench -m "$f" $BENCH_ARGS --enforce-eager >"$OUT/bench_${m}_eager.txt" 2>&1; rc=$?
             note "$m eager rc=$rc: $(grep '^output tok/s' "$OUT/bench_${m}_eager.txt" | head -1)"
         fi
+    done
+fi
+
+if has engine || has ebench; then
+    for i in $(seq 1 240); do [ -f /tmp/models/done ] && break; sleep 1; done
+fi
+if has engine; then # batch invariance on the real shapes (tile order vs row order matters at 2,560 columns)
+    for m in ${ENGINE_MODELS:-$BENCH_MODELS}; do
+        f=/tmp/models/$m.gguf
+        [ -s "$f" ] || continue
+        # shellcheck disable=SC2086
+        timeout 150 "$BIN/test_cuda_engine" "$f" ${ENGINE_ARGS:-64 8} --no-invariant >"$OUT/engine_$m.txt" 2>&1; rc=$?
+        cat "$OUT/engine_$m.txt" | tail -8
+        note "test_cuda_engine $m rc=$rc: $(grep -m1 'together' "$OUT/engine_$m.txt" | sed 's/test_cuda_engine: //' | cut -c1-150)$(grep -m1 FAIL "$OUT/engine_$m.txt")"
+        note "$m: $(grep -m1 'batch_invariant = 0' "$OUT/engine_$m.txt" | sed 's/test_cuda_engine: //')"
+    done
+fi
+if has ebench; then # engine throughput: N requests in flight
+    for m in $BENCH_MODELS; do
+        f=/tmp/models/$m.gguf
+        [ -s "$f" ] || continue
+        runs="f16 fp8"
+        [ "${EBENCH_VARIANT:-0}" = 1 ] && runs="$runs variant"
+        for kvd in $runs; do
+            extra="--kv-cache-dtype $kvd"
+            [ "$kvd" = variant ] && extra="--kv-cache-dtype f16 --no-batch-invariant"
+            # shellcheck disable=SC2086
+            timeout 200 "$BIN/vllmc" bench -m "$f" $extra ${EBENCH_ARGS:---concurrency 1,4,16,64 -p 128 -g 128 -r 2} \
+                >"$OUT/ebench_${m}_$kvd.txt" 2>&1; rc=$?
+            grep -v '^vllmc info' "$OUT/ebench_${m}_$kvd.txt"
+            note "ebench $m $kvd rc=$rc: $(grep '^| [0-9]' "$OUT/ebench_${m}_$kvd.txt" | awk -F'|' '{printf "N=%s %s tok/s ITL %s ms;", $2, $4, $7}')"
+        done
     done
 fi
 

@@ -19,7 +19,7 @@ static int inst_open(struct inst *in, const char *path, int which, int max_token
     vllmc_status st;
     if (which == 0) st = backend_cpu_create(0, false, &in->be);
     else {
-        struct backend_cuda_opts o = {0, which == 2, false};
+        struct backend_cuda_opts o = {0, which == 2, false, false};
         st = backend_cuda_create(&o, &in->be);
     }
     if (st) return -1;

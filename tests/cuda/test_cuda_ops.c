@@ -605,6 +605,209 @@ static void test_moe(void) {
     test_moe_case('C', GGML_TYPE_Q6_K, GGML_TYPE_Q5_0, GGML_TYPE_Q4_0, 0, 0, 0, 0, 0);
 }
 
+/* KV dtypes: the stored elements byte for byte equal to the CPU's (f16, bf16, fp8 e4m3 with per-layer
+ * scales), for fresh random k/v spanning fp8 subnormals, normals and saturation, plus special values (NaN,
+ * inf, +-448 and above, rounding ties); then the attention output (prefill, then decode) against the CPU's. */
+static const float kv_specials[] = {NAN, -NAN, INFINITY, -INFINITY, 448.0f, -448.0f, 464.0f, 480.0f, 1e30f, -0.0f, 0.0f,
+                                    0x1p-10f, 0x3p-10f, 0x5p-10f, -0x1p-10f, 0x1p-6f, 0x1.1p-6f, 0x1.18p-6f, 0x1.3p-6f, 0x1p-9f,
+                                    0x1.08p0f, 0x1.18p0f, 240.0f, 248.0f, 0x1p-149f, 0x1p-126f, 1.0f, -1.0f};
+static size_t kv_pool_bytes(const struct bk_kv_cache *kv) {
+    return (size_t)bk_kv_block_bytes(kv->dtype, kv->n_kv_head, kv->head_dim) * (size_t)kv->n_blocks;
+}
+static size_t kv_pool_diff(const struct bk_kv_cache *rkv, const struct bk_kv_cache *gkv, int layer, int v) {
+    const size_t n = kv_pool_bytes(rkv);
+    uint8_t *h = malloc(n);
+    dev_get(h, v ? gkv->v[layer] : gkv->k[layer], n);
+    const uint8_t *r = v ? rkv->v[layer] : rkv->k[layer];
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) bad += h[i] != r[i];
+    free(h);
+    return bad;
+}
+static void test_kv_dtypes(void) {
+    const enum bk_kv_dtype dts[3] = {BK_KV_F16, BK_KV_BF16, BK_KV_FP8_E4M3};
+    for (int di = 0; di < 3; di++) {
+        const enum bk_kv_dtype dt = dts[di];
+        const int NH = 8, NKV = 2, HD = di == 1 ? 64 : 128;
+        struct bk_kv_cache *rkv, *gkv;
+        CHECK(ref->ops->kv_create(ref, dt, 2, 128, NKV, HD, &rkv) == VLLMC_OK);
+        CHECK(gpu->ops->kv_create(gpu, dt, 2, 128, NKV, HD, &gkv) == VLLMC_OK);
+        CHECK(gkv->k_scales && gkv->v_scales);
+        if (dt == BK_KV_FP8_E4M3) { /* a layer with scales other than 1 */
+            rkv->k_scales[1] = gkv->k_scales[1] = 0.37f;
+            rkv->v_scales[1] = gkv->v_scales[1] = 2.5f;
+        }
+        /* layer 0: special values, codes only */
+        {
+            struct tbatch tb;
+            batch_two_seqs(&tb, 3, 0, 0, 0, 100);
+            set_batch(&tb);
+            const int n = 3 * NKV * HD, ns = (int)(sizeof(kv_specials) / sizeof(kv_specials[0]));
+            float *k = rand_buf((size_t)n, 1.0f), *v = rand_buf((size_t)n, 1.0f), *q = rand_buf((size_t)(3 * NH * HD), 1.0f);
+            for (int i = 0; i < ns; i++) { k[i * 5] = kv_specials[i]; v[i * 7 + 1] = kv_specials[i]; }
+            float *gq = dev_put(q, (size_t)(3 * NH * HD) * 4), *gk = dev_put(k, (size_t)n * 4), *gv = dev_put(v, (size_t)n * 4);
+            float *ro = ref_put(NULL, (size_t)(3 * NH * HD) * 4), *go = dev_put(NULL, (size_t)(3 * NH * HD) * 4);
+            const struct bk_attn_params p0 = {NH, NKV, HD, 1.0f / sqrtf((float)HD), 0};
+            CHECK(ref->ops->attention(ref, rkv, &p0, q, 0, k, 0, v, 0, ro) == VLLMC_OK);
+            CHECK(gpu->ops->attention(gpu, gkv, &p0, gq, 0, gk, 0, gv, 0, go) == VLLMC_OK);
+            const size_t bk = kv_pool_diff(rkv, gkv, 0, 0), bv = kv_pool_diff(rkv, gkv, 0, 1);
+            CHECK_MSG(bk == 0 && bv == 0, "KV %s special values: %zu K and %zu V bytes differ from the CPU's", bk_kv_dtype_name(dt), bk, bv);
+            free(q); free(k); free(v);
+            gpu->ops->free(gpu, gq); gpu->ops->free(gpu, gk); gpu->ops->free(gpu, gv); gpu->ops->free(gpu, go);
+            ref->ops->free(ref, ro);
+        }
+        const struct bk_attn_params p = {NH, NKV, HD, 1.0f / sqrtf((float)HD), 1};
+        for (int step = 0; step < 3; step++) {
+            struct tbatch tb;
+            if (step == 0) batch_two_seqs(&tb, 40, 0, 19, 0, 100);
+            else if (step == 1) batch_two_seqs(&tb, 1, 40, 1, 19, 100);
+            else batch_two_seqs(&tb, 3, 41, 0, 0, 100);
+            set_batch(&tb);
+            const int T = tb.b.n_tokens, n = T * NKV * HD;
+            float *q = rand_buf((size_t)(T * NH * HD), 1.0f), *k = rand_buf((size_t)n, 1.0f), *v = rand_buf((size_t)n, 1.0f);
+            /* magnitudes from fp8 subnormals to past saturation (at scale 0.37: 165; 2.5: 1120) */
+            for (int i = 0; i < n; i++) {
+                const uint64_t r = test_rand_u64() % 8;
+                const float m = r == 0 ? 1e-3f : r == 1 ? 0.02f : r == 2 ? 300.0f : 1.0f;
+                k[i] *= m;
+                v[i] *= (r == 3 ? 600.0f : m);
+            }
+            float *gq = dev_put(q, (size_t)(T * NH * HD) * 4), *gk = dev_put(k, (size_t)n * 4), *gv = dev_put(v, (size_t)n * 4);
+            float *ro = ref_put(NULL, (size_t)(T * NH * HD) * 4);
+            float *poison = nan_buf((size_t)(T * NH * HD));
+            float *go = dev_put(poison, (size_t)(T * NH * HD) * 4);
+            free(poison);
+            CHECK(ref->ops->attention(ref, rkv, &p, q, 0, k, 0, v, 0, ro) == VLLMC_OK);
+            CHECK(gpu->ops->attention(gpu, gkv, &p, gq, 0, gk, 0, gv, 0, go) == VLLMC_OK);
+            const size_t bk = kv_pool_diff(rkv, gkv, 1, 0), bv = kv_pool_diff(rkv, gkv, 1, 1);
+            CHECK_MSG(bk == 0 && bv == 0, "KV %s step %d: %zu K and %zu V bytes differ from the CPU's", bk_kv_dtype_name(dt), step, bk, bv);
+            float *h = malloc((size_t)(T * NH * HD) * 4);
+            dev_get(h, go, (size_t)(T * NH * HD) * 4);
+            /* outputs are O(1..600): relative to max(|ref|, 1) */
+            const double mr = max_rel(h, ro, (size_t)(T * NH * HD), 1.0);
+            /* f16 as test_attention (the CPU rounds probabilities to f16); bf16 / fp8 read the same decoded
+             * values against f32 queries and probabilities on both: float rounding and expf only */
+            CHECK_MSG(mr < (dt == BK_KV_F16 ? 5e-2 : 1e-4), "attention KV %s step %d: max rel %.3g", bk_kv_dtype_name(dt), step, mr);
+            printf("attention KV %s step %d (%d rows): cache bytes equal to the CPU's, output max rel %.3g\n", bk_kv_dtype_name(dt), step,
+                   T, mr);
+            free(q); free(k); free(v); free(h);
+            gpu->ops->free(gpu, gq); gpu->ops->free(gpu, gk); gpu->ops->free(gpu, gv); gpu->ops->free(gpu, go);
+            ref->ops->free(ref, ro);
+        }
+        ref->ops->kv_destroy(ref, rkv);
+        gpu->ops->kv_destroy(gpu, gkv);
+    }
+}
+
+/* Batch invariance (a backend with batch_invariant): a row's matmul output is the same bits whether it is
+ * the only activation row or one of 8 (LM-head-sized weights, where batch 1 would use the tile kernel), and
+ * a sequence's attention output is the same bits alone or next to a much longer sequence. */
+static void test_invariance(void) {
+    struct backend *inv = NULL;
+    struct backend_cuda_opts o = {0, false, false, true};
+    CHECK(backend_cuda_create(&o, &inv) == VLLMC_OK);
+    if (!inv) return;
+    const int64_t E = 2560, NOUT = 8192 + 64;
+    const uint32_t types[3] = {GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, GGML_TYPE_Q8_0};
+    const uint32_t fmts = BK_ACT_BIT(BK_ACT_Q8_K) | BK_ACT_BIT(BK_ACT_Q8_0);
+    float *x = rand_buf((size_t)(8 * E), 1.0f);
+    struct bk_act a8, a1;
+    CHECK(bk_act_alloc(inv, 8, E, fmts, &a8) == VLLMC_OK);
+    CHECK(bk_act_alloc(inv, 1, E, fmts, &a1) == VLLMC_OK);
+    CHECK(inv->ops->copy_to_device(inv, a8.x, x, (size_t)(8 * E) * 4) == VLLMC_OK);
+    a8.n_rows = 8;
+    CHECK(inv->ops->quantize(inv, &a8) == VLLMC_OK);
+    for (int ti = 0; ti < 3; ti++) {
+        const size_t bytes = quant_row_size(types[ti], E) * (size_t)NOUT;
+        uint8_t *host = malloc(bytes);
+        fill_weight(types[ti], host, bytes);
+        const int64_t ne[2] = {E, NOUT};
+        struct bk_tensor w;
+        CHECK(inv->ops->weight_upload(inv, host, types[ti], 2, ne, &w) == VLLMC_OK);
+        float *y8, *y1;
+        CHECK(inv->ops->alloc(inv, (size_t)(8 * NOUT) * 4, (void **)&y8) == VLLMC_OK);
+        CHECK(inv->ops->alloc(inv, (size_t)NOUT * 4, (void **)&y1) == VLLMC_OK);
+        struct bk_matmul_out mo = {.w = &w, .y = y8};
+        CHECK(inv->ops->matmul(inv, &a8, 1, &mo) == VLLMC_OK);
+        float *h8 = malloc((size_t)(8 * NOUT) * 4), *h1 = malloc((size_t)NOUT * 4);
+        CHECK(inv->ops->copy_to_host(inv, h8, y8, (size_t)(8 * NOUT) * 4) == VLLMC_OK);
+        size_t bad = 0;
+        for (int r = 0; r < 8; r += 5) {
+            CHECK(inv->ops->copy_to_device(inv, a1.x, x + r * E, (size_t)E * 4) == VLLMC_OK);
+            a1.n_rows = 1;
+            CHECK(inv->ops->quantize(inv, &a1) == VLLMC_OK);
+            struct bk_matmul_out m1 = {.w = &w, .y = y1};
+            CHECK(inv->ops->matmul(inv, &a1, 1, &m1) == VLLMC_OK);
+            CHECK(inv->ops->copy_to_host(inv, h1, y1, (size_t)NOUT * 4) == VLLMC_OK);
+            bad += (size_t)n_diff(h1, h8 + r * NOUT, (size_t)NOUT);
+        }
+        CHECK_MSG(bad == 0, "batch invariance: matmul %s %lld x %lld: %zu outputs of one row differ from the 8-row run",
+                  quant_traits(types[ti])->name, (long long)NOUT, (long long)E, bad);
+        free(h8); free(h1); free(host);
+        inv->ops->free(inv, y8); inv->ops->free(inv, y1);
+        inv->ops->weight_free(inv, &w);
+    }
+    bk_act_free(inv, &a8);
+    bk_act_free(inv, &a1);
+    free(x);
+    /* attention: sequence 0 at position 40 alone, then with sequence 1 at position 700 (more splits) */
+    const int NH = 4, NKV = 2, HD = 128;
+    struct bk_kv_cache *kv;
+    CHECK(inv->ops->kv_create(inv, BK_KV_F16, 1, 128, NKV, HD, &kv) == VLLMC_OK);
+    kv->max_ctx = 128 * 16;
+    float *outs[2];
+    for (int run = 0; run < 2; run++) outs[run] = malloc((size_t)(NH * HD) * 4);
+    /* fill: sequence 0 positions 0..39, sequence 1 positions 0..699 (tbatch holds 64 rows: several steps) */
+    for (int s = 0; s < 2; s++)
+        for (int p0 = 0; p0 < (s ? 700 : 40); p0 += 64) {
+            struct tbatch tb;
+            const int n = VLLMC_MIN(64, (s ? 700 : 40) - p0);
+            batch_two_seqs(&tb, 0, 0, 0, 0, 100);
+            for (int i = 0; i < n; i++) { tb.pos[i] = p0 + i; tb.sidx[i] = 0; }
+            tb.b.n_tokens = n; tb.b.n_logits = 0; tb.b.n_seqs = 1; tb.seqs[0] = tb.seqs[s];
+            CHECK(inv->ops->batch_set(inv, &tb.b) == VLLMC_OK);
+            float *q = rand_buf((size_t)(n * NH * HD), 1.0f), *k = rand_buf((size_t)(n * NKV * HD), 1.0f), *v = rand_buf((size_t)(n * NKV * HD), 1.0f);
+            float *gq, *gk, *gv, *go;
+            CHECK(inv->ops->alloc(inv, (size_t)(n * NH * HD) * 4, (void **)&gq) == VLLMC_OK);
+            CHECK(inv->ops->alloc(inv, (size_t)(n * NKV * HD) * 4, (void **)&gk) == VLLMC_OK);
+            CHECK(inv->ops->alloc(inv, (size_t)(n * NKV * HD) * 4, (void **)&gv) == VLLMC_OK);
+            CHECK(inv->ops->alloc(inv, (size_t)(n * NH * HD) * 4, (void **)&go) == VLLMC_OK);
+            CHECK(inv->ops->copy_to_device(inv, gq, q, (size_t)(n * NH * HD) * 4) == VLLMC_OK);
+            CHECK(inv->ops->copy_to_device(inv, gk, k, (size_t)(n * NKV * HD) * 4) == VLLMC_OK);
+            CHECK(inv->ops->copy_to_device(inv, gv, v, (size_t)(n * NKV * HD) * 4) == VLLMC_OK);
+            const struct bk_attn_params p = {NH, NKV, HD, 1.0f / sqrtf((float)HD), 0};
+            CHECK(inv->ops->attention(inv, kv, &p, gq, 0, gk, 0, gv, 0, go) == VLLMC_OK);
+            inv->ops->free(inv, gq); inv->ops->free(inv, gk); inv->ops->free(inv, gv); inv->ops->free(inv, go);
+            free(q); free(k); free(v);
+        }
+    float *q1 = rand_buf((size_t)(2 * NH * HD), 1.0f), *k1 = rand_buf((size_t)(2 * NKV * HD), 1.0f), *v1 = rand_buf((size_t)(2 * NKV * HD), 1.0f);
+    for (int run = 0; run < 2; run++) {
+        struct tbatch tb;
+        batch_two_seqs(&tb, 1, 40, run, 700, 100);
+        CHECK(inv->ops->batch_set(inv, &tb.b) == VLLMC_OK);
+        const int T = tb.b.n_tokens;
+        float *gq, *gk, *gv, *go;
+        CHECK(inv->ops->alloc(inv, (size_t)(T * NH * HD) * 4, (void **)&gq) == VLLMC_OK);
+        CHECK(inv->ops->alloc(inv, (size_t)(T * NKV * HD) * 4, (void **)&gk) == VLLMC_OK);
+        CHECK(inv->ops->alloc(inv, (size_t)(T * NKV * HD) * 4, (void **)&gv) == VLLMC_OK);
+        CHECK(inv->ops->alloc(inv, (size_t)(T * NH * HD) * 4, (void **)&go) == VLLMC_OK);
+        CHECK(inv->ops->copy_to_device(inv, gq, q1, (size_t)(T * NH * HD) * 4) == VLLMC_OK);
+        CHECK(inv->ops->copy_to_device(inv, gk, k1, (size_t)(T * NKV * HD) * 4) == VLLMC_OK);
+        CHECK(inv->ops->copy_to_device(inv, gv, v1, (size_t)(T * NKV * HD) * 4) == VLLMC_OK);
+        const struct bk_attn_params p = {NH, NKV, HD, 1.0f / sqrtf((float)HD), 0};
+        CHECK(inv->ops->attention(inv, kv, &p, gq, 0, gk, 0, gv, 0, go) == VLLMC_OK);
+        CHECK(inv->ops->copy_to_host(inv, outs[run], go, (size_t)(NH * HD) * 4) == VLLMC_OK);
+        inv->ops->free(inv, gq); inv->ops->free(inv, gk); inv->ops->free(inv, gv); inv->ops->free(inv, go);
+    }
+    const size_t bad = n_diff(outs[0], outs[1], (size_t)(NH * HD));
+    CHECK_MSG(bad == 0, "batch invariance: attention of a row alone vs next to a longer sequence: %zu of %d outputs differ", bad, NH * HD);
+    printf("batch invariance: one-row matmuls (Q4_K, Q6_K, Q8_0, %lld rows of %lld) and attention rows equal their batched bits\n",
+           (long long)NOUT, (long long)E);
+    free(q1); free(k1); free(v1); free(outs[0]); free(outs[1]);
+    inv->ops->kv_destroy(inv, kv);
+    inv->ops->destroy(inv);
+}
+
 /* Bad input: clear errors, no crash. */
 static void test_errors(void) {
     struct bk_tensor t;
@@ -619,7 +822,7 @@ static void test_errors(void) {
 
 int main(void) {
     test_seed_auto("test_cuda_ops");
-    struct backend_cuda_opts o = {0, false, false};
+    struct backend_cuda_opts o = {0, false, false, false};
     if (backend_cuda_create(&o, &gpu) != VLLMC_OK) {
         printf("test_cuda_ops: no GPU (%s): skipped\n", vllmc_last_error());
         return 0;
@@ -630,6 +833,8 @@ int main(void) {
     test_batch_ops();
     test_argmax();
     test_attention();
+    test_kv_dtypes();
+    test_invariance();
     test_gdn();
     test_moe();
     test_errors();

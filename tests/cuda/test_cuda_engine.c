@@ -1,0 +1,135 @@
+/* The engine on the CUDA backend (public API), batch invariance on the GPU. For one model:
+ *   - alone: each of N random prompts (lengths 5..44) through the engine by itself, greedy;
+ *   - together: all N at once (continuous batching: chunked prefill under a token budget mixed with
+ *     decode steps of up to N sequences, replayed as CUDA graphs);
+ *   - together, eager: the same with enforce_eager (no graphs);
+ *   - together, fp8 KV and bf16 KV: runs to the end (tokens may differ from f16: another cache);
+ * alone, together and eager must give every request the same tokens exactly. With --no-invariant the
+ * together run uses batch_invariant = 0 and only reports how many requests differ (the cost side of the
+ * choice, see docs/DESIGN.md). Also checks a plan that cannot fit is refused with a message.
+ * usage: test_cuda_engine MODEL.gguf [n_requests (64)] [n_gen (12)] [--no-invariant]; skips without a GPU. */
+#include <string.h>
+#include "vllmc.h"
+#include "backend/cuda/cuda_backend.h"
+#include "common/common.h"
+#include "test.h"
+
+#define MAXR 256
+#define MAXG 64
+
+static int32_t prompts[MAXR][48], n_prompt[MAXR];
+static int NR = 64, NG = 12;
+
+static void opts(vllmc_engine_opts *o, int seqs, int eager, int invariant, vllmc_kv_dtype kd) {
+    vllmc_engine_opts_default(o);
+    o->device = VLLMC_DEVICE_CUDA;
+    o->max_model_len = 48 + MAXG + 16;
+    o->max_num_seqs = seqs;
+    o->max_num_batched_tokens = 256; /* prompts of 64 requests need several chunked steps */
+    o->enable_prefix_caching = 0;
+    o->enforce_eager = eager;
+    o->batch_invariant = invariant;
+    o->kv_dtype = kd;
+    o->print_plan = 0;
+}
+
+/* Run requests [0, n) with at most `at_once` submitted together; tokens into out. Returns 0 on success. */
+static int run(const char *path, const vllmc_engine_opts *o, int at_once, int32_t out[MAXR][MAXG], double *secs) {
+    vllmc_engine *e = NULL;
+    if (vllmc_engine_create(path, o, &e)) { fprintf(stderr, "engine: %s\n", vllmc_last_error()); return 1; }
+    vllmc_sampling_params sp;
+    vllmc_sampling_params_default(&sp);
+    sp.max_tokens = NG;
+    sp.ignore_eos = 1;
+    const double t0 = vllmc_time_s();
+    int rc = 0;
+    for (int base = 0; base < NR && !rc; base += at_once) {
+        const int n = VLLMC_MIN(at_once, NR - base);
+        vllmc_request *h[MAXR] = {0};
+        for (int i = 0; i < n; i++)
+            if (vllmc_engine_submit(e, prompts[base + i], n_prompt[base + i], &sp, NULL, NULL, &h[i])) {
+                fprintf(stderr, "submit: %s\n", vllmc_last_error());
+                rc = 1;
+            }
+        for (int i = 0; i < n && !rc; i++) {
+            int got = 0;
+            for (;;) {
+                vllmc_output ou;
+                if (vllmc_request_next(h[i], -1, &ou)) { rc = 1; break; }
+                for (int k = 0; k < ou.n_tokens && got < MAXG; k++) out[base + i][got++] = ou.tokens[k];
+                if (ou.finish != VLLMC_FINISH_NONE) {
+                    if (ou.finish != VLLMC_FINISH_LENGTH || got != NG) {
+                        fprintf(stderr, "request %d: finish %d after %d tokens\n", base + i, (int)ou.finish, got);
+                        rc = 1;
+                    }
+                    break;
+                }
+            }
+        }
+        for (int i = 0; i < n; i++) vllmc_request_release(h[i]);
+    }
+    *secs = vllmc_time_s() - t0;
+    vllmc_engine_stats st;
+    vllmc_engine_get_stats(e, &st);
+    if (st.device != VLLMC_DEVICE_CUDA) { fprintf(stderr, "engine did not run on cuda\n"); rc = 1; }
+    vllmc_engine_destroy(e);
+    return rc;
+}
+
+static int n_differ(int32_t a[MAXR][MAXG], int32_t b[MAXR][MAXG]) {
+    int d = 0;
+    for (int i = 0; i < NR; i++) d += memcmp(a[i], b[i], (size_t)NG * sizeof(int32_t)) != 0;
+    return d;
+}
+
+static int32_t alone[MAXR][MAXG], together[MAXR][MAXG], eager[MAXR][MAXG], other[MAXR][MAXG];
+
+int main(int argc, char **argv) {
+    test_seed_auto("test_cuda_engine");
+    const char *path = argc > 1 ? argv[1] : NULL;
+    if (argc > 2) NR = atoi(argv[2]);
+    if (argc > 3) NG = atoi(argv[3]);
+    const int check_variant = argc > 4 && !strcmp(argv[4], "--no-invariant");
+    if (!path || NR < 1 || NR > MAXR || NG < 2 || NG > MAXG) { printf("test_cuda_engine: no model given: skipped\n"); return 0; }
+    if (backend_cuda_device_count() <= 0) { printf("test_cuda_engine: no GPU: skipped\n"); return 0; }
+    for (int i = 0; i < NR; i++) {
+        n_prompt[i] = 5 + (int)(test_rand_u64() % 40);
+        for (int k = 0; k < n_prompt[i]; k++) prompts[i][k] = (int32_t)(test_rand_u64() % 1000);
+    }
+    vllmc_engine_opts o;
+    double t_alone, t_tog, t_eager, t;
+    opts(&o, NR, 0, 1, VLLMC_KV_F16);
+    CHECK(run(path, &o, 1, alone, &t_alone) == 0);
+    CHECK(run(path, &o, NR, together, &t_tog) == 0);
+    int d = n_differ(alone, together);
+    CHECK_MSG(d == 0, "%d of %d requests got other tokens among %d than alone", d, NR, NR);
+    opts(&o, NR, 1, 1, VLLMC_KV_F16);
+    CHECK(run(path, &o, NR, eager, &t_eager) == 0);
+    d = n_differ(together, eager);
+    CHECK_MSG(d == 0, "%d of %d requests: graphs and eager differ", d, NR);
+    printf("test_cuda_engine: %d requests x %d tokens: alone %.2f s, together %.2f s (graphs), %.2f s (eager); "
+           "together = alone = eager: %s\n", NR, NG, t_alone, t_tog, t_eager, test_n_fail ? "NO" : "yes");
+    const vllmc_kv_dtype kds[2] = {VLLMC_KV_BF16, VLLMC_KV_FP8_E4M3};
+    for (int i = 0; i < 2; i++) {
+        opts(&o, NR, 0, 1, kds[i]);
+        CHECK(run(path, &o, NR, other, &t) == 0);
+        printf("test_cuda_engine: KV %s: %d of %d requests differ from f16 (%.2f s)\n", kds[i] == VLLMC_KV_BF16 ? "bf16" : "fp8",
+               n_differ(other, together), NR, t);
+    }
+    if (check_variant) {
+        opts(&o, NR, 0, 0, VLLMC_KV_F16);
+        int32_t (*var_alone)[MAXG] = malloc(sizeof(int32_t) * MAXR * MAXG);
+        CHECK(run(path, &o, NR, other, &t) == 0);
+        CHECK(run(path, &o, 1, var_alone, &t_alone) == 0);
+        printf("test_cuda_engine: batch_invariant = 0: %d of %d requests differ between alone and together (%.2f s together)\n",
+               n_differ(var_alone, other), NR, t);
+        free(var_alone);
+    }
+    /* a plan that cannot fit: refused with the numbers, no abort */
+    opts(&o, NR, 0, 1, VLLMC_KV_F16);
+    o.kv_blocks = 1 << 26; /* 2^30 tokens */
+    vllmc_engine *e = NULL;
+    CHECK(vllmc_engine_create(path, &o, &e) == VLLMC_ERR_OOM && !e);
+    printf("test_cuda_engine: oversized plan refused: %s\n", vllmc_last_error());
+    return test_finish("test_cuda_engine");
+}
