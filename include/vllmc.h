@@ -170,6 +170,7 @@ typedef struct {
     int recurrent_state;             /* the model has recurrent (GDN) state */
     int32_t state_snapshots_total, state_snapshots_used;
     vllmc_device device;             /* CPU or CUDA (never AUTO) */
+    int32_t n_vocab;                 /* token ids are below this */
 } vllmc_engine_stats;
 void vllmc_engine_get_stats(vllmc_engine *e, vllmc_engine_stats *out);
 /* Block until no request is waiting or running. */

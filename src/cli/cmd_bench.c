@@ -9,8 +9,10 @@
  * --concurrency N1,N2,... runs the engine instead (continuous batching, the public API): for each N it
  * keeps N requests of -p random prompt tokens and -g output tokens in flight (a new one submitted as one
  * finishes) until -r x N requests have finished, after a warm-up round of N, and reports output tok/s
- * (all output tokens / wall time), the median TPOT of the requests ((last token - first token) / (n - 1))
- * and the median TTFT. Prompts are distinct (no prefix-cache hits). */
+ * (all output tokens / wall time), the median TPOT of the requests ((last token - first token) / (n - 1)),
+ * the median TTFT and the median inter-token latency (ITL: the gaps between a request's tokens, so prefill
+ * steps of arriving requests only touch a few; N / ITL is the decode rate of a step of N sequences).
+ * Prompts are distinct (no prefix-cache hits). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -203,8 +205,8 @@ static int bench_engine(const struct bench_opts *o) {
     struct eng_req *rq = calloc((size_t)max_total, sizeof(*rq));
     int32_t *prompt = malloc((size_t)o->n_prompt * sizeof(int32_t));
     double *tpot = calloc((size_t)max_total, sizeof(double)), *ttft = calloc((size_t)max_total, sizeof(double));
-    if (!rq || !prompt || !tpot || !ttft) { fprintf(stderr, "vllmc bench: out of memory\n"); goto out; }
-    /* the vocabulary size from a throwaway model would cost a load: token ids below 1000 fit every model here */
+    double *itl = calloc((size_t)max_total * (size_t)o->n_gen, sizeof(double));
+    if (!rq || !prompt || !tpot || !ttft || !itl) { fprintf(stderr, "vllmc bench: out of memory\n"); goto out; }
     uint64_t seed = 0x5eed;
     vllmc_sampling_params sp;
     vllmc_sampling_params_default(&sp);
@@ -214,11 +216,12 @@ static int bench_engine(const struct bench_opts *o) {
            "round (load %.1f s, %d KV blocks)\n", o->model, es.device == VLLMC_DEVICE_CUDA ? "cuda" : "cpu",
            es.device != VLLMC_DEVICE_CUDA ? "" : o->eager ? " (eager)" : " (CUDA graphs)", bk_kv_dtype_name(o->kv),
            o->n_prompt, o->n_gen, o->reps, t_load, es.kv_blocks_total);
-    printf("| concurrency | requests | output tok/s | TPOT median ms | TTFT median ms | wall s |\n|---|---|---|---|---|---|\n");
+    printf("| concurrency | requests | output tok/s | TPOT median ms | TTFT median ms | ITL median ms | N / ITL tok/s | wall s |\n"
+           "|---|---|---|---|---|---|---|---|\n");
     for (int ci = 0; ci < o->n_conc; ci++) {
         const int N = o->conc[ci], total = N * (o->reps + 1), warm = N;
         memset(rq, 0, (size_t)total * sizeof(*rq));
-        int submitted = 0, finished = 0, live = 0, n_done_timed = 0;
+        int submitted = 0, finished = 0, live = 0, n_done_timed = 0, n_itl = 0;
         double t_start = 0, t_end = 0;
         int64_t out_timed = 0;
         while (finished < total) {
@@ -227,7 +230,7 @@ static int bench_engine(const struct bench_opts *o) {
                 if (submitted == warm) t_start = vllmc_time_s();
                 for (int i = 0; i < o->n_prompt; i++) {
                     seed = seed * 6364136223846793005ull + 1442695040888963407ull;
-                    prompt[i] = (int32_t)((seed >> 33) % 1000u);
+                    prompt[i] = (int32_t)((seed >> 33) % (uint64_t)es.n_vocab);
                 }
                 struct eng_req *r = &rq[submitted];
                 r->t_submit = vllmc_time_s();
@@ -246,6 +249,8 @@ static int bench_engine(const struct bench_opts *o) {
                 if (vllmc_request_next(r->h, 0, &out)) { fprintf(stderr, "vllmc bench: %s\n", vllmc_last_error()); goto out; }
                 if (out.n_tokens > 0) {
                     const double now = vllmc_time_s();
+                    if (r->n_out && i >= warm)
+                        for (int k = 0; k < out.n_tokens && n_itl < max_total * o->n_gen; k++) itl[n_itl++] = (now - r->t_last) / out.n_tokens;
                     if (!r->n_out) r->t_first = now;
                     r->t_last = now;
                     r->n_out += out.n_tokens;
@@ -273,8 +278,9 @@ static int bench_engine(const struct bench_opts *o) {
             if (!progress) usleep(50);
         }
         const double wall = t_end - t_start;
-        printf("| %d | %d | %.1f | %.3f | %.1f | %.2f |\n", N, n_done_timed, (double)out_timed / wall, median(tpot, n_done_timed) * 1e3,
-               median(ttft, n_done_timed) * 1e3, wall);
+        const double itl_med = n_itl ? median(itl, n_itl) : 0;
+        printf("| %d | %d | %.1f | %.3f | %.1f | %.3f | %.0f | %.2f |\n", N, n_done_timed, (double)out_timed / wall,
+               median(tpot, n_done_timed) * 1e3, median(ttft, n_done_timed) * 1e3, itl_med * 1e3, itl_med > 0 ? N / itl_med : 0, wall);
         fflush(stdout);
     }
     rc = 0;
@@ -282,7 +288,7 @@ out:
     if (rq)
         for (int i = 0; i < max_total; i++) vllmc_request_release(rq[i].h);
     vllmc_engine_destroy(e);
-    free(rq); free(prompt); free(tpot); free(ttft);
+    free(rq); free(prompt); free(tpot); free(ttft); free(itl);
     return rc;
 }
 

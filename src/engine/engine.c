@@ -967,6 +967,7 @@ vllmc_status engine_create(const struct engine_runner *run, const struct engine_
     e->stats.prefix_caching = e->prefix_caching;
     e->stats.recurrent_state = run->has_state;
     e->stats.device = c->device ? c->device : VLLMC_DEVICE_CPU;
+    e->stats.n_vocab = run->n_vocab;
     e->stats.state_snapshots_total = e->snapshots ? c->n_state_snapshots : 0;
     publish_stats(e);
     if (start_thread) {

@@ -683,12 +683,17 @@ static void test_kv_dtypes(void) {
             CHECK_MSG(bk == 0 && bv == 0, "KV %s step %d: %zu K and %zu V bytes differ from the CPU's", bk_kv_dtype_name(dt), step, bk, bv);
             float *h = malloc((size_t)(T * NH * HD) * 4);
             dev_get(h, go, (size_t)(T * NH * HD) * 4);
-            /* outputs are O(1..600): relative to max(|ref|, 1) */
-            const double mr = max_rel(h, ro, (size_t)(T * NH * HD), 1.0);
-            /* f16 as test_attention (the CPU rounds probabilities to f16); bf16 / fp8 read the same decoded
-             * values against f32 queries and probabilities on both: float rounding and expf only */
-            CHECK_MSG(mr < (dt == BK_KV_F16 ? 5e-2 : 1e-4), "attention KV %s step %d: max rel %.3g", bk_kv_dtype_name(dt), step, mr);
-            printf("attention KV %s step %d (%d rows): cache bytes equal to the CPU's, output max rel %.3g\n", bk_kv_dtype_name(dt), step,
+            /* values up to ~1000 and scores up to ~100 (peaked softmax): the error relative to the largest output.
+             * f16 as test_attention (the CPU rounds probabilities to f16); bf16 / fp8 read the same decoded
+             * values against f32 queries and probabilities on both: summation order and expf only */
+            double md = 0, mx = 0;
+            for (size_t i = 0; i < (size_t)(T * NH * HD); i++) {
+                md = fmax(md, isnan(h[i]) ? INFINITY : fabs((double)h[i] - ro[i]));
+                mx = fmax(mx, fabs((double)ro[i]));
+            }
+            const double mr = md / mx;
+            CHECK_MSG(mr < (dt == BK_KV_F16 ? 5e-3 : 2e-5), "attention KV %s step %d: max |d| / max |ref| %.3g", bk_kv_dtype_name(dt), step, mr);
+            printf("attention KV %s step %d (%d rows): cache bytes equal to the CPU's, output max |d| / max |ref| %.3g\n", bk_kv_dtype_name(dt), step,
                    T, mr);
             free(q); free(k); free(v); free(h);
             gpu->ops->free(gpu, gq); gpu->ops->free(gpu, gk); gpu->ops->free(gpu, gv); gpu->ops->free(gpu, go);

@@ -53,12 +53,13 @@ static __device__ __forceinline__ float kv_fp8_decode(uint32_t c) {
     return (c & 0x80u) ? -r : r;
 }
 
-/* Store x (f32) at element idx of a pool; inv is the fp8 scale (the value is divided by it). */
+/* Store x (f32) at element idx of a pool; scale: the fp8 scale (the value is divided by it). */
 static __device__ __forceinline__ void kv_store(void *pool, int dtype, size_t idx, float x, float scale) {
     switch (dtype) {
     case BK_KV_F16: ((uint16_t *)pool)[idx] = fp32_to_fp16(x); break;
     case BK_KV_BF16: ((uint16_t *)pool)[idx] = fp32_to_bf16(x); break;
-    case BK_KV_FP8_E4M3: ((uint8_t *)pool)[idx] = kv_fp8_encode(__fdiv_rn(x, scale)); break;
+    /* a NaN is encoded as it is: the GPU's division returns the canonical NaN, dropping the sign x86 keeps */
+    case BK_KV_FP8_E4M3: ((uint8_t *)pool)[idx] = kv_fp8_encode(x != x ? x : __fdiv_rn(x, scale)); break;
     default: ((float *)pool)[idx] = x; break;
     }
 }
