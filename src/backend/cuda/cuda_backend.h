@@ -19,8 +19,9 @@ struct backend_cuda_opts {
     int device;          /* GPU ordinal */
     bool enforce_eager;  /* no CUDA graphs */
     bool profile;        /* time every op family with events (forces eager) */
-    bool batch_invariant; /* a row's results do not depend on the batch: matmuls of one activation row sum
-                             in the multi-row kernel's order (the decode tile kernel only where that is the same) */
+    bool batch_invariant; /* a row's results do not depend on the batch: a matmul of one activation row sums in
+                             the multi-row kernel's order (no split-K over warps; tiles of several rows only where
+                             their order is the same) */
 };
 
 vllmc_status backend_cuda_create(const struct backend_cuda_opts *o, struct backend **out);
