@@ -10,6 +10,7 @@
  *   - prefix caching: a request extending an earlier 80-token prompt by 10 tokens computes only those 10
  *     (engine stats) on a dense model and on a hybrid (through the recurrent-state snapshot at the end
  *     of the earlier prompt); a hybrid without snapshot slots reuses nothing; the tokens equal a cold run. */
+#include <math.h>
 #include <string.h>
 #include "engine/engine.h"
 #include "model/model.h"
@@ -292,6 +293,40 @@ static void test_kv_dtypes(const char *path) {
     printf("  kv dtypes f32, bf16, fp8_e4m3: batched with preemption equals alone\n");
 }
 
+/* Device and memory options: bad values are refused with a message, a plan over the utilization limit too;
+ * the stats name the device the engine runs on. */
+static void test_device_opts(const char *path) {
+    vllmc_engine_opts o;
+    vllmc_engine *e = NULL;
+    engine_opts(&o, 2, 64, 0, 1);
+    o.device = (vllmc_device)7;
+    CHECK(vllmc_engine_create(path, &o, &e) == VLLMC_ERR_INVALID && !e && strstr(vllmc_last_error(), "device"));
+    engine_opts(&o, 2, 64, 0, 1);
+    o.gpu_memory_utilization = 1.5f;
+    CHECK(vllmc_engine_create(path, &o, &e) == VLLMC_ERR_INVALID && !e && strstr(vllmc_last_error(), "gpu_memory_utilization"));
+    o.gpu_memory_utilization = NAN;
+    CHECK(vllmc_engine_create(path, &o, &e) == VLLMC_ERR_INVALID && !e);
+    engine_opts(&o, 2, 64, 0, 1);
+    o.device = VLLMC_DEVICE_CPU;
+    o.gpu_memory_utilization = 1e-9f; /* a few bytes of host memory */
+    CHECK(vllmc_engine_create(path, &o, &e) == VLLMC_ERR_OOM && !e && strstr(vllmc_last_error(), "host memory"));
+#ifndef VLLMC_CUDA
+    engine_opts(&o, 2, 64, 0, 1);
+    o.device = VLLMC_DEVICE_CUDA;
+    CHECK(vllmc_engine_create(path, &o, &e) == VLLMC_ERR_UNSUPPORTED && !e && strstr(vllmc_last_error(), "cuda"));
+#endif
+    engine_opts(&o, 2, 64, 0, 1);
+    o.device = VLLMC_DEVICE_CPU;
+    o.gpu_memory_utilization = 0.9f; /* of the host: fits */
+    CHECK(vllmc_engine_create(path, &o, &e) == VLLMC_OK && e);
+    if (e) {
+        vllmc_engine_stats st;
+        vllmc_engine_get_stats(e, &st);
+        CHECK(st.device == VLLMC_DEVICE_CPU && st.n_vocab > 0);
+        vllmc_engine_destroy(e);
+    }
+}
+
 int main(int argc, char **argv) {
     test_seed_auto("test_engine");
     for (int p = 0; p < NP; p++) {
@@ -305,6 +340,7 @@ int main(int argc, char **argv) {
     }
     vllmc_log_set_level(VLLMC_LOG_WARN);
     test_kv_dtypes(argv[1]);
+    test_device_opts(argv[1]);
     for (int i = 1; i < argc; i++) {
         test_model(argv[i]);
         test_text_stops_logprobs(argv[i]);

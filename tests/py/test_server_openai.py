@@ -403,6 +403,7 @@ def test_reasoning_split(model, tmp_path):
                                       (["--kv-cache-dtype", "fp8_e5m2"], "--kv-cache-dtype"),
                                       (["--max-model-len", "abc"], "--max-model-len"),
                                       (["--gpu-memory-utilization", "1.5"], "--gpu-memory-utilization"),
+                                      (["--device", "tpu"], "--device"),
                                       (["--bogus"], "unknown option")])
 def test_bad_flags(model, args, msg):
     import subprocess
@@ -461,6 +462,9 @@ def test_impossible_plan_is_a_startup_error(model):
     r = subprocess.run([str(VLLMC), "serve", str(model), "--num-gpu-blocks-override", "1", "--max-model-len", "2048",
                         "--port", "0"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 1 and "KV pool" in r.stderr, r.stderr[-500:]
+    r = subprocess.run([str(VLLMC), "serve", str(model), "--device", "cpu", "--gpu-memory-utilization", "0.0000001",
+                        "--port", "0"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "host memory" in r.stderr, r.stderr[-500:]
     r = subprocess.run([str(VLLMC), "serve", str(model), "--max-num-batched-tokens", "4", "--max-num-seqs", "8"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "--max-num-batched-tokens" in r.stderr
