@@ -371,11 +371,11 @@ static void test_kernel_constants(void) {
     CHECK_MSG(source_has(gemv, want), "%s lacks '%s'", gemv, want);
     snprintf(want, sizeof(want), "#define NQ_WARPS %d", GPU_NQ_GROUPS_PER_CTA);
     CHECK_MSG(source_has(gemv, want), "%s lacks '%s'", gemv, want);
-    snprintf(want, sizeof(want), "total_rows >= %d", GPU_MM_TILE_MIN_ROWS);
+    snprintf(want, sizeof(want), "struct cu_mm_cfg cu_mm_cfg = {{%d, ", GPU_MM_TILE_MIN_ROWS); /* first row class */
     CHECK_MSG(source_has(gemv, want), "%s lacks '%s'", gemv, want);
     snprintf(want, sizeof(want), "mm_kernel<%d><<<", GPU_MM_PREFILL_ACT);
     CHECK_MSG(source_has(gemv, want), "%s lacks '%s'", gemv, want);
-    CHECK_MSG(source_has(gemv, "GGML_TYPE_Q4_0 || args->seg[i].type == GGML_TYPE_Q5_0) tiles = false"),
+    CHECK_MSG(source_has(gemv, "GGML_TYPE_Q4_0 || args->seg[i].type == GGML_TYPE_Q5_0) q40 = true"),
               "%s: the tile kernel's type rule changed", gemv);
     /* the prefill sweep width of the table is the one gpu_compat.h selects per device pass, and the kernel's
      * sweeps are the ones test_prefill_sweeps emulates */
