@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <cjson/cJSON.h>
 #include "cli.h"
 #include "common/common.h"
@@ -31,7 +32,7 @@ struct bs_opts {
     int num_prompts, input_len, output_len, id_max, warmup;
     uint64_t seed;
     bool stream, chat;
-    double timeout_s;
+    double timeout_s, ready_timeout_s;
 };
 
 struct bs_req {
@@ -82,6 +83,7 @@ static void usage(void) {
             "  --warmup N            requests before the first level, not measured (default 1)\n"
             "  --seed S              prompt seed (default 0)\n"
             "  --timeout S           socket timeout per request (default 600)\n"
+            "  --ready-timeout S     first wait up to S seconds for GET /health to answer 200 (a server still loading)\n"
             "  --json FILE           write the results as JSON\n");
 }
 
@@ -179,7 +181,7 @@ static void run_request(const struct bs_opts *o, const char *body, size_t len, s
     hc_sse_init(&q->sse);
     int status = 0;
     q->t_send = vllmc_time_s();
-    vllmc_status st = hc_post(o->host, o->port, path, o->api_key, body, len, o->timeout_s, &status, on_body, q);
+    vllmc_status st = hc_request(o->host, o->port, path, o->api_key, body, len, o->timeout_s, &status, on_body, q);
     q->e2e = vllmc_time_s() - q->t_send;
     if (st) snprintf(q->err, sizeof(q->err), "%s", vllmc_last_error());
     else if (status != 200) snprintf(q->err, sizeof(q->err), "HTTP %d: %.150s", status, q->raw.p ? q->raw.p : "");
@@ -446,6 +448,7 @@ int cmd_bench_serve(int argc, char **argv) {
         else if (!strcmp(a, "--warmup") && has) o.warmup = (int)strtol(argv[++i], &end, 10);
         else if (!strcmp(a, "--seed") && has) o.seed = strtoull(argv[++i], &end, 10);
         else if (!strcmp(a, "--timeout") && has) o.timeout_s = strtod(argv[++i], &end);
+        else if (!strcmp(a, "--ready-timeout") && has) o.ready_timeout_s = strtod(argv[++i], &end);
         else if (!strcmp(a, "--prompts-file") && has) o.prompts_file = argv[++i];
         else if (!strcmp(a, "--model") && has) o.model = argv[++i];
         else if (!strcmp(a, "--api-key") && has) o.api_key = argv[++i];
@@ -478,6 +481,19 @@ int cmd_bench_serve(int argc, char **argv) {
         return 2;
     }
     int rc = 0;
+    if (o.ready_timeout_s > 0) { /* wait for a server that is still loading its model */
+        const double t_end = vllmc_time_s() + o.ready_timeout_s;
+        int status = 0;
+        while (hc_request(o.host, o.port, "/health", NULL, NULL, 0, 5, &status, NULL, NULL) != VLLMC_OK || status != 200) {
+            if (vllmc_time_s() > t_end) {
+                fprintf(stderr, "vllmc bench serve: http://%s:%d/health not ready within %g s\n", o.host, o.port, o.ready_timeout_s);
+                rc = 1;
+                goto out;
+            }
+            struct timespec ts = {0, 200 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+        }
+    }
     for (int w = 0; w < o.warmup; w++) {
         size_t len;
         char *body = make_body(&o, lines, n_lines, -1, w, &len);

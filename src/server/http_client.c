@@ -289,21 +289,21 @@ static bool send_all(int fd, const char *p, size_t n) {
     return true;
 }
 
-vllmc_status hc_post(const char *host, int port, const char *path, const char *api_key, const char *body, size_t body_len,
-                     double timeout_s, int *status, hc_body_fn fn, void *user) {
+vllmc_status hc_request(const char *host, int port, const char *path, const char *api_key, const char *body, size_t body_len,
+                        double timeout_s, int *status, hc_body_fn fn, void *user) {
     *status = 0;
     int fd = hc_connect(host, port, timeout_s);
     if (fd < 0) return VLLMC_ERR_IO;
     char head[1024];
-    int hn = snprintf(head, sizeof(head),
-                      "POST %s HTTP/1.1\r\nHost: %s:%d\r\nContent-Type: application/json\r\nAccept: */*\r\n"
-                      "Content-Length: %zu\r\nConnection: close\r\n%s%s%s",
-                      path, host, port, body_len, api_key ? "Authorization: Bearer " : "", api_key ? api_key : "",
-                      api_key ? "\r\n" : "");
+    char len_hdr[64] = "";
+    if (body) snprintf(len_hdr, sizeof(len_hdr), "Content-Type: application/json\r\nContent-Length: %zu\r\n", body_len);
+    int hn = snprintf(head, sizeof(head), "%s %s HTTP/1.1\r\nHost: %s:%d\r\nAccept: */*\r\n%sConnection: close\r\n%s%s%s",
+                      body ? "POST" : "GET", path, host, port, len_hdr, api_key ? "Authorization: Bearer " : "",
+                      api_key ? api_key : "", api_key ? "\r\n" : "");
     if (hn < 0 || (size_t)hn + 3 > sizeof(head)) { close(fd); return vllmc_errorf(VLLMC_ERR_INVALID, "request head too long"); }
     memcpy(head + hn, "\r\n", 3);
     hn += 2;
-    if (!send_all(fd, head, (size_t)hn) || !send_all(fd, body, body_len)) {
+    if (!send_all(fd, head, (size_t)hn) || (body && !send_all(fd, body, body_len))) {
         close(fd);
         return vllmc_errorf(VLLMC_ERR_IO, "send to %s:%d: %s", host, port, strerror(errno));
     }

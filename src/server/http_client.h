@@ -53,9 +53,10 @@ void hc_sse_free(struct hc_sse *s);
 /* "http://host[:port][/prefix]" -> host, port (default 80) and the path prefix ("" if none). */
 vllmc_status hc_parse_url(const char *url, char *host, size_t host_cap, int *port, char *prefix, size_t prefix_cap);
 
-/* One POST of a JSON body with "Connection: close"; the response body goes to fn as it arrives.
- * timeout_s bounds each socket wait. Returns the HTTP status in *status (0 if none was read). */
-vllmc_status hc_post(const char *host, int port, const char *path, const char *api_key, const char *body, size_t body_len,
-                     double timeout_s, int *status, hc_body_fn fn, void *user);
+/* One request with "Connection: close": a POST of a JSON body (body != NULL) or a GET (body NULL); the
+ * response body goes to fn as it arrives. timeout_s bounds each socket wait. Returns the HTTP status in
+ * *status (0 if none was read). */
+vllmc_status hc_request(const char *host, int port, const char *path, const char *api_key, const char *body, size_t body_len,
+                        double timeout_s, int *status, hc_body_fn fn, void *user);
 
 #endif

@@ -100,6 +100,29 @@ def test_errors(server, tmp_path):
     from server_util import free_port
     r = run("--base-url", f"http://127.0.0.1:{free_port()}", "--num-prompts", 1)
     assert r.returncode == 1 and "connect" in r.stderr
+    r = run("--base-url", f"http://127.0.0.1:{free_port()}", "--ready-timeout", "0.5")
+    assert r.returncode == 1 and "not ready" in r.stderr
     # ids outside the vocabulary: the server's 400 is reported
     r = run("--base-url", server.base, "--id-max", 100000, "--input-len", 64, "--warmup", 1)
     assert r.returncode == 1 and "HTTP 400" in r.stderr
+
+
+def test_script(tmp_path):
+    """scripts/bench-serve.sh: starts the server, waits for /health, runs the levels, stops the server; a server
+    that cannot start fails the script at once."""
+    from server_util import BUILD, ROOT, free_port
+    if not VLLMC.exists():
+        pytest.skip(f"{VLLMC} not built")
+    model = make_tiny_model(tmp_path)
+    env = {"PATH": "/usr/bin:/bin", "PORT": str(free_port()), "SERVE_LOG": str(tmp_path / "serve.log")}
+    out = tmp_path / "s.json"
+    r = subprocess.run(["bash", str(ROOT / "scripts/bench-serve.sh"), str(BUILD), str(model), "--concurrency", "1,2",
+                        "--num-prompts", "3", "--input-len", "8", "--output-len", "4", "--id-max", "384", "--json", str(out),
+                        "--", "--max-model-len", "128", "-t", "1"], capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    j = json.loads(out.read_text())
+    for lv in j["levels"]:
+        check_level(lv, 3, 8, 4)
+    r = subprocess.run(["bash", str(ROOT / "scripts/bench-serve.sh"), str(BUILD), str(tmp_path / "missing.gguf")],
+                       capture_output=True, text=True, timeout=60, env=env)
+    assert r.returncode == 1 and "exited early" in r.stdout
