@@ -5,7 +5,7 @@
 #                    no gfx11 device library). Then, with a device-library directory made here from Debian's
 #                    target-independent bitcode plus a generated oclc_isa_version_1100.bc (one constant,
 #                    11000), the ISA is generated and inspected (wave32, the v_dot4_i32_iu8 packed dots,
-#                    registers, spills, LDS of each kernel) and the whole build is linked
+#                    registers, spills, LDS of each kernel; the WMMA of the f16 GEMM) and the whole build is linked
 #   gfx1030 (RDNA2)  the same, with Debian's own gfx1030 device library
 # The linked binaries cannot run here (no AMD GPU).
 #   gfx1200 (RDNA4)  unknown to this compiler: not checked (needs ROCm >= 6.4; see docs/ROCM.md)
@@ -80,10 +80,11 @@ for arch in gfx1100 gfx1030; do
         w32=$(cat build/hip/isa/*-$arch.s 2>/dev/null | grep -c '\.wavefront_size: *32' || true)
         w64=$(cat build/hip/isa/*-$arch.s 2>/dev/null | grep -c '\.wavefront_size: *64' || true)
         spills=$(cat build/hip/isa/*-$arch.s 2>/dev/null | awk '/\.vgpr_spill_count:/ { s += $2 } END { print s + 0 }')
+        wmma=$(cat build/hip/isa/*-$arch.s 2>/dev/null | grep -c 'v_wmma_' || true)
         how="system device library"
         [ "$libs" = -nogpulib ] && how="-nogpulib"
         [[ "$libs" == --rocm-device-lib-path* ]] && how="generated gfx11 ISA-version stub + Debian device library"
-        note "$arch: $n kernel files compiled (-Werror); ISA ($how) $([ $isa_ok = 1 ] && echo generated || echo FAILED): $w32 wave32 / $w64 wave64 kernels, $dots packed int8 dot instructions, $spills VGPRs spilled"
+        note "$arch: $n kernel files compiled (-Werror); ISA ($how) $([ $isa_ok = 1 ] && echo generated || echo FAILED): $w32 wave32 / $w64 wave64 kernels, $dots packed int8 dot instructions, $wmma WMMA instructions, $spills VGPRs spilled"
         [ $isa_ok = 1 ] && [ "$w64" = 0 ] || fail=1
         { echo "ISA per kernel ($arch, $how)$([ "$libs" = -nogpulib ] && echo ': math-library calls stay external; scratch and VGPR caps reflect those calls')"; for s in build/hip/isa/*-$arch.s; do isa_table $arch "$s"; done; } > build/hip/isa/kernels-$arch.txt
     else

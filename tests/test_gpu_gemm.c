@@ -309,10 +309,44 @@ static void test_grid(void) {
           gpu_gemm_chunk_valid(4, 100, 5, 100) == 0 && gpu_gemm_chunk_valid(0, 8, 1, 100) == 8);
 }
 
+/* The kernel computes its indices with these functions (the ones emulated above), not by hand: each call is
+ * found in its source (run from the repository root, as tests/run.sh does). */
+static void test_kernel_source(void) {
+    const char *path = "src/backend/cuda/gpu_gemm_hip.cu";
+    FILE *f = fopen(path, "rb");
+    if (!f) { printf("test_gpu_gemm: %s not found from here: kernel source not checked\n", path); return; }
+    static char buf[1 << 18];
+    const size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    static const char *const calls[] = {
+        "gpu_gemm_frag_ab(GEMM_WMMA_GEN, lane, 0, &rc, &k);",
+        "(b ? gpu_gemm_lds_b(r0 + rc, kk + k) : gpu_gemm_lds_a(r0 + rc, kk + k))",
+        "gpu_gemm_frag_c(GEMM_WMMA_GEN, lane, v, &r, &c);",
+        "gemm_store_c(P, row0 + wr0 + 16 * i + r, col0 + wc0 + 16 * j + c, acc[i][j][v]);",
+        "gpu_gemm_wave_origin(wave, &wr0, &wc0);",
+        "gpu_gemm_load_chunk(tid, i, &r, &k);",
+        "gpu_gemm_tile_whole(P.vec, row0, col0, k0, P.m, P.n, P.k_dim)",
+        "gpu_gemm_chunk_valid(row, k, n_rows, k_dim)",
+        "*(uint4 *)(st + gpu_gemm_lds_a(r, k)) = ra[i];",
+        "*(uint4 *)(st + gpu_gemm_lds_b(r, k)) = rb[i];",
+        "gpu_gemm_c_in(row, col, P.m, P.n)",
+        "gpu_gemm_plain_cell(tid, 0, 0, &pr0, &pc0);",
+        "(float)st[gpu_gemm_lds_a(pr0 + 16 * i, k)]",
+        "(float)st[gpu_gemm_lds_b(pc0 + 16 * j, k)]",
+        "gpu_gemm_grid(m, n, k_dim, &gx, &gy)",
+        "__builtin_amdgcn_wmma_f32_16x16x16_f16_w32(a, b, c)",
+        "__builtin_amdgcn_wmma_f32_16x16x16_f16_w32_gfx12(a, b, c)",
+    };
+    for (size_t i = 0; i < sizeof(calls) / sizeof(calls[0]); i++)
+        CHECK_MSG(strstr(buf, calls[i]) != NULL, "%s lacks '%s'", path, calls[i]);
+}
+
 int main(void) {
     test_seed_auto("test_gpu_gemm");
     test_layouts();
     test_grid();
+    test_kernel_source();
     /* fixed shapes: whole tiles, one past a tile edge in each of m, n, k, tiny, k = 0 */
     static const int64_t shapes[][3] = {{128, 128, 32}, {128, 128, 64}, {129, 128, 32}, {128, 129, 32}, {128, 128, 33},
                                         {1, 1, 1},      {16, 16, 16},   {3, 200, 7},    {37, 130, 70},  {5, 9, 0}};

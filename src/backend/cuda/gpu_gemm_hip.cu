@@ -12,7 +12,9 @@
 #include "backend/cuda/gpu_gemm.h"
 #include "backend/gpu_gemm_tile.h"
 
-#if defined(__GFX11__)
+#if defined(VLLMC_GEMM_NO_WMMA) /* HIP_EXTRA=-DVLLMC_GEMM_NO_WMMA: the plain body on every target */
+#define GEMM_WMMA_GEN 0
+#elif defined(__GFX11__)
 #define GEMM_WMMA_GEN 11
 #elif defined(__GFX12__) || defined(__gfx1200__) || defined(__gfx1201__)
 #define GEMM_WMMA_GEN 12 /* compilers that know gfx12 (ROCm >= 6.4 for the RX 9000 series) */
@@ -108,11 +110,12 @@ typedef half8_t gemm_frag_t; /* 8 K values of one row (column) */
 #endif
 
 #if GEMM_WMMA_GEN
-/* Lane's A (or B) operand of the 16 x 16 fragment whose row 0, K offset 0 is at LDS offset lds0. */
-static __device__ __forceinline__ gemm_frag_t gemm_frag(const _Float16 *st, int lds0, int lane) {
+/* Lane's operand of the 16 x 16 fragment whose first row is block row r0 of A (b = false) or of B (b = true),
+ * K offset kk of the tile: its elements are contiguous in K (gpu_gemm_frag_ab), one or two 16-byte LDS reads. */
+static __device__ __forceinline__ gemm_frag_t gemm_frag(const _Float16 *st, bool b, int r0, int kk, int lane) {
     int rc, k;
     gpu_gemm_frag_ab(GEMM_WMMA_GEN, lane, 0, &rc, &k);
-    const _Float16 *p = st + lds0 + rc * GPU_GEMM_LDS_STRIDE + k; /* elements e at k + e: contiguous */
+    const _Float16 *p = st + (b ? gpu_gemm_lds_b(r0 + rc, kk + k) : gpu_gemm_lds_a(r0 + rc, kk + k));
 #if GEMM_WMMA_GEN == 11
     const half8_t lo = *(const half8_t *)p, hi = *(const half8_t *)(p + 8);
     return __builtin_shufflevector(lo, hi, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
@@ -168,10 +171,10 @@ static __global__ void __launch_bounds__(GPU_GEMM_THREADS) gemm_f16_nt_tiled(con
         for (int kk = 0; kk < GPU_GEMM_BK; kk += GPU_GEMM_FRAG) {
             gemm_frag_t b[GPU_GEMM_FRAG_N];
 #pragma unroll
-            for (int j = 0; j < GPU_GEMM_FRAG_N; j++) b[j] = gemm_frag(st, gpu_gemm_lds_b(wc0 + 16 * j, kk), lane);
+            for (int j = 0; j < GPU_GEMM_FRAG_N; j++) b[j] = gemm_frag(st, true, wc0 + 16 * j, kk, lane);
 #pragma unroll
             for (int i = 0; i < GPU_GEMM_FRAG_M; i++) {
-                const gemm_frag_t a = gemm_frag(st, gpu_gemm_lds_a(wr0 + 16 * i, kk), lane);
+                const gemm_frag_t a = gemm_frag(st, false, wr0 + 16 * i, kk, lane);
 #pragma unroll
                 for (int j = 0; j < GPU_GEMM_FRAG_N; j++) acc[i][j] = gemm_wmma(a, b[j], acc[i][j]);
             }
