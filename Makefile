@@ -48,7 +48,7 @@ HIP_SRC   := $(sort $(wildcard src/backend/cuda/*.cu))
 HIP_OBJ   := $(HIP_SRC:src/backend/cuda/%.cu=build/hip/$(HIP_ARCH)/%.o)
 HIP_EXTRA ?=
 HIPFLAGS  := -x hip --offload-arch=$(HIP_ARCH) -O3 -std=c++17 -Iinclude -Isrc -Wall -Wextra -Werror \
-             -Wno-unused-command-line-argument $(HIP_EXTRA)
+             -Wno-unused-command-line-argument $(if $(filter gfx11%,$(HIP_ARCH)),-DVLLMC_HIP_ARCH_GFX11) $(HIP_EXTRA)
 
 all: $(BUILD)/vllmc $(BUILD)/libvllmc.a
 

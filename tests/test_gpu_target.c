@@ -104,14 +104,11 @@ static void test_mm_plan(void) {
         CHECK(gpu_mm_plan_make(t, at, t40, 2, 1, resident, &p) && p.kernel == GPU_MM_ROWS);
         CHECK(gpu_mm_plan_make(t, head, t50, 1, 1, resident, &p) && p.kernel == GPU_MM_ROWS && p.ctas == resident);
         CHECK(gpu_mm_plan_make(t, at, tk, 2, 1, resident, &p) && p.kernel == GPU_MM_TILES);
-        /* prefill of 20 tokens: 3 groups of 8 activation rows per CTA of rows */
+        /* prefill of 20 tokens: 3 groups of 8 activation rows per CTA of rows; on gfx11 5 groups of 4 (8 spill) */
         CHECK(gpu_mm_plan_make(t, down, NULL, 1, 20, resident, &p));
-        CHECK(p.kernel == GPU_MM_PREFILL && p.act_per_group == 8 && p.ctas == 640 * 3);
-        /* ... in sweeps of 4 activation rows on gfx11 (8 spill there), of all 8 elsewhere */
         const bool gfx11 = !strncmp(t->name, "gfx11", 5);
-        CHECK_MSG(p.act_per_sweep == (gfx11 ? 4 : 8) && p.sweeps == (gfx11 ? 2 : 1), "%s: %d rows per sweep, %d sweeps",
-                  t->name, p.act_per_sweep, p.sweeps);
-        CHECK(gpu_mm_plan_make(t, down, NULL, 1, 1, resident, &p) && p.act_per_sweep == 1 && p.sweeps == 1);
+        CHECK_MSG(p.kernel == GPU_MM_PREFILL && p.act_per_group == (gfx11 ? 4 : 8) && p.ctas == 640 * (gfx11 ? 5 : 3),
+                  "%s: %d activation rows per group, %d CTAs", t->name, p.act_per_group, p.ctas);
         /* bad shapes */
         const int zero[1] = {0};
         CHECK(!gpu_mm_plan_make(t, zero, NULL, 1, 1, resident, &p));
@@ -317,32 +314,32 @@ static void test_roofline(void) {
     CHECK(gpu_roofline_tok_s(xtx, 0) == 0.0 && gpu_roofline_tok_s(NULL, 1e9) == 0.0);
 }
 
-/* The prefill kernel's sweeps (gemv_q.cu mm_kernel<NA>, SW = min(NA, VLLMC_MM_PREFILL_SWEEP)): one call of
- * mm_row<NA> when SW == NA, else mm_row<SW> on (a0, min(SW, na)) and, if na > SW, on (a0 + SW, na - SW).
- * For every target and token count, every activation row is multiplied exactly once, no sweep exceeds SW
- * rows (the accumulator count its registers were sized for), none is empty. */
-static void test_prefill_sweeps(void) {
+/* The prefill kernel's groups (gemv_q.cu mm_kernel<NA>, NA = the target's mm_prefill_act): the launcher starts
+ * n_ctas * ceil(n_act / NA) CTAs; CTA b takes the activation rows a0 = (b % n_grp) * NA .. + min(NA, n_act - a0)
+ * of the weight rows of CTA b / n_grp. For every target and token count, every (CTA of rows, activation row)
+ * pair is computed exactly once and no group exceeds NA rows (the accumulators its registers hold). */
+static void test_prefill_groups(void) {
     for (int i = 0; i < gpu_target_count(); i++) {
         const struct gpu_target *t = gpu_target_at(i);
-        const int NA = GPU_MM_PREFILL_ACT, SW = NA < t->mm_prefill_sweep ? NA : t->mm_prefill_sweep;
-        CHECK(SW == NA || NA == 2 * SW);
+        const int n_ctas = 7, NA = t->mm_prefill_act;
+        CHECK(NA >= 1 && NA <= GPU_MM_PREFILL_ACT);
         for (int n_act = 2; n_act <= 41; n_act++) {
-            int seen[64] = {0}, bad = 0;
-            for (int a0 = 0; a0 < n_act; a0 += NA) {
-                const int na = n_act - a0 < NA ? n_act - a0 : NA;
-                int calls[2][2], n_calls = 0; /* (first row, rows) of each mm_row call */
-                if (SW == NA) { calls[0][0] = a0; calls[0][1] = na; n_calls = 1; }
-                else {
-                    calls[0][0] = a0; calls[0][1] = na < SW ? na : SW; n_calls = 1;
-                    if (na > SW) { calls[1][0] = a0 + SW; calls[1][1] = na - SW; n_calls = 2; }
-                }
-                for (int c = 0; c < n_calls; c++) {
-                    if (calls[c][1] < 1 || calls[c][1] > SW) bad++;
-                    for (int r = 0; r < calls[c][1]; r++) seen[calls[c][0] + r]++;
-                }
+            const int down[1] = {n_ctas * GPU_MM_GROUPS_PER_CTA};
+            struct gpu_mm_plan p;
+            if (!gpu_mm_plan_make(t, down, NULL, 1, n_act, 1, &p)) { CHECK(false); continue; }
+            static int seen[7][64];
+            memset(seen, 0, sizeof(seen));
+            int bad = 0;
+            const int n_grp = (n_act + NA - 1) / NA;
+            for (int b = 0; b < p.ctas; b++) {
+                const int cta = b / n_grp, a0 = (b % n_grp) * NA;
+                const int na = NA < n_act - a0 ? NA : n_act - a0;
+                if (na < 1 || na > NA || cta >= n_ctas) { bad++; continue; }
+                for (int r = 0; r < na; r++) seen[cta][a0 + r]++;
             }
-            for (int r = 0; r < 64; r++) bad += seen[r] != (r < n_act ? 1 : 0);
-            CHECK_MSG(bad == 0, "%s, %d tokens: %d sweep errors", t->name, n_act, bad);
+            for (int c = 0; c < n_ctas; c++)
+                for (int r = 0; r < 64; r++) bad += seen[c][r] != (r < n_act ? 1 : 0);
+            CHECK_MSG(bad == 0 && p.act_per_group == NA, "%s, %d tokens: %d group errors", t->name, n_act, bad);
         }
     }
 }
@@ -373,21 +370,24 @@ static void test_kernel_constants(void) {
     CHECK_MSG(source_has(gemv, want), "%s lacks '%s'", gemv, want);
     snprintf(want, sizeof(want), "struct cu_mm_cfg cu_mm_cfg = {{%d, ", GPU_MM_TILE_MIN_ROWS); /* first row class */
     CHECK_MSG(source_has(gemv, want), "%s lacks '%s'", gemv, want);
-    snprintf(want, sizeof(want), "mm_kernel<%d><<<", GPU_MM_PREFILL_ACT);
-    CHECK_MSG(source_has(gemv, want), "%s lacks '%s'", gemv, want);
+    CHECK(source_has(gemv, "const int groups = (args->n_act + VLLMC_MM_PREFILL_ACT - 1) / VLLMC_MM_PREFILL_ACT;"));
+    CHECK(source_has(gemv, "mm_kernel<VLLMC_MM_PREFILL_ACT><<<(unsigned)(args->n_ctas * groups)"));
+    CHECK(source_has(gemv, "const int n_grp = (P.n_act + NA - 1) / NA;\n    const int cta = blockIdx.x / n_grp;\n"
+                           "    const int a0 = (blockIdx.x % n_grp) * NA;\n    const int na = min(NA, P.n_act - a0);"));
     CHECK_MSG(source_has(gemv, "GGML_TYPE_Q4_0 || args->seg[i].type == GGML_TYPE_Q5_0) q40 = true"),
               "%s: the tile kernel's type rule changed", gemv);
-    /* the prefill sweep width of the table is the one gpu_compat.h selects per device pass, and the kernel's
-     * sweeps are the ones test_prefill_sweeps emulates */
-    const struct gpu_target *rdna3 = gpu_target_find("gfx1100"), *other = gpu_target_find("gfx1030");
-    if (rdna3 && other) {
-        snprintf(want, sizeof(want), "#if defined(VLLMC_HIP) && defined(__GFX11__)\n#define VLLMC_MM_PREFILL_SWEEP %d\n#else\n"
-                 "#define VLLMC_MM_PREFILL_SWEEP %d\n#endif", rdna3->mm_prefill_sweep, other->mm_prefill_sweep);
+    /* the prefill group size of the table is the one gpu_compat.h selects for the build's target family, and
+     * the Makefile states the family for every gfx11 HIP_ARCH */
+    const struct gpu_target *rdna3 = gpu_target_find("gfx1100"), *other = gpu_target_find("gfx1030"),
+                            *nv = gpu_target_find("sm_90");
+    if (rdna3 && other && nv) {
+        CHECK(other->mm_prefill_act == nv->mm_prefill_act);
+        snprintf(want, sizeof(want), "#if defined(VLLMC_HIP) && defined(VLLMC_HIP_ARCH_GFX11)\n#define VLLMC_MM_PREFILL_ACT %d\n"
+                 "#else\n#define VLLMC_MM_PREFILL_ACT %d\n#endif", rdna3->mm_prefill_act, other->mm_prefill_act);
         CHECK_MSG(source_has("src/backend/cuda/gpu_compat.h", want), "gpu_compat.h lacks '%s'", want);
     }
-    CHECK(source_has(gemv, "constexpr int SW = NA < VLLMC_MM_PREFILL_SWEEP ? NA : VLLMC_MM_PREFILL_SWEEP;"));
-    CHECK(source_has(gemv, "        mm_row<SW>(P, S, row, a0, min(SW, na), lane);\n"
-                           "        if (na > SW) mm_row<SW>(P, S, row, a0 + SW, na - SW, lane);"));
+    CHECK(source_has("Makefile", "$(if $(filter gfx11%,$(HIP_ARCH)),-DVLLMC_HIP_ARCH_GFX11)"));
+    CHECK(source_has("src/backend/cuda/gpu_compat.h", "#if defined(__GFX11__) && !defined(VLLMC_HIP_ARCH_GFX11)\n#error"));
     /* the int8 dot form of each AMD target in the table is the one gpu_compat.h selects */
     const char *compat = "src/backend/cuda/gpu_compat.h";
     CHECK(source_has(compat, "defined(__gfx1100__) || defined(__gfx1101__) || defined(__gfx1102__) || "
@@ -402,7 +402,7 @@ int main(void) {
     test_matvec_emulation();
     test_q8k_butterfly();
     test_roofline();
-    test_prefill_sweeps();
+    test_prefill_groups();
     test_kernel_constants();
     return test_finish("test_gpu_target");
 }

@@ -10,15 +10,15 @@
  * MI210 (Aldebaran, wave64: the one wave64 entry, for the reduction-width checks). */
 static const struct gpu_target gpu_targets[] = {
     {"sm_90", "NVIDIA H200", GPU_VENDOR_NVIDIA, 32, 232448, 132, 4800.0, 141.0 * 1e9 / (1024.0 * 1024 * 1024),
-     GPU_DOT4_DP4A, GPU_MATRIX_MMA, false, false, 8},
+     GPU_DOT4_DP4A, GPU_MATRIX_MMA, false, false, GPU_MM_PREFILL_ACT},
     {"gfx1100", "AMD Radeon RX 7900 XTX", GPU_VENDOR_AMD, 32, 65536, 96, 960.0, 24.0, GPU_DOT4_SUDOT4,
      GPU_MATRIX_WMMA_GFX11, true, false, 4},
     {"gfx1200", "AMD Radeon RX 9060 XT", GPU_VENDOR_AMD, 32, 65536, 32, 320.0, 16.0, GPU_DOT4_SUDOT4,
-     GPU_MATRIX_WMMA_GFX12, false, false, 8},
+     GPU_MATRIX_WMMA_GFX12, false, false, GPU_MM_PREFILL_ACT},
     {"gfx1030", "AMD Radeon RX 6800 XT", GPU_VENDOR_AMD, 32, 65536, 72, 512.0, 16.0, GPU_DOT4_SDOT4, GPU_MATRIX_NONE,
-     true, true, 8},
+     true, true, GPU_MM_PREFILL_ACT},
     {"gfx90a", "AMD Instinct MI210", GPU_VENDOR_AMD, 64, 65536, 104, 1638.4, 64.0, GPU_DOT4_SDOT4, GPU_MATRIX_MFMA,
-     true, true, 8},
+     true, true, GPU_MM_PREFILL_ACT},
 };
 
 int gpu_target_count(void) { return (int)(sizeof(gpu_targets) / sizeof(gpu_targets[0])); }
@@ -46,7 +46,7 @@ static int gpu_ceil_div(int a, int b) { return (a + b - 1) / b; }
 bool gpu_mm_plan_make(const struct gpu_target *t, const int *seg_rows, const uint32_t *seg_types, int n_seg,
                       int n_act, int resident, struct gpu_mm_plan *out) {
     memset(out, 0, sizeof(*out));
-    if (!t || !seg_rows || n_seg < 1 || n_seg > 4 || n_act < 1 || resident < 1 || t->mm_prefill_sweep < 1) return false;
+    if (!t || !seg_rows || n_seg < 1 || n_seg > 4 || n_act < 1 || resident < 1 || t->mm_prefill_act < 1) return false;
     for (int i = 0; i < n_seg; i++) {
         if (seg_rows[i] < 1 || seg_rows[i] > (1 << 24)) return false;
         out->total_rows += seg_rows[i];
@@ -59,7 +59,7 @@ bool gpu_mm_plan_make(const struct gpu_target *t, const int *seg_rows, const uin
     out->threads = GPU_GROUP_LANES * GPU_MM_GROUPS_PER_CTA;
     out->waves_per_cta = gpu_ceil_div(out->threads, t->warp_size);
     if (n_act == 1) {
-        out->act_per_group = out->act_per_sweep = out->sweeps = 1;
+        out->act_per_group = 1;
         if (out->total_rows >= GPU_MM_TILE_MIN_ROWS && tiles_ok) {
             out->kernel = GPU_MM_TILES;
             out->rows_per_group = GPU_MM_TILE_ROWS;
@@ -73,10 +73,8 @@ bool gpu_mm_plan_make(const struct gpu_target *t, const int *seg_rows, const uin
     } else {
         out->kernel = GPU_MM_PREFILL;
         out->rows_per_group = 1;
-        out->act_per_group = GPU_MM_PREFILL_ACT;
-        out->act_per_sweep = t->mm_prefill_sweep < GPU_MM_PREFILL_ACT ? t->mm_prefill_sweep : GPU_MM_PREFILL_ACT;
-        out->sweeps = gpu_ceil_div(GPU_MM_PREFILL_ACT, out->act_per_sweep);
-        out->ctas = out->n_ctas_rows * gpu_ceil_div(n_act, GPU_MM_PREFILL_ACT);
+        out->act_per_group = t->mm_prefill_act;
+        out->ctas = out->n_ctas_rows * gpu_ceil_div(n_act, t->mm_prefill_act);
     }
     return true;
 }

@@ -22,7 +22,7 @@
 #define GPU_MM_GROUPS_PER_CTA 4  /* CU_MM_WARPS: groups (rows, or 4-row tiles) per mat-vec CTA */
 #define GPU_MM_TILE_ROWS 4       /* MM_TR: rows of a decode tile */
 #define GPU_MM_TILE_MIN_ROWS 8192 /* decode uses row tiles from this many rows (all segments together) */
-#define GPU_MM_PREFILL_ACT 8     /* activation rows sharing each weight load at prefill */
+#define GPU_MM_PREFILL_ACT 8     /* activation rows sharing each weight load at prefill (gfx11: 4, mm_prefill_act) */
 #define GPU_NQ_GROUPS_PER_CTA 8  /* NQ_WARPS: 256-element units per norm+quantize CTA */
 
 enum gpu_vendor { GPU_VENDOR_NVIDIA = 0, GPU_VENDOR_AMD = 1 };
@@ -57,8 +57,8 @@ struct gpu_target {
     enum gpu_matrix matrix;
     bool debian_hipcc_compiles; /* Debian's hipcc (ROCm 5.2, LLVM 15) knows this target */
     bool debian_hipcc_links;    /* ... and ships its device library, so a full HIP link works there */
-    int mm_prefill_sweep;       /* activation rows the prefill mat-vec multiplies per sweep of a weight row
-                                   (gpu_compat.h VLLMC_MM_PREFILL_SWEEP): 4 on gfx11, where 8 spills */
+    int mm_prefill_act;         /* activation rows per group of the prefill mat-vec (gpu_compat.h
+                                   VLLMC_MM_PREFILL_ACT): 4 on gfx11, where 8 spills; GPU_MM_PREFILL_ACT elsewhere */
 };
 
 /* Known targets (index 0 .. gpu_target_count()-1) and lookup by offload-arch name (NULL if unknown). */
@@ -76,7 +76,7 @@ int gpu_group_reduce_max_offset(const struct gpu_target *t);
 enum gpu_mm_kernel {
     GPU_MM_ROWS = 0,      /* decode, one group per weight row, rows strided over a resident grid */
     GPU_MM_TILES = 1,     /* decode, one group per 4-row tile, units dealt row-major over the tile */
-    GPU_MM_PREFILL = 2,   /* several activation rows: one group per (row, GPU_MM_PREFILL_ACT act rows) */
+    GPU_MM_PREFILL = 2,   /* several activation rows: one group per (row, mm_prefill_act act rows) */
 };
 struct gpu_mm_plan {
     enum gpu_mm_kernel kernel;
@@ -85,8 +85,6 @@ struct gpu_mm_plan {
     int waves_per_cta;     /* hardware waves per CTA */
     int rows_per_group;    /* weight rows one group owns at a time */
     int act_per_group;     /* activation rows one group multiplies */
-    int act_per_sweep;     /* ... per sweep over its weight row (prefill: the target's mm_prefill_sweep) */
-    int sweeps;            /* sweeps over the weight row: act_per_group / act_per_sweep */
     int total_rows, total_tiles, n_ctas_rows; /* as cu_mm_args counts them */
 };
 /* seg_rows / seg_types: rows and GGML type of each fused weight (1 .. 4 segments; seg_types may be NULL:

@@ -1007,13 +1007,7 @@ static __global__ void __launch_bounds__(32 * CU_MM_WARPS) mm_kernel(const struc
     const cu_mm_seg &S = P.seg[si];
     const int row = (cta - S.cta0) * CU_MM_WARPS + wid;
     if (row >= S.n_rows) return;
-    constexpr int SW = NA < VLLMC_MM_PREFILL_SWEEP ? NA : VLLMC_MM_PREFILL_SWEEP; /* per target: gpu_compat.h */
-    if constexpr (SW == NA) mm_row<NA>(P, S, row, a0, na, lane);
-    else { /* two sweeps, written out: a loop over them spills on gfx11 */
-        static_assert(NA == 2 * SW, "two sweeps of SW activation rows");
-        mm_row<SW>(P, S, row, a0, min(SW, na), lane);
-        if (na > SW) mm_row<SW>(P, S, row, a0 + SW, na - SW, lane);
-    }
+    mm_row<NA>(P, S, row, a0, na, lane);
 }
 
 static int mm_resident_ctas(void) {
@@ -1096,8 +1090,8 @@ void cu_launch_matmul(const struct cu_mm_args *args, gpuStream_t s) {
             gpu_launch(mm_kernel_rows, dim3((unsigned)ctas), dim3(32 * CU_MM_WARPS), 0, s, *args);
         }
     } else {
-        const int groups = (args->n_act + 7) / 8;
-        mm_kernel<8><<<(unsigned)(args->n_ctas * groups), 32 * CU_MM_WARPS, 0, s>>>(*args);
+        const int groups = (args->n_act + VLLMC_MM_PREFILL_ACT - 1) / VLLMC_MM_PREFILL_ACT; /* per target: gpu_compat.h */
+        mm_kernel<VLLMC_MM_PREFILL_ACT><<<(unsigned)(args->n_ctas * groups), 32 * CU_MM_WARPS, 0, s>>>(*args);
     }
 }
 

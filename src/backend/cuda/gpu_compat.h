@@ -122,15 +122,21 @@ typedef uint32_t lane_mask_t;
 
 #define GPU_CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
 
-/* Activation rows the prefill mat-vec (gemv_q.cu mm_kernel) multiplies per sweep of a weight row, chosen per
- * device pass; a group of 8 rows takes 8 / VLLMC_MM_PREFILL_SWEEP sweeps (the launch shape is the same on
- * every target). gfx11: 4. At 8, ROCm 5.2's LLVM holds the kernel to 128 VGPRs on gfx11 and spills 22
- * (80 bytes of scratch); at 4 it takes 124 and spills none. The host-side table (gpu_target.c,
- * mm_prefill_sweep) states the same value and tests/test_gpu_target.c checks the two agree. */
-#if defined(VLLMC_HIP) && defined(__GFX11__)
-#define VLLMC_MM_PREFILL_SWEEP 4
+/* Activation rows per group of the prefill mat-vec (gemv_q.cu mm_kernel<NA>; the launcher sizes the grid with
+ * it, so host and device code must agree: the build states the target family, VLLMC_HIP_ARCH_GFX11 for
+ * HIP_ARCH=gfx11*, see the Makefile). gfx11: 4. At 8, ROCm 5.2's LLVM holds the kernel to 128 VGPRs on gfx11
+ * and spills 22 (80 bytes of scratch); at 4 it takes 124 and spills none. The host-side table (gpu_target.c,
+ * mm_prefill_act) states the same values and tests/test_gpu_target.c checks the two agree. */
+#if defined(VLLMC_HIP) && defined(VLLMC_HIP_ARCH_GFX11)
+#define VLLMC_MM_PREFILL_ACT 4
 #else
-#define VLLMC_MM_PREFILL_SWEEP 8
+#define VLLMC_MM_PREFILL_ACT 8
+#endif
+#if defined(__GFX11__) && !defined(VLLMC_HIP_ARCH_GFX11)
+#error "gfx11 device code needs -DVLLMC_HIP_ARCH_GFX11 (the Makefile adds it for HIP_ARCH=gfx11*): it sizes the prefill mat-vec"
+#endif
+#if defined(VLLMC_HIP_ARCH_GFX11) && defined(__HIP_DEVICE_COMPILE__) && !defined(__GFX11__)
+#error "VLLMC_HIP_ARCH_GFX11 is set but this device pass is not gfx11: build one HIP_ARCH family at a time"
 #endif
 
 /* Full-warp butterfly exchange with an explicit mask. */
