@@ -21,8 +21,9 @@ declare -A devlib
 fail=0
 note() { summary+=("$1"); }
 # ROCm 5.2's clang 15 sometimes corrupts its heap in the gfx11 "AMDGPU Insert Delay ALU" pass on the largest
-# kernels (gemv_q.cu: "malloc(): unsorted double linked list corrupted", about 1 run in 10, the same input
-# compiling the next time). A command that dies that way is run again, up to twice, and counted.
+# kernels ("malloc(): unsorted double linked list corrupted"; seen with a gemv_q.cu whose prefill kernel body was
+# doubled, 1 compile in 4, the same input compiling the next time). A command that dies that way is run again,
+# up to twice, and counted.
 crashes=0
 retry_crash() { # log command... : run it, appending to log; rerun when the compiler crashed
     local log=$1 try; shift
