@@ -41,6 +41,8 @@ endif
 # same kernel files with hipcc and links vllmc and the tests against libamdhip64 (device "cuda" runs on HIP).
 # `hip-check` only compiles the kernels (-nogpulib -fgpu-rdc -c): Debian's ROCm 5.2 ships no gfx11 device
 # library, so that is what CI can check; scripts/hip-check.sh runs every check this compiler allows.
+# A gfx11 HIP_ARCH adds -DVLLMC_HIP_ARCH_GFX11: host and device code size the prefill mat-vec with it
+# (gpu_compat.h), so build one HIP_ARCH family at a time.
 HIPCC     ?= hipcc
 HIP_ARCH  ?= gfx1100
 ROCM_PATH ?= /opt/rocm
