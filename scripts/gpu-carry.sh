@@ -14,8 +14,13 @@ nvcc -O3 -std=c++17 -gencode=arch=compute_90,code=sm_90 -Iinclude -Isrc -o "$BUI
 mkdir -p .carry/bin .carry/lib
 cp "$BUILD/vllmc" "$BUILD/bench_gemv" .carry/bin/
 for t in tests/cuda/test_*.c; do cp "$BUILD/tests/cuda/$(basename "$t" .c)" .carry/bin/; done
+# the CUDA runtime and cuBLAS come from the GPU machine's own CUDA (/usr/local/cuda/lib64): libcublasLt alone is
+# ~540 MB, far over the carry limit
 for l in $(ldd "$BUILD/vllmc" | awk '{print $3}' | grep '^/'); do
-    case $(basename "$l") in libc.so*|libdl.so*|libm.so*|libpthread.so*|librt.so*|libstdc++*|libgcc_s*|libcublas*) ;; *) cp -L "$l" .carry/lib/ ;; esac
+    case $(basename "$l") in
+    libc.so*|libdl.so*|libm.so*|libpthread.so*|librt.so*|libstdc++*|libgcc_s*|libcublas*|libcudart*) ;;
+    *) cp -L "$l" .carry/lib/ ;;
+    esac
 done
 SHARED=${SHARED:-../shared}
 [ -f "$SHARED/tools/synth_gguf.py" ] && cp "$SHARED/tools/synth_gguf.py" .carry/

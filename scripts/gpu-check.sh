@@ -15,6 +15,9 @@
 # on the tiny models and on ENGINE_MODELS (default BENCH_MODELS; ENGINE_ARGS: requests and tokens); stage
 # ebench runs `vllmc bench --concurrency` (EBENCH_ARGS) on BENCH_MODELS with the f16 and fp8 KV caches, and
 # with EBENCH_VARIANT=1 once more (f16) with --no-batch-invariant (the cost of batch invariance).
+# Stages prefill (test_cuda_prefill), prefillmodel (the tiny qwen35 with a 150-token prompt, with and without the
+# prefill paths) and prefillbench (pp512 with its prefill profile; PP_OLD=0 skips the rerun without the prefill paths,
+# PP_LONG=N adds a ppN run, PP_SWEEP the GEMM row-threshold sweep) are not in the default list either.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu-out}
@@ -35,7 +38,7 @@ rm -rf /tmp/models; mkdir -p /tmp/models # a warm machine keeps /tmp from the la
   touch /tmp/models/done ) &
 
 BIN=.carry/bin
-export LD_LIBRARY_PATH=$PWD/.carry/lib:${LD_LIBRARY_PATH:-}
+export LD_LIBRARY_PATH=$PWD/.carry/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 if ! "$BIN/vllmc" --version >"$OUT/bin.txt" 2>&1; then BIN=""; fi
 if [ -z "$BIN" ]; then
     echo "carried binaries do not run here: building" | tee "$OUT/build.log"
@@ -43,7 +46,7 @@ if [ -z "$BIN" ]; then
     make -j16 CUDA=1 BUILD=build/gpu all cuda-tests >>"$OUT/build.log" 2>&1 || { note "build FAILED (see build.log)"; tail -30 "$OUT/build.log"; }
     cp build/gpu/tests/cuda/test_cuda_* build/gpu/ 2>/dev/null
     nvcc -O3 -std=c++17 -gencode=arch=compute_90,code=sm_90 -Iinclude -Isrc -o build/gpu/bench_gemv bench/bench_gemv.cu \
-        build/gpu/libvllmc.a -lpcre2-8 -lcjson -lm -lpthread >>"$OUT/build.log" 2>&1
+        build/gpu/libvllmc.a -lpcre2-8 -lcjson -lm -lpthread -lcublas -lcublasLt >>"$OUT/build.log" 2>&1
 fi
 echo "binaries: $BIN"
 
@@ -53,7 +56,21 @@ if has ops; then
     note "test_cuda_ops rc=$rc: $(tail -1 "$OUT/test_cuda_ops.txt")"
 fi
 
+if has prefill; then # the prefill paths: f16 dequant, GEMM matmuls, chunked GDN vs references
+    timeout 200 "$BIN/test_cuda_prefill" >"$OUT/test_cuda_prefill.txt" 2>&1; rc=$?
+    grep -v '^matmul' "$OUT/test_cuda_prefill.txt" | tail -12
+    note "test_cuda_prefill rc=$rc: $(tail -1 "$OUT/test_cuda_prefill.txt")"
+fi
+
 for i in $(seq 1 120); do [ -f /tmp/models/tiny.done ] && break; sleep 1; done
+if has prefillmodel; then # tiny qwen35 with a prompt long enough for the GEMM and the chunked GDN, then without them
+    timeout 120 "$BIN/test_cuda_model" /tmp/models/qwen35-tiny.gguf 150 8 >"$OUT/test_cuda_model_p150.txt" 2>&1; rc=$?
+    note "test_cuda_model prompt 150 rc=$rc: $(grep 'worst' "$OUT/test_cuda_model_p150.txt" | head -1 | sed 's/.*steps, //' | cut -c1-120)$(grep -m1 FAIL "$OUT/test_cuda_model_p150.txt")"
+    VLLMC_CUDA_GEMM_ROWS=0 VLLMC_CUDA_GDN_CHUNKED=0 timeout 120 "$BIN/test_cuda_model" /tmp/models/qwen35-tiny.gguf 150 8 \
+        >/tmp/model_p150_old.txt 2>&1; rc=$?
+    cat /tmp/model_p150_old.txt >>"$OUT/test_cuda_model_p150.txt"
+    note "same, prefill paths off rc=$rc: $(grep 'worst' /tmp/model_p150_old.txt | head -1 | sed 's/.*steps, //' | cut -c1-120)"
+fi
 if has model; then
     timeout 300 "$BIN/test_cuda_model" /tmp/models/qwen35-tiny.gguf 40 24 >"$OUT/test_cuda_model.txt" 2>&1; rc=$?
     tail -12 "$OUT/test_cuda_model.txt"
@@ -205,6 +222,31 @@ PYEOF
             VLLMC_CUDA_PDL=$1 VLLMC_CUDA_FUSE_ADD=$2 VLLMC_CUDA_MM=$3 timeout 120 "$BIN/vllmc" bench -m "$f" $AB_ARGS \
                 >"$OUT/ab_${m}_$1$2_${3//,/-}.txt" 2>&1; rc=$?
             note "$m pdl=$1 fuse_add=$2 mm=$3 rc=$rc: $(grep '^output tok/s' "$OUT/ab_${m}_$1$2_${3//,/-}.txt" | head -1)"
+        done
+    done
+fi
+
+if has prefillbench; then # pp512 with its profile, the same without the prefill paths, and the GEMM row threshold
+    for i in $(seq 1 240); do [ -f /tmp/models/done ] && break; sleep 1; done
+    f=/tmp/models/qwen35-4b.gguf
+    timeout 100 "$BIN/vllmc" bench -m "$f" -p 512 -g 32 -r 5 --profile >"$OUT/pp_new.txt" 2>&1; rc=$?
+    sed -n '/profile of the prefill/,/wall TTFT/p' "$OUT/pp_new.txt"
+    note "pp512 new rc=$rc: $(grep '| pp512' "$OUT/pp_new.txt") $(grep '^output tok/s' "$OUT/pp_new.txt" | cut -d'|' -f4)"
+    if [ "${PP_OLD:-1}" = 1 ]; then
+        VLLMC_CUDA_GEMM_ROWS=0 VLLMC_CUDA_GDN_CHUNKED=0 VLLMC_CUDA_ATTN_PREFILL=0 timeout 100 "$BIN/vllmc" bench -m "$f" -p 512 -g 8 \
+            -r 3 --profile >"$OUT/pp_old.txt" 2>&1; rc=$?
+        sed -n '/profile of the prefill/,/wall TTFT/p' "$OUT/pp_old.txt"
+        note "pp512 old paths rc=$rc: $(grep '| pp512' "$OUT/pp_old.txt") $(grep '^output tok/s' "$OUT/pp_old.txt" | cut -d'|' -f4)"
+    fi
+    if [ -n "${PP_LONG:-}" ]; then
+        timeout 100 "$BIN/vllmc" bench -m "$f" -p "$PP_LONG" -g 8 -r 3 --profile >"$OUT/pp_long.txt" 2>&1; rc=$?
+        sed -n '/profile of the prefill/,/wall TTFT/p' "$OUT/pp_long.txt"
+        note "pp$PP_LONG rc=$rc: $(grep "| pp$PP_LONG" "$OUT/pp_long.txt") $(grep '^output tok/s' "$OUT/pp_long.txt" | cut -d'|' -f4)"
+    fi
+    for p in ${PP_SWEEP:-16 32 64 128}; do
+        for g in 1 0; do
+            VLLMC_CUDA_GEMM_ROWS=$g timeout 40 "$BIN/vllmc" bench -m "$f" -p "$p" -g 2 -r 5 >/tmp/pp_sweep.txt 2>&1; cat /tmp/pp_sweep.txt >>"$OUT/pp_sweep.txt"
+            note "pp$p gemm_rows=$g: $(grep "| pp$p" /tmp/pp_sweep.txt)"
         done
     done
 fi

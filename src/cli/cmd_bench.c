@@ -4,8 +4,9 @@
  * medians: output tok/s (generated tokens / (TTFT + decode time)), steady-state TPOT (median step
  * time), TTFT, decode tok/s, peak device memory; and a llama-bench style table (pp = prompt tokens / prefill
  * time, tg = generated tokens / decode time, mean +- stddev over the runs).
- * --profile (CUDA) reruns one decode pass on an eager, event-timed backend and prints per op family:
- * calls per token, ms per token, share, GB/s of weights read, and GPU-busy vs wall time.
+ * --profile (CUDA) reruns one prefill + decode pass on an eager, event-timed backend and prints per op family,
+ * for the prefill step (totals) and for the decode steps (per token): calls, ms, share, GB/s of weights read,
+ * and GPU-busy vs wall time.
  * --concurrency N1,N2,... runs the engine instead (continuous batching, the public API): for each N it
  * keeps N requests of -p random prompt tokens and -g output tokens in flight (a new one submitted as one
  * finishes) until -r x N requests have finished, after a warm-up round of N, and reports output tok/s
@@ -36,8 +37,10 @@ struct bench_opts {
 };
 
 #ifdef VLLMC_CUDA
-/* The profiling backend: its counters restart after each prefill, so they hold decode steps only. */
+/* The profiling backend: its counters restart before each prefill and after it (the prefill's are kept in
+ * bench_prefill_prof), so they hold decode steps only. */
 static struct backend *bench_prof_be;
+static struct backend_cuda_prof bench_prefill_prof;
 #endif
 
 struct bench_run {
@@ -93,13 +96,19 @@ static vllmc_status bench_once(struct model *m, struct bk_kv_cache *kv, const st
     int32_t last = P - 1, tok = 0;
     struct bk_batch b = {P, prompt, pos, sidx, 1, &seq, 1, &last};
     vllmc_status st;
+#ifdef VLLMC_CUDA
+    if (bench_prof_be) backend_cuda_reset_prof(bench_prof_be);
+#endif
     double t0 = vllmc_time_s();
     st = model_forward(m, &b, kv, NULL, &tok);
     r->ttft = vllmc_time_s() - t0;
     if (st) goto done;
     r->first_tokens[0] = tok;
 #ifdef VLLMC_CUDA
-    if (bench_prof_be) backend_cuda_reset_prof(bench_prof_be);
+    if (bench_prof_be) {
+        backend_cuda_get_prof(bench_prof_be, &bench_prefill_prof);
+        backend_cuda_reset_prof(bench_prof_be);
+    }
 #endif
     double td = vllmc_time_s();
     for (int32_t g = 1; g < G; g++) {
@@ -138,7 +147,16 @@ static vllmc_status load(const struct bench_opts *o, bool profile, struct backen
 }
 
 #ifdef VLLMC_CUDA
-static void print_profile(const struct bench_opts *o, const int32_t *prompt, double wall_tpot) {
+static void print_prof_table(const struct backend_cuda_prof *p, double div) {
+    double busy = 0;
+    for (int i = 0; i < p->n; i++) busy += p->ms[i];
+    printf("%-12s %10s %10s %7s %9s\n", "op", "calls", "ms", "share", "GB/s");
+    for (int i = 0; i < p->n; i++)
+        printf("%-12s %10.1f %10.4f %6.1f%% %9.0f\n", p->name[i], (double)p->calls[i] / div, p->ms[i] / div, 100.0 * p->ms[i] / busy,
+               p->bytes[i] > 0 ? p->bytes[i] / (p->ms[i] * 1e-3) / 1e9 : 0.0);
+}
+
+static void print_profile(const struct bench_opts *o, const int32_t *prompt, double wall_tpot, double wall_ttft) {
     struct backend *be = NULL;
     struct model *m = NULL;
     struct bk_kv_cache *kv = NULL;
@@ -156,13 +174,14 @@ static void print_profile(const struct bench_opts *o, const int32_t *prompt, dou
     backend_cuda_get_prof(be, &p);
     /* counters cover the n_gen - 1 decode steps of the last run */
     const double G = o->n_gen - 1;
-    double busy = 0;
+    double busy = 0, pbusy = 0;
     for (int i = 0; i < p.n; i++) busy += p.ms[i];
+    for (int i = 0; i < bench_prefill_prof.n; i++) pbusy += bench_prefill_prof.ms[i];
+    printf("\nprofile of the prefill step (%d tokens; eager, one event pair per op, totals):\n", o->n_prompt);
+    print_prof_table(&bench_prefill_prof, 1.0);
+    printf("GPU busy %.3f ms (profiled run); wall TTFT of the timed runs %.3f ms\n", pbusy, wall_ttft * 1e3);
     printf("\nprofile of the decode steps (eager, one event pair per op, per token):\n");
-    printf("%-12s %10s %10s %7s %9s\n", "op", "calls/tok", "ms/tok", "share", "GB/s");
-    for (int i = 0; i < p.n; i++)
-        printf("%-12s %10.1f %10.4f %6.1f%% %9.0f\n", p.name[i], (double)p.calls[i] / G, p.ms[i] / G, 100.0 * p.ms[i] / busy,
-               p.bytes[i] > 0 ? p.bytes[i] / (p.ms[i] * 1e-3) / 1e9 : 0.0);
+    print_prof_table(&p, G);
     printf("GPU busy %.3f ms/token (profiled run); wall TPOT of the timed runs %.3f ms\n", busy / G, wall_tpot * 1e3);
 out:
     bench_prof_be = NULL;
@@ -425,7 +444,7 @@ int cmd_bench(int argc, char **argv) {
         m = NULL;
         be->ops->destroy(be);
         be = NULL;
-        print_profile(&o, prompt, tpot_med);
+        print_profile(&o, prompt, tpot_med, ttft_med);
     }
 #endif
 out:

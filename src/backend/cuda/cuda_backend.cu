@@ -20,6 +20,7 @@
 #include <vector>
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_internal.h"
+#include "backend/cuda/gpu_gemm.h"
 #include "quant/blocks.h"
 #include "quant/quant.h"
 
@@ -27,13 +28,24 @@
 #define CU_GRAPH_MAX_TOKENS 512 /* decode steps of up to this many sequences run as graphs */
 #define CU_ATT_WORK_FLOATS (32ll << 20) /* attention split-K partials per launch group (128 MiB) */
 
+/* Prefill defaults (measured on the H200, BENCHMARKS.md "## CUDA"): matmuls with at least GEMM_MIN_ROWS
+ * activation rows dequantize the weight to f16 and run the dense GEMM; weights of more than GEMM_MAX_ELEMS
+ * elements (an LM head) keep the quantized kernel; batches with a run of at least GDN_CHUNK_MIN (ATTN_PREFILL_MIN)
+ * rows of one sequence take the chunked GDN rule (the chunked prefill attention). */
+#define GEMM_MIN_ROWS 32
+#define GEMM_MAX_ELEMS ((int64_t)64 << 20)
+#define GDN_CHUNK_MIN 32
+#define ATTN_PREFILL_MIN 32
+
 enum cu_op {
     CU_OP_UPLOAD = 1, CU_OP_EMBED, CU_OP_RMSNORM, CU_OP_NQ, CU_OP_MATMUL, CU_OP_ADD, CU_OP_ROPE, CU_OP_ATTN,
-    CU_OP_GETROWS, CU_OP_ARGMAX, CU_OP_D2H, CU_OP_GDN, CU_OP_SIGMUL, CU_OP_MOE, CU_OP_COUNT
+    CU_OP_GETROWS, CU_OP_ARGMAX, CU_OP_D2H, CU_OP_GDN, CU_OP_SIGMUL, CU_OP_MOE, CU_OP_DEQ, CU_OP_GEMM, CU_OP_COUNT
 };
 static const char *const cu_op_names[CU_OP_COUNT] = {"?", "upload", "embed", "rmsnorm", "norm+quant", "matmul", "add",
                                                      "rope", "attention", "get_rows", "argmax", "d2h", "gdn",
-                                                     "sigmoid_mul", "moe"};
+                                                     "sigmoid_mul", "moe", "dequant f16", "gemm f16"};
+
+static_assert(CU_OP_COUNT <= BACKEND_CUDA_PROF_MAX, "the profile counters are indexed by op");
 
 struct rec_upload { void *dst; const void *src; uint64_t bytes; };
 struct rec_embed { struct cu_batch_dev b; const uint8_t *table; uint64_t stride; int64_t n; float *out; uint32_t type; uint32_t pad; };
@@ -42,13 +54,16 @@ struct rec_nq { const float *in0, *in1, *w; int64_t ld, n_rows; struct cu_act_mu
 struct rec_matmul { struct cu_mm_args a; };
 struct rec_add { float *y; const float *x; int64_t n; };
 struct rec_rope { struct cu_batch_dev b; float *x; const float *ff; int64_t ld; int32_t n_head, head_dim, mode, n_rot; float base, scale; };
-struct rec_attn { struct cu_batch_dev b; struct cu_attn_args a; };
+struct rec_attn { struct cu_batch_dev b; struct cu_attn_args a; int32_t prefill, pad; /* prefill: the chunked kernel */ };
 struct rec_getrows { struct cu_batch_dev b; const float *x; float *out; int64_t n; };
 struct rec_argmax { const float *x; int32_t *out; void *work; int64_t n_rows, n; };
 struct rec_d2h { void *dst; const void *src; uint64_t bytes; };
-struct rec_gdn { struct cu_batch_dev b; struct cu_gdn_args a; };
+struct rec_gdn { struct cu_batch_dev b; struct cu_gdn_args a; float *scratch; /* non-NULL: the chunked rule */ };
 struct rec_sigmul { float *x; const float *g; int64_t ld_x, ld_g, n_rows, n_cols; };
 struct rec_moe { struct cu_moe_args a; double wbytes; };
+/* GEMM path of a matmul: DEQ converts the activation (when convert) and dequantizes the weight; GEMM multiplies. */
+struct rec_deq { const float *x; uint16_t *a16; const uint8_t *w; uint16_t *w16; uint64_t stride; int64_t n_rows, n_cols, n_out; int32_t convert, type; };
+struct rec_gemm { struct gpu_gemm *g; const uint16_t *a16, *w16; float *y; const float *bias; int64_t n_rows, n_cols, n_out, ld_y; double wbytes; };
 
 struct cu_graph {
     std::vector<uint8_t> rec;  /* the step's records */
@@ -82,6 +97,18 @@ struct cu_backend {
     int64_t attn_work_floats;
     uint8_t *moe_work;
     uint64_t moe_work_bytes;
+    /* prefill: dense GEMM (NULL where unavailable), its f16 scratch, the chunked GDN's scratch */
+    struct gpu_gemm *gemm;
+    int32_t gemm_min_rows;
+    bool gdn_chunked, attn_prefill;
+    gpuError_t gemm_err;
+    uint16_t *a16, *w16;
+    int64_t a16_elems, w16_elems;
+    float *gdn_work;
+    int64_t gdn_work_floats;
+    std::vector<int32_t> chunks; /* host copy of the chunk list */
+    int32_t max_run;             /* longest run of one sequence in the batch */
+    bool runs_unique;            /* no sequence appears in two runs */
     struct backend_cuda_stats stats;
     /* profile */
     gpuEvent_t ev0, ev1;
@@ -104,6 +131,7 @@ static vllmc_status gpu_err(gpuError_t e, const char *what) {
 
 static double rec_weight_bytes(int op, const void *args) {
     if (op == CU_OP_MOE) return ((const rec_moe *)args)->wbytes;
+    if (op == CU_OP_GEMM) return ((const rec_gemm *)args)->wbytes;
     if (op != CU_OP_MATMUL) return 0;
     const rec_matmul *r = (const rec_matmul *)args;
     double b = 0;
@@ -123,13 +151,36 @@ static void rec_exec(cu_backend *c, int op, const void *args) {
     case CU_OP_MATMUL: { const rec_matmul *r = (const rec_matmul *)args; cu_launch_matmul(&r->a, s); break; }
     case CU_OP_ADD: { const rec_add *r = (const rec_add *)args; cu_launch_add(r->y, r->x, r->n, s); break; }
     case CU_OP_ROPE: { const rec_rope *r = (const rec_rope *)args; cu_launch_rope(&r->b, r->x, r->ld, r->n_head, r->head_dim, r->mode, r->n_rot, r->base, r->scale, r->ff, s); break; }
-    case CU_OP_ATTN: { const rec_attn *r = (const rec_attn *)args; cu_launch_attention(&r->b, &r->a, s); break; }
+    case CU_OP_ATTN: {
+        const rec_attn *r = (const rec_attn *)args;
+        if (r->prefill) cu_launch_attention_prefill(&r->b, &r->a, s);
+        else cu_launch_attention(&r->b, &r->a, s);
+        break;
+    }
     case CU_OP_GETROWS: { const rec_getrows *r = (const rec_getrows *)args; cu_launch_get_rows(&r->b, r->x, r->n, r->out, s); break; }
     case CU_OP_ARGMAX: { const rec_argmax *r = (const rec_argmax *)args; cu_launch_argmax(r->x, r->n_rows, r->n, r->out, r->work, s); break; }
     case CU_OP_D2H: { const rec_d2h *r = (const rec_d2h *)args; (void)gpuMemcpyAsync(r->dst, r->src, r->bytes, gpuMemcpyDeviceToHost, s); break; }
-    case CU_OP_GDN: { const rec_gdn *r = (const rec_gdn *)args; cu_launch_gdn(&r->b, &r->a, s); break; }
+    case CU_OP_GDN: {
+        const rec_gdn *r = (const rec_gdn *)args;
+        if (r->scratch) cu_launch_gdn_chunked(&r->b, &r->a, r->scratch, s);
+        else cu_launch_gdn(&r->b, &r->a, s);
+        break;
+    }
     case CU_OP_SIGMUL: { const rec_sigmul *r = (const rec_sigmul *)args; cu_launch_sigmoid_mul(r->x, r->ld_x, r->g, r->ld_g, r->n_rows, r->n_cols, s); break; }
     case CU_OP_MOE: { const rec_moe *r = (const rec_moe *)args; cu_launch_moe(&r->a, s); break; }
+    case CU_OP_DEQ: {
+        const rec_deq *r = (const rec_deq *)args;
+        if (r->convert) cu_launch_f32_to_f16(r->x, r->n_cols, r->n_cols, r->n_rows, r->a16, s);
+        cu_launch_dequant_f16(r->w, (uint32_t)r->type, r->stride, r->n_cols, r->n_out, r->w16, s);
+        break;
+    }
+    case CU_OP_GEMM: {
+        const rec_gemm *r = (const rec_gemm *)args;
+        const gpuError_t e = gpu_gemm_f16_nt(r->g, s, r->n_rows, r->n_out, r->n_cols, r->a16, r->n_cols, r->w16, r->n_cols, r->y, r->ld_y, 0);
+        if (e != gpuSuccess && c->gemm_err == gpuSuccess) c->gemm_err = e;
+        if (r->bias) cu_launch_add_bias(r->y, r->ld_y, r->bias, r->n_rows, r->n_out, s);
+        break;
+    }
     default: break;
     }
 }
@@ -168,6 +219,11 @@ static vllmc_status submit(cu_backend *c, int op, const void *args, size_t n) {
         return VLLMC_OK;
     }
     rec_run(c, op, args);
+    if (c->gemm_err != gpuSuccess) {
+        const gpuError_t e = c->gemm_err;
+        c->gemm_err = gpuSuccess;
+        return vllmc_errorf(VLLMC_ERR_INVALID, "CUDA gemm: error %d (%s)", (int)e, gpuGetErrorString(e));
+    }
     return gpu_err(gpuGetLastError(), cu_op_names[op]);
 }
 
@@ -391,7 +447,7 @@ static vllmc_status grow_batch(cu_backend *c, int64_t nt, int64_t ns, int64_t nb
     c->h_stage = NULL;
     c->d_batch = NULL;
     c->cap_t = c->cap_s = c->cap_b = 0;
-    const int64_t words = 4 * ct + 4 * cs + cb;
+    const int64_t words = 4 * ct + 4 * cs + cb + 8 * ct; /* ... + the chunk list (at most one chunk a row) */
     vllmc_status st;
     if ((st = gpu_err(gpuHostAlloc((void **)&c->h_stage, (size_t)words * 4), "pinned batch"))) return st;
     if ((st = dev_alloc(c, (size_t)words * 4, (void **)&c->d_batch))) return st;
@@ -460,7 +516,31 @@ static vllmc_status cu_batch_set(struct backend *be, const struct bk_batch *b) {
         if (b->seqs[s].n_blocks) memcpy(h + 4 * T + 4 * S + off, b->seqs[s].block_table, 4 * (size_t)b->seqs[s].n_blocks);
         off += b->seqs[s].n_blocks;
     }
+    /* runs of one sequence, cut into chunks for the chunked GDN prefill */
+    c->chunks.clear();
+    c->max_run = 0;
+    c->runs_unique = true;
+    {
+        std::vector<char> seen((size_t)b->n_seqs, 0);
+        for (int32_t t0 = 0; t0 < b->n_tokens;) {
+            const int32_t s = b->seq_idx[t0];
+            int32_t t1 = t0 + 1;
+            while (t1 < b->n_tokens && b->seq_idx[t1] == s) t1++;
+            if (seen[(size_t)s]) c->runs_unique = false;
+            seen[(size_t)s] = 1;
+            c->max_run = VLLMC_MAX(c->max_run, t1 - t0);
+            for (int32_t q = t0; q < t1; q += CU_GDN_CHUNK) {
+                const int32_t e[8] = {q, VLLMC_MIN((int32_t)CU_GDN_CHUNK, t1 - q), b->seqs[s].state_slot, b->pos[t0] == 0,
+                                      t0, t1 - t0, q == t0, q + CU_GDN_CHUNK >= t1};
+                c->chunks.insert(c->chunks.end(), e, e + 8);
+            }
+            t0 = t1;
+        }
+        memcpy(h + 4 * T + 4 * S + c->cap_b, c->chunks.data(), 4 * c->chunks.size());
+    }
     const int32_t *d = c->d_batch;
+    c->bd.chunks = d + 4 * T + 4 * S + c->cap_b;
+    c->bd.n_chunks = (int32_t)(c->chunks.size() / 8);
     c->bd.tok = d; c->bd.pos = d + T; c->bd.seq = d + 2 * T; c->bd.logit_rows = d + 3 * T;
     c->bd.seqinfo = d + 4 * T; c->bd.bt = d + 4 * T + 4 * S;
     c->bd.n_tokens = b->n_tokens; c->bd.n_logits = b->n_logits;
@@ -576,6 +656,48 @@ static vllmc_status check_mm(const struct bk_act *act, const struct bk_tensor *w
     return VLLMC_OK;
 }
 
+/* Grow a device scratch buffer to at least need elements of elt bytes (synchronizes first: queued kernels may use it). */
+template <typename T> static vllmc_status grow_scratch(cu_backend *c, T **p, int64_t *cap, int64_t need, size_t elt) {
+    if (need <= *cap) return VLLMC_OK;
+    flush(c);
+    (void)gpuStreamSynchronize(c->stream);
+    if (*p) dev_free(c, *p);
+    *p = NULL;
+    *cap = 0;
+    vllmc_status st = dev_alloc(c, (size_t)need * elt, (void **)p);
+    if (st) return st;
+    *cap = need;
+    return VLLMC_OK;
+}
+
+static bool gemm_rows_ok(const cu_backend *c, const struct bk_act *act) {
+    return c->gemm && c->gemm_min_rows > 0 && act->n_rows >= c->gemm_min_rows && act->n_rows <= 65535 && act->x &&
+           act->n_cols % 32 == 0;
+}
+
+static bool gemm_weight_ok(const struct bk_tensor *w) {
+    return cu_dequant_f16_type(w->type) && w->n_dims == 2 && w->ne[0] * w->ne[1] <= GEMM_MAX_ELEMS;
+}
+
+/* One output of a matmul through the GEMM: (convert the activation to f16,) dequantize the weight, multiply. */
+static vllmc_status submit_gemm(cu_backend *c, const struct bk_act *act, const struct bk_matmul_out *o, bool convert) {
+    const struct bk_tensor *w = o->w;
+    vllmc_status st;
+    if ((st = grow_scratch(c, &c->a16, &c->a16_elems, act->max_rows * act->n_cols, 2)) ||
+        (st = grow_scratch(c, &c->w16, &c->w16_elems, w->ne[0] * w->ne[1], 2)))
+        return st;
+    rec_deq d;
+    memset(&d, 0, sizeof(d));
+    d.x = act->x; d.a16 = c->a16; d.w = (const uint8_t *)w->data; d.w16 = c->w16; d.stride = cu_weight_row_stride(w->type, w->ne[0]);
+    d.n_rows = act->n_rows; d.n_cols = act->n_cols; d.n_out = w->ne[1]; d.convert = convert; d.type = (int32_t)w->type;
+    if ((st = submit(c, CU_OP_DEQ, &d, sizeof(d)))) return st;
+    rec_gemm g;
+    memset(&g, 0, sizeof(g));
+    g.g = c->gemm; g.a16 = c->a16; g.w16 = c->w16; g.y = o->y; g.bias = o->bias; g.n_rows = act->n_rows; g.n_cols = act->n_cols;
+    g.n_out = w->ne[1]; g.ld_y = o->ld_y ? o->ld_y : w->ne[1]; g.wbytes = (double)d.stride * (double)w->ne[1];
+    return submit(c, CU_OP_GEMM, &g, sizeof(g));
+}
+
 static vllmc_status cu_matmul(struct backend *be, const struct bk_act *act, int n_out, const struct bk_matmul_out *outs) {
     cu_backend *c = cub(be);
     if (n_out < 0 || act->n_rows < 0 || act->n_rows > act->max_rows) return vllmc_errorf(VLLMC_ERR_INVALID, "matmul: bad counts");
@@ -586,6 +708,19 @@ static vllmc_status cu_matmul(struct backend *be, const struct bk_act *act, int 
         if (ld < outs[i].w->ne[1]) return vllmc_errorf(VLLMC_ERR_INVALID, "matmul: ld_y %lld < %lld", (long long)ld, (long long)outs[i].w->ne[1]);
     }
     if (act->n_rows == 0) return VLLMC_OK;
+    /* prefill-sized: the dense GEMM for every weight it takes; the rest below */
+    std::vector<struct bk_matmul_out> rest;
+    if (gemm_rows_ok(c, act)) {
+        bool converted = false;
+        for (int i = 0; i < n_out; i++) {
+            if (!gemm_weight_ok(outs[i].w)) { rest.push_back(outs[i]); continue; }
+            vllmc_status st = submit_gemm(c, act, &outs[i], !converted);
+            if (st) return st;
+            converted = true;
+        }
+        n_out = (int)rest.size();
+        outs = rest.data();
+    }
     for (int i0 = 0; i0 < n_out; i0 += CU_MM_MAX_SEG) {
         rec_matmul r;
         memset(&r, 0, sizeof(r));
@@ -672,6 +807,9 @@ static vllmc_status cu_attention(struct backend *be, struct bk_kv_cache *kv, con
     if (p->head_dim != 32 && p->head_dim != 64 && p->head_dim != 128 && p->head_dim != 256)
         return vllmc_errorf(VLLMC_ERR_UNSUPPORTED, "attention: head_dim %d (CUDA: 32, 64, 128 or 256)", p->head_dim);
     const int32_t hd = p->head_dim;
+    const int64_t lq = ld_q ? ld_q : (int64_t)p->n_head * hd;
+    const bool prefill = c->attn_prefill && c->max_run >= ATTN_PREFILL_MIN && (hd == 128 || hd == 256) && lq % 4 == 0 &&
+                         ((uintptr_t)q & 15) == 0 && c->bd.n_chunks > 0 && cu_attn_prefill_ready(hd);
     float ks = 1.0f, vs = 1.0f;
     if (kv->dtype == BK_KV_FP8_E4M3) {
         ks = kv->k_scales ? kv->k_scales[p->kv_layer] : kv->k_scale;
@@ -716,6 +854,7 @@ static vllmc_status cu_attention(struct backend *be, struct bk_kv_cache *kv, con
     r.a.n_head = p->n_head; r.a.n_kv_head = p->n_kv_head; r.a.head_dim = hd; r.a.scale = p->scale;
     r.a.k_scale = ks; r.a.v_scale = vs;
     r.a.n_split = (int32_t)n_split; r.a.chunk = (int32_t)chunk; r.a.group = (int32_t)group; r.a.work = c->attn_work;
+    r.prefill = prefill;
     return submit(c, CU_OP_ATTN, &r, sizeof(r));
 }
 
@@ -795,9 +934,15 @@ static vllmc_status cu_gdn(struct backend *be, struct bk_rs_cache *rs, const str
             return vllmc_errorf(VLLMC_ERR_INVALID, "gdn: sequence %d has state slot %d of %d", s, c->seq_slot[(size_t)s], rs->n_slots);
     vllmc_status st = check_fmts(out, "gdn");
     if (st) return st;
+    const bool chunked = c->gdn_chunked && c->max_run >= GDN_CHUNK_MIN && c->runs_unique && c->bd.n_chunks > 0 &&
+                         p->d_v % 32 == 0 && cu_gdn_chunked_ready();
+    if (chunked && (st = grow_scratch(c, &c->gdn_work, &c->gdn_work_floats,
+                                      cu_gdn_chunk_scratch_floats(p->n_v_head, p->d_v, c->bd.n_chunks), 4)))
+        return st;
     rec_gdn r;
     memset(&r, 0, sizeof(r));
     r.b = c->bd;
+    r.scratch = chunked ? c->gdn_work : NULL;
     r.a.in = in; r.a.ld_in = ld_in; r.a.conv_out = work;
     r.a.conv_state = rs->conv[p->rs_layer]; r.a.ssm_state = rs->ssm[p->rs_layer];
     r.a.conv_floats = rs->conv_floats; r.a.ssm_floats = rs->ssm_floats;
@@ -1056,6 +1201,10 @@ static void cu_destroy(struct backend *be) {
     dev_free(c, c->d_argmax);
     dev_free(c, c->attn_work);
     dev_free(c, c->moe_work);
+    dev_free(c, c->a16);
+    dev_free(c, c->w16);
+    dev_free(c, c->gdn_work);
+    if (c->gemm) gpu_gemm_destroy(c->gemm);
     if (c->ev0) (void)gpuEventDestroy(c->ev0);
     if (c->ev1) (void)gpuEventDestroy(c->ev1);
     (void)gpuStreamDestroy(c->stream);
@@ -1118,6 +1267,22 @@ extern "C" vllmc_status backend_cuda_create(const struct backend_cuda_opts *o, s
     }
     c->batch_invariant = o && o->batch_invariant;
     if ((st = gpu_err(gpuStreamCreate(&c->stream), "stream"))) { delete c; return st; }
+    /* prefill paths; VLLMC_CUDA_GEMM_ROWS (0: never), VLLMC_CUDA_GDN_CHUNKED=0 and VLLMC_CUDA_ATTN_PREFILL=0
+     * override for measurements */
+    c->gemm_min_rows = GEMM_MIN_ROWS;
+    env = getenv("VLLMC_CUDA_GEMM_ROWS");
+    if (env && *env) c->gemm_min_rows = atoi(env);
+    env = getenv("VLLMC_CUDA_GDN_CHUNKED");
+    c->gdn_chunked = !(env && !strcmp(env, "0"));
+    env = getenv("VLLMC_CUDA_ATTN_PREFILL");
+    c->attn_prefill = !(env && !strcmp(env, "0"));
+#if defined(VLLMC_HIP)
+    c->gdn_chunked = c->attn_prefill = false; /* their kernels want ~150 KB of shared memory per CTA */
+#endif
+    if (c->gemm_min_rows >= 0 && gpu_gemm_create(c->stream, &c->gemm) != gpuSuccess) {
+        (void)gpuGetLastError();
+        c->gemm = NULL; /* the quantized kernels serve every size */
+    }
     if (c->profile) {
         (void)gpuEventCreate(&c->ev0);
         (void)gpuEventCreate(&c->ev1);
@@ -1164,4 +1329,25 @@ extern "C" void backend_cuda_get_prof(struct backend *be, struct backend_cuda_pr
 extern "C" void backend_cuda_reset_prof(struct backend *be) {
     cu_backend *c = cub(be);
     memset(&c->prof, 0, sizeof(c->prof));
+}
+
+extern "C" vllmc_status backend_cuda_weight_f16(struct backend *be, const struct bk_tensor *w, void *out) {
+    cu_backend *c = cub(be);
+    if (!w || !w->data || w->n_dims != 2 || !cu_dequant_f16_type(w->type) || w->ne[0] % 32)
+        return vllmc_errorf(VLLMC_ERR_UNSUPPORTED, "weight_f16: weight type or shape not supported");
+    flush(c);
+    cu_launch_dequant_f16((const uint8_t *)w->data, w->type, cu_weight_row_stride(w->type, w->ne[0]), w->ne[0], w->ne[1],
+                          (uint16_t *)out, c->stream);
+    vllmc_status st = gpu_err(gpuGetLastError(), "weight_f16");
+    if (!st) st = gpu_err(gpuStreamSynchronize(c->stream), "weight_f16");
+    return st;
+}
+
+extern "C" bool backend_cuda_has_gemm(struct backend *be) { return cub(be)->gemm != NULL; }
+
+extern "C" void backend_cuda_set_prefill(struct backend *be, int gemm_min_rows, bool gdn_chunked) {
+    cu_backend *c = cub(be);
+    flush(c);
+    c->gemm_min_rows = gemm_min_rows;
+    c->gdn_chunked = gdn_chunked;
 }

@@ -49,7 +49,7 @@ void backend_cuda_get_matvec(int tr[3], int ks[3], int pers[3]);
 void backend_cuda_set_matvec_rows(int rows0, int rows1); /* class limits (default 8,192 and 65,536) */
 
 /* Per op-family profile (profile = true): calls, GPU milliseconds, bytes of weights read. */
-#define BACKEND_CUDA_PROF_MAX 16
+#define BACKEND_CUDA_PROF_MAX 24
 struct backend_cuda_prof {
     int n;
     const char *name[BACKEND_CUDA_PROF_MAX];
@@ -59,6 +59,17 @@ struct backend_cuda_prof {
 };
 void backend_cuda_get_prof(struct backend *be, struct backend_cuda_prof *out);
 void backend_cuda_reset_prof(struct backend *be);
+
+/* The GEMM path's weight dequantization (tests): w (Q4_K, Q6_K, Q8_0, Q4_0, Q5_0) as f16 rows
+ * [ne[1]][ne[0]] into out (device memory). */
+vllmc_status backend_cuda_weight_f16(struct backend *be, const struct bk_tensor *w, void *out);
+/* Whether prefill matmuls can take the dense GEMM (a GEMM library was found). */
+bool backend_cuda_has_gemm(struct backend *be);
+/* Prefill path thresholds (tests, measurements): matmuls of at least gemm_min_rows activation rows dequantize
+ * the weight to f16 and run the dense GEMM (<= 0: never; default 32, env VLLMC_CUDA_GEMM_ROWS); gdn_chunked
+ * false keeps the token-by-token GDN rule for every run (env VLLMC_CUDA_GDN_CHUNKED=0). The prefill attention
+ * kernel is switched off with env VLLMC_CUDA_ATTN_PREFILL=0. */
+void backend_cuda_set_prefill(struct backend *be, int gemm_min_rows, bool gdn_chunked);
 
 #ifdef __cplusplus
 }

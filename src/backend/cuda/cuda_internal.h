@@ -116,8 +116,14 @@ struct cu_batch_dev {
     const int32_t *tok, *pos, *seq, *logit_rows;
     const int32_t *seqinfo;    /* [n_seqs][4]: block-table offset, n_blocks, state slot, 0 */
     const int32_t *bt;         /* concatenated block tables */
+    const int32_t *chunks;     /* [n_chunks][8] (CU_CH_*): runs of one sequence cut into CU_GDN_CHUNK rows */
     int32_t n_tokens, n_logits;
+    int32_t n_chunks, pad;
 };
+/* Chunk list entries (built by batch_set for the chunked GDN prefill). */
+#define CU_GDN_CHUNK 64
+enum { CU_CH_T0 = 0, CU_CH_N, CU_CH_SLOT, CU_CH_ZERO /* run starts at position 0 */, CU_CH_RUN0, CU_CH_RUNLEN,
+       CU_CH_FIRST /* first chunk of its run */, CU_CH_LAST };
 
 void cu_launch_embed(const struct cu_batch_dev *b, const uint8_t *table, uint32_t type, uint64_t stride,
                      int64_t n_cols, float *out, gpuStream_t s);
@@ -139,6 +145,13 @@ struct cu_attn_args {
     float *work;               /* [group][n_head][n_split][head_dim + 2] */
 };
 void cu_launch_attention(const struct cu_batch_dev *b, const struct cu_attn_args *a, gpuStream_t s);
+/* The KV store alone (the first kernel of cu_launch_attention). */
+void cu_launch_kv_store(const struct cu_batch_dev *b, const struct cu_attn_args *a, gpuStream_t s);
+/* Prefill attention (attn_prefill.cu): the KV store, then one CTA per (chunk of b->chunks, query head); head_dim
+ * 128 or 256, ld_q % 4 == 0, after cu_attn_prefill_ready(head_dim) (which grants its shared memory) said yes.
+ * a->work, n_split and chunk are not used. */
+void cu_launch_attention_prefill(const struct cu_batch_dev *b, const struct cu_attn_args *a, gpuStream_t s);
+bool cu_attn_prefill_ready(int head_dim);
 struct cu_gdn_args {
     const float *in;
     int64_t ld_in;
@@ -151,6 +164,22 @@ struct cu_gdn_args {
     float *out;                /* [n_tokens][n_v_head * d_v] */
 };
 void cu_launch_gdn(const struct cu_batch_dev *b, const struct cu_gdn_args *a, gpuStream_t s);
+/* Chunked prefill of the same op (gdn_chunked.cu): every run of the batch in chunks (b->chunks), each state slot
+ * in one run only; d_k 128, d_v 64 or 128. scratch: cu_gdn_chunk_scratch_floats() floats. */
+void cu_launch_gdn_chunked(const struct cu_batch_dev *b, const struct cu_gdn_args *a, float *scratch, gpuStream_t s);
+int64_t cu_gdn_chunk_scratch_floats(int32_t n_v_head, int32_t d_v, int64_t n_chunks);
+/* Whether the chunked kernels can run here (their shared memory, ~150 KB, is granted); first call sets it up. */
+bool cu_gdn_chunked_ready(void);
+
+/* ---- prefill matmuls through the dense f16 GEMM (prefill_gemm.cu) ---- */
+bool cu_dequant_f16_type(uint32_t type); /* types cu_launch_dequant_f16 takes */
+/* n_rows repacked rows (stride bytes each) of n_cols (% 32 == 0) -> f16 rows [n_rows][n_cols]. */
+void cu_launch_dequant_f16(const uint8_t *w, uint32_t type, uint64_t stride, int64_t n_cols, int64_t n_rows, uint16_t *out,
+                           gpuStream_t s);
+/* f32 rows (stride ld) -> f16 rows [n_rows][n_cols] (n_cols % 4 == 0). */
+void cu_launch_f32_to_f16(const float *x, int64_t ld, int64_t n_cols, int64_t n_rows, uint16_t *out, gpuStream_t s);
+/* y[r][c] += bias[c], r < n_rows (row stride ld), c < n_cols. */
+void cu_launch_add_bias(float *y, int64_t ld, const float *bias, int64_t n_rows, int64_t n_cols, gpuStream_t s);
 /* argmax of each of n_rows rows of n floats (ties to the lowest index) into out (device): CU_ARGMAX_PARTS
  * CTAs per row write (value, index) partials to work (16-byte aligned, n_rows * CU_ARGMAX_PARTS * 8 bytes),
  * then one warp per row picks among them. */

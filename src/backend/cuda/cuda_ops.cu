@@ -300,6 +300,10 @@ static __global__ void attn_combine_kernel(struct cu_batch_dev b, struct cu_attn
     }
 }
 
+void cu_launch_kv_store(const struct cu_batch_dev *b, const struct cu_attn_args *a, gpuStream_t s) {
+    kv_store_kernel<<<b->n_tokens, 256, 0, s>>>(*b, *a);
+}
+
 void cu_launch_attention(const struct cu_batch_dev *b, const struct cu_attn_args *args, gpuStream_t s) {
     kv_store_kernel<<<b->n_tokens, 256, 0, s>>>(*b, *args);
     struct cu_attn_args a = *args;

@@ -1,0 +1,358 @@
+/* The CUDA backend's prefill paths against references, on fresh random inputs (needs a GPU; built by
+ * `make CUDA=1 cuda-tests`):
+ *  - weight dequantization to f16 (the GEMM path's first step): bit-exact against the f16 rounding of the CPU's
+ *    dequantized value, for every type the path takes;
+ *  - matmuls of >= 64 activation rows through the dense f16 GEMM: against the f64 product of the same
+ *    f16-rounded operands (checks the GEMM itself: within 1e-5 of max |y|), and against the CPU reference
+ *    backend (its Q8_K / Q8_0 activations round otherwise: within 1e-2 of max |y|); bias, ld_y and a weight the
+ *    GEMM does not take (F32) in the same call;
+ *  - the chunked Gated DeltaNet rule against the CPU reference (the token-by-token recurrence): one sequence
+ *    of every length 65 .. 128 (a prompt ending at every offset within a chunk), then a continuation from the
+ *    carried state; two sequences in one batch; outputs and state within 1e-4 relative (to max(|ref|, 1% of
+ *    max |ref|): the f32 recurrence itself is no closer than ~5e-5 to exact arithmetic on elements near zero),
+ *    conv state exact;
+ *  - the prefill attention kernel against the CPU reference: two sequences of several chunks each in one batch,
+ *    then a continuation over the cached context; f32 cache within 1e-4, f16 within 5e-2 (the CPU rounds each
+ *    probability to f16). */
+#include <math.h>
+#include <string.h>
+#include "backend/backend.h"
+#include "backend/cuda/cuda_backend.h"
+#include "quant/blocks.h"
+#include "quant/quant.h"
+#include "test.h"
+
+static struct backend *ref, *gpu;
+
+static void *dev_put(const void *h, size_t n) {
+    void *d = NULL;
+    if (gpu->ops->alloc(gpu, n, &d) != VLLMC_OK) { fprintf(stderr, "alloc failed\n"); exit(1); }
+    if (h) CHECK(gpu->ops->copy_to_device(gpu, d, h, n) == VLLMC_OK);
+    return d;
+}
+static void dev_get(void *h, const void *d, size_t n) { CHECK(gpu->ops->copy_to_host(gpu, h, d, n) == VLLMC_OK); }
+static void *ref_put(const void *h, size_t n) {
+    void *d = NULL;
+    CHECK(ref->ops->alloc(ref, n, &d) == VLLMC_OK);
+    if (h) memcpy(d, h, n);
+    return d;
+}
+static float *rand_buf(size_t n, float scale) {
+    float *p = malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) p[i] = scale * test_rand_normal();
+    return p;
+}
+static double max_rel(const float *a, const float *b, size_t n, double floor_) {
+    if (floor_ < 0) { /* -f: f times the largest |b| */
+        double mx = 0;
+        for (size_t i = 0; i < n; i++) mx = fmax(mx, fabs((double)b[i]));
+        floor_ = -floor_ * mx;
+    }
+    double m = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (isnan(a[i]) || isnan(b[i])) return INFINITY;
+        double d = fabs((double)a[i] - b[i]) / fmax(fabs((double)b[i]), floor_);
+        if (d > m) m = d;
+    }
+    return m;
+}
+
+/* Random quant bytes with sane scales. */
+static void fill_weight(uint32_t type, uint8_t *p, size_t bytes) {
+    for (size_t i = 0; i < bytes; i++) p[i] = (uint8_t)test_rand_u64();
+    const size_t bs = quant_traits(type)->type_size;
+    if (type == GGML_TYPE_F32) {
+        for (size_t i = 0; i < bytes / 4; i++) ((float *)p)[i] = 0.05f * test_rand_normal();
+        return;
+    }
+    for (size_t b = 0; b < bytes / bs; b++) {
+        uint8_t *blk = p + b * bs;
+        ggml_half d = fp32_to_fp16(1e-3f * (0.5f + test_rand_uniform())), dm = fp32_to_fp16(5e-4f * (0.5f + test_rand_uniform()));
+        if (type == GGML_TYPE_Q4_K) { memcpy(blk, &d, 2); memcpy(blk + 2, &dm, 2); }
+        else if (type == GGML_TYPE_Q6_K) memcpy(blk + 208, &d, 2);
+        else memcpy(blk, &d, 2);
+    }
+}
+
+struct pair_w { struct bk_tensor r, g; uint8_t *host; };
+static void make_weight(struct pair_w *w, uint32_t type, int64_t n_in, int64_t n_out) {
+    const size_t bytes = quant_row_size(type, n_in) * (size_t)n_out;
+    w->host = malloc(bytes);
+    fill_weight(type, w->host, bytes);
+    const int64_t ne[2] = {n_in, n_out};
+    CHECK(ref->ops->weight_upload(ref, w->host, type, 2, ne, &w->r) == VLLMC_OK);
+    CHECK(gpu->ops->weight_upload(gpu, w->host, type, 2, ne, &w->g) == VLLMC_OK);
+}
+static void free_weight(struct pair_w *w) {
+    ref->ops->weight_free(ref, &w->r);
+    gpu->ops->weight_free(gpu, &w->g);
+    free(w->host);
+}
+
+#define N_GEMM_TYPES 5
+static const uint32_t gemm_types[N_GEMM_TYPES] = {GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q5_0};
+
+static void test_dequant_f16(void) {
+    for (int ti = 0; ti < N_GEMM_TYPES; ti++) {
+        const uint32_t type = gemm_types[ti];
+        const int64_t E = type == GGML_TYPE_Q4_0 || type == GGML_TYPE_Q5_0 ? 896 : 768, R = 37;
+        struct pair_w w;
+        make_weight(&w, type, E, R);
+        uint16_t *g = malloc((size_t)(E * R) * 2);
+        void *d = dev_put(NULL, (size_t)(E * R) * 2);
+        CHECK(backend_cuda_weight_f16(gpu, &w.g, d) == VLLMC_OK);
+        dev_get(g, d, (size_t)(E * R) * 2);
+        float *row = malloc((size_t)E * 4);
+        size_t bad = 0;
+        for (int64_t r = 0; r < R; r++) {
+            dequantize_row(type, w.host + quant_row_size(type, E) * (size_t)r, row, E);
+            for (int64_t e = 0; e < E; e++) bad += g[r * E + e] != fp32_to_fp16(row[e]);
+        }
+        CHECK_MSG(bad == 0, "dequant f16 %s: %zu of %lld elements differ", quant_traits(type)->name, bad, (long long)(E * R));
+        free(g); free(row);
+        gpu->ops->free(gpu, d);
+        free_weight(&w);
+    }
+    struct pair_w f;
+    make_weight(&f, GGML_TYPE_F32, 64, 4);
+    CHECK(backend_cuda_weight_f16(gpu, &f.g, NULL) == VLLMC_ERR_UNSUPPORTED);
+    free_weight(&f);
+}
+
+/* The matmul op at rows >= 64: every GEMM type plus an F32 weight in one call; the first output has a bias. */
+static void test_gemm_matmul(void) {
+    if (!backend_cuda_has_gemm(gpu)) { printf("test_cuda_prefill: no GEMM library: GEMM checks skipped\n"); return; }
+    const int NO = N_GEMM_TYPES + 1;
+    const int64_t E = 512 + 256 * (int64_t)(test_rand_u64() % 3);
+    const int64_t nout[N_GEMM_TYPES + 1] = {300, 77, 129, 64, 96, 40};
+    struct pair_w w[N_GEMM_TYPES + 1];
+    for (int i = 0; i < NO; i++) make_weight(&w[i], i < N_GEMM_TYPES ? gemm_types[i] : GGML_TYPE_F32, E, nout[i]);
+    const uint32_t fmts = BK_ACT_BIT(BK_ACT_Q8_K) | BK_ACT_BIT(BK_ACT_Q8_0);
+    const int64_t ld = 320;
+    const int rows_list[3] = {64, 97, 5}; /* 5 rows: the quantized kernel, for the comparison of the two paths */
+    for (int ri = 0; ri < 3; ri++) {
+        const int rows = rows_list[ri];
+        struct bk_act ra, ga;
+        CHECK(bk_act_alloc(ref, rows, E, fmts, &ra) == VLLMC_OK);
+        CHECK(bk_act_alloc(gpu, rows, E, fmts, &ga) == VLLMC_OK);
+        float *x = rand_buf((size_t)(rows * E), 1.0f);
+        memcpy(ra.x, x, (size_t)(rows * E) * 4);
+        CHECK(gpu->ops->copy_to_device(gpu, ga.x, x, (size_t)(rows * E) * 4) == VLLMC_OK);
+        ra.n_rows = ga.n_rows = rows;
+        CHECK(ref->ops->quantize(ref, &ra) == VLLMC_OK);
+        CHECK(gpu->ops->quantize(gpu, &ga) == VLLMC_OK);
+        float *bias = rand_buf((size_t)ld, 0.1f), *gbias = dev_put(bias, (size_t)ld * 4);
+        float *ry[N_GEMM_TYPES + 1], *gy[N_GEMM_TYPES + 1];
+        struct bk_matmul_out ro[N_GEMM_TYPES + 1], go[N_GEMM_TYPES + 1];
+        for (int i = 0; i < NO; i++) {
+            ry[i] = ref_put(NULL, (size_t)(rows * ld) * 4);
+            float *poison = malloc((size_t)(rows * ld) * 4);
+            for (int64_t k = 0; k < rows * ld; k++) poison[k] = NAN;
+            gy[i] = dev_put(poison, (size_t)(rows * ld) * 4);
+            free(poison);
+            ro[i] = (struct bk_matmul_out){.w = &w[i].r, .bias = i == 0 ? bias : NULL, .y = ry[i], .ld_y = ld};
+            go[i] = (struct bk_matmul_out){.w = &w[i].g, .bias = i == 0 ? gbias : NULL, .y = gy[i], .ld_y = ld};
+        }
+        CHECK(ref->ops->matmul(ref, &ra, NO, ro) == VLLMC_OK);
+        CHECK(gpu->ops->matmul(gpu, &ga, NO, go) == VLLMC_OK);
+        float *h = malloc((size_t)(rows * ld) * 4), *wr = malloc((size_t)E * 4);
+        for (int i = 0; i < NO; i++) {
+            const uint32_t type = w[i].r.type;
+            dev_get(h, gy[i], (size_t)(rows * ld) * 4);
+            double amax = 0, d_cpu = 0, d_f16 = 0, ymax = 0;
+            bool nan = false;
+            for (int64_t o = 0; o < nout[i]; o++) {
+                dequantize_row(type, w[i].host + quant_row_size(type, E) * (size_t)o, wr, E);
+                for (int r = 0; r < rows; r++) {
+                    double s = 0;
+                    const bool f16 = rows >= 64 && type != GGML_TYPE_F32; /* the GEMM path rounds both operands */
+                    for (int64_t e = 0; e < E; e++) {
+                        const float a = f16 ? fp16_to_fp32(fp32_to_fp16(x[r * E + e])) : x[r * E + e];
+                        const float b = f16 ? fp16_to_fp32(fp32_to_fp16(wr[e])) : wr[e];
+                        s += (double)a * b;
+                    }
+                    if (i == 0) s += bias[o];
+                    const float y = h[r * ld + o];
+                    nan |= isnan(y);
+                    amax = fmax(amax, fabs(s));
+                    ymax = fmax(ymax, fabs(ry[i][r * ld + o]));
+                    d_f16 = fmax(d_f16, fabs(y - s));
+                    d_cpu = fmax(d_cpu, fabs((double)y - ry[i][r * ld + o]));
+                }
+            }
+            printf("matmul %s rows %d E %lld: |y - exact(f16 operands)| / max %.3g, |y - cpu ref| / max %.3g\n",
+                   quant_traits(type)->name, rows, (long long)E, d_f16 / amax, d_cpu / ymax);
+            CHECK_MSG(!nan, "matmul %s rows %d: NaN", quant_traits(type)->name, rows);
+            if (rows >= 64 && type != GGML_TYPE_F32)
+                CHECK_MSG(d_f16 / amax < 1e-5, "GEMM %s rows %d: %.3g from the exact product", quant_traits(type)->name, rows, d_f16 / amax);
+            CHECK_MSG(d_cpu / ymax < 1e-2, "matmul %s rows %d: %.3g from the CPU reference", quant_traits(type)->name, rows, d_cpu / ymax);
+            ref->ops->free(ref, ry[i]);
+            gpu->ops->free(gpu, gy[i]);
+        }
+        free(h); free(wr); free(x); free(bias);
+        gpu->ops->free(gpu, gbias);
+        bk_act_free(ref, &ra); bk_act_free(gpu, &ga);
+    }
+    for (int i = 0; i < NO; i++) free_weight(&w[i]);
+}
+
+/* Batches of up to 256 rows over two sequences (state slots 1 and 0). */
+#define MAXT 256
+struct gbatch { struct bk_batch b; struct bk_seq seqs[2]; int32_t tok[MAXT], pos[MAXT], sidx[MAXT], lrows[1], bt[2][32]; };
+static void gbatch_make(struct gbatch *t, int n0, int p0, int n1, int p1) {
+    memset(t, 0, sizeof(*t));
+    for (int s = 0; s < 2; s++) {
+        for (int k = 0; k < 32; k++) t->bt[s][k] = s * 32 + (k * 7 + 3) % 32; /* scattered blocks */
+        t->seqs[s].block_table = t->bt[s];
+        t->seqs[s].n_blocks = 32;
+        t->seqs[s].state_slot = s == 0 ? 1 : 0;
+    }
+    int n = 0;
+    for (int i = 0; i < n0; i++, n++) { t->pos[n] = p0 + i; t->sidx[n] = 0; }
+    for (int i = 0; i < n1; i++, n++) { t->pos[n] = p1 + i; t->sidx[n] = 1; }
+    t->lrows[0] = n - 1;
+    t->b.n_tokens = n; t->b.token_ids = t->tok; t->b.pos = t->pos; t->b.seq_idx = t->sidx;
+    t->b.n_seqs = n1 ? 2 : 1; t->b.seqs = t->seqs; t->b.n_logits = 1; t->b.logit_rows = t->lrows;
+}
+
+static void test_gdn_chunked(int DV) {
+    const int NK = 1, NV = 256 / DV, DK = 128, DC = 4; /* n_v_head * d_v = 256: the Q8_K activation's block */
+    const int64_t KD = NK * DK, VD = NV * DV, C = 2 * KD + VD, LD = C + VD + 2 * NV;
+    struct bk_rs_cache rrs = {1, 2, C * (DC - 1), VD * DK, NULL, NULL}, grs = rrs;
+    float *rconv = ref_put(NULL, (size_t)(2 * rrs.conv_floats) * 4), *rssm = ref_put(NULL, (size_t)(2 * rrs.ssm_floats) * 4);
+    float *gconv = dev_put(NULL, (size_t)(2 * rrs.conv_floats) * 4), *gssm = dev_put(NULL, (size_t)(2 * rrs.ssm_floats) * 4);
+    rrs.conv = &rconv; rrs.ssm = &rssm; grs.conv = &gconv; grs.ssm = &gssm;
+    float *cw = rand_buf((size_t)(C * DC), 0.5f), *dtb = rand_buf(NV, 1.0f), *sa = rand_buf(NV, 0.5f), *nw = rand_buf((size_t)DV, 1.0f);
+    for (int i = 0; i < NV; i++) sa[i] = -fabsf(sa[i]);
+    float *gcw = dev_put(cw, (size_t)(C * DC) * 4), *gdtb = dev_put(dtb, NV * 4), *gsa = dev_put(sa, NV * 4), *gnw = dev_put(nw, (size_t)DV * 4);
+    const struct bk_gdn_weights rw = {cw, dtb, sa, nw}, gw = {gcw, gdtb, gsa, gnw};
+    const struct bk_gdn_params p = {NK, NV, DK, DV, DC, 1e-6f, 0};
+    struct bk_act ra, ga;
+    CHECK(bk_act_alloc(ref, MAXT, VD, BK_ACT_BIT(BK_ACT_Q8_K), &ra) == VLLMC_OK);
+    CHECK(bk_act_alloc(gpu, MAXT, VD, BK_ACT_BIT(BK_ACT_Q8_K), &ga) == VLLMC_OK);
+    const int64_t work = bk_gdn_work_floats(&p, MAXT, 1);
+    float *rwork = ref_put(NULL, (size_t)work * 4), *gwork = dev_put(NULL, (size_t)work * 4);
+    float *h = malloc((size_t)(MAXT * VD) * 4), *hs = malloc((size_t)(2 * rrs.ssm_floats) * 4);
+    double worst_o = 0, worst_s = 0;
+    /* cases: (n0, p0, n1, p1); L = 65..128 fresh, each followed by a 100-row continuation (every 8th L), then two
+     * sequences in one batch (the second continuing its slot) */
+    int last_len = 0;
+    for (int cs = 0; cs < 64 + 8 + 2; cs++) {
+        struct gbatch tb;
+        if (cs < 64 + 8) {
+            const int k = cs < 64 ? cs : 8 * (cs - 64) + 3;
+            const bool cont = cs >= 64; /* the prefill of length 65 + k again, then 100 rows from its state */
+            gbatch_make(&tb, 65 + k, 0, 0, 0);
+            last_len = 65 + k;
+            for (int pass = 0; pass < (cont ? 2 : 1); pass++) {
+                if (pass == 1) gbatch_make(&tb, 100, last_len, 0, 0);
+                CHECK(ref->ops->batch_set(ref, &tb.b) == VLLMC_OK);
+                CHECK(gpu->ops->batch_set(gpu, &tb.b) == VLLMC_OK);
+                const int T = tb.b.n_tokens;
+                float *in = rand_buf((size_t)(T * LD), 1.0f);
+                float *gin = dev_put(in, (size_t)(T * LD) * 4);
+                CHECK(ref->ops->gdn(ref, &rrs, &p, &rw, in, LD, rwork, &ra) == VLLMC_OK);
+                CHECK(gpu->ops->gdn(gpu, &grs, &p, &gw, gin, LD, gwork, &ga) == VLLMC_OK);
+                dev_get(h, ga.x, (size_t)(T * VD) * 4);
+                const double mo = max_rel(h, ra.x, (size_t)(T * VD), -1e-2);
+                dev_get(hs, gssm, (size_t)(2 * rrs.ssm_floats) * 4);
+                const double ms = max_rel(hs, rssm, (size_t)(2 * rrs.ssm_floats), -1e-2);
+                float *hc = malloc((size_t)(2 * rrs.conv_floats) * 4);
+                dev_get(hc, gconv, (size_t)(2 * rrs.conv_floats) * 4);
+                size_t cbad = 0;
+                for (int64_t i = 0; i < 2 * rrs.conv_floats; i++) cbad += memcmp(&hc[i], &rconv[i], 4) != 0;
+                free(hc);
+                CHECK_MSG(mo < 1e-4, "gdn chunked d_v %d, %d rows at %d: out max rel %.3g", DV, T, tb.pos[0], mo);
+                CHECK_MSG(ms < 1e-4, "gdn chunked d_v %d, %d rows at %d: state max rel %.3g", DV, T, tb.pos[0], ms);
+                CHECK_MSG(cbad == 0, "gdn chunked d_v %d, %d rows at %d: %zu conv state values differ", DV, T, tb.pos[0], cbad);
+                worst_o = fmax(worst_o, mo);
+                worst_s = fmax(worst_s, ms);
+                free(in);
+                gpu->ops->free(gpu, gin);
+            }
+        } else { /* two sequences: 70 fresh rows (slot 1) and 30 rows continuing slot 0 / 90 fresh and 20 continuing */
+            if (cs == 64 + 8) gbatch_make(&tb, 70, 0, 30, last_len + 100);
+            else gbatch_make(&tb, 20, 70, 90, 0);
+            CHECK(ref->ops->batch_set(ref, &tb.b) == VLLMC_OK);
+            CHECK(gpu->ops->batch_set(gpu, &tb.b) == VLLMC_OK);
+            const int T = tb.b.n_tokens;
+            float *in = rand_buf((size_t)(T * LD), 1.0f);
+            float *gin = dev_put(in, (size_t)(T * LD) * 4);
+            CHECK(ref->ops->gdn(ref, &rrs, &p, &rw, in, LD, rwork, &ra) == VLLMC_OK);
+            CHECK(gpu->ops->gdn(gpu, &grs, &p, &gw, gin, LD, gwork, &ga) == VLLMC_OK);
+            dev_get(h, ga.x, (size_t)(T * VD) * 4);
+            const double mo = max_rel(h, ra.x, (size_t)(T * VD), -1e-2);
+            dev_get(hs, gssm, (size_t)(2 * rrs.ssm_floats) * 4);
+            const double ms = max_rel(hs, rssm, (size_t)(2 * rrs.ssm_floats), -1e-2);
+            CHECK_MSG(mo < 1e-4 && ms < 1e-4, "gdn chunked d_v %d, two sequences (case %d): out %.3g, state %.3g", DV, cs, mo, ms);
+            worst_o = fmax(worst_o, mo);
+            worst_s = fmax(worst_s, ms);
+            free(in);
+            gpu->ops->free(gpu, gin);
+        }
+    }
+    printf("gdn chunked d_v %d: lengths 65..128 (+ continuations, two-sequence batches): worst out rel %.3g, state rel %.3g\n", DV,
+           worst_o, worst_s);
+    free(h); free(hs);
+    bk_act_free(ref, &ra); bk_act_free(gpu, &ga);
+    free(cw); free(dtb); free(sa); free(nw);
+    gpu->ops->free(gpu, gcw); gpu->ops->free(gpu, gdtb); gpu->ops->free(gpu, gsa); gpu->ops->free(gpu, gnw);
+    gpu->ops->free(gpu, gconv); gpu->ops->free(gpu, gssm); gpu->ops->free(gpu, gwork);
+    ref->ops->free(ref, rconv); ref->ops->free(ref, rssm); ref->ops->free(ref, rwork);
+}
+
+/* Prefill attention: 150 + 70 rows of two sequences (several chunks each), then 90 + 1 rows continuing them. */
+static void test_attn_prefill(void) {
+    for (int dt = 0; dt < 2; dt++) {
+        const int NH = 8, NKV = 2, HD = 256 - 128 * dt;
+        struct bk_kv_cache *rkv, *gkv;
+        CHECK(ref->ops->kv_create(ref, dt ? BK_KV_F16 : BK_KV_F32, 1, 64, NKV, HD, &rkv) == VLLMC_OK);
+        CHECK(gpu->ops->kv_create(gpu, dt ? BK_KV_F16 : BK_KV_F32, 1, 64, NKV, HD, &gkv) == VLLMC_OK);
+        const struct bk_attn_params p = {NH, NKV, HD, 1.0f / sqrtf((float)HD), 0};
+        for (int step = 0; step < 2; step++) {
+            struct gbatch tb;
+            if (step == 0) gbatch_make(&tb, 150, 0, 70, 0);
+            else gbatch_make(&tb, 90, 150, 1, 70);
+            CHECK(ref->ops->batch_set(ref, &tb.b) == VLLMC_OK);
+            CHECK(gpu->ops->batch_set(gpu, &tb.b) == VLLMC_OK);
+            const int T = tb.b.n_tokens;
+            float *q = rand_buf((size_t)(T * NH * HD), 1.0f), *k = rand_buf((size_t)(T * NKV * HD), 1.0f);
+            float *v = rand_buf((size_t)(T * NKV * HD), 1.0f);
+            float *gq = dev_put(q, (size_t)(T * NH * HD) * 4), *gk = dev_put(k, (size_t)(T * NKV * HD) * 4);
+            float *gv = dev_put(v, (size_t)(T * NKV * HD) * 4);
+            float *ro = ref_put(NULL, (size_t)(T * NH * HD) * 4), *go = dev_put(NULL, (size_t)(T * NH * HD) * 4);
+            CHECK(ref->ops->attention(ref, rkv, &p, q, 0, k, 0, v, 0, ro) == VLLMC_OK);
+            CHECK(gpu->ops->attention(gpu, gkv, &p, gq, 0, gk, 0, gv, 0, go) == VLLMC_OK);
+            float *h = malloc((size_t)(T * NH * HD) * 4);
+            dev_get(h, go, (size_t)(T * NH * HD) * 4);
+            const double mr = max_rel(h, ro, (size_t)(T * NH * HD), 1e-2);
+            printf("attention prefill %s head_dim %d, %d rows: max rel %.3g\n", dt ? "f16" : "f32", HD, T, mr);
+            CHECK_MSG(mr < (dt ? 5e-2 : 1e-4), "attention prefill %s step %d: max rel %.3g", dt ? "f16" : "f32", step, mr);
+            free(q); free(k); free(v); free(h);
+            gpu->ops->free(gpu, gq); gpu->ops->free(gpu, gk); gpu->ops->free(gpu, gv); gpu->ops->free(gpu, go);
+            ref->ops->free(ref, ro);
+        }
+        ref->ops->kv_destroy(ref, rkv);
+        gpu->ops->kv_destroy(gpu, gkv);
+    }
+}
+
+int main(void) {
+    setvbuf(stdout, NULL, _IONBF, 0);
+    test_seed_auto("test_cuda_prefill");
+    struct backend_cuda_opts o = {0, false, false};
+    if (backend_cuda_create(&o, &gpu) != VLLMC_OK) {
+        printf("test_cuda_prefill: no GPU (%s): skipped\n", vllmc_last_error());
+        return 0;
+    }
+    CHECK(backend_cpu_create(1, true, &ref) == VLLMC_OK);
+    backend_cuda_set_prefill(gpu, 64, true);
+    test_dequant_f16();
+    test_gemm_matmul();
+    test_gdn_chunked(128);
+    test_gdn_chunked(64);
+    test_attn_prefill();
+    ref->ops->destroy(ref);
+    gpu->ops->destroy(gpu);
+    return test_finish("test_cuda_prefill");
+}
