@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build/cuda}
 make -j"$(nproc)" CUDA=1 BUILD="$BUILD" all cuda-tests >/tmp/gpu-carry-build.log 2>&1 || { tail -30 /tmp/gpu-carry-build.log; exit 1; }
 nvcc -O3 -std=c++17 -gencode=arch=compute_90,code=sm_90 -Iinclude -Isrc -o "$BUILD/bench_gemv" bench/bench_gemv.cu \
-    "$BUILD/libvllmc.a" -lpcre2-8 -lcjson -lm -lpthread
+    "$BUILD/libvllmc.a" -lpcre2-8 -lcjson -lm -lpthread -lcublas -lcublasLt
 mkdir -p .carry/bin .carry/lib
 cp "$BUILD/vllmc" "$BUILD/bench_gemv" .carry/bin/
 for t in tests/cuda/test_*.c; do cp "$BUILD/tests/cuda/$(basename "$t" .c)" .carry/bin/; done
