@@ -14,6 +14,14 @@
 #include <math.h>
 #include "backend/cuda/cuda_internal.h"
 
+/* Partial unrolls of loops with run-time trip counts: hipcc (clang) cannot always perform them and warns. */
+#if defined(VLLMC_HIP)
+#define GDN_UNROLL(n)
+#else
+#define GDN_UNROLL_STR(x) #x
+#define GDN_UNROLL(n) _Pragma(GDN_UNROLL_STR(unroll n))
+#endif
+
 #define GDN_DK 128
 #define GDN_CT CU_GDN_CHUNK
 #define GDN_VR 32 /* value rows (of the state) per CTA of the scan */
@@ -45,7 +53,7 @@ static __global__ void gdn_conv_chunk_kernel(struct cu_batch_dev b, struct cu_gd
     float wk[8];
 #pragma unroll
     for (int k = 0; k < (DC ? DC : 8); k++) wk[k] = k <= nh ? w[k] : 0.f;
-#pragma unroll 4
+GDN_UNROLL(4)
     for (int t = 0; t < n; t++) {
         win[nh] = a.in[(int64_t)(t0 + t) * a.ld_in + ch];
         float s = 0.f;
@@ -152,7 +160,7 @@ static __global__ void __launch_bounds__(256) gdn_chunk_prep_kernel(struct cu_ba
         if (t < n) {
             const float *qt = qs + t * GDN_DK;
             const float *kt = ks + t * (GDN_DK + 1), *k0 = ks + l * (GDN_DK + 1), *k1 = ks + (l + 32) * (GDN_DK + 1);
-#pragma unroll 8
+GDN_UNROLL(8)
             for (int i = 0; i < GDN_DK; i++) {
                 const float q = qt[i], kv = kt[i], a0 = k0[i], a1 = k1[i];
                 kk0 = fmaf(kv, a0, kk0); kk1 = fmaf(kv, a1, kk1);
@@ -238,7 +246,7 @@ static __global__ void __launch_bounds__(256) gdn_chunk_scan_kernel(struct cu_ba
         const float *U = sc, *W = U + GDN_CT * dv, *QK = W + GDN_CT * GDN_DK, *eGi = QK + 2 * GDN_CT * GDN_CT, *dni = eGi + GDN_CT;
         const float *qbase = a.conv_out + (int64_t)t0 * conv_dim + (int64_t)kh * GDN_DK, *kbase = qbase + key_dim;
         /* stage the chunk: rows t >= n of Q and K read as zeros (W, U, QK rows are zero there already) */
-#pragma unroll 4
+GDN_UNROLL(4)
         for (int idx = tid; idx < GDN_CT * GDN_DK / 4; idx += 256) {
             const int t = idx / (GDN_DK / 4), i4 = idx % (GDN_DK / 4);
             ((float4 *)Ws)[idx] = ((const float4 *)W)[idx];
@@ -246,7 +254,7 @@ static __global__ void __launch_bounds__(256) gdn_chunk_scan_kernel(struct cu_ba
             ((float4 *)Qs)[idx] = t < n ? ((const float4 *)(qbase + (int64_t)t * conv_dim))[i4] : z;
             ((float4 *)Ks)[idx] = t < n ? ((const float4 *)(kbase + (int64_t)t * conv_dim))[i4] : z;
         }
-#pragma unroll 4
+GDN_UNROLL(4)
         for (int idx = tid; idx < GDN_CT * GDN_CT / 4; idx += 256) ((float4 *)QKs)[idx] = ((const float4 *)QK)[idx];
         for (int idx = tid; idx < GDN_CT * GDN_VR / 4; idx += 256) {
             const int t = idx / (GDN_VR / 4), j4 = idx % (GDN_VR / 4);
@@ -259,7 +267,7 @@ static __global__ void __launch_bounds__(256) gdn_chunk_scan_kernel(struct cu_ba
 #pragma unroll
         for (int r = 0; r < GDN_CT / 8; r++) { accv[r] = 0.f; acco[r] = 0.f; }
         const float *srow = S + l * (GDN_DK + 1);
-#pragma unroll 2
+GDN_UNROLL(2)
         for (int i = 0; i < GDN_DK; i += 4) {
             const float s0 = srow[i], s1 = srow[i + 1], s2 = srow[i + 2], s3 = srow[i + 3];
 #pragma unroll
@@ -279,7 +287,7 @@ static __global__ void __launch_bounds__(256) gdn_chunk_scan_kernel(struct cu_ba
         }
         __syncthreads();
         /* intra-chunk output (QK is zero above the diagonal and on rows >= n): the 8 rows as independent sums */
-#pragma unroll 4
+GDN_UNROLL(4)
         for (int s2 = 0; s2 < n; s2++) {
             const float v = Vt[s2 * (GDN_VR + 1) + l];
 #pragma unroll
@@ -293,7 +301,7 @@ static __global__ void __launch_bounds__(256) gdn_chunk_scan_kernel(struct cu_ba
         float acc[16];
 #pragma unroll
         for (int e = 0; e < 16; e++) acc[e] = __fmul_rn(S[l * (GDN_DK + 1) + 16 * w + e], eGn);
-#pragma unroll 4
+GDN_UNROLL(4)
         for (int t = 0; t < n; t++) {
             const float cf = __fmul_rn(dn[t], Vt[t * (GDN_VR + 1) + l]);
             const float4 *kp = (const float4 *)(Ks + t * GDN_DK + 16 * w);
