@@ -340,7 +340,7 @@ static void test_attn_prefill(void) {
 int main(void) {
     setvbuf(stdout, NULL, _IONBF, 0);
     test_seed_auto("test_cuda_prefill");
-    struct backend_cuda_opts o = {0, false, false};
+    struct backend_cuda_opts o = {0, false, false, false};
     if (backend_cuda_create(&o, &gpu) != VLLMC_OK) {
         printf("test_cuda_prefill: no GPU (%s): skipped\n", vllmc_last_error());
         return 0;

@@ -31,7 +31,8 @@
 /* Prefill defaults (measured on the H200, BENCHMARKS.md "## CUDA"): matmuls with at least GEMM_MIN_ROWS
  * activation rows dequantize the weight to f16 and run the dense GEMM; weights of more than GEMM_MAX_ELEMS
  * elements (an LM head) keep the quantized kernel; batches with a run of at least GDN_CHUNK_MIN (ATTN_PREFILL_MIN)
- * rows of one sequence take the chunked GDN rule (the chunked prefill attention). */
+ * rows of one sequence take the chunked GDN rule (the chunked prefill attention). All three round otherwise than
+ * the row-by-row kernels, and which one runs depends on the batch, so a batch-invariant backend keeps them off. */
 #define GEMM_MIN_ROWS 32
 #define GEMM_MAX_ELEMS ((int64_t)64 << 20)
 #define GDN_CHUNK_MIN 32
@@ -671,7 +672,7 @@ template <typename T> static vllmc_status grow_scratch(cu_backend *c, T **p, int
 }
 
 static bool gemm_rows_ok(const cu_backend *c, const struct bk_act *act) {
-    return c->gemm && c->gemm_min_rows > 0 && act->n_rows >= c->gemm_min_rows && act->n_rows <= 65535 && act->x &&
+    return c->gemm && !c->batch_invariant && c->gemm_min_rows > 0 && act->n_rows >= c->gemm_min_rows && act->n_rows <= 65535 && act->x &&
            act->n_cols % 32 == 0;
 }
 
@@ -808,7 +809,7 @@ static vllmc_status cu_attention(struct backend *be, struct bk_kv_cache *kv, con
         return vllmc_errorf(VLLMC_ERR_UNSUPPORTED, "attention: head_dim %d (CUDA: 32, 64, 128 or 256)", p->head_dim);
     const int32_t hd = p->head_dim;
     const int64_t lq = ld_q ? ld_q : (int64_t)p->n_head * hd;
-    const bool prefill = c->attn_prefill && c->max_run >= ATTN_PREFILL_MIN && (hd == 128 || hd == 256) && lq % 4 == 0 &&
+    const bool prefill = c->attn_prefill && !c->batch_invariant && c->max_run >= ATTN_PREFILL_MIN && (hd == 128 || hd == 256) && lq % 4 == 0 &&
                          ((uintptr_t)q & 15) == 0 && c->bd.n_chunks > 0 && cu_attn_prefill_ready(hd);
     float ks = 1.0f, vs = 1.0f;
     if (kv->dtype == BK_KV_FP8_E4M3) {
@@ -934,7 +935,7 @@ static vllmc_status cu_gdn(struct backend *be, struct bk_rs_cache *rs, const str
             return vllmc_errorf(VLLMC_ERR_INVALID, "gdn: sequence %d has state slot %d of %d", s, c->seq_slot[(size_t)s], rs->n_slots);
     vllmc_status st = check_fmts(out, "gdn");
     if (st) return st;
-    const bool chunked = c->gdn_chunked && c->max_run >= GDN_CHUNK_MIN && c->runs_unique && c->bd.n_chunks > 0 &&
+    const bool chunked = c->gdn_chunked && !c->batch_invariant && c->max_run >= GDN_CHUNK_MIN && c->runs_unique && c->bd.n_chunks > 0 &&
                          p->d_v % 32 == 0 && cu_gdn_chunked_ready();
     if (chunked && (st = grow_scratch(c, &c->gdn_work, &c->gdn_work_floats,
                                       cu_gdn_chunk_scratch_floats(p->n_v_head, p->d_v, c->bd.n_chunks), 4)))

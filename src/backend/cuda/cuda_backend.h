@@ -68,7 +68,7 @@ bool backend_cuda_has_gemm(struct backend *be);
 /* Prefill path thresholds (tests, measurements): matmuls of at least gemm_min_rows activation rows dequantize
  * the weight to f16 and run the dense GEMM (<= 0: never; default 32, env VLLMC_CUDA_GEMM_ROWS); gdn_chunked
  * false keeps the token-by-token GDN rule for every run (env VLLMC_CUDA_GDN_CHUNKED=0). The prefill attention
- * kernel is switched off with env VLLMC_CUDA_ATTN_PREFILL=0. */
+ * kernel is switched off with env VLLMC_CUDA_ATTN_PREFILL=0. A batch_invariant backend uses none of the three. */
 void backend_cuda_set_prefill(struct backend *be, int gemm_min_rows, bool gdn_chunked);
 
 #ifdef __cplusplus
