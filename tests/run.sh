@@ -33,7 +33,7 @@ if [ -z "${VLLMC_TEST_ONLY_C:-}" ] && ls tests/py/test_*.py > /dev/null 2>&1; th
         fail=$((fail + 1)); failed+=("oracle-venv-missing")
     else
         VLLMC_BUILD="$build" "$py" -m pytest -q -rs tests/py 2>&1 | tee "$build/logs/pytest.log"
-        line=$(grep -E "^(=+ )?[0-9]+ (passed|failed|skipped|error)" "$build/logs/pytest.log" | tail -n 1)
+        line=$(grep -aE "^(=+ )?[0-9]+ (passed|failed|skipped|error)" "$build/logs/pytest.log" | tail -n 1)
         p=$(echo "$line" | grep -oE "[0-9]+ passed" | grep -oE "[0-9]+"); f=$(echo "$line" | grep -oE "[0-9]+ (failed|errors?)" | awk "{s+=\$1} END{print s+0}")
         s=$(echo "$line" | grep -oE "[0-9]+ skipped" | grep -oE "[0-9]+")
         pass=$((pass + ${p:-0})); fail=$((fail + ${f:-0})); skip=$((skip + ${s:-0}))
