@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Dev machine: build the CUDA binaries and fill .carry/ (git-ignored) with what scripts/gpu-check.sh needs on
 # the GPU machine: bin/ (vllmc, the tests/cuda binaries, bench_gemv), lib/ (the shared libraries they
-# load, except glibc and the C++ runtime), synth_gguf.py, and models/ (tiny dense llama / qwen2 / qwen3
+# load, except glibc, the C++ runtime and the CUDA libraries the GPU machine has), synth_gguf.py, and models/ (tiny dense llama / qwen2 / qwen3
 # GGUFs from tests/tools/make_tiny_models.py, when the Python venv can quantize), moe/ (tiny qwen35moe q8_0 and
 # q4_k_m from tests/tools/make_tiny_qwen35.py). Then call the device with
 # carry [".carry"] and `bash scripts/gpu-check.sh`.
@@ -28,6 +28,7 @@ if [ ! -d .carry/models ] && [ -x .venv/bin/python ]; then
     mkdir -p .carry/models
     .venv/bin/python tests/tools/make_tiny_models.py .carry/models --types q8_0,q4_k_m >/tmp/gpu-carry-models.log 2>&1 ||
         echo "tiny dense models not made (see /tmp/gpu-carry-models.log)"
+    rm -f .carry/models/*-f32.gguf # the f32 sources: ~28 MB the GPU checks do not use (the carry limit)
 fi
 # tiny qwen35moe (quantized variants only: the f32 ones would not fit the carry limit)
 if [ ! -d .carry/moe ] && [ -x .venv/bin/python ]; then

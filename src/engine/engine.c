@@ -133,6 +133,7 @@ struct vllmc_engine {
     int32_t *b_tok, *b_pos, *b_seq, *b_lrow;
     struct bk_seq *b_seqs;
     struct vllmc_request **b_lreq;
+    int32_t *b_ids;                /* [max_num_seqs] argmax of each logits row (steps of plain greedy rows) */
     float *logits;
 
     /* shared with clients (mu) */
@@ -627,6 +628,17 @@ static double logprobs_top(vllmc_engine *e, const float *row, int32_t n_top, vll
     return lse;
 }
 
+static void emit_token(vllmc_engine *e, struct vllmc_request *r, int32_t tok, float lp, const vllmc_token_logprob *top);
+
+/* The request's next token is the argmax of its raw logits: greedy, no bias or penalties, no logprobs, and no
+ * min_tokens mask in force. Steps whose logits rows all are so bring back only the argmax ids. */
+static bool plain_greedy(const vllmc_engine *e, const struct vllmc_request *r) {
+    const struct sampler_params *p = &r->sp;
+    const bool masked = r->n_out < r->min_tokens && ((!r->ignore_eos && e->n_eos > 0) || r->n_stop_ids > 0);
+    return p->temperature == 0.0f && p->repetition_penalty == 1.0f && p->presence_penalty == 0.0f &&
+           p->frequency_penalty == 0.0f && (!p->bias || p->n_bias == 0) && r->logprobs < 0 && !masked;
+}
+
 static void sample_one(vllmc_engine *e, struct vllmc_request *r, float *row) {
     float lp = 0;
     double lse = 0;
@@ -639,6 +651,11 @@ static void sample_one(vllmc_engine *e, struct vllmc_request *r, float *row) {
     }
     const int32_t tok = sampler_sample(e->smp, row, &r->sp, &r->rng, r->tokens, r->n_tokens, r->n_prompt);
     if (r->logprobs >= 0) lp = (float)((double)row[tok] - lse);
+    emit_token(e, r, tok, lp, top);
+}
+
+/* Append a drawn token: stop checks, text, the output queue. */
+static void emit_token(vllmc_engine *e, struct vllmc_request *r, int32_t tok, float lp, const vllmc_token_logprob *top) {
     r->tokens[r->n_tokens++] = tok;
     r->n_out++;
     e->stats.generated_tokens++;
@@ -731,7 +748,9 @@ bool engine_step(vllmc_engine *e) {
     }
     struct bk_batch b = {.n_tokens = nt, .token_ids = e->b_tok, .pos = e->b_pos, .seq_idx = e->b_seq, .n_seqs = e->n_sched,
                          .seqs = e->b_seqs, .n_logits = nl, .logit_rows = e->b_lrow};
-    vllmc_status st = e->run.forward(e->run.ctx, &b, e->logits);
+    bool argmax_only = e->run.forward_argmax && nl > 0;
+    for (int32_t i = 0; i < nl && argmax_only; i++) argmax_only = plain_greedy(e, e->b_lreq[i]);
+    vllmc_status st = argmax_only ? e->run.forward_argmax(e->run.ctx, &b, e->b_ids) : e->run.forward(e->run.ctx, &b, e->logits);
     e->stats.steps++;
     if (st) {
         LOG_ERROR("engine: forward failed: %s; aborting the %d requests of this step", vllmc_last_error(), e->n_sched);
@@ -771,7 +790,19 @@ bool engine_step(vllmc_engine *e) {
             }
         }
     }
-    for (int32_t i = 0; i < nl; i++) sample_one(e, e->b_lreq[i], e->logits + (size_t)i * (size_t)e->run.n_vocab);
+    for (int32_t i = 0; i < nl; i++) {
+        if (argmax_only) {
+            const int32_t tok = e->b_ids[i];
+            if (tok < 0 || tok >= e->run.n_vocab) { /* a backend bug, never a request's: end it cleanly */
+                LOG_ERROR("engine: argmax %d outside the vocabulary", tok);
+                req_finish(e, e->b_lreq[i], VLLMC_FINISH_ABORT);
+                continue;
+            }
+            emit_token(e, e->b_lreq[i], tok, 0.0f, NULL);
+        } else {
+            sample_one(e, e->b_lreq[i], e->logits + (size_t)i * (size_t)e->run.n_vocab);
+        }
+    }
     publish_stats(e);
     return true;
 }
@@ -892,7 +923,7 @@ static void engine_free(vllmc_engine *e) {
     kvb_free(&e->kv);
     free(e->blk_snap); free(e->snap_free);
     free(e->is_eos); free(e->eos_list); free(e->running); free(e->free_slots); free(e->sched);
-    free(e->b_tok); free(e->b_pos); free(e->b_seq); free(e->b_lrow); free(e->b_seqs); free(e->b_lreq); free(e->logits);
+    free(e->b_tok); free(e->b_pos); free(e->b_seq); free(e->b_lrow); free(e->b_seqs); free(e->b_lreq); free(e->b_ids); free(e->logits);
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->work_cv);
     pthread_cond_destroy(&e->idle_cv);
@@ -937,6 +968,7 @@ vllmc_status engine_create(const struct engine_runner *run, const struct engine_
     e->b_seq = malloc((size_t)T * sizeof(int32_t));
     e->b_lrow = malloc((size_t)S * sizeof(int32_t));
     e->b_lreq = malloc((size_t)S * sizeof(*e->b_lreq));
+    e->b_ids = malloc((size_t)S * sizeof(*e->b_ids));
     e->b_seqs = malloc((size_t)S * sizeof(struct bk_seq));
     e->logits = malloc((size_t)S * (size_t)V * sizeof(float));
     if (e->snapshots) {
@@ -948,7 +980,7 @@ vllmc_status engine_create(const struct engine_runner *run, const struct engine_
         e->n_snap_free = c->n_state_snapshots;
     }
     if (!e->is_eos || !e->eos_list || !e->running || !e->free_slots || !e->sched || !e->b_tok || !e->b_pos || !e->b_seq ||
-        !e->b_lrow || !e->b_lreq || !e->b_seqs || !e->logits) {
+        !e->b_lrow || !e->b_lreq || !e->b_ids || !e->b_seqs || !e->logits) {
         e->run.destroy = NULL;
         engine_free(e);
         return vllmc_errorf(VLLMC_ERR_OOM, "engine buffers");

@@ -19,6 +19,9 @@ struct engine_runner {
     const int32_t *eos_ids;  /* end-of-generation ids when there is no tokenizer (else the tokenizer's) */
     int32_t n_eos_ids;
     vllmc_status (*forward)(void *ctx, const struct bk_batch *b, float *logits);
+    /* The same step when every logits row is greedy with nothing applied to the logits: only the argmax of each
+     * row comes back (ties to the lowest id), the logits stay on the device. NULL: not offered. */
+    vllmc_status (*forward_argmax)(void *ctx, const struct bk_batch *b, int32_t *ids);
     /* Copy recurrent-state slot src to dst (has_state only; NULL: no snapshots, no prefix reuse). */
     vllmc_status (*state_copy)(void *ctx, int32_t src, int32_t dst);
     void (*destroy)(void *ctx); /* called by vllmc_engine_destroy; may be NULL */

@@ -46,6 +46,11 @@ static vllmc_status engm_forward(void *ctx, const struct bk_batch *b, float *log
     return model_forward(g->m, b, g->kv, logits, NULL);
 }
 
+static vllmc_status engm_forward_argmax(void *ctx, const struct bk_batch *b, int32_t *ids) {
+    struct engm *g = ctx;
+    return model_forward(g->m, b, g->kv, NULL, ids);
+}
+
 static void engm_free(void *ctx) {
     struct engm *g = ctx;
     if (!g) return;
@@ -223,6 +228,7 @@ vllmc_status vllmc_engine_create(const char *model_path, const vllmc_engine_opts
                  (double)state_slot_bytes / 1024.0, mib(state_bytes), c.max_model_len, c.max_num_seqs, (double)c.n_blocks / per_seq,
                  !c.prefix_caching ? "off" : has_state && !c.n_state_snapshots ? "off (recurrent state, no snapshots)" : "on");
     struct engine_runner run = {.ctx = g, .n_vocab = hp->n_vocab, .has_state = has_state, .forward = engm_forward,
+                                  .forward_argmax = engm_forward_argmax,
                                   .state_copy = has_state ? engm_state_copy : NULL, .destroy = engm_free};
     if ((st = engine_create(&run, &c, g->tok, true, out))) goto fail;
     return VLLMC_OK;
