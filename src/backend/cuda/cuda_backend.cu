@@ -832,7 +832,8 @@ static vllmc_status cu_attention(struct backend *be, struct bk_kv_cache *kv, con
     int64_t n_split = 1;
     while (n_split < need_split) n_split *= 2;
     const int64_t per_tok = (int64_t)p->n_head * n_split * (hd + 2);
-    const int64_t group = VLLMC_MAX((int64_t)1, VLLMC_MIN((int64_t)c->n_tokens, CU_ATT_WORK_FLOATS / per_tok));
+    /* tokens per launch: the work buffer's bound, and the grid's z extent (65,535) */
+    const int64_t group = VLLMC_MAX((int64_t)1, VLLMC_MIN(VLLMC_MIN((int64_t)c->n_tokens, (int64_t)65535), CU_ATT_WORK_FLOATS / per_tok));
     const int64_t need = group * per_tok;
     if (need > c->attn_work_floats) {
         flush(c);
