@@ -67,6 +67,7 @@ static void engine_opts(vllmc_engine_opts *o, int32_t seqs, int32_t budget, int3
     o->enable_prefix_caching = caching;
     o->threads = 2;
     o->print_plan = 0;
+    o->device = VLLMC_DEVICE_CPU; /* the reference is the CPU backend's (a CUDA build on a GPU machine would pick the GPU) */
 }
 
 /* Run prompts idx[0..n) at once; tokens into out. */
