@@ -3,7 +3,7 @@
 # mat-vec kernel and the whole decode of synthetic models. Logs under $OUT; a short table printed last.
 # Binaries come from .carry/bin (scripts/gpu-carry.sh builds them with `make CUDA=1` on the dev machine and
 # copies the shared libraries they need to .carry/lib) when they start there, else are built here. Models are generated here with
-# .carry/synth_gguf.py. STAGES (default "ops model dense moe moesan gemv sanitize bench") picks what runs: moe runs the
+# .carry/synth_gguf.py. STAGES (default "ops model dense moe moesan engine gemv sanitize bench") picks what runs: moe runs the
 # tiny qwen35moe files carried in .carry/moe (tests/tools/make_tiny_qwen35.py output) through test_cuda_model, moesan
 # runs the q4_k_m one under compute-sanitizer. BENCH_MODELS names synth_gguf.py shapes (qwen36-14b-a3b: the MoE body);
 # BENCH_ARGS the prompt / generation / repetitions; BENCH_EAGER=0 skips the eager rerun. Stage ab (not in the
@@ -12,7 +12,8 @@
 # -r 3); VLLMC_CUDA_MM's best value per row class is taken from this run's bench_gemv output when there is one
 # (models after the first: the previous kernels and that best only; AB_CFG adds one more VLLMC_CUDA_MM value).
 # Stage engine runs test_cuda_engine (the engine on CUDA: 64 requests alone vs together vs eager, bf16 / fp8 KV)
-# on the tiny models and on ENGINE_MODELS (default BENCH_MODELS; ENGINE_ARGS: requests and tokens); stage
+# on the tiny models (a few seconds) and on the synth_gguf.py shapes in ENGINE_MODELS (default none; ENGINE_ARGS:
+# requests and tokens); stage
 # ebench runs `vllmc bench --concurrency` (EBENCH_ARGS) on BENCH_MODELS with the f16 and fp8 KV caches, and
 # with EBENCH_VARIANT=1 once more (f16) with --no-batch-invariant (the cost of batch invariance).
 # Stages prefill (test_cuda_prefill), prefillmodel (the tiny qwen35 with a 150-token prompt, with and without the
@@ -21,7 +22,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu-out}
-STAGES=${STAGES:-"ops model dense moe moesan gemv sanitize bench"}
+STAGES=${STAGES:-"ops model dense moe moesan engine gemv sanitize bench"}
 BENCH_MODELS=${BENCH_MODELS:-"qwen35-4b"}
 BENCH_ARGS=${BENCH_ARGS:-"-p 512 -g 256 -r 5"}
 BENCH_EAGER=${BENCH_EAGER:-1}
@@ -151,11 +152,11 @@ if has bench; then
     done
 fi
 
-if has engine || has ebench; then
+if { has engine && [ -n "${ENGINE_MODELS:-}" ]; } || has ebench; then
     for i in $(seq 1 240); do [ -f /tmp/models/done ] && break; sleep 1; done
 fi
 if has engine; then # batch invariance on the real shapes (tile order vs row order matters at 2,560 columns)
-    for m in ${ENGINE_MODELS:-$BENCH_MODELS}; do
+    for m in ${ENGINE_MODELS:-}; do
         f=/tmp/models/$m.gguf
         [ -s "$f" ] || continue
         # shellcheck disable=SC2086
