@@ -2,9 +2,11 @@
  * encode against a nearest-value search over the code table on exact ties, their neighbours, subnormals,
  * saturation and random floats), and paged attention with f16 / bf16 / fp8 caches against the f32 cache
  * on fresh random data (prefill then decode steps, shuffled block tables, GQA), fast == reference bit
- * for bit per dtype and thread count, and the fp8 scales (power-of-two scales give exactly scaled results).
+ * for bit per dtype and thread count, the fp8 scales (power-of-two scales give exactly scaled results) and
+ * the fp8 key shift (exact codes of k - shift; close to the f32 cache where the unshifted keys are not).
  * Through a small random qwen2 model: fp8 scales read from the GGUF keys (one number or one per layer; bad
- * ones refused), logits of every KV dtype close to the f32 cache's, fast == reference bit for bit. */
+ * ones refused), the key shift model_kv_create derives from the key bias, logits of every KV dtype close
+ * to the f32 cache's, fast == reference bit for bit. */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -298,6 +300,75 @@ static void test_fp8_pow2_scales(void) {
 }
 
 
+/* fp8 key shift: keys with a large per-channel constant (as a key bias gives) plus a small variation.
+ * With k_shift = the constant the cache holds e4m3((k - shift) / k_scale) exactly, attention is close
+ * to the f32 cache's (the shift only moves every score of a query by q . shift), much closer than
+ * without the shift, fast == reference bit for bit; f16 caches ignore the shift. */
+static void test_fp8_k_shift(void) {
+    const int32_t H = 4, KVH = 2, D = 64, T = 40;
+    int32_t table[3] = {2, 0, 1}, tok[40] = {0}, pos[40], sq[40] = {0}, rows[1] = {0};
+    for (int t = 0; t < T; t++) pos[t] = t;
+    struct bk_seq seq = {.block_table = table, .n_blocks = 3, .state_slot = -1};
+    struct bk_batch bt = {.n_tokens = T, .token_ids = tok, .pos = pos, .seq_idx = sq, .n_seqs = 1, .seqs = &seq, .n_logits = 1, .logit_rows = rows};
+    const int32_t nq = T * H * D, nk = T * KVH * D, kd = KVH * D;
+    float *q = malloc(sizeof(float) * (size_t)nq), *k = malloc(sizeof(float) * (size_t)nk), *v = malloc(sizeof(float) * (size_t)nk);
+    float *shift = malloc(sizeof(float) * (size_t)kd);
+    float *o32 = malloc(sizeof(float) * (size_t)nq), *o8 = malloc(sizeof(float) * (size_t)nq), *o8s[N_BE];
+    /* the last 8 channels of each head: constants of 100..250 (either sign), the query large there too */
+    for (int32_t c = 0; c < kd; c++)
+        shift[c] = (c % D) >= D - 8 ? (float)((test_rand_u64() & 1) ? 1 : -1) * (100.0f + 150.0f * (float)test_rand_uniform()) : 0.0f;
+    for (int32_t i = 0; i < nq; i++) q[i] = test_rand_normal() * ((i % D) >= D - 8 ? 2.0f : 1.0f);
+    for (int32_t i = 0; i < nk; i++) { k[i] = shift[i % kd] + test_rand_normal(); v[i] = test_rand_normal(); }
+    const struct bk_attn_params p = {.n_head = H, .n_kv_head = KVH, .head_dim = D, .scale = 0.125f, .kv_layer = 1};
+    for (int b = 0; b < N_BE; b++) {
+        struct bk_kv_cache *c32 = NULL, *c8 = NULL, *c8s = NULL, *c16 = NULL, *c16s = NULL;
+        CHECK(bes[b]->ops->kv_create(bes[b], BK_KV_F32, 2, 3, KVH, D, &c32) == VLLMC_OK);
+        CHECK(bes[b]->ops->kv_create(bes[b], BK_KV_FP8_E4M3, 2, 3, KVH, D, &c8) == VLLMC_OK);
+        CHECK(bes[b]->ops->kv_create(bes[b], BK_KV_FP8_E4M3, 2, 3, KVH, D, &c8s) == VLLMC_OK);
+        CHECK(bes[b]->ops->kv_create(bes[b], BK_KV_F16, 2, 3, KVH, D, &c16) == VLLMC_OK);
+        CHECK(bes[b]->ops->kv_create(bes[b], BK_KV_F16, 2, 3, KVH, D, &c16s) == VLLMC_OK);
+        CHECK(!c8s->k_shift); /* a backend's new cache has none */
+        c8s->k_shift = calloc((size_t)2 * kd, sizeof(float));
+        c16s->k_shift = calloc((size_t)2 * kd, sizeof(float));
+        memcpy(c8s->k_shift + kd, shift, sizeof(float) * (size_t)kd);
+        memcpy(c16s->k_shift + kd, shift, sizeof(float) * (size_t)kd);
+        c8s->k_scales[1] = 0.75f;
+        o8s[b] = malloc(sizeof(float) * (size_t)nq);
+        CHECK(bes[b]->ops->batch_set(bes[b], &bt) == VLLMC_OK);
+        CHECK(bes[b]->ops->attention(bes[b], c32, &p, q, 0, k, 0, v, 0, o32) == VLLMC_OK);
+        CHECK(bes[b]->ops->attention(bes[b], c8, &p, q, 0, k, 0, v, 0, o8) == VLLMC_OK);
+        CHECK(bes[b]->ops->attention(bes[b], c8s, &p, q, 0, k, 0, v, 0, o8s[b]) == VLLMC_OK);
+        CHECK(bes[b]->ops->attention(bes[b], c16, &p, q, 0, k, 0, v, 0, o8) == VLLMC_OK);
+        CHECK(bes[b]->ops->attention(bes[b], c16s, &p, q, 0, k, 0, v, 0, o8) == VLLMC_OK);
+        /* stored codes: e4m3((k - shift) / 0.75) at [block][head][slot][dim] */
+        int bad = 0;
+        for (int32_t t = 0; t < T; t++)
+            for (int32_t h = 0; h < KVH; h++)
+                for (int32_t i = 0; i < D; i++) {
+                    const uint8_t *kc = (const uint8_t *)c8s->k[1] + ((size_t)(table[t / 16] * KVH + h) * 16 + (size_t)(t % 16)) * (size_t)D;
+                    bad += kc[i] != bk_fp8_e4m3_from_f32((k[t * kd + h * D + i] - shift[h * D + i]) / 0.75f);
+                }
+        CHECK_MSG(bad == 0, "backend %d: %d shifted fp8 codes differ", b, bad);
+        CHECK_MSG(!memcmp(c16->k[1], c16s->k[1], (size_t)bk_kv_block_bytes(BK_KV_F16, KVH, D) * 3), "f16 cache read k_shift");
+        if (b == 0) {
+            CHECK(bes[b]->ops->attention(bes[b], c8, &p, q, 0, k, 0, v, 0, o8) == VLLMC_OK); /* o8 was overwritten */
+            const double e_plain = rel_err(o8, o32, (size_t)nq), e_shift = rel_err(o8s[0], o32, (size_t)nq);
+            printf("  fp8 keys of |k| 100..250 +- 1: rel err vs f32 cache %.3e without the shift, %.3e with it\n", e_plain, e_shift);
+            CHECK_MSG(e_shift < 6e-2 && e_shift > 0 && e_plain > 4 * e_shift, "k_shift: rel err %g with, %g without", e_shift, e_plain);
+        } else {
+            CHECK_MSG(!memcmp(o8s[b], o8s[0], sizeof(float) * (size_t)nq), "k_shift: backend %d differs from the reference", b);
+        }
+        bes[b]->ops->kv_destroy(bes[b], c32);
+        bes[b]->ops->kv_destroy(bes[b], c8);
+        bes[b]->ops->kv_destroy(bes[b], c8s);
+        bes[b]->ops->kv_destroy(bes[b], c16);
+        bes[b]->ops->kv_destroy(bes[b], c16s);
+    }
+    for (int b = 0; b < N_BE; b++) free(o8s[b]);
+    free(q); free(k); free(v); free(shift); free(o32); free(o8);
+}
+
+
 /* ---- through a model ---- */
 
 #define ME 128
@@ -398,10 +469,28 @@ static void test_model_kv(void) {
     CHECK(model_kv_create(m, BK_KV_FP8_E4M3, 2, &kv) == VLLMC_OK && kv);
     if (kv) {
         CHECK(kv->k_scales[0] == 4.0f && kv->k_scales[1] == 4.0f && kv->v_scales[0] == 0.5f && kv->v_scales[1] == 0.25f);
+        /* the key shift is the key bias in the NeoX pairs that turn by <= 1 radian over the trained context
+         * (4096 by default; theta_i = 10000^(-i/16)): pair 15 only, channels 15 and 31 of each head */
+        CHECK(kv->k_shift != NULL);
+        int n_set = 0, bad = 0;
+        for (int l = 0; kv->k_shift && l < MNL; l++) {
+            char name[64];
+            snprintf(name, sizeof(name), "blk.%d.attn_k.bias", l);
+            const struct gguf_tensor *t = gguf_find_tensor(m->gguf, name);
+            CHECK(t != NULL);
+            if (!t) break;
+            for (int c = 0; c < MKVH * MD; c++) {
+                const bool slow = pow(10000.0, -(double)(c % (MD / 2)) / (MD / 2)) * 4096.0 <= 1.0;
+                const float want = slow ? ((const float *)t->data)[c] : 0.0f;
+                n_set += slow;
+                bad += kv->k_shift[l * MKVH * MD + c] != want;
+            }
+        }
+        CHECK_MSG(n_set == MNL * MKVH * 2 && bad == 0, "k_shift: %d channels shifted, %d entries wrong", n_set, bad);
         model_kv_destroy(m, kv);
     }
     CHECK(model_kv_create(m, BK_KV_F16, 2, &kv) == VLLMC_OK && kv);
-    if (kv) { CHECK(kv->k_scales[0] == 1.0f && kv->v_scales[1] == 1.0f); model_kv_destroy(m, kv); }
+    if (kv) { CHECK(kv->k_scales[0] == 1.0f && kv->v_scales[1] == 1.0f && !kv->k_shift); model_kv_destroy(m, kv); }
     /* logits: every dtype close to the f32 cache; the fast backend gives the reference's bits */
     int32_t toks[44];
     for (int i = 0; i < 44; i++) toks[i] = (int32_t)(test_rand_u64() % MNV);
@@ -457,6 +546,7 @@ int main(void) {
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) test_attention_case(&cases[i]);
     test_fp8_pow2_scales();
+    test_fp8_k_shift();
     test_model_kv();
     for (int b = 0; b < N_BE; b++) bes[b]->ops->destroy(bes[b]);
     return test_finish("test_kv_dtype");

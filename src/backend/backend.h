@@ -119,6 +119,13 @@ struct bk_kv_cache {
     /* Longest sequence (positions) any batch will use; 0 = n_blocks * BK_KV_BLOCK. A backend may size
      * fixed per-cache work from it (the CUDA split-K chunk); the engine sets its max_model_len. */
     int32_t max_ctx;
+    /* Per-channel key shift of an FP8_E4M3 cache (host, malloc'd, [n_layers][n_kv_head * head_dim], or NULL
+     * = 0; set by model_kv_create, freed by model_kv_destroy; other dtypes ignore it). A key is stored as
+     * e4m3((k - k_shift) / k_scale) and read back as e4m3_to_f32(code) * k_scale WITHOUT adding the shift:
+     * q . (k - shift) differs from q . k by q . shift, the same for every key of a query, so the softmax
+     * (hence the attention output) is unchanged in exact arithmetic. The model sets it to the constant part
+     * of its keys that e4m3 would otherwise round coarsely (a key bias in slowly rotating RoPE pairs). */
+    float *k_shift;
 };
 
 /* ---------------------------------------------------------------------------------------------

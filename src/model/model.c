@@ -248,11 +248,57 @@ static vllmc_status model_kv_read_scales(const struct model *m, const char *key,
     return VLLMC_OK;
 }
 
+/* The fp8 key shift (bk_kv_cache.k_shift): a key bias b (qwen2) reaches the cache as R(pos) b after RoPE. In
+ * the pairs that turn by at most 1 radian over the trained context (theta_i * n_ctx_train <= 1; the
+ * unrotated channels past n_rot too) that is nearly the constant b, and on Qwen2.5 it is large: |b| up to
+ * ~210 in the lowest-frequency pairs, where e4m3's step is 16 while the keys vary there by ~1 from token to
+ * token, so the variation rounds away and the scores jump where a key crosses a rounding point (fp8
+ * perplexity +14% on tests/data/ppl_declaration.txt, mean KL to f32 0.077; with the shift 0.008, q8_0 0.033).
+ * The shift is b in those channels and 0 elsewhere; layers with a key norm (after the bias) or without an
+ * f32 key bias get 0. Depends on the model only, so every run and batch stores the same codes. */
+static vllmc_status model_kv_k_shift(struct model *m, struct bk_kv_cache *kv) {
+    const struct model_hparams *hp = &m->hp;
+    const int32_t kd = hp->n_kv_head * hp->head_dim, half = hp->rope.n_rot / 2;
+    const struct gguf_tensor *ff = gguf_find_tensor(m->gguf, "rope_freqs.weight");
+    if (ff && (ff->type != GGML_TYPE_F32 || ff->ne[0] < half)) ff = NULL;
+    kv->k_shift = NULL;
+    bool any = false;
+    float *shift = calloc((size_t)(kv->n_layers ? kv->n_layers : 1) * (size_t)kd, sizeof(float));
+    if (!shift) return vllmc_errorf(VLLMC_ERR_OOM, "fp8 key shift");
+    for (int32_t il = 0; il < hp->n_layer; il++) {
+        const int32_t l = m->layers[il].kv_layer;
+        if (l < 0 || l >= kv->n_layers || m->layers[il].k_norm.data) continue;
+        char name[64];
+        snprintf(name, sizeof(name), "blk.%d.attn_k.bias", il);
+        const struct gguf_tensor *t = gguf_find_tensor(m->gguf, name);
+        if (!t || t->type != GGML_TYPE_F32 || t->n_dims != 1 || t->ne[0] != kd) continue;
+        const float *b = t->data;
+        for (int32_t h = 0; h < hp->n_kv_head; h++)
+            for (int32_t c = 0; c < hp->head_dim; c++) {
+                double theta = 0.0;
+                if (c < hp->rope.n_rot) {
+                    const int32_t i = hp->rope.mode == BK_ROPE_NEOX ? c % half : c / 2;
+                    theta = hp->rope.freq_scale * pow(hp->rope.freq_base, -2.0 * i / hp->rope.n_rot);
+                    if (ff) theta /= ((const float *)ff->data)[i];
+                }
+                if (theta * hp->n_ctx_train <= 1.0 && b[h * hp->head_dim + c] != 0.0f) {
+                    shift[(int64_t)l * kd + h * hp->head_dim + c] = b[h * hp->head_dim + c];
+                    any = true;
+                }
+            }
+    }
+    if (any) kv->k_shift = shift;
+    else free(shift);
+    return VLLMC_OK;
+}
+
 vllmc_status model_kv_create(struct model *m, enum bk_kv_dtype dtype, int32_t n_blocks, struct bk_kv_cache **out) {
     vllmc_status st = m->be->ops->kv_create(m->be, dtype, m->hp.n_attn_layers, n_blocks, m->hp.n_kv_head, m->hp.head_dim, out);
+    if (!st) (*out)->k_shift = NULL;
     if (!st && dtype == BK_KV_FP8_E4M3 && (*out)->k_scales && (*out)->v_scales &&
         ((st = model_kv_read_scales(m, MODEL_KV_K_SCALE_KEY, (*out)->k_scales, m->hp.n_attn_layers)) ||
-         (st = model_kv_read_scales(m, MODEL_KV_V_SCALE_KEY, (*out)->v_scales, m->hp.n_attn_layers)))) {
+         (st = model_kv_read_scales(m, MODEL_KV_V_SCALE_KEY, (*out)->v_scales, m->hp.n_attn_layers)) ||
+         (st = model_kv_k_shift(m, *out)))) {
         m->be->ops->kv_destroy(m->be, *out);
         *out = NULL;
         return st;
@@ -272,6 +318,8 @@ vllmc_status model_kv_set_state_slots(struct model *m, struct bk_kv_cache *kv, i
 void model_kv_destroy(struct model *m, struct bk_kv_cache *kv) {
     if (!kv) return;
     if (m->arch->kv_detach) m->arch->kv_detach(m, kv);
+    free(kv->k_shift);
+    kv->k_shift = NULL;
     m->be->ops->kv_destroy(m->be, kv);
 }
 

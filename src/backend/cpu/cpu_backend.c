@@ -171,6 +171,7 @@ static void cpu_kv_destroy(struct backend *be, struct bk_kv_cache *kv) {
     free(kv->v);
     free(kv->k_scales);
     free(kv->v_scales);
+    free(kv->k_shift);
     free(kv);
 }
 
@@ -267,6 +268,7 @@ void cpu_kv_store(const struct cpu_backend *c, struct bk_kv_cache *kv, const str
     const size_t elt = bk_kv_dtype_size(kv->dtype);
     float k_scale, v_scale;
     cpu_kv_scales(kv, p->kv_layer, &k_scale, &v_scale);
+    const float *k_shift = kv->dtype == BK_KV_FP8_E4M3 && kv->k_shift ? kv->k_shift + (int64_t)p->kv_layer * nkv * hd : NULL;
     for (int64_t t = t0; t < t1; t++) {
         const struct bk_seq *s = &c->seqs[c->seq_idx[t]];
         int32_t pos = c->pos[t];
@@ -287,9 +289,10 @@ void cpu_kv_store(const struct cpu_backend *c, struct bk_kv_cache *kv, const str
                     ((uint16_t *)vd)[i] = fp32_to_bf16(vs[i]);
                 }
                 break;
-            case BK_KV_FP8_E4M3: /* as vLLM's fp8 cache store: e4m3(x / scale), saturated */
+            case BK_KV_FP8_E4M3: /* as vLLM's fp8 cache store: e4m3(x / scale), saturated; keys less k_shift */
                 for (int32_t i = 0; i < hd; i++) {
-                    ((uint8_t *)kd)[i] = bk_fp8_e4m3_from_f32(ks[i] / k_scale);
+                    const float kx = k_shift ? ks[i] - k_shift[(int64_t)h * hd + i] : ks[i];
+                    ((uint8_t *)kd)[i] = bk_fp8_e4m3_from_f32(kx / k_scale);
                     ((uint8_t *)vd)[i] = bk_fp8_e4m3_from_f32(vs[i] / v_scale);
                 }
                 break;
