@@ -18,7 +18,7 @@
 struct gen_opts {
     const char *model_path, *prompt, *prompt_ids, *dump_logits, *system, *perplexity;
     int32_t n_predict, n_threads, batch, ctx;
-    bool ids, ignore_eos, reference, verbose;
+    bool ids, ignore_eos, reference, verbose, kv_fp8_plain;
     enum bk_kv_dtype kv_dtype;
     struct sampler_params sp;
 };
@@ -38,6 +38,7 @@ static void gen_usage(const char *cmd) {
             "  --ctx N                   context length to reserve (default prompt + n)\n"
             "  --kv-cache-dtype T        KV cache type: auto (= f16) | f16 | bf16 | fp8 (e4m3, scaled) | f32\n"
             "  --kv-f32                  same as --kv-cache-dtype f32\n"
+            "  --kv-fp8-plain            fp8 cache without the key shift (vLLM's fp8 cache as is)\n"
             "  --reference               plain scalar reference ops (slow; for testing)\n"
             "%s",
             cmd, strcmp(cmd, "chat") ? "-p TEXT " : "",
@@ -111,6 +112,7 @@ static int parse_opts(int argc, char **argv, bool chat, struct gen_opts *o) {
         else if (!strcmp(a, "--ignore-eos")) o->ignore_eos = true;
         else if (!strcmp(a, "--reference")) o->reference = true;
         else if (!strcmp(a, "--kv-f32")) o->kv_dtype = BK_KV_F32;
+        else if (!strcmp(a, "--kv-fp8-plain")) o->kv_fp8_plain = true;
         else if (!strcmp(a, "--kv-cache-dtype")) { NEED_ARG(); if (!bk_kv_dtype_parse(v, &o->kv_dtype)) BAD(v); }
         else if (!chat && !strcmp(a, "--perplexity")) { NEED_ARG(); o->perplexity = v; }
         else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) o->verbose = true;
@@ -197,6 +199,8 @@ static vllmc_status gen_seq_init(struct gen_seq *s, struct model *m, int32_t max
     s->cap_tokens = max_ctx;
     vllmc_status st;
     if ((st = model_reserve(m, batch, all_logits ? batch : 1))) return st;
+    /* the fp8 key shift's horizon: the engine's default max_model_len, or more when this sequence is longer */
+    m->kv_max_len = VLLMC_MAX(max_ctx, VLLMC_MIN(m->hp.n_ctx_train, 4096));
     if ((st = model_kv_create(m, kv_dtype, s->n_blocks_max, &s->kv))) return st;
     s->block_table = malloc((size_t)s->n_blocks_max * sizeof(int32_t));
     s->tokens = malloc((size_t)max_ctx * sizeof(int32_t));
@@ -289,6 +293,7 @@ static int gen_env_init(struct gen_env *e, const struct gen_opts *o, bool need_t
         fprintf(stderr, "vllmc: %s\n", vllmc_last_error());
         return 1;
     }
+    e->m->kv_fp8_plain = o->kv_fp8_plain;
     if (o->verbose)
         fprintf(stderr, "loaded %s (%s, %d layers, n_embd %d, vocab %d, %.1f MB of weights) in %.2f s on %s with %d threads\n", o->model_path,
                 e->m->hp.arch, e->m->hp.n_layer, e->m->hp.n_embd, e->m->hp.n_vocab, (double)model_weight_bytes(e->m) / 1e6,

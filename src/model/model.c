@@ -249,16 +249,17 @@ static vllmc_status model_kv_read_scales(const struct model *m, const char *key,
 }
 
 /* The fp8 key shift (bk_kv_cache.k_shift): a key bias b (qwen2) reaches the cache as R(pos) b after RoPE. In
- * the pairs that turn by at most 1 radian over the trained context (theta_i * n_ctx_train <= 1; the
- * unrotated channels past n_rot too) that is nearly the constant b, and on Qwen2.5 it is large: |b| up to
- * ~210 in the lowest-frequency pairs, where e4m3's step is 16 while the keys vary there by ~1 from token to
- * token, so the variation rounds away and the scores jump where a key crosses a rounding point (fp8
- * perplexity +14% on tests/data/ppl_declaration.txt, mean KL to f32 0.077; with the shift 0.008, q8_0 0.033).
- * The shift is b in those channels and 0 elsewhere; layers with a key norm (after the bias) or without an
- * f32 key bias get 0. Depends on the model only, so every run and batch stores the same codes. */
+ * the pairs that turn by at most 1 radian over the longest sequence (theta_i * H <= 1, H = m->kv_max_len or
+ * the trained context; the unrotated channels past n_rot too) that stays near the constant b: subtracting b
+ * leaves |R(pos) b - b| <= 2 sin(1/2) |b| < |b| at every position. On Qwen2.5 b is large in the lowest-
+ * frequency pairs (|b| up to ~210), where e4m3's step is 16 while the keys vary there by ~1 from token to
+ * token: the variation rounds away and a score jumps wherever a key crosses a rounding point. The shift is
+ * b in those channels and 0 elsewhere; layers with a key norm (after the bias) or without an f32 key bias
+ * get 0. It depends on the model and H only, so every batch stores the same codes. */
 static vllmc_status model_kv_k_shift(struct model *m, struct bk_kv_cache *kv) {
     const struct model_hparams *hp = &m->hp;
     const int32_t kd = hp->n_kv_head * hp->head_dim, half = hp->rope.n_rot / 2;
+    const double horizon = m->kv_max_len > 0 ? m->kv_max_len : hp->n_ctx_train;
     const struct gguf_tensor *ff = gguf_find_tensor(m->gguf, "rope_freqs.weight");
     if (ff && (ff->type != GGML_TYPE_F32 || ff->ne[0] < half)) ff = NULL;
     kv->k_shift = NULL;
@@ -281,7 +282,7 @@ static vllmc_status model_kv_k_shift(struct model *m, struct bk_kv_cache *kv) {
                     theta = hp->rope.freq_scale * pow(hp->rope.freq_base, -2.0 * i / hp->rope.n_rot);
                     if (ff) theta /= ((const float *)ff->data)[i];
                 }
-                if (theta * hp->n_ctx_train <= 1.0 && b[h * hp->head_dim + c] != 0.0f) {
+                if (theta * horizon <= 1.0 && b[h * hp->head_dim + c] != 0.0f) {
                     shift[(int64_t)l * kd + h * hp->head_dim + c] = b[h * hp->head_dim + c];
                     any = true;
                 }
@@ -298,7 +299,7 @@ vllmc_status model_kv_create(struct model *m, enum bk_kv_dtype dtype, int32_t n_
     if (!st && dtype == BK_KV_FP8_E4M3 && (*out)->k_scales && (*out)->v_scales &&
         ((st = model_kv_read_scales(m, MODEL_KV_K_SCALE_KEY, (*out)->k_scales, m->hp.n_attn_layers)) ||
          (st = model_kv_read_scales(m, MODEL_KV_V_SCALE_KEY, (*out)->v_scales, m->hp.n_attn_layers)) ||
-         (st = model_kv_k_shift(m, *out)))) {
+         (!m->kv_fp8_plain && (st = model_kv_k_shift(m, *out))))) {
         m->be->ops->kv_destroy(m->be, *out);
         *out = NULL;
         return st;

@@ -78,6 +78,11 @@ struct model {
     void *arch_data;            /* family-specific weights / state */
     void *scratch;              /* family-specific activation buffers */
     int32_t max_tokens, max_logits;
+    /* fp8 caches (model_kv_create reads these): the longest sequence the caller's caches will hold, which
+     * bounds the key shift's RoPE horizon (0 = the trained context), and kv_fp8_plain = store e4m3(k / k_scale)
+     * with no key shift (vLLM's fp8 cache as is). */
+    int32_t kv_max_len;
+    bool kv_fp8_plain;
     struct bk_tensor **bound;   /* every tensor model_bind filled (freed by model_destroy) */
     int32_t n_bound, cap_bound;
 };
@@ -89,7 +94,9 @@ void model_destroy(struct model *m); /* accepts NULL */
 vllmc_status model_reserve(struct model *m, int32_t max_tokens, int32_t max_logits);
 vllmc_status model_forward(struct model *m, const struct bk_batch *b, struct bk_kv_cache *kv, float *logits,
                            int32_t *argmax);
-/* A KV cache with n_blocks blocks of 16 tokens for every attention layer. */
+/* A KV cache with n_blocks blocks of 16 tokens for every attention layer. An fp8 cache gets the scales the
+ * GGUF carries (else 1.0) and, unless m->kv_fp8_plain, the key shift derived from the key bias (k_shift in
+ * backend.h; horizon m->kv_max_len). */
 vllmc_status model_kv_create(struct model *m, enum bk_kv_dtype dtype, int32_t n_blocks, struct bk_kv_cache **out);
 void model_kv_destroy(struct model *m, struct bk_kv_cache *kv);
 /* Hybrid models: give kv n_slots recurrent-state slots (bk_seq.state_slot indexes them; model_kv_create
