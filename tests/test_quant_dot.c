@@ -273,17 +273,18 @@ static void test_one(uint32_t t, int64_t n) {
     free(deq);
 }
 
-/* (d) gemv / gemm vs per-pair vec_dot_ref, odd row counts, padded rows, several batch sizes. */
-static void test_gemv(uint32_t t) {
+/* (d) gemv / gemm vs per-pair vec_dot_ref, odd row counts, padded rows, several batch sizes; n = 0: the
+ * type's default length, else n columns (long K-quant rows: quant_gemm's column segments). */
+static void test_gemv(uint32_t t, int64_t n) {
     const struct quant_traits *tr = quant_traits(t);
-    int64_t n = tr->block_size == 256 ? 512 : tr->block_size == 32 ? 320 : 100;
+    if (!n) n = tr->block_size == 256 ? 512 : tr->block_size == 32 ? 320 : 100;
     int64_t n_rows = 7;
     size_t row = is_float_type(t) ? (size_t)n * tr->type_size : (size_t)quant_row_size(t, n);
     size_t row_bytes = row + 16; /* padded stride */
     uint8_t *w = malloc(row_bytes * (size_t)(n_rows + 2));
     for (int64_t r = 0; r < n_rows + 2; r++) make_weights(t, w + r * row_bytes, n, false);
     size_t ab = act_bytes(t, n);
-    int64_t max_act = 9;
+    int64_t max_act = 17;
     uint8_t *a = malloc(ab * (size_t)max_act);
     for (int64_t i = 0; i < max_act; i++) make_act(t, a + i * ab, n, false, 0);
     float out[16 * 16];
@@ -292,7 +293,7 @@ static void test_gemv(uint32_t t) {
     bool ok = true;
     for (int64_t r = 0; r < n_rows; r++) ok &= f2u(out[r]) == f2u(vec_dot_ref(t, n, w + (row0 + r) * row_bytes, a));
     CHECK_MSG(ok, "%s gemv != vec_dot_ref", tr->name);
-    const int64_t acts[] = {1, 2, 3, 5, 8, 9};
+    const int64_t acts[] = {1, 2, 3, 5, 8, 9, 16, 17};
     for (size_t k = 0; k < ARRAY_LEN(acts); k++) {
         int64_t n_act = acts[k], stride = n_rows + 3;
         for (size_t i = 0; i < ARRAY_LEN(out); i++) out[i] = -1.0f;
@@ -484,7 +485,8 @@ int main(void) {
             const int64_t nbs[] = {1, 2, 3, 16};
             for (size_t i = 0; i < ARRAY_LEN(nbs); i++) test_one(t, 256 * nbs[i]);
         }
-        test_gemv(t);
+        test_gemv(t, 0);
+        if (quant_traits(t)->block_size == 256) test_gemv(t, 19 * 256); /* 4864 columns, as Qwen2.5-0.5B's ffn_down */
     }
     return test_finish("test_quant_dot");
 }
