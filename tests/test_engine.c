@@ -192,6 +192,48 @@ static void test_model(const char *path) {
 
 
 /* Text, stop strings, logprobs, the memory plan refusal. */
+/* Greedy output ids of prompts[0] (n tokens, EOS ignored) under a logit bias. */
+static int32_t greedy_ids(vllmc_engine *e, const vllmc_logit_bias *b, int32_t nb, int32_t *out, int32_t n, vllmc_logit_bias *mutate) {
+    vllmc_sampling_params sp;
+    vllmc_sampling_params_default(&sp);
+    sp.max_tokens = n;
+    sp.ignore_eos = 1;
+    sp.logit_bias = b;
+    sp.n_logit_bias = nb;
+    vllmc_request *h = NULL;
+    if (vllmc_engine_submit(e, prompts[0], n_prompt[0], &sp, NULL, NULL, &h) != VLLMC_OK) return -1;
+    if (mutate) mutate->bias = -mutate->bias; /* the engine copied the list at submit */
+    vllmc_output r;
+    int32_t k = 0;
+    do {
+        vllmc_request_next(h, -1, &r);
+        for (int32_t j = 0; j < r.n_tokens && k < n; j++) out[k++] = r.tokens[j];
+    } while (!r.finish);
+    vllmc_request_release(h);
+    return k;
+}
+
+/* logit_bias through the engine: -100 bans (greedy avoids every banned id), +100 forces, the list is
+ * copied at submit, bad entries are refused. */
+static void test_logit_bias(vllmc_engine *e) {
+    int32_t g[8], b[8];
+    CHECK(greedy_ids(e, NULL, 0, g, 8, NULL) == 8);
+    vllmc_logit_bias ban[8];
+    for (int i = 0; i < 8; i++) ban[i] = (vllmc_logit_bias){g[i], -100.0f};
+    CHECK(greedy_ids(e, ban, 8, b, 8, NULL) == 8);
+    for (int i = 0; i < 8; i++)
+        for (int j = 0; j < 8; j++) CHECK_MSG(b[i] != g[j], "banned id %d drawn at %d", g[j], i);
+    int32_t f = 0;
+    for (bool used = true; used; f++) { used = false; for (int j = 0; j < 8; j++) used |= g[j] == f; }
+    f--;
+    vllmc_logit_bias force = {f, 100.0f};
+    CHECK(greedy_ids(e, &force, 1, b, 8, &force) == 8);
+    for (int i = 0; i < 8; i++) CHECK(b[i] == f);
+    vllmc_logit_bias bad[3] = {{1000000, 1.0f}, {-1, 1.0f}, {3, 100.5f}};
+    for (int i = 0; i < 3; i++) CHECK_MSG(greedy_ids(e, &bad[i], 1, b, 8, NULL) == -1 && strstr(vllmc_last_error(), "logit_bias"), "bad %d", i);
+    CHECK(greedy_ids(e, NULL, 2, b, 8, NULL) == -1);
+}
+
 static void test_text_stops_logprobs(const char *path) {
     vllmc_engine_opts o;
     engine_opts(&o, 4, 64, 0, 1);
@@ -265,6 +307,7 @@ static void test_text_stops_logprobs(const char *path) {
     do { vllmc_request_next(h, -1, &r); n3 += r.n_tokens; } while (!r.finish);
     CHECK(r.finish == VLLMC_FINISH_STOP && n3 == at + 1);
     vllmc_request_release(h);
+    test_logit_bias(e);
     vllmc_engine_destroy(e);
     /* a plan that cannot fit is refused with numbers */
     engine_opts(&o, 4, 64, 0, 1);
