@@ -65,6 +65,8 @@ typedef struct {
                                        requests, at most 4 GiB */
     uint64_t memory_limit_bytes;    /* 0 = none; else weights + activations + KV + state must fit */
     vllmc_kv_dtype kv_dtype;
+    int kv_fp8_plain;               /* fp8 KV: 1 = store e4m3(k / scale) as vLLM, without the key shift (0, default;
+                                       docs/DESIGN.md "Memory") */
     int enable_prefix_caching;      /* 1 (default) or 0 */
     int32_t state_snapshots;        /* models with recurrent state (qwen35): snapshot slots of the state at block
                                        boundaries, which prefix reuse needs; < 0 = default (max_num_seqs),

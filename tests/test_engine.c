@@ -318,23 +318,26 @@ static void test_text_stops_logprobs(const char *path) {
     printf("  refused: %s\n", vllmc_last_error());
 }
 
-/* Other KV dtypes: batched with preemption equals alone (each dtype against itself). */
+/* Other KV dtypes (fp8 with and without the key shift): batched with preemption equals alone (each against itself). */
 static void test_kv_dtypes(const char *path) {
     static int32_t alone[NP][NGEN], squeezed[NP][NGEN];
     int all[NP];
     for (int p = 0; p < NP; p++) all[p] = p;
-    const vllmc_kv_dtype dts[] = {VLLMC_KV_F32, VLLMC_KV_BF16, VLLMC_KV_FP8_E4M3};
+    const vllmc_kv_dtype dts[] = {VLLMC_KV_F32, VLLMC_KV_BF16, VLLMC_KV_FP8_E4M3, VLLMC_KV_FP8_E4M3};
+    const int plain[] = {0, 0, 0, 1};
     for (size_t d = 0; d < sizeof(dts) / sizeof(dts[0]); d++) {
         vllmc_engine_opts o;
         engine_opts(&o, 1, 128, 0, 1);
         o.kv_dtype = dts[d];
+        o.kv_fp8_plain = plain[d];
         CHECK(run_engine(path, &o, all, NP, alone, NULL) == 0);
         engine_opts(&o, NP, 40, 8, 1);
         o.kv_dtype = dts[d];
+        o.kv_fp8_plain = plain[d];
         CHECK(run_engine(path, &o, all, NP, squeezed, NULL) == 0);
         for (int p = 0; p < NP; p++) CHECK_MSG(same_tokens(alone, squeezed, p), "kv dtype %d prompt %d: batched differs from alone", (int)dts[d], p);
     }
-    printf("  kv dtypes f32, bf16, fp8_e4m3: batched with preemption equals alone\n");
+    printf("  kv dtypes f32, bf16, fp8_e4m3 (shifted and plain): batched with preemption equals alone\n");
 }
 
 /* Device and memory options: bad values are refused with a message, a plan over the utilization limit too;

@@ -210,6 +210,7 @@ vllmc_status vllmc_engine_create(const char *model_path, const vllmc_engine_opts
     }
     c.n_blocks = (int32_t)n_blocks;
     g->m->kv_max_len = c.max_model_len; /* the fp8 key shift's horizon */
+    g->m->kv_fp8_plain = o.kv_fp8_plain != 0;
     if ((st = model_reserve(g->m, c.max_num_batched_tokens, max_logits)) || (st = model_kv_create(g->m, kdt, c.n_blocks, &g->kv)) ||
         (has_state && (st = model_kv_set_state_slots(g->m, g->kv, n_slots))))
         goto fail;
