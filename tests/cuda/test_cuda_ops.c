@@ -750,6 +750,16 @@ static void test_invariance(void) {
             }
             CHECK_MSG(bad == 0, "batch invariance: matmul %s %lld x %lld: %zu outputs of one row differ from the 8-row run",
                       quant_traits(types[ti])->name, (long long)NOUT, (long long)E, bad);
+            /* the few-row kernel (off by default): the same bits as the multi-row one */
+            backend_cuda_set_decode_rows(8);
+            CHECK(inv->ops->matmul(inv, &a8, 1, &mo) == VLLMC_OK);
+            float *hd = malloc((size_t)(8 * NOUT) * 4);
+            CHECK(inv->ops->copy_to_host(inv, hd, y8, (size_t)(8 * NOUT) * 4) == VLLMC_OK);
+            backend_cuda_set_decode_rows(0);
+            const size_t bad_dec = (size_t)n_diff(hd, h8, (size_t)(8 * NOUT));
+            CHECK_MSG(bad_dec == 0, "few-row matmul %s %lld x %lld: %zu outputs differ from the multi-row kernel's",
+                      quant_traits(types[ti])->name, (long long)NOUT, (long long)E, bad_dec);
+            free(hd);
             free(h8); free(h1); free(host);
             inv->ops->free(inv, y8); inv->ops->free(inv, y1);
             inv->ops->weight_free(inv, &w);

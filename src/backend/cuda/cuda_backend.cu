@@ -1267,6 +1267,7 @@ extern "C" vllmc_status backend_cuda_create(const struct backend_cuda_opts *o, s
             backend_cuda_set_matvec(tr, ks, pers);
         }
     }
+    if ((env = getenv("VLLMC_CUDA_DEC"))) backend_cuda_set_decode_rows(atoi(env));
     c->batch_invariant = o && o->batch_invariant;
     if ((st = gpu_err(gpuStreamCreate(&c->stream), "stream"))) { delete c; return st; }
     /* prefill paths; VLLMC_CUDA_GEMM_ROWS (0: never), VLLMC_CUDA_GDN_CHUNKED=0 and VLLMC_CUDA_ATTN_PREFILL=0
@@ -1298,6 +1299,7 @@ extern "C" void backend_cuda_get_stats(struct backend *be, struct backend_cuda_s
 extern "C" void backend_cuda_set_matvec(const int tr[3], const int ks[3], const int pers[3]) {
     for (int i = 0; i < 3; i++) { cu_mm_cfg.tr[i] = tr[i]; cu_mm_cfg.ks[i] = ks[i]; cu_mm_cfg.pers[i] = pers[i]; }
 }
+extern "C" void backend_cuda_set_decode_rows(int max_rows) { cu_mm_cfg.dec_rows = max_rows < 0 ? 0 : max_rows; }
 extern "C" void backend_cuda_set_matvec_rows(int rows0, int rows1) {
     cu_mm_cfg.rows[0] = rows0;
     cu_mm_cfg.rows[1] = rows1;

@@ -47,6 +47,10 @@ void backend_cuda_get_stats(struct backend *be, struct backend_cuda_stats *out);
 void backend_cuda_set_matvec(const int tr[3], const int ks[3], const int pers[3]);
 void backend_cuda_get_matvec(int tr[3], int ks[3], int pers[3]);
 void backend_cuda_set_matvec_rows(int rows0, int rows1); /* class limits (default 8,192 and 65,536) */
+/* Matmuls of 2..max_rows activation rows (Q4_K / Q6_K / Q8_0 / F32 weights) through the few-row kernel (a warp per
+ * (weight row, activation row), the same bits as the multi-row kernel); 0 (default): off. Process-wide;
+ * VLLMC_CUDA_DEC=N sets it at backend creation. Not yet measured: for comparisons. */
+void backend_cuda_set_decode_rows(int max_rows);
 
 /* Per op-family profile (profile = true): calls, GPU milliseconds, bytes of weights read. */
 #define BACKEND_CUDA_PROF_MAX 24

@@ -93,6 +93,9 @@ struct cu_mm_cfg {
     int32_t rows[2];
     int32_t tr[3], ks[3];
     int32_t pers[3];           /* ks >= 1: 0 one CTA per tile group, else at most pers x the resident CTAs (persistent) */
+    int32_t dec_rows;          /* 2..dec_rows activation rows of Q4_K / Q6_K / Q8_0 / F32 weights: mm_kernel_dec (a warp
+                                  per (weight row, activation row), the rows of one weight row side by side so its
+                                  bytes come from L2; mm_row's order per row). 0: off (not yet measured) */
 };
 extern struct cu_mm_cfg cu_mm_cfg;
 void cu_launch_matmul(const struct cu_mm_args *args, gpuStream_t s);

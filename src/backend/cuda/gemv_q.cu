@@ -1040,10 +1040,13 @@ static int split_resident(int ks) {
 }
 
 /* measured on the H200 (docs/BENCHMARKS.md); VLLMC_CUDA_MM="tr0,ks0,tr1,ks1,tr2,ks2[,p0,p1,p2]" overrides (experiments) */
-struct cu_mm_cfg cu_mm_cfg = {{8192, 65536}, {1, 4, 4}, {0, 2, 1}, {0, 0, 0}};
+struct cu_mm_cfg cu_mm_cfg = {{8192, 65536}, {1, 4, 4}, {0, 2, 1}, {0, 0, 0}, 0};
+
+static bool mm_launch_dec(const struct cu_mm_args *args, gpuStream_t s);
 
 void cu_launch_matmul(const struct cu_mm_args *args, gpuStream_t s) {
     if (args->n_act <= 0 || args->n_ctas <= 0) return;
+    if (args->n_act > 1 && args->n_act <= cu_mm_cfg.dec_rows && mm_launch_dec(args, s)) return;
     if (args->n_act == 1) {
         const int resident = mm_resident_ctas();
         const int cls = args->total_rows < cu_mm_cfg.rows[0] ? 0 : args->total_rows < cu_mm_cfg.rows[1] ? 1 : 2;
@@ -1109,6 +1112,53 @@ static __device__ __forceinline__ cu_act_view act_row(cu_act_view a, int64_t r) 
     if (a.k_qs) { a.k_qs += r * n; a.k_d += r * (n / QK_K); a.k_bs += r * (n / 16); }
     if (a.o_qs) { a.o_qs += r * n; a.o_d += r * (n / 32); }
     return a;
+}
+
+/* Few activation rows (a decode step of several sequences): warp w takes weight row w / n_act and activation row
+ * w % n_act, so the n_act warps reading one weight row run side by side and all but the first read it from L2.
+ * Each row is summed by the one-row tile functions with tiles of one row: the units of a row go to the lane
+ * groups as in mm_row, so the outputs are mm_kernel's bits (batch invariance holds). */
+static __global__ void __launch_bounds__(32 * CU_MM_WARPS) mm_kernel_dec(const struct cu_mm_args P) {
+    const int lane = threadIdx.x % 32;
+    const int64_t gw = (int64_t)blockIdx.x * CU_MM_WARPS + threadIdx.x / 32;
+    const int r = (int)(gw % P.n_act);
+    const int64_t g = gw / P.n_act;
+    if (g >= P.total_rows) return;
+    int si = 0;
+#pragma unroll
+    for (int i = 1; i < CU_MM_MAX_SEG; i++)
+        if (i < P.n_seg && g >= P.seg[i].row0) si = i;
+    const cu_mm_seg &S = P.seg[si];
+    const int row = (int)(g - S.row0);
+    const uint8_t *w0 = S.w + (size_t)row * S.stride;
+    const cu_act_view a = act_row(P.a, r);
+    const int n = (int)P.a.n;
+    float acc[MM_TR] = {0.f, 0.f, 0.f, 0.f};
+    if (S.type == GGML_TYPE_F32) {
+        row_f32<1>((const float *)w0, n, a, 0, 1, acc, lane);
+    } else {
+        if (S.type == GGML_TYPE_Q4_K) tile_q4_K(w0, S.stride, 1, n / QK_K, a, acc, lane, 0, 8);
+        else if (S.type == GGML_TYPE_Q6_K) tile_q6_K(w0, S.stride, 1, n / QK_K, a, acc, lane, 0, 8);
+        else tile_q8_0(w0, S.stride, 1, n / 32, a, acc, lane, 0, 32);
+        acc[0] = group32_sum(acc[0]);
+    }
+    if (lane == 0) {
+        float y = acc[0];
+        if (S.bias) y = __fadd_rn(y, S.bias[row]);
+        S.y[(int64_t)r * S.ld_y + row] = y;
+        if (S.res) S.res[(int64_t)r * S.ld_y + row] = __fadd_rn(S.res[(int64_t)r * S.ld_y + row], y);
+    }
+}
+
+/* False (nothing launched) when a segment's type has no one-row tile function. */
+static bool mm_launch_dec(const struct cu_mm_args *args, gpuStream_t s) {
+    for (int i = 0; i < args->n_seg; i++) {
+        const int t = args->seg[i].type;
+        if (t != GGML_TYPE_Q4_K && t != GGML_TYPE_Q6_K && t != GGML_TYPE_Q8_0 && t != GGML_TYPE_F32) return false;
+    }
+    const int64_t warps = (int64_t)args->total_rows * args->n_act;
+    mm_kernel_dec<<<(unsigned)GPU_CEIL_DIV(warps, CU_MM_WARPS), 32 * CU_MM_WARPS, 0, s>>>(*args);
+    return true;
 }
 
 static __global__ void __launch_bounds__(32 * CU_MM_WARPS) moe_mm_kernel(const struct cu_moe_mm_args P) {
