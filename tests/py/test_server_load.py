@@ -108,9 +108,14 @@ def random_body(rng):
         body["seed"] = rng.randint(0, 1 << 30)
     if rng.random() < 0.1:
         body["ignore_eos"] = True
+    if rng.random() < 0.2:  # tiny vocabulary: 384 ids
+        body["logit_bias"] = {str(rng.randrange(384)): rng.choice([-100, -5, 3, 100]) for _ in range(rng.randint(1, 4))}
+    if chat and rng.random() < 0.2:
+        body["tools"] = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+        body["tool_choice"] = rng.choice(["auto", "none", "required"])
     body["stream"] = rng.random() < 0.6
     if body["stream"] and rng.random() < 0.5:
-        body["stream_options"] = {"include_usage": True}
+        body["stream_options"] = {"include_usage": True, "continuous_usage_stats": rng.random() < 0.5}
     return ("/v1/chat/completions" if chat else "/v1/completions"), body
 
 
