@@ -606,7 +606,7 @@ static void test_moe(void) {
 }
 
 /* KV dtypes: the stored elements byte for byte equal to the CPU's (f16, bf16, fp8 e4m3 with per-layer
- * scales), for fresh random k/v spanning fp8 subnormals, normals and saturation, plus special values (NaN,
+ * scales and a per-channel key shift), for fresh random k/v spanning fp8 subnormals, normals and saturation, plus special values (NaN,
  * inf, +-448 and above, rounding ties); then the attention output (prefill, then decode) against the CPU's. */
 static const float kv_specials[] = {NAN, -NAN, INFINITY, -INFINITY, 448.0f, -448.0f, 464.0f, 480.0f, 1e30f, -0.0f, 0.0f,
                                     0x1p-10f, 0x3p-10f, 0x5p-10f, -0x1p-10f, 0x1p-6f, 0x1.1p-6f, 0x1.18p-6f, 0x1.3p-6f, 0x1p-9f,
@@ -633,9 +633,12 @@ static void test_kv_dtypes(void) {
         CHECK(ref->ops->kv_create(ref, dt, 2, 128, NKV, HD, &rkv) == VLLMC_OK);
         CHECK(gpu->ops->kv_create(gpu, dt, 2, 128, NKV, HD, &gkv) == VLLMC_OK);
         CHECK(gkv->k_scales && gkv->v_scales);
-        if (dt == BK_KV_FP8_E4M3) { /* a layer with scales other than 1 */
+        if (dt == BK_KV_FP8_E4M3) { /* a layer with scales other than 1, and a key shift (freed by kv_destroy) */
             rkv->k_scales[1] = gkv->k_scales[1] = 0.37f;
             rkv->v_scales[1] = gkv->v_scales[1] = 2.5f;
+            rkv->k_shift = rand_buf((size_t)(2 * NKV * HD), 3.0f);
+            gkv->k_shift = malloc((size_t)(2 * NKV * HD) * sizeof(float));
+            memcpy(gkv->k_shift, rkv->k_shift, (size_t)(2 * NKV * HD) * sizeof(float));
         }
         /* layer 0: special values, codes only */
         {

@@ -72,6 +72,13 @@ struct cu_graph {
     uint64_t last_use;
 };
 
+/* The cache with what the backend keeps beside it: the fp8 key shift on the device (uploaded at the first
+ * attention call that needs it: the model sets k_shift right after kv_create, before any store). */
+struct cu_kv {
+    struct bk_kv_cache kv;
+    float *d_shift;            /* [n_layers][n_kv_head * head_dim] */
+};
+
 struct cu_backend {
     struct backend base;
     gpuStream_t stream;
@@ -855,6 +862,17 @@ static vllmc_status cu_attention(struct backend *be, struct bk_kv_cache *kv, con
     r.a.out = out; r.a.kpool = kv->k[p->kv_layer]; r.a.vpool = kv->v[p->kv_layer]; r.a.dtype = (int32_t)kv->dtype;
     r.a.n_head = p->n_head; r.a.n_kv_head = p->n_kv_head; r.a.head_dim = hd; r.a.scale = p->scale;
     r.a.k_scale = ks; r.a.v_scale = vs;
+    if (kv->dtype == BK_KV_FP8_E4M3 && kv->k_shift) {
+        struct cu_kv *ck = (struct cu_kv *)kv;
+        const size_t per = (size_t)kv->n_kv_head * (size_t)kv->head_dim;
+        if (!ck->d_shift) {
+            flush(c);
+            vllmc_status st = dev_alloc(c, per * (size_t)kv->n_layers * 4, (void **)&ck->d_shift);
+            if (!st) st = gpu_err(gpuMemcpy(ck->d_shift, kv->k_shift, per * (size_t)kv->n_layers * 4, gpuMemcpyHostToDevice), "key shift");
+            if (st) return st;
+        }
+        r.a.k_shift = ck->d_shift + per * (size_t)p->kv_layer;
+    }
     r.a.n_split = (int32_t)n_split; r.a.chunk = (int32_t)chunk; r.a.group = (int32_t)group; r.a.work = c->attn_work;
     r.prefill = prefill;
     return submit(c, CU_OP_ATTN, &r, sizeof(r));
@@ -1148,6 +1166,8 @@ static vllmc_status cu_moe(struct backend *be, const struct bk_act *in, const st
 
 static void cu_kv_destroy(struct backend *be, struct bk_kv_cache *kv) {
     if (!kv) return;
+    if (((struct cu_kv *)kv)->d_shift) cu_free(be, ((struct cu_kv *)kv)->d_shift);
+    free(kv->k_shift);
     for (int32_t l = 0; l < kv->n_layers; l++) {
         if (kv->k && kv->k[l]) cu_free(be, kv->k[l]);
         if (kv->v && kv->v[l]) cu_free(be, kv->v[l]);
@@ -1169,8 +1189,9 @@ static vllmc_status cu_kv_create(struct backend *be, enum bk_kv_dtype dtype, int
     uint64_t bytes;
     if (!checked_mul_u64(bk_kv_block_bytes(dtype, n_kv_head, head_dim), (uint64_t)n_blocks, &bytes) || bytes > SIZE_MAX)
         return vllmc_errorf(VLLMC_ERR_OOM, "KV cache too large");
-    struct bk_kv_cache *kv = (struct bk_kv_cache *)calloc(1, sizeof(*kv));
-    if (!kv) return vllmc_errorf(VLLMC_ERR_OOM, "KV cache");
+    struct cu_kv *ck = (struct cu_kv *)calloc(1, sizeof(*ck));
+    if (!ck) return vllmc_errorf(VLLMC_ERR_OOM, "KV cache");
+    struct bk_kv_cache *kv = &ck->kv;
     kv->dtype = dtype; kv->n_blocks = n_blocks; kv->n_kv_head = n_kv_head; kv->head_dim = head_dim;
     kv->k_scale = kv->v_scale = 1.0f;
     kv->k = (void **)calloc((size_t)(n_layers ? n_layers : 1), sizeof(void *));

@@ -143,6 +143,8 @@ struct cu_attn_args {
     int32_t n_head, n_kv_head, head_dim;
     float scale;               /* softmax scale; the score is q.k * (k_scale * scale) as on the CPU */
     float k_scale, v_scale;    /* fp8: the layer's scales (stores divide by them, reads multiply); else 1 */
+    const float *k_shift;      /* fp8: the layer's key shift [n_kv_head * head_dim] (bk_kv_cache.k_shift), subtracted
+                                  before the store, or NULL */
     int32_t n_split, chunk;    /* split-K over the context: n_split parts of chunk positions */
     int32_t group, t0;         /* tokens per split/combine launch (bounds the work buffer); first token (launcher) */
     float *work;               /* [group][n_head][n_split][head_dim + 2] */

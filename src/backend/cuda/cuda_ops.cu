@@ -200,7 +200,8 @@ static __global__ void kv_store_kernel(struct cu_batch_dev b, struct cu_attn_arg
     for (int e = threadIdx.x; e < n; e += blockDim.x) {
         const int kvh = e / hd, i = e % hd;
         const size_t idx = (((size_t)blk * a.n_kv_head + kvh) * BK_KV_BLOCK + slot) * hd + i;
-        kv_store(a.kpool, a.dtype, idx, a.k[(int64_t)t * a.ld_k + e], a.k_scale);
+        const float kx = a.k[(int64_t)t * a.ld_k + e];
+        kv_store(a.kpool, a.dtype, idx, a.k_shift ? __fsub_rn(kx, a.k_shift[e]) : kx, a.k_scale);
         kv_store(a.vpool, a.dtype, idx, a.v[(int64_t)t * a.ld_v + e], a.v_scale);
     }
 }
