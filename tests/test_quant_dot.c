@@ -293,7 +293,7 @@ static void test_gemv(uint32_t t, int64_t n) {
     bool ok = true;
     for (int64_t r = 0; r < n_rows; r++) ok &= f2u(out[r]) == f2u(vec_dot_ref(t, n, w + (row0 + r) * row_bytes, a));
     CHECK_MSG(ok, "%s gemv != vec_dot_ref", tr->name);
-    const int64_t acts[] = {1, 2, 3, 5, 8, 9, 16, 17};
+    const int64_t acts[] = {1, 2, 3, 5, 6, 7, 8, 9, 16, 17};
     for (size_t k = 0; k < ARRAY_LEN(acts); k++) {
         int64_t n_act = acts[k], stride = n_rows + 3;
         for (size_t i = 0; i < ARRAY_LEN(out); i++) out[i] = -1.0f;

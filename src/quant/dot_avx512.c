@@ -590,7 +590,11 @@ quantize_row_fn dot_avx512_get_quantizer(uint32_t act_type) {
         case 1: dotz_##name##_n(n, w, a, a_stride, 1, out); break;                                        \
         case 2: dotz_##name##_n(n, w, a, a_stride, 2, out); break;                                        \
         case 3: dotz_##name##_n(n, w, a, a_stride, 3, out); break;                                        \
-        default: dotz_##name##_n(n, w, a, a_stride, 4, out); break;                                       \
+        case 4: dotz_##name##_n(n, w, a, a_stride, 4, out); break;                                        \
+        case 5: dotz_##name##_n(n, w, a, a_stride, 5, out); break;                                        \
+        case 6: dotz_##name##_n(n, w, a, a_stride, 6, out); break;                                        \
+        case 7: dotz_##name##_n(n, w, a, a_stride, 7, out); break;                                        \
+        default: dotz_##name##_n(n, w, a, a_stride, 8, out); break;                                       \
         }                                                                                                 \
     }
 DOTZ_MULTI(q4_K)

@@ -143,7 +143,7 @@ static inline int32_t dot_isum_mxfp4(const block_mxfp4 *w, const int8_t *a) {
 /* ---- implementation tables ---- */
 /* One weight row against n_act (1..DOT_MULTI_MAX) activation rows a_stride bytes apart:
  * out[i] = the one-row kernel's result for activation row i, bit for bit. */
-#define DOT_MULTI_MAX 4
+#define DOT_MULTI_MAX 8
 typedef void (*vec_dot_multi_fn)(int64_t n, const void *w, const void *a, size_t a_stride, int n_act, float *out);
 vec_dot_multi_fn dot_avx512_get_multi(uint32_t wtype);
 /* Activation quantizers: scalar reference (act_quant.c) and SIMD versions with the same bits. */
