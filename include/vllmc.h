@@ -79,8 +79,10 @@ typedef struct {
                                        device's memory (the host's on cpu); with no KV size given the KV pool
                                        takes what is left of it (at most max_num_seqs full requests). 0 = not set */
     int enforce_eager;              /* cuda: run every op as it is called (no CUDA graphs) */
-    int batch_invariant;            /* cuda: every matmul sums in the same order for any batch size, so a
-                                       request's tokens do not depend on what runs next to it (default 1) */
+    int batch_invariant;            /* cuda: every op computes a row the same way for any batch, so a request's
+                                       tokens do not depend on what runs next to it; off by default on cuda
+                                       (it keeps prefill off the GEMM / chunked-GDN / flash paths: >10x slower
+                                       prefill); the CPU backend is batch-invariant always */
 } vllmc_engine_opts;
 
 void vllmc_engine_opts_default(vllmc_engine_opts *o);

@@ -15,7 +15,7 @@
 # on the tiny models (a few seconds) and on the synth_gguf.py shapes in ENGINE_MODELS (default none; ENGINE_ARGS:
 # requests and tokens); stage
 # ebench runs `vllmc bench --concurrency` (EBENCH_ARGS) on BENCH_MODELS with the f16 and fp8 KV caches, and
-# with EBENCH_VARIANT=1 once more (f16) with --no-batch-invariant (the cost of batch invariance).
+# with EBENCH_VARIANT=1 once more (f16) with --batch-invariant (the cost of batch invariance).
 # Stages prefill (test_cuda_prefill), prefillmodel (the tiny qwen35 with a 150-token prompt, with and without the
 # prefill paths) and prefillbench (pp512 with its prefill profile; PP_OLD=0 skips the rerun without the prefill paths,
 # PP_LONG=N adds a ppN run, PP_SWEEP the GEMM row-threshold sweep) are not in the default list either.
@@ -174,7 +174,7 @@ if has ebench; then # engine throughput: N requests in flight
         [ "${EBENCH_VARIANT:-0}" = 1 ] && runs="$runs variant"
         for kvd in $runs; do
             extra="--kv-cache-dtype $kvd"
-            [ "$kvd" = variant ] && extra="--kv-cache-dtype f16 --no-batch-invariant"
+            [ "$kvd" = variant ] && extra="--kv-cache-dtype f16 --batch-invariant"
             # shellcheck disable=SC2086
             timeout 200 "$BIN/vllmc" bench -m "$f" $extra ${EBENCH_ARGS:---concurrency 1,4,16,64 -p 128 -g 128 -r 2} \
                 >"$OUT/ebench_${m}_$kvd.txt" 2>&1; rc=$?

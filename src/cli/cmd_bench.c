@@ -31,7 +31,7 @@
 struct bench_opts {
     const char *model;
     int n_prompt, n_gen, reps, threads;
-    bool json, eager, profile, cpu, variant;
+    bool json, eager, profile, cpu, invariant;
     enum bk_kv_dtype kv;
     int conc[16], n_conc;
 };
@@ -76,7 +76,8 @@ static void usage(void) {
             "  --enforce-eager no CUDA graphs\n"
             "  --kv-cache-dtype D  auto (= f16), f16, bf16, f32, fp8 / fp8_e4m3\n"
             "  --concurrency N,..  engine mode: keep N requests in flight (continuous batching) for each N\n"
-            "  --no-batch-invariant  engine mode, cuda: one-row matmuls may use the faster tile order\n"
+            "  --batch-invariant engine mode, cuda: every row computed the same way whatever the batch (the\n"
+            "                  default is off: split-K decode and the fast prefill paths)\n"
             "  -t N            CPU threads (cpu device)\n"
             "  --profile       per op family table (CUDA)\n"
             "  --json          one JSON object on stdout\n");
@@ -210,7 +211,7 @@ static int bench_engine(const struct bench_opts *o) {
     eo.max_num_batched_tokens = VLLMC_MAX(2048, o->n_prompt + max_n);
     eo.enable_prefix_caching = 0;
     eo.enforce_eager = o->eager;
-    eo.batch_invariant = !o->variant;
+    eo.batch_invariant = o->invariant;
     eo.threads = o->threads;
     eo.kv_dtype = o->kv == BK_KV_F32 ? VLLMC_KV_F32 : o->kv == BK_KV_BF16 ? VLLMC_KV_BF16 : o->kv == BK_KV_FP8_E4M3 ? VLLMC_KV_FP8_E4M3 : VLLMC_KV_F16;
     double t_load = vllmc_time_s();
@@ -328,7 +329,8 @@ int cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "-t") && has) o.threads = atoi(argv[++i]);
         else if (!strcmp(a, "--json")) o.json = true;
         else if (!strcmp(a, "--enforce-eager")) o.eager = true;
-        else if (!strcmp(a, "--no-batch-invariant")) o.variant = true;
+        else if (!strcmp(a, "--no-batch-invariant")) o.invariant = false;
+        else if (!strcmp(a, "--batch-invariant")) o.invariant = true;
         else if (!strcmp(a, "--profile")) o.profile = true;
         else if (!strcmp(a, "--device") && has) {
             const char *d = argv[++i];

@@ -34,8 +34,9 @@ static void serve_usage(void) {
             "  --reasoning-parser qwen3|none    split <think> output into reasoning_content (default: when the template has <think>)\n"
             "  --disable-log-requests           no line per request\n"
             "  --enforce-eager                  cuda: run every op as it is called, no CUDA graphs for decode steps\n"
-            "  --no-batch-invariant             cuda: let one-row matmuls use the faster tile order (a request's tokens\n"
-            "                                   may then depend on what runs next to it)\n"
+            "  --batch-invariant                cuda: compute every row the same way whatever runs beside it, so a\n"
+            "                                   request's tokens never depend on the batch (costs the fast prefill paths)\n"
+            "  --no-batch-invariant             cuda: the default: split-K decode and the GEMM / chunked prefill paths\n"
             "  -ngl N, --n-gpu-layers N         accepted and ignored (the chosen device runs every layer)\n"
             "  -t N, --threads N                CPU threads (default: all; cpu device)\n"
             "  --max-pending-requests N         generation requests in flight before 429 (default 4096)\n"
@@ -108,6 +109,7 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--enable-log-requests")) o.log_requests = true;
         else if (!strcmp(a, "--enforce-eager")) o.eng.enforce_eager = 1;
         else if (!strcmp(a, "--no-batch-invariant")) o.eng.batch_invariant = 0;
+        else if (!strcmp(a, "--batch-invariant")) o.eng.batch_invariant = 1;
         else if (!strcmp(a, "-ngl") || !strcmp(a, "--n-gpu-layers") || !strcmp(a, "--gpu-layers")) {
             INT_ARG(-1, 1 << 20, "an integer");
             fprintf(stderr, "vllmc serve: note: %s is accepted and ignored (the chosen device runs every layer)\n", a);

@@ -68,7 +68,7 @@ void vllmc_engine_opts_default(vllmc_engine_opts *o) {
     o->enable_prefix_caching = 1;
     o->state_snapshots = -1;
     o->print_plan = 1;
-    o->batch_invariant = 1;
+    o->batch_invariant = 0;
 }
 
 /* The backend for o->device (AUTO: CUDA when built with it and a GPU is present). */
