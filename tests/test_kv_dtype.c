@@ -3,7 +3,8 @@
  * saturation and random floats), and paged attention with f16 / bf16 / fp8 caches against the f32 cache
  * on fresh random data (prefill then decode steps, shuffled block tables, GQA), fast == reference bit
  * for bit per dtype and thread count, the fp8 scales (power-of-two scales give exactly scaled results) and
- * the fp8 key shift (exact codes of k - shift; close to the f32 cache where the unshifted keys are not).
+ * the fp8 key shift (exact codes of k - shift; close to the f32 cache where the unshifted keys are not), and
+ * the fp8 read path (scales, shift) against an f32 cache of the values the codes decode to.
  * Through a small random qwen2 model: fp8 scales read from the GGUF keys (one number or one per layer; bad
  * ones refused), the key shift model_kv_create derives from the key bias, logits of every KV dtype close
  * to the f32 cache's, fast == reference bit for bit. */
@@ -369,6 +370,51 @@ static void test_fp8_k_shift(void) {
 }
 
 
+/* The fp8 read path against the values it should decode: an f32 cache holding e4m3((k - shift) / k_scale) *
+ * k_scale and e4m3(v / v_scale) * v_scale, computed here from the conversion, gives the fp8 cache's attention
+ * up to float rounding (non-power-of-two scales, a key shift, keys and values from subnormal to saturated). */
+static void test_fp8_read_path(void) {
+    const int32_t H = 4, KVH = 2, D = 64, T = 33, kd = KVH * D;
+    int32_t table[3] = {1, 2, 0}, tok[33] = {0}, pos[33], sq[33] = {0}, rows[1] = {0};
+    for (int t = 0; t < T; t++) pos[t] = t;
+    struct bk_seq seq = {.block_table = table, .n_blocks = 3, .state_slot = -1};
+    struct bk_batch bt = {.n_tokens = T, .token_ids = tok, .pos = pos, .seq_idx = sq, .n_seqs = 1, .seqs = &seq, .n_logits = 1, .logit_rows = rows};
+    const float ks = 0.37f, vs = 2.9f;
+    float *q = malloc(sizeof(float) * (size_t)(T * H * D)), *k = malloc(sizeof(float) * (size_t)(T * kd)), *v = malloc(sizeof(float) * (size_t)(T * kd));
+    float *kq = malloc(sizeof(float) * (size_t)(T * kd)), *vq = malloc(sizeof(float) * (size_t)(T * kd)), *shift = malloc(sizeof(float) * (size_t)kd);
+    float *o8 = malloc(sizeof(float) * (size_t)(T * H * D)), *o32 = malloc(sizeof(float) * (size_t)(T * H * D));
+    for (int32_t c = 0; c < kd; c++) shift[c] = c % 5 == 0 ? 40.0f * test_rand_normal() : 0.0f;
+    for (int32_t i = 0; i < T * H * D; i++) q[i] = 0.05f * test_rand_normal();
+    for (int32_t i = 0; i < T * kd; i++) {
+        /* magnitudes 2^-14 .. 2^9 (e4m3 subnormals at these scales up to past 448 * scale) */
+        const float mag = ldexpf(1.0f, -14 + (int)(test_rand_u64() % 24));
+        k[i] = shift[i % kd] + mag * test_rand_normal();
+        v[i] = mag * test_rand_normal();
+        kq[i] = bk_fp8_e4m3_to_f32(bk_fp8_e4m3_from_f32((k[i] - shift[i % kd]) / ks)) * ks;
+        vq[i] = bk_fp8_e4m3_to_f32(bk_fp8_e4m3_from_f32(v[i] / vs)) * vs;
+    }
+    const struct bk_attn_params p = {.n_head = H, .n_kv_head = KVH, .head_dim = D, .scale = 0.125f, .kv_layer = 0};
+    for (int b = 0; b < N_BE; b++) {
+        struct bk_kv_cache *c8 = NULL, *c32 = NULL;
+        CHECK(bes[b]->ops->kv_create(bes[b], BK_KV_FP8_E4M3, 1, 3, KVH, D, &c8) == VLLMC_OK);
+        CHECK(bes[b]->ops->kv_create(bes[b], BK_KV_F32, 1, 3, KVH, D, &c32) == VLLMC_OK);
+        c8->k_scales[0] = ks;
+        c8->v_scales[0] = vs;
+        c8->k_shift = malloc(sizeof(float) * (size_t)kd);
+        memcpy(c8->k_shift, shift, sizeof(float) * (size_t)kd);
+        CHECK(bes[b]->ops->batch_set(bes[b], &bt) == VLLMC_OK);
+        CHECK(bes[b]->ops->attention(bes[b], c8, &p, q, 0, k, 0, v, 0, o8) == VLLMC_OK);
+        CHECK(bes[b]->ops->attention(bes[b], c32, &p, q, 0, kq, 0, vq, 0, o32) == VLLMC_OK);
+        const double err = rel_err(o8, o32, (size_t)(T * H * D));
+        if (b == 0) printf("  fp8 read path (scales %g / %g, key shift) vs an f32 cache of the decoded values: rel err %.2e\n", (double)ks, (double)vs, err);
+        CHECK_MSG(err < 1e-4, "backend %d: fp8 read path rel err %g", b, err); /* a wrong scale or code: >= 1e-2 */
+        bes[b]->ops->kv_destroy(bes[b], c8);
+        bes[b]->ops->kv_destroy(bes[b], c32);
+    }
+    free(q); free(k); free(v); free(kq); free(vq); free(shift); free(o8); free(o32);
+}
+
+
 /* ---- through a model ---- */
 
 #define ME 128
@@ -547,6 +593,7 @@ int main(void) {
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) test_attention_case(&cases[i]);
     test_fp8_pow2_scales();
     test_fp8_k_shift();
+    test_fp8_read_path();
     test_model_kv();
     for (int b = 0; b < N_BE; b++) bes[b]->ops->destroy(bes[b]);
     return test_finish("test_kv_dtype");
