@@ -8,7 +8,10 @@
  * together run uses batch_invariant = 0 and only reports how many requests differ (the cost side of the
  * choice, see docs/DESIGN.md). Also checks a plan that cannot fit is refused with a message.
  * usage: test_cuda_engine MODEL.gguf [n_requests (64)] [n_gen (12)] [--no-invariant]; skips without a GPU. */
+#include <execinfo.h>
+#include <signal.h>
 #include <string.h>
+#include <unistd.h>
 #include "vllmc.h"
 #include "backend/cuda/cuda_backend.h"
 #include "common/common.h"
@@ -84,7 +87,22 @@ static int n_differ(int32_t a[MAXR][MAXG], int32_t b[MAXR][MAXG]) {
 
 static int32_t alone[MAXR][MAXG], together[MAXR][MAXG], eager[MAXR][MAXG], other[MAXR][MAXG];
 
+/* A crash prints the raw stack (binary + offset: resolve with addr2line -f -e test_cuda_engine) before dying. */
+static void on_crash(int sig) {
+    void *fr[64];
+    const int n = backtrace(fr, 64);
+    static const char msg[] = "test_cuda_engine: crashed, stack:\n";
+    if (write(2, msg, sizeof(msg) - 1) < 0) { /* nothing to do */ }
+    backtrace_symbols_fd(fr, n, 2);
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
 int main(int argc, char **argv) {
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    signal(SIGSEGV, on_crash);
+    signal(SIGABRT, on_crash);
+    signal(SIGBUS, on_crash);
     test_seed_auto("test_cuda_engine");
     const char *path = argc > 1 ? argv[1] : NULL;
     if (argc > 2) NR = atoi(argv[2]);

@@ -201,7 +201,7 @@ static __global__ void kv_store_kernel(struct cu_batch_dev b, struct cu_attn_arg
         const int kvh = e / hd, i = e % hd;
         const size_t idx = (((size_t)blk * a.n_kv_head + kvh) * BK_KV_BLOCK + slot) * hd + i;
         const float kx = a.k[(int64_t)t * a.ld_k + e];
-        kv_store(a.kpool, a.dtype, idx, a.k_shift ? __fsub_rn(kx, a.k_shift[e]) : kx, a.k_scale);
+        kv_store(a.kpool, a.dtype, idx, a.k_shift && !isnan(kx) ? __fsub_rn(kx, a.k_shift[e]) : kx, a.k_scale); /* a NaN key keeps its sign, as x86's subtraction does */
         kv_store(a.vpool, a.dtype, idx, a.v[(int64_t)t * a.ld_v + e], a.v_scale);
     }
 }
