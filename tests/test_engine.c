@@ -386,9 +386,9 @@ int main(int argc, char **argv) {
         return test_finish("test_engine");
     }
     vllmc_log_set_level(VLLMC_LOG_WARN);
-    test_kv_dtypes(argv[1]);
     test_device_opts(argv[1]);
     for (int i = 1; i < argc; i++) {
+        test_kv_dtypes(argv[i]); /* every family: the fp8 key shift is derived per family at cache creation */
         test_model(argv[i]);
         test_text_stops_logprobs(argv[i]);
     }

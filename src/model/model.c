@@ -263,6 +263,7 @@ static vllmc_status model_kv_k_shift(struct model *m, struct bk_kv_cache *kv) {
     const struct gguf_tensor *ff = gguf_find_tensor(m->gguf, "rope_freqs.weight");
     if (ff && (ff->type != GGML_TYPE_F32 || ff->ne[0] < half)) ff = NULL;
     kv->k_shift = NULL;
+    if (!m->layers) return VLLMC_OK; /* the hybrid families keep their own layer table and have a key norm */
     bool any = false;
     float *shift = calloc((size_t)(kv->n_layers ? kv->n_layers : 1) * (size_t)kd, sizeof(float));
     if (!shift) return vllmc_errorf(VLLMC_ERR_OOM, "fp8 key shift");
