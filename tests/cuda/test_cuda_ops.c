@@ -451,10 +451,19 @@ static void test_attention(void) {
             CHECK(gpu->ops->attention(gpu, gkv, &p, gq, 0, gk, 0, gv, 0, go) == VLLMC_OK);
             float *h = malloc((size_t)(T * NH * HD) * 4);
             dev_get(h, go, (size_t)(T * NH * HD) * 4);
-            const double mr = max_rel(h, ro, (size_t)(T * NH * HD), 1e-2);
-            /* with an f16 cache the CPU rounds each probability to f16 before it weights V (as ggml does);
-             * the GPU keeps it in f32, so the f16 comparison allows that rounding */
-            CHECK_MSG(mr < (dt ? 5e-2 : 1e-4), "attention %s step %d: max rel %.3g", dt ? "f16" : "f32", step, mr);
+            /* f32: the error against the largest output (an output near 0 carries the summation-order error of
+             * the whole weighted sum, so a per-element ratio floored at 1e-2 measures the floor, not the kernel:
+             * the flash prefill kernel sums in another order than the CPU). With an f16 cache the CPU rounds each
+             * probability to f16 before it weights V (as ggml does); the GPU keeps it in f32, so the f16
+             * comparison allows that rounding element by element. */
+            double md = 0, mx = 0;
+            for (size_t i = 0; i < (size_t)(T * NH * HD); i++) {
+                md = fmax(md, isnan(h[i]) ? INFINITY : fabs((double)h[i] - ro[i]));
+                mx = fmax(mx, fabs((double)ro[i]));
+            }
+            const double mr = dt ? max_rel(h, ro, (size_t)(T * NH * HD), 1e-2) : md / mx;
+            CHECK_MSG(mr < (dt ? 5e-2 : 1e-4), "attention %s step %d: %s %.3g", dt ? "f16" : "f32", step,
+                      dt ? "max rel" : "max |d| / max |ref|", mr);
             free(q); free(k); free(v); free(h);
             gpu->ops->free(gpu, gq); gpu->ops->free(gpu, gk); gpu->ops->free(gpu, gv); gpu->ops->free(gpu, go);
             ref->ops->free(ref, ro);
