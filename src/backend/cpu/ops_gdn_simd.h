@@ -1,0 +1,88 @@
+/* The recurrent gated delta rule for one value head (see ops_gdn.h), written once for any x86 vector width:
+ * per token, each state row (d_k floats) is decayed and dotted with k in one pass, then updated with the delta
+ * and dotted with q in a second, both while the row sits in registers / L1. ops_gdn_avx2.c and
+ * ops_gdn_avx512.c each include this file once with GDN_AVX512 0 or 1 (their build flags pick the ISA);
+ * ops_gdn.c chooses between them at run time. d_k must be a multiple of GDN_W. */
+#include <immintrin.h>
+#include "backend/cpu/ops_gdn.h"
+
+#if GDN_AVX512
+#define GDN_W 16
+#define GDN_FN gdn_recurrent_head_avx512
+typedef __m512 gdn_vec;
+#define gdn_set1 _mm512_set1_ps
+#define gdn_zero _mm512_setzero_ps
+#define gdn_load _mm512_loadu_ps
+#define gdn_store _mm512_storeu_ps
+#define gdn_mul _mm512_mul_ps
+#define gdn_add _mm512_add_ps
+#define gdn_fmadd _mm512_fmadd_ps
+#define gdn_hsum _mm512_reduce_add_ps
+#else
+#define GDN_W 8
+#define GDN_FN gdn_recurrent_head_avx2
+typedef __m256 gdn_vec;
+#define gdn_set1 _mm256_set1_ps
+#define gdn_zero _mm256_setzero_ps
+#define gdn_load _mm256_loadu_ps
+#define gdn_store _mm256_storeu_ps
+#define gdn_mul _mm256_mul_ps
+#define gdn_add _mm256_add_ps
+#define gdn_fmadd _mm256_fmadd_ps
+static inline float gdn_hsum(__m256 x) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+#endif
+
+void GDN_FN(float *S, int d_k, int d_v, int n_tokens, const float *q, const float *k, int64_t qk_stride, const float *v,
+            int64_t v_stride, const float *g, const float *beta, int64_t gb_stride, float *o, int64_t o_stride);
+
+void GDN_FN(float *S, int d_k, int d_v, int n_tokens, const float *q, const float *k, int64_t qk_stride, const float *v,
+            int64_t v_stride, const float *g, const float *beta, int64_t gb_stride, float *o, int64_t o_stride) {
+    for (int t = 0; t < n_tokens; t++) {
+        const float *qt = q + (int64_t)t * qk_stride, *kt = k + (int64_t)t * qk_stride;
+        const float *vt = v + (int64_t)t * v_stride;
+        float *ot = o + (int64_t)t * o_stride;
+        const gdn_vec dec = gdn_set1(__builtin_expf(g[(int64_t)t * gb_stride]));
+        const float b = beta[(int64_t)t * gb_stride];
+        for (int j = 0; j < d_v; j++) {
+            float *row = S + (int64_t)j * d_k;
+            gdn_vec a0 = gdn_zero(), a1 = gdn_zero();
+            int i = 0;
+            for (; i + 2 * GDN_W <= d_k; i += 2 * GDN_W) {
+                gdn_vec r0 = gdn_mul(gdn_load(row + i), dec);
+                gdn_vec r1 = gdn_mul(gdn_load(row + i + GDN_W), dec);
+                gdn_store(row + i, r0);
+                gdn_store(row + i + GDN_W, r1);
+                a0 = gdn_fmadd(r0, gdn_load(kt + i), a0);
+                a1 = gdn_fmadd(r1, gdn_load(kt + i + GDN_W), a1);
+            }
+            for (; i < d_k; i += GDN_W) {
+                gdn_vec r0 = gdn_mul(gdn_load(row + i), dec);
+                gdn_store(row + i, r0);
+                a0 = gdn_fmadd(r0, gdn_load(kt + i), a0);
+            }
+            const float e = gdn_hsum(gdn_add(a0, a1));
+            const gdn_vec delta = gdn_set1(b * (vt[j] - e));
+            a0 = gdn_zero();
+            a1 = gdn_zero();
+            for (i = 0; i + 2 * GDN_W <= d_k; i += 2 * GDN_W) {
+                gdn_vec r0 = gdn_fmadd(delta, gdn_load(kt + i), gdn_load(row + i));
+                gdn_vec r1 = gdn_fmadd(delta, gdn_load(kt + i + GDN_W), gdn_load(row + i + GDN_W));
+                gdn_store(row + i, r0);
+                gdn_store(row + i + GDN_W, r1);
+                a0 = gdn_fmadd(r0, gdn_load(qt + i), a0);
+                a1 = gdn_fmadd(r1, gdn_load(qt + i + GDN_W), a1);
+            }
+            for (; i < d_k; i += GDN_W) {
+                gdn_vec r0 = gdn_fmadd(delta, gdn_load(kt + i), gdn_load(row + i));
+                gdn_store(row + i, r0);
+                a0 = gdn_fmadd(r0, gdn_load(qt + i), a0);
+            }
+            ot[j] = gdn_hsum(gdn_add(a0, a1));
+        }
+    }
+}
