@@ -260,7 +260,10 @@ static double rt_bound(uint32_t type, int dist) {
     case GGML_TYPE_IQ4_XS: return heavy ? 0.15 : 0.10;
     case GGML_TYPE_MXFP4: return heavy ? 0.23 : 0.19;
     case GGML_TYPE_Q3_K: return 0.20;
-    case GGML_TYPE_Q2_K: return heavy ? 0.40 : 0.38;
+    /* Q2_K on rows with outliers has a heavy tail (a 2-bit grid under a 4-bit sub-block scale cannot hold a few
+     * large values; the bytes equal ggml's, test_quant_oracle.py): over 3,000 seeds x 3 rows the worst was
+     * 0.476, the 99.9th percentile 0.426 */
+    case GGML_TYPE_Q2_K: return heavy ? 0.55 : 0.38;
     case GGML_TYPE_F16: return 0.0003;
     case GGML_TYPE_BF16: return 0.0025;
     }
@@ -326,7 +329,10 @@ static void test_round_trip(void) {
                     dequantize_row(type, q2, y2, N_ROW);
                     double se2 = 0;
                     for (int i = 0; i < N_ROW; i++) se2 += ((double)y2[i] - x[i]) * ((double)y2[i] - x[i]);
-                    CHECK_MSG(sqrt(se2 / sx) <= 1.5 * rel + 0.002, "%s %s: second round trip drifted (%g vs %g)",
+                    /* Q2_K with outliers re-fits its scales to the already-rounded values: measured up to 2.11x
+                     * the first error over 3,000 seeds (every other type and distribution <= 1.36x) */
+                    const double drift = type == GGML_TYPE_Q2_K && dist == DIST_OUTLIERS ? 3.0 : 1.5;
+                    CHECK_MSG(sqrt(se2 / sx) <= drift * rel + 0.002, "%s %s: second round trip drifted (%g vs %g)",
                               name, k_dist_names[dist], sqrt(se2 / sx), rel);
                 }
             }
