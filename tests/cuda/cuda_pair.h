@@ -1,0 +1,93 @@
+/* Helpers shared by the GPU parity tests (one translation unit each): the CPU reference backend `ref` and the
+ * CUDA backend `gpu` under test, buffers on either side, fresh random inputs, and weights uploaded to both. */
+#ifndef VLLMC_TEST_CUDA_PAIR_H
+#define VLLMC_TEST_CUDA_PAIR_H
+
+#include <math.h>
+#include <string.h>
+#include "backend/backend.h"
+#include "quant/blocks.h"
+#include "quant/quant.h"
+#include "test.h"
+
+static struct backend *ref, *gpu;
+
+static inline void *dev_put(const void *h, size_t n) {
+    void *d = NULL;
+    if (gpu->ops->alloc(gpu, n, &d) != VLLMC_OK) { fprintf(stderr, "alloc failed\n"); exit(1); }
+    if (h) CHECK(gpu->ops->copy_to_device(gpu, d, h, n) == VLLMC_OK);
+    return d;
+}
+static inline void dev_get(void *h, const void *d, size_t n) { CHECK(gpu->ops->copy_to_host(gpu, h, d, n) == VLLMC_OK); }
+static inline void *ref_put(const void *h, size_t n) {
+    void *d = NULL;
+    CHECK(ref->ops->alloc(ref, n, &d) == VLLMC_OK);
+    if (h) memcpy(d, h, n);
+    return d;
+}
+static inline float *nan_buf(size_t n) {
+    float *p = malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) p[i] = NAN;
+    return p;
+}
+static inline float *rand_buf(size_t n, float scale) {
+    float *p = malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) p[i] = scale * test_rand_normal();
+    return p;
+}
+/* Max |a-b| / max(|b|, floor); floor -f means f times the largest |b|; NaN anywhere gives inf. */
+static inline double max_rel(const float *a, const float *b, size_t n, double floor_) {
+    if (floor_ < 0) {
+        double mx = 0;
+        for (size_t i = 0; i < n; i++) mx = fmax(mx, fabs((double)b[i]));
+        floor_ = -floor_ * mx;
+    }
+    double m = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (isnan(a[i]) || isnan(b[i])) return INFINITY;
+        double d = fabs((double)a[i] - b[i]) / fmax(fabs((double)b[i]), floor_);
+        if (d > m) m = d;
+    }
+    return m;
+}
+static inline size_t n_diff(const float *a, const float *b, size_t n) {
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) k += memcmp(&a[i], &b[i], 4) != 0;
+    return k;
+}
+
+/* Random quant bytes with sane scales (as synth_gguf.py writes them): the block scale (and Q4_K's min scale)
+ * replaced by small positive f16 values; F32 weights N(0, 0.05). */
+static inline void fill_weight(uint32_t type, uint8_t *p, size_t bytes) {
+    for (size_t i = 0; i < bytes; i++) p[i] = (uint8_t)test_rand_u64();
+    const size_t bs = quant_traits(type)->type_size;
+    if (type == GGML_TYPE_F32) {
+        for (size_t i = 0; i < bytes / 4; i++) ((float *)p)[i] = 0.05f * test_rand_normal();
+        return;
+    }
+    for (size_t b = 0; b < bytes / bs; b++) {
+        uint8_t *blk = p + b * bs;
+        ggml_half d = fp32_to_fp16(1e-3f * (0.5f + test_rand_uniform())), dm = fp32_to_fp16(5e-4f * (0.5f + test_rand_uniform()));
+        if (type == GGML_TYPE_Q4_K) { memcpy(blk, &d, 2); memcpy(blk + 2, &dm, 2); }
+        else if (type == GGML_TYPE_Q6_K) memcpy(blk + 208, &d, 2);
+        else memcpy(blk, &d, 2);
+    }
+}
+
+/* One weight uploaded to both backends from the same random bytes. */
+struct pair_w { struct bk_tensor r, g; uint8_t *host; };
+static inline void make_weight(struct pair_w *w, uint32_t type, int64_t n_in, int64_t n_out) {
+    const size_t bytes = quant_row_size(type, n_in) * (size_t)n_out;
+    w->host = malloc(bytes);
+    fill_weight(type, w->host, bytes);
+    const int64_t ne[2] = {n_in, n_out};
+    CHECK(ref->ops->weight_upload(ref, w->host, type, 2, ne, &w->r) == VLLMC_OK);
+    CHECK(gpu->ops->weight_upload(gpu, w->host, type, 2, ne, &w->g) == VLLMC_OK);
+}
+static inline void free_weight(struct pair_w *w) {
+    ref->ops->weight_free(ref, &w->r);
+    gpu->ops->weight_free(gpu, &w->g);
+    free(w->host);
+}
+
+#endif
