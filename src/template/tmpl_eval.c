@@ -389,6 +389,15 @@ static int eval_inner(struct tmpl_rt *rt, const struct tnode *n, struct tv *out)
     case TN_BIN:
         if (eval(rt, n->a, &a) || eval(rt, n->b, &b)) return -1;
         rt->line = n->line;
+        if ((n->flags & TNF_PY_NEG_POW) && ((a.kind == TV_INT && a.u.i < 0) || (a.kind == TV_FLOAT && signbit(a.u.f)))) {
+            struct tv m; /* -(|a| ** b), as Python reads jinja2's "-2 ** n" (parse_pow) */
+            if (a.kind == TV_INT) { if (int_result(rt, a.u.i == INT64_MIN, -a.u.i, &m)) return -1; }
+            else m = tv_float(-a.u.f);
+            if (binop(rt, n->op, m, b, &m)) return -1;
+            if (m.kind == TV_INT) return int_result(rt, m.u.i == INT64_MIN, -m.u.i, out);
+            *out = tv_float(-m.u.f);
+            return 0;
+        }
         return binop(rt, n->op, a, b, out);
     case TN_NEG: case TN_POS:
         if (eval(rt, n->a, &a)) return -1;

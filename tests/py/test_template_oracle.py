@@ -208,6 +208,11 @@ SNIPPETS = [
     "{{ s|upper }}|{{ s|lower }}|{{ s.title() }}|{{ s.capitalize() }}|{{ s.isupper() }}{{ s.islower() }}"
     "{% set s = 'straße ŉ İstanbul Ωmega москва ÀÉÎÕÜ ÿ ｆｕｌｌ 中文 😀 ĳ ĸ ſ µ ª they\\'re 3rd' %}"
     "|{{ s|upper }}|{{ s|lower }}|{{ s.title() }}|{{ s.capitalize() }}|{{ s|title }}|{{ s.upper().isupper() }}",
+    # a left side jinja2 folds to a negative constant meets Python's precedence: -2 ** n is -(2 ** n)
+    "{{ -0.0 ** (n - 7) }}|{{ -2 ** n }}|{{ (-2) ** n }}|{{ (1-3) ** n }}|{{ -2.5 ** n }}|{{ (-2 ** n) ** n }}|{{ -true ** n }}"
+    "|{{ ([-2]|first) ** n }}|{{ [-2][0] ** n }}|{{ (0 or -2) ** n }}|{{ ('-3'|int) ** n }}|{{ ([-2,-3]|sum) ** n }}"
+    "|{{ -2 ** -n }}|{{ -0.5 ** f }}|{{ -2 ** 2 }}|{{ -n ** n }}|{{ neg ** n }}|{{ (-2 if t else 3) ** n }}"
+    "|{{ ([-2]|map('int')|first) ** n }}|{{ 2 ** n ** 2 }}",
 ]
 
 # Constructs jinja2 renders but vllmc refuses on purpose (no wrong render): (template, expected error text).
