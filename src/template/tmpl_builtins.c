@@ -653,6 +653,7 @@ int tmpl_call_test(struct tmpl_rt *rt, int id, struct tv v, struct targs *a, boo
 
 /* ---------------- filters ---------------- */
 static int sort_list(struct tmpl_rt *rt, struct tv *items, size_t n, bool reverse, bool case_sensitive, const char *attr);
+static int sort_key(struct tmpl_rt *rt, struct tv item, bool case_sensitive, const char *attr, struct tv *key);
 
 static int get_attr_path(struct tmpl_rt *rt, struct tv item, const char *path, struct tv *out) {
     /* jinja make_attrgetter: dotted path, integer parts index, each step via getitem */
@@ -747,14 +748,21 @@ static int do_minmax(struct tmpl_rt *rt, struct tv v, struct targs *a, bool want
     struct tlist *l;
     if (tv_iter_list(rt, v, &l)) return -1;
     if (!l->n) { *out = tv_undef(); return 0; }
-    struct tv items;
-    if (tv_list(rt, l->n, &items)) return -1;
-    memcpy(items.u.l->v, l->v, l->n * sizeof *l->v);
-    items.u.l->n = l->n;
     struct tv attr;
-    bool has_attr = arg(a, 1, "attribute", &attr) && attr.kind == TV_STR;
-    if (sort_list(rt, items.u.l->v, l->n, false, arg_bool(a, 0, "case_sensitive", false), has_attr ? attr.u.s->p : NULL)) return -1;
-    *out = items.u.l->v[want_max ? l->n - 1 : 0];
+    const char *path = arg(a, 1, "attribute", &attr) && attr.kind == TV_STR ? attr.u.s->p : NULL;
+    const bool case_sensitive = arg_bool(a, 0, "case_sensitive", false);
+    /* Python's max/min: one pass, replacing only on a strict win, so the first of equal items is kept */
+    size_t best = 0;
+    struct tv best_key;
+    if (sort_key(rt, l->v[0], case_sensitive, path, &best_key)) return -1;
+    for (size_t i = 1; i < l->n; i++) {
+        struct tv key;
+        bool wins;
+        if (sort_key(rt, l->v[i], case_sensitive, path, &key) ||
+            (want_max ? tv_lt(rt, best_key, key, &wins) : tv_lt(rt, key, best_key, &wins))) return -1;
+        if (wins) { best = i; best_key = key; }
+    }
+    *out = l->v[best];
     return 0;
 }
 
@@ -993,16 +1001,21 @@ int tmpl_call_filter(struct tmpl_rt *rt, int id, struct tv v, struct targs *a, s
 }
 
 /* stable merge sort with jinja's sort key (lower-cased strings unless case_sensitive, optional attribute) */
+/* jinja's sort / min / max key: the attribute path's value, lowered unless case_sensitive */
+static int sort_key(struct tmpl_rt *rt, struct tv item, bool case_sensitive, const char *attr, struct tv *key) {
+    *key = item;
+    if (attr && get_attr_path(rt, item, attr, key)) return -1;
+    if (!case_sensitive && key->kind == TV_STR && str_case(rt, key->u.s, CASE_LOWER, key)) return -1;
+    return 0;
+}
+
 static int sort_list(struct tmpl_rt *rt, struct tv *items, size_t n, bool reverse, bool case_sensitive, const char *attr) {
     if (n < 2) return 0;
     struct tv *keys = tmpl_arena_alloc(&rt->arena, n * sizeof *keys), *tmpk = tmpl_arena_alloc(&rt->arena, n * sizeof *tmpk);
     struct tv *tmpv = tmpl_arena_alloc(&rt->arena, n * sizeof *tmpv);
     if (!keys || !tmpk || !tmpv) return tmpl_fail(rt, "render exceeded the memory limit");
-    for (size_t i = 0; i < n; i++) {
-        keys[i] = items[i];
-        if (attr && get_attr_path(rt, items[i], attr, &keys[i])) return -1;
-        if (!case_sensitive && keys[i].kind == TV_STR && str_case(rt, keys[i].u.s, CASE_LOWER, &keys[i])) return -1;
-    }
+    for (size_t i = 0; i < n; i++)
+        if (sort_key(rt, items[i], case_sensitive, attr, &keys[i])) return -1;
     for (size_t w = 1; w < n; w *= 2) {
         for (size_t lo = 0; lo < n; lo += 2 * w) {
             size_t mid = VLLMC_MIN(lo + w, n), hi = VLLMC_MIN(lo + 2 * w, n), i = lo, j = mid, k = lo;

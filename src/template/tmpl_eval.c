@@ -10,6 +10,7 @@
 #define EXEC_CONTINUE 2
 
 static int eval(struct tmpl_rt *rt, const struct tnode *n, struct tv *out);
+static int folds(struct tmpl_rt *rt, const struct tnode *n, int depth, bool *out);
 static int exec_body(struct tmpl_rt *rt, struct tframe *f, struct tnode *const *body, int n);
 
 /* ---------------- frames ---------------- */
@@ -389,8 +390,11 @@ static int eval_inner(struct tmpl_rt *rt, const struct tnode *n, struct tv *out)
     case TN_BIN:
         if (eval(rt, n->a, &a) || eval(rt, n->b, &b)) return -1;
         rt->line = n->line;
-        if ((n->flags & TNF_PY_NEG_POW) && ((a.kind == TV_INT && a.u.i < 0) || (a.kind == TV_FLOAT && signbit(a.u.f)))) {
-            struct tv m; /* -(|a| ** b), as Python reads jinja2's "-2 ** n" (parse_pow) */
+        if (n->op == OP_POW && ((a.kind == TV_INT && a.u.i < 0) || (a.kind == TV_FLOAT && signbit(a.u.f)))) {
+            bool fa, fb;
+            if (folds(rt, n->a, 0, &fa) || (fa && folds(rt, n->b, 0, &fb))) return -1;
+            if (!fa || fb) return binop(rt, n->op, a, b, out);
+            struct tv m; /* -(|a| ** b), as Python reads jinja2's "-2 ** n" (see folds) */
             if (a.kind == TV_INT) { if (int_result(rt, a.u.i == INT64_MIN, -a.u.i, &m)) return -1; }
             else m = tv_float(-a.u.f);
             if (binop(rt, n->op, m, b, &m)) return -1;
@@ -470,6 +474,51 @@ static int eval_inner(struct tmpl_rt *rt, const struct tnode *n, struct tv *out)
     default:
         return tmpl_fail(rt, "internal: unexpected node %d in an expression", n->kind);
     }
+}
+
+/* Does jinja2's optimizer fold n to a constant (nodes.as_const)? Constants and the operators,
+ * comparisons, containers, subscripts, tests and filters over them, and/or/if-else as Python
+ * short-circuits them (the taken side alone must fold); not names, calls or the filters that take the
+ * context. It matters for `a ** b`: jinja2 compiles it to the Python text "(a ** b)", and a folded a
+ * is written as its repr, so when a folds to a negative number and b does not, Python reads "-2 ** n"
+ * as -(2 ** n): {{ -2 ** n }} with n = 2 renders -4. The tests of and/or/if-else are evaluated here;
+ * they are constants, and evaluating the `**` evaluates them anyway. */
+static int folds(struct tmpl_rt *rt, const struct tnode *n, int depth, bool *out) {
+    static const char *const ctx_filters[] = {"map", "select", "reject", "selectattr", "rejectattr", "random"};
+#define FOLDS(x) do { if (folds(rt, (x), depth + 1, out)) return -1; if (!*out) return 0; } while (0)
+    struct tv t;
+    *out = false;
+    if (depth > 64) return 0;
+    switch (n->kind) {
+    case TN_CONST: break;
+    case TN_NEG: case TN_POS: case TN_NOT: case TN_ATTR: FOLDS(n->a); break;
+    case TN_BIN: case TN_ITEM: FOLDS(n->a); FOLDS(n->b); break;
+    case TN_AND: case TN_OR:
+        FOLDS(n->a);
+        if (eval(rt, n->a, &t)) return -1;
+        if (tv_truthy(t) != (n->kind == TN_OR)) FOLDS(n->b); /* else it folds to the left side */
+        break;
+    case TN_COND:
+        FOLDS(n->b);
+        if (eval(rt, n->b, &t)) return -1;
+        if (tv_truthy(t)) FOLDS(n->a);
+        else if (n->c) FOLDS(n->c);
+        else return 0;
+        break;
+    case TN_FILTER: case TN_TEST: case TN_COMPARE: case TN_LIST: case TN_TUPLE: case TN_DICT: case TN_CONCAT:
+        if (n->c || n->d) return 0;
+        if (n->kind == TN_FILTER)
+            for (size_t i = 0; i < sizeof ctx_filters / sizeof ctx_filters[0]; i++)
+                if (n->name && !strcmp(n->name, ctx_filters[i])) return 0;
+        if (n->a) FOLDS(n->a);
+        for (int i = 0; i < n->n_kids; i++) if (n->kids[i]) FOLDS(n->kids[i]);
+        for (int i = 0; i < n->n_kids2; i++) if (n->kids2[i]) FOLDS(n->kids2[i]);
+        break;
+    default: return 0;
+    }
+#undef FOLDS
+    *out = true;
+    return 0;
 }
 
 static int eval(struct tmpl_rt *rt, const struct tnode *n, struct tv *out) {

@@ -89,10 +89,8 @@ enum tnode_kind {
  *  FILTER/TEST: op id, name, a operand, kids positional, names + kids2 keyword, c/d as for CALL.  BIN: op, a, b.  NEG/POS/NOT: a.  AND/OR: a, b.
  *  COND: a value, b cond, c else (opt).  COMPARE: a, kids operands, ops.  CONCAT/LIST/TUPLE: kids.
  *  DICT: kids keys, kids2 values. */
-#define TNF_PY_NEG_POW 1 /* BIN `**` whose left side jinja2 folds to a constant (see parse_pow) */
-
 struct tnode {
-    uint8_t kind, flags;
+    uint8_t kind;
     int line, op;
     struct tnode *a, *b, *c, *d;
     struct tnode **kids, **kids2;

@@ -842,47 +842,9 @@ static struct tnode *mk_bin(struct tparser *p, int op, int line, struct tnode *a
     return n;
 }
 
-/* Would jinja2's optimizer fold this expression to a constant? Constants and the operators, comparisons,
- * containers, subscripts, tests and pure filters over them; not names, calls, or filters that take the
- * context. */
-static bool folds_to_const(const struct tnode *n, int depth) {
-    if (!n) return true;
-    if (depth > 64) return false;
-    static const char *const ctx_filters[] = {"map", "select", "reject", "selectattr", "rejectattr", "random"};
-    switch (n->kind) {
-    case TN_CONST: return true;
-    case TN_NEG: case TN_POS: case TN_NOT: case TN_ATTR: return folds_to_const(n->a, depth + 1);
-    case TN_BIN: case TN_AND: case TN_OR: case TN_ITEM:
-        return folds_to_const(n->a, depth + 1) && folds_to_const(n->b, depth + 1);
-    case TN_COND:
-        return n->c && folds_to_const(n->a, depth + 1) && folds_to_const(n->b, depth + 1) && folds_to_const(n->c, depth + 1);
-    case TN_FILTER: case TN_TEST: case TN_COMPARE:
-        if (n->c || n->d) return false;
-        for (size_t i = 0; i < sizeof ctx_filters / sizeof ctx_filters[0]; i++)
-            if (n->name && !strcmp(n->name, ctx_filters[i])) return false;
-        if (!folds_to_const(n->a, depth + 1)) return false;
-        __attribute__((fallthrough)); /* the arguments */
-    case TN_LIST: case TN_TUPLE: case TN_DICT: case TN_CONCAT:
-        for (int i = 0; i < n->n_kids; i++) if (!folds_to_const(n->kids[i], depth + 1)) return false;
-        for (int i = 0; i < n->n_kids2; i++) if (!folds_to_const(n->kids2[i], depth + 1)) return false;
-        return true;
-    default: return false;
-    }
-}
-
-/* jinja2 compiles `a ** b` to the Python text "(a ** b)". When a folds to a negative number and b does
- * not fold, a is written as its repr, "-2", and Python reads "-2 ** n" as -(2 ** n): {{ -2 ** n }} with
- * n = 2 renders -4. Templates render as jinja2 renders them, so such nodes are marked to do the same. */
 static struct tnode *parse_pow(struct tparser *p) {
     struct tnode *l = parse_unary(p, true);
-    while (l && is_op(p, OP_POW)) {
-        int line = cur(p)->line;
-        adv(p);
-        struct tnode *r = parse_unary(p, true);
-        bool quirk = l && r && folds_to_const(l, 0) && !folds_to_const(r, 0);
-        l = mk_bin(p, OP_POW, line, l, r);
-        if (l && quirk) l->flags |= TNF_PY_NEG_POW;
-    }
+    while (l && is_op(p, OP_POW)) { int line = cur(p)->line; adv(p); l = mk_bin(p, OP_POW, line, l, parse_unary(p, true)); }
     return l;
 }
 static struct tnode *parse_math2(struct tparser *p) {

@@ -212,7 +212,11 @@ SNIPPETS = [
     "{{ -0.0 ** (n - 7) }}|{{ -2 ** n }}|{{ (-2) ** n }}|{{ (1-3) ** n }}|{{ -2.5 ** n }}|{{ (-2 ** n) ** n }}|{{ -true ** n }}"
     "|{{ ([-2]|first) ** n }}|{{ [-2][0] ** n }}|{{ (0 or -2) ** n }}|{{ ('-3'|int) ** n }}|{{ ([-2,-3]|sum) ** n }}"
     "|{{ -2 ** -n }}|{{ -0.5 ** f }}|{{ -2 ** 2 }}|{{ -n ** n }}|{{ neg ** n }}|{{ (-2 if t else 3) ** n }}"
-    "|{{ ([-2]|map('int')|first) ** n }}|{{ 2 ** n ** 2 }}",
+    "|{{ ([-2]|map('int')|first) ** n }}|{{ 2 ** n ** 2 }}|{{ -3 ** (1 and n) }}|{{ -3 ** (1 or n) }}|{{ -3 ** (n if 0 else 2) }}"
+    "|{{ (n if 0 else -3) ** n }}|{{ (n and -3) ** n }}|{{ (0 and n or -3) ** n }}|{{ -3 ** (-0.0 and l[-1]) }}",
+    # max / min keep the first of equal items, as Python's do
+    "{{ [0, false]|max }}{{ [false, 0]|max }}{{ [0, false]|min }}{{ [1.0, 1]|max }}{{ [1, 1.0]|min }}{{ ['a', 'A']|max }}"
+    "{{ ['A', 'a']|min }}{{ [-0.0, false]|max }}{{ words|max }}{{ words|min(case_sensitive=true) }}",
 ]
 
 # Constructs jinja2 renders but vllmc refuses on purpose (no wrong render): (template, expected error text).
