@@ -16,6 +16,9 @@
 # requests and tokens); stage
 # ebench runs `vllmc bench --concurrency` (EBENCH_ARGS) on BENCH_MODELS with the f16 and fp8 KV caches, and
 # with EBENCH_VARIANT=1 once more (f16) with --batch-invariant (the cost of batch invariance).
+# Stage gen runs `vllmc generate` on the tiny qwen35 (and GEN_MODELS files) with graphs, eager and on the CPU, and
+# with --profile; stage serve runs scripts/bench-serve.sh (the server with --device cuda under `vllmc bench serve`)
+# on SERVE_MODELS (default qwen35-4b) with SERVE_ARGS. Neither is in the default list.
 # Stages prefill (test_cuda_prefill), prefillmodel (the tiny qwen35 with a 150-token prompt, with and without the
 # prefill paths) and prefillbench (pp512 with its prefill profile; PP_OLD=0 skips the rerun without the prefill paths,
 # PP_LONG=N adds a ppN run, PP_SWEEP the GEMM row-threshold sweep) are not in the default list either.
@@ -181,6 +184,39 @@ if has ebench; then # engine throughput: N requests in flight
             grep -v '^vllmc info' "$OUT/ebench_${m}_$kvd.txt"
             note "ebench $m $kvd rc=$rc: $(grep '^| [0-9]' "$OUT/ebench_${m}_$kvd.txt" | awk -F'|' '{printf "N=%s %s tok/s ITL %s ms;", $2, $4, $7}')"
         done
+    done
+fi
+
+if has gen; then # `vllmc generate` on the GPU: greedy ids with graphs, eager and on the CPU; the --profile tables
+    for i in $(seq 1 240); do [ -f /tmp/models/tiny.done ] && break; sleep 1; done
+    for f in /tmp/models/qwen35-tiny.gguf ${GEN_MODELS:-}; do
+        [ -s "$f" ] || continue
+        m=$(basename "$f" .gguf)
+        args=(-m "$f" --prompt-ids "[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]" -n 48 --ignore-eos --ids)
+        for d in cuda eager cpu; do
+            dev=(--device "$d"); [ "$d" = eager ] && dev=(--device cuda --enforce-eager)
+            timeout 120 "$BIN/vllmc" generate "${args[@]}" "${dev[@]}" >"$OUT/gen_${m}_$d.txt" 2>"$OUT/gen_${m}_$d.err"
+            echo "rc=$?" >>"$OUT/gen_${m}_$d.err"
+        done
+        same() { cmp -s "$OUT/gen_${m}_$1.txt" "$OUT/gen_${m}_$2.txt" && echo same || echo DIFFERENT; }
+        note "generate $m: graphs vs eager $(same cuda eager), graphs vs cpu $(same cuda cpu); $(grep -h '^generation' "$OUT/gen_${m}_cuda.err")"
+        timeout 120 "$BIN/vllmc" generate "${args[@]}" --device cuda --profile >/dev/null 2>"$OUT/gen_${m}_profile.txt"; rc=$?
+        sed -n '/profile of the decode/,/GPU busy/p' "$OUT/gen_${m}_profile.txt"
+        note "generate $m --profile rc=$rc: $(grep -c '^[a-z_0-9]* *[0-9.]* *[0-9.]* *[0-9.]*%' "$OUT/gen_${m}_profile.txt") table rows; $(grep 'ms/token' "$OUT/gen_${m}_profile.txt")"
+    done
+fi
+
+if has serve; then # the OpenAI server on the GPU under `vllmc bench serve` (SERVE_MODELS, SERVE_ARGS)
+    for i in $(seq 1 240); do [ -f /tmp/models/done ] && break; sleep 1; done
+    for m in ${SERVE_MODELS:-qwen35-4b}; do
+        f=/tmp/models/$m.gguf
+        [ -s "$f" ] || { note "serve $m: model not generated"; continue; }
+        # shellcheck disable=SC2086
+        SERVE_LOG="$OUT/serve_${m}_server.log" timeout 400 bash scripts/bench-serve.sh "$BIN" "$f" \
+            ${SERVE_ARGS:---concurrency 1,4,16,64 --input-len 512 --output-len 128 --id-max 150000} --json "$OUT/serve_$m.json" \
+            -- --device cuda --max-num-seqs 64 >"$OUT/serve_$m.txt" 2>&1; rc=$?
+        cat "$OUT/serve_$m.txt"
+        note "bench serve $m rc=$rc: $(grep -c '^|' "$OUT/serve_$m.txt") table lines (serve_$m.txt)"
     done
 fi
 

@@ -72,7 +72,7 @@ static void usage(void) {
             "  -g N            generated tokens per run (default 256)\n"
             "  -n N            alias of -g (llama-bench's tg)\n"
             "  -r N            timed runs after one warm-up (default 5)\n"
-            "  --device D      cuda (default when built with CUDA=1) or cpu\n"
+            "  --device D      auto (default: cuda when built with CUDA=1 and a GPU is present), cuda or cpu\n"
             "  --enforce-eager no CUDA graphs\n"
             "  --kv-cache-dtype D  auto (= f16), f16, bf16, f32, fp8 / fp8_e4m3\n"
             "  --concurrency N,..  engine mode: keep N requests in flight (continuous batching) for each N\n"
@@ -128,14 +128,9 @@ done:
 }
 
 static vllmc_status make_backend(const struct bench_opts *o, bool profile, struct backend **be) {
-#ifdef VLLMC_CUDA
-    if (!o->cpu) {
-        struct backend_cuda_opts co = {0, o->eager, profile, false};
-        return backend_cuda_create(&co, be);
-    }
-#endif
-    (void)profile;
-    return backend_cpu_create(o->threads, false, be);
+    struct cli_backend_opts co = {o->cpu ? CLI_DEVICE_CPU : CLI_DEVICE_CUDA, o->threads, false, o->eager, profile};
+    bool is_cuda;
+    return cli_backend_create(&co, be, &is_cuda);
 }
 
 static vllmc_status load(const struct bench_opts *o, bool profile, struct backend **be, struct model **m, struct bk_kv_cache **kv) {
@@ -148,15 +143,6 @@ static vllmc_status load(const struct bench_opts *o, bool profile, struct backen
 }
 
 #ifdef VLLMC_CUDA
-static void print_prof_table(const struct backend_cuda_prof *p, double div) {
-    double busy = 0;
-    for (int i = 0; i < p->n; i++) busy += p->ms[i];
-    printf("%-12s %10s %10s %7s %9s\n", "op", "calls", "ms", "share", "GB/s");
-    for (int i = 0; i < p->n; i++)
-        printf("%-12s %10.1f %10.4f %6.1f%% %9.0f\n", p->name[i], (double)p->calls[i] / div, p->ms[i] / div, 100.0 * p->ms[i] / busy,
-               p->bytes[i] > 0 ? p->bytes[i] / (p->ms[i] * 1e-3) / 1e9 : 0.0);
-}
-
 static void print_profile(const struct bench_opts *o, const int32_t *prompt, double wall_tpot, double wall_ttft) {
     struct backend *be = NULL;
     struct model *m = NULL;
@@ -175,14 +161,12 @@ static void print_profile(const struct bench_opts *o, const int32_t *prompt, dou
     backend_cuda_get_prof(be, &p);
     /* counters cover the n_gen - 1 decode steps of the last run */
     const double G = o->n_gen - 1;
-    double busy = 0, pbusy = 0;
-    for (int i = 0; i < p.n; i++) busy += p.ms[i];
-    for (int i = 0; i < bench_prefill_prof.n; i++) pbusy += bench_prefill_prof.ms[i];
+    const double busy = cli_prof_busy_ms(&p), pbusy = cli_prof_busy_ms(&bench_prefill_prof);
     printf("\nprofile of the prefill step (%d tokens; eager, one event pair per op, totals):\n", o->n_prompt);
-    print_prof_table(&bench_prefill_prof, 1.0);
+    cli_print_prof_table(stdout, &bench_prefill_prof, 1.0);
     printf("GPU busy %.3f ms (profiled run); wall TTFT of the timed runs %.3f ms\n", pbusy, wall_ttft * 1e3);
     printf("\nprofile of the decode steps (eager, one event pair per op, per token):\n");
-    print_prof_table(&p, G);
+    cli_print_prof_table(stdout, &p, G);
     printf("GPU busy %.3f ms/token (profiled run); wall TPOT of the timed runs %.3f ms\n", busy / G, wall_tpot * 1e3);
 out:
     bench_prof_be = NULL;
@@ -314,9 +298,7 @@ out:
 
 int cmd_bench(int argc, char **argv) {
     struct bench_opts o = {NULL, 512, 256, 5, 0, false, false, false, false, false, BK_KV_F16, {0}, 0};
-#ifndef VLLMC_CUDA
-    o.cpu = true;
-#endif
+    o.cpu = cli_device_resolve(CLI_DEVICE_AUTO) == CLI_DEVICE_CPU;
     if (argc > 1 && !strcmp(argv[1], "serve")) return cmd_bench_serve(argc - 1, argv + 1);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -334,15 +316,13 @@ int cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "--profile")) o.profile = true;
         else if (!strcmp(a, "--device") && has) {
             const char *d = argv[++i];
-            if (!strcmp(d, "cpu")) o.cpu = true;
-            else if (!strcmp(d, "cuda")) {
-#ifdef VLLMC_CUDA
-                o.cpu = false;
-#else
-                fprintf(stderr, "vllmc bench: this binary was built without CUDA (make CUDA=1)\n");
-                return 2;
+            enum cli_device dev;
+            if (!cli_device_parse(d, &dev)) { fprintf(stderr, "vllmc bench: unknown device '%s' (auto, cpu, cuda)\n", d); return 2; }
+            dev = cli_device_resolve(dev);
+#ifndef VLLMC_CUDA
+            if (dev == CLI_DEVICE_CUDA) { fprintf(stderr, "vllmc bench: this binary was built without CUDA (make CUDA=1)\n"); return 2; }
 #endif
-            } else { fprintf(stderr, "vllmc bench: unknown device '%s'\n", d); return 2; }
+            o.cpu = dev == CLI_DEVICE_CPU;
         } else if (!strcmp(a, "--kv-cache-dtype") && has) {
             const char *d = argv[++i];
             if (!bk_kv_dtype_parse(d, &o.kv)) { fprintf(stderr, "vllmc bench: KV dtype '%s' (auto, f16, bf16, f32, fp8)\n", d); return 2; }

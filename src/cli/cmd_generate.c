@@ -1,5 +1,7 @@
-/* `vllmc generate` and `vllmc chat`: load a GGUF on the CPU backend, prefill the prompt in chunks,
- * then decode one token per step with the sampler, streaming text to stdout (speeds on stderr).
+/* `vllmc generate` and `vllmc chat`: load a GGUF on the CPU or CUDA backend (--device), prefill the prompt
+ * in chunks, then decode one token per step with the sampler, streaming text to stdout (speeds on stderr).
+ * On CUDA, plain greedy decoding brings back only the argmax id of each step; --profile prints the
+ * per-op-family tables of the prefill and of the decode steps.
  * Debug/oracle modes: --prompt-ids (skip the tokenizer), --ids (print ids as JSON), --dump-logits
  * (every computed logits row as raw float32 to a file), --perplexity (score a text file). */
 #include <cjson/cJSON.h>
@@ -14,12 +16,16 @@
 #include "model/model.h"
 #include "template/template.h"
 #include "tokenizer/tokenizer.h"
+#ifdef VLLMC_CUDA
+#include "backend/cuda/cuda_backend.h"
+#endif
 
 struct gen_opts {
     const char *model_path, *prompt, *prompt_ids, *dump_logits, *system, *perplexity;
     int32_t n_predict, n_threads, batch, ctx;
-    bool ids, ignore_eos, reference, verbose, kv_fp8_plain;
+    bool ids, ignore_eos, reference, verbose, kv_fp8_plain, eager, profile;
     enum bk_kv_dtype kv_dtype;
+    enum cli_device device;
     struct sampler_params sp;
 };
 
@@ -30,6 +36,9 @@ static void gen_usage(const char *cmd) {
             "%s"
             "  -n, --n-predict N         tokens to generate (default 128%s)\n"
             "  -t, --threads N           CPU threads (default: all)\n"
+            "  --device D                auto (default: cuda when built with CUDA=1 and a GPU is present), cpu, cuda\n"
+            "  --enforce-eager           cuda: no CUDA graphs\n"
+            "%s"
             "  --temperature T           0 = greedy (default 0)\n"
             "  --top-k K  --top-p P  --min-p M  --seed S\n"
             "  --repeat-penalty R  --presence-penalty P  --frequency-penalty F\n"
@@ -51,6 +60,7 @@ static void gen_usage(const char *cmd) {
                                   "                            kv_cache_dtype, nll, ppl} and generate nothing\n"
                                 : "  --system TEXT             system message\n",
             strcmp(cmd, "chat") ? "" : " per reply; -1 = until the end of the context",
+            strcmp(cmd, "chat") ? "  --profile                 cuda: per op family tables of the prefill and the decode steps (eager)\n" : "",
             "");
 }
 
@@ -110,6 +120,9 @@ static int parse_opts(int argc, char **argv, bool chat, struct gen_opts *o) {
             o->sp.seed = s;
         }
         else if (!strcmp(a, "--ignore-eos")) o->ignore_eos = true;
+        else if (!strcmp(a, "--device")) { NEED_ARG(); if (!cli_device_parse(v, &o->device)) BAD(v); }
+        else if (!strcmp(a, "--enforce-eager")) o->eager = true;
+        else if (!chat && !strcmp(a, "--profile")) o->profile = true;
         else if (!strcmp(a, "--reference")) o->reference = true;
         else if (!strcmp(a, "--kv-f32")) o->kv_dtype = BK_KV_F32;
         else if (!strcmp(a, "--kv-fp8-plain")) o->kv_fp8_plain = true;
@@ -173,6 +186,8 @@ struct gen_seq {
     int32_t *pos, *seq_idx;
     FILE *dump;
     bool score;                            /* perplexity: add -log p(next token) of every fed row */
+    bool argmax;                           /* the step brings back its argmax id (next_id), not logits */
+    int32_t next_id;
     double nll;
     int64_t n_scored;
     double t_prefill, t_decode;
@@ -229,7 +244,8 @@ static vllmc_status gen_seq_feed(struct gen_seq *s, const int32_t *ids, int32_t 
                              .seqs = &seq, .n_logits = all_logits ? c : (last ? 1 : 0),
                              .logit_rows = all_logits ? s->rows : &s->rows[c - 1]};
         double t0 = vllmc_time_s();
-        vllmc_status st = model_forward(s->m, &b, s->kv, s->logits, NULL);
+        const bool want_id = s->argmax && !all_logits && b.n_logits == 1;
+        vllmc_status st = model_forward(s->m, &b, s->kv, want_id ? NULL : s->logits, want_id ? &s->next_id : NULL);
         double dt = vllmc_time_s() - t0;
         if (st) return st;
         if (prompt) { s->t_prefill += dt; s->n_prefill += c; }
@@ -272,6 +288,7 @@ static void print_speed(const struct gen_seq *s, const struct model *m) {
 }
 
 struct gen_env {
+    bool is_cuda;
     struct backend *be;
     struct model *m;
     struct tokenizer *tok;
@@ -289,7 +306,8 @@ static int gen_env_init(struct gen_env *e, const struct gen_opts *o, bool need_t
     memset(e, 0, sizeof(*e));
     vllmc_status st;
     double t0 = vllmc_time_s();
-    if ((st = backend_cpu_create(o->n_threads, o->reference, &e->be)) || (st = model_load(o->model_path, e->be, &e->m))) {
+    const struct cli_backend_opts bo = {o->device, o->n_threads, o->reference, o->eager, o->profile};
+    if ((st = cli_backend_create(&bo, &e->be, &e->is_cuda)) || (st = model_load(o->model_path, e->be, &e->m))) {
         fprintf(stderr, "vllmc: %s\n", vllmc_last_error());
         return 1;
     }
@@ -305,6 +323,33 @@ static int gen_env_init(struct gen_env *e, const struct gen_opts *o, bool need_t
     }
     if ((st = sampler_create(e->m->hp.n_vocab, &e->smp))) { fprintf(stderr, "vllmc: %s\n", vllmc_last_error()); return 1; }
     return 0;
+}
+
+/* --profile: after the prompt (prefill) the counters are kept and reset; after the decode both tables go to
+ * stderr, the decode one per token. */
+static void gen_profile(struct gen_env *e, const struct gen_opts *o, const struct gen_seq *s, bool after_prefill) {
+#ifdef VLLMC_CUDA
+    static struct backend_cuda_prof prefill;
+    if (!o->profile || !e->is_cuda) return;
+    if (after_prefill) {
+        backend_cuda_get_prof(e->be, &prefill);
+        backend_cuda_reset_prof(e->be);
+        return;
+    }
+    struct backend_cuda_prof dec;
+    backend_cuda_get_prof(e->be, &dec);
+    fprintf(stderr, "\nprofile of the prefill (%lld tokens; eager, one event pair per op, totals):\n", (long long)s->n_prefill);
+    cli_print_prof_table(stderr, &prefill, 1.0);
+    fprintf(stderr, "GPU busy %.3f ms; wall %.3f ms\n", cli_prof_busy_ms(&prefill), s->t_prefill * 1e3);
+    if (s->n_decode > 0) {
+        const double n = (double)s->n_decode;
+        fprintf(stderr, "\nprofile of the decode steps (%lld; eager, one event pair per op, per token):\n", (long long)s->n_decode);
+        cli_print_prof_table(stderr, &dec, n);
+        fprintf(stderr, "GPU busy %.3f ms/token; wall %.3f ms/token\n", cli_prof_busy_ms(&dec) / n, s->t_decode * 1e3 / n);
+    }
+#else
+    (void)e; (void)o; (void)s; (void)after_prefill;
+#endif
 }
 
 /* Stream the text of one token to stdout. */
@@ -332,7 +377,7 @@ static vllmc_status generate_loop(struct gen_env *e, struct gen_seq *s, const st
     vllmc_status st = VLLMC_OK;
     while (n < n_predict) {
         /* history = everything in the sequence; the first n_prompt tokens are the prompt */
-        int32_t id = sampler_sample(e->smp, logits, &o->sp, &rng, s->tokens, s->n_tokens, n_prompt);
+        int32_t id = s->argmax ? s->next_id : sampler_sample(e->smp, logits, &o->sp, &rng, s->tokens, s->n_tokens, n_prompt);
         gen[n++] = id;
         bool eog = e->tok && tokenizer_is_eog(e->tok, id);
         if (stream_text && e->tok && buf && !eog) emit_token(&ts, buf, cap, id);
@@ -447,8 +492,11 @@ int cmd_generate(int argc, char **argv) {
     const bool all_logits = o.dump_logits != NULL;
     if ((st = gen_seq_init(&s, e.m, (int32_t)want_ctx, o.batch, all_logits, o.kv_dtype))) goto fail;
     if (all_logits && !(s.dump = fopen(o.dump_logits, "wb"))) { st = vllmc_errorf(VLLMC_ERR_IO, "cannot write %s", o.dump_logits); goto fail; }
+    s.argmax = e.is_cuda && !all_logits && sampler_params_argmax_only(&o.sp);
     if ((st = gen_seq_feed(&s, prompt, n_prompt, all_logits, true))) goto fail;
+    gen_profile(&e, &o, &s, true);
     if ((st = generate_loop(&e, &s, &o, n_prompt, n_predict, gen_seq_last_logits(&s, all_logits, n_prompt), !o.ids, &gen, &n_gen))) goto fail;
+    gen_profile(&e, &o, &s, false);
     if (o.ids) {
         putchar('[');
         for (int32_t i = 0; i < n_gen; i++) printf(i ? ", %d" : "%d", gen[i]);
@@ -511,6 +559,7 @@ int cmd_chat(int argc, char **argv) {
     if ((st = tmpl_parse(tsrc.ptr, (size_t)tsrc.len, &tp))) goto fail;
     int32_t ctx = o.ctx ? o.ctx : VLLMC_MIN(e.m->hp.n_ctx_train, 8192);
     if ((st = gen_seq_init(&s, e.m, ctx, o.batch, false, o.kv_dtype))) goto fail;
+    s.argmax = e.is_cuda && sampler_params_argmax_only(&o.sp);
     msgs = cJSON_CreateArray();
     if (!msgs) { st = vllmc_errorf(VLLMC_ERR_OOM, "chat"); goto fail; }
     if (o.system) {

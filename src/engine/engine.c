@@ -633,10 +633,8 @@ static void emit_token(vllmc_engine *e, struct vllmc_request *r, int32_t tok, fl
 /* The request's next token is the argmax of its raw logits: greedy, no bias or penalties, no logprobs, and no
  * min_tokens mask in force. Steps whose logits rows all are so bring back only the argmax ids. */
 static bool plain_greedy(const vllmc_engine *e, const struct vllmc_request *r) {
-    const struct sampler_params *p = &r->sp;
     const bool masked = r->n_out < r->min_tokens && ((!r->ignore_eos && e->n_eos > 0) || r->n_stop_ids > 0);
-    return p->temperature == 0.0f && p->repetition_penalty == 1.0f && p->presence_penalty == 0.0f &&
-           p->frequency_penalty == 0.0f && (!p->bias || p->n_bias == 0) && r->logprobs < 0 && !masked;
+    return sampler_params_argmax_only(&r->sp) && r->logprobs < 0 && !masked;
 }
 
 static void sample_one(vllmc_engine *e, struct vllmc_request *r, float *row) {

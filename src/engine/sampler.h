@@ -7,6 +7,7 @@
 #ifndef VLLMC_SAMPLER_H
 #define VLLMC_SAMPLER_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include "common/common.h"
 
@@ -48,6 +49,9 @@ void sampler_destroy(struct sampler *s); /* accepts NULL */
 /* Sample one token from logits[n_vocab] (not modified). history: the tokens of the request so far,
  * the first n_prompt of them the prompt (repetition penalty uses all, presence/frequency only the
  * rest). Ids in history outside [0, n_vocab) are ignored. Returns the token id in [0, n_vocab). */
+/* Whether the next token is simply the argmax of the raw logits: greedy, no bias, no penalties. */
+bool sampler_params_argmax_only(const struct sampler_params *p);
+
 int32_t sampler_sample(struct sampler *s, const float *logits, const struct sampler_params *p,
                        struct sampler_rng *rng, const int32_t *history, int32_t n_history, int32_t n_prompt);
 

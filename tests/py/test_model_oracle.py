@@ -159,3 +159,27 @@ def test_bad_model_is_a_clear_error(case, tiny_dir, tmp_path):
                        capture_output=True, text=True, timeout=60)
     print(r.stderr.strip())
     assert r.returncode == 1 and want in r.stderr, r.stderr
+
+
+def test_generate_device_flags(tiny_dir):
+    """--device picks the backend; what cannot run is a clear error, never a silent fallback."""
+    model = str(tiny_dir / "qwen2-tiny-f32.gguf")
+    base = [str(VLLMC), "generate", "-m", model, "--prompt-ids", "[1, 2, 3]", "-n", "6", "--ids"]
+
+    def run(*extra):
+        return subprocess.run(base + list(extra), capture_output=True, text=True, timeout=60)
+
+    cpu = run("--device", "cpu")
+    assert cpu.returncode == 0, cpu.stderr
+    assert len(json.loads(cpu.stdout.strip().splitlines()[-1])) == 6
+    r = run("--device", "tpu")
+    assert r.returncode == 2 and "--device" in r.stderr, r.stderr
+    r = run("--device", "cpu", "--profile")
+    assert r.returncode == 1 and "--profile" in r.stderr, r.stderr
+    cuda = run("--device", "cuda")
+    if cuda.returncode != 0:  # no GPU here: said so, and auto is the CPU
+        assert "no GPU" in cuda.stderr, cuda.stderr
+        auto = run()
+        assert auto.returncode == 0 and auto.stdout == cpu.stdout, auto.stderr
+    r = run("--device", "cuda", "--reference")
+    assert r.returncode == 1 and ("no GPU" in r.stderr or "--reference" in r.stderr), r.stderr
