@@ -1009,6 +1009,13 @@ static int sort_key(struct tmpl_rt *rt, struct tv item, bool case_sensitive, con
     return 0;
 }
 
+/* jinja's sort compares one-item lists [key] (make_multi_attrgetter), and Python compares lists item by item
+ * after an == test: equal keys are never ordered, so undefined keys (equal to each other) sort without error */
+static int key_lt(struct tmpl_rt *rt, struct tv a, struct tv b, bool *out) {
+    if (tv_eq(a, b)) { *out = false; return 0; }
+    return tv_lt(rt, a, b, out);
+}
+
 static int sort_list(struct tmpl_rt *rt, struct tv *items, size_t n, bool reverse, bool case_sensitive, const char *attr) {
     if (n < 2) return 0;
     struct tv *keys = tmpl_arena_alloc(&rt->arena, n * sizeof *keys), *tmpk = tmpl_arena_alloc(&rt->arena, n * sizeof *tmpk);
@@ -1022,7 +1029,7 @@ static int sort_list(struct tmpl_rt *rt, struct tv *items, size_t n, bool revers
             while (i < mid && j < hi) {
                 bool take_right;
                 /* reverse=True in Python sorts descending but stays stable */
-                if (reverse ? tv_lt(rt, keys[i], keys[j], &take_right) : tv_lt(rt, keys[j], keys[i], &take_right)) return -1;
+                if (reverse ? key_lt(rt, keys[i], keys[j], &take_right) : key_lt(rt, keys[j], keys[i], &take_right)) return -1;
                 if (take_right) { tmpk[k] = keys[j]; tmpv[k++] = items[j++]; }
                 else { tmpk[k] = keys[i]; tmpv[k++] = items[i++]; }
             }

@@ -142,9 +142,24 @@ void py_float_repr(double f, char *buf, size_t size) {
     if (isinf(f)) { snprintf(buf, size, f < 0 ? "-inf" : "inf"); return; }
     char tmp[40];
     int prec;
-    for (prec = 0; prec < 17; prec++) { /* shortest %.Ne that reads back exactly */
+    for (prec = 0; prec < 17; prec++) { /* the shortest %.Ne that reads back exactly, as Python's repr */
         snprintf(tmp, sizeof tmp, "%.*e", prec, f);
-        if (strtod(tmp, NULL) == f) break;
+        const double back = strtod(tmp, NULL);
+        if (back == f) break;
+        /* The nearest N-digit decimal can miss f where the other one bracketing f reads back (2^-24 is
+         * 5.9604644775390625e-08: to 16 digits the tie rounds to ...062, which reads back as another double,
+         * while ...063 reads back as 2^-24): step the last digit towards f. */
+        char alt[40];
+        memcpy(alt, tmp, sizeof alt);
+        char *e = strchr(alt, 'e');
+        const int up = (back < f) != (f < 0); /* away from zero in magnitude */
+        char *q = e - 1;
+        for (; q >= alt && (*q == '.' || *q == (up ? '9' : '0')); q--)
+            if (*q != '.') *q = up ? '0' : '9';
+        if (q < alt || *q == '-' || (!up && q == alt + (alt[0] == '-') && *q == '1' && q + 1 == e)) continue;
+        *q = (char)(*q + (up ? 1 : -1));
+        if (alt[alt[0] == '-'] == '0') continue; /* 1.000e5 stepped down: a leading zero; no shorter form */
+        if (strtod(alt, NULL) == f) { memcpy(tmp, alt, sizeof tmp); break; }
     }
     if (prec == 17) snprintf(tmp, sizeof tmp, "%.16e", f);
     /* tmp: [-]d[.ddd]e[+-]XX */

@@ -217,6 +217,9 @@ SNIPPETS = [
     # max / min keep the first of equal items, as Python's do
     "{{ [0, false]|max }}{{ [false, 0]|max }}{{ [0, false]|min }}{{ [1.0, 1]|max }}{{ [1, 1.0]|min }}{{ ['a', 'A']|max }}"
     "{{ ['A', 'a']|min }}{{ [-0.0, false]|max }}{{ words|max }}{{ words|min(case_sensitive=true) }}",
+    # sort compares [key] lists: equal keys (undefined ones too) are never ordered
+    "{{ [l[9], l[8], l[7]]|sort|length }}{{ [[l[9], 1], [l[8], 0]]|sort|length }}{{ [l[9], l[8]]|sort(reverse=true)|length }}"
+    "{{ [1.0, 1, true]|sort }}{{ [true, 1, 1.0]|sort(reverse=true) }}",
 ]
 
 # Constructs jinja2 renders but vllmc refuses on purpose (no wrong render): (template, expected error text).
@@ -567,3 +570,27 @@ def test_random_expressions_match_jinja2():
     for why, k in reasons.most_common(8):
         print(f"  refused x{k}: {why}")
     assert not wrong, f"seed {seed}:\n" + "\n".join(wrong[:15])
+
+
+def test_float_repr_matches_python():
+    """{{ x }} of a float is Python's repr: the shortest digits that read back, random doubles of every scale."""
+    import random
+    import struct
+    need_vllmc()
+    seed = int(os.environ.get("VLLMC_TEST_SEED", "0")) or int.from_bytes(os.urandom(4), "little")
+    rng = random.Random(seed)
+    vals = [2.0 ** -24, -(2.0 ** -24), 7.854549544476363e-90, 0.1, 1e16, 1e22, 1e23, 5e-324, 1.7976931348623157e308, 0.0001,
+            9.999999999999999e22, 99.99999999999999, 123456789012345680.0]
+    while len(vals) < 6000:
+        r = rng.random()
+        if r < 0.4:
+            v = struct.unpack("d", struct.pack("Q", rng.getrandbits(64)))[0]
+        elif r < 0.7:
+            v = float(rng.choice([2, 10, 3, 7, 256, 0.5, 1.5]) ** rng.randint(-40, 40)) * rng.choice([1, -1])
+        else:
+            v = rng.uniform(-1e6, 1e6)
+        if v == v and abs(v) != float("inf"):
+            vals.append(v)
+    got = run_batch([("{{ x }}", json.dumps({"x": v})) for v in vals])
+    wrong = [f"{v!r}: {g.get('text', g.get('error'))}" for v, g in zip(vals, got) if g.get("text") != repr(v)]
+    assert not wrong, f"seed {seed}: {len(wrong)} of {len(vals)}:\n" + "\n".join(wrong[:10])
