@@ -17,6 +17,7 @@ LINK=1
 HIPCC=${HIPCC:-hipcc}
 JOBS=${JOBS:-$(nproc)}
 summary=()
+HIP_OFF_KERNELS='attn_prefill_kernel|gdn_chunk_|gdn_conv_chunk_kernel|gdn_qk_norm_kernel'
 declare -A devlib
 fail=0
 note() { summary+=("$1"); }
@@ -95,14 +96,17 @@ for arch in gfx1100 gfx1030; do
         dots=$(cat build/hip/isa/*-$arch.s 2>/dev/null | grep -c 'v_dot4c\?_i32_iu\?8' || true)
         w32=$(cat build/hip/isa/*-$arch.s 2>/dev/null | grep -c '\.wavefront_size: *32' || true)
         w64=$(cat build/hip/isa/*-$arch.s 2>/dev/null | grep -c '\.wavefront_size: *64' || true)
-        spills=$(cat build/hip/isa/*-$arch.s 2>/dev/null | awk '/\.vgpr_spill_count:/ { s += $2 } END { print s + 0 }')
         wmma=$(cat build/hip/isa/*-$arch.s 2>/dev/null | grep -c 'v_wmma_' || true)
         how="system device library"
         [ "$libs" = -nogpulib ] && how="-nogpulib"
         [[ "$libs" == --rocm-device-lib-path* ]] && how="generated gfx11 ISA-version stub + Debian device library"
-        note "$arch: $n kernel files compiled (-Werror); ISA ($how) $([ $isa_ok = 1 ] && echo generated || echo FAILED): $w32 wave32 / $w64 wave64 kernels, $dots packed int8 dot instructions, $wmma WMMA instructions, $spills VGPRs spilled"
-        [ $isa_ok = 1 ] && [ "$w64" = 0 ] || fail=1
         { echo "ISA per kernel ($arch, $how)$([ "$libs" = -nogpulib ] && echo ': math-library calls stay external; scratch and VGPR caps reflect those calls')"; for s in build/hip/isa/*-$arch.s; do isa_table $arch "$s"; done; } > build/hip/isa/kernels-$arch.txt
+        # spills in the kernels a HIP build launches, and apart those of the prefill kernels it keeps off (the chunked
+        # GDN and the prefill attention want ~150 KB of shared memory a CTA: cuda_backend.cu turns them off on HIP)
+        spills=$(awk -v off="$HIP_OFF_KERNELS" '{ for (i = 1; i < NF; i++) if ($i == "spill") s = $(i + 1) } NR > 1 && $2 !~ off { t += s } END { print t + 0 }' build/hip/isa/kernels-$arch.txt)
+        spills_off=$(awk -v off="$HIP_OFF_KERNELS" '{ for (i = 1; i < NF; i++) if ($i == "spill") s = $(i + 1) } NR > 1 && $2 ~ off { t += s } END { print t + 0 }' build/hip/isa/kernels-$arch.txt)
+        note "$arch: $n kernel files compiled (-Werror); ISA ($how) $([ $isa_ok = 1 ] && echo generated || echo FAILED): $w32 wave32 / $w64 wave64 kernels, $dots packed int8 dot instructions, $wmma WMMA instructions, $spills VGPRs spilled in the kernels HIP launches ($spills_off more in the prefill kernels it keeps off)"
+        [ $isa_ok = 1 ] && [ "$w64" = 0 ] || fail=1
     else
         tail -30 "$log"
         note "$arch: kernel compile FAILED (see $log)"

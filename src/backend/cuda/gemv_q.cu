@@ -15,7 +15,12 @@
 #include "quant/quant.h"
 
 #define MM_UNROLL 2  /* steps whose loads are issued together (Q6_K: 128 bytes a lane) */
+#if defined(VLLMC_HIP_ARCH_GFX11) /* LLVM 15 caps these wave32 kernels at 128 VGPRs: with 4, moe_mm_kernel spilled 6 and
+                                     mm_kernel_split<2> 2 (scripts/hip-check.sh); the sums keep their order either way */
+#define MM_UNROLL4 2
+#else
 #define MM_UNROLL4 4 /* Q4_K, Q8_0: 32 bytes a lane a step */
+#endif
 
 static inline uint64_t pad16(uint64_t x) { return (x + 15) & ~(uint64_t)15; }
 
