@@ -433,6 +433,14 @@ bool tv_eq(struct tv a, struct tv b) {
     case TV_LOOP: return a.u.loop == b.u.loop;
     case TV_MACRO: return a.u.macro == b.u.macro;
     case TV_BUILTIN: return a.u.builtin == b.u.builtin;
+    case TV_METHOD: { /* Python: the same method of the same object (identity; for scalars, equal values) */
+        const struct tv x = a.u.m->self, y = b.u.m->self;
+        if (a.u.m->id != b.u.m->id || x.kind != y.kind) return false;
+        if (x.kind == TV_STR) return x.u.s == y.u.s;
+        if (x.kind == TV_LIST) return x.u.l == y.u.l;
+        if (x.kind == TV_DICT || x.kind == TV_NS) return x.u.d == y.u.d;
+        return tv_eq(x, y);
+    }
     default: return false;
     }
 }

@@ -220,6 +220,8 @@ SNIPPETS = [
     # sort compares [key] lists: equal keys (undefined ones too) are never ordered
     "{{ [l[9], l[8], l[7]]|sort|length }}{{ [[l[9], 1], [l[8], 0]]|sort|length }}{{ [l[9], l[8]]|sort(reverse=true)|length }}"
     "{{ [1.0, 1, true]|sort }}{{ [true, 1, 1.0]|sort(reverse=true) }}",
+    # bound methods are equal when they are the same method of the same object
+    "{{ d.items == d.items }}{{ s.upper == s.upper }}{{ d.items == d.keys }}{{ d.items in [d.items] }}{{ d.get != d.get }}",
 ]
 
 # Constructs jinja2 renders but vllmc refuses on purpose (no wrong render): (template, expected error text).
