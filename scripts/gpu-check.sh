@@ -74,6 +74,9 @@ if has prefillmodel; then # tiny qwen35 with a prompt long enough for the GEMM a
         >/tmp/model_p150_old.txt 2>&1; rc=$?
     cat /tmp/model_p150_old.txt >>"$OUT/test_cuda_model_p150.txt"
     note "same, prefill paths off rc=$rc: $(grep 'worst' /tmp/model_p150_old.txt | head -1 | sed 's/.*steps, //' | cut -c1-120)"
+    VLLMC_CUDA_GEMM_ACT=q8 timeout 120 "$BIN/test_cuda_model" /tmp/models/qwen35-tiny.gguf 150 8 >/tmp/model_p150_q8.txt 2>&1; rc=$?
+    cat /tmp/model_p150_q8.txt >>"$OUT/test_cuda_model_p150.txt"
+    note "same, GEMM on the quantized activations (VLLMC_CUDA_GEMM_ACT=q8) rc=$rc: $(grep 'worst' /tmp/model_p150_q8.txt | head -1 | sed 's/.*steps, //' | cut -c1-120)"
 fi
 if has model; then
     timeout 300 "$BIN/test_cuda_model" /tmp/models/qwen35-tiny.gguf 40 24 >"$OUT/test_cuda_model.txt" 2>&1; rc=$?

@@ -5,7 +5,8 @@
  *  - matmuls of >= 64 activation rows through the dense f16 GEMM: against the f64 product of the same
  *    f16-rounded operands (checks the GEMM itself: within 1e-5 of max |y|), and against the CPU reference
  *    backend (its Q8_K / Q8_0 activations round otherwise: within 1e-2 of max |y|); bias, ld_y and a weight the
- *    GEMM does not take (F32) in the same call;
+ *    GEMM does not take (F32) in the same call; again with the GEMM multiplying the quantized activation's
+ *    values (backend_cuda_set_gemm_act), the exact product then formed from the CPU's quantized rows;
  *  - the chunked Gated DeltaNet rule against the CPU reference (the token-by-token recurrence): one sequence
  *    of every length 65 .. 128 (a prompt ending at every offset within a chunk), then a continuation from the
  *    carried state; two sequences in one batch; outputs and state within 1e-4 relative (to max(|ref|, 1% of
@@ -53,9 +54,23 @@ static void test_dequant_f16(void) {
     free_weight(&f);
 }
 
-/* The matmul op at rows >= 64: every GEMM type plus an F32 weight in one call; the first output has a bias. */
-static void test_gemm_matmul(void) {
+/* Element e of activation row r as the GEMM multiplies it with act_q8 (backend_cuda_set_gemm_act): the value
+ * d * q of the CPU's quantized row in the weight's activation format, in f32. */
+static float act_q8_value(const struct bk_act *a, int fmt, int64_t r, int64_t e) {
+    const uint8_t *row = (const uint8_t *)a->q[fmt] + (size_t)r * bk_act_row_bytes(fmt, a->n_cols);
+    if (fmt == BK_ACT_Q8_K) {
+        const block_q8_K *b = (const block_q8_K *)row + e / QK_K;
+        return b->d * (float)b->qs[e % QK_K];
+    }
+    const block_q8_0 *b = (const block_q8_0 *)row + e / QK8_0;
+    return fp16_to_fp32(b->d) * (float)b->qs[e % QK8_0];
+}
+
+/* The matmul op at rows >= 64: every GEMM type plus an F32 weight in one call; the first output has a bias.
+ * act_q8: the GEMM multiplies the quantized activation's values instead of the f32 rows. */
+static void test_gemm_matmul(bool act_q8) {
     if (!backend_cuda_has_gemm(gpu)) { printf("test_cuda_prefill: no GEMM library: GEMM checks skipped\n"); return; }
+    backend_cuda_set_gemm_act(gpu, act_q8);
     const int NO = N_GEMM_TYPES + 1;
     const int64_t E = 512 + 256 * (int64_t)(test_rand_u64() % 3);
     const int64_t nout[N_GEMM_TYPES + 1] = {300, 77, 129, 64, 96, 40};
@@ -100,8 +115,10 @@ static void test_gemm_matmul(void) {
                 for (int r = 0; r < rows; r++) {
                     double s = 0;
                     const bool f16 = rows >= 64 && type != GGML_TYPE_F32; /* the GEMM path rounds both operands */
+                    const int fmt = bk_act_fmt_for_weight(type);
                     for (int64_t e = 0; e < E; e++) {
-                        const float a = f16 ? fp16_to_fp32(fp32_to_fp16(x[r * E + e])) : x[r * E + e];
+                        const float xa = f16 && act_q8 ? act_q8_value(&ra, fmt, r, e) : x[r * E + e];
+                        const float a = f16 ? fp16_to_fp32(fp32_to_fp16(xa)) : xa;
                         const float b = f16 ? fp16_to_fp32(fp32_to_fp16(wr[e])) : wr[e];
                         s += (double)a * b;
                     }
@@ -114,8 +131,8 @@ static void test_gemm_matmul(void) {
                     d_cpu = fmax(d_cpu, fabs((double)y - ry[i][r * ld + o]));
                 }
             }
-            printf("matmul %s rows %d E %lld: |y - exact(f16 operands)| / max %.3g, |y - cpu ref| / max %.3g\n",
-                   quant_traits(type)->name, rows, (long long)E, d_f16 / amax, d_cpu / ymax);
+            printf("matmul %s rows %d E %lld%s: |y - exact(f16 operands)| / max %.3g, |y - cpu ref| / max %.3g\n",
+                   quant_traits(type)->name, rows, (long long)E, act_q8 ? " (q8 activations)" : "", d_f16 / amax, d_cpu / ymax);
             CHECK_MSG(!nan, "matmul %s rows %d: NaN", quant_traits(type)->name, rows);
             if (rows >= 64 && type != GGML_TYPE_F32)
                 CHECK_MSG(d_f16 / amax < 1e-5, "GEMM %s rows %d: %.3g from the exact product", quant_traits(type)->name, rows, d_f16 / amax);
@@ -128,6 +145,7 @@ static void test_gemm_matmul(void) {
         bk_act_free(ref, &ra); bk_act_free(gpu, &ga);
     }
     for (int i = 0; i < NO; i++) free_weight(&w[i]);
+    backend_cuda_set_gemm_act(gpu, false);
 }
 
 /* Batches of up to 256 rows over two sequences (state slots 1 and 0). */
@@ -282,7 +300,8 @@ int main(void) {
     CHECK(backend_cpu_create(1, true, &ref) == VLLMC_OK);
     backend_cuda_set_prefill(gpu, 64, true);
     test_dequant_f16();
-    test_gemm_matmul();
+    test_gemm_matmul(false);
+    test_gemm_matmul(true);
     test_gdn_chunked(128);
     test_gdn_chunked(64);
     test_attn_prefill();

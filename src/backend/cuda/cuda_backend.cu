@@ -62,8 +62,10 @@ struct rec_d2h { void *dst; const void *src; uint64_t bytes; };
 struct rec_gdn { struct cu_batch_dev b; struct cu_gdn_args a; float *scratch; /* non-NULL: the chunked rule */ };
 struct rec_sigmul { float *x; const float *g; int64_t ld_x, ld_g, n_rows, n_cols; };
 struct rec_moe { struct cu_moe_args a; double wbytes; };
-/* GEMM path of a matmul: DEQ converts the activation (when convert) and dequantizes the weight; GEMM multiplies. */
-struct rec_deq { const float *x; uint16_t *a16; const uint8_t *w; uint16_t *w16; uint64_t stride; int64_t n_rows, n_cols, n_out; int32_t convert, type; };
+/* GEMM path of a matmul: DEQ converts the activation (when convert: the f32 rows, or with act_fmt Q8_K / Q8_0
+ * the quantized rows' values from av) and dequantizes the weight; GEMM multiplies. */
+struct rec_deq { const float *x; uint16_t *a16; const uint8_t *w; uint16_t *w16; uint64_t stride; int64_t n_rows, n_cols, n_out; int32_t convert, type, act_fmt, pad;
+                 struct cu_act_view av; };
 struct rec_gemm { struct gpu_gemm *g; const uint16_t *a16, *w16; float *y; const float *bias; int64_t n_rows, n_cols, n_out, ld_y; double wbytes; };
 
 struct cu_graph {
@@ -109,6 +111,7 @@ struct cu_backend {
     struct gpu_gemm *gemm;
     int32_t gemm_min_rows;
     bool gdn_chunked, attn_prefill;
+    bool gemm_act_q8;          /* the GEMM's activation operand: the quantized rows' values (backend_cuda_set_gemm_act) */
     gpuError_t gemm_err;
     uint16_t *a16, *w16;
     int64_t a16_elems, w16_elems;
@@ -178,7 +181,8 @@ static void rec_exec(cu_backend *c, int op, const void *args) {
     case CU_OP_MOE: { const rec_moe *r = (const rec_moe *)args; cu_launch_moe(&r->a, s); break; }
     case CU_OP_DEQ: {
         const rec_deq *r = (const rec_deq *)args;
-        if (r->convert) cu_launch_f32_to_f16(r->x, r->n_cols, r->n_cols, r->n_rows, r->a16, s);
+        if (r->convert && r->act_fmt != BK_ACT_F32) cu_launch_q8_to_f16(&r->av, r->act_fmt, r->n_cols, r->n_rows, r->a16, s);
+        else if (r->convert) cu_launch_f32_to_f16(r->x, r->n_cols, r->n_cols, r->n_rows, r->a16, s);
         cu_launch_dequant_f16(r->w, (uint32_t)r->type, r->stride, r->n_cols, r->n_out, r->w16, s);
         break;
     }
@@ -687,8 +691,15 @@ static bool gemm_weight_ok(const struct bk_tensor *w) {
     return cu_dequant_f16_type(w->type) && w->n_dims == 2 && w->ne[0] * w->ne[1] <= GEMM_MAX_ELEMS;
 }
 
+/* The activation rows the GEMM multiplies a weight of this type by: the f32 rows, or (gemm_act_q8) the values of
+ * the quantized rows the CPU's integer dot products use for it, when the activation holds that format. */
+static int gemm_act_fmt(const cu_backend *c, const struct bk_act *act, uint32_t type) {
+    const int f = c->gemm_act_q8 ? bk_act_fmt_for_weight(type) : BK_ACT_F32;
+    return (f == BK_ACT_Q8_K || f == BK_ACT_Q8_0) && (act->fmts & BK_ACT_BIT(f)) ? f : BK_ACT_F32;
+}
+
 /* One output of a matmul through the GEMM: (convert the activation to f16,) dequantize the weight, multiply. */
-static vllmc_status submit_gemm(cu_backend *c, const struct bk_act *act, const struct bk_matmul_out *o, bool convert) {
+static vllmc_status submit_gemm(cu_backend *c, const struct bk_act *act, const struct bk_matmul_out *o, bool convert, int act_fmt) {
     const struct bk_tensor *w = o->w;
     vllmc_status st;
     if ((st = grow_scratch(c, &c->a16, &c->a16_elems, act->max_rows * act->n_cols, 2)) ||
@@ -698,6 +709,7 @@ static vllmc_status submit_gemm(cu_backend *c, const struct bk_act *act, const s
     memset(&d, 0, sizeof(d));
     d.x = act->x; d.a16 = c->a16; d.w = (const uint8_t *)w->data; d.w16 = c->w16; d.stride = cu_weight_row_stride(w->type, w->ne[0]);
     d.n_rows = act->n_rows; d.n_cols = act->n_cols; d.n_out = w->ne[1]; d.convert = convert; d.type = (int32_t)w->type;
+    d.act_fmt = act_fmt; d.av = act_view(act);
     if ((st = submit(c, CU_OP_DEQ, &d, sizeof(d)))) return st;
     rec_gemm g;
     memset(&g, 0, sizeof(g));
@@ -719,12 +731,13 @@ static vllmc_status cu_matmul(struct backend *be, const struct bk_act *act, int 
     /* prefill-sized: the dense GEMM for every weight it takes; the rest below */
     std::vector<struct bk_matmul_out> rest;
     if (gemm_rows_ok(c, act)) {
-        bool converted = false;
+        int converted = -1; /* the activation format a16 holds now */
         for (int i = 0; i < n_out; i++) {
             if (!gemm_weight_ok(outs[i].w)) { rest.push_back(outs[i]); continue; }
-            vllmc_status st = submit_gemm(c, act, &outs[i], !converted);
+            const int f = gemm_act_fmt(c, act, outs[i].w->type);
+            vllmc_status st = submit_gemm(c, act, &outs[i], f != converted, f);
             if (st) return st;
-            converted = true;
+            converted = f;
         }
         n_out = (int)rest.size();
         outs = rest.data();
@@ -1300,6 +1313,8 @@ extern "C" vllmc_status backend_cuda_create(const struct backend_cuda_opts *o, s
     c->gdn_chunked = !(env && !strcmp(env, "0"));
     env = getenv("VLLMC_CUDA_ATTN_PREFILL");
     c->attn_prefill = !(env && !strcmp(env, "0"));
+    env = getenv("VLLMC_CUDA_GEMM_ACT");
+    c->gemm_act_q8 = env && !strcmp(env, "q8");
 #if defined(VLLMC_HIP)
     c->gdn_chunked = c->attn_prefill = false; /* their kernels want ~150 KB of shared memory per CTA */
 #endif
@@ -1369,6 +1384,8 @@ extern "C" vllmc_status backend_cuda_weight_f16(struct backend *be, const struct
 }
 
 extern "C" bool backend_cuda_has_gemm(struct backend *be) { return cub(be)->gemm != NULL; }
+
+extern "C" void backend_cuda_set_gemm_act(struct backend *be, bool quantized) { cub(be)->gemm_act_q8 = quantized; }
 
 extern "C" void backend_cuda_set_prefill(struct backend *be, int gemm_min_rows, bool gdn_chunked) {
     cu_backend *c = cub(be);

@@ -74,6 +74,11 @@ bool backend_cuda_has_gemm(struct backend *be);
  * false keeps the token-by-token GDN rule for every run (env VLLMC_CUDA_GDN_CHUNKED=0). The prefill attention
  * kernel is switched off with env VLLMC_CUDA_ATTN_PREFILL=0. A batch_invariant backend uses none of the three. */
 void backend_cuda_set_prefill(struct backend *be, int gemm_min_rows, bool gdn_chunked);
+/* The GEMM path's activation operand: false (default) the f16 rounding of the f32 rows; true the f16 rounding
+ * of the values of the quantized rows (d * q, Q8_K for k-quant weights, Q8_0 for the legacy ones): what the
+ * CPU's integer dot products multiply, so prefill through the GEMM differs from the CPU by the f16 roundings
+ * only. Env VLLMC_CUDA_GEMM_ACT=q8 sets it at backend creation. Not yet measured: for comparisons. */
+void backend_cuda_set_gemm_act(struct backend *be, bool quantized);
 
 #ifdef __cplusplus
 }

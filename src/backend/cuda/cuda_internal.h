@@ -183,6 +183,9 @@ void cu_launch_dequant_f16(const uint8_t *w, uint32_t type, uint64_t stride, int
                            gpuStream_t s);
 /* f32 rows (stride ld) -> f16 rows [n_rows][n_cols] (n_cols % 4 == 0). */
 void cu_launch_f32_to_f16(const float *x, int64_t ld, int64_t n_cols, int64_t n_rows, uint16_t *out, gpuStream_t s);
+/* The quantized activation rows' values as f16: f16(d * q) per element, fmt BK_ACT_Q8_K (k_qs, k_d) or BK_ACT_Q8_0
+ * (o_qs, o_d); n_cols % 32 == 0 (% 256 for Q8_K). */
+void cu_launch_q8_to_f16(const struct cu_act_view *a, int fmt, int64_t n_cols, int64_t n_rows, uint16_t *out, gpuStream_t s);
 /* y[r][c] += bias[c], r < n_rows (row stride ld), c < n_cols. */
 void cu_launch_add_bias(float *y, int64_t ld, const float *bias, int64_t n_rows, int64_t n_cols, gpuStream_t s);
 /* argmax of each of n_rows rows of n floats (ties to the lowest index) into out (device): CU_ARGMAX_PARTS

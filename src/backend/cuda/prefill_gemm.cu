@@ -138,6 +138,28 @@ void cu_launch_f32_to_f16(const float *x, int64_t ld, int64_t n_cols, int64_t n_
     f32_to_f16_kernel<<<(unsigned)(blocks < 65536 ? blocks : 65536), 256, 0, s>>>(x, ld, n_cols, n_rows, (uint2 *)out);
 }
 
+/* Quantized rows -> packed f16 rows of their values d * q (the product rounded to f32, then to f16), four
+ * elements a thread. dk: the Q8_K super-block scales (256 a row block), else d0: the Q8_0 block scales (32). */
+static __global__ void q8_to_f16_kernel(const int8_t *qs, const float *dk, const uint16_t *d0, int64_t n, int64_t n_rows, uint2 *out) {
+    const int64_t quads = n / 4, total = quads * n_rows;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t r = i / quads, c = (i % quads) * 4;
+        const float d = dk ? dk[r * (n / 256) + c / 256] : fp16_to_fp32(d0[r * (n / 32) + c / 32]);
+        const char4 q = *(const char4 *)(qs + r * n + c);
+        out[i] = make_uint2(f16_bits(__fmul_rn(d, (float)q.x)) | (f16_bits(__fmul_rn(d, (float)q.y)) << 16),
+                            f16_bits(__fmul_rn(d, (float)q.z)) | (f16_bits(__fmul_rn(d, (float)q.w)) << 16));
+    }
+}
+
+void cu_launch_q8_to_f16(const struct cu_act_view *a, int fmt, int64_t n_cols, int64_t n_rows, uint16_t *out, gpuStream_t s) {
+    const int64_t total = n_cols / 4 * n_rows;
+    if (total <= 0) return;
+    const int64_t blocks = GPU_CEIL_DIV(total, 256);
+    const bool k = fmt == BK_ACT_Q8_K;
+    q8_to_f16_kernel<<<(unsigned)(blocks < 65536 ? blocks : 65536), 256, 0, s>>>(k ? a->k_qs : a->o_qs, k ? a->k_d : NULL,
+                                                                                k ? NULL : a->o_d, n_cols, n_rows, (uint2 *)out);
+}
+
 static __global__ void add_bias_kernel(float *y, int64_t ld, const float *bias, int64_t n) {
     float *row = y + blockIdx.y * ld;
     for (int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; c < n; c += (int64_t)gridDim.x * blockDim.x)
