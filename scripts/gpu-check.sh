@@ -15,7 +15,8 @@
 # on the tiny models (a few seconds) and on the synth_gguf.py shapes in ENGINE_MODELS (default none; ENGINE_ARGS:
 # requests and tokens); stage
 # ebench runs `vllmc bench --concurrency` (EBENCH_ARGS) on BENCH_MODELS with the f16 and fp8 KV caches, and
-# with EBENCH_VARIANT=1 once more (f16) with --batch-invariant (the cost of batch invariance).
+# with EBENCH_VARIANT=1 once more (f16) with --batch-invariant (the cost of batch invariance), with EBENCH_DEC=N
+# once more (f16) with the few-row decode kernel for steps of up to N rows (VLLMC_CUDA_DEC).
 # Stage gen runs `vllmc generate` on the tiny qwen35 (and GEN_MODELS files) with graphs, eager and on the CPU, and
 # with --profile; stage serve runs scripts/bench-serve.sh (the server with --device cuda under `vllmc bench serve`)
 # on SERVE_MODELS (default qwen35-4b) with SERVE_ARGS. Neither is in the default list.
@@ -178,11 +179,13 @@ if has ebench; then # engine throughput: N requests in flight
         [ -s "$f" ] || continue
         runs="f16 fp8"
         [ "${EBENCH_VARIANT:-0}" = 1 ] && runs="$runs variant"
+        [ -n "${EBENCH_DEC:-}" ] && runs="$runs dec"
         for kvd in $runs; do
-            extra="--kv-cache-dtype $kvd"
+            extra="--kv-cache-dtype $kvd"; dec=0
             [ "$kvd" = variant ] && extra="--kv-cache-dtype f16 --batch-invariant"
+            [ "$kvd" = dec ] && { extra="--kv-cache-dtype f16"; dec=$EBENCH_DEC; } # the few-row decode kernel up to EBENCH_DEC rows
             # shellcheck disable=SC2086
-            timeout 200 "$BIN/vllmc" bench -m "$f" $extra ${EBENCH_ARGS:---concurrency 1,4,16,64 -p 128 -g 128 -r 2} \
+            VLLMC_CUDA_DEC=$dec timeout 200 "$BIN/vllmc" bench -m "$f" $extra ${EBENCH_ARGS:---concurrency 1,4,16,64 -p 128 -g 128 -r 2} \
                 >"$OUT/ebench_${m}_$kvd.txt" 2>&1; rc=$?
             grep -v '^vllmc info' "$OUT/ebench_${m}_$kvd.txt"
             note "ebench $m $kvd rc=$rc: $(grep '^| [0-9]' "$OUT/ebench_${m}_$kvd.txt" | awk -F'|' '{printf "N=%s %s tok/s ITL %s ms;", $2, $4, $7}')"
