@@ -50,10 +50,35 @@ static inline double max_rel(const float *a, const float *b, size_t n, double fl
     }
     return m;
 }
+/* Max |a-b| / max |b|: the error against the largest reference value; NaN in a gives inf. */
+static inline double max_abs_over_max(const float *a, const float *b, size_t n) {
+    double md = 0, mx = 0;
+    for (size_t i = 0; i < n; i++) {
+        md = fmax(md, isnan(a[i]) ? INFINITY : fabs((double)a[i] - b[i]));
+        mx = fmax(mx, fabs((double)b[i]));
+    }
+    return md / mx;
+}
 static inline size_t n_diff(const float *a, const float *b, size_t n) {
     size_t k = 0;
     for (size_t i = 0; i < n; i++) k += memcmp(&a[i], &b[i], 4) != 0;
     return k;
+}
+
+/* One attention call on both backends from the same host q [T][n_head * head_dim] and k, v [T][n_kv_head *
+ * head_dim]; the GPU output starts as NaN. Returns the GPU output copied to the host (malloc'd) and the
+ * reference output (ref memory, free with ref->ops->free) in *ro. */
+static inline float *attn_pair(struct bk_kv_cache *rkv, struct bk_kv_cache *gkv, const struct bk_attn_params *p, int T,
+                               const float *q, const float *k, const float *v, float **ro) {
+    const size_t nq = (size_t)T * p->n_head * p->head_dim, nk = (size_t)T * p->n_kv_head * p->head_dim;
+    float *gq = dev_put(q, nq * 4), *gk = dev_put(k, nk * 4), *gv = dev_put(v, nk * 4), *poison = nan_buf(nq);
+    float *go = dev_put(poison, nq * 4);
+    *ro = ref_put(NULL, nq * 4);
+    CHECK(ref->ops->attention(ref, rkv, p, q, 0, k, 0, v, 0, *ro) == VLLMC_OK);
+    CHECK(gpu->ops->attention(gpu, gkv, p, gq, 0, gk, 0, gv, 0, go) == VLLMC_OK);
+    dev_get(poison, go, nq * 4);
+    gpu->ops->free(gpu, gq); gpu->ops->free(gpu, gk); gpu->ops->free(gpu, gv); gpu->ops->free(gpu, go);
+    return poison;
 }
 
 /* Random quant bytes with sane scales (as synth_gguf.py writes them): the block scale (and Q4_K's min scale)

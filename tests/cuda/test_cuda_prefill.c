@@ -269,19 +269,12 @@ static void test_attn_prefill(void) {
             CHECK(gpu->ops->batch_set(gpu, &tb.b) == VLLMC_OK);
             const int T = tb.b.n_tokens;
             float *q = rand_buf((size_t)(T * NH * HD), 1.0f), *k = rand_buf((size_t)(T * NKV * HD), 1.0f);
-            float *v = rand_buf((size_t)(T * NKV * HD), 1.0f);
-            float *gq = dev_put(q, (size_t)(T * NH * HD) * 4), *gk = dev_put(k, (size_t)(T * NKV * HD) * 4);
-            float *gv = dev_put(v, (size_t)(T * NKV * HD) * 4);
-            float *ro = ref_put(NULL, (size_t)(T * NH * HD) * 4), *go = dev_put(NULL, (size_t)(T * NH * HD) * 4);
-            CHECK(ref->ops->attention(ref, rkv, &p, q, 0, k, 0, v, 0, ro) == VLLMC_OK);
-            CHECK(gpu->ops->attention(gpu, gkv, &p, gq, 0, gk, 0, gv, 0, go) == VLLMC_OK);
-            float *h = malloc((size_t)(T * NH * HD) * 4);
-            dev_get(h, go, (size_t)(T * NH * HD) * 4);
+            float *v = rand_buf((size_t)(T * NKV * HD), 1.0f), *ro;
+            float *h = attn_pair(rkv, gkv, &p, T, q, k, v, &ro);
             const double mr = max_rel(h, ro, (size_t)(T * NH * HD), 1e-2);
             printf("attention prefill %s head_dim %d, %d rows: max rel %.3g\n", dt ? "f16" : "f32", HD, T, mr);
             CHECK_MSG(mr < (dt ? 5e-2 : 1e-4), "attention prefill %s step %d: max rel %.3g", dt ? "f16" : "f32", step, mr);
             free(q); free(k); free(v); free(h);
-            gpu->ops->free(gpu, gq); gpu->ops->free(gpu, gk); gpu->ops->free(gpu, gv); gpu->ops->free(gpu, go);
             ref->ops->free(ref, ro);
         }
         ref->ops->kv_destroy(ref, rkv);

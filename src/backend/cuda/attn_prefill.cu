@@ -172,23 +172,15 @@ static __global__ void __launch_bounds__(256) attn_prefill_kernel(struct cu_batc
     }
 }
 
-static gpuError_t ap_set_smem(const void *fn, int bytes) {
-#if defined(VLLMC_HIP)
-    return hipFuncSetAttribute(fn, hipFuncAttributeMaxDynamicSharedMemorySize, bytes);
-#else
-    return cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-#endif
-}
-
 bool cu_attn_prefill_ready(int head_dim) {
     static int ok128 = -1, ok256 = -1;
     if (head_dim == 128) {
-        if (ok128 < 0) ok128 = ap_set_smem((const void *)attn_prefill_kernel<128>, ap_layout<128>::floats * 4) == gpuSuccess;
+        if (ok128 < 0) ok128 = gpuFuncSetMaxDynamicSmem((const void *)attn_prefill_kernel<128>, ap_layout<128>::floats * 4) == gpuSuccess;
         if (!ok128) (void)gpuGetLastError();
         return ok128;
     }
     if (head_dim == 256) {
-        if (ok256 < 0) ok256 = ap_set_smem((const void *)attn_prefill_kernel<256>, ap_layout<256>::floats * 4) == gpuSuccess;
+        if (ok256 < 0) ok256 = gpuFuncSetMaxDynamicSmem((const void *)attn_prefill_kernel<256>, ap_layout<256>::floats * 4) == gpuSuccess;
         if (!ok256) (void)gpuGetLastError();
         return ok256;
     }

@@ -322,19 +322,11 @@ GDN_UNROLL(4)
     }
 }
 
-static gpuError_t set_smem(const void *fn, int bytes) {
-#if defined(VLLMC_HIP)
-    return hipFuncSetAttribute(fn, hipFuncAttributeMaxDynamicSharedMemorySize, bytes);
-#else
-    return cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-#endif
-}
-
 bool cu_gdn_chunked_ready(void) {
     static int ok = -1;
     if (ok < 0)
-        ok = set_smem((const void *)gdn_chunk_prep_kernel, PREP_SMEM_BYTES) == gpuSuccess &&
-             set_smem((const void *)gdn_chunk_scan_kernel, SCAN_FLOATS * 4) == gpuSuccess;
+        ok = gpuFuncSetMaxDynamicSmem((const void *)gdn_chunk_prep_kernel, PREP_SMEM_BYTES) == gpuSuccess &&
+             gpuFuncSetMaxDynamicSmem((const void *)gdn_chunk_scan_kernel, SCAN_FLOATS * 4) == gpuSuccess;
     if (!ok) (void)gpuGetLastError();
     return ok;
 }

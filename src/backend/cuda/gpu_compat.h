@@ -31,6 +31,7 @@ typedef hipGraphExec_t gpuGraphExec_t;
 #define gpuStreamEndCapture hipStreamEndCapture
 #define gpuStreamCaptureModeGlobal hipStreamCaptureModeGlobal
 #define gpuGraphInstantiate(e, g) hipGraphInstantiate((e), (g), NULL, NULL, 0)
+#define gpuFuncSetMaxDynamicSmem(fn, bytes) hipFuncSetAttribute((fn), hipFuncAttributeMaxDynamicSharedMemorySize, (bytes))
 #define gpuGraphLaunch hipGraphLaunch
 #define gpuGraphExecDestroy hipGraphExecDestroy
 #define gpuGraphDestroy hipGraphDestroy
@@ -92,6 +93,7 @@ typedef cudaGraphExec_t gpuGraphExec_t;
 #define gpuStreamEndCapture cudaStreamEndCapture
 #define gpuStreamCaptureModeGlobal cudaStreamCaptureModeGlobal
 #define gpuGraphInstantiate(e, g) cudaGraphInstantiate((e), (g), 0)
+#define gpuFuncSetMaxDynamicSmem(fn, bytes) cudaFuncSetAttribute((fn), cudaFuncAttributeMaxDynamicSharedMemorySize, (bytes))
 #define gpuGraphLaunch cudaGraphLaunch
 #define gpuGraphExecDestroy cudaGraphExecDestroy
 #define gpuGraphDestroy cudaGraphDestroy
