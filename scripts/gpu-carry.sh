@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Dev machine: build the CUDA binaries and fill .carry/ (git-ignored) with what scripts/gpu-check.sh needs on
-# the GPU machine: bin/ (vllmc, the tests/cuda binaries, bench_gemv), lib/ (the shared libraries they
+# the GPU machine: bin.tar.xz (vllmc, the tests/cuda binaries, bench_gemv), lib/ (the shared libraries they
 # load, except glibc, the C++ runtime and the CUDA libraries the GPU machine has), synth_gguf.py, and models/ (tiny dense llama / qwen2 / qwen3
 # GGUFs from tests/tools/make_tiny_models.py, when the Python venv can quantize), moe/ (tiny qwen35moe q8_0 and
 # q4_k_m from tests/tools/make_tiny_qwen35.py). Then call the device with
@@ -11,9 +11,12 @@ BUILD=${BUILD:-build/cuda}
 make -j"$(nproc)" CUDA=1 BUILD="$BUILD" all cuda-tests >/tmp/gpu-carry-build.log 2>&1 || { tail -30 /tmp/gpu-carry-build.log; exit 1; }
 nvcc -O3 -std=c++17 -gencode=arch=compute_90,code=sm_90 -Iinclude -Isrc -o "$BUILD/bench_gemv" bench/bench_gemv.cu \
     "$BUILD/libvllmc.a" -lpcre2-8 -lcjson -lm -lpthread -lcublas -lcublasLt
-mkdir -p .carry/bin .carry/lib
-cp "$BUILD/vllmc" "$BUILD/bench_gemv" .carry/bin/
-for t in tests/cuda/test_*.c; do cp "$BUILD/tests/cuda/$(basename "$t" .c)" .carry/bin/; done
+# the binaries travel as one xz archive: each links the same CUDA kernels, ~8 MB a copy, which xz stores once
+# (~7 MB for all of them against ~50 MB loose)
+rm -rf .carry/bin /tmp/gpu-carry-bin; mkdir -p .carry/lib /tmp/gpu-carry-bin
+cp "$BUILD/vllmc" "$BUILD/bench_gemv" /tmp/gpu-carry-bin/
+for t in tests/cuda/test_*.c; do cp "$BUILD/tests/cuda/$(basename "$t" .c)" /tmp/gpu-carry-bin/; done
+tar cJf .carry/bin.tar.xz -C /tmp/gpu-carry-bin .
 # the CUDA runtime and cuBLAS come from the GPU machine's own CUDA (/usr/local/cuda/lib64): libcublasLt alone is
 # ~540 MB, far over the carry limit
 for l in $(ldd "$BUILD/vllmc" | awk '{print $3}' | grep '^/'); do

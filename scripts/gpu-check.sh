@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU machine: check the CUDA backend against the CPU reference, run it under compute-sanitizer, time the
 # mat-vec kernel and the whole decode of synthetic models. Logs under $OUT; a short table printed last.
-# Binaries come from .carry/bin (scripts/gpu-carry.sh builds them with `make CUDA=1` on the dev machine and
+# Binaries come from .carry/bin.tar.xz (scripts/gpu-carry.sh builds them with `make CUDA=1` on the dev machine and
 # copies the shared libraries they need to .carry/lib) when they start there, else are built here. Models are generated here with
 # .carry/synth_gguf.py. STAGES (default "ops model dense moe moesan engine gemv sanitize bench") picks what runs: moe runs the
 # tiny qwen35moe files carried in .carry/moe (tests/tools/make_tiny_qwen35.py output) through test_cuda_model, moesan
@@ -43,6 +43,7 @@ rm -rf /tmp/models; mkdir -p /tmp/models # a warm machine keeps /tmp from the la
   touch /tmp/models/done ) &
 
 BIN=.carry/bin
+if [ -f .carry/bin.tar.xz ]; then rm -rf "$BIN"; mkdir -p "$BIN"; tar xJf .carry/bin.tar.xz -C "$BIN"; fi
 export LD_LIBRARY_PATH=$PWD/.carry/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 if ! "$BIN/vllmc" --version >"$OUT/bin.txt" 2>&1; then BIN=""; fi
 if [ -z "$BIN" ]; then
