@@ -37,9 +37,13 @@ note() { summary+=("$1"); echo "== $1"; }
 
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,memory.total,driver_version --format=csv | tee "$OUT/gpu.txt"
 # models in the background while the tests run
-rm -rf /tmp/models; mkdir -p /tmp/models # a warm machine keeps /tmp from the last call
-( python3 .carry/synth_gguf.py qwen35-tiny /tmp/models/qwen35-tiny.gguf >/tmp/models/tiny.log 2>&1; touch /tmp/models/tiny.done
-  for m in $BENCH_MODELS; do python3 .carry/synth_gguf.py "$m" "/tmp/models/$m.gguf" >"/tmp/models/$m.log" 2>&1; done
+# a warm machine keeps /tmp from the last call: KEEP_MODELS=1 reuses the models a previous call finished
+[ "${KEEP_MODELS:-0}" = 1 ] || rm -rf /tmp/models
+mkdir -p /tmp/models; rm -f /tmp/models/done /tmp/models/tiny.done
+synth() { [ -f "/tmp/models/$1.ok" ] || { python3 .carry/synth_gguf.py "$1" "/tmp/models/$1.gguf" >"/tmp/models/$1.log" 2>&1 &&
+    touch "/tmp/models/$1.ok"; }; }
+( synth qwen35-tiny; touch /tmp/models/tiny.done
+  for m in $BENCH_MODELS $(has serve && echo "${SERVE_MODELS:-qwen35-4b}"); do synth "$m"; done
   touch /tmp/models/done ) &
 
 BIN=.carry/bin
