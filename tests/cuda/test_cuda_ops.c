@@ -73,8 +73,7 @@ static void check_act_quant(const struct bk_act *ra, const struct bk_act *ga, in
 /* matmul of 6 weights of mixed types sharing one activation (with bias and ld_y; two launches of at most
  * 4), 1 and 11 rows; quantize feeds it. */
 #define NW 6
-static void test_matmul(void) {
-    const int64_t E = 512 + 256 * (int64_t)(test_rand_u64() % 3);
+static void test_matmul(int64_t E) {
     const uint32_t types[NW] = {GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, GGML_TYPE_Q8_0, GGML_TYPE_F32, GGML_TYPE_Q5_0, GGML_TYPE_Q4_0};
     const int64_t nout[NW] = {37, 64, 29, 16, 45, 18};
     struct pair_w w[NW];
@@ -123,13 +122,20 @@ static void test_matmul(void) {
         }
         free(wrow);
         /* every decode mat-vec kernel choice (1 row; {tr, ks, pers}), the default last */
-        int tr0[3], ks0[3], ps0[3];
+        int tr0[3], ks0[3], ps0[3], cols0[3];
         backend_cuda_get_matvec(tr0, ks0, ps0);
+        backend_cuda_get_matvec_cols(cols0);
+        const int off[3] = {0, 0, 0};
+        /* ks -2: the column-split kernel with tr row groups a CTA */
         const int cfg[][3] = {{1, 0, 0}, {4, 0, 0}, {1, 1, 0}, {2, 1, 0}, {4, 1, 0}, {1, 2, 0}, {3, 2, 0}, {4, 2, 0}, {1, 4, 0},
-                              {2, 4, 0}, {4, 4, 0}, {4, 2, -3}, {1, 1, -5}, {2, 4, -2}, {4, 2, 1}, {0, -1, 0}};
+                              {2, 4, 0}, {4, 4, 0}, {4, 2, -3}, {1, 1, -5}, {2, 4, -2}, {4, 2, 1}, {2, -2, 0}, {4, -2, 0}, {0, -1, 0}};
         for (int k = 0; k < (int)(sizeof(cfg) / sizeof(cfg[0])); k++) {
-            if (rows > 1 && cfg[k][1] >= 0) continue;
-            if (cfg[k][1] >= 0) {
+            if (rows > 1 && cfg[k][1] != -1) continue;
+            backend_cuda_set_matvec_cols(cfg[k][1] == -1 ? cols0 : off);
+            if (cfg[k][1] == -2) {
+                const int cc[3] = {cfg[k][0], cfg[k][0], cfg[k][0]};
+                backend_cuda_set_matvec_cols(cc);
+            } else if (cfg[k][1] >= 0) {
                 /* class 0 (these few rows) takes the config; ks 0 there is the one-warp-per-row kernel, so
                  * the 4-row tile kernel is reached through class 1 with the limits lowered; pers < 0: a grid
                  * of -pers CTAs stepping over the tile groups */
@@ -760,7 +766,8 @@ int main(void) {
         return 0;
     }
     CHECK(backend_cpu_create(1, true, &ref) == VLLMC_OK);
-    test_matmul();
+    test_matmul(512 + 256 * (int64_t)(test_rand_u64() % 3));
+    test_matmul(4608); /* 18 super-blocks a row: the column-split kernel's 4 super-blocks a warp, one warp idling half */
     test_rowwise();
     test_batch_ops();
     test_argmax();

@@ -271,9 +271,14 @@ static void test_attn_prefill(void) {
             float *q = rand_buf((size_t)(T * NH * HD), 1.0f), *k = rand_buf((size_t)(T * NKV * HD), 1.0f);
             float *v = rand_buf((size_t)(T * NKV * HD), 1.0f), *ro;
             float *h = attn_pair(rkv, gkv, &p, T, q, k, v, &ro);
+            /* An output row is a convex combination of v rows (|v| <= 1), so the error is measured against the
+             * largest output: a per-value relative error blows up where the average of many random v nears 0
+             * (summation order alone gave 1.1e-4 .. 1.6e-4 at a 1e-2 floor, 1 run in 3). */
             const double mr = max_rel(h, ro, (size_t)(T * NH * HD), 1e-2);
-            printf("attention prefill %s head_dim %d, %d rows: max rel %.3g\n", dt ? "f16" : "f32", HD, T, mr);
-            CHECK_MSG(mr < (dt ? 5e-2 : 1e-4), "attention prefill %s step %d: max rel %.3g", dt ? "f16" : "f32", step, mr);
+            const double ma = max_abs_over_max(h, ro, (size_t)(T * NH * HD));
+            printf("attention prefill %s head_dim %d, %d rows: max |err| / max |out| %.3g (max rel at a 1e-2 floor %.3g)\n",
+                   dt ? "f16" : "f32", HD, T, ma, mr);
+            CHECK_MSG(ma < (dt ? 2e-2 : 5e-5), "attention prefill %s step %d: max |err| / max |out| %.3g", dt ? "f16" : "f32", step, ma);
             free(q); free(k); free(v); free(h);
             ref->ops->free(ref, ro);
         }

@@ -1301,6 +1301,12 @@ extern "C" vllmc_status backend_cuda_create(const struct backend_cuda_opts *o, s
             backend_cuda_set_matvec(tr, ks, pers);
         }
     }
+    if ((env = getenv("VLLMC_CUDA_MMV"))) { /* "c0,c1,c2": the column-split mat-vec per row class: 0 off, 2 or 4 row
+                                                 groups a CTA, 1 by type (comparisons) */
+        int v[3] = {0, 0, 0};
+        if (sscanf(env, "%d,%d,%d", &v[0], &v[1], &v[2]) == 3) backend_cuda_set_matvec_cols(v);
+    }
+    if ((env = getenv("VLLMC_CUDA_MMV_ROWS"))) cu_mm_cfg.cols_rows = atoi(env); /* 0: multi-row steps as before (comparisons) */
     if ((env = getenv("VLLMC_CUDA_DEC"))) backend_cuda_set_decode_rows(atoi(env));
     c->batch_invariant = o && o->batch_invariant;
     if ((st = gpu_err(gpuStreamCreate(&c->stream), "stream"))) { delete c; return st; }
@@ -1334,6 +1340,12 @@ extern "C" void backend_cuda_get_stats(struct backend *be, struct backend_cuda_s
 
 extern "C" void backend_cuda_set_matvec(const int tr[3], const int ks[3], const int pers[3]) {
     for (int i = 0; i < 3; i++) { cu_mm_cfg.tr[i] = tr[i]; cu_mm_cfg.ks[i] = ks[i]; cu_mm_cfg.pers[i] = pers[i]; }
+}
+extern "C" void backend_cuda_set_matvec_cols(const int cols[3]) {
+    for (int i = 0; i < 3; i++) cu_mm_cfg.cols[i] = cols[i];
+}
+extern "C" void backend_cuda_get_matvec_cols(int cols[3]) {
+    for (int i = 0; i < 3; i++) cols[i] = cu_mm_cfg.cols[i];
 }
 extern "C" void backend_cuda_set_decode_rows(int max_rows) { cu_mm_cfg.dec_rows = max_rows < 0 ? 0 : max_rows; }
 extern "C" void backend_cuda_set_matvec_rows(int rows0, int rows1) {

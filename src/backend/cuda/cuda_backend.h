@@ -46,6 +46,10 @@ void backend_cuda_get_stats(struct backend *be, struct backend_cuda_stats *out);
  * defaults are the measured best). */
 void backend_cuda_set_matvec(const int tr[3], const int ks[3], const int pers[3]);
 void backend_cuda_get_matvec(int tr[3], int ks[3], int pers[3]);
+/* The column-split mat-vec (one activation row) per row class: 0 off, 2 or 4 row groups a CTA, 1 the choice by
+ * type (the default). */
+void backend_cuda_set_matvec_cols(const int cols[3]);
+void backend_cuda_get_matvec_cols(int cols[3]);
 void backend_cuda_set_matvec_rows(int rows0, int rows1); /* class limits (default 8,192 and 65,536) */
 /* Matmuls of 2..max_rows activation rows (Q4_K / Q6_K / Q8_0 / F32 weights) through the few-row kernel (a warp per
  * (weight row, activation row), the same bits as the multi-row kernel); 0 (default): off. Process-wide;

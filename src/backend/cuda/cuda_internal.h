@@ -96,6 +96,11 @@ struct cu_mm_cfg {
     int32_t dec_rows;          /* 2..dec_rows activation rows of Q4_K / Q6_K / Q8_0 / F32 weights: mm_kernel_dec (a warp
                                   per (weight row, activation row), the rows of one weight row side by side so its
                                   bytes come from L2; mm_row's order per row). 0: off (not yet measured) */
+    int32_t cols[3];           /* the column-split kernel (mm_kernel_cols) for one activation row where its types allow,
+                                  except under batch invariance (its sums are not mm_row's order): 0 off, 2 or 4 row
+                                  groups a CTA, else (1) 4 for Q4_K alone and 2 with Q6_K */
+    int32_t cols_rows;         /* 2 .. cols_rows activation rows: the column-split kernel's multi-row form (not under
+                                  batch invariance); 0 off */
 };
 extern struct cu_mm_cfg cu_mm_cfg;
 void cu_launch_matmul(const struct cu_mm_args *args, gpuStream_t s);

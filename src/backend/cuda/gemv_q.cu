@@ -996,6 +996,355 @@ static __global__ void MM_SPLIT_BOUNDS mm_kernel_split(const struct cu_mm_args P
     }
 }
 
+/* Decode, column split (Q4_K / Q6_K rows, Q8_0 and F32 segments beside them): the W warps of a CTA split a row's
+ * super-blocks, SBW each; lane (rr, sbl, c) owns 64-element chunk c of super-block wid * SBW + sbl and takes
+ * row rr of each group of RW = 8 / SBW rows. Its chunk of the activation (64 quants, their 16-element sums, the
+ * scale) is loaded once and kept in registers for all MV_U row groups of the CTA, whose weights it loads into
+ * registers before the dependency wait (weights are never written by a kernel). The integer sums of a
+ * super-block are reduced over its 4 lanes and form the reference's float term; the SBW terms of a warp are
+ * added by shuffles, the W warp partials in warp order through shared memory. Per 32 quant bytes a lane
+ * issues ~45 instructions where the tile kernels issue ~150 (ncu: those are held by issue and latency at
+ * ~25% occupancy, not by DRAM). Q8_0 segments (the GDN's beta / alpha rows) go through the tile function,
+ * F32 ones through row_f32, a 4-row tile per warp. MV_U (2 or 4: cu_mm_cfg.cols) row groups a CTA. */
+
+/* Lane c's scale and min of sub-blocks 2c and 2c+1 from the 12 packed scale bytes (w0: bytes 0-3, w1: 4-7,
+ * w2: 8-11), as the bytes (sc0, sc1, m0, m1) of the result; the selectors and masks depend on c only. */
+struct k4_sel {
+    uint32_t selP, selQ, mP, mP2, mQ1, mQ2;
+};
+static __device__ __forceinline__ k4_sel k4_sel_make(int c) {
+    k4_sel k;
+    if (c < 2) { /* bytes 2c, 2c+1 (scales) and 2c+4, 2c+5 (mins), low 6 bits */
+        k.selP = (uint32_t)((2 * c) | ((2 * c + 1) << 4) | ((2 * c + 4) << 8) | ((2 * c + 5) << 12));
+        k.selQ = 0;
+        k.mP = 0x3F3F3F3Fu; k.mP2 = 0; k.mQ1 = 0; k.mQ2 = 0;
+    } else { /* low 4 bits from bytes 2c+4, 2c+5 (scales: low nibble, mins: high nibble), top 2 bits from the
+                top of bytes 2c-4, 2c-3 (scales) and 2c, 2c+1 (mins) */
+        k.selP = (uint32_t)((2 * c - 4) | ((2 * c - 3) << 4) | ((2 * c) << 8) | ((2 * c + 1) << 12));
+        k.selQ = (uint32_t)((2 * c - 4) | ((2 * c - 3) << 4) | ((2 * c - 4) << 8) | ((2 * c - 3) << 12));
+        k.mP = 0; k.mP2 = 0x30303030u; k.mQ1 = 0x00000F0Fu; k.mQ2 = 0x0F0F0000u;
+    }
+    return k;
+}
+static __device__ __forceinline__ uint32_t k4_scales(const k4_sel &k, uint32_t w0, uint32_t w1, uint32_t w2) {
+    const uint32_t P = __byte_perm(w0, w1, k.selP), Q = __byte_perm(w2, 0, k.selQ);
+    return (P & k.mP) | ((P >> 2) & k.mP2) | (Q & k.mQ1) | ((Q >> 4) & k.mQ2);
+}
+
+static __device__ __forceinline__ cu_act_view act_row(cu_act_view a, int64_t r) {
+    const int64_t n = a.n;
+    if (a.x) a.x += r * n;
+    if (a.k_qs) { a.k_qs += r * n; a.k_d += r * (n / QK_K); a.k_bs += r * (n / 16); }
+    if (a.o_qs) { a.o_qs += r * n; a.o_d += r * (n / 32); }
+    return a;
+}
+
+/* One lane's share of a weight row for the column-split kernels: Q4_K chunk c (32 quant bytes, the 12 scale
+ * bytes, d / dmin) or Q6_K (h, k) = (c >> 1, c & 1) (32 ql bytes, the 32 qh bytes of half h, 4 scales, d). */
+struct k4_w { uint4 q0, q1; uint32_t s0, s1, s2, dm; };
+struct q6_w { uint4 l0, l1, h0, h1; uint32_t sc; uint32_t d; };
+static __device__ __forceinline__ k4_w k4_load(const uint8_t *wr, int n_sb, int sb, int c) {
+    const size_t sc_off = 128 * (size_t)n_sb, dm_off = sc_off + ((12 * (size_t)n_sb + 15) & ~(size_t)15);
+    const uint4 *qp = (const uint4 *)(wr + 128 * (size_t)sb + 32 * c);
+    const uint32_t *sp = (const uint32_t *)(wr + sc_off + 12 * (size_t)sb);
+    return k4_w{gpu_ldg(qp), gpu_ldg(qp + 1), gpu_ldg(sp), gpu_ldg(sp + 1), gpu_ldg(sp + 2),
+                gpu_ldg((const uint32_t *)(wr + dm_off + 4 * (size_t)sb))};
+}
+static __device__ __forceinline__ q6_w q6_load(const uint8_t *wr, int n_sb, int sb, int c) {
+    const int h = c >> 1, k = c & 1;
+    const uint4 *lp = (const uint4 *)(wr + 128 * (size_t)sb + 64 * h + 32 * k);
+    const uint4 *hp = (const uint4 *)(wr + 128 * (size_t)n_sb + 64 * (size_t)sb + 32 * h);
+    const uint16_t *sp = (const uint16_t *)(wr + 192 * (size_t)n_sb + 16 * (size_t)sb + 8 * h + 2 * k);
+    return q6_w{gpu_ldg(lp), gpu_ldg(lp + 1), gpu_ldg(hp), gpu_ldg(hp + 1), (uint32_t)gpu_ldg(sp) | ((uint32_t)gpu_ldg(sp + 2) << 16),
+                (uint32_t)gpu_ldg((const unsigned short *)(wr + 208 * (size_t)n_sb + 2 * (size_t)sb))};
+}
+/* The lane's activation chunk: 64 quants (al: the 32 the low nibbles / first ql half meet, ah: the other 32),
+ * the sums the mins (Q4_K) or the -32 offset (Q6_K: 32 x the 16-element sums) need, the scale. */
+struct mv_act { int al[8], ah[8], b[4]; float d; };
+static __device__ __forceinline__ void mv_act_load(const cu_act_view &a, bool q6, int sb, int c, mv_act &v) {
+    const int8_t *aq = a.k_qs + (int64_t)sb * QK_K + (q6 ? 128 * (c >> 1) + 32 * (c & 1) : 64 * c);
+    const int off = q6 ? 64 : 32;
+    const int4 l0 = *(const int4 *)aq, l1 = *(const int4 *)(aq + 16);
+    const int4 h0 = *(const int4 *)(aq + off), h1 = *(const int4 *)(aq + off + 16);
+    v.al[0] = l0.x; v.al[1] = l0.y; v.al[2] = l0.z; v.al[3] = l0.w; v.al[4] = l1.x; v.al[5] = l1.y; v.al[6] = l1.z; v.al[7] = l1.w;
+    v.ah[0] = h0.x; v.ah[1] = h0.y; v.ah[2] = h0.z; v.ah[3] = h0.w; v.ah[4] = h1.x; v.ah[5] = h1.y; v.ah[6] = h1.z; v.ah[7] = h1.w;
+    if (q6) {
+        const int16_t *bs = a.k_bs + (int64_t)sb * 16 + 8 * (c >> 1) + 2 * (c & 1);
+        v.b[0] = 32 * (int)bs[0]; v.b[1] = 32 * (int)bs[1]; v.b[2] = 32 * (int)bs[4]; v.b[3] = 32 * (int)bs[5];
+    } else {
+        const int2 bs = *(const int2 *)(a.k_bs + (int64_t)sb * 16 + 4 * c);
+        v.b[0] = (int)(int16_t)(bs.x & 0xffff) + (int)(int16_t)(bs.x >> 16);
+        v.b[1] = (int)(int16_t)(bs.y & 0xffff) + (int)(int16_t)(bs.y >> 16);
+        v.b[2] = v.b[3] = 0;
+    }
+    v.d = a.k_d[sb];
+}
+static __device__ __forceinline__ void mv_act_zero(mv_act &v) {
+#pragma unroll
+    for (int i = 0; i < 8; i++) v.al[i] = v.ah[i] = 0;
+    v.b[0] = v.b[1] = v.b[2] = v.b[3] = 0;
+    v.d = 0.f;
+}
+/* The super-block's float term (the same in its 4 lanes): integer sums over the lane's 64 elements, reduced over
+ * the 4 lanes, then as the reference forms it. */
+static __device__ __forceinline__ float k4_term(const k4_w &w, const k4_sel &ks, const mv_act &v) {
+    const uint32_t qw[8] = {w.q0.x, w.q0.y, w.q0.z, w.q0.w, w.q1.x, w.q1.y, w.q1.z, w.q1.w};
+    int slo = 0, shi = 0;
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        slo = dot4_i8((int)(qw[k] & 0x0F0F0F0Fu), v.al[k], slo);
+        shi = dot4_i8((int)((qw[k] >> 4) & 0x0F0F0F0Fu), v.ah[k], shi);
+    }
+    const uint32_t X = k4_scales(ks, w.s0, w.s1, w.s2);
+    int I = (int)(X & 0xff) * slo + (int)((X >> 8) & 0xff) * shi;
+    int M = (int)((X >> 16) & 0xff) * v.b[0] + (int)(X >> 24) * v.b[1];
+    I += shfl_xor(I, 1); I += shfl_xor(I, 2);
+    M += shfl_xor(M, 1); M += shfl_xor(M, 2);
+    return term_kmin(v.d, fp16_to_fp32((uint16_t)(w.dm & 0xffff)), fp16_to_fp32((uint16_t)(w.dm >> 16)), I, M);
+}
+static __device__ __forceinline__ float q6_term(const q6_w &w, int k, const mv_act &v) {
+    const uint32_t L[8] = {w.l0.x, w.l0.y, w.l0.z, w.l0.w, w.l1.x, w.l1.y, w.l1.z, w.l1.w};
+    const uint32_t H[8] = {w.h0.x, w.h0.y, w.h0.z, w.h0.w, w.h1.x, w.h1.y, w.h1.z, w.h1.w};
+    const int shl = 4 - 2 * k, shr = 2 * k;
+    int sl0 = 0, sl1 = 0, sh0 = 0, sh1 = 0;
+#pragma unroll
+    for (int i = 0; i < 8; i++) { /* unsigned 6-bit quants (0..63); the -32 comes from the activation's sums */
+        const int lo = (int)((L[i] & 0x0F0F0F0Fu) | ((H[i] << shl) & 0x30303030u));
+        const int hi = (int)(((L[i] >> 4) & 0x0F0F0F0Fu) | ((H[i] >> shr) & 0x30303030u));
+        if (i < 4) { sl0 = dot4_i8(lo, v.al[i], sl0); sh0 = dot4_i8(hi, v.ah[i], sh0); }
+        else { sl1 = dot4_i8(lo, v.al[i], sl1); sh1 = dot4_i8(hi, v.ah[i], sh1); }
+    }
+    const uint32_t sw = w.sc;
+    int I = (int)(int8_t)(sw & 0xff) * (sl0 - v.b[0]) + (int)(int8_t)((sw >> 8) & 0xff) * (sl1 - v.b[1]) +
+            (int)(int8_t)((sw >> 16) & 0xff) * (sh0 - v.b[2]) + (int)(int8_t)(sw >> 24) * (sh1 - v.b[3]);
+    I += shfl_xor(I, 1); I += shfl_xor(I, 2);
+    return term_k(v.d, fp16_to_fp32((uint16_t)w.d), I);
+}
+
+/* Q8_0 / F32 segments of a column-split launch: a 4-row tile per warp (tile_q8_0, or row_f32 in the
+ * reference's order), activation rows a0 .. a0 + na - 1. */
+static __device__ void mv_other_rows(const struct cu_mm_args &P, const cu_mm_seg &S, const uint8_t *wb, int r0, int rows, int a0, int na,
+                                     int lane, int wid, int W) {
+    const int n = (int)P.a.n;
+    for (int t = wid; MM_TR * t < rows; t += W) {
+        const int tr = min(MM_TR, rows - MM_TR * t);
+        const uint8_t *w0 = wb + (size_t)(MM_TR * t) * S.stride;
+        for (int r = 0; r < na; r++) {
+            const cu_act_view a = act_row(P.a, a0 + r);
+            float acc[MM_TR] = {0.f, 0.f, 0.f, 0.f};
+            if (S.type == GGML_TYPE_F32) {
+                for (int i = 0; i < tr; i++) {
+                    float v[1] = {0.f};
+                    row_f32<1>((const float *)(w0 + (size_t)i * S.stride), n, a, 0, 1, v, lane);
+                    acc_add(acc, i, v[0]);
+                }
+            } else {
+                tile_q8_0(w0, S.stride, tr, n / 32, a, acc, lane, 0, 32);
+#pragma unroll
+                for (int i = 0; i < MM_TR; i++) acc[i] = group32_sum(acc[i]);
+            }
+            if (lane < tr) {
+                float y = lane == 0 ? acc[0] : lane == 1 ? acc[1] : lane == 2 ? acc[2] : acc[3];
+                const int64_t o = (int64_t)(a0 + r) * S.ld_y + r0 + MM_TR * t + lane;
+                if (S.bias) y = __fadd_rn(y, S.bias[r0 + MM_TR * t + lane]);
+                S.y[o] = y;
+                if (S.res) S.res[o] = __fadd_rn(S.res[o], y);
+            }
+        }
+    }
+}
+
+/* The SBW super-block terms of a warp (lanes 4 apart) added, one lane per weight row into shared memory. */
+template <int SBW>
+static __device__ __forceinline__ void mv_warp_part(float v, float *dst, int lane) {
+#pragma unroll
+    for (int o = 4; o < 4 * SBW; o <<= 1) v = __fadd_rn(v, shfl_xor(v, o));
+    if ((lane & (4 * SBW - 1)) == 0) *dst = v;
+}
+
+template <int SBW, int KT, int MV_U> /* KT: the K-quant types present, 1 Q4_K, 2 Q6_K, 3 both (fewer registers for one) */
+static __global__ void __launch_bounds__(512) mm_kernel_cols(const struct cu_mm_args P) {
+    constexpr int RW = 8 / SBW, RPC = RW * MV_U;
+    __shared__ float part[16][RPC];
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, W = blockDim.x >> 5;
+    int si = 0;
+#pragma unroll
+    for (int i = 1; i < CU_MM_MAX_SEG; i++)
+        if (i < P.n_seg && (int)blockIdx.x >= P.seg[i].cta0) si = i;
+    const cu_mm_seg &S = P.seg[si];
+    const int r0 = ((int)blockIdx.x - S.cta0) * RPC, rows = min(RPC, S.n_rows - r0);
+    const int n_sb = (int)(P.a.n / QK_K);
+    const uint8_t *wb = S.w + (size_t)r0 * S.stride;
+    if (S.type == GGML_TYPE_Q8_0 || S.type == GGML_TYPE_F32) {
+        for (int i = threadIdx.x; i < rows * (int)(S.stride / 128); i += blockDim.x) gpu_prefetch_l2(wb + 128 * (size_t)i);
+        gpu_pdl_wait();
+        gpu_pdl_trigger();
+        mv_other_rows(P, S, wb, r0, rows, 0, 1, lane, wid, W);
+        return;
+    }
+    const int c = lane & 3, sbl = (lane >> 2) % SBW, rr = lane / (4 * SBW);
+    const int sb = wid * SBW + sbl;
+    const bool on = sb < n_sb;
+    mv_act v;
+    if (KT == 1 || (KT == 3 && S.type == GGML_TYPE_Q4_K)) {
+        k4_w w[MV_U];
+#pragma unroll
+        for (int u = 0; u < MV_U; u++) {
+            const int row = u * RW + rr;
+            if (on && row < rows) w[u] = k4_load(wb + (size_t)row * S.stride, n_sb, sb, c);
+            else w[u] = k4_w{make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0), 0, 0, 0, 0};
+        }
+        gpu_pdl_wait();
+        gpu_pdl_trigger();
+        if (on) mv_act_load(P.a, false, sb, c, v);
+        else mv_act_zero(v);
+        const k4_sel ks = k4_sel_make(c);
+#pragma unroll
+        for (int u = 0; u < MV_U; u++) mv_warp_part<SBW>(k4_term(w[u], ks, v), &part[wid][u * RW + rr], lane);
+    } else {
+        q6_w w[MV_U];
+#pragma unroll
+        for (int u = 0; u < MV_U; u++) {
+            const int row = u * RW + rr;
+            if (on && row < rows) w[u] = q6_load(wb + (size_t)row * S.stride, n_sb, sb, c);
+            else w[u] = q6_w{make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0), 0, 0};
+        }
+        gpu_pdl_wait();
+        gpu_pdl_trigger();
+        if (on) mv_act_load(P.a, true, sb, c, v);
+        else mv_act_zero(v);
+#pragma unroll
+        for (int u = 0; u < MV_U; u++) mv_warp_part<SBW>(q6_term(w[u], c & 1, v), &part[wid][u * RW + rr], lane);
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < rows; i += blockDim.x) {
+        float y = part[0][i];
+        for (int k = 1; k < W; k++) y = __fadd_rn(y, part[k][i]);
+        const int row = r0 + i;
+        if (S.bias) y = __fadd_rn(y, S.bias[row]);
+        S.y[row] = y;
+        if (S.res) S.res[row] = __fadd_rn(S.res[row], y);
+    }
+}
+
+/* The same for 2 .. MV_NA activation rows a CTA (blockIdx.y: the group of activation rows; a decode step of
+ * several sequences): the lane's weights are loaded once (2 row groups) and met with each activation row in
+ * turn, whose chunk comes from L1. */
+#define MV_NA 8
+template <int SBW, int KT>
+static __global__ void __launch_bounds__(512) mm_kernel_cols_mr(const struct cu_mm_args P) {
+    constexpr int U = 2, RW = 8 / SBW, RPC = RW * U;
+    __shared__ float part[16][MV_NA][RPC];
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, W = blockDim.x >> 5;
+    int si = 0;
+#pragma unroll
+    for (int i = 1; i < CU_MM_MAX_SEG; i++)
+        if (i < P.n_seg && (int)blockIdx.x >= P.seg[i].cta0) si = i;
+    const cu_mm_seg &S = P.seg[si];
+    const int r0 = ((int)blockIdx.x - S.cta0) * RPC, rows = min(RPC, S.n_rows - r0);
+    const int a0 = (int)blockIdx.y * MV_NA, na = min(MV_NA, P.n_act - a0);
+    const int n_sb = (int)(P.a.n / QK_K);
+    const uint8_t *wb = S.w + (size_t)r0 * S.stride;
+    if (S.type == GGML_TYPE_Q8_0 || S.type == GGML_TYPE_F32) {
+        for (int i = threadIdx.x; i < rows * (int)(S.stride / 128); i += blockDim.x) gpu_prefetch_l2(wb + 128 * (size_t)i);
+        gpu_pdl_wait();
+        gpu_pdl_trigger();
+        mv_other_rows(P, S, wb, r0, rows, a0, na, lane, wid, W);
+        return;
+    }
+    const int c = lane & 3, sbl = (lane >> 2) % SBW, rr = lane / (4 * SBW);
+    const int sb = wid * SBW + sbl;
+    const bool on = sb < n_sb;
+    mv_act v;
+    if (KT == 1 || (KT == 3 && S.type == GGML_TYPE_Q4_K)) {
+        k4_w w[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int row = u * RW + rr;
+            if (on && row < rows) w[u] = k4_load(wb + (size_t)row * S.stride, n_sb, sb, c);
+            else w[u] = k4_w{make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0), 0, 0, 0, 0};
+        }
+        gpu_pdl_wait();
+        gpu_pdl_trigger();
+        const k4_sel ks = k4_sel_make(c);
+#pragma unroll 1
+        for (int r = 0; r < na; r++) {
+            if (on) mv_act_load(act_row(P.a, a0 + r), false, sb, c, v);
+            else mv_act_zero(v);
+#pragma unroll
+            for (int u = 0; u < U; u++) mv_warp_part<SBW>(k4_term(w[u], ks, v), &part[wid][r][u * RW + rr], lane);
+        }
+    } else {
+        q6_w w[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int row = u * RW + rr;
+            if (on && row < rows) w[u] = q6_load(wb + (size_t)row * S.stride, n_sb, sb, c);
+            else w[u] = q6_w{make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0), 0, 0};
+        }
+        gpu_pdl_wait();
+        gpu_pdl_trigger();
+#pragma unroll 1
+        for (int r = 0; r < na; r++) {
+            if (on) mv_act_load(act_row(P.a, a0 + r), true, sb, c, v);
+            else mv_act_zero(v);
+#pragma unroll
+            for (int u = 0; u < U; u++) mv_warp_part<SBW>(q6_term(w[u], c & 1, v), &part[wid][r][u * RW + rr], lane);
+        }
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < rows * na; i += blockDim.x) {
+        const int r = i / rows, j = i - r * rows;
+        float y = part[0][r][j];
+        for (int k = 1; k < W; k++) y = __fadd_rn(y, part[k][r][j]);
+        const int64_t o = (int64_t)(a0 + r) * S.ld_y + r0 + j;
+        if (S.bias) y = __fadd_rn(y, S.bias[r0 + j]);
+        S.y[o] = y;
+        if (S.res) S.res[o] = __fadd_rn(S.res[o], y);
+    }
+}
+
+/* The column-split kernel (several activation rows: mm_kernel_cols_mr) when every segment is Q4_K, Q6_K, Q8_0 or
+ * F32 (one of them K-quant) and a row of 256-column super-blocks fits 16 warps; false (nothing launched) otherwise. */
+static bool mm_launch_cols(const struct cu_mm_args *args, gpuStream_t s) {
+    const int64_t n = args->a.n;
+    if (n % QK_K != 0) return false;
+    bool k = false;
+    for (int i = 0; i < args->n_seg; i++) {
+        const int t = args->seg[i].type;
+        if (t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q6_K) k = true;
+        else if (t != GGML_TYPE_Q8_0 && t != GGML_TYPE_F32) return false;
+    }
+    const int n_sb = (int)(n / QK_K), sbw = n_sb <= 16 ? 2 : 4, w = (n_sb + sbw - 1) / sbw;
+    if (!k || w > 16) return false;
+    int kt = 0;
+    for (int i = 0; i < args->n_seg; i++) kt |= args->seg[i].type == GGML_TYPE_Q4_K ? 1 : args->seg[i].type == GGML_TYPE_Q6_K ? 2 : 0;
+    /* row groups a CTA: 4 for Q4_K alone, 2 with Q6_K (its 4 groups take 116 registers: measured slower) */
+    const int cfg = cu_mm_cfg.cols[args->total_rows < cu_mm_cfg.rows[0] ? 0 : args->total_rows < cu_mm_cfg.rows[1] ? 1 : 2];
+    const bool mr = args->n_act > 1; /* several activation rows: mm_kernel_cols_mr, 2 row groups */
+    const int U = mr ? 2 : cfg == 2 || cfg == 4 ? cfg : (kt & 2) ? 2 : 4;
+    const int rpc = 8 / sbw * U;
+    struct cu_mm_args a = *args;
+    int ctas = 0;
+    for (int i = 0; i < a.n_seg; i++) {
+        a.seg[i].cta0 = ctas;
+        ctas += (int)GPU_CEIL_DIV(a.seg[i].n_rows, rpc);
+    }
+    void (*kern)(const struct cu_mm_args);
+    if (mr) {
+        kern = sbw == 2 ? (kt == 1 ? mm_kernel_cols_mr<2, 1> : kt == 2 ? mm_kernel_cols_mr<2, 2> : mm_kernel_cols_mr<2, 3>)
+                        : (kt == 1 ? mm_kernel_cols_mr<4, 1> : kt == 2 ? mm_kernel_cols_mr<4, 2> : mm_kernel_cols_mr<4, 3>);
+        gpu_launch(kern, dim3((unsigned)ctas, (unsigned)GPU_CEIL_DIV(args->n_act, MV_NA)), dim3(32 * w), 0, s, a);
+        return true;
+    }
+    if (U == 4) kern = sbw == 2 ? (kt == 1 ? mm_kernel_cols<2, 1, 4> : kt == 2 ? mm_kernel_cols<2, 2, 4> : mm_kernel_cols<2, 3, 4>)
+                                : (kt == 1 ? mm_kernel_cols<4, 1, 4> : kt == 2 ? mm_kernel_cols<4, 2, 4> : mm_kernel_cols<4, 3, 4>);
+    else kern = sbw == 2 ? (kt == 1 ? mm_kernel_cols<2, 1, 2> : kt == 2 ? mm_kernel_cols<2, 2, 2> : mm_kernel_cols<2, 3, 2>)
+                         : (kt == 1 ? mm_kernel_cols<4, 1, 2> : kt == 2 ? mm_kernel_cols<4, 2, 2> : mm_kernel_cols<4, 3, 2>);
+    gpu_launch(kern, dim3((unsigned)ctas), dim3(32 * w), 0, s, a);
+    return true;
+}
+
 /* Prefill: one warp per (weight row, group of NA activation rows); the groups of one weight slice run
  * next to each other so its bytes come from L2 after the first. */
 template <int NA>
@@ -1045,13 +1394,14 @@ static int split_resident(int ks) {
 }
 
 /* measured on the H200 (docs/BENCHMARKS.md); VLLMC_CUDA_MM="tr0,ks0,tr1,ks1,tr2,ks2[,p0,p1,p2]" overrides (experiments) */
-struct cu_mm_cfg cu_mm_cfg = {{8192, 65536}, {1, 4, 4}, {0, 2, 1}, {0, 0, 0}, 0};
+struct cu_mm_cfg cu_mm_cfg = {{8192, 65536}, {1, 4, 4}, {0, 2, 1}, {0, 0, 0}, 0, {1, 1, 1}, 64};
 
 static bool mm_launch_dec(const struct cu_mm_args *args, gpuStream_t s);
 
 void cu_launch_matmul(const struct cu_mm_args *args, gpuStream_t s) {
     if (args->n_act <= 0 || args->n_ctas <= 0) return;
     if (args->n_act > 1 && args->n_act <= cu_mm_cfg.dec_rows && mm_launch_dec(args, s)) return;
+    if (args->n_act > 1 && args->n_act <= cu_mm_cfg.cols_rows && !args->row_order && mm_launch_cols(args, s)) return;
     if (args->n_act == 1) {
         const int resident = mm_resident_ctas();
         const int cls = args->total_rows < cu_mm_cfg.rows[0] ? 0 : args->total_rows < cu_mm_cfg.rows[1] ? 1 : 2;
@@ -1073,6 +1423,7 @@ void cu_launch_matmul(const struct cu_mm_args *args, gpuStream_t s) {
             if (ks > 1) ks = 1;
             if (!tile_order) tr = 1;
         }
+        if (!args->row_order && cu_mm_cfg.cols[cls] && mm_launch_cols(args, s)) return;
         if (ks == 1 || ks == 2 || ks == 4) {
             struct cu_mm_args a = *args;
             a.total_tiles = 0;
@@ -1111,13 +1462,6 @@ void cu_launch_matmul(const struct cu_mm_args *args, gpuStream_t s) {
  * per-block float terms as the reference forms them. Entries of group 0 are the routed ones (expert
  * ids[ent]), group 1 the shared expert's (expert 0 of its own 2-D matrices).
  * ------------------------------------------------------------------------------------------- */
-static __device__ __forceinline__ cu_act_view act_row(cu_act_view a, int64_t r) {
-    const int64_t n = a.n;
-    if (a.x) a.x += r * n;
-    if (a.k_qs) { a.k_qs += r * n; a.k_d += r * (n / QK_K); a.k_bs += r * (n / 16); }
-    if (a.o_qs) { a.o_qs += r * n; a.o_d += r * (n / 32); }
-    return a;
-}
 
 /* Few activation rows (a decode step of several sequences): warp w takes weight row w / n_act and activation row
  * w % n_act, so the n_act warps reading one weight row run side by side and all but the first read it from L2.
