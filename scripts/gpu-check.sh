@@ -22,7 +22,10 @@
 # on SERVE_MODELS (default qwen35-4b) with SERVE_ARGS. Neither is in the default list.
 # Stages prefill (test_cuda_prefill), prefillmodel (the tiny qwen35 with a 150-token prompt, with and without the
 # prefill paths) and prefillbench (pp512 with its prefill profile; PP_OLD=0 skips the rerun without the prefill paths,
-# PP_LONG=N adds a ppN run, PP_SWEEP the GEMM row-threshold sweep) are not in the default list either.
+# PP_LONG=N adds a ppN run, PP_SWEEP the GEMM row-threshold sweep) are not in the default list either, nor is stage
+# real: a real checkpoint at REAL_MODEL (default /tmp/real/tm.gguf, assembled there from parts carried one call each
+# while the machine stays warm): greedy ids on 4 prompts with graphs / eager / CPU, the perplexity of 4 texts on the
+# CPU and with the prefill GEMM's activation modes (f16 rows, q8 values, GEMM off), and the batch-1 bench.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu-out}
@@ -227,8 +230,44 @@ if has serve; then # the OpenAI server on the GPU under `vllmc bench serve` (SER
             ${SERVE_ARGS:---concurrency 1,4,16,64 --input-len 512 --output-len 128 --id-max 150000} --json "$OUT/serve_$m.json" \
             -- --device cuda --max-num-seqs 64 >"$OUT/serve_$m.txt" 2>&1; rc=$?
         cat "$OUT/serve_$m.txt"
-        note "bench serve $m rc=$rc: $(grep -c '^|' "$OUT/serve_$m.txt") table lines (serve_$m.txt)"
+        note "bench serve $m rc=$rc: $(grep -c '^ *[0-9]' "$OUT/serve_$m.txt") concurrency levels (serve_$m.txt)"
     done
+fi
+
+if has real; then # a real checkpoint at REAL_MODEL (carried in parts: docs/BENCHMARKS.md "Real checkpoint on the GPU")
+    f=${REAL_MODEL:-/tmp/real/tm.gguf}
+    if [ -s "$f" ]; then
+        i=0
+        for p in "The capital of France is" "def fibonacci(n):" "Once upon a time, in a small village," "The three laws of thermodynamics are"; do
+            i=$((i + 1))
+            for d in cuda eager cpu; do
+                dev=(--device "$d"); [ "$d" = eager ] && dev=(--device cuda --enforce-eager)
+                timeout 60 "$BIN/vllmc" generate -m "$f" -p "$p" -n 64 --ignore-eos --ids "${dev[@]}" >"$OUT/real_${i}_$d.txt" 2>/dev/null
+            done
+            same() { cmp -s "$OUT/real_${i}_$1.txt" "$OUT/real_${i}_$2.txt" && echo same || echo DIFFERENT; }
+            note "real prompt $i greedy 64: graphs vs cpu $(same cuda cpu), eager vs cpu $(same eager cpu), graphs vs eager $(same cuda eager)"
+        done
+        head -c 6000 tests/data/ppl_declaration.txt >/tmp/real_t1.txt
+        cat tests/data/conversations/*.json | head -c 6000 >/tmp/real_t2.txt
+        head -c 5000 README.md >/tmp/real_t3.txt
+        head -c 5000 docs/DESIGN.md >/tmp/real_t4.txt
+        for t in 1 2 3 4; do
+            line="real perplexity text $t:"
+            for v in cpu default q8 off; do
+                e=(X=1); d=cuda
+                [ "$v" = cpu ] && d=cpu
+                [ "$v" = q8 ] && e=(VLLMC_CUDA_GEMM_ACT=q8)
+                [ "$v" = off ] && e=(VLLMC_CUDA_GEMM_ROWS=0)
+                line="$line $v $(env "${e[@]}" timeout 100 "$BIN/vllmc" generate -m "$f" --perplexity /tmp/real_t$t.txt --device $d 2>/dev/null |
+                    tail -1 | grep -o '"ppl": [0-9.]*' | cut -d' ' -f2)"
+            done
+            note "$line"
+        done
+        timeout 100 "$BIN/vllmc" bench -m "$f" -p 512 -g 256 -r 5 >"$OUT/real_bench.txt" 2>&1
+        note "real bench: $(grep '^output tok/s' "$OUT/real_bench.txt")"
+    else
+        note "real: no model at $f"
+    fi
 fi
 
 if has ab; then
