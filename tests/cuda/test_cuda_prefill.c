@@ -108,7 +108,7 @@ static void test_gemm_matmul(bool act_q8) {
         for (int i = 0; i < NO; i++) {
             const uint32_t type = w[i].r.type;
             dev_get(h, gy[i], (size_t)(rows * ld) * 4);
-            double amax = 0, d_cpu = 0, d_f16 = 0, ymax = 0;
+            double amax = 0, d_cpu = 0, d_f16 = 0, ymax = 0, cpu_over_bound = 0;
             bool nan = false;
             for (int64_t o = 0; o < nout[i]; o++) {
                 dequantize_row(type, w[i].host + quant_row_size(type, E) * (size_t)o, wr, E);
@@ -116,12 +116,20 @@ static void test_gemm_matmul(bool act_q8) {
                     double s = 0;
                     const bool f16 = rows >= 64 && type != GGML_TYPE_F32; /* the GEMM path rounds both operands */
                     const int fmt = bk_act_fmt_for_weight(type);
+                    /* bound on |GPU - CPU| for this output: the activations the two sides multiply (the CPU: its
+                     * quantized values) differ by |x - xq|, the f16 operands by 2^-11 relative each, and the float
+                     * sums by their order (2e-6 of sum |w x|, as test_cuda_ops bounds the mat-vec) */
+                    double bnd = 0, swx = 0;
                     for (int64_t e = 0; e < E; e++) {
-                        const float xa = f16 && act_q8 ? act_q8_value(&ra, fmt, r, e) : x[r * E + e];
+                        const float xq = type == GGML_TYPE_F32 ? x[r * E + e] : act_q8_value(&ra, fmt, r, e);
+                        const float xa = f16 && act_q8 ? xq : x[r * E + e];
                         const float a = f16 ? fp16_to_fp32(fp32_to_fp16(xa)) : xa;
                         const float b = f16 ? fp16_to_fp32(fp32_to_fp16(wr[e])) : wr[e];
                         s += (double)a * b;
+                        swx += fabs((double)wr[e] * x[r * E + e]);
+                        bnd += fabs((double)wr[e]) * fabs((double)xa - xq) + (f16 ? fabs((double)a * b) * 0x1p-10 : 0.0);
                     }
+                    bnd += 2e-6 * (swx + (i == 0 ? fabs(bias[o]) : 0.0));
                     if (i == 0) s += bias[o];
                     const float y = h[r * ld + o];
                     nan |= isnan(y);
@@ -129,14 +137,18 @@ static void test_gemm_matmul(bool act_q8) {
                     ymax = fmax(ymax, fabs(ry[i][r * ld + o]));
                     d_f16 = fmax(d_f16, fabs(y - s));
                     d_cpu = fmax(d_cpu, fabs((double)y - ry[i][r * ld + o]));
+                    cpu_over_bound = fmax(cpu_over_bound, isnan(y) ? INFINITY : fabs((double)y - ry[i][r * ld + o]) / fmax(bnd, 1e-30));
                 }
             }
-            printf("matmul %s rows %d E %lld%s: |y - exact(f16 operands)| / max %.3g, |y - cpu ref| / max %.3g\n",
-                   quant_traits(type)->name, rows, (long long)E, act_q8 ? " (q8 activations)" : "", d_f16 / amax, d_cpu / ymax);
+            printf("matmul %s rows %d E %lld%s: |y - exact(f16 operands)| / max %.3g, |y - cpu ref| / max %.3g (%.3g of its bound)\n",
+                   quant_traits(type)->name, rows, (long long)E, act_q8 ? " (q8 activations)" : "", d_f16 / amax, d_cpu / ymax,
+                   cpu_over_bound);
             CHECK_MSG(!nan, "matmul %s rows %d: NaN", quant_traits(type)->name, rows);
             if (rows >= 64 && type != GGML_TYPE_F32)
                 CHECK_MSG(d_f16 / amax < 1e-5, "GEMM %s rows %d: %.3g from the exact product", quant_traits(type)->name, rows, d_f16 / amax);
-            CHECK_MSG(d_cpu / ymax < 1e-2, "matmul %s rows %d: %.3g from the CPU reference", quant_traits(type)->name, rows, d_cpu / ymax);
+            /* (a fixed 1e-2 of the largest output failed ~1 run in 8 on the activation rounding alone) */
+            CHECK_MSG(cpu_over_bound <= 1.0, "matmul %s rows %d: %.3g of the bound from the CPU reference (%.3g of the largest output)",
+                      quant_traits(type)->name, rows, cpu_over_bound, d_cpu / ymax);
             ref->ops->free(ref, ry[i]);
             gpu->ops->free(gpu, gy[i]);
         }
