@@ -6,7 +6,8 @@
  * answer 200 at once with a chunked text/event-stream body whose reader suspends when it has nothing to
  * send. The wake-up state (struct srv_waker) lives in a pool that is only freed at shutdown, so a late
  * notify from an engine request whose connection has gone is harmless. When a connection ends early
- * its unfinished engine requests are released, which cancels them and frees their KV blocks. */
+ * its unfinished engine requests are released, which cancels them and frees their KV blocks; a watcher
+ * thread notices clients that leave while their connection is suspended (watch_main). */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <microhttpd.h>
@@ -51,10 +52,13 @@ static void hist_observe(struct srv_hist *h, double v) {
 /* ------------------------------------------------------------------------------------------------ */
 /* Server state                                                                                     */
 
+struct srv_ctx;
 struct srv_waker {
     pthread_mutex_t mu;
     struct MHD_Connection *conn; /* NULL once the request has completed */
+    struct srv_ctx *x;           /* its request context, valid while conn is set */
     bool suspended;
+    bool cancelled;              /* the watcher found the client gone and cancelled the requests */
     struct srv_waker *next_free, *next_all;
 };
 
@@ -123,7 +127,7 @@ struct srv {
 };
 static struct srv S;
 
-static struct srv_waker *waker_get(struct MHD_Connection *c) {
+static struct srv_waker *waker_get(struct MHD_Connection *c, struct srv_ctx *x) {
     pthread_mutex_lock(&S.mu);
     struct srv_waker *w = S.wfree;
     if (w) S.wfree = w->next_free;
@@ -136,7 +140,9 @@ static struct srv_waker *waker_get(struct MHD_Connection *c) {
     if (!w) return NULL;
     pthread_mutex_lock(&w->mu);
     w->conn = c;
+    w->x = x;
     w->suspended = false;
+    w->cancelled = false;
     pthread_mutex_unlock(&w->mu);
     return w;
 }
@@ -145,6 +151,7 @@ static void waker_put(struct srv_waker *w) {
     if (!w) return;
     pthread_mutex_lock(&w->mu);
     w->conn = NULL;
+    w->x = NULL;
     w->suspended = false;
     pthread_mutex_unlock(&w->mu);
     pthread_mutex_lock(&S.mu);
@@ -858,6 +865,35 @@ static bool client_gone(struct MHD_Connection *c) {
     return k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
 }
 
+/* The watcher thread. MHD watches no suspended socket, so a client that hangs up while its request waits
+ * (in the engine's queue, or between outputs) would only be noticed at the request's next output. Every
+ * WATCH_MS the watcher looks at the socket of each suspended connection and cancels the requests of one whose
+ * client has gone; the engine finishes them at its next step, whose notify resumes the connection, and MHD
+ * closes it (on_completed releases the requests). It walks the waker pool (never freed before shutdown) and
+ * takes only a waker's lock, which the connection's handler holds while it suspends: while a waker reads
+ * suspended, its context and choices are not in use by the handler. */
+#define WATCH_MS 100
+static atomic_int watch_stop;
+static void *watch_main(void *arg) {
+    (void)arg;
+    while (!atomic_load(&watch_stop)) {
+        const struct timespec ts = {0, WATCH_MS * 1000000L};
+        nanosleep(&ts, NULL);
+        pthread_mutex_lock(&S.mu);
+        struct srv_waker *head = S.wall;
+        pthread_mutex_unlock(&S.mu);
+        for (struct srv_waker *w = head; w; w = w->next_all) {
+            pthread_mutex_lock(&w->mu);
+            if (w->conn && w->x && w->suspended && !w->cancelled && client_gone(w->conn)) {
+                w->cancelled = true;
+                for (int i = 0; i < w->x->n_ch; i++) vllmc_request_cancel(w->x->ch[i].r);
+            }
+            pthread_mutex_unlock(&w->mu);
+        }
+    }
+    return NULL;
+}
+
 /* A resumed non-streamed request. */
 static enum MHD_Result continue_generation(struct MHD_Connection *c, struct srv_ctx *x) {
     if (client_gone(c)) {
@@ -1152,7 +1188,7 @@ static enum MHD_Result dispatch(struct MHD_Connection *c, struct srv_ctx *x, con
     if (x->route == R_TOKENIZE || x->route == R_DETOKENIZE) return do_tokenize(c, x);
     if (atomic_load(&S.draining)) return send_err(c, x, 503, NULL, "the server is shutting down");
     if (x->over_limit) return send_err(c, x, 429, NULL, "too many requests in flight; retry later");
-    if (!(x->w = waker_get(c))) return send_err(c, x, 500, NULL, "out of memory");
+    if (!(x->w = waker_get(c, x))) return send_err(c, x, 500, NULL, "out of memory");
     return start_generation(c, x);
 }
 
@@ -1211,7 +1247,8 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     *con_cls = NULL;
     if (x->w) {
         pthread_mutex_lock(&x->w->mu);
-        x->w->conn = NULL; /* no resume from a late notify */
+        x->w->conn = NULL; /* no resume from a late notify, no look from the watcher */
+        x->w->x = NULL;
         pthread_mutex_unlock(&x->w->mu);
     }
     pthread_mutex_lock(&S.mu);
@@ -1394,6 +1431,11 @@ buckets_done:
     LOG_INFO("serve: ready: model '%s', max_model_len %d, max_num_seqs %d", S.name, es.max_model_len, es.max_num_seqs);
     fflush(stderr);
 
+    pthread_t watcher;
+    atomic_store(&watch_stop, 0);
+    const bool watching = pthread_create(&watcher, NULL, watch_main, NULL) == 0;
+    if (!watching) LOG_WARN("serve: no watcher thread: a waiting request whose client leaves runs until its first output");
+
     sigset_t set;
     sigemptyset(&set);
     sigaddset(&set, SIGINT);
@@ -1411,6 +1453,10 @@ buckets_done:
         for (int i = 0; i < x->n_ch; i++) vllmc_request_cancel(x->ch[i].r);
     pthread_mutex_unlock(&S.mu);
     wait_inflight(10.0);
+    if (watching) {
+        atomic_store(&watch_stop, 1);
+        pthread_join(watcher, NULL);
+    }
     MHD_stop_daemon(S.d);
     S.d = NULL;
     LOG_INFO("serve: stopped");

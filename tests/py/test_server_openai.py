@@ -457,6 +457,45 @@ def test_nonstream_disconnect_cancels(model, tmp_path):
         assert s.stop() == 0
 
 
+def test_waiting_disconnect_cancels(model, tmp_path):
+    """A client that hangs up while its request waits in the queue (one sequence at a time, another running)
+    cancels it at once, not when it would have started: the watcher thread looks at suspended connections."""
+    import socket
+
+    def post(max_tokens, stream):
+        body = json.dumps({"prompt": "hi", "max_tokens": max_tokens, "ignore_eos": True, "stream": stream})
+        sock = socket.create_connection(("127.0.0.1", s.port))
+        sock.sendall(f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n\r\n{body}".encode())
+        return sock
+
+    s = Server(model, "-t", 1, "--max-model-len", 4096, "--max-num-seqs", 1, log_path=tmp_path / "log")
+    try:
+        running = post(4000, False)
+        deadline = time.time() + 30
+        while s.metric("vllm:num_requests_running") < 1:
+            assert time.time() < deadline
+            time.sleep(0.02)
+        for stream in (False, True):
+            waiting = post(50, stream)
+            while s.metric("vllm:num_requests_waiting") < 1:
+                assert time.time() < deadline
+                time.sleep(0.02)
+            waiting.close()
+            t0 = time.time()
+            while s.metric("vllm:num_requests_waiting") > 0:
+                assert time.time() - t0 < 2.0, "a waiting request ran on after its client left"
+                time.sleep(0.02)
+            assert s.metric("vllm:num_requests_running") == 1  # the other one was not touched
+        assert s.metric("vllm:request_success_total", 'finished_reason="abort"') == 2
+        running.close()
+        m = s.wait_idle(timeout=30)
+        assert m["vllmc:kv_blocks_free"] == m["vllmc:kv_blocks_total"]
+        assert s.metric("vllm:request_success_total", 'finished_reason="abort"') == 3
+        assert s.metric("vllm:generation_tokens_total") < 4000
+    finally:
+        assert s.stop() == 0
+
+
 def test_impossible_plan_is_a_startup_error(model):
     import subprocess
     r = subprocess.run([str(VLLMC), "serve", str(model), "--num-gpu-blocks-override", "1", "--max-model-len", "2048",
