@@ -624,6 +624,69 @@ static void test_kv_dtypes(void) {
     }
 }
 
+/* The column-split mat-vec (the default backend, no batch invariance asked): a row's output is the same bits from
+ * the one-row kernel and from the multi-row one, whichever of 11 rows it is (the second group of 8 included), for
+ * Q4_K, Q6_K and a Q4_K + Q8_0 launch, at 2 and 4 super-blocks a warp. */
+static void test_cols_rows(void) {
+    const int64_t NOUT = 2048 + 40;
+    for (int64_t E = 2560; E <= 4608; E += 2048) {
+        const uint32_t fmts = BK_ACT_BIT(BK_ACT_Q8_K) | BK_ACT_BIT(BK_ACT_Q8_0);
+        const int R = 11;
+        float *x = rand_buf((size_t)(R * E), 1.0f);
+        struct bk_act aR, a1;
+        CHECK(bk_act_alloc(gpu, R, E, fmts, &aR) == VLLMC_OK);
+        CHECK(bk_act_alloc(gpu, 1, E, fmts, &a1) == VLLMC_OK);
+        CHECK(gpu->ops->copy_to_device(gpu, aR.x, x, (size_t)(R * E) * 4) == VLLMC_OK);
+        aR.n_rows = R;
+        CHECK(gpu->ops->quantize(gpu, &aR) == VLLMC_OK);
+        for (int ti = 0; ti < 3; ti++) {
+            const uint32_t types[2] = {ti == 1 ? GGML_TYPE_Q6_K : GGML_TYPE_Q4_K, GGML_TYPE_Q8_0};
+            const int nw = ti == 2 ? 2 : 1;
+            struct bk_tensor w[2];
+            float *yR[2], *y1[2];
+            struct bk_matmul_out mo[2], m1[2];
+            for (int k = 0; k < nw; k++) {
+                const size_t bytes = quant_row_size(types[k], E) * (size_t)NOUT;
+                uint8_t *host = malloc(bytes);
+                fill_weight(types[k], host, bytes);
+                const int64_t ne[2] = {E, NOUT};
+                CHECK(gpu->ops->weight_upload(gpu, host, types[k], 2, ne, &w[k]) == VLLMC_OK);
+                free(host);
+                CHECK(gpu->ops->alloc(gpu, (size_t)(R * NOUT) * 4, (void **)&yR[k]) == VLLMC_OK);
+                CHECK(gpu->ops->alloc(gpu, (size_t)NOUT * 4, (void **)&y1[k]) == VLLMC_OK);
+                mo[k] = (struct bk_matmul_out){.w = &w[k], .y = yR[k]};
+                m1[k] = (struct bk_matmul_out){.w = &w[k], .y = y1[k]};
+            }
+            CHECK(gpu->ops->matmul(gpu, &aR, nw, mo) == VLLMC_OK);
+            float *hR = malloc((size_t)(R * NOUT) * 4), *h1 = malloc((size_t)NOUT * 4);
+            size_t bad = 0;
+            for (int r = 0; r < R; r += 3) { /* rows 0, 3, 6 (first group), 9 (second) */
+                CHECK(gpu->ops->copy_to_device(gpu, a1.x, x + r * E, (size_t)E * 4) == VLLMC_OK);
+                a1.n_rows = 1;
+                CHECK(gpu->ops->quantize(gpu, &a1) == VLLMC_OK);
+                CHECK(gpu->ops->matmul(gpu, &a1, nw, m1) == VLLMC_OK);
+                for (int k = 0; k < nw; k++) {
+                    CHECK(gpu->ops->copy_to_host(gpu, hR, yR[k], (size_t)(R * NOUT) * 4) == VLLMC_OK);
+                    CHECK(gpu->ops->copy_to_host(gpu, h1, y1[k], (size_t)NOUT * 4) == VLLMC_OK);
+                    bad += (size_t)n_diff(h1, hR + r * NOUT, (size_t)NOUT);
+                }
+            }
+            CHECK_MSG(bad == 0, "column-split matmul %s%s %lld x %lld: %zu outputs of one row differ between 1 and %d rows",
+                      quant_traits(types[0])->name, nw == 2 ? " + Q8_0" : "", (long long)NOUT, (long long)E, bad, R);
+            free(hR); free(h1);
+            for (int k = 0; k < nw; k++) {
+                gpu->ops->free(gpu, yR[k]); gpu->ops->free(gpu, y1[k]);
+                gpu->ops->weight_free(gpu, &w[k]);
+            }
+        }
+        bk_act_free(gpu, &aR);
+        bk_act_free(gpu, &a1);
+        free(x);
+    }
+    printf("column-split matmul: one row from 1 and from 11 activation rows bit-equal (Q4_K, Q6_K, Q4_K + Q8_0; 2,560 and 4,608 "
+           "columns)\n");
+}
+
 /* Batch invariance (a backend with batch_invariant): a row's matmul output is the same bits whether it is
  * the only activation row or one of 8 (LM-head-sized weights, where batch 1 would use the tile kernel), and
  * a sequence's attention output is the same bits alone or next to a much longer sequence. */
@@ -773,6 +836,7 @@ int main(void) {
     test_argmax();
     test_attention();
     test_kv_dtypes();
+    test_cols_rows();
     test_invariance();
     test_gdn();
     test_moe();
