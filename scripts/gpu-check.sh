@@ -15,7 +15,8 @@
 # on the tiny models (a few seconds) and on the synth_gguf.py shapes in ENGINE_MODELS (default none; ENGINE_ARGS:
 # requests and tokens); stage
 # ebench runs `vllmc bench --concurrency` (EBENCH_ARGS) on BENCH_MODELS with the f16 and fp8 KV caches, and
-# with EBENCH_VARIANT=1 once more (f16) with --batch-invariant (the cost of batch invariance), with EBENCH_DEC=N
+# with EBENCH_VARIANT=1 twice more (f16) with --batch-invariant (the cost of batch invariance), the second with the
+# column-split kernels kept under it (VLLMC_CUDA_MMV_INVARIANT=1), with EBENCH_DEC=N
 # once more (f16) with the few-row decode kernel for steps of up to N rows (VLLMC_CUDA_DEC).
 # Stage gen runs `vllmc generate` on the tiny qwen35 (and GEN_MODELS files) with graphs, eager and on the CPU, and
 # with --profile; stage serve runs scripts/bench-serve.sh (the server with --device cuda under `vllmc bench serve`)
@@ -130,7 +131,12 @@ if has engine; then # the engine on CUDA: batch invariance (alone = together = e
         n=$(basename "$f" .gguf)
         timeout 120 "$BIN/test_cuda_engine" "$f" 64 12 >"$OUT/engine_$n.txt" 2>&1; rc=$?
         note "test_cuda_engine $n rc=$rc: $(grep -m1 'together' "$OUT/engine_$n.txt" | sed 's/test_cuda_engine: //' | cut -c1-150)$(grep -m1 FAIL "$OUT/engine_$n.txt")"
+        # the column-split kernels under batch invariance (VLLMC_CUDA_MMV_INVARIANT=1, not yet the default)
+        VLLMC_CUDA_MMV_INVARIANT=1 timeout 120 "$BIN/test_cuda_engine" "$f" 64 12 >"$OUT/engine_${n}_colsinv.txt" 2>&1; rc=$?
+        note "  same, column-split kernels invariant rc=$rc: $(grep -m1 'together' "$OUT/engine_${n}_colsinv.txt" | sed 's/test_cuda_engine: //' | cut -c1-150)$(grep -m1 FAIL "$OUT/engine_${n}_colsinv.txt")"
     done
+    VLLMC_CUDA_MMV_INVARIANT=1 timeout 300 "$BIN/test_cuda_ops" >"$OUT/test_cuda_ops_colsinv.txt" 2>&1; rc=$?
+    note "test_cuda_ops with VLLMC_CUDA_MMV_INVARIANT=1 rc=$rc: $(tail -1 "$OUT/test_cuda_ops_colsinv.txt")"
 fi
 
 if has gemv; then
@@ -186,14 +192,15 @@ if has ebench; then # engine throughput: N requests in flight
         f=/tmp/models/$m.gguf
         [ -s "$f" ] || continue
         runs="f16 fp8"
-        [ "${EBENCH_VARIANT:-0}" = 1 ] && runs="$runs variant"
+        [ "${EBENCH_VARIANT:-0}" = 1 ] && runs="$runs variant colsinv"
         [ -n "${EBENCH_DEC:-}" ] && runs="$runs dec"
         for kvd in $runs; do
             extra="--kv-cache-dtype $kvd"; dec=0
             [ "$kvd" = variant ] && extra="--kv-cache-dtype f16 --batch-invariant"
+            [ "$kvd" = colsinv ] && extra="--kv-cache-dtype f16 --batch-invariant" # + VLLMC_CUDA_MMV_INVARIANT=1 below
             [ "$kvd" = dec ] && { extra="--kv-cache-dtype f16"; dec=$EBENCH_DEC; } # the few-row decode kernel up to EBENCH_DEC rows
             # shellcheck disable=SC2086
-            VLLMC_CUDA_DEC=$dec timeout 200 "$BIN/vllmc" bench -m "$f" $extra ${EBENCH_ARGS:---concurrency 1,4,16,64 -p 128 -g 128 -r 2} \
+            VLLMC_CUDA_MMV_INVARIANT=$([ "$kvd" = colsinv ] && echo 1 || echo 0) VLLMC_CUDA_DEC=$dec timeout 200 "$BIN/vllmc" bench -m "$f" $extra ${EBENCH_ARGS:---concurrency 1,4,16,64 -p 128 -g 128 -r 2} \
                 >"$OUT/ebench_${m}_$kvd.txt" 2>&1; rc=$?
             grep -v '^vllmc info' "$OUT/ebench_${m}_$kvd.txt"
             note "ebench $m $kvd rc=$rc: $(grep '^| [0-9]' "$OUT/ebench_${m}_$kvd.txt" | awk -F'|' '{printf "N=%s %s tok/s ITL %s ms;", $2, $4, $7}')"

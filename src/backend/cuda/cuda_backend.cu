@@ -1307,6 +1307,8 @@ extern "C" vllmc_status backend_cuda_create(const struct backend_cuda_opts *o, s
         if (sscanf(env, "%d,%d,%d", &v[0], &v[1], &v[2]) == 3) backend_cuda_set_matvec_cols(v);
     }
     if ((env = getenv("VLLMC_CUDA_MMV_ROWS"))) cu_mm_cfg.cols_rows = atoi(env); /* 0: multi-row steps as before (comparisons) */
+    if ((env = getenv("VLLMC_CUDA_MMV_INVARIANT"))) cu_mm_cfg.cols_invariant = atoi(env) != 0; /* 1: the column-split kernels
+                                                                                             under batch invariance too */
     if ((env = getenv("VLLMC_CUDA_DEC"))) backend_cuda_set_decode_rows(atoi(env));
     c->batch_invariant = o && o->batch_invariant;
     if ((st = gpu_err(gpuStreamCreate(&c->stream), "stream"))) { delete c; return st; }

@@ -101,6 +101,8 @@ struct cu_mm_cfg {
                                   groups a CTA, else (1) 4 for Q4_K alone and 2 with Q6_K */
     int32_t cols_rows;         /* 2 .. cols_rows activation rows: the column-split kernel's multi-row form (not under
                                   batch invariance); 0 off */
+    int32_t cols_invariant;    /* 1: under batch invariance too, for every row count (their per-row order does not
+                                  depend on it); 0 (default until measured): the mm_row-order kernels there */
 };
 extern struct cu_mm_cfg cu_mm_cfg;
 void cu_launch_matmul(const struct cu_mm_args *args, gpuStream_t s);

@@ -1394,14 +1394,17 @@ static int split_resident(int ks) {
 }
 
 /* measured on the H200 (docs/BENCHMARKS.md); VLLMC_CUDA_MM="tr0,ks0,tr1,ks1,tr2,ks2[,p0,p1,p2]" overrides (experiments) */
-struct cu_mm_cfg cu_mm_cfg = {{8192, 65536}, {1, 4, 4}, {0, 2, 1}, {0, 0, 0}, 0, {1, 1, 1}, 64};
+struct cu_mm_cfg cu_mm_cfg = {{8192, 65536}, {1, 4, 4}, {0, 2, 1}, {0, 0, 0}, 0, {1, 1, 1}, 64, 0};
 
 static bool mm_launch_dec(const struct cu_mm_args *args, gpuStream_t s);
 
 void cu_launch_matmul(const struct cu_mm_args *args, gpuStream_t s) {
     if (args->n_act <= 0 || args->n_ctas <= 0) return;
-    if (args->n_act > 1 && args->n_act <= cu_mm_cfg.dec_rows && mm_launch_dec(args, s)) return;
-    if (args->n_act > 1 && args->n_act <= cu_mm_cfg.cols_rows && !args->row_order && mm_launch_cols(args, s)) return;
+    /* the column-split kernels sum a row in the same order for any number of rows, so under batch invariance
+     * (row_order) they may take every launch their types allow (cols_invariant, not yet the default) */
+    const bool inv_cols = args->row_order && cu_mm_cfg.cols_invariant;
+    if (args->n_act > 1 && !inv_cols && args->n_act <= cu_mm_cfg.dec_rows && mm_launch_dec(args, s)) return;
+    if (args->n_act > 1 && (inv_cols || (!args->row_order && args->n_act <= cu_mm_cfg.cols_rows)) && mm_launch_cols(args, s)) return;
     if (args->n_act == 1) {
         const int resident = mm_resident_ctas();
         const int cls = args->total_rows < cu_mm_cfg.rows[0] ? 0 : args->total_rows < cu_mm_cfg.rows[1] ? 1 : 2;
@@ -1423,7 +1426,7 @@ void cu_launch_matmul(const struct cu_mm_args *args, gpuStream_t s) {
             if (ks > 1) ks = 1;
             if (!tile_order) tr = 1;
         }
-        if (!args->row_order && cu_mm_cfg.cols[cls] && mm_launch_cols(args, s)) return;
+        if ((inv_cols || (!args->row_order && cu_mm_cfg.cols[cls])) && mm_launch_cols(args, s)) return;
         if (ks == 1 || ks == 2 || ks == 4) {
             struct cu_mm_args a = *args;
             a.total_tiles = 0;
