@@ -445,7 +445,10 @@ def test_nonstream_disconnect_cancels(model, tmp_path):
         body = json.dumps({"prompt": "hi", "max_tokens": 4000, "ignore_eos": True})
         sock = socket.create_connection(("127.0.0.1", s.port))
         sock.sendall(f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n\r\n{body}".encode())
-        time.sleep(0.05)
+        deadline = time.time() + 30  # until the engine runs it (a fixed wait failed on a slow sanitizer build)
+        while s.metric("vllm:num_requests_running") < 1:
+            assert time.time() < deadline
+            time.sleep(0.01)
         sock.close()
         t0 = time.time()
         m = s.wait_idle(timeout=30)
