@@ -865,6 +865,11 @@ static bool client_gone(struct MHD_Connection *c) {
     return k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
 }
 
+/* Ends the context's unfinished engine requests early (finish ABORT at the engine's next step). */
+static void ctx_cancel(const struct srv_ctx *x) {
+    for (int i = 0; i < x->n_ch; i++) vllmc_request_cancel(x->ch[i].r);
+}
+
 /* The watcher thread. MHD watches no suspended socket, so a client that hangs up while its request waits
  * (in the engine's queue, or between outputs) would only be noticed at the request's next output. Every
  * WATCH_MS the watcher looks at the socket of each suspended connection and cancels the requests of one whose
@@ -886,7 +891,7 @@ static void *watch_main(void *arg) {
             pthread_mutex_lock(&w->mu);
             if (w->conn && w->x && w->suspended && !w->cancelled && client_gone(w->conn)) {
                 w->cancelled = true;
-                for (int i = 0; i < w->x->n_ch; i++) vllmc_request_cancel(w->x->ch[i].r);
+                ctx_cancel(w->x);
             }
             pthread_mutex_unlock(&w->mu);
         }
@@ -897,7 +902,7 @@ static void *watch_main(void *arg) {
 /* A resumed non-streamed request. */
 static enum MHD_Result continue_generation(struct MHD_Connection *c, struct srv_ctx *x) {
     if (client_gone(c)) {
-        for (int i = 0; i < x->n_ch; i++) vllmc_request_cancel(x->ch[i].r);
+        ctx_cancel(x);
         return MHD_NO; /* MHD closes the connection; on_completed releases the requests */
     }
     pthread_mutex_lock(&x->w->mu);
@@ -1449,8 +1454,7 @@ buckets_done:
     wait_inflight(30.0);
     /* still running after the grace period: cancel them */
     pthread_mutex_lock(&S.mu);
-    for (struct srv_ctx *x = S.active; x; x = x->next)
-        for (int i = 0; i < x->n_ch; i++) vllmc_request_cancel(x->ch[i].r);
+    for (struct srv_ctx *x = S.active; x; x = x->next) ctx_cancel(x);
     pthread_mutex_unlock(&S.mu);
     wait_inflight(10.0);
     if (watching) {

@@ -999,13 +999,13 @@ static __global__ void MM_SPLIT_BOUNDS mm_kernel_split(const struct cu_mm_args P
 /* Decode, column split (Q4_K / Q6_K rows, Q8_0 and F32 segments beside them): the W warps of a CTA split a row's
  * super-blocks, SBW each; lane (rr, sbl, c) owns 64-element chunk c of super-block wid * SBW + sbl and takes
  * row rr of each group of RW = 8 / SBW rows. Its chunk of the activation (64 quants, their 16-element sums, the
- * scale) is loaded once and kept in registers for all MV_U row groups of the CTA, whose weights it loads into
+ * scale) is loaded once and kept in registers for all U row groups of the CTA, whose weights it loads into
  * registers before the dependency wait (weights are never written by a kernel). The integer sums of a
  * super-block are reduced over its 4 lanes and form the reference's float term; the SBW terms of a warp are
  * added by shuffles, the W warp partials in warp order through shared memory. Per 32 quant bytes a lane
  * issues ~45 instructions where the tile kernels issue ~150 (ncu: those are held by issue and latency at
  * ~25% occupancy, not by DRAM). Q8_0 segments (the GDN's beta / alpha rows) go through the tile function,
- * F32 ones through row_f32, a 4-row tile per warp. MV_U (2 or 4: cu_mm_cfg.cols) row groups a CTA. */
+ * F32 ones through row_f32, a 4-row tile per warp. U (2 or 4: cu_mm_cfg.cols) row groups a CTA. */
 
 /* Lane c's scale and min of sub-blocks 2c and 2c+1 from the 12 packed scale bytes (w0: bytes 0-3, w1: 4-7,
  * w2: 8-11), as the bytes (sc0, sc1, m0, m1) of the result; the selectors and masks depend on c only. */
@@ -1162,79 +1162,14 @@ static __device__ __forceinline__ void mv_warp_part(float v, float *dst, int lan
     if ((lane & (4 * SBW - 1)) == 0) *dst = v;
 }
 
-template <int SBW, int KT, int MV_U> /* KT: the K-quant types present, 1 Q4_K, 2 Q6_K, 3 both (fewer registers for one) */
-static __global__ void __launch_bounds__(512) mm_kernel_cols(const struct cu_mm_args P) {
-    constexpr int RW = 8 / SBW, RPC = RW * MV_U;
-    __shared__ float part[16][RPC];
-    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, W = blockDim.x >> 5;
-    int si = 0;
-#pragma unroll
-    for (int i = 1; i < CU_MM_MAX_SEG; i++)
-        if (i < P.n_seg && (int)blockIdx.x >= P.seg[i].cta0) si = i;
-    const cu_mm_seg &S = P.seg[si];
-    const int r0 = ((int)blockIdx.x - S.cta0) * RPC, rows = min(RPC, S.n_rows - r0);
-    const int n_sb = (int)(P.a.n / QK_K);
-    const uint8_t *wb = S.w + (size_t)r0 * S.stride;
-    if (S.type == GGML_TYPE_Q8_0 || S.type == GGML_TYPE_F32) {
-        for (int i = threadIdx.x; i < rows * (int)(S.stride / 128); i += blockDim.x) gpu_prefetch_l2(wb + 128 * (size_t)i);
-        gpu_pdl_wait();
-        gpu_pdl_trigger();
-        mv_other_rows(P, S, wb, r0, rows, 0, 1, lane, wid, W);
-        return;
-    }
-    const int c = lane & 3, sbl = (lane >> 2) % SBW, rr = lane / (4 * SBW);
-    const int sb = wid * SBW + sbl;
-    const bool on = sb < n_sb;
-    mv_act v;
-    if (KT == 1 || (KT == 3 && S.type == GGML_TYPE_Q4_K)) {
-        k4_w w[MV_U];
-#pragma unroll
-        for (int u = 0; u < MV_U; u++) {
-            const int row = u * RW + rr;
-            if (on && row < rows) w[u] = k4_load(wb + (size_t)row * S.stride, n_sb, sb, c);
-            else w[u] = k4_w{make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0), 0, 0, 0, 0};
-        }
-        gpu_pdl_wait();
-        gpu_pdl_trigger();
-        if (on) mv_act_load(P.a, false, sb, c, v);
-        else mv_act_zero(v);
-        const k4_sel ks = k4_sel_make(c);
-#pragma unroll
-        for (int u = 0; u < MV_U; u++) mv_warp_part<SBW>(k4_term(w[u], ks, v), &part[wid][u * RW + rr], lane);
-    } else {
-        q6_w w[MV_U];
-#pragma unroll
-        for (int u = 0; u < MV_U; u++) {
-            const int row = u * RW + rr;
-            if (on && row < rows) w[u] = q6_load(wb + (size_t)row * S.stride, n_sb, sb, c);
-            else w[u] = q6_w{make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0), 0, 0};
-        }
-        gpu_pdl_wait();
-        gpu_pdl_trigger();
-        if (on) mv_act_load(P.a, true, sb, c, v);
-        else mv_act_zero(v);
-#pragma unroll
-        for (int u = 0; u < MV_U; u++) mv_warp_part<SBW>(q6_term(w[u], c & 1, v), &part[wid][u * RW + rr], lane);
-    }
-    __syncthreads();
-    for (int i = threadIdx.x; i < rows; i += blockDim.x) {
-        float y = part[0][i];
-        for (int k = 1; k < W; k++) y = __fadd_rn(y, part[k][i]);
-        const int row = r0 + i;
-        if (S.bias) y = __fadd_rn(y, S.bias[row]);
-        S.y[row] = y;
-        if (S.res) S.res[row] = __fadd_rn(S.res[row], y);
-    }
-}
-
-/* The same for 2 .. MV_NA activation rows a CTA (blockIdx.y: the group of activation rows; a decode step of
- * several sequences): the lane's weights are loaded once (2 row groups) and met with each activation row in
- * turn, whose chunk comes from L1. */
+/* NA 1: one activation row (a batch-1 step); NA = MV_NA: a decode step of several sequences, blockIdx.y the group
+ * of up to MV_NA activation rows, each met in turn with the weights the lane loaded once (its chunk from L1).
+ * The per-row sums are the same ops in the same order either way. U: row groups a CTA. */
 #define MV_NA 8
-template <int SBW, int KT>
-static __global__ void __launch_bounds__(512) mm_kernel_cols_mr(const struct cu_mm_args P) {
-    constexpr int U = 2, RW = 8 / SBW, RPC = RW * U;
-    __shared__ float part[16][MV_NA][RPC];
+template <int SBW, int KT, int U, int NA> /* KT: the K-quant types present, 1 Q4_K, 2 Q6_K, 3 both (fewer registers for one) */
+static __global__ void __launch_bounds__(512) mm_kernel_cols(const struct cu_mm_args P) {
+    constexpr int RW = 8 / SBW, RPC = RW * U;
+    __shared__ float part[16][NA][RPC];
     const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, W = blockDim.x >> 5;
     int si = 0;
 #pragma unroll
@@ -1242,7 +1177,7 @@ static __global__ void __launch_bounds__(512) mm_kernel_cols_mr(const struct cu_
         if (i < P.n_seg && (int)blockIdx.x >= P.seg[i].cta0) si = i;
     const cu_mm_seg &S = P.seg[si];
     const int r0 = ((int)blockIdx.x - S.cta0) * RPC, rows = min(RPC, S.n_rows - r0);
-    const int a0 = (int)blockIdx.y * MV_NA, na = min(MV_NA, P.n_act - a0);
+    const int a0 = NA == 1 ? 0 : (int)blockIdx.y * NA, na = NA == 1 ? 1 : min(NA, P.n_act - a0);
     const int n_sb = (int)(P.a.n / QK_K);
     const uint8_t *wb = S.w + (size_t)r0 * S.stride;
     if (S.type == GGML_TYPE_Q8_0 || S.type == GGML_TYPE_F32) {
@@ -1269,7 +1204,7 @@ static __global__ void __launch_bounds__(512) mm_kernel_cols_mr(const struct cu_
         const k4_sel ks = k4_sel_make(c);
 #pragma unroll 1
         for (int r = 0; r < na; r++) {
-            if (on) mv_act_load(act_row(P.a, a0 + r), false, sb, c, v);
+            if (on) mv_act_load(NA == 1 ? P.a : act_row(P.a, a0 + r), false, sb, c, v);
             else mv_act_zero(v);
 #pragma unroll
             for (int u = 0; u < U; u++) mv_warp_part<SBW>(k4_term(w[u], ks, v), &part[wid][r][u * RW + rr], lane);
@@ -1286,7 +1221,7 @@ static __global__ void __launch_bounds__(512) mm_kernel_cols_mr(const struct cu_
         gpu_pdl_trigger();
 #pragma unroll 1
         for (int r = 0; r < na; r++) {
-            if (on) mv_act_load(act_row(P.a, a0 + r), true, sb, c, v);
+            if (on) mv_act_load(NA == 1 ? P.a : act_row(P.a, a0 + r), true, sb, c, v);
             else mv_act_zero(v);
 #pragma unroll
             for (int u = 0; u < U; u++) mv_warp_part<SBW>(q6_term(w[u], c & 1, v), &part[wid][r][u * RW + rr], lane);
@@ -1294,7 +1229,7 @@ static __global__ void __launch_bounds__(512) mm_kernel_cols_mr(const struct cu_
     }
     __syncthreads();
     for (int i = threadIdx.x; i < rows * na; i += blockDim.x) {
-        const int r = i / rows, j = i - r * rows;
+        const int r = NA == 1 ? 0 : i / rows, j = i - r * rows;
         float y = part[0][r][j];
         for (int k = 1; k < W; k++) y = __fadd_rn(y, part[k][r][j]);
         const int64_t o = (int64_t)(a0 + r) * S.ld_y + r0 + j;
@@ -1304,24 +1239,32 @@ static __global__ void __launch_bounds__(512) mm_kernel_cols_mr(const struct cu_
     }
 }
 
-/* The column-split kernel (several activation rows: mm_kernel_cols_mr) when every segment is Q4_K, Q6_K, Q8_0 or
+/* The instance for super-blocks a warp and the K-quant types present (1 Q4_K, 2 Q6_K, 3 both). */
+typedef void (*mm_cols_fn)(const struct cu_mm_args);
+template <int U, int NA>
+static mm_cols_fn mm_cols_pick(int sbw, int kt) {
+    if (sbw == 2) return kt == 1 ? mm_kernel_cols<2, 1, U, NA> : kt == 2 ? mm_kernel_cols<2, 2, U, NA> : mm_kernel_cols<2, 3, U, NA>;
+    return kt == 1 ? mm_kernel_cols<4, 1, U, NA> : kt == 2 ? mm_kernel_cols<4, 2, U, NA> : mm_kernel_cols<4, 3, U, NA>;
+}
+
+/* The column-split kernel (NA = MV_NA for several activation rows) when every segment is Q4_K, Q6_K, Q8_0 or
  * F32 (one of them K-quant) and a row of 256-column super-blocks fits 16 warps; false (nothing launched) otherwise. */
 static bool mm_launch_cols(const struct cu_mm_args *args, gpuStream_t s) {
     const int64_t n = args->a.n;
     if (n % QK_K != 0) return false;
-    bool k = false;
+    int kt = 0; /* the K-quant types present: 1 Q4_K, 2 Q6_K */
     for (int i = 0; i < args->n_seg; i++) {
         const int t = args->seg[i].type;
-        if (t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q6_K) k = true;
+        if (t == GGML_TYPE_Q4_K) kt |= 1;
+        else if (t == GGML_TYPE_Q6_K) kt |= 2;
         else if (t != GGML_TYPE_Q8_0 && t != GGML_TYPE_F32) return false;
     }
     const int n_sb = (int)(n / QK_K), sbw = n_sb <= 16 ? 2 : 4, w = (n_sb + sbw - 1) / sbw;
-    if (!k || w > 16) return false;
-    int kt = 0;
-    for (int i = 0; i < args->n_seg; i++) kt |= args->seg[i].type == GGML_TYPE_Q4_K ? 1 : args->seg[i].type == GGML_TYPE_Q6_K ? 2 : 0;
-    /* row groups a CTA: 4 for Q4_K alone, 2 with Q6_K (its 4 groups take 116 registers: measured slower) */
+    if (!kt || w > 16) return false;
+    /* row groups a CTA: 4 for Q4_K alone, 2 with Q6_K (its 4 groups take 116 registers: measured slower), 2 for
+     * several activation rows (NA = MV_NA) */
     const int cfg = cu_mm_cfg.cols[args->total_rows < cu_mm_cfg.rows[0] ? 0 : args->total_rows < cu_mm_cfg.rows[1] ? 1 : 2];
-    const bool mr = args->n_act > 1; /* several activation rows: mm_kernel_cols_mr, 2 row groups */
+    const bool mr = args->n_act > 1;
     const int U = mr ? 2 : cfg == 2 || cfg == 4 ? cfg : (kt & 2) ? 2 : 4;
     const int rpc = 8 / sbw * U;
     struct cu_mm_args a = *args;
@@ -1330,18 +1273,8 @@ static bool mm_launch_cols(const struct cu_mm_args *args, gpuStream_t s) {
         a.seg[i].cta0 = ctas;
         ctas += (int)GPU_CEIL_DIV(a.seg[i].n_rows, rpc);
     }
-    void (*kern)(const struct cu_mm_args);
-    if (mr) {
-        kern = sbw == 2 ? (kt == 1 ? mm_kernel_cols_mr<2, 1> : kt == 2 ? mm_kernel_cols_mr<2, 2> : mm_kernel_cols_mr<2, 3>)
-                        : (kt == 1 ? mm_kernel_cols_mr<4, 1> : kt == 2 ? mm_kernel_cols_mr<4, 2> : mm_kernel_cols_mr<4, 3>);
-        gpu_launch(kern, dim3((unsigned)ctas, (unsigned)GPU_CEIL_DIV(args->n_act, MV_NA)), dim3(32 * w), 0, s, a);
-        return true;
-    }
-    if (U == 4) kern = sbw == 2 ? (kt == 1 ? mm_kernel_cols<2, 1, 4> : kt == 2 ? mm_kernel_cols<2, 2, 4> : mm_kernel_cols<2, 3, 4>)
-                                : (kt == 1 ? mm_kernel_cols<4, 1, 4> : kt == 2 ? mm_kernel_cols<4, 2, 4> : mm_kernel_cols<4, 3, 4>);
-    else kern = sbw == 2 ? (kt == 1 ? mm_kernel_cols<2, 1, 2> : kt == 2 ? mm_kernel_cols<2, 2, 2> : mm_kernel_cols<2, 3, 2>)
-                         : (kt == 1 ? mm_kernel_cols<4, 1, 2> : kt == 2 ? mm_kernel_cols<4, 2, 2> : mm_kernel_cols<4, 3, 2>);
-    gpu_launch(kern, dim3((unsigned)ctas), dim3(32 * w), 0, s, a);
+    const mm_cols_fn kern = mr ? mm_cols_pick<2, MV_NA>(sbw, kt) : U == 4 ? mm_cols_pick<4, 1>(sbw, kt) : mm_cols_pick<2, 1>(sbw, kt);
+    gpu_launch(kern, dim3((unsigned)ctas, mr ? (unsigned)GPU_CEIL_DIV(args->n_act, MV_NA) : 1u), dim3(32 * w), 0, s, a);
     return true;
 }
 
