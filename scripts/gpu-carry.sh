@@ -25,6 +25,8 @@ for l in $(ldd "$BUILD/vllmc" | awk '{print $3}' | grep '^/'); do
     *) cp -L "$l" .carry/lib/ ;;
     esac
 done
+# the kernel tracer for gpu-check's trace stage (CUPTI activity records, graph nodes included)
+gcc -O2 -shared -fPIC -I/usr/local/cuda/include tools/cupti_trace.c -L/usr/local/cuda/lib64 -lcupti -o .carry/cupti_trace.so
 SHARED=${SHARED:-../shared}
 [ -f "$SHARED/tools/synth_gguf.py" ] && cp "$SHARED/tools/synth_gguf.py" .carry/
 if [ ! -d .carry/models ] && [ -x .venv/bin/python ]; then

@@ -277,6 +277,43 @@ if has real; then # a real checkpoint at REAL_MODEL (carried in parts: docs/BENC
     fi
 fi
 
+if has trace; then # in-graph kernel costs of the decode (nsys, graph nodes traced): scripts/trace_steps.py
+    for i in $(seq 1 240); do [ -f /tmp/models/done ] && break; sleep 1; done
+    NSYS=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys /usr/local/cuda/nsight-systems*/bin/nsys 2>/dev/null | head -1)
+    for m in ${TRACE_MODELS:-${BENCH_MODELS%% *}}; do
+        f=/tmp/models/$m.gguf
+        [ -s "$f" ] || { note "trace $m: no model"; continue; }
+        rm -f /tmp/trace_$m.*
+        if [ -n "$NSYS" ]; then
+            timeout 200 "$NSYS" profile --cuda-graph-trace=node -t cuda -o /tmp/trace_$m --force-overwrite true \
+                "$BIN/vllmc" bench -m "$f" -p 512 -g 64 -r 1 ${TRACE_ARGS:-} >"$OUT/trace_${m}_run.txt" 2>&1; rc=$?
+            timeout 200 "$NSYS" stats --report cuda_gpu_trace --format csv -o /tmp/trace_$m /tmp/trace_$m.nsys-rep >>"$OUT/trace_${m}_run.txt" 2>&1
+            csv=/tmp/trace_${m}_cuda_gpu_trace.csv
+        else # no Nsight Systems there: the CUPTI injection library (tools/cupti_trace.c, built by gpu-carry.sh)
+            csv=/tmp/trace_$m.csv
+            CUDA_INJECTION64_PATH=$PWD/.carry/cupti_trace.so VLLMC_TRACE_OUT=$csv timeout 200 "$BIN/vllmc" bench -m "$f" \
+                -p 512 -g 64 -r 1 ${TRACE_ARGS:-} >"$OUT/trace_${m}_run.txt" 2>&1; rc=$?
+        fi
+        python3 scripts/trace_steps.py "$csv" >"$OUT/trace_$m.txt" 2>&1
+        head -40 "$OUT/trace_$m.txt"
+        note "trace $m rc=$rc: $(head -1 "$OUT/trace_$m.txt")"
+    done
+fi
+
+if has var; then # decode A/B of environment variants: VARIANTS="name:VAR=v,VAR2=w name2:..." on BENCH_MODELS (VAR_ARGS)
+    for i in $(seq 1 240); do [ -f /tmp/models/done ] && break; sleep 1; done
+    for m in $BENCH_MODELS; do
+        f=/tmp/models/$m.gguf
+        [ -s "$f" ] || { note "var $m: model not generated"; continue; }
+        for v in ${VARIANTS:-default:X=1}; do
+            name=${v%%:*}; envs=${v#*:}
+            # shellcheck disable=SC2086
+            env ${envs//,/ } timeout 150 "$BIN/vllmc" bench -m "$f" ${VAR_ARGS:--p 512 -g 256 -r 5} >"$OUT/var_${m}_$name.txt" 2>&1; rc=$?
+            note "var $m $name ($envs) rc=$rc: $(grep '^output tok/s' "$OUT/var_${m}_$name.txt" | head -1)"
+        done
+    done
+fi
+
 if has ab; then
     for i in $(seq 1 240); do [ -f /tmp/models/done ] && break; sleep 1; done
     best=""

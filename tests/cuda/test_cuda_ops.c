@@ -464,9 +464,8 @@ static void free_moe_w(struct moe_w *w) {
 }
 
 static void test_moe_case(char name, uint32_t tg, uint32_t tu, uint32_t td, int shared, uint32_t tsg, uint32_t tsu, uint32_t tsd,
-                          int64_t n_ffs) {
-    const int64_t NE = 512, NFF = 256, E = 12 + (int64_t)(test_rand_u64() % 9);
-    const int K = 4;
+                          int64_t n_ffs, int64_t NE, int64_t NFF, int64_t e_min, int64_t e_span, int K) {
+    const int64_t E = e_min + (int64_t)(test_rand_u64() % (uint64_t)e_span);
     struct moe_w router, ge, ue, de, gs, us, ds, sgate;
     memset(&gs, 0, sizeof(gs)); memset(&us, 0, sizeof(us)); memset(&ds, 0, sizeof(ds)); memset(&sgate, 0, sizeof(sgate));
     make_moe_w(&router, GGML_TYPE_F32, 2, NE, E, 1);
@@ -485,7 +484,10 @@ static void test_moe_case(char name, uint32_t tg, uint32_t tu, uint32_t td, int 
                                       shared ? &ds.g : NULL, shared ? &sgate.g : NULL};
     const struct bk_moe_params mp = {K, true};
     const uint32_t fmts = BK_ACT_BIT(BK_ACT_F32) | BK_ACT_BIT(BK_ACT_Q8_K) | BK_ACT_BIT(BK_ACT_Q8_0);
+    /* the column-split expert kernels (where the types allow) and the general path */
+    for (int path = 0; path < 2; path++)
     for (int rows = 1; rows <= 9; rows += 8) {
+        const int old_cols = backend_cuda_set_moe_cols(path == 0 ? 64 : 0);
         struct bk_act ra, ga;
         CHECK(bk_act_alloc(ref, 9, NE, fmts, &ra) == VLLMC_OK);
         CHECK(bk_act_alloc(gpu, 9, NE, fmts, &ga) == VLLMC_OK);
@@ -509,13 +511,14 @@ static void test_moe_case(char name, uint32_t tg, uint32_t tu, uint32_t td, int 
             dmax = isnan(h[i]) ? INFINITY : fmax(dmax, fabs((double)h[i] - rout[i]));
         }
         const double rel = dmax / fmax(amax, 1e-12), mr = max_rel(h, rout, (size_t)(rows * NE), 1e-2 * amax);
-        printf("moe %c, %lld experts, %d rows: max |d| / max |ref| %.3g, max rel (floor 1%% of max) %.3g, %zu of %lld bit-equal\n",
-               name, (long long)E, rows, rel, mr, (size_t)(rows * NE) - n_diff(h, rout, (size_t)(rows * NE)), (long long)(rows * NE));
+        printf("moe %c (%s), %lld experts, %d rows: max |d| / max |ref| %.3g, max rel (floor 1%% of max) %.3g, %zu of %lld bit-equal\n",
+               name, path == 0 ? "column-split where eligible" : "general", (long long)E, rows, rel, mr, (size_t)(rows * NE) - n_diff(h, rout, (size_t)(rows * NE)), (long long)(rows * NE));
         CHECK_MSG(amax > 0 && rel < 2e-3, "moe %c rows %d: max |d| / max |ref| = %.3g", name, rows, rel);
         CHECK_MSG(n_diff(h, h2, (size_t)(rows * NE)) == 0, "moe %c rows %d: two runs differ", name, rows);
         free(x); free(rout); free(h); free(h2);
         gpu->ops->free(gpu, gout);
         bk_act_free(ref, &ra); bk_act_free(gpu, &ga);
+        backend_cuda_set_moe_cols(old_cols);
     }
     /* bad parameters: clear errors */
     struct bk_act ga;
@@ -531,9 +534,16 @@ static void test_moe_case(char name, uint32_t tg, uint32_t tu, uint32_t td, int 
 }
 
 static void test_moe(void) {
-    test_moe_case('A', GGML_TYPE_Q4_K, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, 1, GGML_TYPE_Q8_0, GGML_TYPE_Q4_K, GGML_TYPE_Q4_K, 256);
-    test_moe_case('B', GGML_TYPE_Q8_0, GGML_TYPE_Q4_K, GGML_TYPE_Q8_0, 1, GGML_TYPE_F32, GGML_TYPE_F32, GGML_TYPE_Q6_K, 512);
-    test_moe_case('C', GGML_TYPE_Q6_K, GGML_TYPE_Q5_0, GGML_TYPE_Q4_0, 0, 0, 0, 0, 0);
+    const uint32_t q4 = GGML_TYPE_Q4_K, q6 = GGML_TYPE_Q6_K;
+    test_moe_case('A', q4, q4, q6, 1, GGML_TYPE_Q8_0, q4, q4, 256, 512, 256, 12, 9, 4);
+    test_moe_case('B', GGML_TYPE_Q8_0, q4, GGML_TYPE_Q8_0, 1, GGML_TYPE_F32, GGML_TYPE_F32, q6, 512, 512, 256, 12, 9, 4);
+    test_moe_case('C', q6, GGML_TYPE_Q5_0, GGML_TYPE_Q4_0, 0, 0, 0, 0, 0, 512, 256, 12, 9, 4);
+    /* column-split expert kernels: merged shared rows at the real width (2,048 columns: 4 warps a row), top-8 */
+    test_moe_case('D', q4, q4, q6, 1, q4, q4, q6, 512, 2048, 512, 24, 17, 8);
+    /* separate shared rows of another width and down type; 160-256 experts (up to 8 a lane when routing) */
+    test_moe_case('E', q4, q6, q4, 1, q6, q4, q6, 512, 512, 256, 160, 97, 8);
+    /* no shared expert, Q6_K gate / up (2 row groups), rows of 4,608 columns (SBW 4), Q4_K down */
+    test_moe_case('F', q6, q6, q4, 0, 0, 0, 0, 0, 4608, 256, 9, 8, 2);
 }
 
 /* KV dtypes: the stored elements byte for byte equal to the CPU's (f16, bf16, fp8 e4m3 with per-layer

@@ -1310,6 +1310,8 @@ extern "C" vllmc_status backend_cuda_create(const struct backend_cuda_opts *o, s
     if ((env = getenv("VLLMC_CUDA_MMV_INVARIANT"))) cu_mm_cfg.cols_invariant = atoi(env) != 0; /* 1: the column-split kernels
                                                                                              under batch invariance too */
     if ((env = getenv("VLLMC_CUDA_DEC"))) backend_cuda_set_decode_rows(atoi(env));
+    if ((env = getenv("VLLMC_CUDA_MOE_COLS"))) backend_cuda_set_moe_cols(atoi(env)); /* MoE ops of up to N rows on the
+                                                                                   column-split expert kernels; 0 off */
     c->batch_invariant = o && o->batch_invariant;
     if ((st = gpu_err(gpuStreamCreate(&c->stream), "stream"))) { delete c; return st; }
     /* prefill paths; VLLMC_CUDA_GEMM_ROWS (0: never), VLLMC_CUDA_GDN_CHUNKED=0 and VLLMC_CUDA_ATTN_PREFILL=0
@@ -1350,6 +1352,11 @@ extern "C" void backend_cuda_get_matvec_cols(int cols[3]) {
     for (int i = 0; i < 3; i++) cols[i] = cu_mm_cfg.cols[i];
 }
 extern "C" void backend_cuda_set_decode_rows(int max_rows) { cu_mm_cfg.dec_rows = max_rows < 0 ? 0 : max_rows; }
+extern "C" int backend_cuda_set_moe_cols(int max_rows) {
+    const int old = cu_mm_cfg.moe_cols_rows;
+    cu_mm_cfg.moe_cols_rows = max_rows < 0 ? 0 : max_rows;
+    return old;
+}
 extern "C" void backend_cuda_set_matvec_rows(int rows0, int rows1) {
     cu_mm_cfg.rows[0] = rows0;
     cu_mm_cfg.rows[1] = rows1;

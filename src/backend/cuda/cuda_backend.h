@@ -55,6 +55,10 @@ void backend_cuda_set_matvec_rows(int rows0, int rows1); /* class limits (defaul
  * (weight row, activation row), the same bits as the multi-row kernel); 0 (default): off. Process-wide;
  * VLLMC_CUDA_DEC=N sets it at backend creation. Not yet measured: for comparisons. */
 void backend_cuda_set_decode_rows(int max_rows);
+/* MoE ops of up to max_rows rows with Q4_K / Q6_K experts on the column-split expert kernels (routing inside the
+ * gate+up launch, SwiGLU + quantize inside the down launch; default 64); 0: the general path (comparisons). Returns
+ * the previous value. Process-wide, like the settings above. */
+int backend_cuda_set_moe_cols(int max_rows);
 
 /* Per op-family profile (profile = true): calls, GPU milliseconds, bytes of weights read. */
 #define BACKEND_CUDA_PROF_MAX 24

@@ -103,6 +103,8 @@ struct cu_mm_cfg {
                                   batch invariance); 0 off */
     int32_t cols_invariant;    /* 1: under batch invariance too, for every row count (their per-row order does not
                                   depend on it); 0 (default until measured): the mm_row-order kernels there */
+    int32_t moe_cols_rows;     /* MoE ops of up to this many rows: the column-split expert kernels (cu_launch_moe_cols;
+                                  under batch invariance only with cols_invariant); 0 off */
 };
 extern struct cu_mm_cfg cu_mm_cfg;
 void cu_launch_matmul(const struct cu_mm_args *args, gpuStream_t s);
@@ -245,5 +247,19 @@ struct cu_moe_args {
     int64_t n_embd;
 };
 void cu_launch_moe(const struct cu_moe_args *a, gpuStream_t s);
+/* The experts of a MoE op of few rows in two launches (gemv_q.cu): gate+up with the routing done by every CTA of a
+ * routed entry (it writes ids / wts), then down with SwiGLU + Q8_K of the hidden row formed in each CTA. Only
+ * where cu_moe_cols_ok: Q4_K / Q6_K experts, Q8_K hidden rows, E <= 256, k <= 32, T <= cu_mm_cfg.moe_cols_rows. */
+struct cu_moe_cols_args {
+    struct cu_moe_grp g[2];
+    const float *logits;
+    int32_t *ids;              /* gate+up: where the routing CTAs write each token's experts and weights */
+    float *wts;
+    int32_t E, k, norm, pad;
+    const float *swi[2];       /* down: the gate rows of each group (up = gate + n_ff), row stride swi_ld */
+    int64_t swi_ld[2];
+};
+bool cu_moe_cols_ok(const struct cu_moe_args *a);
+void cu_launch_moe_cols(const struct cu_moe_args *a, gpuStream_t s);
 
 #endif

@@ -1,6 +1,6 @@
 /* Mixture-of-experts FFN on the GPU (qwen35moe; the CPU reference is src/backend/cpu/ops_moe.c).
  *
- * One op, six launches, no host synchronisation (so a decode step holding it is captured into a graph):
+ * One op, no host synchronisation (so a decode step holding it is captured into a graph). In general six launches:
  *   1. router (+ shared-expert gate) mat-vec on the f32 activation (F32 weights: bit-exact with the CPU);
  *   2. route: per row, softmax over all experts (sum in double), top-k with ties to the lower id, the
  *      renormalisation with llama.cpp's clamp; the chosen ids and weights stay on the device;
@@ -9,7 +9,9 @@
  *   4. SwiGLU + quantize of the hidden rows (routed, then shared when its width differs, else one launch);
  *   5. down of every entry and of the shared expert, one launch, each entry into its own row;
  *   6. mix: out = sum over slots in selection order of w * y (then + sigmoid gate * shared), a fixed order,
- *      no atomics, so results are deterministic and equal the reference's order. */
+ *      no atomics, so results are deterministic and equal the reference's order.
+ * Steps of few rows with Q4_K / Q6_K experts (cu_moe_cols_ok) take four: 2 and 3 become one column-split launch
+ * whose CTAs route their token themselves, 4 and 5 one whose CTAs form their hidden row (gemv_q.cu). */
 #include "backend/cuda/cuda_internal.h"
 #include "quant/quant.h"
 
@@ -86,9 +88,8 @@ static __global__ void moe_mix_kernel(const float *Y, const float *wts, int k, c
     if (res) res[t * n + c] = __fadd_rn(res[t * n + c], o);
 }
 
-void cu_launch_moe(const struct cu_moe_args *a, gpuStream_t s) {
-    if (a->T <= 0) return;
-    cu_launch_matmul(&a->router, s);
+/* Routing, gate+up, SwiGLU + quantize, down: four launches (any row count, type and width). */
+static void moe_experts(const struct cu_moe_args *a, gpuStream_t s) {
     gpu_launch(moe_route_kernel, dim3((unsigned)a->T), dim3(32), 0, s, a->logits, a->E, a->k, a->norm, a->ids, a->wts);
     cu_launch_moe_matmul(&a->gu, s);
     const int n_ent = a->T * a->k;
@@ -104,6 +105,16 @@ void cu_launch_moe(const struct cu_moe_args *a, gpuStream_t s) {
                                  a->h[1], a->hfmts[1], s);
     }
     cu_launch_moe_matmul(&a->down, s);
+}
+
+void cu_launch_moe(const struct cu_moe_args *a, gpuStream_t s) {
+    if (a->T <= 0) return;
+    cu_launch_matmul(&a->router, s);
+    if (cu_moe_cols_ok(a)) {
+        cu_launch_moe_cols(a, s);
+    } else {
+        moe_experts(a, s);
+    }
     gpu_launch(moe_mix_kernel, dim3((unsigned)GPU_CEIL_DIV(a->n_embd, 256), (unsigned)a->T), dim3(256), 0, s,
         a->Y, a->wts, a->k, a->shared ? a->Ys : NULL, a->sgate ? a->glog : NULL, a->n_embd, a->out, a->res);
 }

@@ -1327,7 +1327,7 @@ static int split_resident(int ks) {
 }
 
 /* measured on the H200 (docs/BENCHMARKS.md); VLLMC_CUDA_MM="tr0,ks0,tr1,ks1,tr2,ks2[,p0,p1,p2]" overrides (experiments) */
-struct cu_mm_cfg cu_mm_cfg = {{8192, 65536}, {1, 4, 4}, {0, 2, 1}, {0, 0, 0}, 0, {1, 1, 1}, 64, 0};
+struct cu_mm_cfg cu_mm_cfg = {{8192, 65536}, {1, 4, 4}, {0, 2, 1}, {0, 0, 0}, 0, {1, 1, 1}, 64, 0, 64};
 
 static bool mm_launch_dec(const struct cu_mm_args *args, gpuStream_t s);
 
@@ -1496,4 +1496,228 @@ void cu_launch_moe_matmul(const struct cu_moe_mm_args *a, gpuStream_t s) {
     }
     if (total <= 0 || ctas <= 0) return;
     gpu_launch(moe_mm_kernel, dim3((unsigned)ctas, (unsigned)min(total, 65535)), dim3(32 * CU_MM_WARPS), 0, s, *a);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * MoE decode on the column-split shape (cu_launch_moe_cols): two launches in place of four.
+ *   gate+up: grid (row blocks of the 2 matrices, entries then shared-expert rows). Each warp of a routed
+ *     entry's CTA routes its token itself (moe_route_warp: the route kernel's ops in its order, in
+ *     registers), so no routing launch sits between the router and the experts; the CTAs (0, t k) write
+ *     the token's ids and weights for the down and mix launches. The shared expert's CTAs load their
+ *     weights before the dependency wait.
+ *   down: each CTA forms its entry's hidden row, SwiGLU of the gate / up rows then Q8_K, into shared
+ *     memory (norm_quant's ops: the same bytes), and multiplies from there; no quantize launch.
+ * A CTA is Wsb warps that split a row's super-blocks (as mm_kernel_cols) times 4 / Wsb row sets.
+ * ------------------------------------------------------------------------------------------- */
+#define MOE_RT_PL 8    /* experts a lane holds while routing in registers: E <= 256 */
+#define MOE_SWI_MAX 2048 /* widest hidden row the down launch quantizes into shared memory */
+
+/* Softmax over the E logits l (max, then the sum of exp in double, lane-strided and butterfly-reduced), then the
+ * k largest probabilities with ties to the lower id, renormalised when norm: moe_route_kernel's ops in its order.
+ * Every lane returns the expert of slot want; with write, lane j < k stores slot j's id and weight. */
+static __device__ int moe_route_warp(const float *l, int E, int k, int norm, int want, bool write, int32_t *ids, float *wts,
+                                     int lane) {
+    float mx = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < MOE_RT_PL; i++)
+        if (lane + 32 * i < E) mx = fmaxf(mx, l[lane + 32 * i]);
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, shfl_xor(mx, off));
+    double sum = 0.0;
+#pragma unroll
+    for (int i = 0; i < MOE_RT_PL; i++)
+        if (lane + 32 * i < E) sum += (double)expf(l[lane + 32 * i] - mx);
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) sum += shfl_xor(sum, off);
+    float p[MOE_RT_PL];
+    unsigned taken = 0;
+#pragma unroll
+    for (int i = 0; i < MOE_RT_PL; i++) {
+        const int e = lane + 32 * i;
+        p[i] = e < E ? (float)((double)expf(l[e] - mx) / sum) : 0.f;
+        if (e >= E) taken |= 1u << i;
+    }
+    int want_id = 0, my_id = 0;
+    float my_w = 0.f, s = 0.f;
+    for (int j = 0; j < k; j++) {
+        float bv = -INFINITY;
+        int be = 0x7fffffff;
+#pragma unroll
+        for (int i = 0; i < MOE_RT_PL; i++)
+            if (!((taken >> i) & 1) && (p[i] > bv || be == 0x7fffffff)) { bv = p[i]; be = lane + 32 * i; }
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) {
+            const float ov = shfl_xor(bv, off);
+            const int oe = shfl_xor(be, off);
+            if (oe != 0x7fffffff && (be == 0x7fffffff || ov > bv || (ov == bv && oe < be))) { bv = ov; be = oe; }
+        }
+        if ((be & 31) == lane) taken |= 1u << (be >> 5);
+        if (j == want) want_id = be;
+        if (j == lane) { my_id = be; my_w = bv; }
+        s = __fadd_rn(s, bv);
+    }
+    if (write && lane < k) {
+        if (norm) {
+            if (s < 6.103515625e-5f) s = 6.103515625e-5f;
+            my_w = __fdiv_rn(my_w, s);
+        }
+        ids[lane] = my_id;
+        wts[lane] = my_w;
+    }
+    return want_id;
+}
+
+template <int SBW, int KT, int U, bool DOWN>
+static __global__ void __launch_bounds__(256) moe_cols_kernel(const struct cu_moe_cols_args P) {
+    constexpr int RW = 8 / SBW, RS = RW * U; /* rows a row set */
+    __shared__ float part[16][RS];
+    __shared__ __align__(16) int8_t h_qs[DOWN ? MOE_SWI_MAX : 16];
+    __shared__ float h_d[DOWN ? MOE_SWI_MAX / QK_K : 1];
+    __shared__ __align__(16) int16_t h_bs[DOWN ? MOE_SWI_MAX / 16 : 8];
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+    const int gi = (int)blockIdx.y < P.g[0].n_ent ? 0 : 1;
+    const struct cu_moe_grp &G = P.g[gi];
+    const int ent = gi ? (int)blockIdx.y - P.g[0].n_ent : (int)blockIdx.y;
+    const int n_sb = (int)(G.a.n / QK_K), wsb = (n_sb + SBW - 1) / SBW, sets = (int)(blockDim.x >> 5) / wsb;
+    const int rpc = RS * sets, tpm = (G.n_rows + rpc - 1) / rpc, m = (int)blockIdx.x / tpm;
+    if (m >= G.n_mat) return; /* the whole CTA: this group has fewer row blocks */
+    const int set = wid / wsb, ws = wid - set * wsb;
+    const int rb = ((int)blockIdx.x - m * tpm) * rpc, r0 = rb + set * RS, rows = min(RS, G.n_rows - r0);
+    const int arow = ent / G.act_div + G.act_off;
+    const int c = lane & 3, sbl = (lane >> 2) % SBW, rr = lane / (4 * SBW);
+    const int sb = ws * SBW + sbl;
+    const bool on = sb < n_sb && set < sets;
+    const uint64_t stride = G.stride[m];
+    const int type = G.type[m];
+    int64_t e = 0;
+    if (G.ids) { /* routed: the expert comes from this step's router (after the wait) */
+        gpu_pdl_wait();
+        if (DOWN) e = G.ids[ent];
+        else {
+            const int t = ent / P.k, j = ent - t * P.k;
+            e = moe_route_warp(P.logits + (int64_t)t * P.E, P.E, P.k, P.norm, j, blockIdx.x == 0 && j == 0 && wid == 0,
+                               P.ids + (int64_t)t * P.k, P.wts + (int64_t)t * P.k, lane);
+        }
+    }
+    const uint8_t *wb = G.w[m] + (size_t)e * G.exp_bytes[m] + (size_t)max(r0, 0) * stride;
+    const bool k4 = KT == 1 || (KT == 3 && type == GGML_TYPE_Q4_K);
+    k4_w w4[KT & 1 ? U : 1];
+    q6_w w6[KT & 2 ? U : 1];
+    (void)w4; (void)w6;
+    if (k4) {
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int row = u * RW + rr;
+            if (on && row < rows) w4[u] = k4_load(wb + (size_t)row * stride, n_sb, sb, c);
+            else w4[u] = k4_w{make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0), 0, 0, 0, 0};
+        }
+    } else {
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int row = u * RW + rr;
+            if (on && row < rows) w6[u] = q6_load(wb + (size_t)row * stride, n_sb, sb, c);
+            else w6[u] = q6_w{make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0), 0, 0};
+        }
+    }
+    if (!G.ids) gpu_pdl_wait(); /* the shared expert: its weights were loaded while the kernel before finished */
+    gpu_pdl_trigger();
+    cu_act_view av = act_row(G.a, arow);
+    if (DOWN) { /* the entry's hidden row: SwiGLU(gate, up) as norm_quant forms it, Q8_K into shared memory */
+        const int64_t n = G.a.n;
+        const float *g = P.swi[gi] + (int64_t)arow * P.swi_ld[gi], *up = g + n;
+        for (int s = wid; s < n_sb; s += (int)(blockDim.x >> 5)) {
+            const int64_t e0 = (int64_t)s * QK_K + lane * 8;
+            float a[8], b[8], v[8];
+            ld8(g + e0, a);
+            ld8(up + e0, b);
+#pragma unroll
+            for (int q = 0; q < 8; q++) v[q] = __fmul_rn(__fdiv_rn(a[q], __fadd_rn(1.0f, expf(-a[q]))), b[q]);
+            quant_q8_K_sb(v, h_qs + s * QK_K, h_d + s, h_bs + s * 16, lane);
+        }
+        __syncthreads();
+        av.x = NULL; av.k_qs = h_qs; av.k_d = h_d; av.k_bs = h_bs; av.o_qs = NULL; av.o_d = NULL;
+    }
+    mv_act v;
+    if (on) mv_act_load(av, !k4, sb, c, v);
+    else mv_act_zero(v);
+    float *pp = &part[wid][0];
+    if (k4) {
+        const k4_sel ks = k4_sel_make(c);
+#pragma unroll
+        for (int u = 0; u < U; u++) mv_warp_part<SBW>(k4_term(w4[u], ks, v), &pp[u * RW + rr], lane);
+    } else {
+#pragma unroll
+        for (int u = 0; u < U; u++) mv_warp_part<SBW>(q6_term(w6[u], c & 1, v), &pp[u * RW + rr], lane);
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < rpc; i += blockDim.x) {
+        const int st = i / RS, j = i - st * RS, row = rb + i;
+        if (st >= sets || row >= G.n_rows) continue;
+        float y = part[st * wsb][j];
+        for (int q = 1; q < wsb; q++) y = __fadd_rn(y, part[st * wsb + q][j]);
+        G.y[m][(int64_t)ent * G.ld_y + row] = y;
+    }
+}
+
+template <bool DOWN>
+static bool moe_cols_launch(const struct cu_moe_cols_args &a, const struct cu_moe_mm_args &mm, gpuStream_t s) {
+    int kt = 0, n_sb = 0, total = 0;
+    for (int i = 0; i < mm.n_grp; i++) {
+        const struct cu_moe_grp &g = mm.g[i];
+        if (g.a.n % QK_K || (n_sb && g.a.n / QK_K != n_sb)) return false;
+        n_sb = (int)(g.a.n / QK_K);
+        for (int j = 0; j < g.n_mat; j++) {
+            if (g.type[j] == GGML_TYPE_Q4_K) kt |= 1;
+            else if (g.type[j] == GGML_TYPE_Q6_K) kt |= 2;
+            else return false;
+        }
+        total += g.n_ent;
+    }
+    const int sbw = n_sb <= 16 ? 2 : 4, wsb = (n_sb + sbw - 1) / sbw;
+    if (!kt || wsb > 8 || total > 65535 || (DOWN && n_sb * QK_K > MOE_SWI_MAX)) return false;
+    const int sets = max(1, 4 / wsb), U = kt == 1 ? 4 : 2, rpc = (8 / sbw) * U * sets;
+    int bx = 0;
+    for (int i = 0; i < mm.n_grp; i++) bx = max(bx, mm.g[i].n_mat * (int)GPU_CEIL_DIV(mm.g[i].n_rows, rpc));
+    struct cu_moe_cols_args p = a;
+    p.g[0] = mm.g[0];
+    if (mm.n_grp > 1) p.g[1] = mm.g[1];
+    else { p.g[1] = mm.g[0]; p.g[1].n_ent = 0; }
+    typedef void (*fn)(const struct cu_moe_cols_args);
+    fn f;
+    if (sbw == 2) f = kt == 1 ? moe_cols_kernel<2, 1, 4, DOWN> : kt == 2 ? moe_cols_kernel<2, 2, 2, DOWN> : moe_cols_kernel<2, 3, 2, DOWN>;
+    else f = kt == 1 ? moe_cols_kernel<4, 1, 4, DOWN> : kt == 2 ? moe_cols_kernel<4, 2, 2, DOWN> : moe_cols_kernel<4, 3, 2, DOWN>;
+    gpu_launch(f, dim3((unsigned)bx, (unsigned)total), dim3(32 * wsb * sets), 0, s, p);
+    return true;
+}
+
+bool cu_moe_cols_ok(const struct cu_moe_args *a) {
+    if (a->E > 32 * MOE_RT_PL || a->k > 32 || a->T > cu_mm_cfg.moe_cols_rows || (a->router.row_order && !cu_mm_cfg.cols_invariant))
+        return false;
+    for (int i = 0; i < 1 + (a->shared && !a->merged); i++)
+        if (a->hfmts[i] != BK_ACT_BIT(BK_ACT_Q8_K) || a->n_ff[i] > MOE_SWI_MAX || a->n_ff[i] % QK_K) return false;
+    const struct cu_moe_mm_args *mm[2] = {&a->gu, &a->down};
+    for (int k = 0; k < 2; k++) {
+        int n_sb = 0, total = 0;
+        for (int i = 0; i < mm[k]->n_grp; i++) {
+            const struct cu_moe_grp &g = mm[k]->g[i];
+            if (g.a.n % QK_K || (n_sb && g.a.n / QK_K != n_sb)) return false;
+            n_sb = (int)(g.a.n / QK_K);
+            for (int j = 0; j < g.n_mat; j++)
+                if (g.type[j] != GGML_TYPE_Q4_K && g.type[j] != GGML_TYPE_Q6_K) return false;
+            total += g.n_ent;
+        }
+        if ((n_sb + (n_sb <= 16 ? 1 : 3)) / (n_sb <= 16 ? 2 : 4) > 8 || total > 65535) return false;
+    }
+    return true;
+}
+
+void cu_launch_moe_cols(const struct cu_moe_args *a, gpuStream_t s) {
+    struct cu_moe_cols_args p;
+    memset(&p, 0, sizeof(p));
+    p.logits = a->logits; p.E = a->E; p.k = a->k; p.norm = a->norm; p.ids = a->ids; p.wts = a->wts;
+    moe_cols_launch<false>(p, a->gu, s);
+    /* the hidden rows: routed then (merged: same buffer) shared */
+    p.swi[0] = a->gu_buf[0]; p.swi_ld[0] = 2 * a->n_ff[0];
+    p.swi[1] = a->merged ? a->gu_buf[0] : a->gu_buf[1]; p.swi_ld[1] = a->merged ? 2 * a->n_ff[0] : 2 * a->n_ff[1];
+    moe_cols_launch<true>(p, a->down, s);
 }

@@ -1,0 +1,88 @@
+#!/usr/bin/env python3
+"""Per-kernel cost of graph-replayed decode steps from `nsys stats --report cuda_gpu_trace --format csv`.
+
+With programmatic dependent launch a kernel starts before its predecessor ends and waits inside, so its
+duration overstates it. The cost charged to a kernel here is how far it moves the end of the timeline:
+max(0, end - latest end before it). Steps are delimited by the argmax kernel (one per decode step); the
+table covers the second half of the decode steps of the last run in the trace.
+usage: trace_steps.py TRACE.csv [step-kernel-substring]"""
+import csv, re, sys
+from collections import defaultdict
+
+path = sys.argv[1]
+marker = sys.argv[2] if len(sys.argv) > 2 else "argmax_final"
+rows = []
+with open(path, newline="") as f:
+    r = csv.DictReader(f)
+    for d in r:
+        name = d.get("Name", "")
+        if not name or "[CUDA mem" in name:
+            continue
+        try:
+            s, dur = int(d["Start (ns)"]), int(d["Duration (ns)"])
+        except (KeyError, ValueError):
+            continue
+        gx = d.get("GrdX", "") or ""
+        gy = d.get("GrdY", "") or ""
+        rows.append((s, s + dur, dur, name, gx, gy))
+rows.sort()
+# demangle with cu++filt / c++filt when the names are mangled (the CUPTI tracer writes them as linked)
+mangled = sorted({r[3] for r in rows if r[3].startswith("_Z")})
+if mangled:
+    import shutil, subprocess
+    tool = shutil.which("cu++filt") or shutil.which("/usr/local/cuda/bin/cu++filt") or shutil.which("c++filt")
+    if tool:
+        out = subprocess.run([tool], input="\n".join(mangled) + "\n", capture_output=True, text=True).stdout.split("\n")
+        if len(out) >= len(mangled):
+            dm = dict(zip(mangled, out))
+            rows = [(s, e, d, dm.get(n, n), gx, gy) for s, e, d, n, gx, gy in rows]
+if not rows:
+    sys.exit("no kernels in " + path)
+
+
+def short(n):
+    n = re.sub(r"^void ", "", n)
+    base = n.split("(")[0]
+    m = re.match(r"([A-Za-z_0-9:]+)(<.*>)?", base)
+    b = m.group(1) if m else base
+    t = m.group(2) or "" if m else ""
+    t = re.sub(r"\s+", "", t)
+    return b + (t[:40] if t else "")
+
+
+ends = [i for i, r in enumerate(rows) if marker in r[3]]
+if len(ends) < 8:
+    sys.exit("fewer than 8 '%s' kernels: not a decode trace" % marker)
+# steps of the last run: consecutive markers whose gap is small (one decode step), from the end backwards
+gaps = [rows[ends[k + 1]][1] - rows[ends[k]][1] for k in range(len(ends) - 1)]
+gaps_sorted = sorted(gaps)
+typical = gaps_sorted[len(gaps_sorted) // 2]
+last = len(ends) - 1
+first = last
+while first > 0 and gaps[first - 1] < 3 * typical:
+    first -= 1
+first = (first + last) // 2  # second half of the run's decode steps
+nsteps = last - first
+lo, hi = ends[first] + 1, ends[last] + 1
+cost = defaultdict(float)
+dur = defaultdict(float)
+calls = defaultdict(int)
+latest = rows[ends[first]][1]
+t0 = latest
+idle = 0
+for s, e, d, name, gx, gy in rows[lo:hi]:
+    k = "%s grid %s%s" % (short(name), gx, ("x" + gy) if gy not in ("", "1") else "")
+    if s > latest:
+        idle += s - latest
+    cost[k] += max(0, e - max(latest, s))
+    latest = max(latest, e)
+    dur[k] += d
+    calls[k] += 1
+wall = (latest - t0) / nsteps
+print("decode steps analysed: %d; wall per step %.1f us; kernels per step %.1f" % (nsteps, wall / 1e3, (hi - lo) / nsteps))
+print("%-70s %7s %9s %9s %6s" % ("kernel grid", "calls", "dur us", "cost us", "share"))
+tot = sum(cost.values())
+for k in sorted(cost, key=lambda k: -cost[k]):
+    print("%-70s %7.1f %9.2f %9.2f %5.1f%%" % (k[:70], calls[k] / nsteps, dur[k] / nsteps / 1e3,
+                                             cost[k] / nsteps / 1e3, 100 * cost[k] / tot if tot else 0))
+print("sum of cost per step %.1f us; GPU idle between kernels %.1f us" % (tot / nsteps / 1e3, idle / nsteps / 1e3))
