@@ -97,6 +97,9 @@ struct cu_backend {
     bool recording;
     std::vector<uint8_t> rec;
     size_t last_rec;           /* offset of the last record in rec (SIZE_MAX: none) */
+    std::vector<size_t> rec_offs; /* offsets of this step's records (the fusions look back a few) */
+    bool fuse_attn;            /* recorded steps: q / k norm + RoPE + KV store, and sigmoid gate + quantize, into the
+                                  attention's launches */
     std::vector<cu_graph> graphs;
     uint64_t use_clock;
     int32_t *d_argmax, *h_argmax;
@@ -228,6 +231,7 @@ static vllmc_status submit(cu_backend *c, int op, const void *args, size_t n) {
         memcpy(&c->rec[off], hdr, 8);
         memcpy(&c->rec[off + 8], args, n);
         c->last_rec = off;
+        c->rec_offs.push_back(off);
         return VLLMC_OK;
     }
     rec_run(c, op, args);
@@ -245,6 +249,7 @@ static void flush(cu_backend *c) {
     c->recording = false;
     rec_run_all(c, c->rec);
     c->rec.clear();
+    c->rec_offs.clear();
 }
 
 static void graphs_clear(cu_backend *c) {
@@ -262,6 +267,9 @@ static vllmc_status finish_step(cu_backend *c) {
         if (g.rec.size() == c->rec.size() && !memcmp(g.rec.data(), c->rec.data(), c->rec.size())) {
             g.last_use = ++c->use_clock;
             c->rec.clear();
+        c->rec_offs.clear();
+            c->rec_offs.clear();
+    c->rec_offs.clear();
             e = gpuGraphLaunch(g.exec, c->stream);
             if (e == gpuSuccess) { c->stats.graph_replays++; return VLLMC_OK; }
             return gpu_err(e, "graph launch");
@@ -280,6 +288,8 @@ static vllmc_status finish_step(cu_backend *c) {
         (void)gpuGetLastError();
         rec_run_all(c, c->rec);
         c->rec.clear();
+        c->rec_offs.clear();
+    c->rec_offs.clear();
         c->stats.eager_steps++;
         return gpu_err(gpuGetLastError(), "eager step");
     }
@@ -296,6 +306,7 @@ static vllmc_status finish_step(cu_backend *c) {
     ng.last_use = ++c->use_clock;
     c->graphs.push_back(std::move(ng));
     c->rec.clear();
+    c->rec_offs.clear();
     c->stats.graph_captures++;
     c->stats.graphs_cached = c->graphs.size();
     return gpu_err(gpuGraphLaunch(exec, c->stream), "graph launch");
@@ -560,6 +571,7 @@ static vllmc_status cu_batch_set(struct backend *be, const struct bk_batch *b) {
     c->recording = !c->eager && !c->profile && b->n_tokens == b->n_logits && b->n_tokens == b->n_seqs &&
                    b->n_tokens <= CU_GRAPH_MAX_TOKENS;
     c->rec.clear();
+    c->rec_offs.clear();
     c->last_rec = SIZE_MAX;
     rec_upload r;
     memset(&r, 0, sizeof(r));
@@ -598,6 +610,50 @@ static vllmc_status cu_rmsnorm(struct backend *be, const float *x, int64_t ld_x,
     return submit(c, CU_OP_RMSNORM, &r, sizeof(r));
 }
 
+/* The record `back` places before the end of the step's records (1: the last) and its op, or NULL. */
+static void *rec_back(cu_backend *c, size_t back, uint32_t *op) {
+    if (!c->recording || back == 0 || back > c->rec_offs.size()) return NULL;
+    const size_t off = c->rec_offs[c->rec_offs.size() - back];
+    uint32_t hdr[2];
+    memcpy(hdr, &c->rec[off], 8);
+    *op = hdr[0];
+    return &c->rec[off + 8]; /* records start 8-byte aligned */
+}
+/* Drop the last n records (their work has moved into the record that follows). */
+static void rec_drop(cu_backend *c, size_t n) {
+    c->rec.resize(c->rec_offs[c->rec_offs.size() - n]);
+    c->rec_offs.resize(c->rec_offs.size() - n);
+    c->last_rec = c->rec_offs.empty() ? SIZE_MAX : c->rec_offs.back();
+}
+
+/* In a recorded step, the attention's combine takes the ops that follow it on its output: out *= sigmoid(gate)
+ * (sigmoid_mul over the output's head rows), then the quantize of the output act when each head is one Q8_K
+ * super-block (head_dim 256) and only Q8_K / Q8_0 are wanted. Same ops and order, so the bits of the separate
+ * launches. False (nothing changed) when the last record is not such an attention. */
+static rec_attn *fusable_attn(cu_backend *c, const float *out) {
+    uint32_t op = 0;
+    rec_attn *r = c->fuse_attn ? (rec_attn *)rec_back(c, 1, &op) : NULL;
+    return r && op == CU_OP_ATTN && !r->prefill && r->a.out == out ? r : NULL;
+}
+static bool fuse_attn_gate(cu_backend *c, float *x, int64_t ld_x, const float *g, int64_t ld_g, int64_t n_rows, int64_t n_cols) {
+    rec_attn *r = fusable_attn(c, x);
+    if (!r || r->a.gate || r->a.qfmts || ld_x != r->a.head_dim || n_cols != r->a.head_dim || n_rows != (int64_t)c->n_tokens * r->a.n_head)
+        return false;
+    r->a.gate = g;
+    r->a.ld_gate = ld_g;
+    return true;
+}
+static bool fuse_attn_quant(cu_backend *c, const struct bk_act *act) {
+    rec_attn *r = fusable_attn(c, act->x);
+    const uint32_t ok = BK_ACT_BIT(BK_ACT_F32) | BK_ACT_BIT(BK_ACT_Q8_K) | BK_ACT_BIT(BK_ACT_Q8_0);
+    if (!r || r->a.qfmts || r->a.head_dim != 256 || act->n_cols != (int64_t)r->a.n_head * 256 || act->n_rows != c->n_tokens ||
+        (act->fmts & ~ok) || !(act->fmts & ~BK_ACT_BIT(BK_ACT_F32)))
+        return false;
+    r->a.qo = cu_act_split(act);
+    r->a.qfmts = act->fmts & ~BK_ACT_BIT(BK_ACT_F32);
+    return true;
+}
+
 static vllmc_status check_fmts(const struct bk_act *a, const char *what) {
     const uint32_t ok = BK_ACT_BIT(BK_ACT_F32) | BK_ACT_BIT(BK_ACT_Q8_K) | BK_ACT_BIT(BK_ACT_Q8_0) | BK_ACT_BIT(BK_ACT_F16) |
                         BK_ACT_BIT(BK_ACT_BF16);
@@ -633,6 +689,7 @@ static vllmc_status cu_quantize(struct backend *be, struct bk_act *act) {
     if (act->n_rows < 0 || act->n_rows > act->max_rows) return vllmc_errorf(VLLMC_ERR_INVALID, "quantize: bad rows");
     vllmc_status st = check_fmts(act, "quantize");
     if (st) return st;
+    if (fuse_attn_quant(c, act)) return VLLMC_OK;
     return submit_nq(c, CU_NQ_QUANT, NULL, NULL, 0, NULL, 0.f, act->n_rows, act);
 }
 
@@ -818,6 +875,33 @@ static vllmc_status cu_rope(struct backend *be, float *x, int64_t ld, int32_t n_
     return submit(c, CU_OP_ROPE, &r, sizeof(r));
 }
 
+/* In a recorded step, the four records before a decode attention when they are RMSNorm(q), RMSNorm(k), RoPE(q),
+ * RoPE(k) writing the q and k it reads, packed by head: one launch (attn_pre_kernel) does their work and the KV
+ * store, with the same ops in the same order. */
+static void fuse_attn_pre(cu_backend *c, struct cu_attn_args *a) {
+    uint32_t o1 = 0, o2 = 0, o3 = 0, o4 = 0;
+    if (!c->fuse_attn) return;
+    rec_rmsnorm *nq = (rec_rmsnorm *)rec_back(c, 4, &o1), *nk = (rec_rmsnorm *)rec_back(c, 3, &o2);
+    rec_rope *rq = (rec_rope *)rec_back(c, 2, &o3), *rk = (rec_rope *)rec_back(c, 1, &o4);
+    if (!nq || !nk || !rq || !rk || o1 != CU_OP_RMSNORM || o2 != CU_OP_RMSNORM || o3 != CU_OP_ROPE || o4 != CU_OP_ROPE) return;
+    const int64_t hd = a->head_dim, T = c->n_tokens;
+    if (a->ld_q != a->n_head * hd || a->ld_k != a->n_kv_head * hd) return;
+    if (rq->x != a->q || rq->ld != a->ld_q || rq->n_head != a->n_head || rq->head_dim != hd || rk->x != a->k || rk->ld != a->ld_k ||
+        rk->n_head != a->n_kv_head || rk->head_dim != hd || rq->mode != rk->mode || rq->n_rot != rk->n_rot || rq->base != rk->base ||
+        rq->scale != rk->scale || rq->ff != rk->ff)
+        return;
+    if (nq->out != a->q || nq->ld_out != hd || nq->n_cols != hd || nq->n_rows != T * a->n_head || nk->out != a->k || nk->ld_out != hd ||
+        nk->n_cols != hd || nk->n_rows != T * a->n_kv_head)
+        return;
+    a->pre = 1;
+    a->qx = nq->x; a->ld_qx = nq->ld_x; a->qw = nq->w; a->q_eps = nq->eps;
+    a->kx = nk->x; a->ld_kx = nk->ld_x; a->kw = nk->w; a->k_eps = nk->eps;
+    a->rope_mode = rq->mode; a->n_rot = rq->n_rot; a->ff = rq->ff; a->freq_scale = rq->scale;
+    a->theta_scale = powf(rq->base, -2.0f / (float)rq->n_rot); /* as cu_launch_rope */
+    rec_drop(c, 4);
+    c->stats.fused_attn++;
+}
+
 static vllmc_status cu_attention(struct backend *be, struct bk_kv_cache *kv, const struct bk_attn_params *p, const float *q,
                                  int64_t ld_q, const float *k, int64_t ld_k, const float *v, int64_t ld_v, float *out) {
     cu_backend *c = cub(be);
@@ -888,6 +972,7 @@ static vllmc_status cu_attention(struct backend *be, struct bk_kv_cache *kv, con
     }
     r.a.n_split = (int32_t)n_split; r.a.chunk = (int32_t)chunk; r.a.group = (int32_t)group; r.a.work = c->attn_work;
     r.prefill = prefill;
+    if (!prefill) fuse_attn_pre(c, &r.a);
     return submit(c, CU_OP_ATTN, &r, sizeof(r));
 }
 
@@ -996,6 +1081,7 @@ static vllmc_status cu_sigmoid_mul(struct backend *be, float *x, int64_t ld_x, c
                                    int64_t n_cols) {
     cu_backend *c = cub(be);
     if (n_rows < 0 || n_cols < 0) return vllmc_errorf(VLLMC_ERR_INVALID, "sigmoid_mul: %lld x %lld", (long long)n_rows, (long long)n_cols);
+    if (fuse_attn_gate(c, x, ld_x ? ld_x : n_cols, gate, ld_gate ? ld_gate : n_cols, n_rows, n_cols)) return VLLMC_OK;
     rec_sigmul r;
     memset(&r, 0, sizeof(r));
     r.x = x; r.g = gate; r.ld_x = ld_x ? ld_x : n_cols; r.ld_g = ld_gate ? ld_gate : n_cols; r.n_rows = n_rows; r.n_cols = n_cols;
@@ -1292,6 +1378,8 @@ extern "C" vllmc_status backend_cuda_create(const struct backend_cuda_opts *o, s
     c->pdl = !c->profile && !(env && !strcmp(env, "0"));
     env = getenv("VLLMC_CUDA_FUSE_ADD");
     c->fuse_add = !(env && !strcmp(env, "0"));
+    env = getenv("VLLMC_CUDA_FUSE_ATTN");
+    c->fuse_attn = !(env && !strcmp(env, "0"));
     c->last_rec = SIZE_MAX;
     if ((env = getenv("VLLMC_CUDA_MM"))) { /* "tr0,ks0,tr1,ks1,tr2,ks2[,p0,p1,p2]": mat-vec kernel choice (comparisons) */
         int v[9] = {0, 0, 0, 0, 0, 0, 0, 0, 0};

@@ -157,6 +157,20 @@ struct cu_attn_args {
     int32_t n_split, chunk;    /* split-K over the context: n_split parts of chunk positions */
     int32_t group, t0;         /* tokens per split/combine launch (bounds the work buffer); first token (launcher) */
     float *work;               /* [group][n_head][n_split][head_dim + 2] */
+    /* Decode steps, fused at recording (cuda_backend.cu fuse_attention): pre = 1 replaces the KV store by one launch
+     * that forms q and k from their norm inputs (RMSNorm of row (t, h) of qx / kx, row stride ld_qx / ld_kx, weights
+     * qw / kw, then RoPE), writes them to q / k and stores k and v into the cache: the ops of rmsnorm_kernel and
+     * rope_kernel in their order, so the bits are those of the separate launches. */
+    int32_t pre, rope_mode, n_rot, pad0;
+    const float *qx, *kx, *qw, *kw, *ff;
+    int64_t ld_qx, ld_kx;
+    float q_eps, k_eps, theta_scale, freq_scale;
+    /* and after the combine: out *= sigmoid(gate) (row (t, h) at gate + (t n_head + h) ld_gate; NULL: none), then
+     * with qfmts each head's head_dim (256) outputs quantized into qo as the norm+quantize kernel's QUANT mode */
+    const float *gate;
+    int64_t ld_gate;
+    struct cu_act_mut qo;
+    uint32_t qfmts, pad1;
 };
 void cu_launch_attention(const struct cu_batch_dev *b, const struct cu_attn_args *a, gpuStream_t s);
 /* The KV store alone (the first kernel of cu_launch_attention). */

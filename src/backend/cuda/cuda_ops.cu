@@ -7,6 +7,7 @@
 #include <math.h>
 #include "backend/cuda/cuda_internal.h"
 #include "backend/cuda/kv_access.h"
+#include "backend/cuda/act_quant.h"
 #include "quant/blocks.h"
 #include "quant/quant.h"
 
@@ -191,19 +192,78 @@ void cu_launch_rope(const struct cu_batch_dev *b, float *x, int64_t ld, int32_t 
 
 #define ATT_WARPS 4
 
-static __global__ void kv_store_kernel(struct cu_batch_dev b, struct cu_attn_args a) {
-    const int t = blockIdx.x;
+static __device__ __forceinline__ size_t kv_slot_index(const struct cu_batch_dev &b, const struct cu_attn_args &a, int t, int kvh) {
     const int32_t p = b.pos[t];
     const int32_t *si = b.seqinfo + 4 * b.seq[t];
     const int32_t blk = b.bt[si[0] + p / BK_KV_BLOCK], slot = p % BK_KV_BLOCK;
+    return (((size_t)blk * a.n_kv_head + kvh) * BK_KV_BLOCK + slot) * a.head_dim;
+}
+
+/* Element e (of n_kv_head * head_dim) of token t's k and v into the cache. */
+static __device__ __forceinline__ void kv_store_elt(const struct cu_attn_args &a, size_t idx, int64_t t, int e) {
+    const float kx = a.k[t * a.ld_k + e];
+    kv_store(a.kpool, a.dtype, idx, a.k_shift && !isnan(kx) ? __fsub_rn(kx, a.k_shift[e]) : kx, a.k_scale); /* a NaN key keeps its sign, as x86's subtraction does */
+    kv_store(a.vpool, a.dtype, idx, a.v[t * a.ld_v + e], a.v_scale);
+}
+
+static __global__ void kv_store_kernel(struct cu_batch_dev b, struct cu_attn_args a) {
+    gpu_pdl_wait();
+    gpu_pdl_trigger();
+    const int t = blockIdx.x;
     const int hd = a.head_dim, n = a.n_kv_head * hd;
     for (int e = threadIdx.x; e < n; e += blockDim.x) {
         const int kvh = e / hd, i = e % hd;
-        const size_t idx = (((size_t)blk * a.n_kv_head + kvh) * BK_KV_BLOCK + slot) * hd + i;
-        const float kx = a.k[(int64_t)t * a.ld_k + e];
-        kv_store(a.kpool, a.dtype, idx, a.k_shift && !isnan(kx) ? __fsub_rn(kx, a.k_shift[e]) : kx, a.k_scale); /* a NaN key keeps its sign, as x86's subtraction does */
-        kv_store(a.vpool, a.dtype, idx, a.v[(int64_t)t * a.ld_v + e], a.v_scale);
+        kv_store_elt(a, kv_slot_index(b, a, t, kvh) + i, t, e);
     }
+}
+
+/* Fused decode prologue (a.pre): CTA (h, t) forms query head h (h < n_head) or key head h - n_head of token t:
+ * RMSNorm as rmsnorm_kernel (same block size, same sums), RoPE as rope_kernel, and for a key head the store of
+ * its k and v rows into the cache as kv_store_kernel. */
+static __global__ void attn_pre_kernel(struct cu_batch_dev b, struct cu_attn_args a) {
+    gpu_pdl_wait();
+    gpu_pdl_trigger();
+    __shared__ double red[32];
+    const int t = blockIdx.y, h = blockIdx.x, hd = a.head_dim;
+    const bool isk = h >= a.n_head;
+    const int hh = isk ? h - a.n_head : h;
+    const float *xr = isk ? a.kx + ((int64_t)t * a.n_kv_head + hh) * a.ld_kx : a.qx + ((int64_t)t * a.n_head + hh) * a.ld_qx;
+    const float *w = isk ? a.kw : a.qw;
+    float *yr = isk ? (float *)a.k + (int64_t)t * a.ld_k + (int64_t)hh * hd : (float *)a.q + (int64_t)t * a.ld_q + (int64_t)hh * hd;
+    double sum = 0.0;
+    for (int i = threadIdx.x; i < hd; i += blockDim.x) sum += (double)__fmul_rn(xr[i], xr[i]);
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) sum += shfl_xor(sum, off);
+    if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = sum;
+    __syncthreads();
+    double tot = 0.0;
+    for (int g = 0; g < (int)(blockDim.x / 32); g++) tot += red[g];
+    const float scale = __fdiv_rn(1.0f, sqrtf((float)(tot / (double)hd + (double)(isk ? a.k_eps : a.q_eps))));
+    __syncthreads(); /* every thread has read x before any writes (k is normed in place) */
+    for (int i = threadIdx.x; i < hd; i += blockDim.x) {
+        const float v = __fmul_rn(xr[i], scale);
+        yr[i] = w ? __fmul_rn(v, w[i]) : v;
+    }
+    __syncthreads();
+    const int half = a.n_rot / 2;
+    const int32_t pos = b.pos[t];
+    for (int i = threadIdx.x; i < half; i += blockDim.x) {
+        float theta = (float)pos;
+        for (int k = 0; k < i; k++) theta = __fmul_rn(theta, a.theta_scale);
+        const float f = a.ff ? a.ff[i] : 1.0f;
+        const float th = __fmul_rn(a.freq_scale, __fdiv_rn(theta, f));
+        const float c = cosf(th), s = sinf(th);
+        int ia, ib;
+        if (a.rope_mode == BK_ROPE_NEOX) { ia = i; ib = i + half; }
+        else { ia = 2 * i; ib = 2 * i + 1; }
+        const float x0 = yr[ia], x1 = yr[ib];
+        yr[ia] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
+        yr[ib] = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
+    }
+    if (!isk) return;
+    __syncthreads();
+    const size_t base = kv_slot_index(b, a, t, hh);
+    for (int i = threadIdx.x; i < hd; i += blockDim.x) kv_store_elt(a, base + i, t, hh * hd + i);
 }
 
 /* One CTA per (split, head, token of the launch's group); lane l owns dims [l*D, l*D + D) (D = head_dim / 32);
@@ -213,6 +273,8 @@ static __global__ void kv_store_kernel(struct cu_batch_dev b, struct cu_attn_arg
  * so a row's result does not depend on the other rows of the batch. */
 template <int D>
 static __global__ void __launch_bounds__(32 * ATT_WARPS) attn_split_kernel(struct cu_batch_dev b, struct cu_attn_args a) {
+    gpu_pdl_wait();
+    gpu_pdl_trigger();
     __shared__ float sm[ATT_WARPS][32 * D + 2];
     const int split = blockIdx.x, j = blockIdx.y, tg = blockIdx.z, t = a.t0 + tg;
     const int lane = threadIdx.x % 32, wid = threadIdx.x / 32;
@@ -279,6 +341,9 @@ static __global__ void __launch_bounds__(32 * ATT_WARPS) attn_split_kernel(struc
 }
 
 static __global__ void attn_combine_kernel(struct cu_batch_dev b, struct cu_attn_args a) {
+    gpu_pdl_wait();
+    gpu_pdl_trigger();
+    __shared__ float hv[256]; /* qfmts: the head's outputs for the quantizer (head_dim 256, one thread each) */
     const int j = blockIdx.x, tg = blockIdx.y, t = a.t0 + tg, hd = a.head_dim;
     const int used = min(a.n_split, GPU_CEIL_DIV(b.pos[t] + 1, a.chunk));
     const float *w = a.work + ((int64_t)tg * a.n_head + j) * a.n_split * (hd + 2);
@@ -291,22 +356,43 @@ static __global__ void attn_combine_kernel(struct cu_batch_dev b, struct cu_attn
     }
     /* fp8: V = code * v_scale, applied with the normalisation */
     const float inv = __fmul_rn((float)(1.0 / L), a.v_scale);
+    const int64_t row = (int64_t)t * a.n_head + j;
     for (int i = threadIdx.x; i < hd; i += blockDim.x) {
         float o = 0.f;
         for (int p = 0; p < used; p++) {
             const float mp = w[p * (hd + 2) + hd];
             if (mp != -INFINITY) o += w[p * (hd + 2) + i] * expf(mp - M);
         }
-        a.out[((int64_t)t * a.n_head + j) * hd + i] = o * inv;
+        float y = o * inv;
+        if (a.gate) y = __fmul_rn(y, __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-a.gate[row * a.ld_gate + i])))); /* sigmoid_mul_kernel */
+        a.out[row * hd + i] = y;
+        if (a.qfmts) hv[i] = y;
     }
+    if (!a.qfmts) return;
+    __syncthreads();
+    if (threadIdx.x >= 32) return;
+    /* the norm+quantize kernel's QUANT mode on unit j of row t (head_dim 256: one super-block a head) */
+    const int lane = threadIdx.x;
+    const int64_t n = a.qo.n, e0 = (int64_t)j * 256 + lane * 8;
+    float v[8];
+#pragma unroll
+    for (int k = 0; k < 8; k++) v[k] = hv[lane * 8 + k];
+    if ((a.qfmts & BK_ACT_BIT(BK_ACT_Q8_K)) && a.qo.k_qs)
+        quant_q8_K_sb(v, a.qo.k_qs + t * n + (int64_t)j * QK_K, a.qo.k_d + t * (n / QK_K) + j, a.qo.k_bs + t * (n / 16) + j * 16, lane);
+    if ((a.qfmts & BK_ACT_BIT(BK_ACT_Q8_0)) && a.qo.o_qs)
+        quant_q8_0_lane(v, a.qo.o_qs + t * n + e0, a.qo.o_d + t * (n / 32) + e0 / 32, lane, true);
 }
 
 void cu_launch_kv_store(const struct cu_batch_dev *b, const struct cu_attn_args *a, gpuStream_t s) {
-    kv_store_kernel<<<b->n_tokens, 256, 0, s>>>(*b, *a);
+    gpu_launch(kv_store_kernel, dim3(b->n_tokens), dim3(256), 0, s, *b, *a);
 }
 
 void cu_launch_attention(const struct cu_batch_dev *b, const struct cu_attn_args *args, gpuStream_t s) {
-    kv_store_kernel<<<b->n_tokens, 256, 0, s>>>(*b, *args);
+    if (args->pre) /* rmsnorm_kernel's block size for these rows, so its sums */
+        gpu_launch(attn_pre_kernel, dim3(args->n_head + args->n_kv_head, b->n_tokens), dim3(args->head_dim >= 1024 ? 256 : 128), 0, s,
+                   *b, *args);
+    else
+        gpu_launch(kv_store_kernel, dim3(b->n_tokens), dim3(256), 0, s, *b, *args);
     struct cu_attn_args a = *args;
     const int group = a.group > 0 ? a.group : b->n_tokens;
     for (int t0 = 0; t0 < b->n_tokens; t0 += group) {
@@ -314,12 +400,12 @@ void cu_launch_attention(const struct cu_batch_dev *b, const struct cu_attn_args
         a.t0 = t0;
         const dim3 g(a.n_split, a.n_head, nt);
         switch (a.head_dim) {
-        case 32: attn_split_kernel<1><<<g, 32 * ATT_WARPS, 0, s>>>(*b, a); break;
-        case 64: attn_split_kernel<2><<<g, 32 * ATT_WARPS, 0, s>>>(*b, a); break;
-        case 128: attn_split_kernel<4><<<g, 32 * ATT_WARPS, 0, s>>>(*b, a); break;
-        default: attn_split_kernel<8><<<g, 32 * ATT_WARPS, 0, s>>>(*b, a); break;
+        case 32: gpu_launch(attn_split_kernel<1>, g, dim3(32 * ATT_WARPS), 0, s, *b, a); break;
+        case 64: gpu_launch(attn_split_kernel<2>, g, dim3(32 * ATT_WARPS), 0, s, *b, a); break;
+        case 128: gpu_launch(attn_split_kernel<4>, g, dim3(32 * ATT_WARPS), 0, s, *b, a); break;
+        default: gpu_launch(attn_split_kernel<8>, g, dim3(32 * ATT_WARPS), 0, s, *b, a); break;
         }
-        attn_combine_kernel<<<dim3(a.n_head, nt), a.head_dim < 256 ? a.head_dim : 256, 0, s>>>(*b, a);
+        gpu_launch(attn_combine_kernel, dim3(a.n_head, nt), dim3(a.head_dim < 256 ? a.head_dim : 256), 0, s, *b, a);
     }
 }
 
