@@ -98,8 +98,6 @@ struct cu_backend {
     std::vector<uint8_t> rec;
     size_t last_rec;           /* offset of the last record in rec (SIZE_MAX: none) */
     std::vector<size_t> rec_offs; /* offsets of this step's records (the fusions look back a few) */
-    bool fuse_nq;              /* recorded steps: the RMSNorm + quantize of a residual row into the matmul that completes it */
-    int *nq_counter;           /* device int for it (0 between launches) */
     bool fuse_attn;            /* recorded steps: q / k norm + RoPE + KV store, and sigmoid gate + quantize, into the
                                   attention's launches */
     std::vector<cu_graph> graphs;
@@ -675,20 +673,6 @@ static vllmc_status submit_nq(cu_backend *c, int mode, const float *in0, const f
     return submit(c, CU_OP_NQ, &r, sizeof(r));
 }
 
-/* In a recorded step, RMSNorm + quantize of one row that the last record (a one-row matmul of one Q4_K / Q6_K weight
- * with the residual add in its epilogue) has just completed: that launch's last CTA does it (cu_mm_args.nq). */
-static bool fuse_norm_quant(cu_backend *c, const float *x, const float *w, float eps, int64_t n_rows, const struct bk_act *out) {
-    uint32_t op = 0;
-    rec_matmul *r = c->fuse_nq && c->nq_counter ? (rec_matmul *)rec_back(c, 1, &op) : NULL;
-    if (!r || op != CU_OP_MATMUL || n_rows != 1 || r->a.n_act != 1 || r->a.n_seg != 1 || r->a.nq.fmts) return false;
-    const struct cu_mm_seg *sg = &r->a.seg[0];
-    if (sg->res != x || (sg->type != GGML_TYPE_Q4_K && sg->type != GGML_TYPE_Q6_K) || sg->n_rows != out->n_cols || sg->ld_y != out->n_cols)
-        return false;
-    r->a.nq.w = w; r->a.nq.counter = c->nq_counter; r->a.nq.out = cu_act_split(out); r->a.nq.eps = eps; r->a.nq.fmts = out->fmts;
-    c->stats.fused_norms++;
-    return true;
-}
-
 static vllmc_status cu_rmsnorm_quantize(struct backend *be, const float *x, const float *w, float eps, int64_t n_rows,
                                         struct bk_act *out) {
     cu_backend *c = cub(be);
@@ -697,7 +681,6 @@ static vllmc_status cu_rmsnorm_quantize(struct backend *be, const float *x, cons
     if (st) return st;
     if (x == out->x) return vllmc_errorf(VLLMC_ERR_INVALID, "rmsnorm_quantize: input aliases the output");
     out->n_rows = n_rows;
-    if (fuse_norm_quant(c, x, w, eps, n_rows, out)) return VLLMC_OK;
     return submit_nq(c, CU_NQ_RMSNORM, x, NULL, out->n_cols, w, eps, n_rows, out);
 }
 
@@ -1343,7 +1326,6 @@ static void cu_destroy(struct backend *be) {
     dev_free(c, c->a16);
     dev_free(c, c->w16);
     dev_free(c, c->gdn_work);
-    if (c->nq_counter) dev_free(c, c->nq_counter);
     if (c->gemm) gpu_gemm_destroy(c->gemm);
     if (c->ev0) (void)gpuEventDestroy(c->ev0);
     if (c->ev1) (void)gpuEventDestroy(c->ev1);
@@ -1398,12 +1380,6 @@ extern "C" vllmc_status backend_cuda_create(const struct backend_cuda_opts *o, s
     c->fuse_add = !(env && !strcmp(env, "0"));
     env = getenv("VLLMC_CUDA_FUSE_ATTN");
     c->fuse_attn = !(env && !strcmp(env, "0"));
-    env = getenv("VLLMC_CUDA_FUSE_NQ");
-#if defined(VLLMC_HIP)
-    c->fuse_nq = false; /* its fences and counter are checked on NVIDIA only */
-#else
-    c->fuse_nq = !(env && !strcmp(env, "0"));
-#endif
     c->last_rec = SIZE_MAX;
     if ((env = getenv("VLLMC_CUDA_MM"))) { /* "tr0,ks0,tr1,ks1,tr2,ks2[,p0,p1,p2]": mat-vec kernel choice (comparisons) */
         int v[9] = {0, 0, 0, 0, 0, 0, 0, 0, 0};
@@ -1426,11 +1402,6 @@ extern "C" vllmc_status backend_cuda_create(const struct backend_cuda_opts *o, s
                                                                                    column-split expert kernels; 0 off */
     c->batch_invariant = o && o->batch_invariant;
     if ((st = gpu_err(gpuStreamCreate(&c->stream), "stream"))) { delete c; return st; }
-    if (c->fuse_nq && (dev_alloc(c, 256, (void **)&c->nq_counter) != VLLMC_OK || gpuMemset(c->nq_counter, 0, 256) != gpuSuccess)) {
-        (void)gpuGetLastError();
-        if (c->nq_counter) dev_free(c, c->nq_counter);
-        c->nq_counter = NULL; /* the separate launches instead */
-    }
     /* prefill paths; VLLMC_CUDA_GEMM_ROWS (0: never), VLLMC_CUDA_GDN_CHUNKED=0 and VLLMC_CUDA_ATTN_PREFILL=0
      * override for measurements */
     c->gemm_min_rows = GEMM_MIN_ROWS;

@@ -36,7 +36,6 @@ struct backend_cuda_stats {
     uint64_t bytes_now, bytes_peak;   /* device memory allocated through the backend */
     uint64_t weight_bytes;            /* device bytes of uploaded weights */
     uint64_t fused_adds;              /* residual adds recorded into a matmul / moe epilogue */
-    uint64_t fused_norms;             /* RMSNorm + quantize recorded into the matmul that completes its row */
     uint64_t fused_attn;              /* decode attentions recorded with their q / k norm + RoPE + KV store in one launch */
 };
 void backend_cuda_get_stats(struct backend *be, struct backend_cuda_stats *out);

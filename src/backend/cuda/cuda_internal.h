@@ -82,17 +82,6 @@ struct cu_mm_args {
     int32_t row_order;         /* batch invariance: one activation row must sum in the order of the multi-row
                                   kernel (mm_row), so the decode tile kernel runs only where its order is the same */
     struct cu_act_view a;
-    /* fmts != 0 (one activation row, one segment with res, the column-split kernel): the grid's last CTA (a count in
-     * *counter, 0 between launches) forms RMSNorm(res row) * w and quantizes it into out, as the norm+quantize
-     * kernel would in the launch after (same ops, same order: the same bits). cu_launch_matmul launches that
-     * kernel itself when another kernel takes the matmul. */
-    struct {
-        const float *w;
-        int *counter;
-        struct cu_act_mut out;
-        float eps;
-        uint32_t fmts;
-    } nq;
 };
 #define CU_MM_WARPS 4          /* rows per CTA (one warp per row) */
 /* Decode mat-vec kernel choice by the rows of a launch (all segments): class 0 below rows[0], class 1

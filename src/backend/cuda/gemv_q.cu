@@ -145,9 +145,8 @@ static __device__ __forceinline__ void st8(float *p, const float v[8]) {
 
 /* The RMSNorm scale of row x (n floats) as the norm+quantize kernel forms it: NQ_WARPS x 32 strided partial sums of
  * the squares in double (16-byte loads where aligned), a butterfly per warp, then the warps' sums in order. Any
- * block size: warp w takes the partials of warps w, w + W, ... (in the kernel, W = NQ_WARPS). red: NQ_WARPS doubles
- * of shared memory. Every thread of the block calls it. */
-template <bool CG> /* CG: x was written by other CTAs of this kernel (loads past L1) */
+ * block size: warp w takes the partials of warps w, w + W, ... (in the kernel, W = NQ_WARPS), so a kernel of
+ * another shape that calls it gets the same bits. red: NQ_WARPS doubles of shared memory; every thread calls it. */
 static __device__ float nq_rms_scale(const float *x, int64_t n, float eps, double *red) {
     const int lane = threadIdx.x & 31, W = (int)(blockDim.x >> 5);
     for (int g = (int)(threadIdx.x >> 5); g < NQ_WARPS; g += W) {
@@ -157,17 +156,14 @@ static __device__ float nq_rms_scale(const float *x, int64_t n, float eps, doubl
             const float4 *x4 = (const float4 *)x;
 #pragma unroll 4
             for (int64_t i = tid; i < n / 4; i += 32 * NQ_WARPS) {
-                const float4 q = CG ? gpu_ldcg4(x4 + i) : x4[i];
+                const float4 q = x4[i];
                 sum += (double)__fmul_rn(q.x, q.x);
                 sum += (double)__fmul_rn(q.y, q.y);
                 sum += (double)__fmul_rn(q.z, q.z);
                 sum += (double)__fmul_rn(q.w, q.w);
             }
         } else {
-            for (int64_t i = tid; i < n; i += 32 * NQ_WARPS) {
-                const float xi = CG ? gpu_ldcg(x + i) : x[i];
-                sum += (double)__fmul_rn(xi, xi);
-            }
+            for (int64_t i = tid; i < n; i += 32 * NQ_WARPS) sum += (double)__fmul_rn(x[i], x[i]);
         }
 #pragma unroll
         for (int off = 16; off > 0; off >>= 1) sum += shfl_xor(sum, off);
@@ -181,7 +177,6 @@ static __device__ float nq_rms_scale(const float *x, int64_t n, float eps, doubl
 
 /* One warp: 256-element unit `unit` of row r (lane l: elements 8l .. 8l+7): its f32 values (normed with scale /
  * gated / as they are) to out.x, then into every format in fmts. */
-template <bool CG> /* CG: in0 was written by other CTAs of this kernel (loads past L1) */
 static __device__ void nq_unit(int mode, const float *in0, const float *in1, int64_t ld, const float *w, float eps, int group,
                                float scale, const struct cu_act_mut &out, uint32_t fmts, int64_t r, int64_t unit, int lane) {
     const int64_t n = out.n, e0 = unit * 256 + lane * 8;
@@ -194,12 +189,7 @@ static __device__ void nq_unit(int mode, const float *in0, const float *in1, int
     if (vec) {
         if (mode == CU_NQ_RMSNORM) {
             float a[8], b[8];
-            if (CG) {
-                const float4 p0 = gpu_ldcg4((const float4 *)(in0 + r * n + e0)), p1 = gpu_ldcg4((const float4 *)(in0 + r * n + e0 + 4));
-                a[0] = p0.x; a[1] = p0.y; a[2] = p0.z; a[3] = p0.w; a[4] = p1.x; a[5] = p1.y; a[6] = p1.z; a[7] = p1.w;
-            } else {
-                ld8(in0 + r * n + e0, a);
-            }
+            ld8(in0 + r * n + e0, a);
             if (w) ld8(w + e0, b);
 #pragma unroll
             for (int k = 0; k < 8; k++) v[k] = w ? __fmul_rn(__fmul_rn(a[k], scale), b[k]) : __fmul_rn(a[k], scale);
@@ -221,7 +211,7 @@ static __device__ void nq_unit(int mode, const float *in0, const float *in1, int
         float val = 0.f;
         if (e < n) {
             if (mode == CU_NQ_RMSNORM) {
-                val = __fmul_rn(CG ? gpu_ldcg(in0 + r * n + e) : in0[r * n + e], scale);
+                val = __fmul_rn(in0[r * n + e], scale);
                 if (w) val = __fmul_rn(val, w[e]);
                 xr[e] = val;
             } else if (mode == CU_NQ_SWIGLU) {
@@ -275,10 +265,10 @@ static __global__ void __launch_bounds__(32 * NQ_WARPS) norm_quant_kernel(int mo
     __shared__ double red[NQ_WARPS];
     const int64_t r = blockIdx.y, n = out.n;
     const int lane = threadIdx.x % 32, wid = threadIdx.x / 32;
-    const float scale = mode == CU_NQ_RMSNORM ? nq_rms_scale<false>(in0 + r * n, n, eps, red) : 1.f;
+    const float scale = mode == CU_NQ_RMSNORM ? nq_rms_scale(in0 + r * n, n, eps, red) : 1.f;
     const int64_t unit = (int64_t)blockIdx.x * NQ_WARPS + wid;
     if (unit * 256 >= n) return;
-    nq_unit<false>(mode, in0, in1, ld, w, eps, group, scale, out, fmts, r, unit, lane);
+    nq_unit(mode, in0, in1, ld, w, eps, group, scale, out, fmts, r, unit, lane);
 }
 
 void cu_launch_norm_quant(int mode, const float *in0, const float *in1, int64_t ld, const float *w, float eps,
@@ -1198,21 +1188,6 @@ static __global__ void __launch_bounds__(512) mm_kernel_cols(const struct cu_mm_
         S.y[o] = y;
         if (S.res) S.res[o] = __fadd_rn(S.res[o], y);
     }
-    if (NA == 1 && P.nq.fmts) { /* the grid's last CTA: RMSNorm + quantize of the completed residual row */
-        __shared__ int last;
-        __shared__ double red[NQ_WARPS];
-        __threadfence();
-        __syncthreads();
-        if (threadIdx.x == 0) last = atomicAdd(P.nq.counter, 1) == (int)gridDim.x - 1;
-        __syncthreads();
-        if (!last) return;
-        __threadfence();
-        const float *x = P.seg[0].res;
-        const float scale = nq_rms_scale<true>(x, P.nq.out.n, P.nq.eps, red);
-        for (int64_t unit = wid; unit * 256 < P.nq.out.n; unit += W)
-            nq_unit<true>(CU_NQ_RMSNORM, x, NULL, 0, P.nq.w, P.nq.eps, 0, scale, P.nq.out, P.nq.fmts, 0, unit, lane);
-        if (threadIdx.x == 0) *P.nq.counter = 0; /* for the next launch (it starts reading after this grid ends) */
-    }
 }
 
 /* The instance for super-blocks a warp and the K-quant types present (1 Q4_K, 2 Q6_K, 3 both). */
@@ -1309,18 +1284,6 @@ static bool mm_launch_dec(const struct cu_mm_args *args, gpuStream_t s);
 
 void cu_launch_matmul(const struct cu_mm_args *args, gpuStream_t s) {
     if (args->n_act <= 0 || args->n_ctas <= 0) return;
-    if (args->nq.fmts) { /* the RMSNorm + quantize after it: in the one-row column-split kernel, else its own launch */
-        const int cls = args->total_rows < cu_mm_cfg.rows[0] ? 0 : args->total_rows < cu_mm_cfg.rows[1] ? 1 : 2;
-        const int t = args->seg[0].type;
-        if (args->n_act == 1 && args->n_seg == 1 && (t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q6_K) && args->seg[0].res &&
-            (args->row_order ? cu_mm_cfg.cols_invariant : cu_mm_cfg.cols[cls]) && mm_launch_cols(args, s))
-            return;
-        struct cu_mm_args a = *args;
-        a.nq.fmts = 0;
-        cu_launch_matmul(&a, s);
-        cu_launch_norm_quant(CU_NQ_RMSNORM, a.seg[0].res, NULL, a.nq.out.n, a.nq.w, a.nq.eps, 0, a.n_act, a.nq.out, args->nq.fmts, s);
-        return;
-    }
     /* the column-split kernels sum a row in the same order for any number of rows, so under batch invariance
      * (row_order) they may take every launch their types allow (cols_invariant, not yet the default) */
     const bool inv_cols = args->row_order && cu_mm_cfg.cols_invariant;

@@ -168,23 +168,6 @@ template <typename T> static __device__ __forceinline__ T gpu_ldg(const T *p) {
 #endif
 }
 
-/* A load that skips the SM's L1 (data another CTA of the same kernel wrote after a fence; a volatile load on HIP). */
-static __device__ __forceinline__ float gpu_ldcg(const float *p) {
-#if defined(VLLMC_HIP)
-    return *(const volatile float *)p;
-#else
-    return __ldcg(p);
-#endif
-}
-static __device__ __forceinline__ float4 gpu_ldcg4(const float4 *p) {
-#if defined(VLLMC_HIP)
-    const volatile float *q = (const volatile float *)p;
-    return make_float4(q[0], q[1], q[2], q[3]);
-#else
-    return __ldcg(p);
-#endif
-}
-
 /* Full-warp reductions. */
 static __device__ __forceinline__ float warp_reduce_sum(float v) {
 #pragma unroll
