@@ -1398,6 +1398,7 @@ extern "C" vllmc_status backend_cuda_create(const struct backend_cuda_opts *o, s
     if ((env = getenv("VLLMC_CUDA_MMV_INVARIANT"))) cu_mm_cfg.cols_invariant = atoi(env) != 0; /* 1: the column-split kernels
                                                                                              under batch invariance too */
     if ((env = getenv("VLLMC_CUDA_DEC"))) backend_cuda_set_decode_rows(atoi(env));
+    if ((env = getenv("VLLMC_CUDA_ATTN_P"))) cu_attn_positions = atoi(env); /* decode attention: positions a warp loads a round */
     if ((env = getenv("VLLMC_CUDA_MOE_COLS"))) backend_cuda_set_moe_cols(atoi(env)); /* MoE ops of up to N rows on the
                                                                                    column-split expert kernels; 0 off */
     c->batch_invariant = o && o->batch_invariant;

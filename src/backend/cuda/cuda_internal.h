@@ -173,6 +173,8 @@ struct cu_attn_args {
     uint32_t qfmts, pad1;
 };
 void cu_launch_attention(const struct cu_batch_dev *b, const struct cu_attn_args *a, gpuStream_t s);
+/* Positions each warp of the decode split kernel loads per round: 2, 4 (default) or 8 (VLLMC_CUDA_ATTN_P). */
+extern int cu_attn_positions;
 /* The KV store alone (the first kernel of cu_launch_attention). */
 void cu_launch_kv_store(const struct cu_batch_dev *b, const struct cu_attn_args *a, gpuStream_t s);
 /* Prefill attention (attn_prefill.cu): the KV store, then one CTA per (chunk of b->chunks, query head); head_dim

@@ -267,11 +267,11 @@ static __global__ void attn_pre_kernel(struct cu_batch_dev b, struct cu_attn_arg
 }
 
 /* One CTA per (split, head, token of the launch's group); lane l owns dims [l*D, l*D + D) (D = head_dim / 32);
- * each warp walks every ATT_WARPS-th position of the split, two positions per round (both rows loaded before
- * the math), with an online softmax; the CTA then merges its warps' partials (in warp order) and writes one
- * partial (acc[head_dim], m, l) per split. The split boundaries depend only on `chunk` (fixed per KV cache),
- * so a row's result does not depend on the other rows of the batch. */
-template <int D>
+ * each warp walks every ATT_WARPS-th position of the split, P positions per round (all their rows loaded before
+ * the math: one memory round trip a round), with an online softmax; the CTA then merges its warps' partials (in
+ * warp order) and writes one partial (acc[head_dim], m, l) per split. The split boundaries depend only on `chunk`
+ * (fixed per KV cache), so a row's result does not depend on the other rows of the batch. */
+template <int D, int P>
 static __global__ void __launch_bounds__(32 * ATT_WARPS) attn_split_kernel(struct cu_batch_dev b, struct cu_attn_args a) {
     gpu_pdl_wait();
     gpu_pdl_trigger();
@@ -293,28 +293,46 @@ static __global__ void __launch_bounds__(32 * ATT_WARPS) attn_split_kernel(struc
         q[e] = f16 ? fp16_to_fp32(fp32_to_fp16(qp[e])) : qp[e];
     }
     float m = -INFINITY, l = 0.f;
-    for (int tau = t0 + wid; tau < t1; tau += 2 * ATT_WARPS) {
-        const int tau2 = tau + ATT_WARPS;
-        const bool two = tau2 < t1;
-        const size_t base = (((size_t)bt[tau / BK_KV_BLOCK] * a.n_kv_head + kvh) * BK_KV_BLOCK + tau % BK_KV_BLOCK) * hd + lane * D;
-        const size_t base2 = two ? (((size_t)bt[tau2 / BK_KV_BLOCK] * a.n_kv_head + kvh) * BK_KV_BLOCK + tau2 % BK_KV_BLOCK) * hd + lane * D : base;
-        float k1[D], k2[D], v1[D], v2[D];
-        kv_load<D>(a.kpool, a.dtype, base, k1);
-        kv_load<D>(a.kpool, a.dtype, base2, k2);
-        kv_load<D>(a.vpool, a.dtype, base, v1);
-        kv_load<D>(a.vpool, a.dtype, base2, v2);
-        float d1 = 0.f, d2 = 0.f;
+    for (int tau = t0 + wid; tau < t1; tau += P * ATT_WARPS) {
+        float kk[P][D], vv[P][D], sc[P], pr[P];
+        size_t base0 = 0;
 #pragma unroll
-        for (int e = 0; e < D; e++) { d1 = __fadd_rn(d1, __fmul_rn(q[e], k1[e])); d2 = __fadd_rn(d2, __fmul_rn(q[e], k2[e])); }
-        d1 = group32_sum(d1);
-        d2 = group32_sum(d2);
-        const float s1 = __fmul_rn(d1, score_mul), s2 = two ? __fmul_rn(d2, score_mul) : -INFINITY;
-        const float mn = fmaxf(m, fmaxf(s1, s2));
-        const float corr = expf(m - mn), p1 = expf(s1 - mn), p2 = two ? expf(s2 - mn) : 0.f;
-        l = l * corr + p1 + p2;
+        for (int p = 0; p < P; p++) {
+            const int tp = tau + p * ATT_WARPS;
+            const size_t base = tp < t1 ? (((size_t)bt[tp / BK_KV_BLOCK] * a.n_kv_head + kvh) * BK_KV_BLOCK + tp % BK_KV_BLOCK) * hd + lane * D : base0;
+            if (p == 0) base0 = base;
+            kv_load<D>(a.kpool, a.dtype, base, kk[p]);
+            kv_load<D>(a.vpool, a.dtype, base, vv[p]);
+        }
+        float mn = m;
+#pragma unroll
+        for (int p = 0; p < P; p++) {
+            float d = 0.f;
+#pragma unroll
+            for (int e = 0; e < D; e++) d = __fadd_rn(d, __fmul_rn(q[e], kk[p][e]));
+            d = group32_sum(d);
+            sc[p] = p == 0 || tau + p * ATT_WARPS < t1 ? __fmul_rn(d, score_mul) : -INFINITY;
+        }
+        /* the running maximum in the order m, s0, s1, ... (P = 2: fmaxf(m, fmaxf(s0, s1)), the order before) */
+        float smax = sc[P - 1];
+#pragma unroll
+        for (int p = P - 2; p >= 0; p--) smax = fmaxf(sc[p], smax);
+        mn = fmaxf(m, smax);
+        const float corr = expf(m - mn);
+#pragma unroll
+        for (int p = 0; p < P; p++) pr[p] = p == 0 || tau + p * ATT_WARPS < t1 ? expf(sc[p] - mn) : 0.f;
+        float lv = l * corr;
+#pragma unroll
+        for (int p = 0; p < P; p++) lv = lv + pr[p];
+        l = lv;
         m = mn;
 #pragma unroll
-        for (int e = 0; e < D; e++) acc[e] = acc[e] * corr + p1 * v1[e] + p2 * v2[e];
+        for (int e = 0; e < D; e++) {
+            float av = acc[e] * corr;
+#pragma unroll
+            for (int p = 0; p < P; p++) av = av + pr[p] * vv[p][e];
+            acc[e] = av;
+        }
     }
 #pragma unroll
     for (int e = 0; e < D; e++) sm[wid][lane * D + e] = acc[e];
@@ -383,6 +401,8 @@ static __global__ void attn_combine_kernel(struct cu_batch_dev b, struct cu_attn
         quant_q8_0_lane(v, a.qo.o_qs + t * n + e0, a.qo.o_d + t * (n / 32) + e0 / 32, lane, true);
 }
 
+int cu_attn_positions = 4;
+
 void cu_launch_kv_store(const struct cu_batch_dev *b, const struct cu_attn_args *a, gpuStream_t s) {
     gpu_launch(kv_store_kernel, dim3(b->n_tokens), dim3(256), 0, s, *b, *a);
 }
@@ -399,11 +419,13 @@ void cu_launch_attention(const struct cu_batch_dev *b, const struct cu_attn_args
         const int nt = min(group, b->n_tokens - t0);
         a.t0 = t0;
         const dim3 g(a.n_split, a.n_head, nt);
+        const int P = cu_attn_positions == 2 || cu_attn_positions == 8 ? cu_attn_positions : 4;
+        const dim3 blk(32 * ATT_WARPS);
         switch (a.head_dim) {
-        case 32: gpu_launch(attn_split_kernel<1>, g, dim3(32 * ATT_WARPS), 0, s, *b, a); break;
-        case 64: gpu_launch(attn_split_kernel<2>, g, dim3(32 * ATT_WARPS), 0, s, *b, a); break;
-        case 128: gpu_launch(attn_split_kernel<4>, g, dim3(32 * ATT_WARPS), 0, s, *b, a); break;
-        default: gpu_launch(attn_split_kernel<8>, g, dim3(32 * ATT_WARPS), 0, s, *b, a); break;
+        case 32: gpu_launch(P == 2 ? attn_split_kernel<1, 2> : P == 4 ? attn_split_kernel<1, 4> : attn_split_kernel<1, 8>, g, blk, 0, s, *b, a); break;
+        case 64: gpu_launch(P == 2 ? attn_split_kernel<2, 2> : P == 4 ? attn_split_kernel<2, 4> : attn_split_kernel<2, 8>, g, blk, 0, s, *b, a); break;
+        case 128: gpu_launch(P == 2 ? attn_split_kernel<4, 2> : P == 4 ? attn_split_kernel<4, 4> : attn_split_kernel<4, 8>, g, blk, 0, s, *b, a); break;
+        default: gpu_launch(P == 2 ? attn_split_kernel<8, 2> : P == 4 ? attn_split_kernel<8, 4> : attn_split_kernel<8, 8>, g, blk, 0, s, *b, a); break;
         }
         gpu_launch(attn_combine_kernel, dim3(a.n_head, nt), dim3(a.head_dim < 256 ? a.head_dim : 256), 0, s, *b, a);
     }
