@@ -556,12 +556,13 @@ static __device__ void row_q45_0(const uint8_t *wr, int n_b, const cu_act_view &
 }
 
 /* F32 weights x f32 activations: p[i % 32] in lane i % 32, then dot_reduce32 as butterflies. */
-template <int NA>
+template <int NA, int UNR = 8> /* UNR: steps whose loads are in flight together (32 for the router's mat-vec: its own
+                                    kernel; in the column-split kernel the registers would cost every launch) */
 static __device__ void row_f32(const float *wr, int n, const cu_act_view &a, int a0, int na, float *acc, int lane) {
     float p[NA];
 #pragma unroll
     for (int r = 0; r < NA; r++) p[r] = 0.f;
-#pragma unroll(NA == 1 ? 32 : 8) /* loads of 32 (8) steps in flight; each lane still sums its elements in order */
+#pragma unroll(UNR) /* each lane still sums its elements in order */
     for (int i = lane; i < n; i += 32) {
         const float wv = gpu_ldg(wr + i);
 #pragma unroll
@@ -593,7 +594,7 @@ static __device__ __forceinline__ void mm_row(const struct cu_mm_args &P, const 
     case GGML_TYPE_Q8_0: row_q8_0<NA>(wr, n / 32, P.a, a0, na, acc, lane); break;
     case GGML_TYPE_Q4_0: row_q45_0<NA, false>(wr, n / 32, P.a, a0, na, acc, lane); break;
     case GGML_TYPE_Q5_0: row_q45_0<NA, true>(wr, n / 32, P.a, a0, na, acc, lane); break;
-    case GGML_TYPE_F32: row_f32<NA>((const float *)wr, n, P.a, a0, na, acc, lane); break;
+    case GGML_TYPE_F32: row_f32<NA, NA == 1 ? 32 : 8>((const float *)wr, n, P.a, a0, na, acc, lane); break;
     default: break;
     }
     if (S.type != GGML_TYPE_F32)
