@@ -562,7 +562,7 @@ static __device__ void row_f32(const float *wr, int n, const cu_act_view &a, int
     float p[NA];
 #pragma unroll
     for (int r = 0; r < NA; r++) p[r] = 0.f;
-#pragma unroll(UNR) /* each lane still sums its elements in order */
+#pragma unroll UNR /* each lane still sums its elements in order */
     for (int i = lane; i < n; i += 32) {
         const float wv = gpu_ldg(wr + i);
 #pragma unroll
