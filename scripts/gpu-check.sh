@@ -27,6 +27,11 @@
 # real: a real checkpoint at REAL_MODEL (default /tmp/real/tm.gguf, assembled there from parts carried one call each
 # while the machine stays warm): greedy ids on 4 prompts with graphs / eager / CPU, the perplexity of 4 texts on the
 # CPU and with the prefill GEMM's activation modes (f16 rows, q8 values, GEMM off), and the batch-1 bench.
+# Stage trace (not default) runs a 64-token decode of TRACE_MODELS (default the first of BENCH_MODELS) under Nsight
+# Systems or, where there is none, the CUPTI tracer .carry/cupti_trace.so (tools/cupti_trace.c), and charges each
+# graph-replayed step's time to its kernels (scripts/trace_steps.py: the cost of a kernel is how far it moves the end
+# of the timeline). Stage var (not default) times the batch-1 decode of BENCH_MODELS once per VARIANTS entry
+# ("name:VAR=v,VAR2=w ..."; VAR_ARGS, default -p 512 -g 256 -r 5): environment A/B runs on one machine.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu-out}

@@ -173,7 +173,8 @@ struct cu_attn_args {
     uint32_t qfmts, pad1;
 };
 void cu_launch_attention(const struct cu_batch_dev *b, const struct cu_attn_args *a, gpuStream_t s);
-/* Positions each warp of the decode split kernel loads per round: 2, 4 (default) or 8 (VLLMC_CUDA_ATTN_P). */
+/* Positions each warp of the decode split kernel loads per round: 2 (default), 4 or 8 (VLLMC_CUDA_ATTN_P; 4 measured
+ * equal, 8 slower: the kernel is not held by its rounds). */
 extern int cu_attn_positions;
 /* The KV store alone (the first kernel of cu_launch_attention). */
 void cu_launch_kv_store(const struct cu_batch_dev *b, const struct cu_attn_args *a, gpuStream_t s);

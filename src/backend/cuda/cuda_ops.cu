@@ -401,7 +401,7 @@ static __global__ void attn_combine_kernel(struct cu_batch_dev b, struct cu_attn
         quant_q8_0_lane(v, a.qo.o_qs + t * n + e0, a.qo.o_d + t * (n / 32) + e0 / 32, lane, true);
 }
 
-int cu_attn_positions = 4;
+int cu_attn_positions = 2;
 
 void cu_launch_kv_store(const struct cu_batch_dev *b, const struct cu_attn_args *a, gpuStream_t s) {
     gpu_launch(kv_store_kernel, dim3(b->n_tokens), dim3(256), 0, s, *b, *a);
@@ -419,7 +419,7 @@ void cu_launch_attention(const struct cu_batch_dev *b, const struct cu_attn_args
         const int nt = min(group, b->n_tokens - t0);
         a.t0 = t0;
         const dim3 g(a.n_split, a.n_head, nt);
-        const int P = cu_attn_positions == 2 || cu_attn_positions == 8 ? cu_attn_positions : 4;
+        const int P = cu_attn_positions == 4 || cu_attn_positions == 8 ? cu_attn_positions : 2;
         const dim3 blk(32 * ATT_WARPS);
         switch (a.head_dim) {
         case 32: gpu_launch(P == 2 ? attn_split_kernel<1, 2> : P == 4 ? attn_split_kernel<1, 4> : attn_split_kernel<1, 8>, g, blk, 0, s, *b, a); break;
