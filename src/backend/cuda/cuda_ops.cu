@@ -290,7 +290,7 @@ static __global__ void __launch_bounds__(32 * ATT_WARPS) attn_split_kernel(struc
 #pragma unroll
     for (int e = 0; e < D; e++) {
         acc[e] = 0.f;
-        q[e] = f16 ? fp16_to_fp32(fp32_to_fp16(qp[e])) : qp[e];
+        q[e] = f16 ? kv_f16(fp32_to_fp16(qp[e])) : qp[e];
     }
     float m = -INFINITY, l = 0.f;
     for (int tau = t0 + wid; tau < t1; tau += P * ATT_WARPS) {
