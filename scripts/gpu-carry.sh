@@ -15,6 +15,14 @@ nvcc -O3 -std=c++17 -gencode=arch=compute_90,code=sm_90 -Iinclude -Isrc -o "$BUI
 # (~7 MB for all of them against ~50 MB loose)
 rm -rf .carry/bin /tmp/gpu-carry-bin; mkdir -p .carry/lib /tmp/gpu-carry-bin
 cp "$BUILD/vllmc" "$BUILD/bench_gemv" /tmp/gpu-carry-bin/
+# EXTRA_BUILDS="name:-DFLAG[,-DFLAG2] ...": one more vllmc per entry, its kernels compiled with those flags, carried as
+# vllmc_<name> (gpu-check's stage binvar times each against vllmc)
+for e in ${EXTRA_BUILDS:-}; do
+    name=${e%%:*}; flags=${e#*:}
+    make -j"$(nproc)" CUDA=1 BUILD="/tmp/gpu-carry-$name" CUDA_ARCH="-gencode=arch=compute_90,code=sm_90 ${flags//,/ }" \
+        "/tmp/gpu-carry-$name/vllmc" >/tmp/gpu-carry-build-$name.log 2>&1 || { tail -20 /tmp/gpu-carry-build-$name.log; exit 1; }
+    cp "/tmp/gpu-carry-$name/vllmc" "/tmp/gpu-carry-bin/vllmc_$name"
+done
 for t in tests/cuda/test_*.c; do cp "$BUILD/tests/cuda/$(basename "$t" .c)" /tmp/gpu-carry-bin/; done
 tar cJf .carry/bin.tar.xz -C /tmp/gpu-carry-bin .
 # the CUDA runtime and cuBLAS come from the GPU machine's own CUDA (/usr/local/cuda/lib64): libcublasLt alone is

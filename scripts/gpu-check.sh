@@ -31,7 +31,9 @@
 # Systems or, where there is none, the CUPTI tracer .carry/cupti_trace.so (tools/cupti_trace.c), and charges each
 # graph-replayed step's time to its kernels (scripts/trace_steps.py: the cost of a kernel is how far it moves the end
 # of the timeline). Stage var (not default) times the batch-1 decode of BENCH_MODELS once per VARIANTS entry
-# ("name:VAR=v,VAR2=w ..."; VAR_ARGS, default -p 512 -g 256 -r 5): environment A/B runs on one machine.
+# ("name:VAR=v,VAR2=w ..."; VAR_ARGS, default -p 512 -g 256 -r 5): environment A/B runs on one machine. Stage binvar
+# (not default) does the same for the vllmc_<name> builds gpu-carry.sh's EXTRA_BUILDS put beside vllmc (compile-time
+# A/B, e.g. EXTRA_BUILDS="hwhalf:-DVLLMC_GPU_HW_HALF").
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu-out}
@@ -315,6 +317,21 @@ if has var; then # decode A/B of environment variants: VARIANTS="name:VAR=v,VAR2
             # shellcheck disable=SC2086
             env ${envs//,/ } timeout 150 "$BIN/vllmc" bench -m "$f" ${VAR_ARGS:--p 512 -g 256 -r 5} >"$OUT/var_${m}_$name.txt" 2>&1; rc=$?
             note "var $m $name ($envs) rc=$rc: $(grep '^output tok/s' "$OUT/var_${m}_$name.txt" | head -1)"
+        done
+    done
+fi
+
+if has binvar; then # the vllmc_<name> builds carried beside vllmc (gpu-carry.sh EXTRA_BUILDS), same bench each
+    for i in $(seq 1 240); do [ -f /tmp/models/done ] && break; sleep 1; done
+    for m in $BENCH_MODELS; do
+        f=/tmp/models/$m.gguf
+        [ -s "$f" ] || continue
+        for b in "$BIN"/vllmc "$BIN"/vllmc_*; do
+            [ -x "$b" ] || continue
+            n=$(basename "$b")
+            # shellcheck disable=SC2086
+            timeout 150 "$b" bench -m "$f" ${VAR_ARGS:--p 512 -g 256 -r 5} >"$OUT/binvar_${m}_$n.txt" 2>&1; rc=$?
+            note "binvar $m $n rc=$rc: $(grep '^output tok/s' "$OUT/binvar_${m}_$n.txt" | head -1)"
         done
     done
 fi
