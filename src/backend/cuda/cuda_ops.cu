@@ -99,13 +99,9 @@ void cu_launch_get_rows(const struct cu_batch_dev *b, const float *x, int64_t n_
 
 /* ---- norms, elementwise ---- */
 
-static __global__ void rmsnorm_kernel(const float *x, int64_t ld_x, const float *w, float eps, int64_t n, float *out,
-                                      int64_t ld_out) {
-    gpu_pdl_wait();
-    gpu_pdl_trigger();
-    __shared__ double red[32];
-    const float *xr = x + blockIdx.x * ld_x;
-    float *yr = out + blockIdx.x * ld_out;
+/* One block: yr = RMSNorm(xr) * w over n floats (sums in double: strided per thread, butterfly per warp, the warps
+ * in order; so the block size is part of the result). yr may alias xr. red: 32 doubles of shared memory. */
+static __device__ __forceinline__ void rms_row(const float *xr, const float *w, float eps, int64_t n, float *yr, double *red) {
     double sum = 0.0;
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x) sum += (double)__fmul_rn(xr[i], xr[i]);
 #pragma unroll
@@ -120,6 +116,14 @@ static __global__ void rmsnorm_kernel(const float *x, int64_t ld_x, const float 
         const float v = __fmul_rn(xr[i], scale);
         yr[i] = w ? __fmul_rn(v, w[i]) : v;
     }
+}
+
+static __global__ void rmsnorm_kernel(const float *x, int64_t ld_x, const float *w, float eps, int64_t n, float *out,
+                                      int64_t ld_out) {
+    gpu_pdl_wait();
+    gpu_pdl_trigger();
+    __shared__ double red[32];
+    rms_row(x + blockIdx.x * ld_x, w, eps, n, out + blockIdx.x * ld_out, red);
 }
 
 void cu_launch_rmsnorm(const float *x, int64_t ld_x, const float *w, float eps, int64_t n_rows, int64_t n_cols, float *out,
@@ -159,13 +163,10 @@ void cu_launch_sigmoid_mul(float *x, int64_t ld_x, const float *g, int64_t ld_g,
 
 /* ---- RoPE ---- */
 
-static __global__ void rope_kernel(struct cu_batch_dev b, float *x, int64_t ld, int32_t head_dim, int mode, int32_t n_rot,
-                                   float theta_scale, float freq_scale, const float *ff) {
-    gpu_pdl_wait();
-    gpu_pdl_trigger();
-    const int t = blockIdx.x, h = blockIdx.y, half = n_rot / 2;
-    float *xh = x + (int64_t)t * ld + (int64_t)h * head_dim;
-    const int32_t pos = b.pos[t];
+/* RoPE of one head xh at position pos (the block's threads over the half rotary pairs). */
+static __device__ __forceinline__ void rope_head(float *xh, int32_t pos, int mode, int32_t n_rot, float theta_scale, float freq_scale,
+                                                 const float *ff) {
+    const int half = n_rot / 2;
     for (int i = threadIdx.x; i < half; i += blockDim.x) {
         float theta = (float)pos;
         for (int k = 0; k < i; k++) theta = __fmul_rn(theta, theta_scale); /* as the sequential cache */
@@ -179,6 +180,14 @@ static __global__ void rope_kernel(struct cu_batch_dev b, float *x, int64_t ld, 
         xh[ia] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
         xh[ib] = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
     }
+}
+
+static __global__ void rope_kernel(struct cu_batch_dev b, float *x, int64_t ld, int32_t head_dim, int mode, int32_t n_rot,
+                                   float theta_scale, float freq_scale, const float *ff) {
+    gpu_pdl_wait();
+    gpu_pdl_trigger();
+    const int t = blockIdx.x, h = blockIdx.y;
+    rope_head(x + (int64_t)t * ld + (int64_t)h * head_dim, b.pos[t], mode, n_rot, theta_scale, freq_scale, ff);
 }
 
 void cu_launch_rope(const struct cu_batch_dev *b, float *x, int64_t ld, int32_t n_head, int32_t head_dim, int mode,
@@ -230,36 +239,9 @@ static __global__ void attn_pre_kernel(struct cu_batch_dev b, struct cu_attn_arg
     const float *xr = isk ? a.kx + ((int64_t)t * a.n_kv_head + hh) * a.ld_kx : a.qx + ((int64_t)t * a.n_head + hh) * a.ld_qx;
     const float *w = isk ? a.kw : a.qw;
     float *yr = isk ? (float *)a.k + (int64_t)t * a.ld_k + (int64_t)hh * hd : (float *)a.q + (int64_t)t * a.ld_q + (int64_t)hh * hd;
-    double sum = 0.0;
-    for (int i = threadIdx.x; i < hd; i += blockDim.x) sum += (double)__fmul_rn(xr[i], xr[i]);
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) sum += shfl_xor(sum, off);
-    if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = sum;
+    rms_row(xr, w, isk ? a.k_eps : a.q_eps, hd, yr, red);
     __syncthreads();
-    double tot = 0.0;
-    for (int g = 0; g < (int)(blockDim.x / 32); g++) tot += red[g];
-    const float scale = __fdiv_rn(1.0f, sqrtf((float)(tot / (double)hd + (double)(isk ? a.k_eps : a.q_eps))));
-    __syncthreads(); /* every thread has read x before any writes (k is normed in place) */
-    for (int i = threadIdx.x; i < hd; i += blockDim.x) {
-        const float v = __fmul_rn(xr[i], scale);
-        yr[i] = w ? __fmul_rn(v, w[i]) : v;
-    }
-    __syncthreads();
-    const int half = a.n_rot / 2;
-    const int32_t pos = b.pos[t];
-    for (int i = threadIdx.x; i < half; i += blockDim.x) {
-        float theta = (float)pos;
-        for (int k = 0; k < i; k++) theta = __fmul_rn(theta, a.theta_scale);
-        const float f = a.ff ? a.ff[i] : 1.0f;
-        const float th = __fmul_rn(a.freq_scale, __fdiv_rn(theta, f));
-        const float c = cosf(th), s = sinf(th);
-        int ia, ib;
-        if (a.rope_mode == BK_ROPE_NEOX) { ia = i; ib = i + half; }
-        else { ia = 2 * i; ib = 2 * i + 1; }
-        const float x0 = yr[ia], x1 = yr[ib];
-        yr[ia] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
-        yr[ib] = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
-    }
+    rope_head(yr, b.pos[t], a.rope_mode, a.n_rot, a.theta_scale, a.freq_scale, a.ff);
     if (!isk) return;
     __syncthreads();
     const size_t base = kv_slot_index(b, a, t, hh);
