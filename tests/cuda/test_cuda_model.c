@@ -98,6 +98,10 @@ int main(int argc, char **argv) {
     CHECK(cs.graph_captures >= 1 && cs.graph_replays + cs.graph_captures >= (uint64_t)D);
     const char *fa = getenv("VLLMC_CUDA_FUSE_ADD"); /* graph steps fuse the adds; the eager backend does not */
     if (!(fa && !strcmp(fa, "0"))) CHECK_MSG(cs.fused_adds > 0, "no residual add was fused");
+    /* the qwen35 families' attention layers (q / k norm, RoPE, gate, head_dim 256) take the fused decode launches */
+    const char *fat = getenv("VLLMC_CUDA_FUSE_ATTN");
+    if (!(fat && !strcmp(fat, "0")) && !strncmp(x[1].m->hp.arch, "qwen35", 6))
+        CHECK_MSG(cs.fused_attn > 0, "no decode attention was fused");
     for (int i = 0; i < 3; i++) { free(lg[i]); inst_close(&x[i]); }
     free(tok); free(pos); free(sidx); free(bt);
     return test_finish("test_cuda_model");

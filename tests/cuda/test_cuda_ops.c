@@ -464,7 +464,7 @@ static void free_moe_w(struct moe_w *w) {
 }
 
 static void test_moe_case(char name, uint32_t tg, uint32_t tu, uint32_t td, int shared, uint32_t tsg, uint32_t tsu, uint32_t tsd,
-                          int64_t n_ffs, int64_t NE, int64_t NFF, int64_t e_min, int64_t e_span, int K) {
+                          int64_t n_ffs, int64_t NE, int64_t NFF, int64_t e_min, int64_t e_span, int K, int cols) {
     const int64_t E = e_min + (int64_t)(test_rand_u64() % (uint64_t)e_span);
     struct moe_w router, ge, ue, de, gs, us, ds, sgate;
     memset(&gs, 0, sizeof(gs)); memset(&us, 0, sizeof(us)); memset(&ds, 0, sizeof(ds)); memset(&sgate, 0, sizeof(sgate));
@@ -501,7 +501,13 @@ static void test_moe_case(char name, uint32_t tg, uint32_t tu, uint32_t td, int 
         float *rout = nan_buf((size_t)(rows * NE)), *h = nan_buf((size_t)(rows * NE)), *h2 = nan_buf((size_t)(rows * NE));
         float *gout = dev_put(h, (size_t)(rows * NE) * 4);
         CHECK_MSG(ref->ops->moe(ref, &ra, &rw, &mp, rout) == VLLMC_OK, "%s", vllmc_last_error());
+        struct backend_cuda_stats s0, s1;
+        backend_cuda_get_stats(gpu, &s0);
         CHECK_MSG(gpu->ops->moe(gpu, &ga, &gw, &mp, gout) == VLLMC_OK, "%s", vllmc_last_error());
+        backend_cuda_get_stats(gpu, &s1);
+        /* the path the case is meant to take: the column-split expert kernels only where the types allow, when on */
+        CHECK_MSG(s1.moe_cols - s0.moe_cols == (uint64_t)(path == 0 && cols), "moe %c rows %d: column-split path %s", name, rows,
+                  s1.moe_cols > s0.moe_cols ? "taken" : "not taken");
         dev_get(h, gout, (size_t)(rows * NE) * 4);
         CHECK(gpu->ops->moe(gpu, &ga, &gw, &mp, gout) == VLLMC_OK);
         dev_get(h2, gout, (size_t)(rows * NE) * 4);
@@ -535,15 +541,15 @@ static void test_moe_case(char name, uint32_t tg, uint32_t tu, uint32_t td, int 
 
 static void test_moe(void) {
     const uint32_t q4 = GGML_TYPE_Q4_K, q6 = GGML_TYPE_Q6_K;
-    test_moe_case('A', q4, q4, q6, 1, GGML_TYPE_Q8_0, q4, q4, 256, 512, 256, 12, 9, 4);
-    test_moe_case('B', GGML_TYPE_Q8_0, q4, GGML_TYPE_Q8_0, 1, GGML_TYPE_F32, GGML_TYPE_F32, q6, 512, 512, 256, 12, 9, 4);
-    test_moe_case('C', q6, GGML_TYPE_Q5_0, GGML_TYPE_Q4_0, 0, 0, 0, 0, 0, 512, 256, 12, 9, 4);
+    test_moe_case('A', q4, q4, q6, 1, GGML_TYPE_Q8_0, q4, q4, 256, 512, 256, 12, 9, 4, 0);
+    test_moe_case('B', GGML_TYPE_Q8_0, q4, GGML_TYPE_Q8_0, 1, GGML_TYPE_F32, GGML_TYPE_F32, q6, 512, 512, 256, 12, 9, 4, 0);
+    test_moe_case('C', q6, GGML_TYPE_Q5_0, GGML_TYPE_Q4_0, 0, 0, 0, 0, 0, 512, 256, 12, 9, 4, 0);
     /* column-split expert kernels: merged shared rows at the real width (2,048 columns: 4 warps a row), top-8 */
-    test_moe_case('D', q4, q4, q6, 1, q4, q4, q6, 512, 2048, 512, 24, 17, 8);
+    test_moe_case('D', q4, q4, q6, 1, q4, q4, q6, 512, 2048, 512, 24, 17, 8, 1);
     /* separate shared rows of another width and down type; 160-256 experts (up to 8 a lane when routing) */
-    test_moe_case('E', q4, q6, q4, 1, q6, q4, q6, 512, 512, 256, 160, 97, 8);
+    test_moe_case('E', q4, q6, q4, 1, q6, q4, q6, 512, 512, 256, 160, 97, 8, 1);
     /* no shared expert, Q6_K gate / up (2 row groups), rows of 4,608 columns (SBW 4), Q4_K down */
-    test_moe_case('F', q6, q6, q4, 0, 0, 0, 0, 0, 4608, 256, 9, 8, 2);
+    test_moe_case('F', q6, q6, q4, 0, 0, 0, 0, 0, 4608, 256, 9, 8, 2, 1);
 }
 
 /* KV dtypes: the stored elements byte for byte equal to the CPU's (f16, bf16, fp8 e4m3 with per-layer

@@ -181,7 +181,7 @@ static void rec_exec(cu_backend *c, int op, const void *args) {
         break;
     }
     case CU_OP_SIGMUL: { const rec_sigmul *r = (const rec_sigmul *)args; cu_launch_sigmoid_mul(r->x, r->ld_x, r->g, r->ld_g, r->n_rows, r->n_cols, s); break; }
-    case CU_OP_MOE: { const rec_moe *r = (const rec_moe *)args; cu_launch_moe(&r->a, s); break; }
+    case CU_OP_MOE: { const rec_moe *r = (const rec_moe *)args; c->stats.moe_cols += cu_launch_moe(&r->a, s); break; }
     case CU_OP_DEQ: {
         const rec_deq *r = (const rec_deq *)args;
         if (r->convert && r->act_fmt != BK_ACT_F32) cu_launch_q8_to_f16(&r->av, r->act_fmt, r->n_cols, r->n_rows, r->a16, s);
@@ -223,6 +223,12 @@ static void rec_run_all(cu_backend *c, const std::vector<uint8_t> &r) {
     }
 }
 
+/* Empty the step's records. */
+static void rec_reset(cu_backend *c) {
+    c->rec.clear();
+    c->rec_offs.clear();
+}
+
 static vllmc_status submit(cu_backend *c, int op, const void *args, size_t n) {
     if (c->recording) {
         const size_t off = c->rec.size(), padded = (n + 7) & ~(size_t)7;
@@ -248,8 +254,7 @@ static void flush(cu_backend *c) {
     if (!c->recording) return;
     c->recording = false;
     rec_run_all(c, c->rec);
-    c->rec.clear();
-    c->rec_offs.clear();
+    rec_reset(c);
 }
 
 static void graphs_clear(cu_backend *c) {
@@ -266,10 +271,7 @@ static vllmc_status finish_step(cu_backend *c) {
     for (cu_graph &g : c->graphs)
         if (g.rec.size() == c->rec.size() && !memcmp(g.rec.data(), c->rec.data(), c->rec.size())) {
             g.last_use = ++c->use_clock;
-            c->rec.clear();
-        c->rec_offs.clear();
-            c->rec_offs.clear();
-    c->rec_offs.clear();
+            rec_reset(c);
             e = gpuGraphLaunch(g.exec, c->stream);
             if (e == gpuSuccess) { c->stats.graph_replays++; return VLLMC_OK; }
             return gpu_err(e, "graph launch");
@@ -287,9 +289,7 @@ static vllmc_status finish_step(cu_backend *c) {
     if (e != gpuSuccess) { /* no graph: run the step eagerly */
         (void)gpuGetLastError();
         rec_run_all(c, c->rec);
-        c->rec.clear();
-        c->rec_offs.clear();
-    c->rec_offs.clear();
+        rec_reset(c);
         c->stats.eager_steps++;
         return gpu_err(gpuGetLastError(), "eager step");
     }
@@ -305,8 +305,7 @@ static vllmc_status finish_step(cu_backend *c) {
     ng.exec = exec;
     ng.last_use = ++c->use_clock;
     c->graphs.push_back(std::move(ng));
-    c->rec.clear();
-    c->rec_offs.clear();
+    rec_reset(c);
     c->stats.graph_captures++;
     c->stats.graphs_cached = c->graphs.size();
     return gpu_err(gpuGraphLaunch(exec, c->stream), "graph launch");
@@ -570,8 +569,7 @@ static vllmc_status cu_batch_set(struct backend *be, const struct bk_batch *b) {
     /* pure decode (one token and one logit row per sequence) is recorded and replayed as a graph */
     c->recording = !c->eager && !c->profile && b->n_tokens == b->n_logits && b->n_tokens == b->n_seqs &&
                    b->n_tokens <= CU_GRAPH_MAX_TOKENS;
-    c->rec.clear();
-    c->rec_offs.clear();
+    rec_reset(c);
     c->last_rec = SIZE_MAX;
     rec_upload r;
     memset(&r, 0, sizeof(r));

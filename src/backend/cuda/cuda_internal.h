@@ -157,7 +157,7 @@ struct cu_attn_args {
     int32_t n_split, chunk;    /* split-K over the context: n_split parts of chunk positions */
     int32_t group, t0;         /* tokens per split/combine launch (bounds the work buffer); first token (launcher) */
     float *work;               /* [group][n_head][n_split][head_dim + 2] */
-    /* Decode steps, fused at recording (cuda_backend.cu fuse_attention): pre = 1 replaces the KV store by one launch
+    /* Decode steps, fused at recording (cuda_backend.cu fuse_attn_pre / _gate / _quant): pre = 1 replaces the KV store by one launch
      * that forms q and k from their norm inputs (RMSNorm of row (t, h) of qx / kx, row stride ld_qx / ld_kx, weights
      * qw / kw, then RoPE), writes them to q / k and stores k and v into the cache: the ops of rmsnorm_kernel and
      * rope_kernel in their order, so the bits are those of the separate launches. */
@@ -263,10 +263,12 @@ struct cu_moe_args {
     float *res;                /* or NULL: also res[t][c] += out[t][c] (the residual add) */
     int64_t n_embd;
 };
-void cu_launch_moe(const struct cu_moe_args *a, gpuStream_t s);
+/* True when the experts went through cu_launch_moe_cols. */
+bool cu_launch_moe(const struct cu_moe_args *a, gpuStream_t s);
 /* The experts of a MoE op of few rows in two launches (gemv_q.cu): gate+up with the routing done by every CTA of a
  * routed entry (it writes ids / wts), then down with SwiGLU + Q8_K of the hidden row formed in each CTA. Only
- * where cu_moe_cols_ok: Q4_K / Q6_K experts, Q8_K hidden rows, E <= 256, k <= 32, T <= cu_mm_cfg.moe_cols_rows. */
+ * with Q4_K / Q6_K experts, Q8_K hidden rows, E <= 256, k <= 32, T <= cu_mm_cfg.moe_cols_rows; false (nothing
+ * launched) otherwise. */
 struct cu_moe_cols_args {
     struct cu_moe_grp g[2];
     const float *logits;
@@ -276,7 +278,6 @@ struct cu_moe_cols_args {
     const float *swi[2];       /* down: the gate rows of each group (up = gate + n_ff), row stride swi_ld */
     int64_t swi_ld[2];
 };
-bool cu_moe_cols_ok(const struct cu_moe_args *a);
-void cu_launch_moe_cols(const struct cu_moe_args *a, gpuStream_t s);
+bool cu_launch_moe_cols(const struct cu_moe_args *a, gpuStream_t s);
 
 #endif

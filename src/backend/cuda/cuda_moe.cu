@@ -10,7 +10,7 @@
  *   5. down of every entry and of the shared expert, one launch, each entry into its own row;
  *   6. mix: out = sum over slots in selection order of w * y (then + sigmoid gate * shared), a fixed order,
  *      no atomics, so results are deterministic and equal the reference's order.
- * Steps of few rows with Q4_K / Q6_K experts (cu_moe_cols_ok) take four: 2 and 3 become one column-split launch
+ * Steps of few rows with Q4_K / Q6_K experts (cu_launch_moe_cols says where) take four: 2 and 3 become one column-split launch
  * whose CTAs route their token themselves, 4 and 5 one whose CTAs form their hidden row (gemv_q.cu). */
 #include "backend/cuda/cuda_internal.h"
 #include "quant/quant.h"
@@ -107,14 +107,12 @@ static void moe_experts(const struct cu_moe_args *a, gpuStream_t s) {
     cu_launch_moe_matmul(&a->down, s);
 }
 
-void cu_launch_moe(const struct cu_moe_args *a, gpuStream_t s) {
-    if (a->T <= 0) return;
+bool cu_launch_moe(const struct cu_moe_args *a, gpuStream_t s) {
+    if (a->T <= 0) return false;
     cu_launch_matmul(&a->router, s);
-    if (cu_moe_cols_ok(a)) {
-        cu_launch_moe_cols(a, s);
-    } else {
-        moe_experts(a, s);
-    }
+    const bool cols = cu_launch_moe_cols(a, s);
+    if (!cols) moe_experts(a, s);
     gpu_launch(moe_mix_kernel, dim3((unsigned)GPU_CEIL_DIV(a->n_embd, 256), (unsigned)a->T), dim3(256), 0, s,
         a->Y, a->wts, a->k, a->shared ? a->Ys : NULL, a->sgate ? a->glog : NULL, a->n_embd, a->out, a->res);
+    return cols;
 }

@@ -1611,8 +1611,10 @@ static __global__ void __launch_bounds__(256) moe_cols_kernel(const struct cu_mo
     }
 }
 
-template <bool DOWN>
-static bool moe_cols_launch(const struct cu_moe_cols_args &a, const struct cu_moe_mm_args &mm, gpuStream_t s) {
+/* The launch shape of one of the two expert launches: every matrix Q4_K or Q6_K (kt: 1 Q4_K, 2 Q6_K, 3 both), all
+ * groups of one width (n_sb super-blocks, at most 8 warps a row), at most 65,535 entries. False if it has none. */
+struct moe_cols_shape { int kt, sbw, wsb, sets, U, bx, total; };
+static bool moe_cols_shape_of(const struct cu_moe_mm_args &mm, moe_cols_shape &sh) {
     int kt = 0, n_sb = 0, total = 0;
     for (int i = 0; i < mm.n_grp; i++) {
         const struct cu_moe_grp &g = mm.g[i];
@@ -1625,51 +1627,46 @@ static bool moe_cols_launch(const struct cu_moe_cols_args &a, const struct cu_mo
         }
         total += g.n_ent;
     }
-    const int sbw = n_sb <= 16 ? 2 : 4, wsb = (n_sb + sbw - 1) / sbw;
-    if (!kt || wsb > 8 || total > 65535 || (DOWN && n_sb * QK_K > MOE_SWI_MAX)) return false;
-    const int sets = max(1, 4 / wsb), U = kt == 1 ? 4 : 2, rpc = (8 / sbw) * U * sets;
-    int bx = 0;
-    for (int i = 0; i < mm.n_grp; i++) bx = max(bx, mm.g[i].n_mat * (int)GPU_CEIL_DIV(mm.g[i].n_rows, rpc));
+    sh.kt = kt; sh.total = total;
+    sh.sbw = n_sb <= 16 ? 2 : 4;
+    sh.wsb = (n_sb + sh.sbw - 1) / sh.sbw;
+    if (!kt || sh.wsb > 8 || total > 65535) return false;
+    sh.sets = max(1, 4 / sh.wsb);
+    sh.U = kt == 1 ? 4 : 2;
+    const int rpc = (8 / sh.sbw) * sh.U * sh.sets;
+    sh.bx = 0;
+    for (int i = 0; i < mm.n_grp; i++) sh.bx = max(sh.bx, mm.g[i].n_mat * (int)GPU_CEIL_DIV(mm.g[i].n_rows, rpc));
+    return true;
+}
+
+template <bool DOWN>
+static void moe_cols_launch(const struct cu_moe_cols_args &a, const struct cu_moe_mm_args &mm, const moe_cols_shape &sh, gpuStream_t s) {
     struct cu_moe_cols_args p = a;
     p.g[0] = mm.g[0];
     if (mm.n_grp > 1) p.g[1] = mm.g[1];
     else { p.g[1] = mm.g[0]; p.g[1].n_ent = 0; }
     typedef void (*fn)(const struct cu_moe_cols_args);
+    const int kt = sh.kt;
     fn f;
-    if (sbw == 2) f = kt == 1 ? moe_cols_kernel<2, 1, 4, DOWN> : kt == 2 ? moe_cols_kernel<2, 2, 2, DOWN> : moe_cols_kernel<2, 3, 2, DOWN>;
+    if (sh.sbw == 2) f = kt == 1 ? moe_cols_kernel<2, 1, 4, DOWN> : kt == 2 ? moe_cols_kernel<2, 2, 2, DOWN> : moe_cols_kernel<2, 3, 2, DOWN>;
     else f = kt == 1 ? moe_cols_kernel<4, 1, 4, DOWN> : kt == 2 ? moe_cols_kernel<4, 2, 2, DOWN> : moe_cols_kernel<4, 3, 2, DOWN>;
-    gpu_launch(f, dim3((unsigned)bx, (unsigned)total), dim3(32 * wsb * sets), 0, s, p);
-    return true;
+    gpu_launch(f, dim3((unsigned)sh.bx, (unsigned)sh.total), dim3(32 * sh.wsb * sh.sets), 0, s, p);
 }
 
-bool cu_moe_cols_ok(const struct cu_moe_args *a) {
+bool cu_launch_moe_cols(const struct cu_moe_args *a, gpuStream_t s) {
     if (a->E > 32 * MOE_RT_PL || a->k > 32 || a->T > cu_mm_cfg.moe_cols_rows || (a->router.row_order && !cu_mm_cfg.cols_invariant))
         return false;
-    for (int i = 0; i < 1 + (a->shared && !a->merged); i++)
+    for (int i = 0; i < 1 + (a->shared && !a->merged); i++) /* the down launch forms these rows in shared memory */
         if (a->hfmts[i] != BK_ACT_BIT(BK_ACT_Q8_K) || a->n_ff[i] > MOE_SWI_MAX || a->n_ff[i] % QK_K) return false;
-    const struct cu_moe_mm_args *mm[2] = {&a->gu, &a->down};
-    for (int k = 0; k < 2; k++) {
-        int n_sb = 0, total = 0;
-        for (int i = 0; i < mm[k]->n_grp; i++) {
-            const struct cu_moe_grp &g = mm[k]->g[i];
-            if (g.a.n % QK_K || (n_sb && g.a.n / QK_K != n_sb)) return false;
-            n_sb = (int)(g.a.n / QK_K);
-            for (int j = 0; j < g.n_mat; j++)
-                if (g.type[j] != GGML_TYPE_Q4_K && g.type[j] != GGML_TYPE_Q6_K) return false;
-            total += g.n_ent;
-        }
-        if ((n_sb + (n_sb <= 16 ? 1 : 3)) / (n_sb <= 16 ? 2 : 4) > 8 || total > 65535) return false;
-    }
-    return true;
-}
-
-void cu_launch_moe_cols(const struct cu_moe_args *a, gpuStream_t s) {
+    moe_cols_shape gu, dn;
+    if (!moe_cols_shape_of(a->gu, gu) || !moe_cols_shape_of(a->down, dn)) return false;
     struct cu_moe_cols_args p;
     memset(&p, 0, sizeof(p));
     p.logits = a->logits; p.E = a->E; p.k = a->k; p.norm = a->norm; p.ids = a->ids; p.wts = a->wts;
-    moe_cols_launch<false>(p, a->gu, s);
+    moe_cols_launch<false>(p, a->gu, gu, s);
     /* the hidden rows: routed then (merged: same buffer) shared */
     p.swi[0] = a->gu_buf[0]; p.swi_ld[0] = 2 * a->n_ff[0];
     p.swi[1] = a->merged ? a->gu_buf[0] : a->gu_buf[1]; p.swi_ld[1] = a->merged ? 2 * a->n_ff[0] : 2 * a->n_ff[1];
-    moe_cols_launch<true>(p, a->down, s);
+    moe_cols_launch<true>(p, a->down, dn, s);
+    return true;
 }
