@@ -14,7 +14,7 @@
 # Stage engine runs test_cuda_engine (the engine on CUDA: 64 requests alone vs together vs eager, bf16 / fp8 KV)
 # on the tiny models (a few seconds) and on the synth_gguf.py shapes in ENGINE_MODELS (default none; ENGINE_ARGS:
 # requests and tokens); stage
-# ebench runs `vllmc bench --concurrency` (EBENCH_ARGS) on BENCH_MODELS with the f16 and fp8 KV caches, and
+# ebench runs `vllmc bench --concurrency` (EBENCH_ARGS) on EBENCH_MODELS (default BENCH_MODELS) with the f16 and fp8 KV caches, and
 # with EBENCH_VARIANT=1 twice more (f16) with --batch-invariant (the cost of batch invariance), the second with the
 # column-split kernels kept under it (VLLMC_CUDA_MMV_INVARIANT=1), with EBENCH_DEC=N
 # once more (f16) with the few-row decode kernel for steps of up to N rows (VLLMC_CUDA_DEC).
@@ -195,7 +195,7 @@ if has engine; then # batch invariance on the real shapes (tile order vs row ord
     done
 fi
 if has ebench; then # engine throughput: N requests in flight
-    for m in $BENCH_MODELS; do
+    for m in ${EBENCH_MODELS:-$BENCH_MODELS}; do
         f=/tmp/models/$m.gguf
         [ -s "$f" ] || continue
         runs="f16 fp8"

@@ -9,6 +9,8 @@
 #include <string.h>
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
+#include "gguf/gguf.h"
+#include "quant/quant.h"
 #include "model/model.h"
 #include "test.h"
 
@@ -102,6 +104,12 @@ int main(int argc, char **argv) {
     const char *fat = getenv("VLLMC_CUDA_FUSE_ATTN");
     if (!(fat && !strcmp(fat, "0")) && !strncmp(x[1].m->hp.arch, "qwen35", 6))
         CHECK_MSG(cs.fused_attn > 0, "no decode attention was fused");
+    /* the GDN conv moves into the in-proj matmul's epilogue where the conv channels' weights are Q4_K / Q6_K */
+    const struct gguf_tensor *qkv = gguf_find_tensor(x[1].m->gguf, "blk.0.attn_qkv.weight");
+    const char *fcv = getenv("VLLMC_CUDA_FUSE_CONV");
+    printf("test_cuda_model: GDN convs fused into the in-proj matmul %llu\n", (unsigned long long)cs.fused_conv);
+    if (!(fcv && !strcmp(fcv, "0")) && qkv && (qkv->type == GGML_TYPE_Q4_K || qkv->type == GGML_TYPE_Q6_K))
+        CHECK_MSG(cs.fused_conv > 0, "no GDN conv was fused");
     for (int i = 0; i < 3; i++) { free(lg[i]); inst_close(&x[i]); }
     free(tok); free(pos); free(sidx); free(bt);
     return test_finish("test_cuda_model");

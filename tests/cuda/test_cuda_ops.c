@@ -546,8 +546,11 @@ static void test_moe(void) {
     test_moe_case('C', q6, GGML_TYPE_Q5_0, GGML_TYPE_Q4_0, 0, 0, 0, 0, 0, 512, 256, 12, 9, 4, 0);
     /* column-split expert kernels: merged shared rows at the real width (2,048 columns: 4 warps a row), top-8 */
     test_moe_case('D', q4, q4, q6, 1, q4, q4, q6, 512, 2048, 512, 24, 17, 8, 1);
-    /* separate shared rows of another width and down type; 160-256 experts (up to 8 a lane when routing) */
-    test_moe_case('E', q4, q6, q4, 1, q6, q4, q6, 512, 512, 256, 160, 97, 8, 1);
+    /* separate shared rows of another width: the column-split kernels want one row width in each launch, so this
+     * takes the general path even when they are on */
+    test_moe_case('E', q4, q6, q4, 1, q6, q4, q6, 512, 512, 256, 160, 97, 8, 0);
+    /* 160-256 experts (up to 8 a lane when routing), shared rows of the expert width with other types (merged) */
+    test_moe_case('G', q4, q6, q4, 1, q6, q4, q6, 256, 512, 256, 160, 97, 8, 1);
     /* no shared expert, Q6_K gate / up (2 row groups), rows of 4,608 columns (SBW 4), Q4_K down */
     test_moe_case('F', q6, q6, q4, 0, 0, 0, 0, 0, 4608, 256, 9, 8, 2, 1);
 }

@@ -100,6 +100,7 @@ struct cu_backend {
     std::vector<size_t> rec_offs; /* offsets of this step's records (the fusions look back a few) */
     bool fuse_attn;            /* recorded steps: q / k norm + RoPE + KV store, and sigmoid gate + quantize, into the
                                   attention's launches */
+    bool fuse_conv;            /* recorded decode steps: the GDN conv into the matmul that writes its input */
     std::vector<cu_graph> graphs;
     uint64_t use_clock;
     int32_t *d_argmax, *h_argmax;
@@ -1027,6 +1028,29 @@ static vllmc_status cu_logits(struct backend *be, const struct bk_act *act, cons
     return VLLMC_OK;
 }
 
+/* In a recorded decode step (every token its sequence's only one), the GDN conv moves into the epilogue of the
+ * matmul recorded just before it when that matmul writes the conv channels (one segment: y == in, the conv_dim
+ * rows, a K-quant type). Same ops in the same order, so the bits of gdn_conv_kernel. False: nothing changed. */
+static bool fuse_gdn_conv(cu_backend *c, const struct bk_gdn_params *p, const float *in, int64_t ld_in, int64_t conv_dim,
+                          float *conv_state, int64_t conv_floats, const float *conv_w, float *conv_out) {
+    uint32_t op = 0;
+    rec_matmul *m = c->fuse_conv && p->d_conv == CU_CONV_K && c->n_tokens == c->n_seqs ? (rec_matmul *)rec_back(c, 1, &op) : NULL;
+    if (!m || op != CU_OP_MATMUL || m->a.conv.on || m->a.n_act != c->n_tokens) return false;
+    for (int i = 0; i < m->a.n_seg; i++) {
+        const struct cu_mm_seg *sg = &m->a.seg[i];
+        if (sg->y != in || sg->ld_y != ld_in || sg->n_rows != conv_dim || sg->res ||
+            (sg->type != GGML_TYPE_Q4_K && sg->type != GGML_TYPE_Q6_K))
+            continue;
+        struct cu_mm_conv *cv = &m->a.conv;
+        cv->pos = c->bd.pos; cv->seq = c->bd.seq; cv->seqinfo = c->bd.seqinfo;
+        cv->out = conv_out; cv->state = conv_state; cv->w = conv_w; cv->state_floats = conv_floats;
+        cv->seg = i; cv->n_ch = (int32_t)conv_dim; cv->on = 1;
+        c->stats.fused_conv++;
+        return true;
+    }
+    return false;
+}
+
 static vllmc_status cu_gdn(struct backend *be, struct bk_rs_cache *rs, const struct bk_gdn_params *p,
                            const struct bk_gdn_weights *w, const float *in, int64_t ld_in, float *work, struct bk_act *out) {
     cu_backend *c = cub(be);
@@ -1065,6 +1089,7 @@ static vllmc_status cu_gdn(struct backend *be, struct bk_rs_cache *rs, const str
     r.a.conv_w = w->conv; r.a.dt_bias = w->dt_bias; r.a.ssm_a = w->ssm_a; r.a.norm = w->norm;
     r.a.n_k_head = p->n_k_head; r.a.n_v_head = p->n_v_head; r.a.d_k = p->d_k; r.a.d_v = p->d_v; r.a.d_conv = p->d_conv;
     r.a.eps = p->eps; r.a.out = out->x;
+    r.a.conv_done = !chunked && fuse_gdn_conv(c, p, in, ld_in, conv_dim, r.a.conv_state, r.a.conv_floats, r.a.conv_w, work);
     if ((st = submit(c, CU_OP_GDN, &r, sizeof(r)))) return st;
     out->n_rows = c->n_tokens;
     /* gated RMSNorm with z (in[:, conv_dim:]) fused into the quantize */
@@ -1378,6 +1403,8 @@ extern "C" vllmc_status backend_cuda_create(const struct backend_cuda_opts *o, s
     c->fuse_add = !(env && !strcmp(env, "0"));
     env = getenv("VLLMC_CUDA_FUSE_ATTN");
     c->fuse_attn = !(env && !strcmp(env, "0"));
+    env = getenv("VLLMC_CUDA_FUSE_CONV");
+    c->fuse_conv = !(env && !strcmp(env, "0"));
     c->last_rec = SIZE_MAX;
     if ((env = getenv("VLLMC_CUDA_MM"))) { /* "tr0,ks0,tr1,ks1,tr2,ks2[,p0,p1,p2]": mat-vec kernel choice (comparisons) */
         int v[9] = {0, 0, 0, 0, 0, 0, 0, 0, 0};

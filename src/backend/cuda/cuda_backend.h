@@ -38,6 +38,7 @@ struct backend_cuda_stats {
     uint64_t fused_adds;              /* residual adds recorded into a matmul / moe epilogue */
     uint64_t fused_attn;              /* decode attentions recorded with their q / k norm + RoPE + KV store in one launch */
     uint64_t moe_cols;                /* MoE ops issued (or captured) with the column-split expert kernels */
+    uint64_t fused_conv;              /* decode GDN convs recorded into the epilogue of the matmul writing their input */
 };
 void backend_cuda_get_stats(struct backend *be, struct backend_cuda_stats *out);
 

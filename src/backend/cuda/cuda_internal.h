@@ -72,6 +72,19 @@ struct cu_mm_seg {
     int32_t row0;              /* first row of this segment in the concatenation */
     int32_t tile0;             /* first 4-row tile of this segment (decode kernel) */
 };
+/* A Gated DeltaNet layer's causal conv done where its input is written (a decode step in which every token is its
+ * sequence's only one): the rows of segment `seg` are the conv channels, and for each (token t, channel ch) the
+ * matmul's epilogue forms the window (the slot's d_conv - 1 states, then the new value), writes
+ * out[t][ch] = silu(window . w[ch]) and shifts the state, as gdn_conv_kernel does (same ops, same bits). */
+struct cu_mm_conv {
+    const int32_t *pos, *seq, *seqinfo; /* the step's batch (cu_batch_dev) */
+    float *out;                /* [n_act][n_ch] */
+    float *state;              /* slot s, channel ch: state + s * state_floats + ch * (CU_CONV_K - 1) */
+    const float *w;            /* [n_ch][CU_CONV_K] */
+    int64_t state_floats;
+    int32_t on, seg, n_ch, pad;
+};
+#define CU_CONV_K 4            /* the conv width the fused form takes (qwen35: 4) */
 struct cu_mm_args {
     struct cu_mm_seg seg[CU_MM_MAX_SEG];
     int32_t n_seg;
@@ -82,6 +95,8 @@ struct cu_mm_args {
     int32_t row_order;         /* batch invariance: one activation row must sum in the order of the multi-row
                                   kernel (mm_row), so the decode tile kernel runs only where its order is the same */
     struct cu_act_view a;
+    struct cu_mm_conv conv;    /* conv.on: the GDN conv in the epilogue (or a kernel right after, where the launch
+                                  does not take the column-split kernel) */
 };
 #define CU_MM_WARPS 4          /* rows per CTA (one warp per row) */
 /* Decode mat-vec kernel choice by the rows of a launch (all segments): class 0 below rows[0], class 1
@@ -192,6 +207,7 @@ struct cu_gdn_args {
     const float *conv_w, *dt_bias, *ssm_a, *norm;
     int32_t n_k_head, n_v_head, d_k, d_v, d_conv;
     float eps;
+    int32_t conv_done;         /* the matmul that wrote `in` did the conv (cu_mm_conv): conv_out is ready */
     float *out;                /* [n_tokens][n_v_head * d_v] */
 };
 void cu_launch_gdn(const struct cu_batch_dev *b, const struct cu_gdn_args *a, gpuStream_t s);

@@ -6,6 +6,7 @@
  * functions (expf, sinf, cosf) may differ from glibc's in the last place. */
 #include <math.h>
 #include "backend/cuda/cuda_internal.h"
+#include "backend/cuda/gdn_conv.h"
 #include "backend/cuda/kv_access.h"
 #include "backend/cuda/act_quant.h"
 #include "quant/blocks.h"
@@ -435,9 +436,7 @@ static __global__ void gdn_conv_kernel(struct cu_batch_dev b, struct cu_gdn_args
         float win[8];
         for (int k = 0; k < nh; k++) win[k] = b.pos[t] == 0 ? 0.f : t == 0 ? st0[k] : st[k];
         win[nh] = a.in[(int64_t)t * a.ld_in + ch];
-        float s = 0.f;
-        for (int k = 0; k <= nh; k++) s = __fadd_rn(s, __fmul_rn(win[k], wv[k]));
-        a.conv_out[(int64_t)t * conv_dim + ch] = __fdiv_rn(s, __fadd_rn(1.0f, expf(-s)));
+        a.conv_out[(int64_t)t * conv_dim + ch] = gdn_conv_silu(win, wv, nh);
         for (int k = 0; k < nh; k++) st[k] = win[k + 1];
     }
 }
@@ -556,7 +555,7 @@ static __global__ void __launch_bounds__(4 * GDN_ROWS) gdn_rule_kernel(struct cu
 
 void cu_launch_gdn(const struct cu_batch_dev *b, const struct cu_gdn_args *a, gpuStream_t s) {
     const int64_t conv_dim = 2 * (int64_t)a->n_k_head * a->d_k + (int64_t)a->n_v_head * a->d_v;
-    gpu_launch(gdn_conv_kernel, dim3((unsigned)GPU_CEIL_DIV(conv_dim, 128)), dim3(128), 0, s, *b, *a, conv_dim);
+    if (!a->conv_done) gpu_launch(gdn_conv_kernel, dim3((unsigned)GPU_CEIL_DIV(conv_dim, 128)), dim3(128), 0, s, *b, *a, conv_dim);
     gpu_launch(gdn_rule_kernel, dim3(a->n_v_head, a->d_v / GDN_ROWS), dim3(4 * GDN_ROWS), 0, s, *b, *a);
 }
 

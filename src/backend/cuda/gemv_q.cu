@@ -14,6 +14,18 @@
 #include "backend/cuda/act_quant.h"
 #include "quant/blocks.h"
 #include "quant/quant.h"
+#include "backend/cuda/gdn_conv.h"
+#if defined(VLLMC_HIP)
+#include <hip/hip_fp16.h>
+#else
+#include <cuda_fp16.h>
+#endif
+
+/* the MoE column-split kernels convert the super-blocks' f16 scales by the instruction (sb_h2f); 0 for the A/B */
+#ifndef VLLMC_MOE_HW_HALF
+#define VLLMC_MOE_HW_HALF 1
+#endif
+#define MOE_HW_HALF (VLLMC_MOE_HW_HALF != 0)
 
 #define MM_UNROLL 2  /* steps whose loads are issued together (Q6_K: 128 bytes a lane) */
 #if defined(VLLMC_HIP_ARCH_GFX11) /* LLVM 15 caps these wave32 kernels at 128 VGPRs: with 4, moe_mm_kernel spilled 6 and
@@ -1039,6 +1051,13 @@ static __device__ __forceinline__ void mv_act_zero(mv_act &v) {
 }
 /* The super-block's float term (the same in its 4 lanes): integer sums over the lane's 64 elements, reduced over
  * the 4 lanes, then as the reference forms it. */
+/* The super-block's f16 scales: HW converts by the instruction (same value but NaN payloads). Measured per kernel:
+ * it sped the MoE column-split kernels and slowed the dense one (94 -> 98 registers), so each call site picks. */
+template <bool HW> static __device__ __forceinline__ float sb_h2f(uint16_t h) {
+    if (HW) return __half2float(__ushort_as_half(h));
+    return fp16_to_fp32(h);
+}
+template <bool HW = false>
 static __device__ __forceinline__ float k4_term(const k4_w &w, const k4_sel &ks, const mv_act &v) {
     const uint32_t qw[8] = {w.q0.x, w.q0.y, w.q0.z, w.q0.w, w.q1.x, w.q1.y, w.q1.z, w.q1.w};
     int slo = 0, shi = 0;
@@ -1052,8 +1071,9 @@ static __device__ __forceinline__ float k4_term(const k4_w &w, const k4_sel &ks,
     int M = (int)((X >> 16) & 0xff) * v.b[0] + (int)(X >> 24) * v.b[1];
     I += shfl_xor(I, 1); I += shfl_xor(I, 2);
     M += shfl_xor(M, 1); M += shfl_xor(M, 2);
-    return term_kmin(v.d, fp16_to_fp32((uint16_t)(w.dm & 0xffff)), fp16_to_fp32((uint16_t)(w.dm >> 16)), I, M);
+    return term_kmin(v.d, sb_h2f<HW>((uint16_t)(w.dm & 0xffff)), sb_h2f<HW>((uint16_t)(w.dm >> 16)), I, M);
 }
+template <bool HW = false>
 static __device__ __forceinline__ float q6_term(const q6_w &w, int k, const mv_act &v) {
     const uint32_t L[8] = {w.l0.x, w.l0.y, w.l0.z, w.l0.w, w.l1.x, w.l1.y, w.l1.z, w.l1.w};
     const uint32_t H[8] = {w.h0.x, w.h0.y, w.h0.z, w.h0.w, w.h1.x, w.h1.y, w.h1.z, w.h1.w};
@@ -1070,7 +1090,7 @@ static __device__ __forceinline__ float q6_term(const q6_w &w, int k, const mv_a
     int I = (int)(int8_t)(sw & 0xff) * (sl0 - v.b[0]) + (int)(int8_t)((sw >> 8) & 0xff) * (sl1 - v.b[1]) +
             (int)(int8_t)((sw >> 16) & 0xff) * (sh0 - v.b[2]) + (int)(int8_t)(sw >> 24) * (sh1 - v.b[3]);
     I += shfl_xor(I, 1); I += shfl_xor(I, 2);
-    return term_k(v.d, fp16_to_fp32((uint16_t)w.d), I);
+    return term_k(v.d, sb_h2f<HW>((uint16_t)w.d), I);
 }
 
 /* Q8_0 / F32 segments of a column-split launch: a 4-row tile per warp (tile_q8_0, or row_f32 in the
@@ -1114,6 +1134,48 @@ static __device__ __forceinline__ void mv_warp_part(float v, float *dst, int lan
     if ((lane & (4 * SBW - 1)) == 0) *dst = v;
 }
 
+/* The GDN conv of channel ch at token t (cu_mm_conv) in two halves: what it reads of the state and weights (pre:
+ * the d_conv - 1 window values, then the d_conv weights; *slot: the state slot), which no kernel of the step
+ * before the matmul writes, so the matmul loads it before its dependency wait; then, with the new value x the
+ * matmul formed, the output and the shifted state. */
+#define CU_CONV_PRE (2 * CU_CONV_K - 1)
+static __device__ __forceinline__ void mm_conv_load(const struct cu_mm_conv &cv, int t, int ch, float *pre, int *slot) {
+    constexpr int nh = CU_CONV_K - 1;
+    *slot = cv.seqinfo[4 * cv.seq[t] + 2];
+    const float *st = cv.state + (int64_t)*slot * cv.state_floats + (int64_t)ch * nh;
+    const bool zero = cv.pos[t] == 0;
+#pragma unroll
+    for (int k = 0; k < nh; k++) pre[k] = zero ? 0.f : st[k];
+#pragma unroll
+    for (int k = 0; k < CU_CONV_K; k++) pre[nh + k] = cv.w[(int64_t)ch * CU_CONV_K + k];
+}
+static __device__ __forceinline__ void mm_conv_store(const struct cu_mm_conv &cv, int t, int ch, const float *pre, int slot, float x) {
+    constexpr int nh = CU_CONV_K - 1;
+    float win[CU_CONV_K];
+#pragma unroll
+    for (int k = 0; k < nh; k++) win[k] = pre[k];
+    win[nh] = x;
+    cv.out[(int64_t)t * cv.n_ch + ch] = gdn_conv_silu(win, pre + nh, nh);
+    float *st = cv.state + (int64_t)slot * cv.state_floats + (int64_t)ch * nh;
+#pragma unroll
+    for (int k = 0; k < nh; k++) st[k] = win[k + 1];
+}
+
+/* The conv where the launch did not take the column-split kernel: a thread per channel, tokens in order. */
+static __global__ void mm_conv_kernel(const struct cu_mm_args P) {
+    gpu_pdl_wait();
+    gpu_pdl_trigger();
+    const cu_mm_seg &S = P.seg[P.conv.seg];
+    const int ch = (int)(blockIdx.x * blockDim.x + threadIdx.x);
+    if (ch >= P.conv.n_ch) return;
+    for (int t = 0; t < P.n_act; t++) {
+        float pre[CU_CONV_PRE];
+        int slot;
+        mm_conv_load(P.conv, t, ch, pre, &slot);
+        mm_conv_store(P.conv, t, ch, pre, slot, S.y[(int64_t)t * S.ld_y + ch]);
+    }
+}
+
 /* NA 1: one activation row (a batch-1 step); NA = MV_NA: a decode step of several sequences, blockIdx.y the group
  * of up to MV_NA activation rows, each met in turn with the weights the lane loaded once (its chunk from L1).
  * The per-row sums are the same ops in the same order either way. U: row groups a CTA. */
@@ -1122,6 +1184,8 @@ template <int SBW, int KT, int U, int NA> /* KT: the K-quant types present, 1 Q4
 static __global__ void __launch_bounds__(512) mm_kernel_cols(const struct cu_mm_args P) {
     constexpr int RW = 8 / SBW, RPC = RW * U;
     __shared__ float part[16][NA][RPC];
+    __shared__ float conv_pre[NA * RPC][CU_CONV_PRE]; /* cu_mm_conv: each output's state and weights */
+    __shared__ int conv_slot[NA * RPC];
     const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, W = blockDim.x >> 5;
     int si = 0;
 #pragma unroll
@@ -1130,6 +1194,12 @@ static __global__ void __launch_bounds__(512) mm_kernel_cols(const struct cu_mm_
     const cu_mm_seg &S = P.seg[si];
     const int r0 = ((int)blockIdx.x - S.cta0) * RPC, rows = min(RPC, S.n_rows - r0);
     const int a0 = NA == 1 ? 0 : (int)blockIdx.y * NA, na = NA == 1 ? 1 : min(NA, P.n_act - a0);
+    const bool conv = P.conv.on && si == P.conv.seg;
+    if (conv) /* before the wait, by the thread that finishes the conv in the epilogue (same i) */
+        for (int i = threadIdx.x; i < rows * na; i += blockDim.x) {
+            const int r = NA == 1 ? 0 : i / rows, j = i - r * rows;
+            mm_conv_load(P.conv, a0 + r, r0 + j, conv_pre[i], &conv_slot[i]);
+        }
     const int n_sb = (int)(P.a.n / QK_K);
     const uint8_t *wb = S.w + (size_t)r0 * S.stride;
     if (S.type == GGML_TYPE_Q8_0 || S.type == GGML_TYPE_F32) {
@@ -1188,6 +1258,7 @@ static __global__ void __launch_bounds__(512) mm_kernel_cols(const struct cu_mm_
         if (S.bias) y = __fadd_rn(y, S.bias[r0 + j]);
         S.y[o] = y;
         if (S.res) S.res[o] = __fadd_rn(S.res[o], y);
+        if (conv) mm_conv_store(P.conv, a0 + r, r0 + j, conv_pre[i], conv_slot[i], y);
     }
 }
 
@@ -1213,6 +1284,8 @@ static bool mm_launch_cols(const struct cu_mm_args *args, gpuStream_t s) {
     }
     const int n_sb = (int)(n / QK_K), sbw = n_sb <= 16 ? 2 : 4, w = (n_sb + sbw - 1) / sbw;
     if (!kt || w > 16) return false;
+    if (args->conv.on && args->seg[args->conv.seg].type != GGML_TYPE_Q4_K && args->seg[args->conv.seg].type != GGML_TYPE_Q6_K)
+        return false; /* the Q8_0 / F32 rows' path has no conv epilogue */
     /* row groups a CTA: 4 for Q4_K alone, 2 with Q6_K (its 4 groups take 116 registers: measured slower), 2 for
      * several activation rows (NA = MV_NA) */
     const int cfg = cu_mm_cfg.cols[args->total_rows < cu_mm_cfg.rows[0] ? 0 : args->total_rows < cu_mm_cfg.rows[1] ? 1 : 2];
@@ -1283,13 +1356,21 @@ struct cu_mm_cfg cu_mm_cfg = {{8192, 65536}, {1, 4, 4}, {0, 2, 1}, {0, 0, 0}, 0,
 
 static bool mm_launch_dec(const struct cu_mm_args *args, gpuStream_t s);
 
+/* True when the column-split kernel took the launch (it does a cu_mm_conv in its epilogue). */
+static bool mm_launch(const struct cu_mm_args *args, gpuStream_t s);
+
 void cu_launch_matmul(const struct cu_mm_args *args, gpuStream_t s) {
     if (args->n_act <= 0 || args->n_ctas <= 0) return;
+    if (!mm_launch(args, s) && args->conv.on)
+        gpu_launch(mm_conv_kernel, dim3((unsigned)GPU_CEIL_DIV(args->conv.n_ch, 128)), dim3(128), 0, s, *args);
+}
+
+static bool mm_launch(const struct cu_mm_args *args, gpuStream_t s) {
     /* the column-split kernels sum a row in the same order for any number of rows, so under batch invariance
      * (row_order) they may take every launch their types allow (cols_invariant, not yet the default) */
     const bool inv_cols = args->row_order && cu_mm_cfg.cols_invariant;
-    if (args->n_act > 1 && !inv_cols && args->n_act <= cu_mm_cfg.dec_rows && mm_launch_dec(args, s)) return;
-    if (args->n_act > 1 && (inv_cols || (!args->row_order && args->n_act <= cu_mm_cfg.cols_rows)) && mm_launch_cols(args, s)) return;
+    if (args->n_act > 1 && !inv_cols && args->n_act <= cu_mm_cfg.dec_rows && mm_launch_dec(args, s)) return false;
+    if (args->n_act > 1 && (inv_cols || (!args->row_order && args->n_act <= cu_mm_cfg.cols_rows)) && mm_launch_cols(args, s)) return true;
     if (args->n_act == 1) {
         const int resident = mm_resident_ctas();
         const int cls = args->total_rows < cu_mm_cfg.rows[0] ? 0 : args->total_rows < cu_mm_cfg.rows[1] ? 1 : 2;
@@ -1311,7 +1392,7 @@ void cu_launch_matmul(const struct cu_mm_args *args, gpuStream_t s) {
             if (ks > 1) ks = 1;
             if (!tile_order) tr = 1;
         }
-        if ((inv_cols || (!args->row_order && cu_mm_cfg.cols[cls])) && mm_launch_cols(args, s)) return;
+        if ((inv_cols || (!args->row_order && cu_mm_cfg.cols[cls])) && mm_launch_cols(args, s)) return true;
         if (ks == 1 || ks == 2 || ks == 4) {
             struct cu_mm_args a = *args;
             a.total_tiles = 0;
@@ -1340,6 +1421,7 @@ void cu_launch_matmul(const struct cu_mm_args *args, gpuStream_t s) {
         const int groups = (args->n_act + VLLMC_MM_PREFILL_ACT - 1) / VLLMC_MM_PREFILL_ACT; /* per target: gpu_compat.h */
         mm_kernel<VLLMC_MM_PREFILL_ACT><<<(unsigned)(args->n_ctas * groups), 32 * CU_MM_WARPS, 0, s>>>(*args);
     }
+    return false;
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -1596,10 +1678,10 @@ static __global__ void __launch_bounds__(256) moe_cols_kernel(const struct cu_mo
     if (k4) {
         const k4_sel ks = k4_sel_make(c);
 #pragma unroll
-        for (int u = 0; u < U; u++) mv_warp_part<SBW>(k4_term(w4[u], ks, v), &pp[u * RW + rr], lane);
+        for (int u = 0; u < U; u++) mv_warp_part<SBW>(k4_term<MOE_HW_HALF>(w4[u], ks, v), &pp[u * RW + rr], lane);
     } else {
 #pragma unroll
-        for (int u = 0; u < U; u++) mv_warp_part<SBW>(q6_term(w6[u], c & 1, v), &pp[u * RW + rr], lane);
+        for (int u = 0; u < U; u++) mv_warp_part<SBW>(q6_term<MOE_HW_HALF>(w6[u], c & 1, v), &pp[u * RW + rr], lane);
     }
     __syncthreads();
     for (int i = threadIdx.x; i < rpc; i += blockDim.x) {
