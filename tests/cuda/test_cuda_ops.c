@@ -630,9 +630,11 @@ static void test_kv_dtypes(void) {
             CHECK_MSG(bk == 0 && bv == 0, "KV %s step %d: %zu K and %zu V bytes differ from the CPU's", bk_kv_dtype_name(dt), step, bk, bv);
             /* values up to ~1000 and scores up to ~100 (peaked softmax): the error relative to the largest output.
              * f16 as test_attention (the CPU rounds probabilities to f16); bf16 / fp8 read the same decoded
-             * values against f32 queries and probabilities on both: summation order and expf only */
+             * values against f32 queries and probabilities on both: summation order and expf only. A score's
+             * rounding grows with sum |q k| scale (~500 where a row meets the 300x keys: 2^-24 * sqrt(256) * 500
+             * ~ 5e-4 in its weight); measured 0.5-2.1e-5 in the prefill step over 10 runs, so 1e-4 */
             const double mr = max_abs_over_max(h, ro, (size_t)(T * NH * HD));
-            CHECK_MSG(mr < (dt == BK_KV_F16 ? 5e-3 : 2e-5), "attention KV %s step %d: max |d| / max |ref| %.3g", bk_kv_dtype_name(dt), step, mr);
+            CHECK_MSG(mr < (dt == BK_KV_F16 ? 5e-3 : 1e-4), "attention KV %s step %d: max |d| / max |ref| %.3g", bk_kv_dtype_name(dt), step, mr);
             printf("attention KV %s step %d (%d rows): cache bytes equal to the CPU's, output max |d| / max |ref| %.3g\n", bk_kv_dtype_name(dt), step,
                    T, mr);
             free(q); free(k); free(v); free(h);
