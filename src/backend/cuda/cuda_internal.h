@@ -57,6 +57,13 @@ struct cu_act_mut {
 /* Split pointers of an act's format buffers (NULL for formats not allocated). */
 struct cu_act_mut cu_act_split(const struct bk_act *a);
 
+/* The short kernels load their small weights (norm_quant's norm, the GDN rule's dt_bias and A) before the dependency
+ * wait, so the load from DRAM is not on the step's critical path (weights are never written by a kernel); 0 for the
+ * A/B build. */
+#ifndef VLLMC_GPU_WPRE
+#define VLLMC_GPU_WPRE 1
+#endif
+
 /* ---- fused matmul: up to CU_MM_MAX_SEG weights sharing one activation ---- */
 #define CU_MM_MAX_SEG 4
 struct cu_mm_seg {

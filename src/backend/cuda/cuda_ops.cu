@@ -408,7 +408,11 @@ void cu_launch_attention(const struct cu_batch_dev *b, const struct cu_attn_args
         case 32: gpu_launch(P == 2 ? attn_split_kernel<1, 2> : P == 4 ? attn_split_kernel<1, 4> : attn_split_kernel<1, 8>, g, blk, 0, s, *b, a); break;
         case 64: gpu_launch(P == 2 ? attn_split_kernel<2, 2> : P == 4 ? attn_split_kernel<2, 4> : attn_split_kernel<2, 8>, g, blk, 0, s, *b, a); break;
         case 128: gpu_launch(P == 2 ? attn_split_kernel<4, 2> : P == 4 ? attn_split_kernel<4, 4> : attn_split_kernel<4, 8>, g, blk, 0, s, *b, a); break;
+#if defined(VLLMC_HIP) /* head_dim 256 with 8 positions a round spills 90 VGPRs on gfx11 (128 a lane): 4 there */
+        default: gpu_launch(P == 2 ? attn_split_kernel<8, 2> : attn_split_kernel<8, 4>, g, blk, 0, s, *b, a); break;
+#else
         default: gpu_launch(P == 2 ? attn_split_kernel<8, 2> : P == 4 ? attn_split_kernel<8, 4> : attn_split_kernel<8, 8>, g, blk, 0, s, *b, a); break;
+#endif
         }
         gpu_launch(attn_combine_kernel, dim3(a.n_head, nt), dim3(a.head_dim < 256 ? a.head_dim : 256), 0, s, *b, a);
     }
@@ -484,6 +488,8 @@ static __global__ void __launch_bounds__(4 * GDN_ROWS) gdn_rule_kernel(struct cu
             S[4 * i] = f.x; S[4 * i + 1] = f.y; S[4 * i + 2] = f.z; S[4 * i + 3] = f.w;
         }
     }
+    float dtb = 0.f, sa = 0.f; /* the head's dt bias and A (weights) */
+    if (VLLMC_GPU_WPRE && tid == 0) { dtb = a.dt_bias[m]; sa = a.ssm_a[m]; }
     gpu_pdl_wait();
     gpu_pdl_trigger();
     for (int t = 0; t < b.n_tokens; t++) {
@@ -516,10 +522,10 @@ static __global__ void __launch_bounds__(4 * GDN_ROWS) gdn_rule_kernel(struct cu
         ks[tid] = __fmul_rn(kv, sck);
         if (tid == 0) {
             const float bv = g_b;
-            const float x = __fadd_rn(g_x, a.dt_bias[m]);
+            const float x = __fadd_rn(g_x, VLLMC_GPU_WPRE ? dtb : a.dt_bias[m]);
             const float sp_ = x > 20.0f ? x : logf(__fadd_rn(1.0f, expf(x)));
             gate[0] = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-bv)));
-            gate[1] = expf(__fmul_rn(sp_, a.ssm_a[m]));
+            gate[1] = expf(__fmul_rn(sp_, VLLMC_GPU_WPRE ? sa : a.ssm_a[m]));
         }
         __syncthreads();
         const float beta = gate[0], decay = gate[1];

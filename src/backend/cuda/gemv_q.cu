@@ -190,7 +190,8 @@ static __device__ float nq_rms_scale(const float *x, int64_t n, float eps, doubl
 /* One warp: 256-element unit `unit` of row r (lane l: elements 8l .. 8l+7): its f32 values (normed with scale /
  * gated / as they are) to out.x, then into every format in fmts. */
 static __device__ void nq_unit(int mode, const float *in0, const float *in1, int64_t ld, const float *w, float eps, int group,
-                               float scale, const struct cu_act_mut &out, uint32_t fmts, int64_t r, int64_t unit, int lane) {
+                               float scale, const struct cu_act_mut &out, uint32_t fmts, int64_t r, int64_t unit, int lane,
+                               const float *wpre = NULL) {
     const int64_t n = out.n, e0 = unit * 256 + lane * 8;
     float *xr = out.x + r * n;
     float v[8];
@@ -202,7 +203,8 @@ static __device__ void nq_unit(int mode, const float *in0, const float *in1, int
         if (mode == CU_NQ_RMSNORM) {
             float a[8], b[8];
             ld8(in0 + r * n + e0, a);
-            if (w) ld8(w + e0, b);
+            if (wpre) for (int k = 0; k < 8; k++) b[k] = wpre[k];
+            else if (w) ld8(w + e0, b);
 #pragma unroll
             for (int k = 0; k < 8; k++) v[k] = w ? __fmul_rn(__fmul_rn(a[k], scale), b[k]) : __fmul_rn(a[k], scale);
             st8(xr + e0, v);
@@ -224,7 +226,7 @@ static __device__ void nq_unit(int mode, const float *in0, const float *in1, int
         if (e < n) {
             if (mode == CU_NQ_RMSNORM) {
                 val = __fmul_rn(in0[r * n + e], scale);
-                if (w) val = __fmul_rn(val, w[e]);
+                if (w) val = __fmul_rn(val, wpre ? wpre[k] : w[e]);
                 xr[e] = val;
             } else if (mode == CU_NQ_SWIGLU) {
                 const float gv = in0[r * ld + e];
@@ -249,7 +251,7 @@ static __device__ void nq_unit(int mode, const float *in0, const float *in1, int
             if (e < n) {
                 const float z = in1[r * ld + e];
                 const float sz = __fdiv_rn(z, __fadd_rn(1.0f, expf(-z)));
-                v[k] = __fmul_rn(__fmul_rn(__fmul_rn(v[k], gscale), w[e % group]), sz);
+                v[k] = __fmul_rn(__fmul_rn(__fmul_rn(v[k], gscale), wpre ? wpre[k] : w[e % group]), sz);
                 xr[e] = v[k];
             }
         }
@@ -272,15 +274,22 @@ static __device__ void nq_unit(int mode, const float *in0, const float *in1, int
 static __global__ void __launch_bounds__(32 * NQ_WARPS) norm_quant_kernel(int mode, const float *in0, const float *in1,
                                                                           int64_t ld, const float *w, float eps, int group,
                                                                           struct cu_act_mut out, uint32_t fmts) {
-    gpu_pdl_wait();
-    gpu_pdl_trigger();
     __shared__ double red[NQ_WARPS];
     const int64_t r = blockIdx.y, n = out.n;
     const int lane = threadIdx.x % 32, wid = threadIdx.x / 32;
+    const int64_t unit = (int64_t)blockIdx.x * NQ_WARPS + wid, e0 = unit * 256 + lane * 8;
+    /* the norm weights of the lane's 8 elements before the dependency wait (no kernel writes weights): their
+     * load from DRAM no longer follows the row's sum of squares */
+    float wv[8];
+    const bool pre = VLLMC_GPU_WPRE && w && (mode == CU_NQ_RMSNORM || mode == CU_NQ_GATED) && e0 + 8 <= n;
+    if (pre)
+#pragma unroll
+        for (int k = 0; k < 8; k++) wv[k] = w[mode == CU_NQ_GATED ? (e0 + k) % group : e0 + k];
+    gpu_pdl_wait();
+    gpu_pdl_trigger();
     const float scale = mode == CU_NQ_RMSNORM ? nq_rms_scale(in0 + r * n, n, eps, red) : 1.f;
-    const int64_t unit = (int64_t)blockIdx.x * NQ_WARPS + wid;
     if (unit * 256 >= n) return;
-    nq_unit(mode, in0, in1, ld, w, eps, group, scale, out, fmts, r, unit, lane);
+    nq_unit(mode, in0, in1, ld, w, eps, group, scale, out, fmts, r, unit, lane, pre ? wv : NULL);
 }
 
 void cu_launch_norm_quant(int mode, const float *in0, const float *in1, int64_t ld, const float *w, float eps,
