@@ -117,6 +117,13 @@ if has moe; then # tiny qwen35moe (routed + shared experts): CPU vs CUDA graphs 
         timeout 120 "$BIN/test_cuda_model" "$f" 24 12 >"$OUT/model_$n.txt" 2>&1; rc=$?
         tail -4 "$OUT/model_$n.txt"
         note "test_cuda_model $n rc=$rc: $(grep 'worst' "$OUT/model_$n.txt" | head -1 | sed 's/.*steps, //' | cut -c1-120)$(grep -m1 FAIL "$OUT/model_$n.txt")"
+        # a 100-row prompt (the MoE grouped by expert where the types allow, else the general path), with the f16 GEMM
+        # and chunked GDN prefill paths off so the logit error is the quantized kernels'; then the same, MoE general path
+        for g in 1 0; do
+            VLLMC_CUDA_MOE_GROUP=$g VLLMC_CUDA_GEMM_ROWS=0 VLLMC_CUDA_GDN_CHUNKED=0 VLLMC_CUDA_ATTN_PREFILL=0 timeout 120 \
+                "$BIN/test_cuda_model" "$f" 100 6 >"$OUT/model_${n}_p100_g$g.txt" 2>&1; rc=$?
+            note "  prompt 100, prefill GEMM off, MoE grouped $g rc=$rc: $(grep 'worst' "$OUT/model_${n}_p100_g$g.txt" | head -1 | sed 's/.*steps, //' | cut -c1-100); $(grep -o 'grouped by expert [0-9]*' "$OUT/model_${n}_p100_g$g.txt")$(grep -m1 FAIL "$OUT/model_${n}_p100_g$g.txt")"
+        done
     done
 fi
 

@@ -107,7 +107,8 @@ int main(int argc, char **argv) {
     /* the GDN conv moves into the in-proj matmul's epilogue where the conv channels' weights are Q4_K / Q6_K */
     const struct gguf_tensor *qkv = gguf_find_tensor(x[1].m->gguf, "blk.0.attn_qkv.weight");
     const char *fcv = getenv("VLLMC_CUDA_FUSE_CONV");
-    printf("test_cuda_model: GDN convs fused into the in-proj matmul %llu\n", (unsigned long long)cs.fused_conv);
+    printf("test_cuda_model: GDN convs fused into the in-proj matmul %llu; MoE ops on the column-split kernels %llu, grouped by expert %llu\n",
+           (unsigned long long)cs.fused_conv, (unsigned long long)cs.moe_cols, (unsigned long long)cs.moe_grouped);
     if (!(fcv && !strcmp(fcv, "0")) && qkv && (qkv->type == GGML_TYPE_Q4_K || qkv->type == GGML_TYPE_Q6_K))
         CHECK_MSG(cs.fused_conv > 0, "no GDN conv was fused");
     for (int i = 0; i < 3; i++) { free(lg[i]); inst_close(&x[i]); }

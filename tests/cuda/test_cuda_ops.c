@@ -484,13 +484,15 @@ static void test_moe_case(char name, uint32_t tg, uint32_t tu, uint32_t td, int 
                                       shared ? &ds.g : NULL, shared ? &sgate.g : NULL};
     const struct bk_moe_params mp = {K, true};
     const uint32_t fmts = BK_ACT_BIT(BK_ACT_F32) | BK_ACT_BIT(BK_ACT_Q8_K) | BK_ACT_BIT(BK_ACT_Q8_0);
-    /* the column-split expert kernels (where the types allow) and the general path */
-    for (int path = 0; path < 2; path++)
-    for (int rows = 1; rows <= 9; rows += 8) {
-        const int old_cols = backend_cuda_set_moe_cols(path == 0 ? 64 : 0);
+    /* per row count, one input through three paths: the column-split expert kernels (where the types allow), the
+     * general path, and the entries grouped by expert (where the types allow; its sums are the column-split
+     * kernels', so its output must equal theirs bit for bit). 40 rows: several groups of one expert. */
+    static const int row_counts[3] = {1, 9, 40};
+    for (int ri = 0; ri < 3; ri++) {
+        const int rows = row_counts[ri];
         struct bk_act ra, ga;
-        CHECK(bk_act_alloc(ref, 9, NE, fmts, &ra) == VLLMC_OK);
-        CHECK(bk_act_alloc(gpu, 9, NE, fmts, &ga) == VLLMC_OK);
+        CHECK(bk_act_alloc(ref, rows, NE, fmts, &ra) == VLLMC_OK);
+        CHECK(bk_act_alloc(gpu, rows, NE, fmts, &ga) == VLLMC_OK);
         float *x = rand_buf((size_t)(rows * NE), 1.0f);
         memcpy(ra.x, x, (size_t)(rows * NE) * 4);
         CHECK(gpu->ops->copy_to_device(gpu, ga.x, x, (size_t)(rows * NE) * 4) == VLLMC_OK);
@@ -498,33 +500,47 @@ static void test_moe_case(char name, uint32_t tg, uint32_t tu, uint32_t td, int 
         ra.fmts = ga.fmts = fmts;
         CHECK(ref->ops->quantize(ref, &ra) == VLLMC_OK);
         CHECK(gpu->ops->quantize(gpu, &ga) == VLLMC_OK);
-        float *rout = nan_buf((size_t)(rows * NE)), *h = nan_buf((size_t)(rows * NE)), *h2 = nan_buf((size_t)(rows * NE));
-        float *gout = dev_put(h, (size_t)(rows * NE) * 4);
+        float *rout = nan_buf((size_t)(rows * NE)), *hc = NULL;
         CHECK_MSG(ref->ops->moe(ref, &ra, &rw, &mp, rout) == VLLMC_OK, "%s", vllmc_last_error());
-        struct backend_cuda_stats s0, s1;
-        backend_cuda_get_stats(gpu, &s0);
-        CHECK_MSG(gpu->ops->moe(gpu, &ga, &gw, &mp, gout) == VLLMC_OK, "%s", vllmc_last_error());
-        backend_cuda_get_stats(gpu, &s1);
-        /* the path the case is meant to take: the column-split expert kernels only where the types allow, when on */
-        CHECK_MSG(s1.moe_cols - s0.moe_cols == (uint64_t)(path == 0 && cols), "moe %c rows %d: column-split path %s", name, rows,
-                  s1.moe_cols > s0.moe_cols ? "taken" : "not taken");
-        dev_get(h, gout, (size_t)(rows * NE) * 4);
-        CHECK(gpu->ops->moe(gpu, &ga, &gw, &mp, gout) == VLLMC_OK);
-        dev_get(h2, gout, (size_t)(rows * NE) * 4);
-        double amax = 0, dmax = 0;
-        for (int64_t i = 0; i < rows * NE; i++) {
-            amax = fmax(amax, fabs(rout[i]));
-            dmax = isnan(h[i]) ? INFINITY : fmax(dmax, fabs((double)h[i] - rout[i]));
+        for (int path = 0; path < 3; path++) {
+            const int old_cols = backend_cuda_set_moe_cols(path == 0 ? 64 : 0);
+            const int old_grp = backend_cuda_set_moe_group(path == 2 ? 1 : 0);
+            float *h = nan_buf((size_t)(rows * NE)), *h2 = nan_buf((size_t)(rows * NE));
+            float *gout = dev_put(h, (size_t)(rows * NE) * 4);
+            struct backend_cuda_stats s0, s1;
+            backend_cuda_get_stats(gpu, &s0);
+            CHECK_MSG(gpu->ops->moe(gpu, &ga, &gw, &mp, gout) == VLLMC_OK, "%s", vllmc_last_error());
+            backend_cuda_get_stats(gpu, &s1);
+            /* the path the case is meant to take: the column-split or grouped kernels only where the types allow */
+            CHECK_MSG(s1.moe_cols - s0.moe_cols == (uint64_t)(path == 0 && cols), "moe %c rows %d: column-split path %s", name, rows,
+                      s1.moe_cols > s0.moe_cols ? "taken" : "not taken");
+            CHECK_MSG(s1.moe_grouped - s0.moe_grouped == (uint64_t)(path == 2 && cols), "moe %c rows %d: grouped path %s", name,
+                      rows, s1.moe_grouped > s0.moe_grouped ? "taken" : "not taken");
+            dev_get(h, gout, (size_t)(rows * NE) * 4);
+            CHECK(gpu->ops->moe(gpu, &ga, &gw, &mp, gout) == VLLMC_OK);
+            dev_get(h2, gout, (size_t)(rows * NE) * 4);
+            double amax = 0, dmax = 0;
+            for (int64_t i = 0; i < rows * NE; i++) {
+                amax = fmax(amax, fabs(rout[i]));
+                dmax = isnan(h[i]) ? INFINITY : fmax(dmax, fabs((double)h[i] - rout[i]));
+            }
+            const double rel = dmax / fmax(amax, 1e-12), mr = max_rel(h, rout, (size_t)(rows * NE), 1e-2 * amax);
+            printf("moe %c (%s), %lld experts, %d rows: max |d| / max |ref| %.3g, max rel (floor 1%% of max) %.3g, %zu of %lld bit-equal\n",
+                   name, path == 0 ? "column-split where eligible" : path == 1 ? "general" : "grouped where eligible", (long long)E, rows,
+                   rel, mr, (size_t)(rows * NE) - n_diff(h, rout, (size_t)(rows * NE)), (long long)(rows * NE));
+            CHECK_MSG(amax > 0 && rel < 2e-3, "moe %c rows %d: max |d| / max |ref| = %.3g", name, rows, rel);
+            CHECK_MSG(n_diff(h, h2, (size_t)(rows * NE)) == 0, "moe %c rows %d: two runs differ", name, rows);
+            if (path == 0 && cols && rows <= 64) { hc = h; h = NULL; } /* the column-split output, for the grouped one */
+            if (path == 2 && hc)
+                CHECK_MSG(n_diff(h, hc, (size_t)(rows * NE)) == 0, "moe %c rows %d: grouped output differs from the column-split one in %zu values",
+                          name, rows, n_diff(h, hc, (size_t)(rows * NE)));
+            free(h); free(h2);
+            gpu->ops->free(gpu, gout);
+            backend_cuda_set_moe_cols(old_cols);
+            backend_cuda_set_moe_group(old_grp);
         }
-        const double rel = dmax / fmax(amax, 1e-12), mr = max_rel(h, rout, (size_t)(rows * NE), 1e-2 * amax);
-        printf("moe %c (%s), %lld experts, %d rows: max |d| / max |ref| %.3g, max rel (floor 1%% of max) %.3g, %zu of %lld bit-equal\n",
-               name, path == 0 ? "column-split where eligible" : "general", (long long)E, rows, rel, mr, (size_t)(rows * NE) - n_diff(h, rout, (size_t)(rows * NE)), (long long)(rows * NE));
-        CHECK_MSG(amax > 0 && rel < 2e-3, "moe %c rows %d: max |d| / max |ref| = %.3g", name, rows, rel);
-        CHECK_MSG(n_diff(h, h2, (size_t)(rows * NE)) == 0, "moe %c rows %d: two runs differ", name, rows);
-        free(x); free(rout); free(h); free(h2);
-        gpu->ops->free(gpu, gout);
+        free(x); free(rout); free(hc);
         bk_act_free(ref, &ra); bk_act_free(gpu, &ga);
-        backend_cuda_set_moe_cols(old_cols);
     }
     /* bad parameters: clear errors */
     struct bk_act ga;

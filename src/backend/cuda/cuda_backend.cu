@@ -182,7 +182,12 @@ static void rec_exec(cu_backend *c, int op, const void *args) {
         break;
     }
     case CU_OP_SIGMUL: { const rec_sigmul *r = (const rec_sigmul *)args; cu_launch_sigmoid_mul(r->x, r->ld_x, r->g, r->ld_g, r->n_rows, r->n_cols, s); break; }
-    case CU_OP_MOE: { const rec_moe *r = (const rec_moe *)args; c->stats.moe_cols += cu_launch_moe(&r->a, s); break; }
+    case CU_OP_MOE: {
+        const int path = cu_launch_moe(&((const rec_moe *)args)->a, s);
+        c->stats.moe_cols += path == CU_MOE_PATH_COLS;
+        c->stats.moe_grouped += path == CU_MOE_PATH_GROUPED;
+        break;
+    }
     case CU_OP_DEQ: {
         const rec_deq *r = (const rec_deq *)args;
         if (r->convert && r->act_fmt != BK_ACT_F32) cu_launch_q8_to_f16(&r->av, r->act_fmt, r->n_cols, r->n_rows, r->a16, s);
@@ -1183,6 +1188,8 @@ static vllmc_status cu_moe(struct backend *be, const struct bk_act *in, const st
     const uint64_t o_hx1 = take(shared && !merged ? 4 * (uint64_t)(T * n_ffs) : 0);
     const uint64_t o_hq1 = take(shared && !merged && fds != BK_ACT_F32 ? bk_act_row_bytes(fds, n_ffs) * T + 256 : 0);
     const uint64_t o_Y = take(4 * (uint64_t)(n_ent * n_embd)), o_Ys = take(shared ? 4 * (uint64_t)(T * n_embd) : 0);
+    const int32_t gmax = cu_moe_gmax(n_ent, E);
+    const uint64_t o_perm = take(4 * (uint64_t)n_ent), o_grp = take(16 * (uint64_t)gmax);
     if (off > c->moe_work_bytes) {
         flush(c);
         (void)gpuStreamSynchronize(c->stream);
@@ -1218,6 +1225,7 @@ static vllmc_status cu_moe(struct backend *be, const struct bk_act *in, const st
     a->ids = (int32_t *)(m + o_ids); a->wts = (float *)(m + o_wts);
     a->T = (int32_t)T; a->E = (int32_t)E; a->k = k; a->norm = p->norm_weights; a->shared = shared; a->sgate = sgate;
     a->merged = merged;
+    a->perm = (int32_t *)(m + o_perm); a->grp = (int32_t *)(m + o_grp); a->gmax = gmax;
     /* 3. gate + up */
     float *gu0 = (float *)(m + o_gu0), *gu1 = merged ? gu0 + n_ent * 2 * n_ff : (float *)(m + o_gu1);
     a->gu_buf[0] = gu0; a->gu_buf[1] = shared ? gu1 : NULL;
@@ -1426,6 +1434,8 @@ extern "C" vllmc_status backend_cuda_create(const struct backend_cuda_opts *o, s
     if ((env = getenv("VLLMC_CUDA_ATTN_P"))) cu_attn_positions = atoi(env); /* decode attention: positions a warp loads a round */
     if ((env = getenv("VLLMC_CUDA_MOE_COLS"))) backend_cuda_set_moe_cols(atoi(env)); /* MoE ops of up to N rows on the
                                                                                    column-split expert kernels; 0 off */
+    if ((env = getenv("VLLMC_CUDA_MOE_GROUP"))) backend_cuda_set_moe_group(atoi(env)); /* MoE ops of N rows or more with the
+                                                                                    entries grouped by expert; 0 off */
     c->batch_invariant = o && o->batch_invariant;
     if ((st = gpu_err(gpuStreamCreate(&c->stream), "stream"))) { delete c; return st; }
     /* prefill paths; VLLMC_CUDA_GEMM_ROWS (0: never), VLLMC_CUDA_GDN_CHUNKED=0 and VLLMC_CUDA_ATTN_PREFILL=0
@@ -1469,6 +1479,11 @@ extern "C" void backend_cuda_set_decode_rows(int max_rows) { cu_mm_cfg.dec_rows 
 extern "C" int backend_cuda_set_moe_cols(int max_rows) {
     const int old = cu_mm_cfg.moe_cols_rows;
     cu_mm_cfg.moe_cols_rows = max_rows < 0 ? 0 : max_rows;
+    return old;
+}
+extern "C" int backend_cuda_set_moe_group(int min_rows) {
+    const int old = cu_mm_cfg.moe_group_rows;
+    cu_mm_cfg.moe_group_rows = min_rows < 0 ? 0 : min_rows;
     return old;
 }
 extern "C" void backend_cuda_set_matvec_rows(int rows0, int rows1) {

@@ -38,6 +38,7 @@ struct backend_cuda_stats {
     uint64_t fused_adds;              /* residual adds recorded into a matmul / moe epilogue */
     uint64_t fused_attn;              /* decode attentions recorded with their q / k norm + RoPE + KV store in one launch */
     uint64_t moe_cols;                /* MoE ops issued (or captured) with the column-split expert kernels */
+    uint64_t moe_grouped;             /* MoE ops issued (or captured) with the entries grouped by expert */
     uint64_t fused_conv;              /* decode GDN convs recorded into the epilogue of the matmul writing their input */
 };
 void backend_cuda_get_stats(struct backend *be, struct backend_cuda_stats *out);
@@ -59,9 +60,13 @@ void backend_cuda_set_matvec_rows(int rows0, int rows1); /* class limits (defaul
  * VLLMC_CUDA_DEC=N sets it at backend creation. Not yet measured: for comparisons. */
 void backend_cuda_set_decode_rows(int max_rows);
 /* MoE ops of up to max_rows rows with Q4_K / Q6_K experts on the column-split expert kernels (routing inside the
- * gate+up launch, SwiGLU + quantize inside the down launch; default 64); 0: the general path (comparisons). Returns
- * the previous value. Process-wide, like the settings above. */
+ * gate+up launch, SwiGLU + quantize inside the down launch; default 3: from 4 rows the grouped kernels below measured
+ * faster); 0: off. Returns the previous value. Process-wide, like the settings above. */
 int backend_cuda_set_moe_cols(int max_rows);
+/* MoE ops of at least min_rows rows (default 1) that the column-split launches do not take sort their entries by
+ * expert and load each expert's rows once for up to 8 of them (same types as the column-split kernels, same bits
+ * per entry); 0: off (the general path). Returns the previous value. */
+int backend_cuda_set_moe_group(int min_rows);
 
 /* Per op-family profile (profile = true): calls, GPU milliseconds, bytes of weights read. */
 #define BACKEND_CUDA_PROF_MAX 24

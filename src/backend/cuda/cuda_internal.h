@@ -127,6 +127,8 @@ struct cu_mm_cfg {
                                   depend on it); 0 (default until measured): the mm_row-order kernels there */
     int32_t moe_cols_rows;     /* MoE ops of up to this many rows: the column-split expert kernels (cu_launch_moe_cols;
                                   under batch invariance only with cols_invariant); 0 off */
+    int32_t moe_group_rows;    /* MoE ops of at least this many rows (that the column-split launches do not take): the
+                                  entries grouped by expert (cu_launch_moe_grouped); 0 off */
 };
 extern struct cu_mm_cfg cu_mm_cfg;
 void cu_launch_matmul(const struct cu_mm_args *args, gpuStream_t s);
@@ -281,13 +283,17 @@ struct cu_moe_args {
     struct cu_act_mut h[2];    /* hidden rows (routed [T k][n_ff], shared [T][n_ffs]) */
     uint32_t hfmts[2];
     struct cu_moe_mm_args down; /* -> Y [T k][n_embd], Ys [T][n_embd] */
+    int32_t *perm;             /* [T k]: the entries sorted by expert (grouped path) */
+    int32_t *grp;              /* [gmax][4]: {expert, first of perm, count <= CU_MOE_GRP, 0}, count 0 past the last */
+    int32_t gmax, pad2;
     const float *Y, *Ys;
     float *out;
     float *res;                /* or NULL: also res[t][c] += out[t][c] (the residual add) */
     int64_t n_embd;
 };
-/* True when the experts went through cu_launch_moe_cols. */
-bool cu_launch_moe(const struct cu_moe_args *a, gpuStream_t s);
+/* The path the experts took. */
+enum { CU_MOE_PATH_GENERAL = 0, CU_MOE_PATH_COLS, CU_MOE_PATH_GROUPED };
+int cu_launch_moe(const struct cu_moe_args *a, gpuStream_t s);
 /* The experts of a MoE op of few rows in two launches (gemv_q.cu): gate+up with the routing done by every CTA of a
  * routed entry (it writes ids / wts), then down with SwiGLU + Q8_K of the hidden row formed in each CTA. Only
  * with Q4_K / Q6_K experts, Q8_K hidden rows, E <= 256, k <= 32, T <= cu_mm_cfg.moe_cols_rows; false (nothing
@@ -302,5 +308,16 @@ struct cu_moe_cols_args {
     int64_t swi_ld[2];
 };
 bool cu_launch_moe_cols(const struct cu_moe_args *a, gpuStream_t s);
+/* Entries grouped by expert (steps of many rows): route, sort the entries by expert (stable) into groups of up to
+ * CU_MOE_GRP, then gate+up and down with each CTA loading its expert's rows once for the whole group; each entry's
+ * sums are the column-split kernels', so the bits equal cu_launch_moe_cols's. Same types and shapes as that path, any
+ * T >= cu_mm_cfg.moe_group_rows; false (nothing launched) otherwise. */
+#define CU_MOE_GRP 8
+static inline int32_t cu_moe_gmax(int64_t n_ent, int64_t E) { return (int32_t)(n_ent / CU_MOE_GRP + (n_ent < E ? n_ent : E) + 1); }
+bool cu_launch_moe_grouped(const struct cu_moe_args *a, gpuStream_t s);
+/* its pieces in gemv_q.cu: whether a launch's groups have the column-split shape, and the grouped expert launch */
+bool cu_moe_grp_shape_ok(const struct cu_moe_mm_args *mm);
+void cu_launch_moe_grp_matmul(const struct cu_moe_mm_args *mm, const int32_t *perm, const int32_t *grp, int32_t gmax,
+                              gpuStream_t s);
 
 #endif

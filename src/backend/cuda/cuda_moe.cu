@@ -88,10 +88,61 @@ static __global__ void moe_mix_kernel(const float *Y, const float *wts, int k, c
     if (res) res[t * n + c] = __fadd_rn(res[t * n + c], o);
 }
 
-/* Routing, gate+up, SwiGLU + quantize, down: four launches (any row count, type and width). */
-static void moe_experts(const struct cu_moe_args *a, gpuStream_t s) {
+/* The entries (ids[n_ent], experts < E <= 1024) sorted by expert, in entry order within one (stable), into perm, and
+ * their groups of up to CU_MOE_GRP entries of one expert into grp ({expert, first, count, 0}; count 0 from the last
+ * to gmax). One CTA of at least E threads: counts by shared-memory atomics (integers: the same whatever the order),
+ * offsets in expert order, then thread e lists expert e's entries, the ids read a chunk at a time from shared
+ * memory (every thread reads the same word: a broadcast). */
+#define MOE_SORT_CHUNK 4096
+static __global__ void __launch_bounds__(1024) moe_sort_kernel(const int32_t *ids, int n_ent, int E, int32_t *perm, int4 *grp,
+                                                               int gmax) {
+    gpu_pdl_wait();
+    gpu_pdl_trigger();
+    __shared__ int cnt[MOE_MAX_EXPERT], off[MOE_MAX_EXPERT], goff[MOE_MAX_EXPERT + 1];
+    __shared__ int chunk[MOE_SORT_CHUNK];
+    for (int e = threadIdx.x; e < E; e += blockDim.x) cnt[e] = 0;
+    __syncthreads();
+    for (int i = threadIdx.x; i < n_ent; i += blockDim.x) atomicAdd(&cnt[ids[i]], 1);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int o = 0, g = 0;
+        for (int e = 0; e < E; e++) {
+            off[e] = o; goff[e] = g;
+            o += cnt[e]; g += (cnt[e] + CU_MOE_GRP - 1) / CU_MOE_GRP;
+        }
+        goff[E] = g;
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < E; e += blockDim.x)
+        for (int j = 0; j < cnt[e]; j += CU_MOE_GRP)
+            grp[goff[e] + j / CU_MOE_GRP] = make_int4(e, off[e] + j, min(CU_MOE_GRP, cnt[e] - j), 0);
+    for (int g = goff[E] + threadIdx.x; g < gmax; g += blockDim.x) grp[g] = make_int4(0, 0, 0, 0);
+    const int e = (int)threadIdx.x; /* blockDim >= E: one expert a thread */
+    int pe = e < E ? off[e] : 0;
+    for (int c0 = 0; c0 < n_ent; c0 += MOE_SORT_CHUNK) {
+        const int nc = min(MOE_SORT_CHUNK, n_ent - c0);
+        __syncthreads();
+        for (int i = threadIdx.x; i < nc; i += blockDim.x) chunk[i] = ids[c0 + i];
+        __syncthreads();
+        if (e < E && cnt[e] > 0) {
+#pragma unroll 8
+            for (int i = 0; i < nc; i++)
+                if (chunk[i] == e) perm[pe++] = c0 + i;
+        }
+    }
+}
+
+/* Routing, gate+up, SwiGLU + quantize, down: four launches (any row count, type and width); grouped: the entries
+ * sorted by expert between the routing and gate+up, and both expert launches on the grouped kernel. */
+static void moe_experts(const struct cu_moe_args *a, gpuStream_t s, bool grouped) {
     gpu_launch(moe_route_kernel, dim3((unsigned)a->T), dim3(32), 0, s, a->logits, a->E, a->k, a->norm, a->ids, a->wts);
-    cu_launch_moe_matmul(&a->gu, s);
+    if (grouped) {
+        gpu_launch(moe_sort_kernel, dim3(1), dim3(a->E < 1024 ? ((a->E + 31) / 32) * 32 : 1024), 0, s, (const int32_t *)a->ids,
+                   a->T * a->k, a->E, a->perm, (int4 *)a->grp, a->gmax);
+        cu_launch_moe_grp_matmul(&a->gu, a->perm, a->grp, a->gmax, s);
+    } else {
+        cu_launch_moe_matmul(&a->gu, s);
+    }
     const int n_ent = a->T * a->k;
     if (a->merged) {
         /* the shared expert's rows follow the routed ones in one buffer: one launch for both */
@@ -104,15 +155,31 @@ static void moe_experts(const struct cu_moe_args *a, gpuStream_t s) {
             cu_launch_norm_quant(CU_NQ_SWIGLU, a->gu_buf[1], a->gu_buf[1] + a->n_ff[1], 2 * a->n_ff[1], NULL, 0.f, 0, a->T,
                                  a->h[1], a->hfmts[1], s);
     }
-    cu_launch_moe_matmul(&a->down, s);
+    if (grouped) cu_launch_moe_grp_matmul(&a->down, a->perm, a->grp, a->gmax, s);
+    else cu_launch_moe_matmul(&a->down, s);
 }
 
-bool cu_launch_moe(const struct cu_moe_args *a, gpuStream_t s) {
-    if (a->T <= 0) return false;
+/* The grouped path's conditions: cu_launch_moe_cols's types and shapes (so an entry's bits are the same on both), at
+ * least moe_group_rows rows, the scratch for the sort (perm, grp). */
+static bool moe_grouped_ok(const struct cu_moe_args *a) {
+    return cu_mm_cfg.moe_group_rows > 0 && a->T >= cu_mm_cfg.moe_group_rows && a->perm && a->grp && a->E <= MOE_MAX_EXPERT &&
+           !(a->router.row_order && !cu_mm_cfg.cols_invariant) && cu_moe_grp_shape_ok(&a->gu) && cu_moe_grp_shape_ok(&a->down);
+}
+
+bool cu_launch_moe_grouped(const struct cu_moe_args *a, gpuStream_t s) {
+    if (!moe_grouped_ok(a)) return false;
+    moe_experts(a, s, true);
+    return true;
+}
+
+int cu_launch_moe(const struct cu_moe_args *a, gpuStream_t s) {
+    if (a->T <= 0) return CU_MOE_PATH_GENERAL;
     cu_launch_matmul(&a->router, s);
-    const bool cols = cu_launch_moe_cols(a, s);
-    if (!cols) moe_experts(a, s);
+    int path = CU_MOE_PATH_GENERAL;
+    if (cu_launch_moe_cols(a, s)) path = CU_MOE_PATH_COLS;
+    else if (cu_launch_moe_grouped(a, s)) path = CU_MOE_PATH_GROUPED;
+    else moe_experts(a, s, false);
     gpu_launch(moe_mix_kernel, dim3((unsigned)GPU_CEIL_DIV(a->n_embd, 256), (unsigned)a->T), dim3(256), 0, s,
         a->Y, a->wts, a->k, a->shared ? a->Ys : NULL, a->sgate ? a->glog : NULL, a->n_embd, a->out, a->res);
-    return cols;
+    return path;
 }

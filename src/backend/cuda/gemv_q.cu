@@ -1361,7 +1361,7 @@ static int split_resident(int ks) {
 }
 
 /* measured on the H200 (docs/BENCHMARKS.md); VLLMC_CUDA_MM="tr0,ks0,tr1,ks1,tr2,ks2[,p0,p1,p2]" overrides (experiments) */
-struct cu_mm_cfg cu_mm_cfg = {{8192, 65536}, {1, 4, 4}, {0, 2, 1}, {0, 0, 0}, 0, {1, 1, 1}, 64, 0, 64};
+struct cu_mm_cfg cu_mm_cfg = {{8192, 65536}, {1, 4, 4}, {0, 2, 1}, {0, 0, 0}, 0, {1, 1, 1}, 64, 0, 3, 1};
 
 static bool mm_launch_dec(const struct cu_mm_args *args, gpuStream_t s);
 
@@ -1760,4 +1760,119 @@ bool cu_launch_moe_cols(const struct cu_moe_args *a, gpuStream_t s) {
     p.swi[1] = a->merged ? a->gu_buf[0] : a->gu_buf[1]; p.swi_ld[1] = a->merged ? 2 * a->n_ff[0] : 2 * a->n_ff[1];
     moe_cols_launch<true>(p, a->down, dn, s);
     return true;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * MoE steps of many rows: the entries grouped by expert (cu_launch_moe_grouped, cuda_moe.cu). grid (row blocks of
+ * the group's matrices, routed groups then the shared expert's groups of CU_MOE_GRP tokens); the CTA shape of
+ * moe_cols_kernel. A CTA loads its expert's rows once and meets them with each entry of the group in turn (the
+ * activation chunk from L1/L2); each entry's super-block terms, shuffles and warp order are moe_cols_kernel's, so
+ * an entry's bits do not depend on the grouping.
+ * ------------------------------------------------------------------------------------------- */
+struct cu_moe_grp_args {
+    struct cu_moe_grp g[2];
+    const int32_t *perm;
+    const int4 *grp;
+    int32_t gmax, pad;
+};
+
+template <int SBW, int KT, int U>
+static __global__ void __launch_bounds__(256) moe_grp_kernel(const struct cu_moe_grp_args P) {
+    constexpr int RW = 8 / SBW, RS = RW * U;
+    __shared__ float part[16][CU_MOE_GRP][RS];
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+    const int gi = (int)blockIdx.y < P.gmax ? 0 : 1;
+    const struct cu_moe_grp &G = P.g[gi];
+    const int n_sb = (int)(G.a.n / QK_K), wsb = (n_sb + SBW - 1) / SBW, sets = (int)(blockDim.x >> 5) / wsb;
+    const int rpc = RS * sets, tpm = (G.n_rows + rpc - 1) / rpc, m = (int)blockIdx.x / tpm;
+    if (m >= G.n_mat) return; /* the whole CTA: this group has fewer row blocks */
+    const int set = wid / wsb, ws = wid - set * wsb;
+    const int rb = ((int)blockIdx.x - m * tpm) * rpc, r0 = rb + set * RS, rows = min(RS, G.n_rows - r0);
+    const int c = lane & 3, sbl = (lane >> 2) % SBW, rr = lane / (4 * SBW);
+    const int sb = ws * SBW + sbl;
+    const bool on = sb < n_sb && set < sets;
+    const uint64_t stride = G.stride[m];
+    const int type = G.type[m];
+    int64_t e = 0;
+    int start, cnt;
+    if (gi == 0) { /* routed: the group (expert, entries) comes from this step's sort (after the wait) */
+        gpu_pdl_wait();
+        const int4 gr = P.grp[blockIdx.y];
+        e = gr.x; start = gr.y; cnt = gr.z;
+    } else {
+        start = ((int)blockIdx.y - P.gmax) * CU_MOE_GRP;
+        cnt = min(CU_MOE_GRP, G.n_ent - start);
+    }
+    if (cnt <= 0) return;
+    const uint8_t *wb = G.w[m] + (size_t)e * G.exp_bytes[m] + (size_t)max(r0, 0) * stride;
+    const bool k4 = KT == 1 || (KT == 3 && type == GGML_TYPE_Q4_K);
+    k4_w w4[KT & 1 ? U : 1];
+    q6_w w6[KT & 2 ? U : 1];
+    (void)w4; (void)w6;
+    if (k4) {
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int row = u * RW + rr;
+            if (on && row < rows) w4[u] = k4_load(wb + (size_t)row * stride, n_sb, sb, c);
+            else w4[u] = k4_w{make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0), 0, 0, 0, 0};
+        }
+    } else {
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int row = u * RW + rr;
+            if (on && row < rows) w6[u] = q6_load(wb + (size_t)row * stride, n_sb, sb, c);
+            else w6[u] = q6_w{make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0), 0, 0};
+        }
+    }
+    if (gi) gpu_pdl_wait(); /* the shared expert: its weights were loaded while the kernel before finished */
+    gpu_pdl_trigger();
+    const k4_sel ks = k4_sel_make(c);
+    mv_act v;
+#pragma unroll 1
+    for (int i = 0; i < cnt; i++) {
+        const int ent = gi == 0 ? P.perm[start + i] : start + i;
+        if (on) mv_act_load(act_row(G.a, ent / G.act_div + G.act_off), !k4, sb, c, v);
+        else mv_act_zero(v);
+        float *pp = &part[wid][i][0];
+        if (k4) {
+#pragma unroll
+            for (int u = 0; u < U; u++) mv_warp_part<SBW>(k4_term<MOE_HW_HALF>(w4[u], ks, v), &pp[u * RW + rr], lane);
+        } else {
+#pragma unroll
+            for (int u = 0; u < U; u++) mv_warp_part<SBW>(q6_term<MOE_HW_HALF>(w6[u], c & 1, v), &pp[u * RW + rr], lane);
+        }
+    }
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < rpc * cnt; idx += blockDim.x) {
+        const int i = idx / rpc, jj = idx - i * rpc, st = jj / RS, j = jj - st * RS, row = rb + jj;
+        if (st >= sets || row >= G.n_rows) continue;
+        float y = part[st * wsb][i][j];
+        for (int q = 1; q < wsb; q++) y = __fadd_rn(y, part[st * wsb + q][i][j]);
+        const int ent = gi == 0 ? P.perm[start + i] : start + i;
+        G.y[m][(int64_t)ent * G.ld_y + row] = y;
+    }
+}
+
+bool cu_moe_grp_shape_ok(const struct cu_moe_mm_args *mm) {
+    moe_cols_shape sh;
+    return moe_cols_shape_of(*mm, sh);
+}
+
+void cu_launch_moe_grp_matmul(const struct cu_moe_mm_args *mm, const int32_t *perm, const int32_t *grp, int32_t gmax,
+                              gpuStream_t s) {
+    moe_cols_shape sh;
+    if (!moe_cols_shape_of(*mm, sh)) return; /* the caller checked (cu_moe_grp_shape_ok) */
+    struct cu_moe_grp_args p;
+    memset(&p, 0, sizeof(p));
+    p.g[0] = mm->g[0];
+    if (mm->n_grp > 1) p.g[1] = mm->g[1];
+    else { p.g[1] = mm->g[0]; p.g[1].n_ent = 0; }
+    p.perm = perm; p.grp = (const int4 *)grp; p.gmax = gmax;
+    const int ny = gmax + (int)GPU_CEIL_DIV(p.g[1].n_ent, CU_MOE_GRP);
+    typedef void (*fn)(const struct cu_moe_grp_args);
+    const int kt = sh.kt;
+    fn f;
+    if (sh.sbw == 2) f = kt == 1 ? moe_grp_kernel<2, 1, 4> : kt == 2 ? moe_grp_kernel<2, 2, 2> : moe_grp_kernel<2, 3, 2>;
+    else f = kt == 1 ? moe_grp_kernel<4, 1, 4> : kt == 2 ? moe_grp_kernel<4, 2, 2> : moe_grp_kernel<4, 3, 2>;
+    gpu_launch(f, dim3((unsigned)sh.bx, (unsigned)ny), dim3(32 * sh.wsb * sh.sets), 0, s, p);
 }
