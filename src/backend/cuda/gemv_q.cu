@@ -1872,7 +1872,19 @@ void cu_launch_moe_grp_matmul(const struct cu_moe_mm_args *mm, const int32_t *pe
     typedef void (*fn)(const struct cu_moe_grp_args);
     const int kt = sh.kt;
     fn f;
+#if defined(VLLMC_HIP_ARCH_GFX11)
+    /* LLVM 15 caps these wave32 kernels at 128 VGPRs: the column-split row groups (4 Q4_K, 2 else) spilled 16-24
+     * around the entry loop (scripts/hip-check.sh); half of them here, so more row blocks */
+    const int U = kt == 1 ? 2 : 1;
+    if (sh.sbw == 2) f = kt == 1 ? moe_grp_kernel<2, 1, 2> : kt == 2 ? moe_grp_kernel<2, 2, 1> : moe_grp_kernel<2, 3, 1>;
+    else f = kt == 1 ? moe_grp_kernel<4, 1, 2> : kt == 2 ? moe_grp_kernel<4, 2, 1> : moe_grp_kernel<4, 3, 1>;
+#else
+    const int U = sh.U;
     if (sh.sbw == 2) f = kt == 1 ? moe_grp_kernel<2, 1, 4> : kt == 2 ? moe_grp_kernel<2, 2, 2> : moe_grp_kernel<2, 3, 2>;
     else f = kt == 1 ? moe_grp_kernel<4, 1, 4> : kt == 2 ? moe_grp_kernel<4, 2, 2> : moe_grp_kernel<4, 3, 2>;
-    gpu_launch(f, dim3((unsigned)sh.bx, (unsigned)ny), dim3(32 * sh.wsb * sh.sets), 0, s, p);
+#endif
+    const int rpc = (8 / sh.sbw) * U * sh.sets; /* rows a CTA: the row blocks for this U */
+    int bx = 0;
+    for (int i = 0; i < mm->n_grp; i++) bx = max(bx, mm->g[i].n_mat * (int)GPU_CEIL_DIV(mm->g[i].n_rows, rpc));
+    gpu_launch(f, dim3((unsigned)bx, (unsigned)ny), dim3(32 * sh.wsb * sh.sets), 0, s, p);
 }
