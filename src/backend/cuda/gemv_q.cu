@@ -1610,6 +1610,66 @@ static __device__ int moe_route_warp(const float *l, int E, int k, int norm, int
     return want_id;
 }
 
+/* A MoE expert CTA's place (moe_cols_kernel, moe_grp_kernel): group G's matrix m, row block rb, this warp's row set
+ * and super-blocks; lane (row rr of the set's RW, super-block sb, chunk c). ok false: the group has fewer blocks. */
+template <int SBW, int RS>
+struct moe_cta {
+    int n_sb, wsb, sets, rpc, m, set, rb, r0, rows, c, rr, sb;
+    bool on, ok;
+    __device__ __forceinline__ moe_cta(const struct cu_moe_grp &G, int lane, int wid) {
+        n_sb = (int)(G.a.n / QK_K); wsb = (n_sb + SBW - 1) / SBW; sets = (int)(blockDim.x >> 5) / wsb;
+        rpc = RS * sets;
+        const int tpm = (G.n_rows + rpc - 1) / rpc;
+        m = (int)blockIdx.x / tpm;
+        ok = m < G.n_mat;
+        set = wid / wsb;
+        const int ws = wid - set * wsb;
+        rb = ((int)blockIdx.x - m * tpm) * rpc; r0 = rb + set * RS; rows = min(RS, G.n_rows - r0);
+        c = lane & 3; rr = lane / (4 * SBW);
+        sb = ws * SBW + (lane >> 2) % SBW;
+        on = sb < n_sb && set < sets;
+    }
+};
+
+/* The lane's chunk of its U rows (u * RW + rr) of expert e's matrix m: Q4_K into w4 or Q6_K into w6, zeros where
+ * the lane is off or past the set's rows. */
+template <int SBW, int KT, int U, int RS>
+static __device__ __forceinline__ void moe_w_load(const struct cu_moe_grp &G, const moe_cta<SBW, RS> &q, int64_t e, bool k4,
+                                                  k4_w *w4, q6_w *w6) {
+    constexpr int RW = 8 / SBW;
+    const uint64_t stride = G.stride[q.m];
+    const uint8_t *wb = G.w[q.m] + (size_t)e * G.exp_bytes[q.m] + (size_t)max(q.r0, 0) * stride;
+    if (KT & 1 && k4) {
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int row = u * RW + q.rr;
+            if (q.on && row < q.rows) w4[u] = k4_load(wb + (size_t)row * stride, q.n_sb, q.sb, q.c);
+            else w4[u] = k4_w{make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0), 0, 0, 0, 0};
+        }
+    } else if (KT & 2) {
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int row = u * RW + q.rr;
+            if (q.on && row < q.rows) w6[u] = q6_load(wb + (size_t)row * stride, q.n_sb, q.sb, q.c);
+            else w6[u] = q6_w{make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0), 0, 0};
+        }
+    }
+}
+
+/* One activation chunk v against the U rows: each row's super-block terms added over the warp into pp[u * RW + rr]. */
+template <int SBW, int KT, int U>
+static __device__ __forceinline__ void moe_terms(bool k4, const k4_w *w4, const q6_w *w6, const k4_sel &ks, const mv_act &v, int c,
+                                                 int rr, float *pp, int lane) {
+    constexpr int RW = 8 / SBW;
+    if (KT & 1 && k4) {
+#pragma unroll
+        for (int u = 0; u < U; u++) mv_warp_part<SBW>(k4_term<MOE_HW_HALF>(w4[u], ks, v), &pp[u * RW + rr], lane);
+    } else if (KT & 2) {
+#pragma unroll
+        for (int u = 0; u < U; u++) mv_warp_part<SBW>(q6_term<MOE_HW_HALF>(w6[u], c & 1, v), &pp[u * RW + rr], lane);
+    }
+}
+
 template <int SBW, int KT, int U, bool DOWN>
 static __global__ void __launch_bounds__(256) moe_cols_kernel(const struct cu_moe_cols_args P) {
     constexpr int RW = 8 / SBW, RS = RW * U; /* rows a row set */
@@ -1621,17 +1681,9 @@ static __global__ void __launch_bounds__(256) moe_cols_kernel(const struct cu_mo
     const int gi = (int)blockIdx.y < P.g[0].n_ent ? 0 : 1;
     const struct cu_moe_grp &G = P.g[gi];
     const int ent = gi ? (int)blockIdx.y - P.g[0].n_ent : (int)blockIdx.y;
-    const int n_sb = (int)(G.a.n / QK_K), wsb = (n_sb + SBW - 1) / SBW, sets = (int)(blockDim.x >> 5) / wsb;
-    const int rpc = RS * sets, tpm = (G.n_rows + rpc - 1) / rpc, m = (int)blockIdx.x / tpm;
-    if (m >= G.n_mat) return; /* the whole CTA: this group has fewer row blocks */
-    const int set = wid / wsb, ws = wid - set * wsb;
-    const int rb = ((int)blockIdx.x - m * tpm) * rpc, r0 = rb + set * RS, rows = min(RS, G.n_rows - r0);
+    const moe_cta<SBW, RS> q(G, lane, wid);
+    if (!q.ok) return; /* the whole CTA: this group has fewer row blocks */
     const int arow = ent / G.act_div + G.act_off;
-    const int c = lane & 3, sbl = (lane >> 2) % SBW, rr = lane / (4 * SBW);
-    const int sb = ws * SBW + sbl;
-    const bool on = sb < n_sb && set < sets;
-    const uint64_t stride = G.stride[m];
-    const int type = G.type[m];
     int64_t e = 0;
     if (G.ids) { /* routed: the expert comes from this step's router (after the wait) */
         gpu_pdl_wait();
@@ -1642,63 +1694,40 @@ static __global__ void __launch_bounds__(256) moe_cols_kernel(const struct cu_mo
                                P.ids + (int64_t)t * P.k, P.wts + (int64_t)t * P.k, lane);
         }
     }
-    const uint8_t *wb = G.w[m] + (size_t)e * G.exp_bytes[m] + (size_t)max(r0, 0) * stride;
-    const bool k4 = KT == 1 || (KT == 3 && type == GGML_TYPE_Q4_K);
+    const bool k4 = KT == 1 || (KT == 3 && G.type[q.m] == GGML_TYPE_Q4_K);
     k4_w w4[KT & 1 ? U : 1];
     q6_w w6[KT & 2 ? U : 1];
     (void)w4; (void)w6;
-    if (k4) {
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            const int row = u * RW + rr;
-            if (on && row < rows) w4[u] = k4_load(wb + (size_t)row * stride, n_sb, sb, c);
-            else w4[u] = k4_w{make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0), 0, 0, 0, 0};
-        }
-    } else {
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            const int row = u * RW + rr;
-            if (on && row < rows) w6[u] = q6_load(wb + (size_t)row * stride, n_sb, sb, c);
-            else w6[u] = q6_w{make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0), 0, 0};
-        }
-    }
+    moe_w_load<SBW, KT, U>(G, q, e, k4, w4, w6);
     if (!G.ids) gpu_pdl_wait(); /* the shared expert: its weights were loaded while the kernel before finished */
     gpu_pdl_trigger();
     cu_act_view av = act_row(G.a, arow);
     if (DOWN) { /* the entry's hidden row: SwiGLU(gate, up) as norm_quant forms it, Q8_K into shared memory */
         const int64_t n = G.a.n;
         const float *g = P.swi[gi] + (int64_t)arow * P.swi_ld[gi], *up = g + n;
-        for (int s = wid; s < n_sb; s += (int)(blockDim.x >> 5)) {
+        for (int s = wid; s < q.n_sb; s += (int)(blockDim.x >> 5)) {
             const int64_t e0 = (int64_t)s * QK_K + lane * 8;
             float a[8], b[8], v[8];
             ld8(g + e0, a);
             ld8(up + e0, b);
 #pragma unroll
-            for (int q = 0; q < 8; q++) v[q] = __fmul_rn(__fdiv_rn(a[q], __fadd_rn(1.0f, expf(-a[q]))), b[q]);
+            for (int k = 0; k < 8; k++) v[k] = __fmul_rn(__fdiv_rn(a[k], __fadd_rn(1.0f, expf(-a[k]))), b[k]);
             quant_q8_K_sb(v, h_qs + s * QK_K, h_d + s, h_bs + s * 16, lane);
         }
         __syncthreads();
         av.x = NULL; av.k_qs = h_qs; av.k_d = h_d; av.k_bs = h_bs; av.o_qs = NULL; av.o_d = NULL;
     }
     mv_act v;
-    if (on) mv_act_load(av, !k4, sb, c, v);
+    if (q.on) mv_act_load(av, !k4, q.sb, q.c, v);
     else mv_act_zero(v);
-    float *pp = &part[wid][0];
-    if (k4) {
-        const k4_sel ks = k4_sel_make(c);
-#pragma unroll
-        for (int u = 0; u < U; u++) mv_warp_part<SBW>(k4_term<MOE_HW_HALF>(w4[u], ks, v), &pp[u * RW + rr], lane);
-    } else {
-#pragma unroll
-        for (int u = 0; u < U; u++) mv_warp_part<SBW>(q6_term<MOE_HW_HALF>(w6[u], c & 1, v), &pp[u * RW + rr], lane);
-    }
+    moe_terms<SBW, KT, U>(k4, w4, w6, k4_sel_make(q.c), v, q.c, q.rr, &part[wid][0], lane);
     __syncthreads();
-    for (int i = threadIdx.x; i < rpc; i += blockDim.x) {
-        const int st = i / RS, j = i - st * RS, row = rb + i;
-        if (st >= sets || row >= G.n_rows) continue;
-        float y = part[st * wsb][j];
-        for (int q = 1; q < wsb; q++) y = __fadd_rn(y, part[st * wsb + q][j]);
-        G.y[m][(int64_t)ent * G.ld_y + row] = y;
+    for (int i = threadIdx.x; i < q.rpc; i += blockDim.x) {
+        const int st = i / RS, j = i - st * RS, row = q.rb + i;
+        if (st >= q.sets || row >= G.n_rows) continue;
+        float y = part[st * q.wsb][j];
+        for (int k = 1; k < q.wsb; k++) y = __fadd_rn(y, part[st * q.wsb + k][j]);
+        G.y[q.m][(int64_t)ent * G.ld_y + row] = y;
     }
 }
 
@@ -1783,16 +1812,8 @@ static __global__ void __launch_bounds__(256) moe_grp_kernel(const struct cu_moe
     const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
     const int gi = (int)blockIdx.y < P.gmax ? 0 : 1;
     const struct cu_moe_grp &G = P.g[gi];
-    const int n_sb = (int)(G.a.n / QK_K), wsb = (n_sb + SBW - 1) / SBW, sets = (int)(blockDim.x >> 5) / wsb;
-    const int rpc = RS * sets, tpm = (G.n_rows + rpc - 1) / rpc, m = (int)blockIdx.x / tpm;
-    if (m >= G.n_mat) return; /* the whole CTA: this group has fewer row blocks */
-    const int set = wid / wsb, ws = wid - set * wsb;
-    const int rb = ((int)blockIdx.x - m * tpm) * rpc, r0 = rb + set * RS, rows = min(RS, G.n_rows - r0);
-    const int c = lane & 3, sbl = (lane >> 2) % SBW, rr = lane / (4 * SBW);
-    const int sb = ws * SBW + sbl;
-    const bool on = sb < n_sb && set < sets;
-    const uint64_t stride = G.stride[m];
-    const int type = G.type[m];
+    const moe_cta<SBW, RS> q(G, lane, wid);
+    if (!q.ok) return; /* the whole CTA: this group has fewer row blocks */
     int64_t e = 0;
     int start, cnt;
     if (gi == 0) { /* routed: the group (expert, entries) comes from this step's sort (after the wait) */
@@ -1804,52 +1825,30 @@ static __global__ void __launch_bounds__(256) moe_grp_kernel(const struct cu_moe
         cnt = min(CU_MOE_GRP, G.n_ent - start);
     }
     if (cnt <= 0) return;
-    const uint8_t *wb = G.w[m] + (size_t)e * G.exp_bytes[m] + (size_t)max(r0, 0) * stride;
-    const bool k4 = KT == 1 || (KT == 3 && type == GGML_TYPE_Q4_K);
+    const bool k4 = KT == 1 || (KT == 3 && G.type[q.m] == GGML_TYPE_Q4_K);
     k4_w w4[KT & 1 ? U : 1];
     q6_w w6[KT & 2 ? U : 1];
     (void)w4; (void)w6;
-    if (k4) {
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            const int row = u * RW + rr;
-            if (on && row < rows) w4[u] = k4_load(wb + (size_t)row * stride, n_sb, sb, c);
-            else w4[u] = k4_w{make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0), 0, 0, 0, 0};
-        }
-    } else {
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            const int row = u * RW + rr;
-            if (on && row < rows) w6[u] = q6_load(wb + (size_t)row * stride, n_sb, sb, c);
-            else w6[u] = q6_w{make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0), 0, 0};
-        }
-    }
+    moe_w_load<SBW, KT, U>(G, q, e, k4, w4, w6);
     if (gi) gpu_pdl_wait(); /* the shared expert: its weights were loaded while the kernel before finished */
     gpu_pdl_trigger();
-    const k4_sel ks = k4_sel_make(c);
+    const k4_sel ks = k4_sel_make(q.c);
     mv_act v;
 #pragma unroll 1
     for (int i = 0; i < cnt; i++) {
         const int ent = gi == 0 ? P.perm[start + i] : start + i;
-        if (on) mv_act_load(act_row(G.a, ent / G.act_div + G.act_off), !k4, sb, c, v);
+        if (q.on) mv_act_load(act_row(G.a, ent / G.act_div + G.act_off), !k4, q.sb, q.c, v);
         else mv_act_zero(v);
-        float *pp = &part[wid][i][0];
-        if (k4) {
-#pragma unroll
-            for (int u = 0; u < U; u++) mv_warp_part<SBW>(k4_term<MOE_HW_HALF>(w4[u], ks, v), &pp[u * RW + rr], lane);
-        } else {
-#pragma unroll
-            for (int u = 0; u < U; u++) mv_warp_part<SBW>(q6_term<MOE_HW_HALF>(w6[u], c & 1, v), &pp[u * RW + rr], lane);
-        }
+        moe_terms<SBW, KT, U>(k4, w4, w6, ks, v, q.c, q.rr, &part[wid][i][0], lane);
     }
     __syncthreads();
-    for (int idx = threadIdx.x; idx < rpc * cnt; idx += blockDim.x) {
-        const int i = idx / rpc, jj = idx - i * rpc, st = jj / RS, j = jj - st * RS, row = rb + jj;
-        if (st >= sets || row >= G.n_rows) continue;
-        float y = part[st * wsb][i][j];
-        for (int q = 1; q < wsb; q++) y = __fadd_rn(y, part[st * wsb + q][i][j]);
+    for (int idx = threadIdx.x; idx < q.rpc * cnt; idx += blockDim.x) {
+        const int i = idx / q.rpc, jj = idx - i * q.rpc, st = jj / RS, j = jj - st * RS, row = q.rb + jj;
+        if (st >= q.sets || row >= G.n_rows) continue;
+        float y = part[st * q.wsb][i][j];
+        for (int k = 1; k < q.wsb; k++) y = __fadd_rn(y, part[st * q.wsb + k][i][j]);
         const int ent = gi == 0 ? P.perm[start + i] : start + i;
-        G.y[m][(int64_t)ent * G.ld_y + row] = y;
+        G.y[q.m][(int64_t)ent * G.ld_y + row] = y;
     }
 }
 
