@@ -154,6 +154,16 @@ static void test_arch(const char *arch, const char *path) {
         CHECK(model_load(path, bes[bi], &m) == VLLMC_OK);
         if (!m) { fprintf(stderr, "%s\n", vllmc_last_error()); break; }
         CHECK(m->hp.n_layer == NL && m->hp.n_vocab == NV && m->hp.n_attn_layers == NL);
+        /* bytes a decode token reads (vllmc bench's roofline): every tensor of the file once, but an untied token
+         * table one row (qwen2's test model ties it to the head, which reads all of it) */
+        uint64_t want = 0;
+        for (uint64_t i = 0; i < m->gguf->n_tensors; i++) want += m->gguf->tensors[i].size_bytes;
+        const struct gguf_tensor *te = gguf_find_tensor(m->gguf, "token_embd.weight");
+        const bool untied = gguf_find_tensor(m->gguf, "output.weight") != NULL;
+        CHECK(te && untied == (strcmp(arch, "qwen2") != 0));
+        if (te && untied) want -= te->size_bytes - quant_row_size(te->type, te->ne[0]);
+        CHECK_MSG(model_active_weight_bytes(m) == want, "%s: active weight bytes %llu, want %llu", arch,
+                  (unsigned long long)model_active_weight_bytes(m), (unsigned long long)want);
         CHECK(model_reserve(m, 48, 48) == VLLMC_OK);
         /* (a) each sequence alone, one prefill chunk */
         const int32_t *alone[2] = {tab_alone, tab_alone};

@@ -337,9 +337,15 @@ uint64_t model_weight_bytes(const struct model *m) {
 uint64_t model_active_weight_bytes(struct model *m) {
     int32_t n_used = 0;
     if (model_get_u32(m, "expert_used_count", &n_used, false) != VLLMC_OK) n_used = 0;
+    /* the token table: one row a token, unless it is also the (tied) LM head, which reads all of it */
+    const bool tied = m->output.data == m->tok_embd.data;
     uint64_t total = 0;
     for (int32_t i = 0; i < m->n_bound; i++) {
         const struct bk_tensor *t = m->bound[i];
+        if (t == &m->tok_embd && !tied) {
+            total += t->row_size_bytes;
+            continue;
+        }
         const uint64_t matrix = t->row_size_bytes * (uint64_t)t->ne[1];
         /* a 3-D expert tensor: a decode step reads only the chosen experts' matrices */
         const int64_t n_mat = t->ne[2] > 1 && n_used > 0 && n_used < t->ne[2] ? n_used : t->ne[2];
