@@ -163,6 +163,7 @@ static void moe_experts(const struct cu_moe_args *a, gpuStream_t s, bool grouped
  * least moe_group_rows rows, the scratch for the sort (perm, grp). */
 static bool moe_grouped_ok(const struct cu_moe_args *a) {
     return cu_mm_cfg.moe_group_rows > 0 && a->T >= cu_mm_cfg.moe_group_rows && a->perm && a->grp && a->E <= MOE_MAX_EXPERT &&
+           (int64_t)a->gmax + (a->T + CU_MOE_GRP - 1) / CU_MOE_GRP <= 65535 && /* a group a grid row */
            !(a->router.row_order && !cu_mm_cfg.cols_invariant) && cu_moe_grp_shape_ok(&a->gu) && cu_moe_grp_shape_ok(&a->down);
 }
 

@@ -1732,7 +1732,7 @@ static __global__ void __launch_bounds__(256) moe_cols_kernel(const struct cu_mo
 }
 
 /* The launch shape of one of the two expert launches: every matrix Q4_K or Q6_K (kt: 1 Q4_K, 2 Q6_K, 3 both), all
- * groups of one width (n_sb super-blocks, at most 8 warps a row), at most 65,535 entries. False if it has none. */
+ * groups of one width (n_sb super-blocks, at most 8 warps a row). False if it has none. */
 struct moe_cols_shape { int kt, sbw, wsb, sets, U, bx, total; };
 static bool moe_cols_shape_of(const struct cu_moe_mm_args &mm, moe_cols_shape &sh) {
     int kt = 0, n_sb = 0, total = 0;
@@ -1750,7 +1750,7 @@ static bool moe_cols_shape_of(const struct cu_moe_mm_args &mm, moe_cols_shape &s
     sh.kt = kt; sh.total = total;
     sh.sbw = n_sb <= 16 ? 2 : 4;
     sh.wsb = (n_sb + sh.sbw - 1) / sh.sbw;
-    if (!kt || sh.wsb > 8 || total > 65535) return false;
+    if (!kt || sh.wsb > 8) return false;
     sh.sets = max(1, 4 / sh.wsb);
     sh.U = kt == 1 ? 4 : 2;
     const int rpc = (8 / sh.sbw) * sh.U * sh.sets;
@@ -1779,7 +1779,8 @@ bool cu_launch_moe_cols(const struct cu_moe_args *a, gpuStream_t s) {
     for (int i = 0; i < 1 + (a->shared && !a->merged); i++) /* the down launch forms these rows in shared memory */
         if (a->hfmts[i] != BK_ACT_BIT(BK_ACT_Q8_K) || a->n_ff[i] > MOE_SWI_MAX || a->n_ff[i] % QK_K) return false;
     moe_cols_shape gu, dn;
-    if (!moe_cols_shape_of(a->gu, gu) || !moe_cols_shape_of(a->down, dn)) return false;
+    if (!moe_cols_shape_of(a->gu, gu) || !moe_cols_shape_of(a->down, dn) || gu.total > 65535 || dn.total > 65535)
+        return false; /* an entry a grid row */
     struct cu_moe_cols_args p;
     memset(&p, 0, sizeof(p));
     p.logits = a->logits; p.E = a->E; p.k = a->k; p.norm = a->norm; p.ids = a->ids; p.wts = a->wts;
