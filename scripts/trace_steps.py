@@ -86,3 +86,16 @@ for k in sorted(cost, key=lambda k: -cost[k]):
     print("%-70s %7.1f %9.2f %9.2f %5.1f%%" % (k[:70], calls[k] / nsteps, dur[k] / nsteps / 1e3,
                                              cost[k] / nsteps / 1e3, 100 * cost[k] / tot if tot else 0))
 print("sum of cost per step %.1f us; GPU idle between kernels %.1f us" % (tot / nsteps / 1e3, idle / nsteps / 1e3))
+
+# the same by kernel family (the first match of the kernel's name)
+FAMILIES = [("mat-vec", ("mm_kernel",)), ("MoE mix", ("moe_mix",)), ("MoE route / sort", ("moe_route", "moe_sort")),
+            ("MoE experts", ("moe_",)), ("norm + quantize", ("norm_quant", "rmsnorm")), ("attention", ("attn_", "kv_store", "rope")),
+            ("GDN", ("gdn_",)), ("LM head argmax", ("argmax",))]
+fam_cost, fam_calls = defaultdict(float), defaultdict(int)
+for k in cost:
+    f = next((name for name, keys in FAMILIES if any(k.startswith(x) for x in keys)), "other")
+    fam_cost[f] += cost[k]
+    fam_calls[f] += calls[k]
+print("%-24s %7s %9s %6s" % ("family", "calls", "cost us", "share"))
+for f in sorted(fam_cost, key=lambda f: -fam_cost[f]):
+    print("%-24s %7.1f %9.2f %5.1f%%" % (f, fam_calls[f] / nsteps, fam_cost[f] / nsteps / 1e3, 100 * fam_cost[f] / tot if tot else 0))
