@@ -4,7 +4,7 @@
 With programmatic dependent launch a kernel starts before its predecessor ends and waits inside, so its
 duration overstates it. The cost charged to a kernel here is how far it moves the end of the timeline:
 max(0, end - latest end before it). Steps are delimited by the argmax kernel (one per decode step); the
-table covers the second half of the decode steps of the last run in the trace.
+table covers the second half of the longest stretch of decode steps in the trace.
 usage: trace_steps.py TRACE.csv [step-kernel-substring]"""
 import csv, re, sys
 from collections import defaultdict
@@ -57,11 +57,15 @@ if len(ends) < 8:
 gaps = [rows[ends[k + 1]][1] - rows[ends[k]][1] for k in range(len(ends) - 1)]
 gaps_sorted = sorted(gaps)
 typical = gaps_sorted[len(gaps_sorted) // 2]
-last = len(ends) - 1
-first = last
-while first > 0 and gaps[first - 1] < 3 * typical:
-    first -= 1
-first = (first + last) // 2  # second half of the run's decode steps
+# the longest stretch of markers whose gaps are all one step (the last such on ties): a host hiccup or a graph
+# capture inside the run ends a stretch, so taking only the last one could leave a handful of steps
+best, first, last, k0 = -1, 0, 0, 0
+for k in range(len(gaps) + 1):
+    if k == len(gaps) or gaps[k] >= 3 * typical:
+        if k - k0 >= best:
+            best, first, last = k - k0, k0, k
+        k0 = k + 1
+first = (first + last) // 2  # second half of the stretch's decode steps
 nsteps = last - first
 lo, hi = ends[first] + 1, ends[last] + 1
 cost = defaultdict(float)
