@@ -33,7 +33,7 @@
 # of the timeline). Stage var (not default) times the batch-1 decode of BENCH_MODELS once per VARIANTS entry
 # ("name:VAR=v,VAR2=w ..."; VAR_ARGS, default -p 512 -g 256 -r 5): environment A/B runs on one machine. Stage binvar
 # (not default) does the same for the vllmc_<name> builds gpu-carry.sh's EXTRA_BUILDS put beside vllmc (compile-time
-# A/B, e.g. EXTRA_BUILDS="hwhalf:-DVLLMC_GPU_HW_HALF").
+# A/B, e.g. EXTRA_BUILDS="name:-DFLAG").
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu-out}
@@ -43,6 +43,7 @@ BENCH_ARGS=${BENCH_ARGS:-"-p 512 -g 256 -r 5"}
 BENCH_EAGER=${BENCH_EAGER:-1}
 mkdir -p "$OUT"
 has() { [[ " $STAGES " == *" $1 "* ]]; }
+wait_models() { for i in $(seq 1 240); do [ -f /tmp/models/done ] && break; sleep 1; done; } # the background synth
 summary=()
 note() { summary+=("$1"); echo "== $1"; }
 
@@ -170,7 +171,7 @@ if has sanitize; then
 fi
 
 if has bench; then
-    for i in $(seq 1 240); do [ -f /tmp/models/done ] && break; sleep 1; done
+    wait_models
     for m in $BENCH_MODELS; do
         f=/tmp/models/$m.gguf
         [ -s "$f" ] || { note "$m: model not generated ($(tail -2 /tmp/models/$m.log))"; continue; }
@@ -188,7 +189,7 @@ if has bench; then
 fi
 
 if { has engine && [ -n "${ENGINE_MODELS:-}" ]; } || has ebench; then
-    for i in $(seq 1 240); do [ -f /tmp/models/done ] && break; sleep 1; done
+    wait_models
 fi
 if has engine; then # batch invariance on the real shapes (tile order vs row order matters at 2,560 columns)
     for m in ${ENGINE_MODELS:-}; do
@@ -242,7 +243,7 @@ if has gen; then # `vllmc generate` on the GPU: greedy ids with graphs, eager an
 fi
 
 if has serve; then # the OpenAI server on the GPU under `vllmc bench serve` (SERVE_MODELS, SERVE_ARGS)
-    for i in $(seq 1 240); do [ -f /tmp/models/done ] && break; sleep 1; done
+    wait_models
     for m in ${SERVE_MODELS:-qwen35-4b}; do
         f=/tmp/models/$m.gguf
         [ -s "$f" ] || { note "serve $m: model not generated"; continue; }
@@ -292,7 +293,7 @@ if has real; then # a real checkpoint at REAL_MODEL (carried in parts: docs/BENC
 fi
 
 if has trace; then # in-graph kernel costs of the decode (nsys, graph nodes traced): scripts/trace_steps.py
-    for i in $(seq 1 240); do [ -f /tmp/models/done ] && break; sleep 1; done
+    wait_models
     NSYS=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys /usr/local/cuda/nsight-systems*/bin/nsys 2>/dev/null | head -1)
     for m in ${TRACE_MODELS:-${BENCH_MODELS%% *}}; do
         f=/tmp/models/$m.gguf
@@ -315,7 +316,7 @@ if has trace; then # in-graph kernel costs of the decode (nsys, graph nodes trac
 fi
 
 if has var; then # decode A/B of environment variants: VARIANTS="name:VAR=v,VAR2=w name2:..." on BENCH_MODELS (VAR_ARGS)
-    for i in $(seq 1 240); do [ -f /tmp/models/done ] && break; sleep 1; done
+    wait_models
     for m in $BENCH_MODELS; do
         f=/tmp/models/$m.gguf
         [ -s "$f" ] || { note "var $m: model not generated"; continue; }
@@ -329,7 +330,7 @@ if has var; then # decode A/B of environment variants: VARIANTS="name:VAR=v,VAR2
 fi
 
 if has binvar; then # the vllmc_<name> builds carried beside vllmc (gpu-carry.sh EXTRA_BUILDS), same bench each
-    for i in $(seq 1 240); do [ -f /tmp/models/done ] && break; sleep 1; done
+    wait_models
     for m in $BENCH_MODELS; do
         f=/tmp/models/$m.gguf
         [ -s "$f" ] || continue
@@ -344,7 +345,7 @@ if has binvar; then # the vllmc_<name> builds carried beside vllmc (gpu-carry.sh
 fi
 
 if has ab; then
-    for i in $(seq 1 240); do [ -f /tmp/models/done ] && break; sleep 1; done
+    wait_models
     best=""
     [ -s "$OUT/bench_gemv.txt" ] && best=$(python3 - "$OUT/bench_gemv.txt" <<'PYEOF'
 import re, sys
@@ -387,7 +388,7 @@ PYEOF
 fi
 
 if has prefillbench; then # pp512 with its profile, the same without the prefill paths, and the GEMM row threshold
-    for i in $(seq 1 240); do [ -f /tmp/models/done ] && break; sleep 1; done
+    wait_models
     f=/tmp/models/qwen35-4b.gguf
     timeout 100 "$BIN/vllmc" bench -m "$f" -p 512 -g 32 -r 5 --profile >"$OUT/pp_new.txt" 2>&1; rc=$?
     sed -n '/profile of the prefill/,/wall TTFT/p' "$OUT/pp_new.txt"

@@ -16,13 +16,6 @@
 
 #if defined(__CUDACC__) || defined(__HIPCC__)
 #define VLLMC_HD __host__ __device__
-#if defined(VLLMC_GPU_HW_HALF) /* measurement builds: the device's fp16_to_fp32 by the conversion instruction */
-#if defined(__HIPCC__)
-#include <hip/hip_fp16.h>
-#else
-#include <cuda_fp16.h>
-#endif
-#endif
 #else
 #define VLLMC_HD
 #endif
@@ -83,11 +76,6 @@ static const int8_t kvalues_mxfp4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3,
 
 /* IEEE binary16 <-> binary32, bit-exact with ggml (RNE; NaN -> 0x7E00 keeping the sign). */
 static inline VLLMC_HD float fp16_to_fp32(ggml_half h) {
-#if defined(VLLMC_GPU_HW_HALF) && (defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__))
-    /* the same value for every half but NaN payloads; in the mat-vecs' super-block terms it compiled to 94 -> 98
-     * registers, so it is a build option until measured (scripts/gpu-carry.sh EXTRA_BUILDS) */
-    return __half2float(__ushort_as_half(h));
-#else
     uint32_t sign = (uint32_t)(h & 0x8000) << 16;
     uint32_t exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
     if (exp == 0) {
@@ -102,7 +90,6 @@ static inline VLLMC_HD float fp16_to_fp32(ggml_half h) {
     float f;
     memcpy(&f, &bits, 4);
     return f;
-#endif
 }
 
 static inline VLLMC_HD ggml_half fp32_to_fp16(float f) {

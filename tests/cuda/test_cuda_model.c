@@ -14,6 +14,12 @@
 #include "model/model.h"
 #include "test.h"
 
+/* The backend's on-by-default switches: off only when set to "0" (as backend_cuda_create reads them). */
+static bool env_on(const char *name) {
+    const char *e = getenv(name);
+    return !(e && !strcmp(e, "0"));
+}
+
 struct inst { struct backend *be; struct model *m; struct bk_kv_cache *kv; };
 
 static int inst_open(struct inst *in, const char *path, int which, int max_tokens, int n_blocks) {
@@ -98,18 +104,15 @@ int main(int argc, char **argv) {
            (unsigned long long)cs.graph_captures, (unsigned long long)cs.graph_replays, (unsigned long long)cs.fused_adds,
            (unsigned long long)cs.fused_attn);
     CHECK(cs.graph_captures >= 1 && cs.graph_replays + cs.graph_captures >= (uint64_t)D);
-    const char *fa = getenv("VLLMC_CUDA_FUSE_ADD"); /* graph steps fuse the adds; the eager backend does not */
-    if (!(fa && !strcmp(fa, "0"))) CHECK_MSG(cs.fused_adds > 0, "no residual add was fused");
+    if (env_on("VLLMC_CUDA_FUSE_ADD")) CHECK_MSG(cs.fused_adds > 0, "no residual add was fused"); /* graph steps only */
     /* the qwen35 families' attention layers (q / k norm, RoPE, gate, head_dim 256) take the fused decode launches */
-    const char *fat = getenv("VLLMC_CUDA_FUSE_ATTN");
-    if (!(fat && !strcmp(fat, "0")) && !strncmp(x[1].m->hp.arch, "qwen35", 6))
+    if (env_on("VLLMC_CUDA_FUSE_ATTN") && !strncmp(x[1].m->hp.arch, "qwen35", 6))
         CHECK_MSG(cs.fused_attn > 0, "no decode attention was fused");
     /* the GDN conv moves into the in-proj matmul's epilogue where the conv channels' weights are Q4_K / Q6_K */
     const struct gguf_tensor *qkv = gguf_find_tensor(x[1].m->gguf, "blk.0.attn_qkv.weight");
-    const char *fcv = getenv("VLLMC_CUDA_FUSE_CONV");
     printf("test_cuda_model: GDN convs fused into the in-proj matmul %llu; MoE ops on the column-split kernels %llu, grouped by expert %llu\n",
            (unsigned long long)cs.fused_conv, (unsigned long long)cs.moe_cols, (unsigned long long)cs.moe_grouped);
-    if (!(fcv && !strcmp(fcv, "0")) && qkv && (qkv->type == GGML_TYPE_Q4_K || qkv->type == GGML_TYPE_Q6_K))
+    if (env_on("VLLMC_CUDA_FUSE_CONV") && qkv && (qkv->type == GGML_TYPE_Q4_K || qkv->type == GGML_TYPE_Q6_K))
         CHECK_MSG(cs.fused_conv > 0, "no GDN conv was fused");
     for (int i = 0; i < 3; i++) { free(lg[i]); inst_close(&x[i]); }
     free(tok); free(pos); free(sidx); free(bt);

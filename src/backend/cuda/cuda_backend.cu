@@ -96,7 +96,6 @@ struct cu_backend {
     /* recording and graphs */
     bool recording;
     std::vector<uint8_t> rec;
-    size_t last_rec;           /* offset of the last record in rec (SIZE_MAX: none) */
     std::vector<size_t> rec_offs; /* offsets of this step's records (the fusions look back a few) */
     bool fuse_attn;            /* recorded steps: q / k norm + RoPE + KV store, and sigmoid gate + quantize, into the
                                   attention's launches */
@@ -242,7 +241,6 @@ static vllmc_status submit(cu_backend *c, int op, const void *args, size_t n) {
         const uint32_t hdr[2] = {(uint32_t)op, (uint32_t)padded};
         memcpy(&c->rec[off], hdr, 8);
         memcpy(&c->rec[off + 8], args, n);
-        c->last_rec = off;
         c->rec_offs.push_back(off);
         return VLLMC_OK;
     }
@@ -576,7 +574,6 @@ static vllmc_status cu_batch_set(struct backend *be, const struct bk_batch *b) {
     c->recording = !c->eager && !c->profile && b->n_tokens == b->n_logits && b->n_tokens == b->n_seqs &&
                    b->n_tokens <= CU_GRAPH_MAX_TOKENS;
     rec_reset(c);
-    c->last_rec = SIZE_MAX;
     rec_upload r;
     memset(&r, 0, sizeof(r));
     r.dst = c->d_batch; r.src = c->h_stage; r.bytes = (uint64_t)c->words * 4;
@@ -627,7 +624,6 @@ static void *rec_back(cu_backend *c, size_t back, uint32_t *op) {
 static void rec_drop(cu_backend *c, size_t n) {
     c->rec.resize(c->rec_offs[c->rec_offs.size() - n]);
     c->rec_offs.resize(c->rec_offs.size() - n);
-    c->last_rec = c->rec_offs.empty() ? SIZE_MAX : c->rec_offs.back();
 }
 
 /* In a recorded step, the attention's combine takes the ops that follow it on its output: out *= sigmoid(gate)
@@ -833,18 +829,17 @@ static vllmc_status cu_matmul(struct backend *be, const struct bk_act *act, int 
  * n_cols: the op's epilogue adds each output into y as it writes it (same float sums, so the bits equal
  * those of the separate add; x is still written). False when the last record is not such an op. */
 static bool fuse_add(cu_backend *c, float *y, const float *x, int64_t n_rows, int64_t n_cols) {
-    if (!c->recording || !c->fuse_add || c->last_rec == SIZE_MAX || y == x) return false;
-    uint32_t hdr[2];
-    memcpy(hdr, &c->rec[c->last_rec], 8);
-    void *args = &c->rec[c->last_rec + 8]; /* records start 8-byte aligned */
-    if (hdr[0] == CU_OP_MATMUL) {
+    uint32_t op = 0;
+    void *args = c->fuse_add && y != x ? rec_back(c, 1, &op) : NULL;
+    if (!args) return false;
+    if (op == CU_OP_MATMUL) {
         rec_matmul *r = (rec_matmul *)args;
         struct cu_mm_seg *sg = &r->a.seg[0];
         if (r->a.n_seg != 1 || r->a.n_act != n_rows || sg->y != x || sg->ld_y != n_cols || sg->n_rows != n_cols ||
             sg->res || r->a.a.x == y)
             return false;
         sg->res = y;
-    } else if (hdr[0] == CU_OP_MOE) {
+    } else if (op == CU_OP_MOE) {
         rec_moe *r = (rec_moe *)args;
         if (r->a.out != x || r->a.n_embd != n_cols || r->a.T != n_rows || r->a.res || r->a.router.a.x == y) return false;
         r->a.res = y;
@@ -1394,6 +1389,12 @@ static const struct backend_ops cu_ops = {
     cu_mem_info,
 };
 
+/* An on-by-default switch from the environment: off only when set to "0". */
+static bool env_on(const char *name) {
+    const char *e = getenv(name);
+    return !(e && !strcmp(e, "0"));
+}
+
 extern "C" vllmc_status backend_cuda_create(const struct backend_cuda_opts *o, struct backend **out) {
     *out = NULL;
     const int dev = o ? o->device : 0;
@@ -1405,15 +1406,12 @@ extern "C" vllmc_status backend_cuda_create(const struct backend_cuda_opts *o, s
     c->base.n_threads = 1;
     c->eager = o && o->enforce_eager;
     c->profile = o && o->profile;
-    const char *env = getenv("VLLMC_CUDA_PDL"); /* "0": plain launches (comparisons) */
-    c->pdl = !c->profile && !(env && !strcmp(env, "0"));
-    env = getenv("VLLMC_CUDA_FUSE_ADD");
-    c->fuse_add = !(env && !strcmp(env, "0"));
-    env = getenv("VLLMC_CUDA_FUSE_ATTN");
-    c->fuse_attn = !(env && !strcmp(env, "0"));
-    env = getenv("VLLMC_CUDA_FUSE_CONV");
-    c->fuse_conv = !(env && !strcmp(env, "0"));
-    c->last_rec = SIZE_MAX;
+    /* switches on by default, "0" turns each off (comparisons) */
+    c->pdl = !c->profile && env_on("VLLMC_CUDA_PDL"); /* plain launches when off */
+    c->fuse_add = env_on("VLLMC_CUDA_FUSE_ADD");
+    c->fuse_attn = env_on("VLLMC_CUDA_FUSE_ATTN");
+    c->fuse_conv = env_on("VLLMC_CUDA_FUSE_CONV");
+    const char *env;
     if ((env = getenv("VLLMC_CUDA_MM"))) { /* "tr0,ks0,tr1,ks1,tr2,ks2[,p0,p1,p2]": mat-vec kernel choice (comparisons) */
         int v[9] = {0, 0, 0, 0, 0, 0, 0, 0, 0};
         const int nv = sscanf(env, "%d,%d,%d,%d,%d,%d,%d,%d,%d", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7], &v[8]);
@@ -1431,7 +1429,6 @@ extern "C" vllmc_status backend_cuda_create(const struct backend_cuda_opts *o, s
     if ((env = getenv("VLLMC_CUDA_MMV_INVARIANT"))) cu_mm_cfg.cols_invariant = atoi(env) != 0; /* 1: the column-split kernels
                                                                                              under batch invariance too */
     if ((env = getenv("VLLMC_CUDA_DEC"))) backend_cuda_set_decode_rows(atoi(env));
-    if ((env = getenv("VLLMC_CUDA_ATTN_P"))) cu_attn_positions = atoi(env); /* decode attention: positions a warp loads a round */
     if ((env = getenv("VLLMC_CUDA_MOE_COLS"))) backend_cuda_set_moe_cols(atoi(env)); /* MoE ops of up to N rows on the
                                                                                    column-split expert kernels; 0 off */
     if ((env = getenv("VLLMC_CUDA_MOE_GROUP"))) backend_cuda_set_moe_group(atoi(env)); /* MoE ops of N rows or more with the
@@ -1443,10 +1440,8 @@ extern "C" vllmc_status backend_cuda_create(const struct backend_cuda_opts *o, s
     c->gemm_min_rows = GEMM_MIN_ROWS;
     env = getenv("VLLMC_CUDA_GEMM_ROWS");
     if (env && *env) c->gemm_min_rows = atoi(env);
-    env = getenv("VLLMC_CUDA_GDN_CHUNKED");
-    c->gdn_chunked = !(env && !strcmp(env, "0"));
-    env = getenv("VLLMC_CUDA_ATTN_PREFILL");
-    c->attn_prefill = !(env && !strcmp(env, "0"));
+    c->gdn_chunked = env_on("VLLMC_CUDA_GDN_CHUNKED");
+    c->attn_prefill = env_on("VLLMC_CUDA_ATTN_PREFILL");
     env = getenv("VLLMC_CUDA_GEMM_ACT");
     c->gemm_act_q8 = env && !strcmp(env, "q8");
 #if defined(VLLMC_HIP)

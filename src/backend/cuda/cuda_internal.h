@@ -57,13 +57,6 @@ struct cu_act_mut {
 /* Split pointers of an act's format buffers (NULL for formats not allocated). */
 struct cu_act_mut cu_act_split(const struct bk_act *a);
 
-/* The short kernels load their small weights (norm_quant's norm, the GDN rule's dt_bias and A) before the dependency
- * wait, so the load from DRAM is not on the step's critical path (weights are never written by a kernel); 0 for the
- * A/B build. */
-#ifndef VLLMC_GPU_WPRE
-#define VLLMC_GPU_WPRE 1
-#endif
-
 /* ---- fused matmul: up to CU_MM_MAX_SEG weights sharing one activation ---- */
 #define CU_MM_MAX_SEG 4
 struct cu_mm_seg {
@@ -197,9 +190,6 @@ struct cu_attn_args {
     uint32_t qfmts, pad1;
 };
 void cu_launch_attention(const struct cu_batch_dev *b, const struct cu_attn_args *a, gpuStream_t s);
-/* Positions each warp of the decode split kernel loads per round: 2 (default), 4 or 8 (VLLMC_CUDA_ATTN_P; 4 measured
- * equal, 8 slower: the kernel is not held by its rounds). */
-extern int cu_attn_positions;
 /* The KV store alone (the first kernel of cu_launch_attention). */
 void cu_launch_kv_store(const struct cu_batch_dev *b, const struct cu_attn_args *a, gpuStream_t s);
 /* Prefill attention (attn_prefill.cu): the KV store, then one CTA per (chunk of b->chunks, query head); head_dim

@@ -10,8 +10,10 @@
  *   5. down of every entry and of the shared expert, one launch, each entry into its own row;
  *   6. mix: out = sum over slots in selection order of w * y (then + sigmoid gate * shared), a fixed order,
  *      no atomics, so results are deterministic and equal the reference's order.
- * Steps of few rows with Q4_K / Q6_K experts (cu_launch_moe_cols says where) take four: 2 and 3 become one column-split launch
- * whose CTAs route their token themselves, 4 and 5 one whose CTAs form their hidden row (gemv_q.cu). */
+ * With Q4_K / Q6_K experts, steps of 1-3 rows (cu_launch_moe_cols says where) take four: 2 and 3 become one
+ * column-split launch whose CTAs route their token themselves, 4 and 5 one whose CTAs form their hidden row
+ * (gemv_q.cu); steps of more rows (cu_launch_moe_grouped) sort the entries by expert after 2, and 3 and 5 load each
+ * expert's rows once for up to CU_MOE_GRP of its entries. */
 #include "backend/cuda/cuda_internal.h"
 #include "quant/quant.h"
 

@@ -201,6 +201,7 @@ void cu_launch_rope(const struct cu_batch_dev *b, float *x, int64_t ld, int32_t 
 /* ---- attention ---- */
 
 #define ATT_WARPS 4
+#define ATT_P 2 /* positions a warp loads a round in the decode split kernel */
 
 static __device__ __forceinline__ size_t kv_slot_index(const struct cu_batch_dev &b, const struct cu_attn_args &a, int t, int kvh) {
     const int32_t p = b.pos[t];
@@ -273,7 +274,7 @@ static __global__ void __launch_bounds__(32 * ATT_WARPS) attn_split_kernel(struc
 #pragma unroll
     for (int e = 0; e < D; e++) {
         acc[e] = 0.f;
-        q[e] = f16 ? kv_f16(fp32_to_fp16(qp[e])) : qp[e];
+        q[e] = f16 ? gpu_h2f(fp32_to_fp16(qp[e])) : qp[e];
     }
     float m = -INFINITY, l = 0.f;
     for (int tau = t0 + wid; tau < t1; tau += P * ATT_WARPS) {
@@ -384,8 +385,6 @@ static __global__ void attn_combine_kernel(struct cu_batch_dev b, struct cu_attn
         quant_q8_0_lane(v, a.qo.o_qs + t * n + e0, a.qo.o_d + t * (n / 32) + e0 / 32, lane, true);
 }
 
-int cu_attn_positions = 2;
-
 void cu_launch_kv_store(const struct cu_batch_dev *b, const struct cu_attn_args *a, gpuStream_t s) {
     gpu_launch(kv_store_kernel, dim3(b->n_tokens), dim3(256), 0, s, *b, *a);
 }
@@ -402,17 +401,13 @@ void cu_launch_attention(const struct cu_batch_dev *b, const struct cu_attn_args
         const int nt = min(group, b->n_tokens - t0);
         a.t0 = t0;
         const dim3 g(a.n_split, a.n_head, nt);
-        const int P = cu_attn_positions == 4 || cu_attn_positions == 8 ? cu_attn_positions : 2;
+        /* 2 positions a warp a round: 4 measured the same and 8 slower (BENCHMARKS.md, "Fewer launches a step") */
         const dim3 blk(32 * ATT_WARPS);
         switch (a.head_dim) {
-        case 32: gpu_launch(P == 2 ? attn_split_kernel<1, 2> : P == 4 ? attn_split_kernel<1, 4> : attn_split_kernel<1, 8>, g, blk, 0, s, *b, a); break;
-        case 64: gpu_launch(P == 2 ? attn_split_kernel<2, 2> : P == 4 ? attn_split_kernel<2, 4> : attn_split_kernel<2, 8>, g, blk, 0, s, *b, a); break;
-        case 128: gpu_launch(P == 2 ? attn_split_kernel<4, 2> : P == 4 ? attn_split_kernel<4, 4> : attn_split_kernel<4, 8>, g, blk, 0, s, *b, a); break;
-#if defined(VLLMC_HIP) /* head_dim 256 with 8 positions a round spills 90 VGPRs on gfx11 (128 a lane): 4 there */
-        default: gpu_launch(P == 2 ? attn_split_kernel<8, 2> : attn_split_kernel<8, 4>, g, blk, 0, s, *b, a); break;
-#else
-        default: gpu_launch(P == 2 ? attn_split_kernel<8, 2> : P == 4 ? attn_split_kernel<8, 4> : attn_split_kernel<8, 8>, g, blk, 0, s, *b, a); break;
-#endif
+        case 32: gpu_launch(attn_split_kernel<1, ATT_P>, g, blk, 0, s, *b, a); break;
+        case 64: gpu_launch(attn_split_kernel<2, ATT_P>, g, blk, 0, s, *b, a); break;
+        case 128: gpu_launch(attn_split_kernel<4, ATT_P>, g, blk, 0, s, *b, a); break;
+        default: gpu_launch(attn_split_kernel<8, ATT_P>, g, blk, 0, s, *b, a); break;
         }
         gpu_launch(attn_combine_kernel, dim3(a.n_head, nt), dim3(a.head_dim < 256 ? a.head_dim : 256), 0, s, *b, a);
     }
@@ -488,8 +483,8 @@ static __global__ void __launch_bounds__(4 * GDN_ROWS) gdn_rule_kernel(struct cu
             S[4 * i] = f.x; S[4 * i + 1] = f.y; S[4 * i + 2] = f.z; S[4 * i + 3] = f.w;
         }
     }
-    float dtb = 0.f, sa = 0.f; /* the head's dt bias and A (weights) */
-    if (VLLMC_GPU_WPRE && tid == 0) { dtb = a.dt_bias[m]; sa = a.ssm_a[m]; }
+    float dtb = 0.f, sa = 0.f; /* the head's dt bias and A: weights, so before the wait (out of the DRAM round trip) */
+    if (tid == 0) { dtb = a.dt_bias[m]; sa = a.ssm_a[m]; }
     gpu_pdl_wait();
     gpu_pdl_trigger();
     for (int t = 0; t < b.n_tokens; t++) {
@@ -522,10 +517,10 @@ static __global__ void __launch_bounds__(4 * GDN_ROWS) gdn_rule_kernel(struct cu
         ks[tid] = __fmul_rn(kv, sck);
         if (tid == 0) {
             const float bv = g_b;
-            const float x = __fadd_rn(g_x, VLLMC_GPU_WPRE ? dtb : a.dt_bias[m]);
+            const float x = __fadd_rn(g_x, dtb);
             const float sp_ = x > 20.0f ? x : logf(__fadd_rn(1.0f, expf(x)));
             gate[0] = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-bv)));
-            gate[1] = expf(__fmul_rn(sp_, VLLMC_GPU_WPRE ? sa : a.ssm_a[m]));
+            gate[1] = expf(__fmul_rn(sp_, sa));
         }
         __syncthreads();
         const float beta = gate[0], decay = gate[1];

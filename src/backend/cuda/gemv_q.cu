@@ -15,17 +15,6 @@
 #include "quant/blocks.h"
 #include "quant/quant.h"
 #include "backend/cuda/gdn_conv.h"
-#if defined(VLLMC_HIP)
-#include <hip/hip_fp16.h>
-#else
-#include <cuda_fp16.h>
-#endif
-
-/* the MoE column-split kernels convert the super-blocks' f16 scales by the instruction (sb_h2f); 0 for the A/B */
-#ifndef VLLMC_MOE_HW_HALF
-#define VLLMC_MOE_HW_HALF 1
-#endif
-#define MOE_HW_HALF (VLLMC_MOE_HW_HALF != 0)
 
 #define MM_UNROLL 2  /* steps whose loads are issued together (Q6_K: 128 bytes a lane) */
 #if defined(VLLMC_HIP_ARCH_GFX11) /* LLVM 15 caps these wave32 kernels at 128 VGPRs: with 4, moe_mm_kernel spilled 6 and
@@ -281,7 +270,7 @@ static __global__ void __launch_bounds__(32 * NQ_WARPS) norm_quant_kernel(int mo
     /* the norm weights of the lane's 8 elements before the dependency wait (no kernel writes weights): their
      * load from DRAM no longer follows the row's sum of squares */
     float wv[8];
-    const bool pre = VLLMC_GPU_WPRE && w && (mode == CU_NQ_RMSNORM || mode == CU_NQ_GATED) && e0 + 8 <= n;
+    const bool pre = w && (mode == CU_NQ_RMSNORM || mode == CU_NQ_GATED) && e0 + 8 <= n;
     if (pre)
 #pragma unroll
         for (int k = 0; k < 8; k++) wv[k] = w[mode == CU_NQ_GATED ? (e0 + k) % group : e0 + k];
@@ -1058,14 +1047,14 @@ static __device__ __forceinline__ void mv_act_zero(mv_act &v) {
     v.b[0] = v.b[1] = v.b[2] = v.b[3] = 0;
     v.d = 0.f;
 }
-/* The super-block's float term (the same in its 4 lanes): integer sums over the lane's 64 elements, reduced over
- * the 4 lanes, then as the reference forms it. */
-/* The super-block's f16 scales: HW converts by the instruction (same value but NaN payloads). Measured per kernel:
- * it sped the MoE column-split kernels and slowed the dense one (94 -> 98 registers), so each call site picks. */
+/* The super-block's f16 scales: HW converts by the instruction (gpu_h2f, same value but NaN payloads). Measured per
+ * kernel: it sped the MoE column-split kernels and slowed the dense one (94 -> 98 registers), so each call site picks. */
 template <bool HW> static __device__ __forceinline__ float sb_h2f(uint16_t h) {
-    if (HW) return __half2float(__ushort_as_half(h));
+    if (HW) return gpu_h2f(h);
     return fp16_to_fp32(h);
 }
+/* The super-block's float term (the same in its 4 lanes): integer sums over the lane's 64 elements, reduced over
+ * the 4 lanes, then as the reference forms it. */
 template <bool HW = false>
 static __device__ __forceinline__ float k4_term(const k4_w &w, const k4_sel &ks, const mv_act &v) {
     const uint32_t qw[8] = {w.q0.x, w.q0.y, w.q0.z, w.q0.w, w.q1.x, w.q1.y, w.q1.z, w.q1.w};
@@ -1663,10 +1652,10 @@ static __device__ __forceinline__ void moe_terms(bool k4, const k4_w *w4, const 
     constexpr int RW = 8 / SBW;
     if (KT & 1 && k4) {
 #pragma unroll
-        for (int u = 0; u < U; u++) mv_warp_part<SBW>(k4_term<MOE_HW_HALF>(w4[u], ks, v), &pp[u * RW + rr], lane);
+        for (int u = 0; u < U; u++) mv_warp_part<SBW>(k4_term<true>(w4[u], ks, v), &pp[u * RW + rr], lane);
     } else if (KT & 2) {
 #pragma unroll
-        for (int u = 0; u < U; u++) mv_warp_part<SBW>(q6_term<MOE_HW_HALF>(w6[u], c & 1, v), &pp[u * RW + rr], lane);
+        for (int u = 0; u < U; u++) mv_warp_part<SBW>(q6_term<true>(w6[u], c & 1, v), &pp[u * RW + rr], lane);
     }
 }
 

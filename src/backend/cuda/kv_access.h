@@ -12,11 +12,6 @@
 
 #include "backend/cuda/gpu_compat.h"
 #include "quant/blocks.h"
-#if defined(VLLMC_HIP)
-#include <hip/hip_fp16.h>
-#else
-#include <cuda_fp16.h>
-#endif
 extern "C" {
 #include "backend/backend.h"
 }
@@ -69,16 +64,14 @@ static __device__ __forceinline__ void kv_store(void *pool, int dtype, size_t id
     }
 }
 
-/* f16 bits -> f32 by the conversion instruction: the value fp16_to_fp32 gives for every half (NaN payloads aside) in
- * one instruction where fp16_to_fp32's portable code takes a dozen. The attention kernels convert every K and V
- * element they read; ncu found the decode split kernel issue-bound (0.28 instructions a cycle a scheduler, 2.06%
- * of DRAM bandwidth, ~4,000 instructions a warp for 8 positions). */
-static __device__ __forceinline__ float kv_f16(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+/* f16 K / V elements convert by the instruction (gpu_h2f): the attention kernels convert every element they read, and
+ * ncu found the decode split kernel issue-bound on the portable conversion (0.28 instructions a cycle a scheduler,
+ * 2.06% of DRAM bandwidth, ~4,000 instructions a warp for 8 positions). */
 
 /* Two 16-bit elements of a word -> f32 (f16 or bf16). */
 static __device__ __forceinline__ void kv_h2(uint32_t w, bool bf, float *v) {
     if (bf) { v[0] = __uint_as_float(w << 16); v[1] = __uint_as_float(w & 0xffff0000u); }
-    else { v[0] = kv_f16((uint16_t)(w & 0xffff)); v[1] = kv_f16((uint16_t)(w >> 16)); }
+    else { v[0] = gpu_h2f((uint16_t)(w & 0xffff)); v[1] = gpu_h2f((uint16_t)(w >> 16)); }
 }
 
 /* Load D contiguous elements starting at element idx (D | 8 or D < 8 with idx a multiple of D) into v as f32:
@@ -98,7 +91,7 @@ template <int D> static __device__ __forceinline__ void kv_load(const void *pool
             kv_h2(u.x, bf, v); kv_h2(u.y, bf, v + 2);
         } else {
 #pragma unroll
-            for (int k = 0; k < D; k++) v[k] = bf ? bf16_to_fp32(p[k]) : kv_f16(p[k]);
+            for (int k = 0; k < D; k++) v[k] = bf ? bf16_to_fp32(p[k]) : gpu_h2f(p[k]);
         }
     } else if (dtype == BK_KV_FP8_E4M3) {
         const uint8_t *p = (const uint8_t *)pool + idx;
