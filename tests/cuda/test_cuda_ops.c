@@ -661,6 +661,72 @@ static void test_kv_dtypes(void) {
     }
 }
 
+/* The streaming mat-vec against the column-split kernel it replaces: the same bits for launches of Q4_K and Q6_K
+ * segments of odd row counts (bias on one), at 2 and 4 super-blocks a warp, at two pipeline shapes; and that it ran. */
+static void test_stream(void) {
+    for (int64_t E = 2560; E <= 9216; E += 6656) {
+        const uint32_t types[3] = {GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, GGML_TYPE_Q4_K};
+        const int64_t nout[3] = {2088, 37, 301};
+        float *x = rand_buf((size_t)E, 1.0f);
+        struct bk_act a;
+        CHECK(bk_act_alloc(gpu, 1, E, BK_ACT_BIT(BK_ACT_Q8_K), &a) == VLLMC_OK);
+        CHECK(gpu->ops->copy_to_device(gpu, a.x, x, (size_t)E * 4) == VLLMC_OK);
+        a.n_rows = 1;
+        CHECK(gpu->ops->quantize(gpu, &a) == VLLMC_OK);
+        float *bias = rand_buf(64, 0.1f), *gbias = dev_put(bias, 64 * 4);
+        struct bk_tensor w[3];
+        float *y[3];
+        struct bk_matmul_out mo[3];
+        for (int k = 0; k < 3; k++) {
+            const size_t bytes = quant_row_size(types[k], E) * (size_t)nout[k];
+            uint8_t *host = malloc(bytes);
+            fill_weight(types[k], host, bytes);
+            const int64_t ne[2] = {E, nout[k]};
+            CHECK(gpu->ops->weight_upload(gpu, host, types[k], 2, ne, &w[k]) == VLLMC_OK);
+            free(host);
+            CHECK(gpu->ops->alloc(gpu, (size_t)nout[k] * 4, (void **)&y[k]) == VLLMC_OK);
+            mo[k] = (struct bk_matmul_out){.w = &w[k], .y = y[k], .bias = k == 1 ? gbias : NULL};
+        }
+        float *ref[3], *h = malloc((size_t)nout[0] * 4);
+        const int old = backend_cuda_set_matvec_stream(0, 0);
+        CHECK(gpu->ops->matmul(gpu, &a, 3, mo) == VLLMC_OK);
+        for (int k = 0; k < 3; k++) {
+            ref[k] = malloc((size_t)nout[k] * 4);
+            CHECK(gpu->ops->copy_to_host(gpu, ref[k], y[k], (size_t)nout[k] * 4) == VLLMC_OK);
+        }
+        const int shapes[2][2] = {{2, 24 * 1024}, {1, 4 * 1024}};
+        for (int sh = 0; sh < 2; sh++) {
+            for (int k = 0; k < 3; k++) {
+                float *poison = nan_buf((size_t)nout[k]);
+                CHECK(gpu->ops->copy_to_device(gpu, y[k], poison, (size_t)nout[k] * 4) == VLLMC_OK);
+                free(poison);
+            }
+            backend_cuda_set_matvec_stream(shapes[sh][0], shapes[sh][1]);
+            const uint64_t l0 = backend_cuda_stream_launches();
+            CHECK(gpu->ops->matmul(gpu, &a, 3, mo) == VLLMC_OK);
+            CHECK(gpu->ops->copy_to_host(gpu, h, y[0], 4) == VLLMC_OK); /* synchronizes */
+            CHECK_MSG(backend_cuda_stream_launches() == l0 + 1, "streaming mat-vec E %lld: not launched", (long long)E);
+            size_t bad = 0;
+            for (int k = 0; k < 3; k++) {
+                CHECK(gpu->ops->copy_to_host(gpu, h, y[k], (size_t)nout[k] * 4) == VLLMC_OK);
+                bad += n_diff(h, ref[k], (size_t)nout[k]);
+            }
+            printf("streaming mat-vec E %lld (%d CTAs an SM, %d-byte stages): %zu of %lld outputs differ from the column-split kernel\n",
+                   (long long)E, shapes[sh][0], shapes[sh][1], bad, (long long)(nout[0] + nout[1] + nout[2]));
+            CHECK_MSG(bad == 0, "streaming mat-vec E %lld: %zu outputs differ from the column-split kernel", (long long)E, bad);
+        }
+        backend_cuda_set_matvec_stream(old, 24 * 1024);
+        for (int k = 0; k < 3; k++) {
+            free(ref[k]);
+            gpu->ops->free(gpu, y[k]);
+            gpu->ops->weight_free(gpu, &w[k]);
+        }
+        free(h); free(x); free(bias);
+        gpu->ops->free(gpu, gbias);
+        bk_act_free(gpu, &a);
+    }
+}
+
 /* The column-split mat-vec (the default backend, no batch invariance asked): a row's output is the same bits from
  * the one-row kernel and from the multi-row one, whichever of 11 rows it is (the second group of 8 included), for
  * Q4_K, Q6_K and a Q4_K + Q8_0 launch, at 2 and 4 super-blocks a warp. */
@@ -874,6 +940,7 @@ int main(void) {
     test_attention();
     test_kv_dtypes();
     test_cols_rows();
+    test_stream();
     test_invariance();
     test_gdn();
     test_moe();

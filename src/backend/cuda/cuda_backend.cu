@@ -1428,6 +1428,12 @@ extern "C" vllmc_status backend_cuda_create(const struct backend_cuda_opts *o, s
     if ((env = getenv("VLLMC_CUDA_MMV_ROWS"))) cu_mm_cfg.cols_rows = atoi(env); /* 0: multi-row steps as before (comparisons) */
     if ((env = getenv("VLLMC_CUDA_MMV_INVARIANT"))) cu_mm_cfg.cols_invariant = atoi(env) != 0; /* 1: the column-split kernels
                                                                                              under batch invariance too */
+    if ((env = getenv("VLLMC_CUDA_MS"))) { /* "cps[,bytes]": the streaming mat-vec's CTAs an SM (0 off) and stage bytes */
+        int v[2] = {0, 0};
+        const int nv = sscanf(env, "%d,%d", &v[0], &v[1]);
+        if (nv >= 1) backend_cuda_set_matvec_stream(v[0], nv == 2 ? v[1] : 0);
+    }
+    if ((env = getenv("VLLMC_CUDA_NQ_EARLY"))) cu_mm_cfg.nq_early = atoi(env) != 0; /* (comparisons) */
     if ((env = getenv("VLLMC_CUDA_DEC"))) backend_cuda_set_decode_rows(atoi(env));
     if ((env = getenv("VLLMC_CUDA_MOE_COLS"))) backend_cuda_set_moe_cols(atoi(env)); /* MoE ops of up to N rows on the
                                                                                    column-split expert kernels; 0 off */
@@ -1469,6 +1475,12 @@ extern "C" void backend_cuda_set_matvec_cols(const int cols[3]) {
 }
 extern "C" void backend_cuda_get_matvec_cols(int cols[3]) {
     for (int i = 0; i < 3; i++) cols[i] = cu_mm_cfg.cols[i];
+}
+extern "C" int backend_cuda_set_matvec_stream(int cps, int stage_bytes) {
+    const int old = cu_mm_cfg.stream_cps;
+    cu_mm_cfg.stream_cps = cps < 0 ? 0 : cps;
+    if (stage_bytes > 0) cu_mm_cfg.stream_bytes = stage_bytes < 1024 ? 1024 : stage_bytes > 48 * 1024 ? 48 * 1024 : stage_bytes;
+    return old;
 }
 extern "C" void backend_cuda_set_decode_rows(int max_rows) { cu_mm_cfg.dec_rows = max_rows < 0 ? 0 : max_rows; }
 extern "C" int backend_cuda_set_moe_cols(int max_rows) {

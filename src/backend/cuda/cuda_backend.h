@@ -59,6 +59,13 @@ void backend_cuda_set_matvec_rows(int rows0, int rows1); /* class limits (defaul
  * (weight row, activation row), the same bits as the multi-row kernel); 0 (default): off. Process-wide;
  * VLLMC_CUDA_DEC=N sets it at backend creation. Not yet measured: for comparisons. */
 void backend_cuda_set_decode_rows(int max_rows);
+/* One activation row whose weights are all Q4_K / Q6_K: the streaming mat-vec (weights through a shared-memory
+ * pipeline of asynchronous copies, the column-split kernel's sums and bits) with cps CTAs an SM, stages of about
+ * stage_bytes (0: unchanged); cps 0: off (the column-split kernel). Returns the previous cps. Process-wide;
+ * VLLMC_CUDA_MS="cps[,bytes]" sets it at backend creation. CUDA only (HIP keeps the column-split kernel). */
+int backend_cuda_set_matvec_stream(int cps, int stage_bytes);
+/* Launches of the streaming mat-vec so far, process-wide. */
+uint64_t backend_cuda_stream_launches(void);
 /* MoE ops of up to max_rows rows with Q4_K / Q6_K experts on the column-split expert kernels (routing inside the
  * gate+up launch, SwiGLU + quantize inside the down launch; default 3: from 4 rows the grouped kernels below measured
  * faster); 0: off. Returns the previous value. Process-wide, like the settings above. */

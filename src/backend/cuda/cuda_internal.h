@@ -122,6 +122,10 @@ struct cu_mm_cfg {
                                   under batch invariance only with cols_invariant); 0 off */
     int32_t moe_group_rows;    /* MoE ops of at least this many rows (that the column-split launches do not take): the
                                   entries grouped by expert (cu_launch_moe_grouped); 0 off */
+    int32_t stream_cps;        /* one activation row, Q4_K / Q6_K rows only: the streaming mat-vec (mm_kernel_stream) in
+                                  place of the column-split kernel, stream_cps CTAs an SM; 0 off */
+    int32_t stream_bytes;      /* its pipeline stage: about this many bytes of weight rows */
+    int32_t nq_early;          /* 1: the norm + quantize kernel lets the next launch start before its own wait */
 };
 extern struct cu_mm_cfg cu_mm_cfg;
 void cu_launch_matmul(const struct cu_mm_args *args, gpuStream_t s);

@@ -262,7 +262,7 @@ static __device__ void nq_unit(int mode, const float *in0, const float *in1, int
  * sums the whole row's squares (in double, the same way), so no second launch is needed. */
 static __global__ void __launch_bounds__(32 * NQ_WARPS) norm_quant_kernel(int mode, const float *in0, const float *in1,
                                                                           int64_t ld, const float *w, float eps, int group,
-                                                                          struct cu_act_mut out, uint32_t fmts) {
+                                                                          struct cu_act_mut out, uint32_t fmts, int early) {
     __shared__ double red[NQ_WARPS];
     const int64_t r = blockIdx.y, n = out.n;
     const int lane = threadIdx.x % 32, wid = threadIdx.x / 32;
@@ -274,8 +274,9 @@ static __global__ void __launch_bounds__(32 * NQ_WARPS) norm_quant_kernel(int mo
     if (pre)
 #pragma unroll
         for (int k = 0; k < 8; k++) wv[k] = w[mode == CU_NQ_GATED ? (e0 + k) % group : e0 + k];
+    if (early) gpu_pdl_trigger(); /* the next launch (a mat-vec) may start streaming its weights already */
     gpu_pdl_wait();
-    gpu_pdl_trigger();
+    if (!early) gpu_pdl_trigger();
     const float scale = mode == CU_NQ_RMSNORM ? nq_rms_scale(in0 + r * n, n, eps, red) : 1.f;
     if (unit * 256 >= n) return;
     nq_unit(mode, in0, in1, ld, w, eps, group, scale, out, fmts, r, unit, lane, pre ? wv : NULL);
@@ -286,7 +287,7 @@ void cu_launch_norm_quant(int mode, const float *in0, const float *in1, int64_t 
     if (n_rows <= 0) return;
     const int64_t units = GPU_CEIL_DIV(out.n, 256);
     gpu_launch(norm_quant_kernel, dim3((unsigned)GPU_CEIL_DIV(units, NQ_WARPS), (unsigned)n_rows), dim3(32 * NQ_WARPS), 0, s,
-               mode, in0, in1, ld, w, eps, group, out, fmts);
+               mode, in0, in1, ld, w, eps, group, out, fmts, (int)cu_mm_cfg.nq_early);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -1005,20 +1006,25 @@ static __device__ __forceinline__ cu_act_view act_row(cu_act_view a, int64_t r) 
  * bytes, d / dmin) or Q6_K (h, k) = (c >> 1, c & 1) (32 ql bytes, the 32 qh bytes of half h, 4 scales, d). */
 struct k4_w { uint4 q0, q1; uint32_t s0, s1, s2, dm; };
 struct q6_w { uint4 l0, l1, h0, h1; uint32_t sc; uint32_t d; };
+/* SM: the row is in shared memory (plain loads; else read-only global loads) */
+template <bool SM, typename T> static __device__ __forceinline__ T ld_w(const T *p) { return SM ? *p : gpu_ldg(p); }
+template <bool SM = false>
 static __device__ __forceinline__ k4_w k4_load(const uint8_t *wr, int n_sb, int sb, int c) {
     const size_t sc_off = 128 * (size_t)n_sb, dm_off = sc_off + ((12 * (size_t)n_sb + 15) & ~(size_t)15);
     const uint4 *qp = (const uint4 *)(wr + 128 * (size_t)sb + 32 * c);
     const uint32_t *sp = (const uint32_t *)(wr + sc_off + 12 * (size_t)sb);
-    return k4_w{gpu_ldg(qp), gpu_ldg(qp + 1), gpu_ldg(sp), gpu_ldg(sp + 1), gpu_ldg(sp + 2),
-                gpu_ldg((const uint32_t *)(wr + dm_off + 4 * (size_t)sb))};
+    return k4_w{ld_w<SM>(qp), ld_w<SM>(qp + 1), ld_w<SM>(sp), ld_w<SM>(sp + 1), ld_w<SM>(sp + 2),
+                ld_w<SM>((const uint32_t *)(wr + dm_off + 4 * (size_t)sb))};
 }
+template <bool SM = false>
 static __device__ __forceinline__ q6_w q6_load(const uint8_t *wr, int n_sb, int sb, int c) {
     const int h = c >> 1, k = c & 1;
     const uint4 *lp = (const uint4 *)(wr + 128 * (size_t)sb + 64 * h + 32 * k);
     const uint4 *hp = (const uint4 *)(wr + 128 * (size_t)n_sb + 64 * (size_t)sb + 32 * h);
     const uint16_t *sp = (const uint16_t *)(wr + 192 * (size_t)n_sb + 16 * (size_t)sb + 8 * h + 2 * k);
-    return q6_w{gpu_ldg(lp), gpu_ldg(lp + 1), gpu_ldg(hp), gpu_ldg(hp + 1), (uint32_t)gpu_ldg(sp) | ((uint32_t)gpu_ldg(sp + 2) << 16),
-                (uint32_t)gpu_ldg((const unsigned short *)(wr + 208 * (size_t)n_sb + 2 * (size_t)sb))};
+    return q6_w{ld_w<SM>(lp), ld_w<SM>(lp + 1), ld_w<SM>(hp), ld_w<SM>(hp + 1),
+                (uint32_t)ld_w<SM>(sp) | ((uint32_t)ld_w<SM>(sp + 2) << 16),
+                (uint32_t)ld_w<SM>((const unsigned short *)(wr + 208 * (size_t)n_sb + 2 * (size_t)sb))};
 }
 /* The lane's activation chunk: 64 quants (al: the 32 the low nibbles / first ql half meet, ah: the other 32),
  * the sums the mins (Q4_K) or the -32 offset (Q6_K: 32 x the 16-element sums) need, the scale. */
@@ -1301,6 +1307,202 @@ static bool mm_launch_cols(const struct cu_mm_args *args, gpuStream_t s) {
     return true;
 }
 
+/* ---- streaming mat-vec: one activation row, Q4_K / Q6_K rows ----
+ * Each CTA takes a run of consecutive rows (of the concatenated segments) and streams their bytes through a pipeline
+ * of MS_NS shared-memory stages filled by asynchronous copies (gpu_cp16): the first MS_NS - 1 stages are issued before
+ * the dependency wait, so the weights of a launch are on their way while the kernels before it finish, and each stage
+ * is refilled as soon as it is consumed, so a CTA keeps ~(MS_NS - 1) stages of bytes in flight without holding them in
+ * registers. The lanes split the columns as in the column-split kernel (mm_kernel_cols: super-blocks over the warps,
+ * 64-element chunks over the lanes) and hold their activation chunk in registers for the whole run; a row's sum is
+ * formed with the column-split kernel's ops in its order (k4_term / q6_term, the butterfly over the super-blocks of a
+ * warp, then the warps in order), so the two kernels give the same bits. */
+#define MS_NS 4
+/* Shared memory a CTA may take, and the default CTAs an SM (cu_mm_cfg.stream_cps): HIP targets have no asynchronous
+ * copies (gpu_cp16 copies in place, so the pipeline only orders) and 64 KB of LDS a workgroup; off there by default. */
+#if defined(VLLMC_HIP)
+#define MS_SMEM_MAX (64 * 1024)
+#define MS_CPS 0
+#else
+#define MS_SMEM_MAX (200 * 1024)
+#define MS_CPS 0 /* until measured */
+#endif
+struct ms_chunk { int seg, row, cnt; }; /* rows row .. row + cnt - 1 of segment seg */
+/* The chunk that starts at concatenated row g: at most sr rows, not past end nor its segment. */
+static __device__ __forceinline__ ms_chunk ms_next(const struct cu_mm_args &P, int g, int end, int sr) {
+    int si = 0;
+#pragma unroll
+    for (int i = 1; i < CU_MM_MAX_SEG; i++)
+        if (i < P.n_seg && g >= P.seg[i].row0) si = i;
+    const cu_mm_seg &S = P.seg[si];
+    return ms_chunk{si, g - S.row0, min(sr, min(end, S.row0 + S.n_rows) - g)};
+}
+static __device__ __forceinline__ void ms_issue(const struct cu_mm_args &P, const ms_chunk &k, uint8_t *buf) {
+    const cu_mm_seg &S = P.seg[k.seg];
+    const uint8_t *src = S.w + (size_t)k.row * S.stride;
+    const int n16 = (int)((uint64_t)k.cnt * S.stride / 16);
+    for (int i = threadIdx.x; i < n16; i += blockDim.x) gpu_cp16(buf + 16 * (size_t)i, src + 16 * (size_t)i);
+}
+/* The row's term over the lane's super-block chunk; zero where the lane is off or the row past the chunk. */
+template <int KT>
+static __device__ __forceinline__ float ms_term(bool q4, const uint8_t *wr, bool ok, int n_sb, int sb, int c, const k4_sel &ks,
+                                                const mv_act &v4, const mv_act &v6) {
+    if (!ok) return 0.f;
+    if (KT == 1 || (KT == 3 && q4)) return k4_term(k4_load<true>(wr, n_sb, sb, c), ks, v4);
+    return q6_term(q6_load<true>(wr, n_sb, sb, c), c & 1, v6);
+}
+
+/* grid: CTAs of rpc rows each (the last may have fewer); sr rows a stage (a multiple of 8 / SBW); dynamic shared memory:
+ * MS_NS stages of sr x the widest stride, then the warps' partial sums [W][rpc]. KT as in mm_kernel_cols. */
+template <int SBW, int KT>
+static __global__ void __launch_bounds__(512) mm_kernel_stream(const struct cu_mm_args P, int rpc, int sr, int stage_bytes) {
+    constexpr int RW = 8 / SBW;
+    extern __shared__ float4 ms_smem4[];
+    uint8_t *const sm = (uint8_t *)ms_smem4;
+    float *const part = (float *)(sm + (size_t)MS_NS * stage_bytes);
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, W = blockDim.x >> 5;
+    const int R0 = (int)blockIdx.x * rpc, R1 = min(P.total_rows, R0 + rpc);
+    int gi = R0; /* the next row to issue */
+#pragma unroll
+    for (int st = 0; st < MS_NS - 1; st++) {
+        if (gi < R1) {
+            const ms_chunk k = ms_next(P, gi, R1, sr);
+            ms_issue(P, k, sm + (size_t)st * stage_bytes);
+            gi += k.cnt;
+        }
+        gpu_cp_commit();
+    }
+    gpu_pdl_wait();
+    gpu_pdl_trigger();
+    const int n_sb = (int)(P.a.n / QK_K);
+    const int c = lane & 3, sbl = (lane >> 2) % SBW, rr = lane / (4 * SBW);
+    const int sb = wid * SBW + sbl;
+    const bool on = sb < n_sb;
+    mv_act v4, v6;
+    if (KT & 1) { if (on) mv_act_load(P.a, false, sb, c, v4); else mv_act_zero(v4); }
+    if (KT & 2) { if (on) mv_act_load(P.a, true, sb, c, v6); else mv_act_zero(v6); }
+    const k4_sel ks = k4_sel_make(c);
+    int st = 0;
+    for (int gc = R0; gc < R1;) {
+        const ms_chunk k = ms_next(P, gc, R1, sr);
+        gpu_cp_wait_group<MS_NS - 2>(); /* this thread's copies of the chunk have landed */
+        __syncthreads();                 /* everyone's have, and the stage refilled below is no longer read */
+        if (gi < R1) {
+            const ms_chunk kn = ms_next(P, gi, R1, sr);
+            ms_issue(P, kn, sm + (size_t)((st + MS_NS - 1) % MS_NS) * stage_bytes);
+            gi += kn.cnt;
+        }
+        gpu_cp_commit();
+        const cu_mm_seg &S = P.seg[k.seg];
+        const bool q4 = S.type == GGML_TYPE_Q4_K;
+        const uint8_t *wb = sm + (size_t)(st % MS_NS) * stage_bytes;
+        for (int u = 0; u * RW < k.cnt; u++) {
+            const int row = u * RW + rr;
+            float t = ms_term<KT>(q4, wb + (size_t)row * S.stride, on && row < k.cnt, n_sb, sb, c, ks, v4, v6);
+#pragma unroll
+            for (int o = 4; o < 4 * SBW; o <<= 1) t = __fadd_rn(t, shfl_xor(t, o));
+            if ((lane & (4 * SBW - 1)) == 0 && row < k.cnt) part[wid * rpc + (gc - R0) + row] = t;
+        }
+        gc += k.cnt;
+        st++;
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < R1 - R0; i += blockDim.x) {
+        float y = part[i];
+        for (int w = 1; w < W; w++) y = __fadd_rn(y, part[w * rpc + i]);
+        const ms_chunk k = ms_next(P, R0 + i, R1, 1);
+        const cu_mm_seg &S = P.seg[k.seg];
+        if (S.bias) y = __fadd_rn(y, S.bias[k.row]);
+        S.y[k.row] = y;
+        if (S.res) S.res[k.row] = __fadd_rn(S.res[k.row], y);
+        if (P.conv.on && k.seg == P.conv.seg) {
+            float pre[CU_CONV_PRE];
+            int slot;
+            mm_conv_load(P.conv, 0, k.row, pre, &slot);
+            mm_conv_store(P.conv, 0, k.row, pre, slot, y);
+        }
+    }
+}
+
+/* The segments of args in mask (bit i: segment i), with their concatenation offsets recomputed. */
+static void mm_subset(const struct cu_mm_args *args, unsigned mask, struct cu_mm_args *out) {
+    *out = *args;
+    out->n_seg = 0; out->n_ctas = 0; out->total_rows = 0; out->total_tiles = 0;
+    for (int i = 0; i < args->n_seg; i++) {
+        if (!(mask >> i & 1)) continue;
+        struct cu_mm_seg sg = args->seg[i];
+        sg.cta0 = out->n_ctas; sg.row0 = out->total_rows; sg.tile0 = out->total_tiles;
+        out->n_ctas += (int32_t)GPU_CEIL_DIV(sg.n_rows, CU_MM_WARPS);
+        out->total_rows += sg.n_rows;
+        out->total_tiles += (int32_t)GPU_CEIL_DIV(sg.n_rows, 4);
+        out->seg[out->n_seg++] = sg;
+    }
+}
+
+uint64_t cu_stream_launches;
+extern "C" uint64_t backend_cuda_stream_launches(void) { return cu_stream_launches; }
+
+/* The streaming kernel when every segment is Q4_K / Q6_K, one activation row, and a row of 256-column super-blocks
+ * fits 16 warps; false (nothing launched) otherwise. */
+static bool mm_launch(const struct cu_mm_args *args, gpuStream_t s);
+static bool mm_launch_stream(const struct cu_mm_args *args, gpuStream_t s) {
+    const int64_t n = args->a.n;
+    if (cu_mm_cfg.stream_cps <= 0 || args->n_act != 1 || n % QK_K != 0) return false;
+    int kt = 0;
+    uint64_t stride = 0;
+    unsigned kq = 0; /* the K-quant segments */
+    for (int i = 0; i < args->n_seg; i++) {
+        const int t = args->seg[i].type;
+        if (t == GGML_TYPE_Q4_K) kt |= 1;
+        else if (t == GGML_TYPE_Q6_K) kt |= 2;
+        else continue;
+        kq |= 1u << i;
+        stride = max(stride, args->seg[i].stride);
+    }
+    if (!kq || (args->conv.on && !(kq >> args->conv.seg & 1))) return false;
+    struct cu_mm_args k;
+    mm_subset(args, kq, &k);
+    if (args->conv.on)
+        for (int i = 0, j = 0; i < args->n_seg; i++)
+            if (kq >> i & 1) { if (i == args->conv.seg) k.conv.seg = j; j++; }
+    const int n_sb = (int)(n / QK_K), sbw = n_sb <= 16 ? 2 : 4, w = (n_sb + sbw - 1) / sbw, rw = 8 / sbw;
+    if (w > 16 || stride == 0) return false;
+    static int sms = 0;
+    if (!sms) {
+        int dev = 0;
+        if (gpuGetDevice(&dev) != gpuSuccess || gpuDeviceGetSMCount(&sms, dev) != gpuSuccess || sms <= 0) sms = 132;
+    }
+    /* stage: the rows of about stream_bytes, a multiple of rw (at least rw); run: an even share of the rows over
+     * stream_cps CTAs an SM, at most 256 rows (the partial sums' shared memory) */
+    int sr = (int)(cu_mm_cfg.stream_bytes / (int64_t)stride) / rw * rw;
+    sr = max(rw, min(sr, 64));
+    const int stage_bytes = (int)((uint64_t)sr * stride);
+    const int total = k.total_rows;
+    int rpc = (int)GPU_CEIL_DIV(total, sms * cu_mm_cfg.stream_cps);
+    rpc = min(256, max(rpc, rw));
+    const int ctas = (int)GPU_CEIL_DIV(total, rpc);
+    const int smem = MS_NS * stage_bytes + 4 * w * rpc;
+    if (smem > MS_SMEM_MAX) return false;
+    if (kq != (1u << args->n_seg) - 1) {
+        /* other types beside (a GDN in-proj's Q8_0 / F32 gates): those segments in a launch of their own first (no
+         * conv there), then the K-quant ones here */
+        struct cu_mm_args o;
+        mm_subset(args, ~kq, &o);
+        o.conv.on = 0;
+        (void)mm_launch(&o, s);
+    }
+    typedef void (*fn_t)(const struct cu_mm_args, int, int, int);
+    const fn_t kern = sbw == 2 ? (kt == 1 ? mm_kernel_stream<2, 1> : kt == 2 ? mm_kernel_stream<2, 2> : mm_kernel_stream<2, 3>)
+                               : (kt == 1 ? mm_kernel_stream<4, 1> : kt == 2 ? mm_kernel_stream<4, 2> : mm_kernel_stream<4, 3>);
+    static int attr_set[2][4];
+    if (!attr_set[sbw == 4][kt]) { /* once an instance: shared memory past 48 KB */
+        (void)gpuFuncSetMaxDynamicSmem((const void *)kern, MS_SMEM_MAX);
+        attr_set[sbw == 4][kt] = 1;
+    }
+    gpu_launch(kern, dim3((unsigned)ctas), dim3(32 * w), (size_t)smem, s, k, rpc, sr, stage_bytes);
+    cu_stream_launches++;
+    return true;
+}
+
 /* Prefill: one warp per (weight row, group of NA activation rows); the groups of one weight slice run
  * next to each other so its bytes come from L2 after the first. */
 template <int NA>
@@ -1350,7 +1552,7 @@ static int split_resident(int ks) {
 }
 
 /* measured on the H200 (docs/BENCHMARKS.md); VLLMC_CUDA_MM="tr0,ks0,tr1,ks1,tr2,ks2[,p0,p1,p2]" overrides (experiments) */
-struct cu_mm_cfg cu_mm_cfg = {{8192, 65536}, {1, 4, 4}, {0, 2, 1}, {0, 0, 0}, 0, {1, 1, 1}, 64, 0, 3, 1};
+struct cu_mm_cfg cu_mm_cfg = {{8192, 65536}, {1, 4, 4}, {0, 2, 1}, {0, 0, 0}, 0, {1, 1, 1}, 64, 0, 3, 1, MS_CPS, 24 * 1024, 0};
 
 static bool mm_launch_dec(const struct cu_mm_args *args, gpuStream_t s);
 
@@ -1390,7 +1592,8 @@ static bool mm_launch(const struct cu_mm_args *args, gpuStream_t s) {
             if (ks > 1) ks = 1;
             if (!tile_order) tr = 1;
         }
-        if ((inv_cols || (!args->row_order && cu_mm_cfg.cols[cls])) && mm_launch_cols(args, s)) return true;
+        if ((inv_cols || (!args->row_order && cu_mm_cfg.cols[cls])) && (mm_launch_stream(args, s) || mm_launch_cols(args, s)))
+            return true;
         if (ks == 1 || ks == 2 || ks == 4) {
             struct cu_mm_args a = *args;
             a.total_tiles = 0;
