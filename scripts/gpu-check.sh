@@ -33,7 +33,8 @@
 # of the timeline). Stage var (not default) times the batch-1 decode of BENCH_MODELS once per VARIANTS entry
 # ("name:VAR=v,VAR2=w ..."; VAR_ARGS, default -p 512 -g 256 -r 5): environment A/B runs on one machine. Stage binvar
 # (not default) does the same for the vllmc_<name> builds gpu-carry.sh's EXTRA_BUILDS put beside vllmc (compile-time
-# A/B, e.g. EXTRA_BUILDS="name:-DFLAG").
+# A/B, e.g. EXTRA_BUILDS="name:-DFLAG"). Stage stream (not default) runs test_cuda_model on the tiny qwen35, the tiny
+# qwen35moe q4_k_m and the tiny dense q4_k_m files with the streaming mat-vec on (VLLMC_CUDA_MS=2,24576 and 1,4096).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu-out}
@@ -73,7 +74,7 @@ fi
 echo "binaries: $BIN"
 
 if has ops; then
-    timeout 300 "$BIN/test_cuda_ops" >"$OUT/test_cuda_ops.txt" 2>&1; rc=$?
+    timeout 150 "$BIN/test_cuda_ops" >"$OUT/test_cuda_ops.txt" 2>&1; rc=$? # ~40 s; a hang must not eat the call
     tail -25 "$OUT/test_cuda_ops.txt"
     note "test_cuda_ops rc=$rc: $(tail -1 "$OUT/test_cuda_ops.txt")"
 fi
@@ -97,9 +98,20 @@ if has prefillmodel; then # tiny qwen35 with a prompt long enough for the GEMM a
     note "same, GEMM on the quantized activations (VLLMC_CUDA_GEMM_ACT=q8) rc=$rc: $(grep 'worst' /tmp/model_p150_q8.txt | head -1 | sed 's/.*steps, //' | cut -c1-120)"
 fi
 if has model; then
-    timeout 300 "$BIN/test_cuda_model" /tmp/models/qwen35-tiny.gguf 40 24 >"$OUT/test_cuda_model.txt" 2>&1; rc=$?
+    timeout 150 "$BIN/test_cuda_model" /tmp/models/qwen35-tiny.gguf 40 24 >"$OUT/test_cuda_model.txt" 2>&1; rc=$?
     tail -12 "$OUT/test_cuda_model.txt"
     note "test_cuda_model rc=$rc: $(grep 'worst' "$OUT/test_cuda_model.txt" | head -1 | cut -c1-160)"
+fi
+
+if has stream; then # the streaming mat-vec (off by default until measured): graph == eager and CPU parity with it on
+    for cfg in 2,24576 1,4096; do
+        for f in /tmp/models/qwen35-tiny.gguf .carry/moe/qwen35moe-tiny-q4_k_m.gguf .carry/models/*q4_k_m*.gguf; do
+            [ -f "$f" ] || continue
+            n=$(basename "$f" .gguf)
+            VLLMC_CUDA_MS=$cfg timeout 120 "$BIN/test_cuda_model" "$f" 30 16 >"$OUT/stream_${n}_$cfg.txt" 2>&1; rc=$?
+            note "stream $cfg test_cuda_model $n rc=$rc: $(grep 'worst' "$OUT/stream_${n}_$cfg.txt" | head -1 | sed 's/.*steps, //' | cut -c1-110)$(grep -m1 FAIL "$OUT/stream_${n}_$cfg.txt")"
+        done
+    done
 fi
 
 if has dense; then # dense llama / qwen2 / qwen3 (tests/tools/make_tiny_models.py output carried in .carry/models)

@@ -1324,7 +1324,7 @@ static bool mm_launch_cols(const struct cu_mm_args *args, gpuStream_t s) {
 #define MS_CPS 0
 #else
 #define MS_SMEM_MAX (200 * 1024)
-#define MS_CPS 0 /* until measured */
+#define MS_CPS 0 /* off until measured on the GPU (BENCHMARKS.md "Streaming mat-vec") */
 #endif
 struct ms_chunk { int seg, row, cnt; }; /* rows row .. row + cnt - 1 of segment seg */
 /* The chunk that starts at concatenated row g: at most sr rows, not past end nor its segment. */
@@ -1342,13 +1342,15 @@ static __device__ __forceinline__ void ms_issue(const struct cu_mm_args &P, cons
     const int n16 = (int)((uint64_t)k.cnt * S.stride / 16);
     for (int i = threadIdx.x; i < n16; i += blockDim.x) gpu_cp16(buf + 16 * (size_t)i, src + 16 * (size_t)i);
 }
-/* The row's term over the lane's super-block chunk; zero where the lane is off or the row past the chunk. */
+/* The row's term over the lane's super-block chunk. Every lane of the warp calls it (the terms reduce over 4 lanes by
+ * shuffles): where the lane is off or the row past the chunk (!ok) its weights are zeros, as in mm_kernel_cols. q4
+ * is the same for the whole CTA. */
 template <int KT>
 static __device__ __forceinline__ float ms_term(bool q4, const uint8_t *wr, bool ok, int n_sb, int sb, int c, const k4_sel &ks,
                                                 const mv_act &v4, const mv_act &v6) {
-    if (!ok) return 0.f;
-    if (KT == 1 || (KT == 3 && q4)) return k4_term(k4_load<true>(wr, n_sb, sb, c), ks, v4);
-    return q6_term(q6_load<true>(wr, n_sb, sb, c), c & 1, v6);
+    const uint4 z = make_uint4(0, 0, 0, 0);
+    if (KT == 1 || (KT == 3 && q4)) return k4_term(ok ? k4_load<true>(wr, n_sb, sb, c) : k4_w{z, z, 0, 0, 0, 0}, ks, v4);
+    return q6_term(ok ? q6_load<true>(wr, n_sb, sb, c) : q6_w{z, z, z, z, 0, 0}, c & 1, v6);
 }
 
 /* grid: CTAs of rpc rows each (the last may have fewer); sr rows a stage (a multiple of 8 / SBW); dynamic shared memory:
