@@ -662,14 +662,15 @@ static void test_kv_dtypes(void) {
 }
 
 /* The streaming mat-vec against the column-split kernel it replaces: the same bits for launches of Q4_K and Q6_K
- * segments of odd row counts (bias on one), at 2 and 4 super-blocks a warp, at two pipeline shapes; and that it ran. */
+ * segments of odd row counts (bias on one), and with a Q8_0 segment beside them (a launch of its own), at 2 and 4
+ * super-blocks a warp, at two pipeline shapes; and that it ran. */
 static void test_stream(void) {
-    for (int64_t E = 2560; E <= 9216; E += 6656) {
-        const uint32_t types[3] = {GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, GGML_TYPE_Q4_K};
+    for (int64_t E = 2560, mix = 0; E <= 9216; mix = !mix, E += mix ? 0 : 6656) {
+        const uint32_t types[3] = {GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, mix ? GGML_TYPE_Q8_0 : GGML_TYPE_Q4_K};
         const int64_t nout[3] = {2088, 37, 301};
         float *x = rand_buf((size_t)E, 1.0f);
         struct bk_act a;
-        CHECK(bk_act_alloc(gpu, 1, E, BK_ACT_BIT(BK_ACT_Q8_K), &a) == VLLMC_OK);
+        CHECK(bk_act_alloc(gpu, 1, E, BK_ACT_BIT(BK_ACT_Q8_K) | BK_ACT_BIT(BK_ACT_Q8_0), &a) == VLLMC_OK);
         CHECK(gpu->ops->copy_to_device(gpu, a.x, x, (size_t)E * 4) == VLLMC_OK);
         a.n_rows = 1;
         CHECK(gpu->ops->quantize(gpu, &a) == VLLMC_OK);
@@ -711,8 +712,8 @@ static void test_stream(void) {
                 CHECK(gpu->ops->copy_to_host(gpu, h, y[k], (size_t)nout[k] * 4) == VLLMC_OK);
                 bad += n_diff(h, ref[k], (size_t)nout[k]);
             }
-            printf("streaming mat-vec E %lld (%d CTAs an SM, %d-byte stages): %zu of %lld outputs differ from the column-split kernel\n",
-                   (long long)E, shapes[sh][0], shapes[sh][1], bad, (long long)(nout[0] + nout[1] + nout[2]));
+            printf("streaming mat-vec E %lld%s (%d CTAs an SM, %d-byte stages): %zu of %lld outputs differ from the column-split kernel\n",
+                   (long long)E, mix ? " with Q8_0" : "", shapes[sh][0], shapes[sh][1], bad, (long long)(nout[0] + nout[1] + nout[2]));
             CHECK_MSG(bad == 0, "streaming mat-vec E %lld: %zu outputs differ from the column-split kernel", (long long)E, bad);
         }
         backend_cuda_set_matvec_stream(old, 24 * 1024);

@@ -1276,7 +1276,7 @@ static mm_cols_fn mm_cols_pick(int sbw, int kt) {
 
 /* The column-split kernel (NA = MV_NA for several activation rows) when every segment is Q4_K, Q6_K, Q8_0 or
  * F32 (one of them K-quant) and a row of 256-column super-blocks fits 16 warps; false (nothing launched) otherwise. */
-static bool mm_launch_cols(const struct cu_mm_args *args, gpuStream_t s) {
+static bool mm_launch_cols(const struct cu_mm_args *args, gpuStream_t s, bool other_only = false) {
     const int64_t n = args->a.n;
     if (n % QK_K != 0) return false;
     int kt = 0; /* the K-quant types present: 1 Q4_K, 2 Q6_K */
@@ -1287,6 +1287,8 @@ static bool mm_launch_cols(const struct cu_mm_args *args, gpuStream_t s) {
         else if (t != GGML_TYPE_Q8_0 && t != GGML_TYPE_F32) return false;
     }
     const int n_sb = (int)(n / QK_K), sbw = n_sb <= 16 ? 2 : 4, w = (n_sb + sbw - 1) / sbw;
+    if (!kt && other_only) kt = 1; /* Q8_0 / F32 segments only (the streaming launch's others): every CTA takes the
+                                      other rows' path, the K-quant instance is never entered */
     if (!kt || w > 16) return false;
     if (args->conv.on && args->seg[args->conv.seg].type != GGML_TYPE_Q4_K && args->seg[args->conv.seg].type != GGML_TYPE_Q6_K)
         return false; /* the Q8_0 / F32 rows' path has no conv epilogue */
@@ -1486,11 +1488,12 @@ static bool mm_launch_stream(const struct cu_mm_args *args, gpuStream_t s) {
     if (smem > MS_SMEM_MAX) return false;
     if (kq != (1u << args->n_seg) - 1) {
         /* other types beside (a GDN in-proj's Q8_0 / F32 gates): those segments in a launch of their own first (no
-         * conv there), then the K-quant ones here */
+         * conv there) on the column-split kernel, whose rows sum as they do in the mixed launch (and at any row
+         * count), then the K-quant ones here */
         struct cu_mm_args o;
         mm_subset(args, ~kq, &o);
         o.conv.on = 0;
-        (void)mm_launch(&o, s);
+        if (!mm_launch_cols(&o, s, true)) (void)mm_launch(&o, s);
     }
     typedef void (*fn_t)(const struct cu_mm_args, int, int, int);
     const fn_t kern = sbw == 2 ? (kt == 1 ? mm_kernel_stream<2, 1> : kt == 2 ? mm_kernel_stream<2, 2> : mm_kernel_stream<2, 3>)
