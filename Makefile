@@ -9,7 +9,7 @@ OPT     ?= -O2
 CFLAGS  += -std=c11 -D_GNU_SOURCE $(OPT) -g -Wall -Wextra -Werror -Iinclude -Isrc -MMD -MP -pthread
 LDLIBS  += -lpcre2-8 -lcjson -lm -pthread
 AVX2_FLAGS   := -mavx2 -mfma -mf16c -mbmi2
-AVX512_FLAGS := $(AVX2_FLAGS) -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavxvnni
+AVX512_FLAGS := $(AVX2_FLAGS) -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni
 
 LIB_SRC := $(sort $(wildcard src/common/*.c src/gguf/*.c src/quant/*.c src/tokenizer/*.c src/template/*.c \
              src/model/*.c src/backend/*.c src/backend/cpu/*.c src/engine/*.c))
@@ -113,7 +113,7 @@ deps:
 # bounded time, and the oracle tests (Python venv, see tests/requirements.txt).
 test: deps
 	@$(MAKE) --no-print-directory all tests
-	@$(MAKE) --no-print-directory fuzz > build/fuzz-build.log 2>&1 || { tail -n 30 build/fuzz-build.log; exit 1; }
+	@$(MAKE) --no-print-directory fuzz > $(BUILD)/fuzz-build.log 2>&1 || { tail -n 30 $(BUILD)/fuzz-build.log; exit 1; }
 	@bash tests/run.sh $(BUILD)
 
 # Sanitizer build of everything, tests run under ASan + UBSan.
