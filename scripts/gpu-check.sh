@@ -35,6 +35,8 @@
 # (not default) does the same for the vllmc_<name> builds gpu-carry.sh's EXTRA_BUILDS put beside vllmc (compile-time
 # A/B, e.g. EXTRA_BUILDS="name:-DFLAG"). Stage stream (not default) runs test_cuda_model on the tiny qwen35, the tiny
 # qwen35moe q4_k_m and the tiny dense q4_k_m files with the streaming mat-vec on (VLLMC_CUDA_MS=2,24576 and 1,4096).
+# Stage nq (not default) runs test_cuda_model on the tiny models with the norm + quantize inside the launch before it
+# (VLLMC_CUDA_FUSE_NQ=1), alone and with the streaming mat-vec.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu-out}
@@ -119,6 +121,20 @@ if has stream && [ -z "${STREAM_BAD:-}" ]; then # the streaming mat-vec (off by 
     done
 fi
 [ -n "${STREAM_BAD:-}" ] && unset VLLMC_CUDA_MS # the later stages without it
+
+if has nq; then # the norm + quantize inside the launch before it (off by default until measured): test_cuda_ops' check,
+    # then graph == eager and CPU parity on the tiny models with it on (and with the streaming mat-vec too)
+    note "nq: test_cuda_ops clean configurations $(grep -c "^norm + quantize in the matmul launch .* 0 of" "$OUT/test_cuda_ops.txt" 2>/dev/null) of 6"
+    for cfg in VLLMC_CUDA_FUSE_NQ=1 VLLMC_CUDA_FUSE_NQ=1,VLLMC_CUDA_MS=2,24576; do
+        [ -n "${STREAM_BAD:-}" ] && [[ $cfg == *MS=* ]] && continue
+        for f in /tmp/models/qwen35-tiny.gguf .carry/moe/qwen35moe-tiny-q4_k_m.gguf .carry/models/*.gguf; do
+            [ -f "$f" ] || continue
+            n=$(basename "$f" .gguf); tag=$(echo "$cfg" | tr -c 'A-Za-z0-9_\n' _)
+            env $(echo "$cfg" | sed 's/,VLLMC/ VLLMC/g') timeout 60 "$BIN/test_cuda_model" "$f" 30 16 >"$OUT/nq_${n}_$tag.txt" 2>&1; rc=$?
+            note "nq $cfg $n rc=$rc: $(grep 'worst' "$OUT/nq_${n}_$tag.txt" | head -1 | sed 's/.*steps, //' | cut -c1-100)$(grep -m1 FAIL "$OUT/nq_${n}_$tag.txt")$(grep -m1 'recorded into the launch' "$OUT/nq_${n}_$tag.txt" | sed 's/.*before them/; fused/')"
+        done
+    done
+fi
 
 if has dense; then # dense llama / qwen2 / qwen3 (tests/tools/make_tiny_models.py output carried in .carry/models)
     for f in .carry/models/*.gguf; do

@@ -114,6 +114,11 @@ int main(int argc, char **argv) {
            (unsigned long long)cs.fused_conv, (unsigned long long)cs.moe_cols, (unsigned long long)cs.moe_grouped);
     if (env_on("VLLMC_CUDA_FUSE_CONV") && qkv && (qkv->type == GGML_TYPE_Q4_K || qkv->type == GGML_TYPE_Q6_K))
         CHECK_MSG(cs.fused_conv > 0, "no GDN conv was fused");
+    /* the norm + quantize in the launch before it (off by default): every model has RMSNorms after fused residual adds */
+    const char *nq = getenv("VLLMC_CUDA_FUSE_NQ");
+    printf("test_cuda_model: norm + quantize ops recorded into the launch before them %llu (matmul launches that ran one: %llu)\n",
+           (unsigned long long)cs.fused_nq, (unsigned long long)backend_cuda_nq_launches());
+    if (nq && atoi(nq) != 0 && env_on("VLLMC_CUDA_FUSE_ADD")) CHECK_MSG(cs.fused_nq > 0, "no norm + quantize was fused");
     for (int i = 0; i < 3; i++) { free(lg[i]); inst_close(&x[i]); }
     free(tok); free(pos); free(sidx); free(bt);
     return test_finish("test_cuda_model");

@@ -728,6 +728,139 @@ static void test_stream(void) {
     }
 }
 
+/* The norm + quantize inside a matmul's launch (backend_cuda_set_fuse_nq; recorded decode steps only): a step of T
+ * sequences of one token each,
+ *   a -> o = Wo a, x += o (the fused add), f = rmsnorm_quantize(x)       (RMSNORM in the Wo launch)
+ *   g, u = Wg f, Wu f, m = swiglu_quantize(g, u)                          (SWIGLU in the gate / up launch)
+ *   logits = Wh m (ends the step: captured, then replayed)
+ * leaves the same bytes in x, f, m (f32 and every quantized format) and the logits as the step with the fusion off.
+ * T 1 (the one-row column-split kernel; with the streaming kernel too) and 11 (the multi-row one: groups of 8 and 3);
+ * weights Q4_K / Q4_K / Q6_K, and Q6_K / Q4_K / Q8_0 (an up of another type: the streaming launch leaves it to the
+ * column-split kernel). Each configuration runs twice per setting: capture, then replay (the counters reset). */
+struct nq_step {
+    int64_t T, E, F, V;
+    struct bk_tensor wo, wg, wu, wh;
+    float *a0, *x0;              /* host inputs */
+    struct bk_act a, f, m;
+    float *o, *x, *g, *u, *logits;
+    const float *wn;             /* the RMSNorm's weights (device) */
+};
+static size_t nq_act_bytes(const struct bk_act *a, int f) { return bk_act_row_bytes(f, a->n_cols) * (size_t)a->max_rows; }
+/* Run the step; append every output's bytes to out (n bytes). */
+static uint8_t *nq_run(struct nq_step *t, size_t *n) {
+    const int T = (int)t->T;
+    CHECK(gpu->ops->copy_to_device(gpu, t->a.x, t->a0, (size_t)(T * t->E) * 4) == VLLMC_OK);
+    CHECK(gpu->ops->copy_to_device(gpu, t->x, t->x0, (size_t)(T * t->E) * 4) == VLLMC_OK);
+    struct bk_seq seqs[16];
+    int32_t bt[16], tok[16], pos[16], sidx[16], lrows[16];
+    for (int i = 0; i < T; i++) {
+        bt[i] = i; seqs[i] = (struct bk_seq){&bt[i], 1, -1};
+        tok[i] = i; pos[i] = 3 + i; sidx[i] = i; lrows[i] = i;
+    }
+    const struct bk_batch b = {T, tok, pos, sidx, T, seqs, T, lrows};
+    CHECK(gpu->ops->batch_set(gpu, &b) == VLLMC_OK);
+    t->a.n_rows = T;
+    CHECK(gpu->ops->quantize(gpu, &t->a) == VLLMC_OK);
+    const struct bk_matmul_out mo = {.w = &t->wo, .y = t->o};
+    CHECK(gpu->ops->matmul(gpu, &t->a, 1, &mo) == VLLMC_OK);
+    CHECK(gpu->ops->add(gpu, t->x, t->o, T, t->E) == VLLMC_OK);
+    CHECK(gpu->ops->rmsnorm_quantize(gpu, t->x, t->wn, 1e-6f, T, &t->f) == VLLMC_OK);
+    const struct bk_matmul_out gu[2] = {{.w = &t->wg, .y = t->g}, {.w = &t->wu, .y = t->u}};
+    CHECK(gpu->ops->matmul(gpu, &t->f, 2, gu) == VLLMC_OK);
+    CHECK(gpu->ops->swiglu_quantize(gpu, t->g, t->u, 0, T, &t->m) == VLLMC_OK);
+    int32_t am[16];
+    CHECK(gpu->ops->logits(gpu, &t->m, &t->wh, t->logits, am) == VLLMC_OK);
+    const size_t sx = (size_t)(T * t->E) * 4, sm = (size_t)(T * t->F) * 4, sl = (size_t)(T * t->V) * 4;
+    const size_t fk = nq_act_bytes(&t->f, BK_ACT_Q8_K), f0 = nq_act_bytes(&t->f, BK_ACT_Q8_0);
+    const size_t mk = nq_act_bytes(&t->m, BK_ACT_Q8_K), m0 = nq_act_bytes(&t->m, BK_ACT_Q8_0);
+    *n = 2 * sx + fk + f0 + sm + mk + m0 + sl;
+    uint8_t *out = malloc(*n), *p = out;
+    dev_get(p, t->x, sx); p += sx;
+    dev_get(p, t->f.x, sx); p += sx;
+    dev_get(p, t->f.q[BK_ACT_Q8_K], fk); p += fk;
+    dev_get(p, t->f.q[BK_ACT_Q8_0], f0); p += f0;
+    dev_get(p, t->m.x, sm); p += sm;
+    dev_get(p, t->m.q[BK_ACT_Q8_K], mk); p += mk;
+    dev_get(p, t->m.q[BK_ACT_Q8_0], m0); p += m0;
+    dev_get(p, t->logits, sl);
+    return out;
+}
+static void test_nq_fused(void) {
+    const int64_t E = 2560, F = 9216, V = 1000;
+    const uint32_t fmts = BK_ACT_BIT(BK_ACT_F32) | BK_ACT_BIT(BK_ACT_Q8_K) | BK_ACT_BIT(BK_ACT_Q8_0);
+    const uint32_t tset[2][4] = {{GGML_TYPE_Q4_K, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, GGML_TYPE_Q6_K},
+                                 {GGML_TYPE_Q6_K, GGML_TYPE_Q4_K, GGML_TYPE_Q8_0, GGML_TYPE_Q4_K}};
+    float *wnorm = rand_buf((size_t)E, 1.0f), *gw = dev_put(wnorm, (size_t)E * 4);
+    for (int ts = 0; ts < 2; ts++) {
+        for (int T = 1; T <= 11; T += 10) {
+            struct nq_step t;
+            memset(&t, 0, sizeof(t));
+            t.T = T; t.E = E; t.F = F; t.V = V;
+            struct bk_tensor *ws[4] = {&t.wo, &t.wg, &t.wu, &t.wh};
+            const int64_t shp[4][2] = {{E, E}, {E, F}, {E, F}, {F, V}};
+            for (int k = 0; k < 4; k++) {
+                const size_t bytes = quant_row_size(tset[ts][k], shp[k][0]) * (size_t)shp[k][1];
+                uint8_t *host = malloc(bytes);
+                fill_weight(tset[ts][k], host, bytes);
+                CHECK(gpu->ops->weight_upload(gpu, host, tset[ts][k], 2, shp[k], ws[k]) == VLLMC_OK);
+                free(host);
+            }
+            CHECK(bk_act_alloc(gpu, T, E, fmts, &t.a) == VLLMC_OK);
+            CHECK(bk_act_alloc(gpu, T, E, fmts, &t.f) == VLLMC_OK);
+            CHECK(bk_act_alloc(gpu, T, F, fmts, &t.m) == VLLMC_OK);
+            t.a0 = rand_buf((size_t)(T * E), 1.0f);
+            t.x0 = rand_buf((size_t)(T * E), 4.0f);
+            CHECK(gpu->ops->alloc(gpu, (size_t)(T * E) * 4, (void **)&t.o) == VLLMC_OK);
+            CHECK(gpu->ops->alloc(gpu, (size_t)(T * E) * 4, (void **)&t.x) == VLLMC_OK);
+            CHECK(gpu->ops->alloc(gpu, (size_t)(T * F) * 4, (void **)&t.g) == VLLMC_OK);
+            CHECK(gpu->ops->alloc(gpu, (size_t)(T * F) * 4, (void **)&t.u) == VLLMC_OK);
+            CHECK(gpu->ops->alloc(gpu, (size_t)(T * V) * 4, (void **)&t.logits) == VLLMC_OK);
+            t.wn = gw;
+            for (int st = 0; st < (T == 1 ? 2 : 1); st++) {
+                const int old = backend_cuda_set_matvec_stream(st ? 2 : 0, st ? 24 * 1024 : 0);
+                size_t n_ref = 0, n = 0;
+                backend_cuda_set_fuse_nq(gpu, false);
+                uint8_t *want = NULL;
+                for (int rep = 0; rep < 2; rep++) {
+                    uint8_t *got = nq_run(&t, &n_ref);
+                    if (!want) want = got;
+                    else {
+                        CHECK_MSG(memcmp(got, want, n_ref) == 0, "unfused step differs between capture and replay");
+                        free(got);
+                    }
+                }
+                backend_cuda_set_fuse_nq(gpu, true);
+                const uint64_t l0 = backend_cuda_nq_launches();
+                size_t bad = 0;
+                for (int rep = 0; rep < 2; rep++) {
+                    uint8_t *got = nq_run(&t, &n);
+                    CHECK(n == n_ref);
+                    for (size_t i = 0; i < n && i < n_ref; i++) bad += got[i] != want[i];
+                    free(got);
+                }
+                const uint64_t fused = backend_cuda_nq_launches() - l0;
+                backend_cuda_set_fuse_nq(gpu, false);
+                backend_cuda_set_matvec_stream(old, 24 * 1024);
+                printf("norm + quantize in the matmul launch (%s / %s / %s, %d rows%s): %llu launches took it, %zu of %zu bytes differ "
+                       "from the separate launches\n",
+                       quant_traits(tset[ts][0])->name, quant_traits(tset[ts][1])->name, quant_traits(tset[ts][2])->name, T,
+                       st ? ", streaming" : "", (unsigned long long)fused, bad, n_ref);
+                CHECK_MSG(fused == 2, "norm + quantize in the matmul launch: %llu launches took it (want 2: a capture of the step)",
+                          (unsigned long long)fused);
+                CHECK_MSG(bad == 0, "norm + quantize in the matmul launch: %zu bytes differ", bad);
+                free(want);
+            }
+            for (int k = 0; k < 4; k++) gpu->ops->weight_free(gpu, ws[k]);
+            bk_act_free(gpu, &t.a); bk_act_free(gpu, &t.f); bk_act_free(gpu, &t.m);
+            gpu->ops->free(gpu, t.o); gpu->ops->free(gpu, t.x); gpu->ops->free(gpu, t.g); gpu->ops->free(gpu, t.u);
+            gpu->ops->free(gpu, t.logits);
+            free(t.a0); free(t.x0);
+        }
+    }
+    gpu->ops->free(gpu, gw);
+    free(wnorm);
+}
+
 /* The column-split mat-vec (the default backend, no batch invariance asked): a row's output is the same bits from
  * the one-row kernel and from the multi-row one, whichever of 11 rows it is (the second group of 8 included), for
  * Q4_K, Q6_K and a Q4_K + Q8_0 launch, at 2 and 4 super-blocks a warp. */
@@ -942,6 +1075,7 @@ int main(void) {
     test_kv_dtypes();
     test_cols_rows();
     test_stream();
+    test_nq_fused();
     test_invariance();
     test_gdn();
     test_moe();

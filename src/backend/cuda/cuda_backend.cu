@@ -100,6 +100,8 @@ struct cu_backend {
     bool fuse_attn;            /* recorded steps: q / k norm + RoPE + KV store, and sigmoid gate + quantize, into the
                                   attention's launches */
     bool fuse_conv;            /* recorded decode steps: the GDN conv into the matmul that writes its input */
+    bool fuse_nq;              /* recorded steps: a norm + quantize into the matmul that writes its input (cu_nq_fuse) */
+    unsigned *nq_cnt;          /* CU_NQ_FUSE_COUNTERS counters for it, zero between launches */
     std::vector<cu_graph> graphs;
     uint64_t use_clock;
     int32_t *d_argmax, *h_argmax;
@@ -664,8 +666,53 @@ static vllmc_status check_fmts(const struct bk_act *a, const char *what) {
     return VLLMC_OK;
 }
 
+/* In a recorded step, a norm + quantize whose input the op recorded just before writes goes into that op's launch
+ * (cu_nq_fuse): RMSNORM of the residual a matmul segment or a MoE op added its output to (the fused add: res == in0,
+ * rows of the output's width), or SWIGLU of the gate and up that two segments of a matmul wrote. False: nothing
+ * changed. */
+static bool fuse_nq(cu_backend *c, int mode, const float *in0, const float *in1, int64_t ld, const float *w, float eps,
+                    int64_t n_rows, struct bk_act *out) {
+    uint32_t op = 0;
+    void *args = c->fuse_nq && c->nq_cnt && n_rows >= 1 ? rec_back(c, 1, &op) : NULL;
+    if (!args) return false;
+    const int64_t n = out->n_cols;
+    struct cu_nq_fuse *q = NULL;
+    uint32_t feed = 0;
+    if (op == CU_OP_MATMUL) {
+        rec_matmul *m = (rec_matmul *)args;
+        if (m->a.nq.on || m->a.n_act != n_rows || cu_nq_fuse_counters(mode, n, n_rows) > CU_NQ_FUSE_COUNTERS) return false;
+        int n0 = 0, n1 = 0;
+        for (int i = 0; i < m->a.n_seg; i++) {
+            const struct cu_mm_seg *sg = &m->a.seg[i];
+            if (sg->n_rows != n) continue;
+            if (mode == CU_NQ_RMSNORM && sg->res == in0 && sg->ld_y == n) { feed |= 1u << i; n0++; }
+            else if (mode == CU_NQ_SWIGLU && !sg->res && sg->ld_y == ld && (sg->y == in0 || sg->y == in1)) {
+                feed |= 1u << i;
+                n0 += sg->y == in0;
+                n1 += sg->y == in1;
+            }
+        }
+        if (mode == CU_NQ_RMSNORM ? n0 != 1 : (mode != CU_NQ_SWIGLU || n0 != 1 || n1 != 1 || in0 == in1)) return false;
+        q = &m->a.nq;
+    } else if (op == CU_OP_MOE) { /* the mix kernel: a counter per row */
+        rec_moe *r = (rec_moe *)args;
+        if (mode != CU_NQ_RMSNORM || r->a.nq.on || r->a.res != in0 || r->a.n_embd != n || r->a.T != n_rows ||
+            n_rows > CU_NQ_FUSE_COUNTERS)
+            return false;
+        q = &r->a.nq;
+    } else {
+        return false;
+    }
+    memset(q, 0, sizeof(*q));
+    q->in0 = in0; q->in1 = in1; q->w = w; q->cnt = c->nq_cnt; q->out = cu_act_split(out); q->ld = ld; q->eps = eps;
+    q->mode = mode; q->group = 0; q->fmts = out->fmts; q->feed = feed; q->n_feed = mode == CU_NQ_RMSNORM ? 1 : 2; q->on = 1;
+    c->stats.fused_nq++;
+    return true;
+}
+
 static vllmc_status submit_nq(cu_backend *c, int mode, const float *in0, const float *in1, int64_t ld, const float *w,
                               float eps, int64_t n_rows, struct bk_act *out) {
+    if (fuse_nq(c, mode, in0, in1, ld, w, eps, n_rows, out)) return VLLMC_OK;
     rec_nq r;
     memset(&r, 0, sizeof(r));
     r.in0 = in0; r.in1 = in1; r.w = w; r.ld = ld; r.n_rows = n_rows; r.out = cu_act_split(out); r.eps = eps;
@@ -1090,13 +1137,20 @@ static vllmc_status cu_gdn(struct backend *be, struct bk_rs_cache *rs, const str
     r.a.n_k_head = p->n_k_head; r.a.n_v_head = p->n_v_head; r.a.d_k = p->d_k; r.a.d_v = p->d_v; r.a.d_conv = p->d_conv;
     r.a.eps = p->eps; r.a.out = out->x;
     r.a.conv_done = !chunked && fuse_gdn_conv(c, p, in, ld_in, conv_dim, r.a.conv_state, r.a.conv_floats, r.a.conv_w, work);
-    if ((st = submit(c, CU_OP_GDN, &r, sizeof(r)))) return st;
     out->n_rows = c->n_tokens;
-    /* gated RMSNorm with z (in[:, conv_dim:]) fused into the quantize */
+    /* gated RMSNorm with z (in[:, conv_dim:]) fused into the quantize; in a recorded step, into the rule kernel */
     rec_nq q;
     memset(&q, 0, sizeof(q));
     q.in1 = in + conv_dim; q.w = w->norm; q.ld = ld_in; q.n_rows = out->n_rows; q.out = cu_act_split(out); q.eps = p->eps;
     q.mode = CU_NQ_GATED; q.fmts = out->fmts; q.group = p->d_v;
+    if (!chunked && c->fuse_nq && c->recording && c->nq_cnt && cu_nq_fuse_counters(CU_NQ_GATED, value_dim, 1) <= CU_NQ_FUSE_COUNTERS) {
+        struct cu_nq_fuse *f = &r.a.nq;
+        f->in1 = q.in1; f->w = q.w; f->cnt = c->nq_cnt; f->out = q.out; f->ld = q.ld; f->eps = q.eps;
+        f->mode = CU_NQ_GATED; f->group = q.group; f->fmts = q.fmts; f->n_feed = 1; f->on = 1;
+        c->stats.fused_nq++;
+        return submit(c, CU_OP_GDN, &r, sizeof(r));
+    }
+    if ((st = submit(c, CU_OP_GDN, &r, sizeof(r)))) return st;
     return submit(c, CU_OP_NQ, &q, sizeof(q));
 }
 
@@ -1352,6 +1406,7 @@ static void cu_destroy(struct backend *be) {
     dev_free(c, c->a16);
     dev_free(c, c->w16);
     dev_free(c, c->gdn_work);
+    if (c->nq_cnt) (void)gpuFree(c->nq_cnt);
     if (c->gemm) gpu_gemm_destroy(c->gemm);
     if (c->ev0) (void)gpuEventDestroy(c->ev0);
     if (c->ev1) (void)gpuEventDestroy(c->ev1);
@@ -1412,6 +1467,7 @@ extern "C" vllmc_status backend_cuda_create(const struct backend_cuda_opts *o, s
     c->fuse_attn = env_on("VLLMC_CUDA_FUSE_ATTN");
     c->fuse_conv = env_on("VLLMC_CUDA_FUSE_CONV");
     const char *env;
+    c->fuse_nq = (env = getenv("VLLMC_CUDA_FUSE_NQ")) && atoi(env) != 0; /* off until measured */
     if ((env = getenv("VLLMC_CUDA_MM"))) { /* "tr0,ks0,tr1,ks1,tr2,ks2[,p0,p1,p2]": mat-vec kernel choice (comparisons) */
         int v[9] = {0, 0, 0, 0, 0, 0, 0, 0, 0};
         const int nv = sscanf(env, "%d,%d,%d,%d,%d,%d,%d,%d,%d", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7], &v[8]);
@@ -1441,6 +1497,12 @@ extern "C" vllmc_status backend_cuda_create(const struct backend_cuda_opts *o, s
                                                                                     entries grouped by expert; 0 off */
     c->batch_invariant = o && o->batch_invariant;
     if ((st = gpu_err(gpuStreamCreate(&c->stream), "stream"))) { delete c; return st; }
+    if (gpuMalloc((void **)&c->nq_cnt, CU_NQ_FUSE_COUNTERS * sizeof(unsigned)) != gpuSuccess ||
+        gpuMemset(c->nq_cnt, 0, CU_NQ_FUSE_COUNTERS * sizeof(unsigned)) != gpuSuccess) {
+        (void)gpuGetLastError();
+        if (c->nq_cnt) (void)gpuFree(c->nq_cnt);
+        c->nq_cnt = NULL; /* no fused norm + quantize */
+    }
     /* prefill paths; VLLMC_CUDA_GEMM_ROWS (0: never), VLLMC_CUDA_GDN_CHUNKED=0 and VLLMC_CUDA_ATTN_PREFILL=0
      * override for measurements */
     c->gemm_min_rows = GEMM_MIN_ROWS;
@@ -1466,6 +1528,14 @@ extern "C" vllmc_status backend_cuda_create(const struct backend_cuda_opts *o, s
 }
 
 extern "C" void backend_cuda_get_stats(struct backend *be, struct backend_cuda_stats *out) { *out = cub(be)->stats; }
+
+extern "C" void backend_cuda_set_fuse_nq(struct backend *be, bool on) {
+    cu_backend *c = cub(be);
+    flush(c);
+    (void)gpuStreamSynchronize(c->stream);
+    graphs_clear(c); /* steps are captured again, with the process-wide kernel choices of now */
+    c->fuse_nq = on;
+}
 
 extern "C" void backend_cuda_set_matvec(const int tr[3], const int ks[3], const int pers[3]) {
     for (int i = 0; i < 3; i++) { cu_mm_cfg.tr[i] = tr[i]; cu_mm_cfg.ks[i] = ks[i]; cu_mm_cfg.pers[i] = pers[i]; }

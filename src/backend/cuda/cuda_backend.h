@@ -40,6 +40,7 @@ struct backend_cuda_stats {
     uint64_t moe_cols;                /* MoE ops issued (or captured) with the column-split expert kernels */
     uint64_t moe_grouped;             /* MoE ops issued (or captured) with the entries grouped by expert */
     uint64_t fused_conv;              /* decode GDN convs recorded into the epilogue of the matmul writing their input */
+    uint64_t fused_nq;                /* norm + quantize ops recorded into the matmul writing their input */
 };
 void backend_cuda_get_stats(struct backend *be, struct backend_cuda_stats *out);
 
@@ -66,6 +67,14 @@ void backend_cuda_set_decode_rows(int max_rows);
 int backend_cuda_set_matvec_stream(int cps, int stage_bytes);
 /* Launches of the streaming mat-vec so far, process-wide. */
 uint64_t backend_cuda_stream_launches(void);
+/* Matmul launches so far (process-wide) that ran the norm + quantize of their outputs inside them (the RMSNorm after a
+ * fused residual add, the SwiGLU after gate / up: backend_cuda_set_fuse_nq). */
+uint64_t backend_cuda_nq_launches(void);
+/* Recorded steps: the norm + quantize that reads a matmul's outputs (RMSNorm of the residual it added to, SwiGLU of its
+ * gate / up) moves into that matmul's launch (the CTA that completes a unit of the output does it; same functions,
+ * same bits). Off by default until measured; VLLMC_CUDA_FUSE_NQ=1 turns it on at backend creation. Drops the captured
+ * graphs, so the next steps are captured with the kernel choices in force then (e.g. backend_cuda_set_matvec_stream). */
+void backend_cuda_set_fuse_nq(struct backend *be, bool on);
 /* MoE ops of up to max_rows rows with Q4_K / Q6_K experts on the column-split expert kernels (routing inside the
  * gate+up launch, SwiGLU + quantize inside the down launch; default 3: from 4 rows the grouped kernels below measured
  * faster); 0: off. Returns the previous value. Process-wide, like the settings above. */

@@ -85,6 +85,30 @@ struct cu_mm_conv {
     int32_t on, seg, n_ch, pad;
 };
 #define CU_CONV_K 4            /* the conv width the fused form takes (qwen35: 4) */
+/* A norm + quantize of a launch's outputs done inside it (cu_launch_norm_quant's work through the same functions,
+ * norm_quant.h, so the same bits): every CTA counts the output columns it wrote per unit of the output act (RMSNORM: a
+ * whole row, as its scale needs the row's sum of squares; else 256 columns) and activation-row group on a device
+ * counter, and the CTA whose count completes a unit runs it. The launch after it then follows directly (no norm +
+ * quantize launch between), so a mat-vec there starts loading its weights while this one finishes. Taken by the
+ * column-split and streaming mat-vecs (row j of a feeding segment is column j: RMSNORM of the residual a segment adds
+ * to, SWIGLU of gate / up) and the GDN rule kernel (GATED: its raw outputs in out.x, z in in1); where a matmul takes
+ * another kernel, cu_launch_matmul runs the norm + quantize as its own launch right after. */
+struct cu_nq_fuse {
+    const float *in0, *in1;    /* RMSNORM: in0 the residual rows (row stride out.n); SWIGLU: gate, up; GATED: in1 z (row
+                                  stride ld) */
+    const float *w;
+    unsigned *cnt;             /* cu_nq_fuse_counters(...) counters, zero between launches (the last counter resets each) */
+    struct cu_act_mut out;
+    int64_t ld;
+    float eps;
+    int32_t on, mode, group;   /* cu_launch_norm_quant's mode (RMSNORM, SWIGLU, GATED) and group */
+    uint32_t fmts;
+    uint32_t feed;             /* matmul: bit i, segment i feeds the output */
+    int32_t n_feed, pad;
+};
+/* Counters a fused norm + quantize of mode over n output columns and n_act activation rows needs. */
+int64_t cu_nq_fuse_counters(int mode, int64_t n, int64_t n_act);
+#define CU_NQ_FUSE_COUNTERS 8192 /* the backend's counter array */
 struct cu_mm_args {
     struct cu_mm_seg seg[CU_MM_MAX_SEG];
     int32_t n_seg;
@@ -97,6 +121,7 @@ struct cu_mm_args {
     struct cu_act_view a;
     struct cu_mm_conv conv;    /* conv.on: the GDN conv in the epilogue (or a kernel right after, where the launch
                                   does not take the column-split kernel) */
+    struct cu_nq_fuse nq;      /* nq.on: the norm + quantize that reads the outputs, in the launch (or right after) */
 };
 #define CU_MM_WARPS 4          /* rows per CTA (one warp per row) */
 /* Decode mat-vec kernel choice by the rows of a launch (all segments): class 0 below rows[0], class 1
@@ -212,6 +237,7 @@ struct cu_gdn_args {
     float eps;
     int32_t conv_done;         /* the matmul that wrote `in` did the conv (cu_mm_conv): conv_out is ready */
     float *out;                /* [n_tokens][n_v_head * d_v] */
+    struct cu_nq_fuse nq;      /* nq.on (decode rule kernel): the gated RMSNorm + quantize of out in its epilogue */
 };
 void cu_launch_gdn(const struct cu_batch_dev *b, const struct cu_gdn_args *a, gpuStream_t s);
 /* Chunked prefill of the same op (gdn_chunked.cu): every run of the batch in chunks (b->chunks), each state slot
@@ -283,6 +309,7 @@ struct cu_moe_args {
     const float *Y, *Ys;
     float *out;
     float *res;                /* or NULL: also res[t][c] += out[t][c] (the residual add) */
+    struct cu_nq_fuse nq;      /* nq.on: the RMSNorm + quantize of res in the mix kernel's epilogue (a counter per row) */
     int64_t n_embd;
 };
 /* The path the experts took. */

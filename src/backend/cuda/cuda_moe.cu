@@ -15,6 +15,7 @@
  * (gemv_q.cu); steps of more rows (cu_launch_moe_grouped) sort the entries by expert after 2, and 3 and 5 load each
  * expert's rows once for up to CU_MOE_GRP of its entries. */
 #include "backend/cuda/cuda_internal.h"
+#include "backend/cuda/norm_quant.h"
 #include "quant/quant.h"
 
 #define MOE_MAX_EXPERT 1024
@@ -70,12 +71,8 @@ static __global__ void __launch_bounds__(32) moe_route_kernel(const float *logit
 }
 
 /* out[t][c] = sum_j w[t][j] * Y[t k + j][c] (j in selection order) + sigmoid(glog[t]) * Ys[t][c]. */
-static __global__ void moe_mix_kernel(const float *Y, const float *wts, int k, const float *Ys, const float *glog,
-                                      int64_t n, float *out, float *res) {
-    gpu_pdl_wait();
-    gpu_pdl_trigger();
-    const int64_t t = blockIdx.y, c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= n) return;
+static __device__ __forceinline__ void moe_mix_col(const float *Y, const float *wts, int k, const float *Ys, const float *glog,
+                                                   int64_t n, float *out, float *res, int64_t t, int64_t c) {
     float o = 0.f;
     for (int j = 0; j < k; j++) {
         const float v = __fmul_rn(wts[t * k + j], Y[(t * k + j) * n + c]);
@@ -88,6 +85,19 @@ static __global__ void moe_mix_kernel(const float *Y, const float *wts, int k, c
     }
     out[t * n + c] = o;
     if (res) res[t * n + c] = __fadd_rn(res[t * n + c], o);
+}
+/* grid (ceil(n / 256), T); with nq.on, the RMSNorm + quantize of res row t by the CTA that completes it (norm_quant.h) */
+static __global__ void __launch_bounds__(256) moe_mix_kernel(const float *Y, const float *wts, int k, const float *Ys,
+                                                             const float *glog, int64_t n, float *out, float *res,
+                                                             const struct cu_nq_fuse nq) {
+    gpu_pdl_wait();
+    gpu_pdl_trigger();
+    const int64_t t = blockIdx.y, c0 = (int64_t)blockIdx.x * blockDim.x, c = c0 + threadIdx.x;
+    if (c < n) moe_mix_col(Y, wts, k, Ys, glog, n, out, res, t, c);
+    if (nq.on) {
+        const nq_cols pc = {c0, (n - c0 < (int64_t)blockDim.x ? n - c0 : (int64_t)blockDim.x)};
+        nq_fuse_finish(nq, &pc, 1, (int)t, (int)t, 1);
+    }
 }
 
 /* The entries (ids[n_ent], experts < E <= 1024) sorted by expert, in entry order within one (stable), into perm, and
@@ -183,6 +193,6 @@ int cu_launch_moe(const struct cu_moe_args *a, gpuStream_t s) {
     else if (cu_launch_moe_grouped(a, s)) path = CU_MOE_PATH_GROUPED;
     else moe_experts(a, s, false);
     gpu_launch(moe_mix_kernel, dim3((unsigned)GPU_CEIL_DIV(a->n_embd, 256), (unsigned)a->T), dim3(256), 0, s,
-        a->Y, a->wts, a->k, a->shared ? a->Ys : NULL, a->sgate ? a->glog : NULL, a->n_embd, a->out, a->res);
+        a->Y, a->wts, a->k, a->shared ? a->Ys : NULL, a->sgate ? a->glog : NULL, a->n_embd, a->out, a->res, a->nq);
     return path;
 }

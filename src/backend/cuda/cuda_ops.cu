@@ -9,6 +9,7 @@
 #include "backend/cuda/gdn_conv.h"
 #include "backend/cuda/kv_access.h"
 #include "backend/cuda/act_quant.h"
+#include "backend/cuda/norm_quant.h"
 #include "quant/blocks.h"
 #include "quant/quant.h"
 
@@ -458,7 +459,7 @@ static __device__ double block_sum_d(double v, double *red) {
 /* grid (n_v_head, d_v / GDN_ROWS), 4 * GDN_ROWS threads: thread 4r + p holds row j = GDN_ROWS * y + r of
  * the head's state S[j][:] at columns 16 i + 4 p + e (i < 8, e < 4), so each float4 of a warp's state
  * loads is contiguous. Per token: q/k L2 norms (recomputed by each CTA of a head), gates, the delta rule;
- * writes the raw o rows (the gated RMSNorm runs in the quantize that follows). */
+ * writes the raw o rows (the gated RMSNorm runs in the quantize that follows, or with a.nq in this kernel's epilogue). */
 static __global__ void __launch_bounds__(4 * GDN_ROWS) gdn_rule_kernel(struct cu_batch_dev b, struct cu_gdn_args a) {
     __shared__ float qs[GDN_DK], ks[GDN_DK];
     __shared__ double red[32];
@@ -552,6 +553,10 @@ static __global__ void __launch_bounds__(4 * GDN_ROWS) gdn_rule_kernel(struct cu
     if (cur_slot >= 0)
 #pragma unroll
         for (int i = 0; i < 8; i++) *(float4 *)(sp + 16 * i) = make_float4(S[4 * i], S[4 * i + 1], S[4 * i + 2], S[4 * i + 3]);
+    if (a.nq.on) { /* the gated RMSNorm + quantize of the output, by the CTAs that complete its 256-column units */
+        const nq_cols pc = {(int64_t)m * dv + (int64_t)blockIdx.y * GDN_ROWS, GDN_ROWS};
+        nq_fuse_finish(a.nq, &pc, 1, 0, 0, b.n_tokens);
+    }
 }
 
 void cu_launch_gdn(const struct cu_batch_dev *b, const struct cu_gdn_args *a, gpuStream_t s) {

@@ -12,6 +12,7 @@
 #include <string.h>
 #include "backend/cuda/cuda_internal.h"
 #include "backend/cuda/act_quant.h"
+#include "backend/cuda/norm_quant.h"
 #include "quant/blocks.h"
 #include "quant/quant.h"
 #include "backend/cuda/gdn_conv.h"
@@ -130,131 +131,6 @@ struct cu_act_mut cu_act_split(const struct bk_act *a) {
     m.h = (uint16_t *)a->q[BK_ACT_F16];
     m.bf = (uint16_t *)a->q[BK_ACT_BF16];
     return m;
-}
-
-#define NQ_WARPS 8
-
-static __device__ __forceinline__ bool al16(const void *p) { return ((uintptr_t)p & 15) == 0; }
-static __device__ __forceinline__ void ld8(const float *p, float v[8]) {
-    const float4 a = *(const float4 *)p, b = *(const float4 *)(p + 4);
-    v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w; v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
-}
-static __device__ __forceinline__ void st8(float *p, const float v[8]) {
-    *(float4 *)p = make_float4(v[0], v[1], v[2], v[3]);
-    *(float4 *)(p + 4) = make_float4(v[4], v[5], v[6], v[7]);
-}
-
-/* The RMSNorm scale of row x (n floats) as the norm+quantize kernel forms it: NQ_WARPS x 32 strided partial sums of
- * the squares in double (16-byte loads where aligned), a butterfly per warp, then the warps' sums in order. Any
- * block size: warp w takes the partials of warps w, w + W, ... (in the kernel, W = NQ_WARPS), so a kernel of
- * another shape that calls it gets the same bits. red: NQ_WARPS doubles of shared memory; every thread calls it. */
-static __device__ float nq_rms_scale(const float *x, int64_t n, float eps, double *red) {
-    const int lane = threadIdx.x & 31, W = (int)(blockDim.x >> 5);
-    for (int g = (int)(threadIdx.x >> 5); g < NQ_WARPS; g += W) {
-        const int tid = g * 32 + lane;
-        double sum = 0.0;
-        if ((n & 3) == 0 && al16(x)) { /* 16-byte loads, 4 in flight */
-            const float4 *x4 = (const float4 *)x;
-#pragma unroll 4
-            for (int64_t i = tid; i < n / 4; i += 32 * NQ_WARPS) {
-                const float4 q = x4[i];
-                sum += (double)__fmul_rn(q.x, q.x);
-                sum += (double)__fmul_rn(q.y, q.y);
-                sum += (double)__fmul_rn(q.z, q.z);
-                sum += (double)__fmul_rn(q.w, q.w);
-            }
-        } else {
-            for (int64_t i = tid; i < n; i += 32 * NQ_WARPS) sum += (double)__fmul_rn(x[i], x[i]);
-        }
-#pragma unroll
-        for (int off = 16; off > 0; off >>= 1) sum += shfl_xor(sum, off);
-        if (lane == 0) red[g] = sum;
-    }
-    __syncthreads();
-    double tot = 0.0;
-    for (int g = 0; g < NQ_WARPS; g++) tot += red[g];
-    return __fdiv_rn(1.0f, sqrtf((float)(tot / (double)n + (double)eps)));
-}
-
-/* One warp: 256-element unit `unit` of row r (lane l: elements 8l .. 8l+7): its f32 values (normed with scale /
- * gated / as they are) to out.x, then into every format in fmts. */
-static __device__ void nq_unit(int mode, const float *in0, const float *in1, int64_t ld, const float *w, float eps, int group,
-                               float scale, const struct cu_act_mut &out, uint32_t fmts, int64_t r, int64_t unit, int lane,
-                               const float *wpre = NULL) {
-    const int64_t n = out.n, e0 = unit * 256 + lane * 8;
-    float *xr = out.x + r * n;
-    float v[8];
-    /* whole 8-element pieces with aligned rows: 16-byte loads and stores (the same values) */
-    const bool vec = e0 + 8 <= n && al16(xr + e0) &&
-                     (mode == CU_NQ_RMSNORM ? al16(in0 + r * n + e0) && (!w || al16(w + e0))
-                      : mode == CU_NQ_SWIGLU ? al16(in0 + r * ld + e0) && al16(in1 + r * ld + e0) : true);
-    if (vec) {
-        if (mode == CU_NQ_RMSNORM) {
-            float a[8], b[8];
-            ld8(in0 + r * n + e0, a);
-            if (wpre) for (int k = 0; k < 8; k++) b[k] = wpre[k];
-            else if (w) ld8(w + e0, b);
-#pragma unroll
-            for (int k = 0; k < 8; k++) v[k] = w ? __fmul_rn(__fmul_rn(a[k], scale), b[k]) : __fmul_rn(a[k], scale);
-            st8(xr + e0, v);
-        } else if (mode == CU_NQ_SWIGLU) {
-            float a[8], b[8];
-            ld8(in0 + r * ld + e0, a);
-            ld8(in1 + r * ld + e0, b);
-#pragma unroll
-            for (int k = 0; k < 8; k++) v[k] = __fmul_rn(__fdiv_rn(a[k], __fadd_rn(1.0f, expf(-a[k]))), b[k]);
-            st8(xr + e0, v);
-        } else {
-            ld8(xr + e0, v);
-        }
-    }
-#pragma unroll
-    for (int k = 0; k < 8 && !vec; k++) {
-        const int64_t e = e0 + k;
-        float val = 0.f;
-        if (e < n) {
-            if (mode == CU_NQ_RMSNORM) {
-                val = __fmul_rn(in0[r * n + e], scale);
-                if (w) val = __fmul_rn(val, wpre ? wpre[k] : w[e]);
-                xr[e] = val;
-            } else if (mode == CU_NQ_SWIGLU) {
-                const float gv = in0[r * ld + e];
-                val = __fmul_rn(__fdiv_rn(gv, __fadd_rn(1.0f, expf(-gv))), in1[r * ld + e]);
-                xr[e] = val;
-            } else {
-                val = xr[e];
-            }
-        }
-        v[k] = val;
-    }
-    if (mode == CU_NQ_GATED) {
-        /* RMSNorm over each group of `group` columns (group / 8 lanes), times w, times silu(z) */
-        double sq = 0.0;
-#pragma unroll
-        for (int k = 0; k < 8; k++) sq += (double)v[k] * (double)v[k];
-        for (int off = 1; off < group / 8; off <<= 1) sq += shfl_xor(sq, off);
-        const float gscale = __fdiv_rn(1.0f, sqrtf(__fadd_rn((float)(sq / group), eps)));
-#pragma unroll
-        for (int k = 0; k < 8; k++) {
-            const int64_t e = e0 + k;
-            if (e < n) {
-                const float z = in1[r * ld + e];
-                const float sz = __fdiv_rn(z, __fadd_rn(1.0f, expf(-z)));
-                v[k] = __fmul_rn(__fmul_rn(__fmul_rn(v[k], gscale), wpre ? wpre[k] : w[e % group]), sz);
-                xr[e] = v[k];
-            }
-        }
-    }
-    if ((fmts & BK_ACT_BIT(BK_ACT_Q8_K)) && out.k_qs) {
-        const int64_t ns = n / QK_K, s = unit;
-        quant_q8_K_sb(v, out.k_qs + r * n + s * QK_K, out.k_d + r * ns + s, out.k_bs + r * (n / 16) + s * 16, lane);
-    }
-    if ((fmts & BK_ACT_BIT(BK_ACT_Q8_0)) && out.o_qs) /* every lane takes part in the shuffles */
-        quant_q8_0_lane(v, out.o_qs + r * n + e0, out.o_d + r * (n / 32) + e0 / 32, lane, e0 < n);
-    if ((fmts & BK_ACT_BIT(BK_ACT_F16)) && out.h)
-        for (int k = 0; k < 8; k++) if (e0 + k < n) out.h[r * n + e0 + k] = fp32_to_fp16(v[k]);
-    if ((fmts & BK_ACT_BIT(BK_ACT_BF16)) && out.bf)
-        for (int k = 0; k < 8; k++) if (e0 + k < n) out.bf[r * n + e0 + k] = fp32_to_bf16(v[k]);
 }
 
 /* grid (ceil(units / NQ_WARPS), rows); a warp owns one 256-element unit of one row: its f32 values
@@ -1180,10 +1056,29 @@ static __global__ void mm_conv_kernel(const struct cu_mm_args P) {
     }
 }
 
+/* ---- the norm + quantize of a launch's outputs, inside it (cu_nq_fuse, norm_quant.h) ---- */
+struct mm_piece { int seg, r0, rows; };   /* rows r0 .. r0 + rows - 1 of segment seg, written by this CTA */
+
+int64_t cu_nq_fuse_counters(int mode, int64_t n, int64_t n_act) {
+    if (n <= 0 || n_act <= 0) return 0;
+    const int64_t uw = nq_fuse_uw(mode, n);
+    return (n + uw - 1) / uw * (n_act == 1 ? 1 : (n_act + 7) / 8); /* groups: mm_kernel_cols' MV_NA rows */
+}
+
+/* Every thread of the CTA, after its outputs were written: the rows of feeding segments are the output's columns. */
+static __device__ void mm_nq_finish(const struct cu_mm_args &P, const mm_piece *pc, int n_pc, int grp, int a0, int na) {
+    nq_cols cols[CU_MM_MAX_SEG];
+    int nc = 0;
+    for (int i = 0; i < n_pc && nc < CU_MM_MAX_SEG; i++)
+        if (P.nq.feed >> pc[i].seg & 1) cols[nc++] = nq_cols{pc[i].r0, pc[i].rows};
+    if (nc) nq_fuse_finish(P.nq, cols, nc, grp, a0, na); /* (nc is the same for the whole CTA) */
+}
+
 /* NA 1: one activation row (a batch-1 step); NA = MV_NA: a decode step of several sequences, blockIdx.y the group
  * of up to MV_NA activation rows, each met in turn with the weights the lane loaded once (its chunk from L1).
  * The per-row sums are the same ops in the same order either way. U: row groups a CTA. */
 #define MV_NA 8
+static_assert(MV_NA == 8, "cu_nq_fuse_counters counts groups of 8 activation rows");
 template <int SBW, int KT, int U, int NA> /* KT: the K-quant types present, 1 Q4_K, 2 Q6_K, 3 both (fewer registers for one) */
 static __global__ void __launch_bounds__(512) mm_kernel_cols(const struct cu_mm_args P) {
     constexpr int RW = 8 / SBW, RPC = RW * U;
@@ -1211,6 +1106,10 @@ static __global__ void __launch_bounds__(512) mm_kernel_cols(const struct cu_mm_
         gpu_pdl_wait();
         gpu_pdl_trigger();
         mv_other_rows(P, S, wb, r0, rows, a0, na, lane, wid, W);
+        if (P.nq.on) {
+            const mm_piece pc = {si, r0, rows};
+            mm_nq_finish(P, &pc, 1, NA == 1 ? 0 : (int)blockIdx.y, a0, na);
+        }
         return;
     }
     const int c = lane & 3, sbl = (lane >> 2) % SBW, rr = lane / (4 * SBW);
@@ -1263,6 +1162,10 @@ static __global__ void __launch_bounds__(512) mm_kernel_cols(const struct cu_mm_
         S.y[o] = y;
         if (S.res) S.res[o] = __fadd_rn(S.res[o], y);
         if (conv) mm_conv_store(P.conv, a0 + r, r0 + j, conv_pre[i], conv_slot[i], y);
+    }
+    if (P.nq.on) {
+        const mm_piece pc = {si, r0, rows};
+        mm_nq_finish(P, &pc, 1, NA == 1 ? 0 : (int)blockIdx.y, a0, na);
     }
 }
 
@@ -1425,6 +1328,16 @@ static __global__ void __launch_bounds__(512) mm_kernel_stream(const struct cu_m
             mm_conv_store(P.conv, 0, k.row, pre, slot, y);
         }
     }
+    if (P.nq.on) {
+        mm_piece pc[CU_MM_MAX_SEG];
+        int np = 0;
+        for (int g = R0; g < R1 && np < CU_MM_MAX_SEG;) {
+            const ms_chunk k = ms_next(P, g, R1, R1 - g);
+            pc[np++] = mm_piece{k.seg, k.row, k.cnt};
+            g += k.cnt;
+        }
+        mm_nq_finish(P, pc, np, 0, 0, 1);
+    }
 }
 
 /* The segments of args in mask (bit i: segment i), with their concatenation offsets recomputed. */
@@ -1463,11 +1376,17 @@ static bool mm_launch_stream(const struct cu_mm_args *args, gpuStream_t s) {
         stride = max(stride, args->seg[i].stride);
     }
     if (!kq || (args->conv.on && !(kq >> args->conv.seg & 1))) return false;
+    if (args->nq.on && (args->nq.feed & ~kq)) return false; /* a feeding segment would be in the other launch */
     struct cu_mm_args k;
     mm_subset(args, kq, &k);
     if (args->conv.on)
         for (int i = 0, j = 0; i < args->n_seg; i++)
             if (kq >> i & 1) { if (i == args->conv.seg) k.conv.seg = j; j++; }
+    if (args->nq.on) {
+        k.nq.feed = 0;
+        for (int i = 0, j = 0; i < args->n_seg; i++)
+            if (kq >> i & 1) { if (args->nq.feed >> i & 1) k.nq.feed |= 1u << j; j++; }
+    }
     const int n_sb = (int)(n / QK_K), sbw = n_sb <= 16 ? 2 : 4, w = (n_sb + sbw - 1) / sbw, rw = 8 / sbw;
     if (w > 16 || stride == 0) return false;
     static int sms = 0;
@@ -1493,6 +1412,7 @@ static bool mm_launch_stream(const struct cu_mm_args *args, gpuStream_t s) {
         struct cu_mm_args o;
         mm_subset(args, ~kq, &o);
         o.conv.on = 0;
+        o.nq.on = 0;
         if (!mm_launch_cols(&o, s, true)) (void)mm_launch(&o, s);
     }
     typedef void (*fn_t)(const struct cu_mm_args, int, int, int);
@@ -1561,13 +1481,23 @@ struct cu_mm_cfg cu_mm_cfg = {{8192, 65536}, {1, 4, 4}, {0, 2, 1}, {0, 0, 0}, 0,
 
 static bool mm_launch_dec(const struct cu_mm_args *args, gpuStream_t s);
 
-/* True when the column-split kernel took the launch (it does a cu_mm_conv in its epilogue). */
+/* True when the column-split or streaming kernel took the launch (a cu_mm_conv and a cu_nq_fuse in its epilogue). */
 static bool mm_launch(const struct cu_mm_args *args, gpuStream_t s);
+
+uint64_t cu_nq_fused_launches;
+extern "C" uint64_t backend_cuda_nq_launches(void) { return cu_nq_fused_launches; }
 
 void cu_launch_matmul(const struct cu_mm_args *args, gpuStream_t s) {
     if (args->n_act <= 0 || args->n_ctas <= 0) return;
-    if (!mm_launch(args, s) && args->conv.on)
-        gpu_launch(mm_conv_kernel, dim3((unsigned)GPU_CEIL_DIV(args->conv.n_ch, 128)), dim3(128), 0, s, *args);
+    if (mm_launch(args, s)) { /* the column-split or streaming kernel: the conv and the norm + quantize are in it */
+        cu_nq_fused_launches += args->nq.on != 0;
+        return;
+    }
+    if (args->conv.on) gpu_launch(mm_conv_kernel, dim3((unsigned)GPU_CEIL_DIV(args->conv.n_ch, 128)), dim3(128), 0, s, *args);
+    if (args->nq.on) {
+        const cu_nq_fuse &q = args->nq;
+        cu_launch_norm_quant(q.mode, q.in0, q.in1, q.ld, q.w, q.eps, q.group, args->n_act, q.out, q.fmts, s);
+    }
 }
 
 static bool mm_launch(const struct cu_mm_args *args, gpuStream_t s) {

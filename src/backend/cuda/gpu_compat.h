@@ -170,6 +170,16 @@ template <typename T> static __device__ __forceinline__ T gpu_ldg(const T *p) {
 #endif
 }
 
+/* A load through L2 (past this SM's L1): for values other CTAs of the running grid wrote (the fused norm + quantize of
+ * gemv_q.cu reads them after an acquire fence). HIP's __threadfence invalidates the CU's L1, so a plain load there. */
+template <typename T> static __device__ __forceinline__ T gpu_ldcg(const T *p) {
+#if defined(VLLMC_HIP)
+    return *p;
+#else
+    return __ldcg(p);
+#endif
+}
+
 /* Full-warp reductions. */
 static __device__ __forceinline__ float warp_reduce_sum(float v) {
 #pragma unroll
