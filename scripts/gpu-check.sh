@@ -30,8 +30,10 @@
 # Stage trace (not default) runs a 64-token decode of TRACE_MODELS (default the first of BENCH_MODELS) under Nsight
 # Systems or, where there is none, the CUPTI tracer .carry/cupti_trace.so (tools/cupti_trace.c), and charges each
 # graph-replayed step's time to its kernels (scripts/trace_steps.py: the cost of a kernel is how far it moves the end
-# of the timeline). Stage var (not default) times the batch-1 decode of BENCH_MODELS once per VARIANTS entry
-# ("name:VAR=v,VAR2=w ..."; VAR_ARGS, default -p 512 -g 256 -r 5): environment A/B runs on one machine. Stage binvar
+# of the timeline); TRACE_ENV="VAR=v VAR2=w" adds a second trace with those variables. Stage var (not default) times the batch-1 decode of BENCH_MODELS once per VARIANTS entry
+# ("name:VAR=v,VAR2=w ..."; a comma before NAME= separates variables, other commas stay in the value; VAR_ARGS,
+# default -p 512 -g 256 -r 5): environment A/B runs on one machine; variants with the streaming mat-vec or the fused
+# norm + quantize are skipped when stage ops / nq found them wrong. Stage binvar
 # (not default) does the same for the vllmc_<name> builds gpu-carry.sh's EXTRA_BUILDS put beside vllmc (compile-time
 # A/B, e.g. EXTRA_BUILDS="name:-DFLAG"). Stage stream (not default) runs test_cuda_model on the tiny qwen35, the tiny
 # qwen35moe q4_k_m and the tiny dense q4_k_m files with the streaming mat-vec on (VLLMC_CUDA_MS=2,24576 and 1,4096).
@@ -124,13 +126,16 @@ fi
 
 if has nq; then # the norm + quantize inside the launch before it (off by default until measured): test_cuda_ops' check,
     # then graph == eager and CPU parity on the tiny models with it on (and with the streaming mat-vec too)
-    note "nq: test_cuda_ops clean configurations $(grep -c "^norm + quantize in the matmul launch .* 0 of" "$OUT/test_cuda_ops.txt" 2>/dev/null) of 6"
+    nq_ok=$(grep -c "^norm + quantize in the matmul launch .* 0 of" "$OUT/test_cuda_ops.txt" 2>/dev/null)
+    note "nq: test_cuda_ops clean configurations ${nq_ok:-0} of 6"
+    [ "${nq_ok:-0}" = 6 ] || NQ_BAD=1
     for cfg in VLLMC_CUDA_FUSE_NQ=1 VLLMC_CUDA_FUSE_NQ=1,VLLMC_CUDA_MS=2,24576; do
         [ -n "${STREAM_BAD:-}" ] && [[ $cfg == *MS=* ]] && continue
         for f in /tmp/models/qwen35-tiny.gguf .carry/moe/qwen35moe-tiny-q4_k_m.gguf .carry/models/*.gguf; do
             [ -f "$f" ] || continue
             n=$(basename "$f" .gguf); tag=$(echo "$cfg" | tr -c 'A-Za-z0-9_\n' _)
             env $(echo "$cfg" | sed 's/,VLLMC/ VLLMC/g') timeout 60 "$BIN/test_cuda_model" "$f" 30 16 >"$OUT/nq_${n}_$tag.txt" 2>&1; rc=$?
+            [ $rc = 0 ] || NQ_BAD=1
             note "nq $cfg $n rc=$rc: $(grep 'worst' "$OUT/nq_${n}_$tag.txt" | head -1 | sed 's/.*steps, //' | cut -c1-100)$(grep -m1 FAIL "$OUT/nq_${n}_$tag.txt")$(grep -m1 'recorded into the launch' "$OUT/nq_${n}_$tag.txt" | sed 's/.*before them/; fused/')"
         done
     done
@@ -329,23 +334,31 @@ fi
 if has trace; then # in-graph kernel costs of the decode (nsys, graph nodes traced): scripts/trace_steps.py
     wait_models
     NSYS=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys /usr/local/cuda/nsight-systems*/bin/nsys 2>/dev/null | head -1)
+    tenv=${TRACE_ENV:-} # a second trace with these variables ("A=1 B=2,3"), unless the checks found them wrong
+    if [ -n "$tenv" ] && { { [ -n "${NQ_BAD:-}" ] && [[ $tenv == *FUSE_NQ=1* ]]; } || { [ -n "${STREAM_BAD:-}" ] && [[ $tenv == *CUDA_MS=[1-9]* ]]; }; }; then
+        note "trace with $tenv: skipped (checks)"; tenv=""
+    fi
     for m in ${TRACE_MODELS:-${BENCH_MODELS%% *}}; do
         f=/tmp/models/$m.gguf
         [ -s "$f" ] || { note "trace $m: no model"; continue; }
-        rm -f /tmp/trace_$m.*
-        if [ -n "$NSYS" ]; then
-            timeout 200 "$NSYS" profile --cuda-graph-trace=node -t cuda -o /tmp/trace_$m --force-overwrite true \
-                "$BIN/vllmc" bench -m "$f" -p 512 -g 64 -r 1 ${TRACE_ARGS:-} >"$OUT/trace_${m}_run.txt" 2>&1; rc=$?
-            timeout 200 "$NSYS" stats --report cuda_gpu_trace --format csv -o /tmp/trace_$m /tmp/trace_$m.nsys-rep >>"$OUT/trace_${m}_run.txt" 2>&1
-            csv=/tmp/trace_${m}_cuda_gpu_trace.csv
-        else # no Nsight Systems there: the CUPTI injection library (tools/cupti_trace.c, built by gpu-carry.sh)
-            csv=/tmp/trace_$m.csv
-            CUDA_INJECTION64_PATH=$PWD/.carry/cupti_trace.so VLLMC_TRACE_OUT=$csv timeout 200 "$BIN/vllmc" bench -m "$f" \
-                -p 512 -g 64 -r 1 ${TRACE_ARGS:-} >"$OUT/trace_${m}_run.txt" 2>&1; rc=$?
-        fi
-        python3 scripts/trace_steps.py "$csv" >"$OUT/trace_$m.txt" 2>&1
-        head -40 "$OUT/trace_$m.txt"
-        note "trace $m rc=$rc: $(head -1 "$OUT/trace_$m.txt")"
+        for tv in "" ${tenv:+"$tenv"}; do
+            t=$m${tv:+_env}
+            rm -f /tmp/trace_$t.*
+            # shellcheck disable=SC2086
+            if [ -n "$NSYS" ]; then
+                env $tv X_TRACE=1 timeout 200 "$NSYS" profile --cuda-graph-trace=node -t cuda -o /tmp/trace_$t --force-overwrite true \
+                    "$BIN/vllmc" bench -m "$f" -p 512 -g 64 -r 1 ${TRACE_ARGS:-} >"$OUT/trace_${t}_run.txt" 2>&1; rc=$?
+                timeout 200 "$NSYS" stats --report cuda_gpu_trace --format csv -o /tmp/trace_$t /tmp/trace_$t.nsys-rep >>"$OUT/trace_${t}_run.txt" 2>&1
+                csv=/tmp/trace_${t}_cuda_gpu_trace.csv
+            else # no Nsight Systems there: the CUPTI injection library (tools/cupti_trace.c, built by gpu-carry.sh)
+                csv=/tmp/trace_$t.csv
+                env $tv X_TRACE=1 CUDA_INJECTION64_PATH=$PWD/.carry/cupti_trace.so VLLMC_TRACE_OUT=$csv timeout 200 "$BIN/vllmc" bench -m "$f" \
+                    -p 512 -g 64 -r 1 ${TRACE_ARGS:-} >"$OUT/trace_${t}_run.txt" 2>&1; rc=$?
+            fi
+            python3 scripts/trace_steps.py "$csv" >"$OUT/trace_$t.txt" 2>&1
+            head -40 "$OUT/trace_$t.txt"
+            note "trace $m ${tv:-(default)} rc=$rc: $(head -1 "$OUT/trace_$t.txt")"
+        done
     done
 fi
 
@@ -357,8 +370,10 @@ if has var; then # decode A/B of environment variants: VARIANTS="name:VAR=v,VAR2
         for v in ${VARIANTS:-default:X=1}; do
             name=${v%%:*}; envs=${v#*:}
             if [ -n "${STREAM_BAD:-}" ] && [[ $envs == *VLLMC_CUDA_MS=[1-9]* ]]; then note "var $m $name: skipped (streaming check)"; continue; fi
-            # shellcheck disable=SC2086
-            env ${envs//,/ } timeout 150 "$BIN/vllmc" bench -m "$f" ${VAR_ARGS:--p 512 -g 256 -r 5} >"$OUT/var_${m}_$name.txt" 2>&1; rc=$?
+            if [ -n "${NQ_BAD:-}" ] && [[ $envs == *VLLMC_CUDA_FUSE_NQ=1* ]]; then note "var $m $name: skipped (nq check)"; continue; fi
+            # a comma before NAME= separates variables; others stay in the value (VLLMC_CUDA_MS=1,24576)
+            # shellcheck disable=SC2046
+            env $(echo "$envs" | sed 's/,\([A-Z_][A-Z0-9_]*=\)/ \1/g') timeout 150 "$BIN/vllmc" bench -m "$f" ${VAR_ARGS:--p 512 -g 256 -r 5} >"$OUT/var_${m}_$name.txt" 2>&1; rc=$?
             note "var $m $name ($envs) rc=$rc: $(grep '^output tok/s' "$OUT/var_${m}_$name.txt" | head -1)"
         done
     done

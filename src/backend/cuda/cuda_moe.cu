@@ -90,6 +90,7 @@ static __device__ __forceinline__ void moe_mix_col(const float *Y, const float *
 static __global__ void __launch_bounds__(256) moe_mix_kernel(const float *Y, const float *wts, int k, const float *Ys,
                                                              const float *glog, int64_t n, float *out, float *res,
                                                              const struct cu_nq_fuse nq) {
+    nq_fuse_prefetch(nq, (int64_t)blockIdx.y * gridDim.x + blockIdx.x, (int64_t)gridDim.x * gridDim.y);
     gpu_pdl_wait();
     gpu_pdl_trigger();
     const int64_t t = blockIdx.y, c0 = (int64_t)blockIdx.x * blockDim.x, c = c0 + threadIdx.x;

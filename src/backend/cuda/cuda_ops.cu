@@ -486,6 +486,7 @@ static __global__ void __launch_bounds__(4 * GDN_ROWS) gdn_rule_kernel(struct cu
     }
     float dtb = 0.f, sa = 0.f; /* the head's dt bias and A: weights, so before the wait (out of the DRAM round trip) */
     if (tid == 0) { dtb = a.dt_bias[m]; sa = a.ssm_a[m]; }
+    nq_fuse_prefetch(a.nq, (int64_t)blockIdx.y * gridDim.x + blockIdx.x, (int64_t)gridDim.x * gridDim.y);
     gpu_pdl_wait();
     gpu_pdl_trigger();
     for (int t = 0; t < b.n_tokens; t++) {

@@ -1094,6 +1094,7 @@ static __global__ void __launch_bounds__(512) mm_kernel_cols(const struct cu_mm_
     const int r0 = ((int)blockIdx.x - S.cta0) * RPC, rows = min(RPC, S.n_rows - r0);
     const int a0 = NA == 1 ? 0 : (int)blockIdx.y * NA, na = NA == 1 ? 1 : min(NA, P.n_act - a0);
     const bool conv = P.conv.on && si == P.conv.seg;
+    nq_fuse_prefetch(P.nq, (int64_t)blockIdx.y * gridDim.x + blockIdx.x, (int64_t)gridDim.x * gridDim.y);
     if (conv) /* before the wait, by the thread that finishes the conv in the epilogue (same i) */
         for (int i = threadIdx.x; i < rows * na; i += blockDim.x) {
             const int r = NA == 1 ? 0 : i / rows, j = i - r * rows;
@@ -1278,6 +1279,7 @@ static __global__ void __launch_bounds__(512) mm_kernel_stream(const struct cu_m
         }
         gpu_cp_commit();
     }
+    nq_fuse_prefetch(P.nq, blockIdx.x, gridDim.x);
     gpu_pdl_wait();
     gpu_pdl_trigger();
     const int n_sb = (int)(P.a.n / QK_K);

@@ -153,6 +153,14 @@ struct nq_cols { int64_t c0, n; };          /* columns c0 .. c0 + n - 1 of the o
 
 static __host__ __device__ __forceinline__ int64_t nq_fuse_uw(int mode, int64_t n) { return mode == CU_NQ_RMSNORM ? n : 256; }
 
+/* Before the dependency wait, by every CTA of the launch (cta of n_cta): the norm's weights into L2, so the CTA that
+ * completes a unit reads them from there and not from DRAM (the weight streaming between two steps evicts them). */
+static __device__ __forceinline__ void nq_fuse_prefetch(const struct cu_nq_fuse &Q, int64_t cta, int64_t n_cta) {
+    if (!Q.on || !Q.w || threadIdx.x != 0) return;
+    const int64_t lines = ((Q.mode == CU_NQ_GATED ? Q.group : Q.out.n) * 4 + 127) / 128;
+    for (int64_t i = cta; i < lines; i += n_cta) gpu_prefetch_l2((const char *)Q.w + 128 * i);
+}
+
 /* Every thread of the CTA, after the CTA wrote its outputs (its column runs pc, activation rows a0 .. a0 + na - 1 of
  * group grp): count them, then run the units this CTA completed. */
 static __device__ void nq_fuse_finish(const struct cu_nq_fuse &Q, const nq_cols *pc, int n_pc, int grp, int a0, int na) {
