@@ -367,7 +367,7 @@ static void test_kernel_constants(void) {
     snprintf(want, sizeof(want), "#define MM_TR %d", GPU_MM_TILE_ROWS);
     CHECK_MSG(source_has(gemv, want), "%s lacks '%s'", gemv, want);
     snprintf(want, sizeof(want), "#define NQ_WARPS %d", GPU_NQ_GROUPS_PER_CTA);
-    CHECK_MSG(source_has(gemv, want), "%s lacks '%s'", gemv, want);
+    CHECK_MSG(source_has("src/backend/cuda/norm_quant.h", want), "norm_quant.h lacks '%s'", want);
     snprintf(want, sizeof(want), "struct cu_mm_cfg cu_mm_cfg = {{%d, ", GPU_MM_TILE_MIN_ROWS); /* first row class */
     CHECK_MSG(source_has(gemv, want), "%s lacks '%s'", gemv, want);
     CHECK(source_has(gemv, "const int groups = (args->n_act + VLLMC_MM_PREFILL_ACT - 1) / VLLMC_MM_PREFILL_ACT;"));

@@ -23,7 +23,7 @@
 #define GPU_MM_TILE_ROWS 4       /* MM_TR: rows of a decode tile */
 #define GPU_MM_TILE_MIN_ROWS 8192 /* decode uses row tiles from this many rows (all segments together) */
 #define GPU_MM_PREFILL_ACT 8     /* activation rows sharing each weight load at prefill (gfx11: 4, mm_prefill_act) */
-#define GPU_NQ_GROUPS_PER_CTA 8  /* NQ_WARPS: 256-element units per norm+quantize CTA */
+#define GPU_NQ_GROUPS_PER_CTA 8  /* NQ_WARPS (norm_quant.h): 256-element units per norm+quantize CTA */
 
 enum gpu_vendor { GPU_VENDOR_NVIDIA = 0, GPU_VENDOR_AMD = 1 };
 

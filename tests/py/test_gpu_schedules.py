@@ -1,0 +1,22 @@
+"""Host emulations of the GPU kernels' work schedules (no GPU needed): the streaming mat-vec's row walk
+(scripts/stream_schedule_check.py) and the counting of the norm + quantize done inside a launch
+(scripts/nq_fuse_check.py). Each script asserts its invariants and exits non-zero when one fails."""
+import pathlib
+import subprocess
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def run_script(name):
+    r = subprocess.run([sys.executable, str(ROOT / "scripts" / name)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r.stdout
+
+
+def test_stream_schedule():
+    run_script("stream_schedule_check.py")
+
+
+def test_nq_fuse_counting():
+    assert "counters back at zero" in run_script("nq_fuse_check.py")
