@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 # Host emulation of the norm + quantize inside a launch (norm_quant.h nq_fuse_finish, and the pieces each kernel
-# passes it: mm_kernel_cols, mm_kernel_stream, gdn_rule_kernel, moe_mix_kernel): for the decode shapes, with CTAs
+# passes it: mm_kernel_cols, mm_kernel_stream, gdn_rule_kernel, moe_mix_kernel; the MoE mix in the down launch,
+# moe_mix_tail, and the row's norm after it): for the decode shapes, with CTAs
 # finishing in random orders, every unit of every activation-row group is completed exactly once, by the CTA whose
 # add reaches its total, after every CTA writing its columns has counted, and every counter is back at zero. Keep it
 # in step with the kernels.
@@ -97,6 +98,41 @@ def mix(n, T):
     ctas = [(t, 1, [(x * 256, min(256, n - x * 256))]) for x in range((n + 255) // 256) for t in range(T)]
     run(ctas, RMS, n, 1, T, T)
 
+def mixdown(n, T, k, shared, rpc):
+    """moe_cols_kernel<DOWN> with the mix (moe_mix_tail): entries (routed t k + j, shared t) x row blocks of rpc rows;
+    a unit (token, 256 columns) is mixed by the CTA that completes it, which then counts its columns toward the row's
+    RMSNorm (nq_fuse_finish, grp t)."""
+    nu = (n + 255) // 256; per = k + shared
+    ctas = [(e // k, r0) for e in range(T * k) for r0 in range(0, n, rpc)]
+    ctas += [(t, r0) for t in range(shared * T) for r0 in range(0, n, rpc)]
+    mcnt = [0] * (T * nu); ncnt = [0] * T
+    for rep in range(3):
+        random.shuffle(ctas)
+        mixed, done, written, ydone = {}, {}, {}, {}
+        for i, (t, r0) in enumerate(ctas):
+            rows = min(rpc, n - r0)
+            for c in range(r0, r0 + rows): ydone[(t, c)] = ydone.get((t, c), 0) + 1
+            pcs = []
+            u = r0 // 256
+            while u * 256 < r0 + rows and u < nu:
+                ue = min(n, (u + 1) * 256); lo = max(r0, u * 256); hi = min(r0 + rows, ue)
+                add = hi - lo; tgt = per * (ue - u * 256)
+                if add:
+                    mcnt[t * nu + u] += add
+                    assert mcnt[t * nu + u] <= tgt
+                    if mcnt[t * nu + u] == tgt:
+                        mcnt[t * nu + u] = 0
+                        assert (t, u) not in mixed; mixed[(t, u)] = i
+                        assert all(ydone.get((t, c), 0) == per for c in range(u * 256, ue)), "mixed early"
+                        pcs.append((u * 256, ue - u * 256))
+                u += 1
+            assert len(pcs) <= 2
+            for c0, kk in pcs:
+                for c in range(c0, c0 + kk): written[(t, c)] = written.get((t, c), 0) + 1
+            if pcs: finish(ncnt, RMS, n, 1, pcs, t, 1, done, written, i)
+        assert len(mixed) == T * nu and len(done) == T, (len(mixed), len(done))
+        assert not any(mcnt) and not any(ncnt)
+
 random.seed(1)
 for n_act in (1, 3, 8, 11, 64):
     for E, F in ((2560, 9216), (2048, 6144), (256, 768), (1024, 2816)):
@@ -112,4 +148,9 @@ for nv, dv in ((32, 128), (16, 128), (4, 64), (2, 64)):
         rule(nv, dv, T)
 for n in (2048, 256, 300):
     mix(n, 1); mix(n, 3)
+for n in (2048, 512, 300):
+    for T in (1, 3):
+        for k, sh in ((8, 1), (4, 0), (2, 1)):
+            for rpc in (16, 32, 64):
+                mixdown(n, T, k, sh, rpc)
 print("nq_fuse_check: every unit completed once, after all its columns, counters back at zero")

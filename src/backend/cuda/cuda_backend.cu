@@ -697,7 +697,7 @@ static bool fuse_nq(cu_backend *c, int mode, const float *in0, const float *in1,
     } else if (op == CU_OP_MOE) { /* the mix kernel: a counter per row */
         rec_moe *r = (rec_moe *)args;
         if (mode != CU_NQ_RMSNORM || r->a.nq.on || r->a.res != in0 || r->a.n_embd != n || r->a.T != n_rows ||
-            n_rows > CU_NQ_FUSE_COUNTERS)
+            n_rows > CU_NQ_FUSE_COUNTERS / 2) /* (the second half: the mix in the down launch) */
             return false;
         q = &r->a.nq;
     } else {
@@ -1328,8 +1328,12 @@ static vllmc_status cu_moe(struct backend *be, const struct bk_act *in, const st
         g->n_rows = (int32_t)n_embd; g->n_mat = 1; g->n_ent = (int32_t)T; g->act_div = 1;
         g->act_off = merged ? (int32_t)n_ent : 0; g->a = act_view(merged ? &h0 : &h1);
     }
-    /* 6. mix */
+    /* 6. mix; with the fused norm + quantize switch on, in the down launch where the column-split expert kernels run
+     * (counters: the second half of the array, the first is the per-row norm + quantize's) */
     a->out = out; a->n_embd = n_embd;
+#if !defined(VLLMC_HIP) /* (its kernel instances are CUDA's only: gemv_q.cu moe_cols_launch) */
+    if (c->fuse_nq && c->nq_cnt && T * ((n_embd + 255) / 256) <= CU_NQ_FUSE_COUNTERS / 2) a->mix_cnt = c->nq_cnt + CU_NQ_FUSE_COUNTERS / 2;
+#endif
     /* weight bytes read (profile): the router, the distinct experts at most, the shared expert */
     const double per_exp = (double)a->gu.g[0].exp_bytes[0] + (double)a->gu.g[0].exp_bytes[1] + (double)a->down.g[0].exp_bytes[0];
     r.wbytes = 4.0 * (double)(E + (sgate ? 1 : 0)) * (double)n_embd + per_exp * (double)VLLMC_MIN(n_ent, E);

@@ -70,9 +70,10 @@ uint64_t backend_cuda_stream_launches(void);
 /* Matmul launches so far (process-wide) that ran the norm + quantize of their outputs inside them (the RMSNorm after a
  * fused residual add, the SwiGLU after gate / up: backend_cuda_set_fuse_nq). */
 uint64_t backend_cuda_nq_launches(void);
-/* Recorded steps: the norm + quantize that reads a matmul's outputs (RMSNorm of the residual it added to, SwiGLU of its
- * gate / up) moves into that matmul's launch (the CTA that completes a unit of the output does it; same functions,
- * same bits). Off by default until measured; VLLMC_CUDA_FUSE_NQ=1 turns it on at backend creation. Drops the captured
+/* Recorded steps: the norm + quantize that reads a launch's outputs (RMSNorm of the residual a matmul or MoE op added
+ * to, SwiGLU of a matmul's gate / up, the GDN's gated RMSNorm) moves into that launch (the CTA that completes a unit of
+ * the output does it; same functions, same bits); and (CUDA, any step) the MoE mix into the column-split down launch.
+ * Off by default until measured; VLLMC_CUDA_FUSE_NQ=1 turns it on at backend creation. Drops the captured
  * graphs, so the next steps are captured with the kernel choices in force then (e.g. backend_cuda_set_matvec_stream). */
 void backend_cuda_set_fuse_nq(struct backend *be, bool on);
 /* MoE ops of up to max_rows rows with Q4_K / Q6_K experts on the column-split expert kernels (routing inside the

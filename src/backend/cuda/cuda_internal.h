@@ -310,6 +310,8 @@ struct cu_moe_args {
     float *out;
     float *res;                /* or NULL: also res[t][c] += out[t][c] (the residual add) */
     struct cu_nq_fuse nq;      /* nq.on: the RMSNorm + quantize of res in the mix kernel's epilogue (a counter per row) */
+    unsigned *mix_cnt;         /* or NULL: where the column-split expert kernels run, the mix goes into the down launch
+                                  (these counters, [T][ceil(n_embd / 256)]) and no mix kernel runs */
     int64_t n_embd;
 };
 /* The path the experts took. */
@@ -319,6 +321,17 @@ int cu_launch_moe(const struct cu_moe_args *a, gpuStream_t s);
  * routed entry (it writes ids / wts), then down with SwiGLU + Q8_K of the hidden row formed in each CTA. Only
  * with Q4_K / Q6_K experts, Q8_K hidden rows, E <= 256, k <= 32, T <= cu_mm_cfg.moe_cols_rows; false (nothing
  * launched) otherwise. */
+/* The MoE mix in the down launch (cu_launch_moe_cols with cu_moe_args.mix_cnt): the CTA whose rows complete 256
+ * columns of a token (all k routed entries and the shared one) mixes them (moe_mix.h, moe_mix_kernel's ops), and with
+ * nq.on counts them toward the row's RMSNorm + quantize (norm_quant.h). */
+struct cu_moe_mix {
+    const float *Y, *Ys, *wts, *glog;
+    float *out, *res;
+    unsigned *cnt;             /* [T][ceil(n / 256)], zero between launches */
+    int64_t n;
+    int32_t on, pad;
+    struct cu_nq_fuse nq;
+};
 struct cu_moe_cols_args {
     struct cu_moe_grp g[2];
     const float *logits;
@@ -327,6 +340,7 @@ struct cu_moe_cols_args {
     int32_t E, k, norm, pad;
     const float *swi[2];       /* down: the gate rows of each group (up = gate + n_ff), row stride swi_ld */
     int64_t swi_ld[2];
+    struct cu_moe_mix mix;     /* down: mix.on, the mix (and the norm + quantize after it) in its epilogue */
 };
 bool cu_launch_moe_cols(const struct cu_moe_args *a, gpuStream_t s);
 /* Entries grouped by expert (steps of many rows): route, sort the entries by expert (stable) into groups of up to

@@ -16,6 +16,7 @@
  * expert's rows once for up to CU_MOE_GRP of its entries. */
 #include "backend/cuda/cuda_internal.h"
 #include "backend/cuda/norm_quant.h"
+#include "backend/cuda/moe_mix.h"
 #include "quant/quant.h"
 
 #define MOE_MAX_EXPERT 1024
@@ -70,22 +71,6 @@ static __global__ void __launch_bounds__(32) moe_route_kernel(const float *logit
     }
 }
 
-/* out[t][c] = sum_j w[t][j] * Y[t k + j][c] (j in selection order) + sigmoid(glog[t]) * Ys[t][c]. */
-static __device__ __forceinline__ void moe_mix_col(const float *Y, const float *wts, int k, const float *Ys, const float *glog,
-                                                   int64_t n, float *out, float *res, int64_t t, int64_t c) {
-    float o = 0.f;
-    for (int j = 0; j < k; j++) {
-        const float v = __fmul_rn(wts[t * k + j], Y[(t * k + j) * n + c]);
-        o = j == 0 ? v : __fadd_rn(o, v);
-    }
-    if (Ys) {
-        float g = 1.0f;
-        if (glog) g = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-glog[t])));
-        o = __fadd_rn(o, __fmul_rn(g, Ys[t * n + c]));
-    }
-    out[t * n + c] = o;
-    if (res) res[t * n + c] = __fadd_rn(res[t * n + c], o);
-}
 /* grid (ceil(n / 256), T); with nq.on, the RMSNorm + quantize of res row t by the CTA that completes it (norm_quant.h) */
 static __global__ void __launch_bounds__(256) moe_mix_kernel(const float *Y, const float *wts, int k, const float *Ys,
                                                              const float *glog, int64_t n, float *out, float *res,
@@ -190,9 +175,14 @@ int cu_launch_moe(const struct cu_moe_args *a, gpuStream_t s) {
     if (a->T <= 0) return CU_MOE_PATH_GENERAL;
     cu_launch_matmul(&a->router, s);
     int path = CU_MOE_PATH_GENERAL;
-    if (cu_launch_moe_cols(a, s)) path = CU_MOE_PATH_COLS;
-    else if (cu_launch_moe_grouped(a, s)) path = CU_MOE_PATH_GROUPED;
-    else moe_experts(a, s, false);
+    if (cu_launch_moe_cols(a, s)) {
+        path = CU_MOE_PATH_COLS;
+        if (a->mix_cnt) return path; /* the down launch mixed */
+    } else if (cu_launch_moe_grouped(a, s)) {
+        path = CU_MOE_PATH_GROUPED;
+    } else {
+        moe_experts(a, s, false);
+    }
     gpu_launch(moe_mix_kernel, dim3((unsigned)GPU_CEIL_DIV(a->n_embd, 256), (unsigned)a->T), dim3(256), 0, s,
         a->Y, a->wts, a->k, a->shared ? a->Ys : NULL, a->sgate ? a->glog : NULL, a->n_embd, a->out, a->res, a->nq);
     return path;

@@ -13,6 +13,7 @@
 #include "backend/cuda/cuda_internal.h"
 #include "backend/cuda/act_quant.h"
 #include "backend/cuda/norm_quant.h"
+#include "backend/cuda/moe_mix.h"
 #include "quant/blocks.h"
 #include "quant/quant.h"
 #include "backend/cuda/gdn_conv.h"
@@ -1799,7 +1800,46 @@ static __device__ __forceinline__ void moe_terms(bool k4, const k4_w *w4, const 
     }
 }
 
-template <int SBW, int KT, int U, bool DOWN>
+/* The mix in the down launch (cu_moe_mix), every thread of a CTA that wrote rows r0 .. r0 + rows - 1 (<= 256) of token
+ * t's entry: count them per 256 columns of the token (target: the k routed entries and the shared one, each all the
+ * unit's columns); the CTA that completes a unit mixes it (moe_mix_col, Y / Ys through L2 after the acquire fence),
+ * then counts it toward the row's RMSNorm + quantize when that is fused too (nq_fuse_finish). */
+static __device__ __noinline__ void moe_mix_tail(const struct cu_moe_cols_args &P, int r0, int rows, int t) {
+    __shared__ int done[2], n_done;
+    const cu_moe_mix &M = P.mix;
+    const int64_t n = M.n, nu = (n + 255) / 256;
+    const unsigned per = (unsigned)P.k + (M.Ys ? 1u : 0u);
+    __syncthreads(); /* the CTA's rows of Y / Ys are written */
+    if (threadIdx.x == 0) {
+        int nd = 0;
+        __threadfence();
+        for (int64_t u = r0 / 256; u * 256 < r0 + rows && u < nu; u++) {
+            const int64_t ue = min(n, (u + 1) * 256), lo = max((int64_t)r0, u * 256), hi = min((int64_t)(r0 + rows), ue);
+            const unsigned add = (unsigned)(hi - lo), tgt = per * (unsigned)(ue - u * 256);
+            unsigned *cp = M.cnt + (int64_t)t * nu + u;
+            if (add && atomicAdd(cp, add) + add == tgt) {
+                atomicExch(cp, 0u);
+                if (nd < 2) done[nd++] = (int)u;
+            }
+        }
+        n_done = nd;
+        if (nd) __threadfence();
+    }
+    __syncthreads();
+    const int nd = n_done;
+    if (!nd) return;
+    nq_cols pc[2];
+    for (int d = 0; d < nd; d++) {
+        const int64_t c0 = (int64_t)done[d] * 256, c1 = min(n, c0 + 256);
+        for (int64_t c = c0 + threadIdx.x; c < c1; c += blockDim.x)
+            moe_mix_col<true>(M.Y, M.wts, P.k, M.Ys, M.glog, n, M.out, M.res, t, c);
+        pc[d] = nq_cols{c0, c1 - c0};
+    }
+    if (M.nq.on) nq_fuse_finish(M.nq, pc, nd, t, t, 1); /* a counter per row, as in moe_mix_kernel */
+}
+
+template <int SBW, int KT, int U, bool DOWN, bool MIX = false> /* MIX: the down launch mixes (instances of their own, so the
+                                                                  others' registers stay as they were) */
 static __global__ void __launch_bounds__(256) moe_cols_kernel(const struct cu_moe_cols_args P) {
     constexpr int RW = 8 / SBW, RS = RW * U; /* rows a row set */
     __shared__ float part[16][RS];
@@ -1858,6 +1898,8 @@ static __global__ void __launch_bounds__(256) moe_cols_kernel(const struct cu_mo
         for (int k = 1; k < q.wsb; k++) y = __fadd_rn(y, part[st * q.wsb + k][j]);
         G.y[q.m][(int64_t)ent * G.ld_y + row] = y;
     }
+    if (MIX && DOWN && P.mix.on) /* the token of the entry: routed t k + j, shared t */
+        moe_mix_tail(P, q.rb, min(q.rpc, G.n_rows - q.rb), gi ? ent : ent / P.k);
 }
 
 /* The launch shape of one of the two expert launches: every matrix Q4_K or Q6_K (kt: 1 Q4_K, 2 Q6_K, 3 both), all
@@ -1897,8 +1939,17 @@ static void moe_cols_launch(const struct cu_moe_cols_args &a, const struct cu_mo
     typedef void (*fn)(const struct cu_moe_cols_args);
     const int kt = sh.kt;
     fn f;
-    if (sh.sbw == 2) f = kt == 1 ? moe_cols_kernel<2, 1, 4, DOWN> : kt == 2 ? moe_cols_kernel<2, 2, 2, DOWN> : moe_cols_kernel<2, 3, 2, DOWN>;
-    else f = kt == 1 ? moe_cols_kernel<4, 1, 4, DOWN> : kt == 2 ? moe_cols_kernel<4, 2, 2, DOWN> : moe_cols_kernel<4, 3, 2, DOWN>;
+#if !defined(VLLMC_HIP) /* (HIP: gfx11's 128 VGPRs spill the mixing instances; cu_moe never asks for them there) */
+    if (DOWN && p.mix.on) {
+        if (sh.sbw == 2) f = kt == 1 ? moe_cols_kernel<2, 1, 4, true, true> : kt == 2 ? moe_cols_kernel<2, 2, 2, true, true> : moe_cols_kernel<2, 3, 2, true, true>;
+        else f = kt == 1 ? moe_cols_kernel<4, 1, 4, true, true> : kt == 2 ? moe_cols_kernel<4, 2, 2, true, true> : moe_cols_kernel<4, 3, 2, true, true>;
+    } else
+#endif
+    if (sh.sbw == 2) {
+        f = kt == 1 ? moe_cols_kernel<2, 1, 4, DOWN> : kt == 2 ? moe_cols_kernel<2, 2, 2, DOWN> : moe_cols_kernel<2, 3, 2, DOWN>;
+    } else {
+        f = kt == 1 ? moe_cols_kernel<4, 1, 4, DOWN> : kt == 2 ? moe_cols_kernel<4, 2, 2, DOWN> : moe_cols_kernel<4, 3, 2, DOWN>;
+    }
     gpu_launch(f, dim3((unsigned)sh.bx, (unsigned)sh.total), dim3(32 * sh.wsb * sh.sets), 0, s, p);
 }
 
@@ -1917,6 +1968,11 @@ bool cu_launch_moe_cols(const struct cu_moe_args *a, gpuStream_t s) {
     /* the hidden rows: routed then (merged: same buffer) shared */
     p.swi[0] = a->gu_buf[0]; p.swi_ld[0] = 2 * a->n_ff[0];
     p.swi[1] = a->merged ? a->gu_buf[0] : a->gu_buf[1]; p.swi_ld[1] = a->merged ? 2 * a->n_ff[0] : 2 * a->n_ff[1];
+    if (a->mix_cnt) { /* the mix and the norm + quantize after it in the down launch's epilogue */
+        cu_moe_mix &m = p.mix;
+        m.Y = a->Y; m.Ys = a->shared ? a->Ys : NULL; m.wts = a->wts; m.glog = a->sgate ? a->glog : NULL;
+        m.out = a->out; m.res = a->res; m.cnt = a->mix_cnt; m.n = a->n_embd; m.nq = a->nq; m.on = 1;
+    }
     moe_cols_launch<true>(p, a->down, dn, s);
     return true;
 }
