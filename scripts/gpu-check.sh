@@ -139,6 +139,14 @@ if has nq; then # the norm + quantize inside the launch before it (off by defaul
             note "nq $cfg $n rc=$rc: $(grep 'worst' "$OUT/nq_${n}_$tag.txt" | head -1 | sed 's/.*steps, //' | cut -c1-100)$(grep -m1 FAIL "$OUT/nq_${n}_$tag.txt")$(grep -m1 'recorded into the launch' "$OUT/nq_${n}_$tag.txt" | sed 's/.*before them/; fused/')"
         done
     done
+    # the engine with it (alone = together = eager), the column-split kernels kept under batch invariance so it is taken
+    for f in /tmp/models/qwen35-tiny.gguf .carry/moe/*q4_k_m*.gguf; do
+        [ -f "$f" ] || continue
+        n=$(basename "$f" .gguf)
+        VLLMC_CUDA_FUSE_NQ=1 VLLMC_CUDA_MMV_INVARIANT=1 timeout 120 "$BIN/test_cuda_engine" "$f" 64 12 >"$OUT/nq_engine_$n.txt" 2>&1; rc=$?
+        note "nq test_cuda_engine $n rc=$rc: $(grep -m1 'together' "$OUT/nq_engine_$n.txt" | sed 's/test_cuda_engine: //' | cut -c1-120)$(grep -m1 FAIL "$OUT/nq_engine_$n.txt")"
+        [ $rc = 0 ] || NQ_BAD=1
+    done
 fi
 
 if has dense; then # dense llama / qwen2 / qwen3 (tests/tools/make_tiny_models.py output carried in .carry/models)
