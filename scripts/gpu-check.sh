@@ -38,7 +38,8 @@
 # A/B, e.g. EXTRA_BUILDS="name:-DFLAG"). Stage stream (not default) runs test_cuda_model on the tiny qwen35, the tiny
 # qwen35moe q4_k_m and the tiny dense q4_k_m files with the streaming mat-vec on (VLLMC_CUDA_MS=2,24576 and 1,4096).
 # Stage nq (not default) runs test_cuda_model on the tiny models with the norm + quantize inside the launch before it
-# (VLLMC_CUDA_FUSE_NQ=1), alone and with the streaming mat-vec.
+# and the MoE mix in the down launch (VLLMC_CUDA_FUSE_NQ=31, every part), alone and with the streaming mat-vec, and
+# test_cuda_engine with them.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu-out}
@@ -129,7 +130,7 @@ if has nq; then # the norm + quantize inside the launch before it (off by defaul
     nq_ok=$(grep -c "^norm + quantize in the matmul launch .* 0 of" "$OUT/test_cuda_ops.txt" 2>/dev/null)
     note "nq: test_cuda_ops clean configurations ${nq_ok:-0} of 6"
     [ "${nq_ok:-0}" = 6 ] || NQ_BAD=1
-    for cfg in VLLMC_CUDA_FUSE_NQ=1 VLLMC_CUDA_FUSE_NQ=1,VLLMC_CUDA_MS=2,24576; do
+    for cfg in VLLMC_CUDA_FUSE_NQ=31 VLLMC_CUDA_FUSE_NQ=31,VLLMC_CUDA_MS=2,24576; do
         [ -n "${STREAM_BAD:-}" ] && [[ $cfg == *MS=* ]] && continue
         for f in /tmp/models/qwen35-tiny.gguf .carry/moe/qwen35moe-tiny-q4_k_m.gguf .carry/models/*.gguf; do
             [ -f "$f" ] || continue
@@ -143,7 +144,7 @@ if has nq; then # the norm + quantize inside the launch before it (off by defaul
     for f in /tmp/models/qwen35-tiny.gguf .carry/moe/*q4_k_m*.gguf; do
         [ -f "$f" ] || continue
         n=$(basename "$f" .gguf)
-        VLLMC_CUDA_FUSE_NQ=1 VLLMC_CUDA_MMV_INVARIANT=1 timeout 120 "$BIN/test_cuda_engine" "$f" 64 12 >"$OUT/nq_engine_$n.txt" 2>&1; rc=$?
+        VLLMC_CUDA_FUSE_NQ=31 VLLMC_CUDA_MMV_INVARIANT=1 timeout 120 "$BIN/test_cuda_engine" "$f" 64 12 >"$OUT/nq_engine_$n.txt" 2>&1; rc=$?
         note "nq test_cuda_engine $n rc=$rc: $(grep -m1 'together' "$OUT/nq_engine_$n.txt" | sed 's/test_cuda_engine: //' | cut -c1-120)$(grep -m1 FAIL "$OUT/nq_engine_$n.txt")"
         [ $rc = 0 ] || NQ_BAD=1
     done
@@ -343,7 +344,7 @@ if has trace; then # in-graph kernel costs of the decode (nsys, graph nodes trac
     wait_models
     NSYS=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys /usr/local/cuda/nsight-systems*/bin/nsys 2>/dev/null | head -1)
     tenv=${TRACE_ENV:-} # a second trace with these variables ("A=1 B=2,3"), unless the checks found them wrong
-    if [ -n "$tenv" ] && { { [ -n "${NQ_BAD:-}" ] && [[ $tenv == *FUSE_NQ=1* ]]; } || { [ -n "${STREAM_BAD:-}" ] && [[ $tenv == *CUDA_MS=[1-9]* ]]; }; }; then
+    if [ -n "$tenv" ] && { { [ -n "${NQ_BAD:-}" ] && [[ $tenv == *FUSE_NQ=[1-9]* ]]; } || { [ -n "${STREAM_BAD:-}" ] && [[ $tenv == *CUDA_MS=[1-9]* ]]; }; }; then
         note "trace with $tenv: skipped (checks)"; tenv=""
     fi
     for m in ${TRACE_MODELS:-${BENCH_MODELS%% *}}; do
@@ -378,7 +379,7 @@ if has var; then # decode A/B of environment variants: VARIANTS="name:VAR=v,VAR2
         for v in ${VARIANTS:-default:X=1}; do
             name=${v%%:*}; envs=${v#*:}
             if [ -n "${STREAM_BAD:-}" ] && [[ $envs == *VLLMC_CUDA_MS=[1-9]* ]]; then note "var $m $name: skipped (streaming check)"; continue; fi
-            if [ -n "${NQ_BAD:-}" ] && [[ $envs == *VLLMC_CUDA_FUSE_NQ=1* ]]; then note "var $m $name: skipped (nq check)"; continue; fi
+            if [ -n "${NQ_BAD:-}" ] && [[ $envs == *VLLMC_CUDA_FUSE_NQ=[1-9]* ]]; then note "var $m $name: skipped (nq check)"; continue; fi
             # a comma before NAME= separates variables; others stay in the value (VLLMC_CUDA_MS=1,24576)
             # shellcheck disable=SC2046
             env $(echo "$envs" | sed 's/,\([A-Z_][A-Z0-9_]*=\)/ \1/g') timeout 150 "$BIN/vllmc" bench -m "$f" ${VAR_ARGS:--p 512 -g 256 -r 5} >"$OUT/var_${m}_$name.txt" 2>&1; rc=$?

@@ -506,7 +506,7 @@ static void test_moe_case(char name, uint32_t tg, uint32_t tu, uint32_t td, int 
         for (int path = 0; path < 3 + cols; path++) {
             const int old_cols = backend_cuda_set_moe_cols(path == 0 || path == 3 ? 64 : 0);
             const int old_grp = backend_cuda_set_moe_group(path == 2 ? 1 : 0);
-            backend_cuda_set_fuse_nq(gpu, path == 3);
+            backend_cuda_set_fuse_nq(gpu, path == 3 ? BACKEND_CUDA_FUSE_MOE_MIX : 0);
             float *h = nan_buf((size_t)(rows * NE)), *h2 = nan_buf((size_t)(rows * NE));
             float *gout = dev_put(h, (size_t)(rows * NE) * 4);
             struct backend_cuda_stats s0, s1;
@@ -541,7 +541,7 @@ static void test_moe_case(char name, uint32_t tg, uint32_t tu, uint32_t td, int 
             gpu->ops->free(gpu, gout);
             backend_cuda_set_moe_cols(old_cols);
             backend_cuda_set_moe_group(old_grp);
-            backend_cuda_set_fuse_nq(gpu, false);
+            backend_cuda_set_fuse_nq(gpu, 0);
         }
         free(x); free(rout); free(hc);
         bk_act_free(ref, &ra); bk_act_free(gpu, &ga);
@@ -823,7 +823,7 @@ static void test_nq_fused(void) {
             for (int st = 0; st < (T == 1 ? 2 : 1); st++) {
                 const int old = backend_cuda_set_matvec_stream(st ? 2 : 0, st ? 24 * 1024 : 0);
                 size_t n_ref = 0, n = 0;
-                backend_cuda_set_fuse_nq(gpu, false);
+                backend_cuda_set_fuse_nq(gpu, 0);
                 uint8_t *want = NULL;
                 for (int rep = 0; rep < 2; rep++) {
                     uint8_t *got = nq_run(&t, &n_ref);
@@ -833,7 +833,7 @@ static void test_nq_fused(void) {
                         free(got);
                     }
                 }
-                backend_cuda_set_fuse_nq(gpu, true);
+                backend_cuda_set_fuse_nq(gpu, BACKEND_CUDA_FUSE_NORM_MATMUL | BACKEND_CUDA_FUSE_SWIGLU);
                 const uint64_t l0 = backend_cuda_nq_launches();
                 size_t bad = 0;
                 for (int rep = 0; rep < 2; rep++) {
@@ -843,7 +843,7 @@ static void test_nq_fused(void) {
                     free(got);
                 }
                 const uint64_t fused = backend_cuda_nq_launches() - l0;
-                backend_cuda_set_fuse_nq(gpu, false);
+                backend_cuda_set_fuse_nq(gpu, 0);
                 backend_cuda_set_matvec_stream(old, 24 * 1024);
                 printf("norm + quantize in the matmul launch (%s / %s / %s, %d rows%s): %llu launches took it, %zu of %zu bytes differ "
                        "from the separate launches\n",

@@ -100,7 +100,8 @@ struct cu_backend {
     bool fuse_attn;            /* recorded steps: q / k norm + RoPE + KV store, and sigmoid gate + quantize, into the
                                   attention's launches */
     bool fuse_conv;            /* recorded decode steps: the GDN conv into the matmul that writes its input */
-    bool fuse_nq;              /* recorded steps: a norm + quantize into the matmul that writes its input (cu_nq_fuse) */
+    unsigned fuse_nq;          /* BACKEND_CUDA_FUSE_*: a norm + quantize into the launch that writes its input (cu_nq_fuse),
+                                  the MoE mix into the down launch */
     unsigned *nq_cnt;          /* CU_NQ_FUSE_COUNTERS counters for it, zero between launches */
     std::vector<cu_graph> graphs;
     uint64_t use_clock;
@@ -674,6 +675,9 @@ static bool fuse_nq(cu_backend *c, int mode, const float *in0, const float *in1,
                     int64_t n_rows, struct bk_act *out) {
     uint32_t op = 0;
     void *args = c->fuse_nq && c->nq_cnt && n_rows >= 1 ? rec_back(c, 1, &op) : NULL;
+    const unsigned want = op == CU_OP_MOE ? BACKEND_CUDA_FUSE_NORM_MIX
+                          : mode == CU_NQ_RMSNORM ? BACKEND_CUDA_FUSE_NORM_MATMUL : BACKEND_CUDA_FUSE_SWIGLU;
+    if (args && !(c->fuse_nq & want)) return false;
     if (!args) return false;
     const int64_t n = out->n_cols;
     struct cu_nq_fuse *q = NULL;
@@ -1143,7 +1147,8 @@ static vllmc_status cu_gdn(struct backend *be, struct bk_rs_cache *rs, const str
     memset(&q, 0, sizeof(q));
     q.in1 = in + conv_dim; q.w = w->norm; q.ld = ld_in; q.n_rows = out->n_rows; q.out = cu_act_split(out); q.eps = p->eps;
     q.mode = CU_NQ_GATED; q.fmts = out->fmts; q.group = p->d_v;
-    if (!chunked && c->fuse_nq && c->recording && c->nq_cnt && cu_nq_fuse_counters(CU_NQ_GATED, value_dim, 1) <= CU_NQ_FUSE_COUNTERS) {
+    if (!chunked && (c->fuse_nq & BACKEND_CUDA_FUSE_GATED) && c->recording && c->nq_cnt &&
+        cu_nq_fuse_counters(CU_NQ_GATED, value_dim, 1) <= CU_NQ_FUSE_COUNTERS) {
         struct cu_nq_fuse *f = &r.a.nq;
         f->in1 = q.in1; f->w = q.w; f->cnt = c->nq_cnt; f->out = q.out; f->ld = q.ld; f->eps = q.eps;
         f->mode = CU_NQ_GATED; f->group = q.group; f->fmts = q.fmts; f->n_feed = 1; f->on = 1;
@@ -1332,7 +1337,8 @@ static vllmc_status cu_moe(struct backend *be, const struct bk_act *in, const st
      * (counters: the second half of the array, the first is the per-row norm + quantize's) */
     a->out = out; a->n_embd = n_embd;
 #if !defined(VLLMC_HIP) /* (its kernel instances are CUDA's only: gemv_q.cu moe_cols_launch) */
-    if (c->fuse_nq && c->nq_cnt && T * ((n_embd + 255) / 256) <= CU_NQ_FUSE_COUNTERS / 2) a->mix_cnt = c->nq_cnt + CU_NQ_FUSE_COUNTERS / 2;
+    if ((c->fuse_nq & BACKEND_CUDA_FUSE_MOE_MIX) && c->nq_cnt && T * ((n_embd + 255) / 256) <= CU_NQ_FUSE_COUNTERS / 2)
+        a->mix_cnt = c->nq_cnt + CU_NQ_FUSE_COUNTERS / 2;
 #endif
     /* weight bytes read (profile): the router, the distinct experts at most, the shared expert */
     const double per_exp = (double)a->gu.g[0].exp_bytes[0] + (double)a->gu.g[0].exp_bytes[1] + (double)a->down.g[0].exp_bytes[0];
@@ -1471,7 +1477,8 @@ extern "C" vllmc_status backend_cuda_create(const struct backend_cuda_opts *o, s
     c->fuse_attn = env_on("VLLMC_CUDA_FUSE_ATTN");
     c->fuse_conv = env_on("VLLMC_CUDA_FUSE_CONV");
     const char *env;
-    c->fuse_nq = (env = getenv("VLLMC_CUDA_FUSE_NQ")) && atoi(env) != 0; /* off until measured */
+    c->fuse_nq = (env = getenv("VLLMC_CUDA_FUSE_NQ")) ? (unsigned)strtoul(env, NULL, 0) & BACKEND_CUDA_FUSE_ALL : 0; /* off until
+                                                                                                        measured */
     if ((env = getenv("VLLMC_CUDA_MM"))) { /* "tr0,ks0,tr1,ks1,tr2,ks2[,p0,p1,p2]": mat-vec kernel choice (comparisons) */
         int v[9] = {0, 0, 0, 0, 0, 0, 0, 0, 0};
         const int nv = sscanf(env, "%d,%d,%d,%d,%d,%d,%d,%d,%d", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7], &v[8]);
@@ -1533,12 +1540,12 @@ extern "C" vllmc_status backend_cuda_create(const struct backend_cuda_opts *o, s
 
 extern "C" void backend_cuda_get_stats(struct backend *be, struct backend_cuda_stats *out) { *out = cub(be)->stats; }
 
-extern "C" void backend_cuda_set_fuse_nq(struct backend *be, bool on) {
+extern "C" void backend_cuda_set_fuse_nq(struct backend *be, unsigned mask) {
     cu_backend *c = cub(be);
     flush(c);
     (void)gpuStreamSynchronize(c->stream);
     graphs_clear(c); /* steps are captured again, with the process-wide kernel choices of now */
-    c->fuse_nq = on;
+    c->fuse_nq = mask & BACKEND_CUDA_FUSE_ALL;
 }
 
 extern "C" void backend_cuda_set_matvec(const int tr[3], const int ks[3], const int pers[3]) {

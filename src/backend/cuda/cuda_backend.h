@@ -70,12 +70,20 @@ uint64_t backend_cuda_stream_launches(void);
 /* Matmul launches so far (process-wide) that ran the norm + quantize of their outputs inside them (the RMSNorm after a
  * fused residual add, the SwiGLU after gate / up: backend_cuda_set_fuse_nq). */
 uint64_t backend_cuda_nq_launches(void);
-/* Recorded steps: the norm + quantize that reads a launch's outputs (RMSNorm of the residual a matmul or MoE op added
- * to, SwiGLU of a matmul's gate / up, the GDN's gated RMSNorm) moves into that launch (the CTA that completes a unit of
- * the output does it; same functions, same bits); and (CUDA, any step) the MoE mix into the column-split down launch.
- * Off by default until measured; VLLMC_CUDA_FUSE_NQ=1 turns it on at backend creation. Drops the captured
- * graphs, so the next steps are captured with the kernel choices in force then (e.g. backend_cuda_set_matvec_stream). */
-void backend_cuda_set_fuse_nq(struct backend *be, bool on);
+/* The norm + quantize that reads a launch's outputs moves into that launch (the CTA that completes a unit of the output
+ * does it; same functions, same bits), in recorded steps, per bit of mask:
+ *   BACKEND_CUDA_FUSE_NORM_MATMUL  the RMSNorm of the residual a matmul added to (measured slower once: BENCHMARKS.md)
+ *   BACKEND_CUDA_FUSE_SWIGLU       the SwiGLU of a matmul's gate / up
+ *   BACKEND_CUDA_FUSE_GATED        the GDN's gated RMSNorm, into the rule kernel
+ *   BACKEND_CUDA_FUSE_NORM_MIX     the RMSNorm of the residual a MoE op added to, into its mix
+ *   BACKEND_CUDA_FUSE_MOE_MIX      (any step, CUDA only) the MoE mix into the column-split down launch
+ * 0 (default) until measured; VLLMC_CUDA_FUSE_NQ=mask sets it at backend creation. Drops the captured graphs, so the
+ * next steps are captured with the kernel choices in force then (e.g. backend_cuda_set_matvec_stream). */
+enum {
+    BACKEND_CUDA_FUSE_NORM_MATMUL = 1, BACKEND_CUDA_FUSE_SWIGLU = 2, BACKEND_CUDA_FUSE_GATED = 4, BACKEND_CUDA_FUSE_NORM_MIX = 8,
+    BACKEND_CUDA_FUSE_MOE_MIX = 16, BACKEND_CUDA_FUSE_ALL = 31
+};
+void backend_cuda_set_fuse_nq(struct backend *be, unsigned mask);
 /* MoE ops of up to max_rows rows with Q4_K / Q6_K experts on the column-split expert kernels (routing inside the
  * gate+up launch, SwiGLU + quantize inside the down launch; default 3: from 4 rows the grouped kernels below measured
  * faster); 0: off. Returns the previous value. Process-wide, like the settings above. */
