@@ -38,7 +38,8 @@
 # A/B, e.g. EXTRA_BUILDS="name:-DFLAG"). Stage stream (not default) runs test_cuda_model on the tiny qwen35, the tiny
 # qwen35moe q4_k_m and the tiny dense q4_k_m files with the streaming mat-vec on (VLLMC_CUDA_MS=2,24576 and 1,4096).
 # Stage nq (not default) runs test_cuda_model on the tiny models with the norm + quantize inside the launch before it
-# and the MoE mix in the down launch (VLLMC_CUDA_FUSE_NQ=31, every part), alone and with the streaming mat-vec, and
+# the MoE mix in the down launch and the attention combine in its split launch (VLLMC_CUDA_FUSE_NQ=63, every part), alone
+# and with the streaming mat-vec, and
 # test_cuda_engine with them.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -130,7 +131,7 @@ if has nq; then # the norm + quantize inside the launch before it (off by defaul
     nq_ok=$(grep -c "^norm + quantize in the matmul launch .* 0 of" "$OUT/test_cuda_ops.txt" 2>/dev/null)
     note "nq: test_cuda_ops clean configurations ${nq_ok:-0} of 6"
     [ "${nq_ok:-0}" = 6 ] || NQ_BAD=1
-    for cfg in VLLMC_CUDA_FUSE_NQ=31 VLLMC_CUDA_FUSE_NQ=31,VLLMC_CUDA_MS=2,24576; do
+    for cfg in VLLMC_CUDA_FUSE_NQ=63 VLLMC_CUDA_FUSE_NQ=63,VLLMC_CUDA_MS=2,24576; do
         [ -n "${STREAM_BAD:-}" ] && [[ $cfg == *MS=* ]] && continue
         for f in /tmp/models/qwen35-tiny.gguf .carry/moe/qwen35moe-tiny-q4_k_m.gguf .carry/models/*.gguf; do
             [ -f "$f" ] || continue
@@ -144,7 +145,7 @@ if has nq; then # the norm + quantize inside the launch before it (off by defaul
     for f in /tmp/models/qwen35-tiny.gguf .carry/moe/*q4_k_m*.gguf; do
         [ -f "$f" ] || continue
         n=$(basename "$f" .gguf)
-        VLLMC_CUDA_FUSE_NQ=31 VLLMC_CUDA_MMV_INVARIANT=1 timeout 120 "$BIN/test_cuda_engine" "$f" 64 12 >"$OUT/nq_engine_$n.txt" 2>&1; rc=$?
+        VLLMC_CUDA_FUSE_NQ=63 VLLMC_CUDA_MMV_INVARIANT=1 timeout 120 "$BIN/test_cuda_engine" "$f" 64 12 >"$OUT/nq_engine_$n.txt" 2>&1; rc=$?
         note "nq test_cuda_engine $n rc=$rc: $(grep -m1 'together' "$OUT/nq_engine_$n.txt" | sed 's/test_cuda_engine: //' | cut -c1-120)$(grep -m1 FAIL "$OUT/nq_engine_$n.txt")"
         [ $rc = 0 ] || NQ_BAD=1
     done

@@ -985,6 +985,8 @@ static vllmc_status cu_attention(struct backend *be, struct bk_kv_cache *kv, con
     const int64_t need_split = GPU_CEIL_DIV((int64_t)c->max_pos + 1, chunk);
     int64_t n_split = 1;
     while (n_split < need_split) n_split *= 2;
+    if (n_split > CU_ATT_MAX_SPLIT) /* only past max_ctx: chunk >= max_ctx / 256 */
+        return vllmc_errorf(VLLMC_ERR_INVALID, "attention: position %d past the cache's context of %lld", c->max_pos, (long long)max_ctx);
     const int64_t per_tok = (int64_t)p->n_head * n_split * (hd + 2);
     /* tokens per launch: the work buffer's bound, and the grid's z extent (65,535) */
     const int64_t group = VLLMC_MAX((int64_t)1, VLLMC_MIN(VLLMC_MIN((int64_t)c->n_tokens, (int64_t)65535), CU_ATT_WORK_FLOATS / per_tok));
@@ -1023,6 +1025,12 @@ static vllmc_status cu_attention(struct backend *be, struct bk_kv_cache *kv, con
     r.a.n_split = (int32_t)n_split; r.a.chunk = (int32_t)chunk; r.a.group = (int32_t)group; r.a.work = c->attn_work;
     r.prefill = prefill;
     if (!prefill) fuse_attn_pre(c, &r.a);
+    /* the combine in the split launch (a recorded decode step; counters [group][n_head] from the shared array) */
+    if (!prefill && c->recording && (c->fuse_nq & BACKEND_CUDA_FUSE_ATTN_COMBINE) && c->nq_cnt &&
+        group * p->n_head <= CU_NQ_FUSE_COUNTERS) {
+        r.a.comb_cnt = c->nq_cnt;
+        c->stats.fused_comb++;
+    }
     return submit(c, CU_OP_ATTN, &r, sizeof(r));
 }
 

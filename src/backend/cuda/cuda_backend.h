@@ -40,7 +40,8 @@ struct backend_cuda_stats {
     uint64_t moe_cols;                /* MoE ops issued (or captured) with the column-split expert kernels */
     uint64_t moe_grouped;             /* MoE ops issued (or captured) with the entries grouped by expert */
     uint64_t fused_conv;              /* decode GDN convs recorded into the epilogue of the matmul writing their input */
-    uint64_t fused_nq;                /* norm + quantize ops recorded into the matmul writing their input */
+    uint64_t fused_nq;                /* norm + quantize ops recorded into the launch writing their input */
+    uint64_t fused_comb;              /* decode attentions recorded with their combine in the split launch */
 };
 void backend_cuda_get_stats(struct backend *be, struct backend_cuda_stats *out);
 
@@ -77,11 +78,12 @@ uint64_t backend_cuda_nq_launches(void);
  *   BACKEND_CUDA_FUSE_GATED        the GDN's gated RMSNorm, into the rule kernel
  *   BACKEND_CUDA_FUSE_NORM_MIX     the RMSNorm of the residual a MoE op added to, into its mix
  *   BACKEND_CUDA_FUSE_MOE_MIX      (any step, CUDA only) the MoE mix into the column-split down launch
+ *   BACKEND_CUDA_FUSE_ATTN_COMBINE the decode attention's combine into its split launch (the last split of a head)
  * 0 (default) until measured; VLLMC_CUDA_FUSE_NQ=mask sets it at backend creation. Drops the captured graphs, so the
  * next steps are captured with the kernel choices in force then (e.g. backend_cuda_set_matvec_stream). */
 enum {
     BACKEND_CUDA_FUSE_NORM_MATMUL = 1, BACKEND_CUDA_FUSE_SWIGLU = 2, BACKEND_CUDA_FUSE_GATED = 4, BACKEND_CUDA_FUSE_NORM_MIX = 8,
-    BACKEND_CUDA_FUSE_MOE_MIX = 16, BACKEND_CUDA_FUSE_ALL = 31
+    BACKEND_CUDA_FUSE_MOE_MIX = 16, BACKEND_CUDA_FUSE_ATTN_COMBINE = 32, BACKEND_CUDA_FUSE_ALL = 63
 };
 void backend_cuda_set_fuse_nq(struct backend *be, unsigned mask);
 /* MoE ops of up to max_rows rows with Q4_K / Q6_K experts on the column-split expert kernels (routing inside the

@@ -217,7 +217,11 @@ struct cu_attn_args {
     int64_t ld_gate;
     struct cu_act_mut qo;
     uint32_t qfmts, pad1;
+    /* or NULL: the combine in the split launch (BACKEND_CUDA_FUSE_ATTN_COMBINE): the last split CTA of a (token, head)
+     * to finish, counted here ([group][n_head], zero between launches), combines it; no combine launch */
+    unsigned *comb_cnt;
 };
+#define CU_ATT_MAX_SPLIT 256   /* splits of a decode attention (the combine keeps one weight a split in shared memory) */
 void cu_launch_attention(const struct cu_batch_dev *b, const struct cu_attn_args *a, gpuStream_t s);
 /* The KV store alone (the first kernel of cu_launch_attention). */
 void cu_launch_kv_store(const struct cu_batch_dev *b, const struct cu_attn_args *a, gpuStream_t s);

@@ -251,12 +251,80 @@ static __global__ void attn_pre_kernel(struct cu_batch_dev b, struct cu_attn_arg
     for (int i = threadIdx.x; i < hd; i += blockDim.x) kv_store_elt(a, base + i, t, hh * hd + i);
 }
 
+/* The combine of token t = a.t0 + tg, head j, by a CTA of any size (>= 32 threads, one-dimensional): the maximum of the
+ * used splits' m in parallel, each split's weight expf(m - M) once into shared memory, L = sum of l * weight in split
+ * order (double), then each output the sum over the splits in order of partial * weight, its loads 8 splits at a time;
+ * the same values and order per output as a sequential walk, whatever the CTA size. Then the gate and the quantize
+ * (a.gate, a.qfmts). CG: the partials were written by other CTAs of the running grid (loads through L2). */
+struct attn_comb_smem { float wgt[CU_ATT_MAX_SPLIT], msp[CU_ATT_MAX_SPLIT], lsp[CU_ATT_MAX_SPLIT], hv[256], red[32]; double L; };
+template <bool CG>
+static __device__ void attn_combine_head(const struct cu_batch_dev &b, const struct cu_attn_args &a, int j, int tg, attn_comb_smem &S) {
+    const int t = a.t0 + tg, hd = a.head_dim, lane = threadIdx.x & 31, wid = threadIdx.x >> 5, W = (int)(blockDim.x >> 5);
+    const int used = min(min(a.n_split, CU_ATT_MAX_SPLIT), GPU_CEIL_DIV(b.pos[t] + 1, a.chunk)); /* (the host bounds n_split) */
+    const float *w = a.work + ((int64_t)tg * a.n_head + j) * a.n_split * (hd + 2);
+    float mx = -INFINITY;
+    for (int p = threadIdx.x; p < used; p += blockDim.x) {
+        const float mp = CG ? gpu_ldcg(w + p * (hd + 2) + hd) : w[p * (hd + 2) + hd];
+        S.msp[p] = mp;
+        S.lsp[p] = CG ? gpu_ldcg(w + p * (hd + 2) + hd + 1) : w[p * (hd + 2) + hd + 1];
+        mx = fmaxf(mx, mp);
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, shfl_xor(mx, off));
+    if (lane == 0) S.red[wid] = mx;
+    __syncthreads();
+    float M = -INFINITY;
+    for (int g = 0; g < W; g++) M = fmaxf(M, S.red[g]); /* fmaxf: the maximum of the non-NaN values, any order */
+    for (int p = threadIdx.x; p < used; p += blockDim.x) S.wgt[p] = S.msp[p] == -INFINITY ? 0.f : expf(S.msp[p] - M);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        double L = 0.0;
+        for (int p = 0; p < used; p++)
+            if (S.msp[p] != -INFINITY) L += (double)S.lsp[p] * (double)S.wgt[p];
+        S.L = L;
+    }
+    __syncthreads();
+    /* fp8: V = code * v_scale, applied with the normalisation */
+    const float inv = __fmul_rn((float)(1.0 / S.L), a.v_scale);
+    const int64_t row = (int64_t)t * a.n_head + j;
+    for (int i = threadIdx.x; i < hd; i += blockDim.x) {
+        float o = 0.f;
+        for (int p0 = 0; p0 < used; p0 += 8) {
+            float v[8];
+#pragma unroll
+            for (int q = 0; q < 8; q++) {
+                const float *src = w + (p0 + q) * (hd + 2) + i;
+                v[q] = p0 + q < used ? (CG ? gpu_ldcg(src) : *src) : 0.f;
+            }
+#pragma unroll
+            for (int q = 0; q < 8; q++)
+                if (p0 + q < used && S.msp[p0 + q] != -INFINITY) o += v[q] * S.wgt[p0 + q];
+        }
+        float y = o * inv;
+        if (a.gate) y = __fmul_rn(y, __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-a.gate[row * a.ld_gate + i])))); /* sigmoid_mul_kernel */
+        a.out[row * hd + i] = y;
+        if (a.qfmts) S.hv[i] = y;
+    }
+    if (!a.qfmts) return;
+    __syncthreads();
+    if (threadIdx.x >= 32) return;
+    /* the norm+quantize kernel's QUANT mode on unit j of row t (head_dim 256: one super-block a head) */
+    const int64_t n = a.qo.n, e0 = (int64_t)j * 256 + lane * 8;
+    float v[8];
+#pragma unroll
+    for (int k = 0; k < 8; k++) v[k] = S.hv[lane * 8 + k];
+    if ((a.qfmts & BK_ACT_BIT(BK_ACT_Q8_K)) && a.qo.k_qs)
+        quant_q8_K_sb(v, a.qo.k_qs + t * n + (int64_t)j * QK_K, a.qo.k_d + t * (n / QK_K) + j, a.qo.k_bs + t * (n / 16) + j * 16, lane);
+    if ((a.qfmts & BK_ACT_BIT(BK_ACT_Q8_0)) && a.qo.o_qs)
+        quant_q8_0_lane(v, a.qo.o_qs + t * n + e0, a.qo.o_d + t * (n / 32) + e0 / 32, lane, true);
+}
+
 /* One CTA per (split, head, token of the launch's group); lane l owns dims [l*D, l*D + D) (D = head_dim / 32);
  * each warp walks every ATT_WARPS-th position of the split, P positions per round (all their rows loaded before
  * the math: one memory round trip a round), with an online softmax; the CTA then merges its warps' partials (in
  * warp order) and writes one partial (acc[head_dim], m, l) per split. The split boundaries depend only on `chunk`
  * (fixed per KV cache), so a row's result does not depend on the other rows of the batch. */
-template <int D, int P>
+template <int D, int P, bool COMB = false> /* COMB: the combine in this launch (a.comb_cnt; instances of their own) */
 static __global__ void __launch_bounds__(32 * ATT_WARPS) attn_split_kernel(struct cu_batch_dev b, struct cu_attn_args a) {
     gpu_pdl_wait();
     gpu_pdl_trigger();
@@ -341,49 +409,30 @@ static __global__ void __launch_bounds__(32 * ATT_WARPS) attn_split_kernel(struc
         wo[i] = o;
     }
     if (threadIdx.x == 0) { wo[hd] = M; wo[hd + 1] = L; }
+    if constexpr (COMB) { /* the last of the (token, head)'s used splits to finish combines them */
+        __shared__ attn_comb_smem S;
+        __shared__ int last;
+        __syncthreads(); /* the partial is written */
+        if (threadIdx.x == 0) {
+            __threadfence();
+            const unsigned used = (unsigned)min(a.n_split, GPU_CEIL_DIV(n_ctx, a.chunk));
+            unsigned *cp = a.comb_cnt + (int64_t)tg * a.n_head + j;
+            last = atomicAdd(cp, 1u) + 1 == used;
+            if (last) {
+                atomicExch(cp, 0u);
+                __threadfence(); /* acquire: the other splits' partials */
+            }
+        }
+        __syncthreads();
+        if (last) attn_combine_head<true>(b, a, j, tg, S);
+    }
 }
 
 static __global__ void attn_combine_kernel(struct cu_batch_dev b, struct cu_attn_args a) {
     gpu_pdl_wait();
     gpu_pdl_trigger();
-    __shared__ float hv[256]; /* qfmts: the head's outputs for the quantizer (head_dim 256, one thread each) */
-    const int j = blockIdx.x, tg = blockIdx.y, t = a.t0 + tg, hd = a.head_dim;
-    const int used = min(a.n_split, GPU_CEIL_DIV(b.pos[t] + 1, a.chunk));
-    const float *w = a.work + ((int64_t)tg * a.n_head + j) * a.n_split * (hd + 2);
-    float M = -INFINITY;
-    for (int p = 0; p < used; p++) M = fmaxf(M, w[p * (hd + 2) + hd]);
-    double L = 0.0;
-    for (int p = 0; p < used; p++) {
-        const float mp = w[p * (hd + 2) + hd];
-        if (mp != -INFINITY) L += (double)w[p * (hd + 2) + hd + 1] * (double)expf(mp - M);
-    }
-    /* fp8: V = code * v_scale, applied with the normalisation */
-    const float inv = __fmul_rn((float)(1.0 / L), a.v_scale);
-    const int64_t row = (int64_t)t * a.n_head + j;
-    for (int i = threadIdx.x; i < hd; i += blockDim.x) {
-        float o = 0.f;
-        for (int p = 0; p < used; p++) {
-            const float mp = w[p * (hd + 2) + hd];
-            if (mp != -INFINITY) o += w[p * (hd + 2) + i] * expf(mp - M);
-        }
-        float y = o * inv;
-        if (a.gate) y = __fmul_rn(y, __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-a.gate[row * a.ld_gate + i])))); /* sigmoid_mul_kernel */
-        a.out[row * hd + i] = y;
-        if (a.qfmts) hv[i] = y;
-    }
-    if (!a.qfmts) return;
-    __syncthreads();
-    if (threadIdx.x >= 32) return;
-    /* the norm+quantize kernel's QUANT mode on unit j of row t (head_dim 256: one super-block a head) */
-    const int lane = threadIdx.x;
-    const int64_t n = a.qo.n, e0 = (int64_t)j * 256 + lane * 8;
-    float v[8];
-#pragma unroll
-    for (int k = 0; k < 8; k++) v[k] = hv[lane * 8 + k];
-    if ((a.qfmts & BK_ACT_BIT(BK_ACT_Q8_K)) && a.qo.k_qs)
-        quant_q8_K_sb(v, a.qo.k_qs + t * n + (int64_t)j * QK_K, a.qo.k_d + t * (n / QK_K) + j, a.qo.k_bs + t * (n / 16) + j * 16, lane);
-    if ((a.qfmts & BK_ACT_BIT(BK_ACT_Q8_0)) && a.qo.o_qs)
-        quant_q8_0_lane(v, a.qo.o_qs + t * n + e0, a.qo.o_d + t * (n / 32) + e0 / 32, lane, true);
+    __shared__ attn_comb_smem S;
+    attn_combine_head<false>(b, a, blockIdx.x, blockIdx.y, S);
 }
 
 void cu_launch_kv_store(const struct cu_batch_dev *b, const struct cu_attn_args *a, gpuStream_t s) {
@@ -404,6 +453,15 @@ void cu_launch_attention(const struct cu_batch_dev *b, const struct cu_attn_args
         const dim3 g(a.n_split, a.n_head, nt);
         /* 2 positions a warp a round: 4 measured the same and 8 slower (BENCHMARKS.md, "Fewer launches a step") */
         const dim3 blk(32 * ATT_WARPS);
+        if (a.comb_cnt) {
+            switch (a.head_dim) {
+            case 32: gpu_launch(attn_split_kernel<1, ATT_P, true>, g, blk, 0, s, *b, a); break;
+            case 64: gpu_launch(attn_split_kernel<2, ATT_P, true>, g, blk, 0, s, *b, a); break;
+            case 128: gpu_launch(attn_split_kernel<4, ATT_P, true>, g, blk, 0, s, *b, a); break;
+            default: gpu_launch(attn_split_kernel<8, ATT_P, true>, g, blk, 0, s, *b, a); break;
+            }
+            continue; /* combined there */
+        }
         switch (a.head_dim) {
         case 32: gpu_launch(attn_split_kernel<1, ATT_P>, g, blk, 0, s, *b, a); break;
         case 64: gpu_launch(attn_split_kernel<2, ATT_P>, g, blk, 0, s, *b, a); break;
