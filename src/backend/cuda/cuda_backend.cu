@@ -677,8 +677,7 @@ static bool fuse_nq(cu_backend *c, int mode, const float *in0, const float *in1,
     void *args = c->fuse_nq && c->nq_cnt && n_rows >= 1 ? rec_back(c, 1, &op) : NULL;
     const unsigned want = op == CU_OP_MOE ? BACKEND_CUDA_FUSE_NORM_MIX
                           : mode == CU_NQ_RMSNORM ? BACKEND_CUDA_FUSE_NORM_MATMUL : BACKEND_CUDA_FUSE_SWIGLU;
-    if (args && !(c->fuse_nq & want)) return false;
-    if (!args) return false;
+    if (!args || !(c->fuse_nq & want)) return false;
     const int64_t n = out->n_cols;
     struct cu_nq_fuse *q = NULL;
     uint32_t feed = 0;
@@ -1485,8 +1484,8 @@ extern "C" vllmc_status backend_cuda_create(const struct backend_cuda_opts *o, s
     c->fuse_attn = env_on("VLLMC_CUDA_FUSE_ATTN");
     c->fuse_conv = env_on("VLLMC_CUDA_FUSE_CONV");
     const char *env;
-    c->fuse_nq = (env = getenv("VLLMC_CUDA_FUSE_NQ")) ? (unsigned)strtoul(env, NULL, 0) & BACKEND_CUDA_FUSE_ALL : 0; /* off until
-                                                                                                        measured */
+    env = getenv("VLLMC_CUDA_FUSE_NQ"); /* BACKEND_CUDA_FUSE_* mask; off until measured */
+    c->fuse_nq = env ? (unsigned)strtoul(env, NULL, 0) & BACKEND_CUDA_FUSE_ALL : 0;
     if ((env = getenv("VLLMC_CUDA_MM"))) { /* "tr0,ks0,tr1,ks1,tr2,ks2[,p0,p1,p2]": mat-vec kernel choice (comparisons) */
         int v[9] = {0, 0, 0, 0, 0, 0, 0, 0, 0};
         const int nv = sscanf(env, "%d,%d,%d,%d,%d,%d,%d,%d,%d", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7], &v[8]);
