@@ -518,6 +518,9 @@ static void test_moe_case(char name, uint32_t tg, uint32_t tu, uint32_t td, int 
                       s1.moe_cols > s0.moe_cols ? "taken" : "not taken");
             CHECK_MSG(s1.moe_grouped - s0.moe_grouped == (uint64_t)(path == 2 && cols), "moe %c rows %d: grouped path %s", name,
                       rows, s1.moe_grouped > s0.moe_grouped ? "taken" : "not taken");
+            /* path 3 must have mixed in the down launch (else it would equal path 0 trivially) */
+            CHECK_MSG(s1.moe_mix_down - s0.moe_mix_down == (uint64_t)(path == 3), "moe %c rows %d: mix in the down launch %s", name,
+                      rows, s1.moe_mix_down > s0.moe_mix_down ? "taken" : "not taken");
             dev_get(h, gout, (size_t)(rows * NE) * 4);
             CHECK(gpu->ops->moe(gpu, &ga, &gw, &mp, gout) == VLLMC_OK);
             dev_get(h2, gout, (size_t)(rows * NE) * 4);

@@ -188,6 +188,7 @@ static void rec_exec(cu_backend *c, int op, const void *args) {
         const int path = cu_launch_moe(&((const rec_moe *)args)->a, s);
         c->stats.moe_cols += path == CU_MOE_PATH_COLS;
         c->stats.moe_grouped += path == CU_MOE_PATH_GROUPED;
+        c->stats.moe_mix_down += path == CU_MOE_PATH_COLS && ((const rec_moe *)args)->a.mix_cnt; /* cu_launch_moe */
         break;
     }
     case CU_OP_DEQ: {

@@ -39,6 +39,7 @@ struct backend_cuda_stats {
     uint64_t fused_attn;              /* decode attentions recorded with their q / k norm + RoPE + KV store in one launch */
     uint64_t moe_cols;                /* MoE ops issued (or captured) with the column-split expert kernels */
     uint64_t moe_grouped;             /* MoE ops issued (or captured) with the entries grouped by expert */
+    uint64_t moe_mix_down;            /* ... with the column-split kernels and the mix in the down launch (no mix kernel) */
     uint64_t fused_conv;              /* decode GDN convs recorded into the epilogue of the matmul writing their input */
     uint64_t fused_nq;                /* norm + quantize ops recorded into the launch writing their input */
     uint64_t fused_comb;              /* decode attentions recorded with their combine in the split launch */

@@ -1058,21 +1058,10 @@ static __global__ void mm_conv_kernel(const struct cu_mm_args P) {
 }
 
 /* ---- the norm + quantize of a launch's outputs, inside it (cu_nq_fuse, norm_quant.h) ---- */
-struct mm_piece { int seg, r0, rows; };   /* rows r0 .. r0 + rows - 1 of segment seg, written by this CTA */
-
 int64_t cu_nq_fuse_counters(int mode, int64_t n, int64_t n_act) {
     if (n <= 0 || n_act <= 0) return 0;
     const int64_t uw = nq_fuse_uw(mode, n);
     return (n + uw - 1) / uw * (n_act == 1 ? 1 : (n_act + 7) / 8); /* groups: mm_kernel_cols' MV_NA rows */
-}
-
-/* Every thread of the CTA, after its outputs were written: the rows of feeding segments are the output's columns. */
-static __device__ void mm_nq_finish(const struct cu_mm_args &P, const mm_piece *pc, int n_pc, int grp, int a0, int na) {
-    nq_cols cols[CU_MM_MAX_SEG];
-    int nc = 0;
-    for (int i = 0; i < n_pc && nc < CU_MM_MAX_SEG; i++)
-        if (P.nq.feed >> pc[i].seg & 1) cols[nc++] = nq_cols{pc[i].r0, pc[i].rows};
-    if (nc) nq_fuse_finish(P.nq, cols, nc, grp, a0, na); /* (nc is the same for the whole CTA) */
 }
 
 /* NA 1: one activation row (a batch-1 step); NA = MV_NA: a decode step of several sequences, blockIdx.y the group
@@ -1108,9 +1097,9 @@ static __global__ void __launch_bounds__(512) mm_kernel_cols(const struct cu_mm_
         gpu_pdl_wait();
         gpu_pdl_trigger();
         mv_other_rows(P, S, wb, r0, rows, a0, na, lane, wid, W);
-        if (P.nq.on) {
-            const mm_piece pc = {si, r0, rows};
-            mm_nq_finish(P, &pc, 1, NA == 1 ? 0 : (int)blockIdx.y, a0, na);
+        if (P.nq.on && (P.nq.feed >> si & 1)) { /* (the same for the whole CTA) */
+            const nq_cols pc = {r0, rows};     /* row j of a feeding segment is column j of the output */
+            nq_fuse_finish(P.nq, &pc, 1, NA == 1 ? 0 : (int)blockIdx.y, a0, na);
         }
         return;
     }
@@ -1165,9 +1154,9 @@ static __global__ void __launch_bounds__(512) mm_kernel_cols(const struct cu_mm_
         if (S.res) S.res[o] = __fadd_rn(S.res[o], y);
         if (conv) mm_conv_store(P.conv, a0 + r, r0 + j, conv_pre[i], conv_slot[i], y);
     }
-    if (P.nq.on) {
-        const mm_piece pc = {si, r0, rows};
-        mm_nq_finish(P, &pc, 1, NA == 1 ? 0 : (int)blockIdx.y, a0, na);
+    if (P.nq.on && (P.nq.feed >> si & 1)) {
+        const nq_cols pc = {r0, rows};
+        nq_fuse_finish(P.nq, &pc, 1, NA == 1 ? 0 : (int)blockIdx.y, a0, na);
     }
 }
 
@@ -1331,15 +1320,15 @@ static __global__ void __launch_bounds__(512) mm_kernel_stream(const struct cu_m
             mm_conv_store(P.conv, 0, k.row, pre, slot, y);
         }
     }
-    if (P.nq.on) {
-        mm_piece pc[CU_MM_MAX_SEG];
+    if (P.nq.on) { /* the run's rows of each feeding segment (at most one piece a segment) */
+        nq_cols pc[CU_MM_MAX_SEG];
         int np = 0;
-        for (int g = R0; g < R1 && np < CU_MM_MAX_SEG;) {
+        for (int g = R0; g < R1;) {
             const ms_chunk k = ms_next(P, g, R1, R1 - g);
-            pc[np++] = mm_piece{k.seg, k.row, k.cnt};
+            if (P.nq.feed >> k.seg & 1) pc[np++] = nq_cols{k.row, k.cnt};
             g += k.cnt;
         }
-        mm_nq_finish(P, pc, np, 0, 0, 1);
+        if (np) nq_fuse_finish(P.nq, pc, np, 0, 0, 1);
     }
 }
 
@@ -1382,13 +1371,12 @@ static bool mm_launch_stream(const struct cu_mm_args *args, gpuStream_t s) {
     if (args->nq.on && (args->nq.feed & ~kq)) return false; /* a feeding segment would be in the other launch */
     struct cu_mm_args k;
     mm_subset(args, kq, &k);
-    if (args->conv.on)
-        for (int i = 0, j = 0; i < args->n_seg; i++)
-            if (kq >> i & 1) { if (i == args->conv.seg) k.conv.seg = j; j++; }
-    if (args->nq.on) {
-        k.nq.feed = 0;
-        for (int i = 0, j = 0; i < args->n_seg; i++)
-            if (kq >> i & 1) { if (args->nq.feed >> i & 1) k.nq.feed |= 1u << j; j++; }
+    k.nq.feed = 0; /* the conv's segment and the feeding ones, renumbered in the subset */
+    for (int i = 0, j = 0; i < args->n_seg; i++) {
+        if (!(kq >> i & 1)) continue;
+        if (args->conv.on && i == args->conv.seg) k.conv.seg = j;
+        if (args->nq.feed >> i & 1) k.nq.feed |= 1u << j;
+        j++;
     }
     const int n_sb = (int)(n / QK_K), sbw = n_sb <= 16 ? 2 : 4, w = (n_sb + sbw - 1) / sbw, rw = 8 / sbw;
     if (w > 16 || stride == 0) return false;
@@ -1811,17 +1799,8 @@ static __device__ __noinline__ void moe_mix_tail(const struct cu_moe_cols_args &
     const unsigned per = (unsigned)P.k + (M.Ys ? 1u : 0u);
     __syncthreads(); /* the CTA's rows of Y / Ys are written */
     if (threadIdx.x == 0) {
-        int nd = 0;
         __threadfence();
-        for (int64_t u = r0 / 256; u * 256 < r0 + rows && u < nu; u++) {
-            const int64_t ue = min(n, (u + 1) * 256), lo = max((int64_t)r0, u * 256), hi = min((int64_t)(r0 + rows), ue);
-            const unsigned add = (unsigned)(hi - lo), tgt = per * (unsigned)(ue - u * 256);
-            unsigned *cp = M.cnt + (int64_t)t * nu + u;
-            if (add && atomicAdd(cp, add) + add == tgt) {
-                atomicExch(cp, 0u);
-                if (nd < 2) done[nd++] = (int)u;
-            }
-        }
+        const int nd = nq_count_cols(M.cnt + (int64_t)t * nu, n, 256, r0, r0 + rows, 1u, per, done, 0, 2);
         n_done = nd;
         if (nd) __threadfence();
     }

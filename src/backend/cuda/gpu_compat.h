@@ -279,18 +279,13 @@ static __device__ __forceinline__ void gpu_prefetch_l2(const void *p) {
 
 /* 16 bytes from global memory (16-byte aligned, data no kernel of the step writes) to shared memory: an
  * asynchronous copy on sm_80 and later (no register held while it is in flight, so it can be issued before the
- * dependency wait and finish behind it), a plain one elsewhere. gpu_cp_wait() waits for the thread's copies;
- * other threads see them after the barrier that follows. */
+ * dependency wait and finish behind it), a plain one elsewhere. gpu_cp_wait_group() waits for the thread's
+ * copies; other threads see them after the barrier that follows. */
 static __device__ __forceinline__ void gpu_cp16(void *smem, const void *g) {
 #if !defined(VLLMC_HIP) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"((unsigned)__cvta_generic_to_shared(smem)), "l"(g) : "memory");
 #else
     *(float4 *)smem = *(const float4 *)g;
-#endif
-}
-static __device__ __forceinline__ void gpu_cp_wait(void) {
-#if !defined(VLLMC_HIP) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.wait_all;" ::: "memory");
 #endif
 }
 /* The thread's copies issued since the last commit form a group; gpu_cp_wait_group<N>() waits until at most N of

@@ -153,6 +153,24 @@ struct nq_cols { int64_t c0, n; };          /* columns c0 .. c0 + n - 1 of the o
 
 static __host__ __device__ __forceinline__ int64_t nq_fuse_uw(int mode, int64_t n) { return mode == CU_NQ_RMSNORM ? n : 256; }
 
+/* Thread 0 of a CTA that wrote columns c0 .. c1 - 1 (of n): add them (mul each) to the counters cnt[u] of the
+ * uw-column units they fall in. A unit whose count reaches tgt x its width is complete: its counter goes back to zero
+ * (no CTA of this launch adds to it any more) and u is appended to done (at most max_done). Returns the new length
+ * of done. Shared by the norm + quantize below and the MoE mix in the down launch (gemv_q.cu moe_mix_tail). */
+static __device__ int nq_count_cols(unsigned *cnt, int64_t n, int64_t uw, int64_t c0, int64_t c1, unsigned mul, unsigned tgt,
+                                    int *done, int nd, int max_done) {
+    for (int64_t u = c0 / uw; u * uw < c1 && u * uw < n; u++) {
+        const int64_t ue = (u + 1) * uw < n ? (u + 1) * uw : n;
+        const int64_t lo = c0 > u * uw ? c0 : u * uw, hi = c1 < ue ? c1 : ue;
+        const unsigned add = (unsigned)(hi - lo) * mul;
+        if (add && atomicAdd(cnt + u, add) + add == tgt * (unsigned)(ue - u * uw)) {
+            atomicExch(cnt + u, 0u);
+            if (nd < max_done) done[nd++] = (int)u;
+        }
+    }
+    return nd;
+}
+
 /* Before the dependency wait, by every CTA of the launch (cta of n_cta): the norm's weights into L2, so the CTA that
  * completes a unit reads them from there and not from DRAM (the weight streaming between two steps evicts them). */
 static __device__ __forceinline__ void nq_fuse_prefetch(const struct cu_nq_fuse &Q, int64_t cta, int64_t n_cta) {
@@ -171,19 +189,9 @@ static __device__ void nq_fuse_finish(const struct cu_nq_fuse &Q, const nq_cols 
     if (threadIdx.x == 0) {
         int nd = 0;
         __threadfence(); /* ... and visible before they are counted */
-        for (int i = 0; i < n_pc; i++) {
-            const int64_t c0 = pc[i].c0, c1 = c0 + pc[i].n;
-            for (int64_t u = c0 / uw; u * uw < c1 && u < nu; u++) {
-                const int64_t lo = c0 > u * uw ? c0 : u * uw;
-                const int64_t ue = (u + 1) * uw < n ? (u + 1) * uw : n, hi = c1 < ue ? c1 : ue;
-                const unsigned add = (unsigned)((hi - lo) * na), tgt = (unsigned)((int64_t)Q.n_feed * (ue - u * uw) * na);
-                unsigned *cp = Q.cnt + (int64_t)grp * nu + u;
-                if (add && atomicAdd(cp, add) + add == tgt) {
-                    atomicExch(cp, 0u);
-                    if (nd < NQ_FUSE_MAX_DONE) done[nd++] = (int)u;
-                }
-            }
-        }
+        for (int i = 0; i < n_pc; i++)
+            nd = nq_count_cols(Q.cnt + (int64_t)grp * nu, n, uw, pc[i].c0, pc[i].c0 + pc[i].n, (unsigned)na,
+                               (unsigned)(Q.n_feed * na), done, nd, NQ_FUSE_MAX_DONE);
         n_done = nd;
         if (nd) __threadfence(); /* acquire: the other CTAs' outputs, counted before ours, are read below */
     }
