@@ -12,7 +12,8 @@ make -j"$(nproc)" CUDA=1 BUILD="$BUILD" all cuda-tests >/tmp/gpu-carry-build.log
 nvcc -O3 -std=c++17 -gencode=arch=compute_90,code=sm_90 -Iinclude -Isrc -o "$BUILD/bench_gemv" bench/bench_gemv.cu \
     "$BUILD/libvllmc.a" -lpcre2-8 -lcjson -lm -lpthread -lcublas -lcublasLt
 # the binaries travel as one xz archive: each links the same CUDA kernels, ~8 MB a copy, which xz stores once
-# (~7 MB for all of them against ~50 MB loose)
+# (~7 MB for all of them against ~50 MB loose; -9 for the 64 MB dictionary: at the default 8 MB the copies sit too far
+# apart to be matched)
 rm -rf .carry/bin /tmp/gpu-carry-bin; mkdir -p .carry/lib /tmp/gpu-carry-bin
 cp "$BUILD/vllmc" "$BUILD/bench_gemv" /tmp/gpu-carry-bin/
 # EXTRA_BUILDS="name:-DFLAG[,-DFLAG2] ...": one more vllmc per entry, its kernels compiled with those flags, carried as
@@ -24,7 +25,7 @@ for e in ${EXTRA_BUILDS:-}; do
     cp "/tmp/gpu-carry-$name/vllmc" "/tmp/gpu-carry-bin/vllmc_$name"
 done
 for t in tests/cuda/test_*.c; do cp "$BUILD/tests/cuda/$(basename "$t" .c)" /tmp/gpu-carry-bin/; done
-tar cJf .carry/bin.tar.xz -C /tmp/gpu-carry-bin .
+XZ_OPT=-9 tar cJf .carry/bin.tar.xz -C /tmp/gpu-carry-bin .
 # the CUDA runtime and cuBLAS come from the GPU machine's own CUDA (/usr/local/cuda/lib64): libcublasLt alone is
 # ~540 MB, far over the carry limit
 for l in $(ldd "$BUILD/vllmc" | awk '{print $3}' | grep '^/'); do
