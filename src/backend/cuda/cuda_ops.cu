@@ -326,15 +326,28 @@ static __device__ void attn_combine_head(const struct cu_batch_dev &b, const str
  * (fixed per KV cache), so a row's result does not depend on the other rows of the batch. */
 template <int D, int P, bool COMB = false> /* COMB: the combine in this launch (a.comb_cnt; instances of their own) */
 static __global__ void __launch_bounds__(32 * ATT_WARPS) attn_split_kernel(struct cu_batch_dev b, struct cu_attn_args a) {
-    gpu_pdl_wait();
-    gpu_pdl_trigger();
     __shared__ float sm[ATT_WARPS][32 * D + 2];
     const int split = blockIdx.x, j = blockIdx.y, tg = blockIdx.z, t = a.t0 + tg;
     const int lane = threadIdx.x % 32, wid = threadIdx.x / 32;
     const int hd = 32 * D, kvh = j / (a.n_head / a.n_kv_head);
+    /* before the dependency wait: the batch (uploaded before the step's first kernel) and the block table, a chain of
+     * dependent loads, then the split's K / V rows on their way to L2 (L2 is where writes land, so the newest
+     * position, which the launch before stores, is read as written after the wait either way) */
     const int32_t n_ctx = b.pos[t] + 1;
     const int32_t *bt = b.bt + b.seqinfo[4 * b.seq[t]];
     const int t0 = split * a.chunk, t1 = min(n_ctx, t0 + a.chunk);
+#if !defined(VLLMC_ATTN_NO_PREFETCH)
+    {
+        const int es = a.dtype == BK_KV_F32 ? 4 : a.dtype == BK_KV_FP8_E4M3 ? 1 : 2, lines = (hd * es + 127) / 128;
+        for (int i = threadIdx.x; i < 2 * lines * (t1 - t0); i += blockDim.x) {
+            const int tp = t0 + i / (2 * lines), k = i % (2 * lines);
+            const size_t row = ((size_t)bt[tp / BK_KV_BLOCK] * a.n_kv_head + kvh) * BK_KV_BLOCK + tp % BK_KV_BLOCK;
+            gpu_prefetch_l2((const char *)(k < lines ? a.kpool : a.vpool) + row * (size_t)(hd * es) + 128 * (size_t)(k % lines));
+        }
+    }
+#endif
+    gpu_pdl_wait();
+    gpu_pdl_trigger();
     if (t0 >= t1) return; /* past this row's context: the combine does not read this split */
     const bool f16 = a.dtype == BK_KV_F16;
     const float score_mul = __fmul_rn(a.k_scale, a.scale);

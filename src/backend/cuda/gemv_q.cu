@@ -1042,6 +1042,16 @@ static __device__ __forceinline__ void mm_conv_store(const struct cu_mm_conv &cv
     for (int k = 0; k < nh; k++) st[k] = win[k + 1];
 }
 
+/* The conv state and weights of a column-split CTA's outputs (rows x na), thread i taking output i. */
+template <int NA>
+static __device__ __forceinline__ void mv_conv_load(const struct cu_mm_conv &cv, int rows, int na, int a0, int r0, float (*pre)[CU_CONV_PRE],
+                                                    int *slot) {
+    for (int i = threadIdx.x; i < rows * na; i += blockDim.x) {
+        const int r = NA == 1 ? 0 : i / rows, j = i - r * rows;
+        mm_conv_load(cv, a0 + r, r0 + j, pre[i], &slot[i]);
+    }
+}
+
 /* The conv where the launch did not take the column-split kernel: a thread per channel, tokens in order. */
 static __global__ void mm_conv_kernel(const struct cu_mm_args P) {
     gpu_pdl_wait();
@@ -1085,11 +1095,15 @@ static __global__ void __launch_bounds__(512) mm_kernel_cols(const struct cu_mm_
     const int a0 = NA == 1 ? 0 : (int)blockIdx.y * NA, na = NA == 1 ? 1 : min(NA, P.n_act - a0);
     const bool conv = P.conv.on && si == P.conv.seg;
     nq_fuse_prefetch(P.nq, (int64_t)blockIdx.y * gridDim.x + blockIdx.x, (int64_t)gridDim.x * gridDim.y);
-    if (conv) /* before the wait, by the thread that finishes the conv in the epilogue (same i) */
-        for (int i = threadIdx.x; i < rows * na; i += blockDim.x) {
-            const int r = NA == 1 ? 0 : i / rows, j = i - r * rows;
-            mm_conv_load(P.conv, a0 + r, r0 + j, conv_pre[i], &conv_slot[i]);
-        }
+    /* the conv's state and weights, before the wait, by the thread that finishes the conv in the epilogue (same i);
+     * issued after the weights' loads (below): the slot is a chain of three dependent loads, and a thread that waits
+     * on it before asking for its weights delays the whole CTA's DRAM stream by that chain in every wave */
+#ifdef VLLMC_CONV_LOAD_FIRST /* (the previous order, for an A/B build) */
+    constexpr bool conv_first = true;
+#else
+    constexpr bool conv_first = false;
+#endif
+    if (conv_first && conv) mv_conv_load<NA>(P.conv, rows, na, a0, r0, conv_pre, conv_slot);
     const int n_sb = (int)(P.a.n / QK_K);
     const uint8_t *wb = S.w + (size_t)r0 * S.stride;
     if (S.type == GGML_TYPE_Q8_0 || S.type == GGML_TYPE_F32) {
@@ -1115,6 +1129,7 @@ static __global__ void __launch_bounds__(512) mm_kernel_cols(const struct cu_mm_
             if (on && row < rows) w[u] = k4_load(wb + (size_t)row * S.stride, n_sb, sb, c);
             else w[u] = k4_w{make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0), 0, 0, 0, 0};
         }
+        if (!conv_first && conv) mv_conv_load<NA>(P.conv, rows, na, a0, r0, conv_pre, conv_slot);
         gpu_pdl_wait();
         gpu_pdl_trigger();
         const k4_sel ks = k4_sel_make(c);
@@ -1133,6 +1148,7 @@ static __global__ void __launch_bounds__(512) mm_kernel_cols(const struct cu_mm_
             if (on && row < rows) w[u] = q6_load(wb + (size_t)row * S.stride, n_sb, sb, c);
             else w[u] = q6_w{make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0), 0, 0};
         }
+        if (!conv_first && conv) mv_conv_load<NA>(P.conv, rows, na, a0, r0, conv_pre, conv_slot);
         gpu_pdl_wait();
         gpu_pdl_trigger();
 #pragma unroll 1
