@@ -336,7 +336,6 @@ static __global__ void __launch_bounds__(32 * ATT_WARPS) attn_split_kernel(struc
     const int32_t n_ctx = b.pos[t] + 1;
     const int32_t *bt = b.bt + b.seqinfo[4 * b.seq[t]];
     const int t0 = split * a.chunk, t1 = min(n_ctx, t0 + a.chunk);
-#if !defined(VLLMC_ATTN_NO_PREFETCH)
     {
         const int es = a.dtype == BK_KV_F32 ? 4 : a.dtype == BK_KV_FP8_E4M3 ? 1 : 2, lines = (hd * es + 127) / 128;
         for (int i = threadIdx.x; i < 2 * lines * (t1 - t0); i += blockDim.x) {
@@ -345,7 +344,6 @@ static __global__ void __launch_bounds__(32 * ATT_WARPS) attn_split_kernel(struc
             gpu_prefetch_l2((const char *)(k < lines ? a.kpool : a.vpool) + row * (size_t)(hd * es) + 128 * (size_t)(k % lines));
         }
     }
-#endif
     gpu_pdl_wait();
     gpu_pdl_trigger();
     if (t0 >= t1) return; /* past this row's context: the combine does not read this split */
@@ -444,49 +442,8 @@ static __global__ void __launch_bounds__(32 * ATT_WARPS) attn_split_kernel(struc
 static __global__ void attn_combine_kernel(struct cu_batch_dev b, struct cu_attn_args a) {
     gpu_pdl_wait();
     gpu_pdl_trigger();
-#if !defined(VLLMC_ATTN_COMBINE_SEQ)
     __shared__ attn_comb_smem S;
     attn_combine_head<false>(b, a, blockIdx.x, blockIdx.y, S);
-#else /* the sequential walk over the splits it replaced, for one timed A/B (gpu-carry.sh EXTRA_BUILDS); same bits */
-    __shared__ float hv[256]; /* qfmts: the head's outputs for the quantizer (head_dim 256, one thread each) */
-    const int j = blockIdx.x, tg = blockIdx.y, t = a.t0 + tg, hd = a.head_dim;
-    const int used = min(a.n_split, GPU_CEIL_DIV(b.pos[t] + 1, a.chunk));
-    const float *w = a.work + ((int64_t)tg * a.n_head + j) * a.n_split * (hd + 2);
-    float M = -INFINITY;
-    for (int p = 0; p < used; p++) M = fmaxf(M, w[p * (hd + 2) + hd]);
-    double L = 0.0;
-    for (int p = 0; p < used; p++) {
-        const float mp = w[p * (hd + 2) + hd];
-        if (mp != -INFINITY) L += (double)w[p * (hd + 2) + hd + 1] * (double)expf(mp - M);
-    }
-    /* fp8: V = code * v_scale, applied with the normalisation */
-    const float inv = __fmul_rn((float)(1.0 / L), a.v_scale);
-    const int64_t row = (int64_t)t * a.n_head + j;
-    for (int i = threadIdx.x; i < hd; i += blockDim.x) {
-        float o = 0.f;
-        for (int p = 0; p < used; p++) {
-            const float mp = w[p * (hd + 2) + hd];
-            if (mp != -INFINITY) o += w[p * (hd + 2) + i] * expf(mp - M);
-        }
-        float y = o * inv;
-        if (a.gate) y = __fmul_rn(y, __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-a.gate[row * a.ld_gate + i])))); /* sigmoid_mul_kernel */
-        a.out[row * hd + i] = y;
-        if (a.qfmts) hv[i] = y;
-    }
-    if (!a.qfmts) return;
-    __syncthreads();
-    if (threadIdx.x >= 32) return;
-    /* the norm+quantize kernel's QUANT mode on unit j of row t (head_dim 256: one super-block a head) */
-    const int lane = threadIdx.x;
-    const int64_t n = a.qo.n, e0 = (int64_t)j * 256 + lane * 8;
-    float v[8];
-#pragma unroll
-    for (int k = 0; k < 8; k++) v[k] = hv[lane * 8 + k];
-    if ((a.qfmts & BK_ACT_BIT(BK_ACT_Q8_K)) && a.qo.k_qs)
-        quant_q8_K_sb(v, a.qo.k_qs + t * n + (int64_t)j * QK_K, a.qo.k_d + t * (n / QK_K) + j, a.qo.k_bs + t * (n / 16) + j * 16, lane);
-    if ((a.qfmts & BK_ACT_BIT(BK_ACT_Q8_0)) && a.qo.o_qs)
-        quant_q8_0_lane(v, a.qo.o_qs + t * n + e0, a.qo.o_d + t * (n / 32) + e0 / 32, lane, true);
-#endif
 }
 
 void cu_launch_kv_store(const struct cu_batch_dev *b, const struct cu_attn_args *a, gpuStream_t s) {

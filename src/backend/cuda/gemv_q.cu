@@ -1098,12 +1098,6 @@ static __global__ void __launch_bounds__(512) mm_kernel_cols(const struct cu_mm_
     /* the conv's state and weights, before the wait, by the thread that finishes the conv in the epilogue (same i);
      * issued after the weights' loads (below): the slot is a chain of three dependent loads, and a thread that waits
      * on it before asking for its weights delays the whole CTA's DRAM stream by that chain in every wave */
-#ifdef VLLMC_CONV_LOAD_FIRST /* (the previous order, for an A/B build) */
-    constexpr bool conv_first = true;
-#else
-    constexpr bool conv_first = false;
-#endif
-    if (conv_first && conv) mv_conv_load<NA>(P.conv, rows, na, a0, r0, conv_pre, conv_slot);
     const int n_sb = (int)(P.a.n / QK_K);
     const uint8_t *wb = S.w + (size_t)r0 * S.stride;
     if (S.type == GGML_TYPE_Q8_0 || S.type == GGML_TYPE_F32) {
@@ -1129,7 +1123,7 @@ static __global__ void __launch_bounds__(512) mm_kernel_cols(const struct cu_mm_
             if (on && row < rows) w[u] = k4_load(wb + (size_t)row * S.stride, n_sb, sb, c);
             else w[u] = k4_w{make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0), 0, 0, 0, 0};
         }
-        if (!conv_first && conv) mv_conv_load<NA>(P.conv, rows, na, a0, r0, conv_pre, conv_slot);
+        if (conv) mv_conv_load<NA>(P.conv, rows, na, a0, r0, conv_pre, conv_slot);
         gpu_pdl_wait();
         gpu_pdl_trigger();
         const k4_sel ks = k4_sel_make(c);
@@ -1148,7 +1142,7 @@ static __global__ void __launch_bounds__(512) mm_kernel_cols(const struct cu_mm_
             if (on && row < rows) w[u] = q6_load(wb + (size_t)row * S.stride, n_sb, sb, c);
             else w[u] = q6_w{make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0), 0, 0};
         }
-        if (!conv_first && conv) mv_conv_load<NA>(P.conv, rows, na, a0, r0, conv_pre, conv_slot);
+        if (conv) mv_conv_load<NA>(P.conv, rows, na, a0, r0, conv_pre, conv_slot);
         gpu_pdl_wait();
         gpu_pdl_trigger();
 #pragma unroll 1
@@ -1209,6 +1203,24 @@ static bool mm_launch_cols(const struct cu_mm_args *args, gpuStream_t s, bool ot
     const int U = mr ? 2 : cfg == 2 || cfg == 4 ? cfg : (kt & 2) ? 2 : 4;
     const int rpc = 8 / sbw * U;
     struct cu_mm_args a = *args;
+    /* the Q8_0 / F32 segments (the GDN's beta / alpha rows) first in the grid: their CTAs walk 4-row tiles a warp and
+     * take longer than a K-quant CTA, so as the grid's last CTAs (the segments' order) they started in the last wave
+     * and set the launch's end (the in-proj of qwen35-4b: 19.5 -> 15.4 us under ncu, the decode +5-6%: BENCHMARKS.md).
+     * The segments are independent; the conv and the fused norm's feeding bits follow their segment. */
+    {
+        int order[CU_MM_MAX_SEG], no = 0;
+        for (int pass = 0; pass < 2; pass++)
+            for (int i = 0; i < args->n_seg; i++) {
+                const int t = args->seg[i].type;
+                if ((t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q6_K) == (pass == 1)) order[no++] = i;
+            }
+        a.nq.feed = 0;
+        for (int i = 0; i < args->n_seg; i++) {
+            a.seg[i] = args->seg[order[i]];
+            if (order[i] == args->conv.seg) a.conv.seg = i;
+            if (args->nq.feed >> order[i] & 1) a.nq.feed |= 1u << i;
+        }
+    }
     int ctas = 0;
     for (int i = 0; i < a.n_seg; i++) {
         a.seg[i].cta0 = ctas;
