@@ -151,6 +151,8 @@ struct cu_mm_cfg {
                                   place of the column-split kernel, stream_cps CTAs an SM; 0 off */
     int32_t stream_bytes;      /* its pipeline stage: about this many bytes of weight rows */
     int32_t nq_early;          /* 1: the norm + quantize kernel lets the next launch start before its own wait */
+    int32_t cols_sbw2;         /* the column-split kernel gives a warp 2 super-blocks for rows of up to this many (16:
+                                  up to 8 warps a CTA), else 4 (VLLMC_CUDA_COLS_SBW2, comparisons) */
 };
 extern struct cu_mm_cfg cu_mm_cfg;
 void cu_launch_matmul(const struct cu_mm_args *args, gpuStream_t s);

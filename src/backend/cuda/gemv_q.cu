@@ -1190,7 +1190,7 @@ static bool mm_launch_cols(const struct cu_mm_args *args, gpuStream_t s, bool ot
         else if (t == GGML_TYPE_Q6_K) kt |= 2;
         else if (t != GGML_TYPE_Q8_0 && t != GGML_TYPE_F32) return false;
     }
-    const int n_sb = (int)(n / QK_K), sbw = n_sb <= 16 ? 2 : 4, w = (n_sb + sbw - 1) / sbw;
+    const int n_sb = (int)(n / QK_K), sbw = n_sb <= cu_mm_cfg.cols_sbw2 ? 2 : 4, w = (n_sb + sbw - 1) / sbw;
     if (!kt && other_only) kt = 1; /* Q8_0 / F32 segments only (the streaming launch's others): every CTA takes the
                                       other rows' path, the K-quant instance is never entered */
     if (!kt || w > 16) return false;
@@ -1496,7 +1496,7 @@ static int split_resident(int ks) {
 }
 
 /* measured on the H200 (docs/BENCHMARKS.md); VLLMC_CUDA_MM="tr0,ks0,tr1,ks1,tr2,ks2[,p0,p1,p2]" overrides (experiments) */
-struct cu_mm_cfg cu_mm_cfg = {{8192, 65536}, {1, 4, 4}, {0, 2, 1}, {0, 0, 0}, 0, {1, 1, 1}, 64, 0, 3, 1, MS_CPS, 24 * 1024, 0};
+struct cu_mm_cfg cu_mm_cfg = {{8192, 65536}, {1, 4, 4}, {0, 2, 1}, {0, 0, 0}, 0, {1, 1, 1}, 64, 0, 3, 1, MS_CPS, 24 * 1024, 0, 16};
 
 static bool mm_launch_dec(const struct cu_mm_args *args, gpuStream_t s);
 
