@@ -337,7 +337,7 @@ static __global__ void __launch_bounds__(32 * ATT_WARPS) attn_split_kernel(struc
     const int32_t *bt = b.bt + b.seqinfo[4 * b.seq[t]];
     const int t0 = split * a.chunk, t1 = min(n_ctx, t0 + a.chunk);
     {
-        const int es = a.dtype == BK_KV_F32 ? 4 : a.dtype == BK_KV_FP8_E4M3 ? 1 : 2, lines = (hd * es + 127) / 128;
+        const int es = kv_elem_bytes(a.dtype), lines = (hd * es + 127) / 128;
         for (int i = threadIdx.x; i < 2 * lines * (t1 - t0); i += blockDim.x) {
             const int tp = t0 + i / (2 * lines), k = i % (2 * lines);
             const size_t row = ((size_t)bt[tp / BK_KV_BLOCK] * a.n_kv_head + kvh) * BK_KV_BLOCK + tp % BK_KV_BLOCK;

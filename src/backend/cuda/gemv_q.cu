@@ -1178,6 +1178,31 @@ static mm_cols_fn mm_cols_pick(int sbw, int kt) {
     return kt == 1 ? mm_kernel_cols<4, 1, U, NA> : kt == 2 ? mm_kernel_cols<4, 2, U, NA> : mm_kernel_cols<4, 3, U, NA>;
 }
 
+/* The launch of segments order[0 .. n-1] of args, in that order: the CTA / row / tile offsets and totals recounted, the
+ * conv's segment and the feeding bits of the fused norm renumbered with their segments. */
+static void mm_select(const struct cu_mm_args *args, const int *order, int n, struct cu_mm_args *out) {
+    *out = *args;
+    out->n_seg = 0; out->n_ctas = 0; out->total_rows = 0; out->total_tiles = 0; out->nq.feed = 0;
+    for (int k = 0; k < n; k++) {
+        const int i = order[k];
+        struct cu_mm_seg sg = args->seg[i];
+        sg.cta0 = out->n_ctas; sg.row0 = out->total_rows; sg.tile0 = out->total_tiles;
+        out->n_ctas += (int32_t)GPU_CEIL_DIV(sg.n_rows, CU_MM_WARPS);
+        out->total_rows += sg.n_rows;
+        out->total_tiles += (int32_t)GPU_CEIL_DIV(sg.n_rows, 4);
+        if (i == args->conv.seg) out->conv.seg = k;
+        if (args->nq.feed >> i & 1) out->nq.feed |= 1u << k;
+        out->seg[out->n_seg++] = sg;
+    }
+}
+/* The segments in mask, in their order. */
+static void mm_subset(const struct cu_mm_args *args, unsigned mask, struct cu_mm_args *out) {
+    int order[CU_MM_MAX_SEG], n = 0;
+    for (int i = 0; i < args->n_seg; i++)
+        if (mask >> i & 1) order[n++] = i;
+    mm_select(args, order, n, out);
+}
+
 /* The column-split kernel (NA = MV_NA for several activation rows) when every segment is Q4_K, Q6_K, Q8_0 or
  * F32 (one of them K-quant) and a row of 256-column super-blocks fits 16 warps; false (nothing launched) otherwise. */
 static bool mm_launch_cols(const struct cu_mm_args *args, gpuStream_t s, bool other_only = false) {
@@ -1202,25 +1227,18 @@ static bool mm_launch_cols(const struct cu_mm_args *args, gpuStream_t s, bool ot
     const bool mr = args->n_act > 1;
     const int U = mr ? 2 : cfg == 2 || cfg == 4 ? cfg : (kt & 2) ? 2 : 4;
     const int rpc = 8 / sbw * U;
-    struct cu_mm_args a = *args;
     /* the Q8_0 / F32 segments (the GDN's beta / alpha rows) first in the grid: their CTAs walk 4-row tiles a warp and
      * take longer than a K-quant CTA, so as the grid's last CTAs (the segments' order) they started in the last wave
      * and set the launch's end (the in-proj of qwen35-4b: 19.5 -> 15.4 us under ncu, the decode +5-6%: BENCHMARKS.md).
-     * The segments are independent; the conv and the fused norm's feeding bits follow their segment. */
-    {
-        int order[CU_MM_MAX_SEG], no = 0;
-        for (int pass = 0; pass < 2; pass++)
-            for (int i = 0; i < args->n_seg; i++) {
-                const int t = args->seg[i].type;
-                if ((t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q6_K) == (pass == 1)) order[no++] = i;
-            }
-        a.nq.feed = 0;
+     * The segments are independent. */
+    int order[CU_MM_MAX_SEG], no = 0;
+    for (int pass = 0; pass < 2; pass++)
         for (int i = 0; i < args->n_seg; i++) {
-            a.seg[i] = args->seg[order[i]];
-            if (order[i] == args->conv.seg) a.conv.seg = i;
-            if (args->nq.feed >> order[i] & 1) a.nq.feed |= 1u << i;
+            const int t = args->seg[i].type;
+            if ((t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q6_K) == (pass == 1)) order[no++] = i;
         }
-    }
+    struct cu_mm_args a;
+    mm_select(args, order, no, &a);
     int ctas = 0;
     for (int i = 0; i < a.n_seg; i++) {
         a.seg[i].cta0 = ctas;
@@ -1361,20 +1379,6 @@ static __global__ void __launch_bounds__(512) mm_kernel_stream(const struct cu_m
 }
 
 /* The segments of args in mask (bit i: segment i), with their concatenation offsets recomputed. */
-static void mm_subset(const struct cu_mm_args *args, unsigned mask, struct cu_mm_args *out) {
-    *out = *args;
-    out->n_seg = 0; out->n_ctas = 0; out->total_rows = 0; out->total_tiles = 0;
-    for (int i = 0; i < args->n_seg; i++) {
-        if (!(mask >> i & 1)) continue;
-        struct cu_mm_seg sg = args->seg[i];
-        sg.cta0 = out->n_ctas; sg.row0 = out->total_rows; sg.tile0 = out->total_tiles;
-        out->n_ctas += (int32_t)GPU_CEIL_DIV(sg.n_rows, CU_MM_WARPS);
-        out->total_rows += sg.n_rows;
-        out->total_tiles += (int32_t)GPU_CEIL_DIV(sg.n_rows, 4);
-        out->seg[out->n_seg++] = sg;
-    }
-}
-
 uint64_t cu_stream_launches;
 extern "C" uint64_t backend_cuda_stream_launches(void) { return cu_stream_launches; }
 
@@ -1399,14 +1403,7 @@ static bool mm_launch_stream(const struct cu_mm_args *args, gpuStream_t s) {
     if (args->nq.on && (args->nq.feed & ~kq)) return false; /* a feeding segment would be in the other launch */
     struct cu_mm_args k;
     mm_subset(args, kq, &k);
-    k.nq.feed = 0; /* the conv's segment and the feeding ones, renumbered in the subset */
-    for (int i = 0, j = 0; i < args->n_seg; i++) {
-        if (!(kq >> i & 1)) continue;
-        if (args->conv.on && i == args->conv.seg) k.conv.seg = j;
-        if (args->nq.feed >> i & 1) k.nq.feed |= 1u << j;
-        j++;
-    }
-    const int n_sb = (int)(n / QK_K), sbw = n_sb <= 16 ? 2 : 4, w = (n_sb + sbw - 1) / sbw, rw = 8 / sbw;
+    const int n_sb = (int)(n / QK_K), sbw = n_sb <= cu_mm_cfg.cols_sbw2 ? 2 : 4, w = (n_sb + sbw - 1) / sbw, rw = 8 / sbw;
     if (w > 16 || stride == 0) return false;
     static int sms = 0;
     if (!sms) {

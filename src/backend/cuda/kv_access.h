@@ -53,6 +53,10 @@ static __device__ __forceinline__ float kv_fp8_decode(uint32_t c) {
     return (c & 0x80u) ? -r : r;
 }
 
+/* Bytes of one element of a pool (the prefetch of rows). */
+static __device__ __forceinline__ int kv_elem_bytes(int dtype) {
+    return dtype == BK_KV_F32 ? 4 : dtype == BK_KV_FP8_E4M3 ? 1 : 2;
+}
 /* Store x (f32) at element idx of a pool; scale: the fp8 scale (the value is divided by it). */
 static __device__ __forceinline__ void kv_store(void *pool, int dtype, size_t idx, float x, float scale) {
     switch (dtype) {
