@@ -33,7 +33,11 @@ static void fill_weights(uint32_t type, uint8_t *p, size_t bytes) {
 
 struct shape { uint32_t type; int64_t n_cols, n_rows; int n_fused; const char *what; };
 
+static double median_us(std::vector<float> &t) { std::sort(t.begin(), t.end()); return t[t.size() / 2]; }
+
 int main(int argc, char **argv) {
+    const bool l2 = argc > 1 && !strcmp(argv[1], "l2");
+    if (l2) { argv++; argc--; }
     const int reps = argc > 1 ? atoi(argv[1]) : 30;
     const shape shapes[] = {
         {GGML_TYPE_Q4_K, 2560, 9216, 1, "ffn_gate (qwen35-4b)"},
@@ -133,6 +137,60 @@ int main(int argc, char **argv) {
         const int cfgs[][3] = {{-1, -1, 0}, {-2, 1, 0}, {-2, 4, 0}, {-2, 2, 0}, {1, 1, 0}, {4, 1, 0}, {2, 2, 0}, {4, 2, 0},
                                {1, 1, 1}, {4, 1, 1}, {2, 2, 1}, {4, 2, 1}, {4, 2, 2}};
         const struct cu_mm_cfg keep = cu_mm_cfg;
+        if (l2) {
+            /* "l2": the default kernel with PDL, its weights (a) cold (the copies in turn), (b) hot (one copy launched
+             * again and again: from L2 where it fits), (c) sent to L2 by the step's prefetcher kernel first (one
+             * launch after a prefetch of its copy, then a sync); then the prefetcher alone over all the copies */
+            gpu_pdl.on = true;
+            std::vector<float> tc, th, tp;
+            for (int k = 0; k < reps; k++) {
+                CK(gpuEventRecord(e0, st)); gpu_pdl.after_kernel = false;
+                for (int i = 0; i < copies; i++) cu_launch_matmul(&args[i], st);
+                CK(gpuEventRecord(e1, st)); CK(gpuEventSynchronize(e1));
+                float ms; CK(gpuEventElapsedTime(&ms, e0, e1)); tc.push_back(ms * 1000.f / copies);
+                CK(gpuEventRecord(e0, st)); gpu_pdl.after_kernel = false;
+                for (int i = 0; i < 64; i++) cu_launch_matmul(&args[0], st);
+                CK(gpuEventRecord(e1, st)); CK(gpuEventSynchronize(e1));
+                CK(gpuEventElapsedTime(&ms, e0, e1)); th.push_back(ms * 1000.f / 64);
+            }
+            cu_pf_entry *d_tab;
+            CK(gpuMalloc((void **)&d_tab, sizeof(cu_pf_entry) * copies));
+            std::vector<cu_pf_entry> tab(copies);
+            for (int c = 0; c < copies; c++) tab[c] = cu_pf_entry{d_w + (size_t)c * set_bytes, set_bytes, (unsigned long long)c * set_bytes};
+            CK(gpuMemcpy(d_tab, tab.data(), sizeof(cu_pf_entry) * copies, gpuMemcpyHostToDevice));
+            unsigned long long *d_front;
+            CK(gpuMalloc((void **)&d_front, 8));
+            CK(gpuMemset(d_front, 0, 8));
+            for (int k = 0; k < reps; k++) {
+                const int c = 1 + k % (copies - 1 > 0 ? copies - 1 : 1);
+                cu_launch_prefetch(d_tab + c, 1, d_front, ~0ull >> 1, 32, 256u << 10, st);
+                CK(gpuStreamSynchronize(st));
+                CK(gpuEventRecord(e0, st)); gpu_pdl.after_kernel = false;
+                cu_launch_matmul(&args[c], st);
+                CK(gpuEventRecord(e1, st)); CK(gpuEventSynchronize(e1));
+                float ms; CK(gpuEventElapsedTime(&ms, e0, e1)); tp.push_back(ms * 1000.f);
+            }
+            printf("%-32s %5s %8.2f MB  cold %7.2f us %6.0f GB/s | hot %7.2f us %6.0f GB/s | prefetched, one launch %7.2f us\n",
+                   s.what, quant_traits(s.type)->name, set_bytes / 1e6, median_us(tc), set_bytes / median_us(tc) / 1e3,
+                   median_us(th), set_bytes / median_us(th) / 1e3, median_us(tp));
+            for (int ctas : {4, 8, 16, 32, 64}) /* the prefetcher's own rate: all copies, no pacing */
+                for (unsigned chunk : {64u << 10, 256u << 10, 1024u << 10}) {
+                    std::vector<float> tf;
+                    for (int k = 0; k < 3; k++) {
+                        CK(gpuEventRecord(e0, st));
+                        cu_launch_prefetch(d_tab, copies, d_front, ~0ull >> 1, ctas, chunk, st);
+                        CK(gpuEventRecord(e1, st)); CK(gpuEventSynchronize(e1));
+                        float ms; CK(gpuEventElapsedTime(&ms, e0, e1)); tf.push_back(ms * 1000.f);
+                    }
+                    if (s.n_fused == 2) printf("  prefetcher %2d CTAs, %4u KB chunks: %.0f MB in %.1f us, %.0f GB/s\n", ctas, chunk >> 10,
+                                               set_bytes * copies / 1e6, median_us(tf), set_bytes * copies / median_us(tf) / 1e3);
+                }
+            CK(gpuFree(d_tab)); CK(gpuFree(d_front));
+            gpu_pdl.on = false;
+            CK(gpuFree(d_w)); CK(gpuFree(d_y)); CK(gpuFree(d_act));
+            CK(gpuEventDestroy(e0)); CK(gpuEventDestroy(e1));
+            continue;
+        }
         for (const auto &cf : cfgs)
             for (int pdl = 0; pdl < 2; pdl++) {
                 cu_mm_cfg = keep;
