@@ -34,6 +34,82 @@ static void fill_weights(uint32_t type, uint8_t *p, size_t bytes) {
 struct shape { uint32_t type; int64_t n_cols, n_rows; int n_fused; const char *what; };
 
 static double median_us(std::vector<float> &t) { std::sort(t.begin(), t.end()); return t[t.size() / 2]; }
+/* the floor of a kernel boundary: a kernel that waits for the one before and does nothing else */
+static __global__ void empty_kernel(int) { gpu_pdl_wait(); gpu_pdl_trigger(); }
+/* n grid-wide barriers: thread 0 of each CTA adds one to the counter and waits until every CTA has added its i-th */
+static __global__ void barrier_kernel(unsigned *cnt, int n) {
+    for (int i = 1; i <= n; i++) {
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            __threadfence();
+            atomicAdd(cnt, 1u);
+            const unsigned tgt = (unsigned)i * gridDim.x;
+            unsigned v;
+            do { asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(cnt) : "memory"); } while (v < tgt);
+        }
+        __syncthreads();
+    }
+}
+static void boundary_floor(gpuStream_t st) {
+    gpuEvent_t e0, e1;
+    CK(gpuEventCreate(&e0)); CK(gpuEventCreate(&e1));
+    for (int pdl = 0; pdl < 2; pdl++)
+        for (int ctas : {1, 132, 264, 528})
+            for (int thr : {32, 256}) {
+                gpu_pdl.on = pdl == 1;
+                std::vector<float> t;
+                for (int k = 0; k < 5; k++) {
+                    gpu_pdl.after_kernel = false;
+                    CK(gpuEventRecord(e0, st));
+                    for (int i = 0; i < 500; i++) gpu_launch(empty_kernel, dim3(ctas), dim3(thr), 0, st, 0);
+                    CK(gpuEventRecord(e1, st)); CK(gpuEventSynchronize(e1));
+                    float ms; CK(gpuEventElapsedTime(&ms, e0, e1)); t.push_back(ms * 1000.f / 500);
+                }
+                printf("empty kernel chain%s: %3d CTAs x %3d threads: %.2f us a launch\n", pdl ? " with PDL" : "", ctas, thr, median_us(t));
+            }
+    /* the same chain captured as a graph and replayed (how a decode step runs) */
+    for (int pdl = 0; pdl < 2; pdl++)
+        for (int ctas : {1, 264}) {
+            gpu_pdl.on = pdl == 1;
+            gpu_pdl.after_kernel = false;
+            gpuGraph_t g;
+            gpuGraphExec_t ge;
+            CK(gpuStreamBeginCapture(st, gpuStreamCaptureModeThreadLocal));
+            for (int i = 0; i < 300; i++) gpu_launch(empty_kernel, dim3(ctas), dim3(256), 0, st, 0);
+            CK(gpuStreamEndCapture(st, &g));
+            CK(gpuGraphInstantiate(&ge, g));
+            CK(gpuGraphLaunch(ge, st));
+            CK(gpuStreamSynchronize(st));
+            std::vector<float> t;
+            for (int k = 0; k < 7; k++) {
+                CK(gpuEventRecord(e0, st));
+                CK(gpuGraphLaunch(ge, st));
+                CK(gpuEventRecord(e1, st)); CK(gpuEventSynchronize(e1));
+                float ms; CK(gpuEventElapsedTime(&ms, e0, e1)); t.push_back(ms * 1000.f / 300);
+            }
+            printf("empty kernel chain in a graph%s: %3d CTAs x 256 threads: %.2f us a kernel\n", pdl ? " with PDL" : "", ctas, median_us(t));
+            CK(gpuGraphExecDestroy(ge)); CK(gpuGraphDestroy(g));
+        }
+    /* a grid-wide barrier inside one kernel (every CTA resident), the alternative to a kernel boundary */
+    unsigned *cnt;
+    CK(gpuMalloc((void **)&cnt, 4));
+    int sms = 132, dev = 0;
+    CK(gpuGetDevice(&dev)); CK(gpuDeviceGetSMCount(&sms, dev));
+    for (int per : {1, 2}) {
+        std::vector<float> t;
+        for (int k = 0; k < 5; k++) {
+            CK(gpuMemset(cnt, 0, 4));
+            CK(gpuEventRecord(e0, st));
+            barrier_kernel<<<sms * per, 256, 0, st>>>(cnt, 1000);
+            CK(gpuEventRecord(e1, st)); CK(gpuEventSynchronize(e1));
+            float ms; CK(gpuEventElapsedTime(&ms, e0, e1)); t.push_back(ms * 1000.f / 1000);
+        }
+        printf("grid barrier, %d CTAs x 256 threads (%d an SM): %.2f us a barrier\n", sms * per, per, median_us(t));
+    }
+    CK(gpuFree(cnt));
+    gpu_pdl.on = false;
+    CK(gpuEventDestroy(e0)); CK(gpuEventDestroy(e1));
+}
 
 int main(int argc, char **argv) {
     const bool l2 = argc > 1 && !strcmp(argv[1], "l2");
@@ -53,6 +129,7 @@ int main(int argc, char **argv) {
     printf("%-32s %5s %6s %7s %5s %8s %9s %8s %s\n", "shape", "type", "n_cols", "n_rows", "fused", "MB", "us", "GB/s", "max err / max |y|");
     gpuStream_t st;
     CK(gpuStreamCreate(&st));
+    if (l2) boundary_floor(st);
     std::vector<double> gbs_all;
     for (const shape &s : shapes) {
         const uint64_t rs = quant_row_size(s.type, s.n_cols), stride = cu_weight_row_stride(s.type, s.n_cols);
@@ -138,11 +215,10 @@ int main(int argc, char **argv) {
                                {1, 1, 1}, {4, 1, 1}, {2, 2, 1}, {4, 2, 1}, {4, 2, 2}};
         const struct cu_mm_cfg keep = cu_mm_cfg;
         if (l2) {
-            /* "l2": the default kernel with PDL, its weights (a) cold (the copies in turn), (b) hot (one copy launched
-             * again and again: from L2 where it fits), (c) sent to L2 by the step's prefetcher kernel first (one
-             * launch after a prefetch of its copy, then a sync); then the prefetcher alone over all the copies */
+            /* "l2": the default kernel with PDL, its weights cold (the copies in turn) and hot (one copy launched again
+             * and again: from L2 where it fits) */
             gpu_pdl.on = true;
-            std::vector<float> tc, th, tp;
+            std::vector<float> tc, th;
             for (int k = 0; k < reps; k++) {
                 CK(gpuEventRecord(e0, st)); gpu_pdl.after_kernel = false;
                 for (int i = 0; i < copies; i++) cu_launch_matmul(&args[i], st);
@@ -153,39 +229,6 @@ int main(int argc, char **argv) {
                 CK(gpuEventRecord(e1, st)); CK(gpuEventSynchronize(e1));
                 CK(gpuEventElapsedTime(&ms, e0, e1)); th.push_back(ms * 1000.f / 64);
             }
-            cu_pf_entry *d_tab;
-            CK(gpuMalloc((void **)&d_tab, sizeof(cu_pf_entry) * copies));
-            std::vector<cu_pf_entry> tab(copies);
-            for (int c = 0; c < copies; c++) tab[c] = cu_pf_entry{d_w + (size_t)c * set_bytes, set_bytes, (unsigned long long)c * set_bytes};
-            CK(gpuMemcpy(d_tab, tab.data(), sizeof(cu_pf_entry) * copies, gpuMemcpyHostToDevice));
-            unsigned long long *d_front;
-            CK(gpuMalloc((void **)&d_front, 8));
-            CK(gpuMemset(d_front, 0, 8));
-            for (int k = 0; k < reps; k++) {
-                const int c = 1 + k % (copies - 1 > 0 ? copies - 1 : 1);
-                cu_launch_prefetch(d_tab + c, 1, d_front, ~0ull >> 1, 32, 256u << 10, st);
-                CK(gpuStreamSynchronize(st));
-                CK(gpuEventRecord(e0, st)); gpu_pdl.after_kernel = false;
-                cu_launch_matmul(&args[c], st);
-                CK(gpuEventRecord(e1, st)); CK(gpuEventSynchronize(e1));
-                float ms; CK(gpuEventElapsedTime(&ms, e0, e1)); tp.push_back(ms * 1000.f);
-            }
-            printf("%-32s %5s %8.2f MB  cold %7.2f us %6.0f GB/s | hot %7.2f us %6.0f GB/s | prefetched, one launch %7.2f us\n",
-                   s.what, quant_traits(s.type)->name, set_bytes / 1e6, median_us(tc), set_bytes / median_us(tc) / 1e3,
-                   median_us(th), set_bytes / median_us(th) / 1e3, median_us(tp));
-            for (int ctas : {4, 8, 16, 32, 64}) /* the prefetcher's own rate: all copies, no pacing */
-                for (unsigned chunk : {64u << 10, 256u << 10, 1024u << 10}) {
-                    std::vector<float> tf;
-                    for (int k = 0; k < 3; k++) {
-                        CK(gpuEventRecord(e0, st));
-                        cu_launch_prefetch(d_tab, copies, d_front, ~0ull >> 1, ctas, chunk, st);
-                        CK(gpuEventRecord(e1, st)); CK(gpuEventSynchronize(e1));
-                        float ms; CK(gpuEventElapsedTime(&ms, e0, e1)); tf.push_back(ms * 1000.f);
-                    }
-                    if (s.n_fused == 2) printf("  prefetcher %2d CTAs, %4u KB chunks: %.0f MB in %.1f us, %.0f GB/s\n", ctas, chunk >> 10,
-                                               set_bytes * copies / 1e6, median_us(tf), set_bytes * copies / median_us(tf) / 1e3);
-                }
-            CK(gpuFree(d_tab)); CK(gpuFree(d_front));
             gpu_pdl.on = false;
             CK(gpuFree(d_w)); CK(gpuFree(d_y)); CK(gpuFree(d_act));
             CK(gpuEventDestroy(e0)); CK(gpuEventDestroy(e1));

@@ -112,19 +112,6 @@ if has model; then
     note "test_cuda_model rc=$rc: $(grep 'worst' "$OUT/test_cuda_model.txt" | head -1 | cut -c1-160)"
 fi
 
-if has pf; then # the step's weight prefetcher (VLLMC_CUDA_PREFETCH): graph == eager and CPU parity with it on, a 1 MB
-    # window (the front paces nearly every chunk) and 16 MB; the first timeout ends the stage
-    for cfg in 1,4,64 16; do
-        for f in /tmp/models/qwen35-tiny.gguf .carry/moe/qwen35moe-tiny-q4_k_m.gguf .carry/models/*q4_k_m*.gguf; do
-            [ -f "$f" ] || continue
-            n=$(basename "$f" .gguf)
-            VLLMC_CUDA_PREFETCH=$cfg timeout 60 "$BIN/test_cuda_model" "$f" 30 16 >"$OUT/pf_${n}_$cfg.txt" 2>&1; rc=$?
-            note "pf $cfg test_cuda_model $n rc=$rc: $(grep 'worst' "$OUT/pf_${n}_$cfg.txt" | head -1 | sed 's/.*steps, //' | cut -c1-110)$(grep -m1 FAIL "$OUT/pf_${n}_$cfg.txt")"
-            [ $rc = 124 ] && break 2
-        done
-    done
-fi
-
 if has stream && [ -n "${STREAM_BAD:-}" ]; then note "stream: skipped (test_cuda_ops' streaming check did not pass)"; fi
 if has stream && [ -z "${STREAM_BAD:-}" ]; then # the streaming mat-vec (off by default until measured): graph == eager and
     for cfg in 2,24576 1,4096; do                # CPU parity with it on; the first timeout ends the stage

@@ -72,7 +72,6 @@ struct cu_graph {
     std::vector<uint8_t> rec;  /* the step's records */
     gpuGraphExec_t exec;
     uint64_t last_use;
-    struct cu_pf_entry *pf_tab; /* its weight prefetcher's table (device), or NULL */
 };
 
 /* The cache with what the backend keeps beside it: the fp8 key shift on the device (uploaded at the first
@@ -106,15 +105,6 @@ struct cu_backend {
     unsigned *nq_cnt;          /* CU_NQ_FUSE_COUNTERS counters for it, zero between launches */
     std::vector<cu_graph> graphs;
     uint64_t use_clock;
-    /* the weight prefetcher of captured steps (cu_launch_prefetch; VLLMC_CUDA_PREFETCH "window MB[,ctas[,chunk KB]]") */
-    int64_t pf_window;         /* bytes ahead of the consumption front; 0 off */
-    int32_t pf_ctas;
-    uint32_t pf_chunk;
-    gpuStream_t pf_stream;
-    gpuEvent_t pf_fork, pf_join;
-    unsigned long long *pf_front;
-    bool pf_capture;           /* capturing: the matmuls post the front */
-    unsigned long long pf_cum; /* weight bytes of the matmuls captured so far */
     int32_t *d_argmax, *h_argmax;
     int64_t cap_argmax;
     int32_t *argmax_dst;
@@ -175,20 +165,7 @@ static void rec_exec(cu_backend *c, int op, const void *args) {
     case CU_OP_EMBED: { const rec_embed *r = (const rec_embed *)args; cu_launch_embed(&r->b, r->table, r->type, r->stride, r->n, r->out, s); break; }
     case CU_OP_RMSNORM: { const rec_rmsnorm *r = (const rec_rmsnorm *)args; cu_launch_rmsnorm(r->x, r->ld_x, r->w, r->eps, r->n_rows, r->n_cols, r->out, r->ld_out, s); break; }
     case CU_OP_NQ: { const rec_nq *r = (const rec_nq *)args; cu_launch_norm_quant(r->mode, r->in0, r->in1, r->ld, r->w, r->eps, r->group, r->n_rows, r->out, r->fmts, s); break; }
-    case CU_OP_MATMUL: {
-        const rec_matmul *r = (const rec_matmul *)args;
-        if (c->pf_capture) { /* the consumption front for the step's weight prefetcher */
-            struct cu_mm_args a = r->a;
-            a.pf_front = c->pf_front;
-            a.pf_base = c->pf_cum;
-            a.pf_bytes = (unsigned long long)rec_weight_bytes(op, args);
-            c->pf_cum += a.pf_bytes;
-            cu_launch_matmul(&a, s);
-        } else {
-            cu_launch_matmul(&r->a, s);
-        }
-        break;
-    }
+    case CU_OP_MATMUL: { const rec_matmul *r = (const rec_matmul *)args; cu_launch_matmul(&r->a, s); break; }
     case CU_OP_ADD: { const rec_add *r = (const rec_add *)args; cu_launch_add(r->y, r->x, r->n, s); break; }
     case CU_OP_ROPE: { const rec_rope *r = (const rec_rope *)args; cu_launch_rope(&r->b, r->x, r->ld, r->n_head, r->head_dim, r->mode, r->n_rot, r->base, r->scale, r->ff, s); break; }
     case CU_OP_ATTN: {
@@ -289,44 +266,10 @@ static void flush(cu_backend *c) {
 }
 
 static void graphs_clear(cu_backend *c) {
-    for (cu_graph &g : c->graphs) {
+    for (cu_graph &g : c->graphs)
         if (g.exec) (void)gpuGraphExecDestroy(g.exec);
-        if (g.pf_tab) (void)gpuFree(g.pf_tab);
-    }
     c->graphs.clear();
     c->stats.graphs_cached = 0;
-}
-
-/* The weight prefetcher's table for a step's records (every matmul's segments in order, with the bytes before them),
- * on the device; NULL when it has no matmul or on any error (the step then runs without it). */
-static struct cu_pf_entry *pf_table(cu_backend *c, const std::vector<uint8_t> &r, int *n_out) {
-    std::vector<cu_pf_entry> t;
-    unsigned long long cum = 0;
-    for (size_t off = 0; off < r.size();) {
-        uint32_t hdr[2];
-        memcpy(hdr, &r[off], 8);
-        if (hdr[0] == CU_OP_MATMUL) {
-            const rec_matmul *m = (const rec_matmul *)&r[off + 8];
-            for (int i = 0; i < m->a.n_seg; i++) {
-                const unsigned long long b = (unsigned long long)m->a.seg[i].stride * (unsigned long long)m->a.seg[i].n_rows;
-                if (b) t.push_back(cu_pf_entry{m->a.seg[i].w, b, cum});
-                cum += b;
-            }
-        }
-        off += 8 + hdr[1];
-    }
-    *n_out = 0;
-    if (t.empty()) return NULL;
-    struct cu_pf_entry *d = NULL;
-    if (gpuMalloc((void **)&d, t.size() * sizeof(t[0])) != gpuSuccess ||
-        gpuMemcpy(d, t.data(), t.size() * sizeof(t[0]), gpuMemcpyHostToDevice) != gpuSuccess) {
-        (void)gpuGetLastError();
-        if (d) (void)gpuFree(d);
-        return NULL;
-    }
-    (void)c;
-    *n_out = (int)t.size();
-    return d;
 }
 
 /* End of a recorded step: replay the cached graph of an equal step, else capture one. */
@@ -343,32 +286,16 @@ static vllmc_status finish_step(cu_backend *c) {
         }
     gpuGraph_t g = NULL;
     gpuGraphExec_t exec = NULL;
-    struct cu_pf_entry *pf_tab = NULL;
-    int pf_n = 0;
-    if (c->pf_window > 0) pf_tab = pf_table(c, c->rec, &pf_n);
     e = gpuStreamBeginCapture(c->stream, gpuStreamCaptureModeThreadLocal);
     gpu_pdl.after_kernel = false;
     if (e == gpuSuccess) {
-        if (pf_tab) { /* the prefetcher on a branch beside the step, after the front is reset */
-            (void)gpuMemsetAsync(c->pf_front, 0, sizeof(*c->pf_front), c->stream);
-            (void)gpuEventRecord(c->pf_fork, c->stream);
-            (void)gpuStreamWaitEvent(c->pf_stream, c->pf_fork);
-            cu_launch_prefetch(pf_tab, pf_n, c->pf_front, (unsigned long long)c->pf_window, c->pf_ctas, c->pf_chunk, c->pf_stream);
-            (void)gpuEventRecord(c->pf_join, c->pf_stream);
-            c->pf_capture = true;
-            c->pf_cum = 0;
-        }
         rec_run_all(c, c->rec);
-        c->pf_capture = false;
-        if (pf_tab) (void)gpuStreamWaitEvent(c->stream, c->pf_join);
         e = gpuStreamEndCapture(c->stream, &g);
     }
-    c->pf_capture = false;
     if (e == gpuSuccess) e = gpuGraphInstantiate(&exec, g);
     if (g) (void)gpuGraphDestroy(g);
     if (e != gpuSuccess) { /* no graph: run the step eagerly */
         (void)gpuGetLastError();
-        if (pf_tab) (void)gpuFree(pf_tab);
         rec_run_all(c, c->rec);
         rec_reset(c);
         c->stats.eager_steps++;
@@ -379,16 +306,11 @@ static vllmc_status finish_step(cu_backend *c) {
         for (size_t i = 1; i < c->graphs.size(); i++)
             if (c->graphs[i].last_use < c->graphs[lru].last_use) lru = i;
         (void)gpuGraphExecDestroy(c->graphs[lru].exec);
-        if (c->graphs[lru].pf_tab) { /* the graph may still run */
-            (void)gpuStreamSynchronize(c->stream);
-            (void)gpuFree(c->graphs[lru].pf_tab);
-        }
         c->graphs.erase(c->graphs.begin() + (std::ptrdiff_t)lru);
     }
     cu_graph ng;
     ng.rec.swap(c->rec);
     ng.exec = exec;
-    ng.pf_tab = pf_tab;
     ng.last_use = ++c->use_clock;
     c->graphs.push_back(std::move(ng));
     rec_reset(c);
@@ -1506,12 +1428,6 @@ static void cu_destroy(struct backend *be) {
     if (c->gemm) gpu_gemm_destroy(c->gemm);
     if (c->ev0) (void)gpuEventDestroy(c->ev0);
     if (c->ev1) (void)gpuEventDestroy(c->ev1);
-    if (c->pf_window > 0) {
-        (void)gpuEventDestroy(c->pf_fork);
-        (void)gpuEventDestroy(c->pf_join);
-        (void)gpuStreamDestroy(c->pf_stream);
-        (void)gpuFree(c->pf_front);
-    }
     (void)gpuStreamDestroy(c->stream);
     delete c;
 }
@@ -1545,38 +1461,6 @@ static const struct backend_ops cu_ops = {
     cu_copy_within,
     cu_mem_info,
 };
-
-/* The weight prefetcher of captured steps: VLLMC_CUDA_PREFETCH "window MB[,ctas[,chunk KB]]" (0: off). Graph-captured
- * steps only, so never with --enforce-eager or --profile; off on HIP (no bulk prefetch there) and when its stream,
- * events or front cannot be had. */
-static void pf_setup(cu_backend *c) {
-    c->pf_window = 0;
-    c->pf_ctas = 16;
-    c->pf_chunk = 256u << 10;
-    const char *env = getenv("VLLMC_CUDA_PREFETCH");
-    int v[3] = {0, 16, 256};
-    if (env && sscanf(env, "%d,%d,%d", &v[0], &v[1], &v[2]) >= 1 && v[0] > 0 && v[0] <= 4096 && v[1] >= 1 && v[1] <= 1024 &&
-        v[2] >= 1 && v[2] <= 65536) {
-        c->pf_window = (int64_t)v[0] << 20;
-        c->pf_ctas = v[1];
-        c->pf_chunk = (uint32_t)v[2] << 10;
-    }
-#if defined(VLLMC_HIP)
-    c->pf_window = 0;
-#endif
-    if (c->eager || c->profile || c->pf_window <= 0) { c->pf_window = 0; return; }
-    c->pf_stream = NULL; c->pf_fork = c->pf_join = NULL; c->pf_front = NULL;
-    if (gpuStreamCreateNonBlocking(&c->pf_stream) != gpuSuccess ||
-        gpuEventCreateWithFlags(&c->pf_fork, gpuEventDisableTiming) != gpuSuccess ||
-        gpuEventCreateWithFlags(&c->pf_join, gpuEventDisableTiming) != gpuSuccess ||
-        gpuMalloc((void **)&c->pf_front, sizeof(*c->pf_front)) != gpuSuccess) {
-        (void)gpuGetLastError();
-        if (c->pf_fork) (void)gpuEventDestroy(c->pf_fork);
-        if (c->pf_join) (void)gpuEventDestroy(c->pf_join);
-        if (c->pf_stream) (void)gpuStreamDestroy(c->pf_stream);
-        c->pf_window = 0;
-    }
-}
 
 /* An on-by-default switch from the environment: off only when set to "0". */
 static bool env_on(const char *name) {
@@ -1659,7 +1543,6 @@ extern "C" vllmc_status backend_cuda_create(const struct backend_cuda_opts *o, s
         (void)gpuEventCreate(&c->ev0);
         (void)gpuEventCreate(&c->ev1);
     }
-    pf_setup(c);
     *out = &c->base;
     return VLLMC_OK;
 }

@@ -122,11 +122,6 @@ struct cu_mm_args {
     struct cu_mm_conv conv;    /* conv.on: the GDN conv in the epilogue (or a kernel right after, where the launch
                                   does not take the column-split kernel) */
     struct cu_nq_fuse nq;      /* nq.on: the norm + quantize that reads the outputs, in the launch (or right after) */
-    /* pf_front non-NULL (a captured decode step with the weight prefetcher, cu_launch_prefetch): every CTA of the
-     * launch raises *pf_front to pf_base + its share of pf_bytes when it starts (the consumption front the prefetcher
-     * paces itself on). NULL in every record: the capture sets it. */
-    unsigned long long *pf_front;
-    unsigned long long pf_base, pf_bytes;
 };
 #define CU_MM_WARPS 4          /* rows per CTA (one warp per row) */
 /* Decode mat-vec kernel choice by the rows of a launch (all segments): class 0 below rows[0], class 1
@@ -161,20 +156,6 @@ struct cu_mm_cfg {
 };
 extern struct cu_mm_cfg cu_mm_cfg;
 void cu_launch_matmul(const struct cu_mm_args *args, gpuStream_t s);
-
-/* ---- the step's weight prefetcher ----
- * A captured decode step reads its matmul weights in a known order (the table: each weight range with the bytes of
- * the step's matmuls before it). One small kernel on a side branch of the step's graph walks the table and sends each
- * chunk to L2 (bulk prefetch, sm_90) once the consumption front (the largest pf_base + share a matmul CTA has posted)
- * is within `window` bytes of it, so DRAM streams the next weights while the step runs its short kernels and the
- * mat-vecs read from L2. It never waits on anything but the front (which the step's last matmul, the LM head, raises
- * past the table's end) and gives up after 100 ms (a stalled step). No-op on HIP. */
-struct cu_pf_entry {
-    const uint8_t *p;
-    unsigned long long bytes, cum;
-};
-void cu_launch_prefetch(const struct cu_pf_entry *tab, int n, const unsigned long long *front, unsigned long long window,
-                        int ctas, unsigned chunk, gpuStream_t s);
 
 /* ---- row-wise kernels ---- */
 enum cu_nq_mode { CU_NQ_QUANT = 0, CU_NQ_RMSNORM = 1, CU_NQ_SWIGLU = 2, CU_NQ_GATED = 3 };

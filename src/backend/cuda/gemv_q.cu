@@ -675,22 +675,8 @@ static __device__ void tile_q8_0(const uint8_t *w0, uint64_t stride, int rows, i
     }
 }
 
-/* The consumption front for the step's weight prefetcher (cu_mm_args.pf_front): this CTA's share of the launch's
- * weight bytes, posted when it starts. */
-static __device__ __forceinline__ void mm_post(const struct cu_mm_args &P) {
-#if !defined(VLLMC_HIP) /* (no prefetcher there: cuda_backend.cu pf_setup) */
-    if (P.pf_front && threadIdx.x == 0) {
-        const unsigned long long n = (unsigned long long)gridDim.x * gridDim.y, i = (unsigned long long)blockIdx.y * gridDim.x + blockIdx.x + 1;
-        atomicMax(P.pf_front, P.pf_base + P.pf_bytes * i / n);
-    }
-#else
-    (void)P;
-#endif
-}
-
 /* Decode (one activation row), few rows: one warp per row, rows walked with a stride of the warp count. */
 static __global__ void __launch_bounds__(32 * CU_MM_WARPS) mm_kernel_rows(const struct cu_mm_args P) {
-    mm_post(P);
     const int lane = threadIdx.x % 32;
     const int n_warps = gridDim.x * CU_MM_WARPS;
     {   /* the first row's weights into L2 while the kernel before still runs */
@@ -717,7 +703,6 @@ static __global__ void __launch_bounds__(32 * CU_MM_WARPS) mm_kernel_rows(const 
 /* Decode (one activation row), many rows (the LM head): a grid the size of what the GPU holds at once;
  * each warp walks the row tiles of all segments with a stride of the total warp count (no tail wave). 32-lane groups throughout. */
 static __global__ void __launch_bounds__(32 * CU_MM_WARPS) mm_kernel_1(const struct cu_mm_args P) {
-    mm_post(P);
     const int lane = threadIdx.x % 32;
     const int n_warps = gridDim.x * CU_MM_WARPS;
     {   /* the first tile's weights into L2 while the kernel before still runs */
@@ -794,7 +779,6 @@ static __device__ __forceinline__ const cu_mm_seg &split_tile(const struct cu_mm
 #endif
 template <int KS>
 static __global__ void MM_SPLIT_BOUNDS mm_kernel_split(const struct cu_mm_args P, int tr) {
-    mm_post(P);
     __shared__ float part[CU_MM_WARPS][MM_TR];
     const int lane = threadIdx.x % 32, wid = threadIdx.x / 32, wk = wid % KS;
     const int n_grp = (P.total_tiles + CU_MM_WARPS / KS - 1) / (CU_MM_WARPS / KS);
@@ -1097,7 +1081,6 @@ int64_t cu_nq_fuse_counters(int mode, int64_t n, int64_t n_act) {
 static_assert(MV_NA == 8, "cu_nq_fuse_counters counts groups of 8 activation rows");
 template <int SBW, int KT, int U, int NA> /* KT: the K-quant types present, 1 Q4_K, 2 Q6_K, 3 both (fewer registers for one) */
 static __global__ void __launch_bounds__(512) mm_kernel_cols(const struct cu_mm_args P) {
-    mm_post(P);
     constexpr int RW = 8 / SBW, RPC = RW * U;
     __shared__ float part[16][NA][RPC];
     __shared__ float conv_pre[NA * RPC][CU_CONV_PRE]; /* cu_mm_conv: each output's state and weights */
@@ -1316,7 +1299,6 @@ static __device__ __forceinline__ float ms_term(bool q4, const uint8_t *wr, bool
  * MS_NS stages of sr x the widest stride, then the warps' partial sums [W][rpc]. KT as in mm_kernel_cols. */
 template <int SBW, int KT>
 static __global__ void __launch_bounds__(512) mm_kernel_stream(const struct cu_mm_args P, int rpc, int sr, int stage_bytes) {
-    mm_post(P);
     constexpr int RW = 8 / SBW;
     extern __shared__ float4 ms_smem4[];
     uint8_t *const sm = (uint8_t *)ms_smem4;
@@ -1466,7 +1448,6 @@ static bool mm_launch_stream(const struct cu_mm_args *args, gpuStream_t s) {
  * next to each other so its bytes come from L2 after the first. */
 template <int NA>
 static __global__ void __launch_bounds__(32 * CU_MM_WARPS) mm_kernel(const struct cu_mm_args P) {
-    mm_post(P);
     const int lane = threadIdx.x % 32, wid = threadIdx.x / 32;
     const int n_grp = (P.n_act + NA - 1) / NA;
     const int cta = blockIdx.x / n_grp;
@@ -1609,7 +1590,6 @@ static bool mm_launch(const struct cu_mm_args *args, gpuStream_t s) {
  * Each row is summed by the one-row tile functions with tiles of one row: the units of a row go to the lane
  * groups as in mm_row, so the outputs are mm_kernel's bits (batch invariance holds). */
 static __global__ void __launch_bounds__(32 * CU_MM_WARPS) mm_kernel_dec(const struct cu_mm_args P) {
-    mm_post(P);
     const int lane = threadIdx.x % 32;
     const int64_t gw = (int64_t)blockIdx.x * CU_MM_WARPS + threadIdx.x / 32;
     const int r = (int)(gw % P.n_act);
@@ -2096,44 +2076,4 @@ void cu_launch_moe_grp_matmul(const struct cu_moe_mm_args *mm, const int32_t *pe
     int bx = 0;
     for (int i = 0; i < mm->n_grp; i++) bx = max(bx, mm->g[i].n_mat * (int)GPU_CEIL_DIV(mm->g[i].n_rows, rpc));
     gpu_launch(f, dim3((unsigned)bx, (unsigned)ny), dim3(32 * sh.wsb * sh.sets), 0, s, p);
-}
-
-/* ---------------------------------------------------------------------------------------------
- * The step's weight prefetcher (cuda_internal.h): thread 0 of each CTA takes every ctas-th chunk of the table in
- * order, waits until the consumption front is within `window` bytes of the chunk, and sends it to L2 with one bulk
- * prefetch (no data comes back to the SM, so a few CTAs keep DRAM busy). The chunk's ends are rounded out to 16 bytes
- * (the weights' buffers are 256-byte aligned and padded).
- * ------------------------------------------------------------------------------------------- */
-static __global__ void __launch_bounds__(32) pf_kernel(const struct cu_pf_entry *tab, int n, const unsigned long long *front,
-                                                       unsigned long long window, unsigned chunk) {
-#if !defined(VLLMC_HIP) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    if (threadIdx.x != 0) return;
-    unsigned long long t0, t, seen = 0, j = 0;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-    for (int e = 0; e < n; e++) {
-        const struct cu_pf_entry E = tab[e];
-        for (unsigned long long off = 0; off < E.bytes; off += chunk, j++) {
-            if (j % gridDim.x != blockIdx.x) continue;
-            const unsigned long long pos = E.cum + off;
-            while (pos >= seen + window) {
-                asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(seen) : "l"(front) : "memory");
-                if (pos < seen + window) break;
-                asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-                if (t - t0 > 100000000ull) return; /* 100 ms: the step has stalled; stop prefetching */
-                __nanosleep(200);
-            }
-            const unsigned long long end = min(off + (unsigned long long)chunk, E.bytes);
-            const uintptr_t a = (uintptr_t)(E.p + off) & ~(uintptr_t)15, b = ((uintptr_t)(E.p + end) + 15) & ~(uintptr_t)15;
-            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(a), "r"((unsigned)(b - a)) : "memory");
-        }
-    }
-#else
-    (void)tab; (void)n; (void)front; (void)window; (void)chunk;
-#endif
-}
-
-void cu_launch_prefetch(const struct cu_pf_entry *tab, int n, const unsigned long long *front, unsigned long long window,
-                        int ctas, unsigned chunk, gpuStream_t s) {
-    if (n <= 0 || ctas <= 0 || chunk < 16) return;
-    pf_kernel<<<(unsigned)ctas, 32, 0, s>>>(tab, n, front, window, chunk);
 }

@@ -56,10 +56,6 @@ typedef hipGraphExec_t gpuGraphExec_t;
 #define gpuDeviceGetSMCount(n, dev) hipDeviceGetAttribute((n), hipDeviceAttributeMultiprocessorCount, (dev))
 #define gpuOccupancyMaxActiveBlocksPerMultiprocessor hipOccupancyMaxActiveBlocksPerMultiprocessor
 #define gpuEventDefault hipEventDefault
-#define gpuEventCreateWithFlags hipEventCreateWithFlags
-#define gpuEventDisableTiming hipEventDisableTiming
-#define gpuStreamWaitEvent(s, e) hipStreamWaitEvent((s), (e), 0)
-#define gpuStreamCreateNonBlocking(s) hipStreamCreateWithFlags((s), hipStreamNonBlocking)
 #if defined(__GFX9__) && !defined(__GFX11__)
 #define VLLMC_WARP_SIZE 64 /* CDNA / GCN: wave64 */
 #else
@@ -123,10 +119,6 @@ typedef cudaGraphExec_t gpuGraphExec_t;
 #define gpuDeviceGetSMCount(n, dev) cudaDeviceGetAttribute((n), cudaDevAttrMultiProcessorCount, (dev))
 #define gpuOccupancyMaxActiveBlocksPerMultiprocessor cudaOccupancyMaxActiveBlocksPerMultiprocessor
 #define gpuEventDefault cudaEventDefault
-#define gpuEventCreateWithFlags cudaEventCreateWithFlags
-#define gpuEventDisableTiming cudaEventDisableTiming
-#define gpuStreamWaitEvent(s, e) cudaStreamWaitEvent((s), (e), 0)
-#define gpuStreamCreateNonBlocking(s) cudaStreamCreateWithFlags((s), cudaStreamNonBlocking)
 #define VLLMC_WARP_SIZE 32
 typedef uint32_t lane_mask_t;
 #define VLLMC_FULL_MASK 0xffffffffu
