@@ -394,12 +394,14 @@ if has binvar; then # the vllmc_<name> builds carried beside vllmc (gpu-carry.sh
     for m in $BENCH_MODELS; do
         f=/tmp/models/$m.gguf
         [ -s "$f" ] || continue
+        for rep in $(seq 1 "${BINVAR_REPS:-1}"); do # BINVAR_REPS > 1: the builds in turn, again (the noise between runs)
         for b in "$BIN"/vllmc "$BIN"/vllmc_*; do
             [ -x "$b" ] || continue
             n=$(basename "$b")
             # shellcheck disable=SC2086
             timeout 150 "$b" bench -m "$f" ${VAR_ARGS:--p 512 -g 256 -r 5} >"$OUT/binvar_${m}_$n.txt" 2>&1; rc=$?
             note "binvar $m $n rc=$rc: $(grep '^output tok/s' "$OUT/binvar_${m}_$n.txt" | head -1)"
+        done
         done
     done
 fi

@@ -1074,6 +1074,21 @@ int64_t cu_nq_fuse_counters(int mode, int64_t n, int64_t n_act) {
     return (n + uw - 1) / uw * (n_act == 1 ? 1 : (n_act + 7) / 8); /* groups: mm_kernel_cols' MV_NA rows */
 }
 
+/* The residual add of the epilogue (one activation row): thread j < rows loads res[r0 + j] right after the dependency
+ * wait, beside the activation's loads, so the add after the CTA's reduction does not wait another L2 round trip (each
+ * wave of the launch paid it). Not where the output is the residual itself, nor with several activation rows. */
+template <int NA> static __device__ __forceinline__ bool mv_res_early(const struct cu_mm_seg &S) {
+#if defined(VLLMC_MV_RES_LATE) /* (the add as before: a comparison build) */
+    (void)S;
+    return false;
+#else
+    return NA == 1 && S.res && S.res != S.y;
+#endif
+}
+template <int NA> static __device__ __forceinline__ float mv_res_load(const struct cu_mm_seg &S, int r0, int rows) {
+    return mv_res_early<NA>(S) && (int)threadIdx.x < rows ? S.res[r0 + (int)threadIdx.x] : 0.f;
+}
+
 /* NA 1: one activation row (a batch-1 step); NA = MV_NA: a decode step of several sequences, blockIdx.y the group
  * of up to MV_NA activation rows, each met in turn with the weights the lane loaded once (its chunk from L1).
  * The per-row sums are the same ops in the same order either way. U: row groups a CTA. */
@@ -1115,6 +1130,7 @@ static __global__ void __launch_bounds__(512) mm_kernel_cols(const struct cu_mm_
     const int sb = wid * SBW + sbl;
     const bool on = sb < n_sb;
     mv_act v;
+    float resv = 0.f;
     if (KT == 1 || (KT == 3 && S.type == GGML_TYPE_Q4_K)) {
         k4_w w[U];
 #pragma unroll
@@ -1126,6 +1142,7 @@ static __global__ void __launch_bounds__(512) mm_kernel_cols(const struct cu_mm_
         if (conv) mv_conv_load<NA>(P.conv, rows, na, a0, r0, conv_pre, conv_slot);
         gpu_pdl_wait();
         gpu_pdl_trigger();
+        resv = mv_res_load<NA>(S, r0, rows);
         const k4_sel ks = k4_sel_make(c);
 #pragma unroll 1
         for (int r = 0; r < na; r++) {
@@ -1145,6 +1162,7 @@ static __global__ void __launch_bounds__(512) mm_kernel_cols(const struct cu_mm_
         if (conv) mv_conv_load<NA>(P.conv, rows, na, a0, r0, conv_pre, conv_slot);
         gpu_pdl_wait();
         gpu_pdl_trigger();
+        resv = mv_res_load<NA>(S, r0, rows);
 #pragma unroll 1
         for (int r = 0; r < na; r++) {
             if (on) mv_act_load(NA == 1 ? P.a : act_row(P.a, a0 + r), true, sb, c, v);
@@ -1161,7 +1179,7 @@ static __global__ void __launch_bounds__(512) mm_kernel_cols(const struct cu_mm_
         const int64_t o = (int64_t)(a0 + r) * S.ld_y + r0 + j;
         if (S.bias) y = __fadd_rn(y, S.bias[r0 + j]);
         S.y[o] = y;
-        if (S.res) S.res[o] = __fadd_rn(S.res[o], y);
+        if (S.res) S.res[o] = __fadd_rn(mv_res_early<NA>(S) ? resv : S.res[o], y);
         if (conv) mm_conv_store(P.conv, a0 + r, r0 + j, conv_pre[i], conv_slot[i], y);
     }
     if (P.nq.on && (P.nq.feed >> si & 1)) {
