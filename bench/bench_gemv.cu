@@ -211,7 +211,7 @@ int main(int argc, char **argv) {
          * tiles from there), the column-split kernel (row groups by type, then 4 and 2), then tiles of tr rows split over ks warps, one CTA per tile group (p 0) or a
          * grid of p x the resident CTAs stepping over them, each with plain launches and with programmatic
          * dependent launch (the next launch prefetches its weights while one runs) */
-        const int cfgs[][3] = {{-1, -1, 0}, {-2, 1, 0}, {-2, 4, 0}, {-2, 2, 0}, {1, 1, 0}, {4, 1, 0}, {2, 2, 0}, {4, 2, 0},
+        const int cfgs[][3] = {{-1, -1, 0}, {-2, 1, 0}, {-3, 1, 0}, {-2, 4, 0}, {-2, 2, 0}, {1, 1, 0}, {4, 1, 0}, {2, 2, 0}, {4, 2, 0},
                                {1, 1, 1}, {4, 1, 1}, {2, 2, 1}, {4, 2, 1}, {4, 2, 2}};
         const struct cu_mm_cfg keep = cu_mm_cfg;
         if (l2) {
@@ -237,7 +237,8 @@ int main(int argc, char **argv) {
         for (const auto &cf : cfgs)
             for (int pdl = 0; pdl < 2; pdl++) {
                 cu_mm_cfg = keep;
-                for (int c = 0; c < 3; c++) cu_mm_cfg.cols[c] = cf[0] == -2 ? cf[1] : 0;
+                for (int c = 0; c < 3; c++) cu_mm_cfg.cols[c] = cf[0] == -2 || cf[0] == -3 ? cf[1] : 0;
+                cu_mm_cfg.cols_lb = cf[0] == -3;
                 if (cf[0] == -1) cu_mm_cfg.ks[0] = cu_mm_cfg.ks[1] = cu_mm_cfg.ks[2] = 0;
                 else if (cf[0] > 0)
                     for (int c = 0; c < 3; c++) { cu_mm_cfg.tr[c] = cf[0]; cu_mm_cfg.ks[c] = cf[1]; cu_mm_cfg.pers[c] = cf[2]; }
@@ -276,6 +277,7 @@ int main(int argc, char **argv) {
                 char name[64];
                 if (cf[0] == -1) snprintf(name, sizeof(name), "%s", s.what);
                 else if (cf[0] == -2 && cf[1] == 1) snprintf(name, sizeof(name), "  column split (default)");
+                else if (cf[0] == -3) snprintf(name, sizeof(name), "  column split, bounded (cols_lb)");
                 else if (cf[0] == -2) snprintf(name, sizeof(name), "  column split, %d row groups", cf[1]);
                 else snprintf(name, sizeof(name), "  tr %d ks %d p %d", cf[0], cf[1], cf[2]);
                 printf("%-32s %5s %6lld %7lld %5d %8.2f %9.2f %8.0f %.2g%s%s\n", name, quant_traits(s.type)->name, (long long)s.n_cols,

@@ -580,6 +580,8 @@ static __global__ void __launch_bounds__(4 * GDN_ROWS) gdn_rule_kernel(struct cu
         const float g_b = gin[m], g_x = gin[a.n_v_head + m];
         /* L2 norms of q and k (sums in double), q scaled by 1/sqrt(d_k) after */
         const float qv = row[(int64_t)kh * dk + tid], kv = row[key_dim + (int64_t)kh * dk + tid];
+        /* v with q and k: after the barrier below it would be a second L2 round trip */
+        const float vj = row[2 * key_dim + (int64_t)m * dv + j];
         const double sq = block_sum_d((double)qv * (double)qv, red);
         const double sk = block_sum_d((double)kv * (double)kv, red);
         const float scq = __fdiv_rn(1.0f, fmaxf(sqrtf((float)sq), a.eps));
@@ -595,7 +597,6 @@ static __global__ void __launch_bounds__(4 * GDN_ROWS) gdn_rule_kernel(struct cu
         }
         __syncthreads();
         const float beta = gate[0], decay = gate[1];
-        const float vj = row[2 * key_dim + (int64_t)m * dv + j];
         float kS = 0.f;
 #pragma unroll
         for (int i = 0; i < 8; i++)

@@ -1094,8 +1094,10 @@ template <int NA> static __device__ __forceinline__ float mv_res_load(const stru
  * The per-row sums are the same ops in the same order either way. U: row groups a CTA. */
 #define MV_NA 8
 static_assert(MV_NA == 8, "cu_nq_fuse_counters counts groups of 8 activation rows");
-template <int SBW, int KT, int U, int NA> /* KT: the K-quant types present, 1 Q4_K, 2 Q6_K, 3 both (fewer registers for one) */
-static __global__ void __launch_bounds__(512) mm_kernel_cols(const struct cu_mm_args P) {
+/* KT: the K-quant types present, 1 Q4_K, 2 Q6_K, 3 both (fewer registers for one). LBT, LBM: launch bounds of LBT
+ * threads and LBM CTAs an SM (cu_mm_cfg.cols_lb), else 512 threads. */
+template <int SBW, int KT, int U, int NA, int LBT = 512, int LBM = 1>
+static __global__ void __launch_bounds__(LBT, LBM) mm_kernel_cols(const struct cu_mm_args P) {
     constexpr int RW = 8 / SBW, RPC = RW * U;
     __shared__ float part[16][NA][RPC];
     __shared__ float conv_pre[NA * RPC][CU_CONV_PRE]; /* cu_mm_conv: each output's state and weights */
@@ -1262,7 +1264,13 @@ static bool mm_launch_cols(const struct cu_mm_args *args, gpuStream_t s, bool ot
         a.seg[i].cta0 = ctas;
         ctas += (int)GPU_CEIL_DIV(a.seg[i].n_rows, rpc);
     }
-    const mm_cols_fn kern = mr ? mm_cols_pick<2, MV_NA>(sbw, kt) : U == 4 ? mm_cols_pick<4, 1>(sbw, kt) : mm_cols_pick<2, 1>(sbw, kt);
+    mm_cols_fn kern = mr ? mm_cols_pick<2, MV_NA>(sbw, kt) : U == 4 ? mm_cols_pick<4, 1>(sbw, kt) : mm_cols_pick<2, 1>(sbw, kt);
+    if (cu_mm_cfg.cols_lb && !mr) { /* register-bounded instances: more CTAs an SM, fewer rounds of them */
+        if (w == 5 && sbw == 2 && kt == 1 && U == 4) kern = mm_kernel_cols<2, 1, 4, 1, 160, 5>;
+        else if (w == 5 && sbw == 2 && kt == 2 && U == 2) kern = mm_kernel_cols<2, 2, 2, 1, 160, 5>; /* the LM head */
+        else if (w == 9 && sbw == 4 && kt == 1 && U == 4) kern = mm_kernel_cols<4, 1, 4, 1, 288, 3>;
+        else if (w == 9 && sbw == 4 && U == 2) kern = kt == 2 ? mm_kernel_cols<4, 2, 2, 1, 288, 3> : mm_kernel_cols<4, 3, 2, 1, 288, 3>;
+    }
     gpu_launch(kern, dim3((unsigned)ctas, mr ? (unsigned)GPU_CEIL_DIV(args->n_act, MV_NA) : 1u), dim3(32 * w), 0, s, a);
     return true;
 }
@@ -1511,7 +1519,7 @@ static int split_resident(int ks) {
 }
 
 /* measured on the H200 (docs/BENCHMARKS.md); VLLMC_CUDA_MM="tr0,ks0,tr1,ks1,tr2,ks2[,p0,p1,p2]" overrides (experiments) */
-struct cu_mm_cfg cu_mm_cfg = {{8192, 65536}, {1, 4, 4}, {0, 2, 1}, {0, 0, 0}, 0, {1, 1, 1}, 64, 0, 3, 1, MS_CPS, 24 * 1024, 0, 16};
+struct cu_mm_cfg cu_mm_cfg = {{8192, 65536}, {1, 4, 4}, {0, 2, 1}, {0, 0, 0}, 0, {1, 1, 1}, 64, 0, 3, 1, MS_CPS, 24 * 1024, 0, 16, 0};
 
 static bool mm_launch_dec(const struct cu_mm_args *args, gpuStream_t s);
 
