@@ -238,7 +238,7 @@ int main(int argc, char **argv) {
             for (int pdl = 0; pdl < 2; pdl++) {
                 cu_mm_cfg = keep;
                 for (int c = 0; c < 3; c++) cu_mm_cfg.cols[c] = cf[0] == -2 || cf[0] == -3 ? cf[1] : 0;
-                cu_mm_cfg.cols_lb = cf[0] == -3;
+                cu_mm_cfg.cols_lb = cf[0] == -3 ? 7 : 0;
                 if (cf[0] == -1) cu_mm_cfg.ks[0] = cu_mm_cfg.ks[1] = cu_mm_cfg.ks[2] = 0;
                 else if (cf[0] > 0)
                     for (int c = 0; c < 3; c++) { cu_mm_cfg.tr[c] = cf[0]; cu_mm_cfg.ks[c] = cf[1]; cu_mm_cfg.pers[c] = cf[2]; }

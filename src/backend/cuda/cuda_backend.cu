@@ -1510,7 +1510,7 @@ extern "C" vllmc_status backend_cuda_create(const struct backend_cuda_opts *o, s
     }
     if ((env = getenv("VLLMC_CUDA_NQ_EARLY"))) cu_mm_cfg.nq_early = atoi(env) != 0; /* (comparisons) */
     if ((env = getenv("VLLMC_CUDA_COLS_SBW2")) && atoi(env) >= 1 && atoi(env) <= 16) cu_mm_cfg.cols_sbw2 = atoi(env);
-    if ((env = getenv("VLLMC_CUDA_COLS_LB"))) cu_mm_cfg.cols_lb = atoi(env) != 0; /* (comparisons) */
+    if ((env = getenv("VLLMC_CUDA_COLS_LB"))) cu_mm_cfg.cols_lb = atoi(env) & 7; /* (comparisons) */
     if ((env = getenv("VLLMC_CUDA_DEC"))) backend_cuda_set_decode_rows(atoi(env));
     if ((env = getenv("VLLMC_CUDA_MOE_COLS"))) backend_cuda_set_moe_cols(atoi(env)); /* MoE ops of up to N rows on the
                                                                                    column-split expert kernels; 0 off */

@@ -153,9 +153,9 @@ struct cu_mm_cfg {
     int32_t nq_early;          /* 1: the norm + quantize kernel lets the next launch start before its own wait */
     int32_t cols_sbw2;         /* the column-split kernel gives a warp 2 super-blocks for rows of up to this many (16:
                                   up to 8 warps a CTA), else 4 (VLLMC_CUDA_COLS_SBW2, comparisons) */
-    int32_t cols_lb;           /* 1: the one-activation-row column-split launches of 160 threads (2,560 columns: Q4_K, Q6_K LM head) and of 288
-                                  (9,216 columns) take instances bounded to 5 and 3 CTAs an SM by registers (fewer rounds of
-                                  CTAs); 0 (default until measured): 512-thread bounds */
+    int32_t cols_lb;           /* the one-activation-row column-split launches on instances bounded by registers to more CTAs
+                                  an SM (fewer rounds of CTAs), a bit per class: 1 Q4_K at 2,560 columns (160 threads, 5
+                                  an SM), 2 the Q6_K LM head at 2,560 (160, 5), 4 rows of 9,216 columns (288, 3); 0: none */
 };
 extern struct cu_mm_cfg cu_mm_cfg;
 void cu_launch_matmul(const struct cu_mm_args *args, gpuStream_t s);

@@ -1266,10 +1266,11 @@ static bool mm_launch_cols(const struct cu_mm_args *args, gpuStream_t s, bool ot
     }
     mm_cols_fn kern = mr ? mm_cols_pick<2, MV_NA>(sbw, kt) : U == 4 ? mm_cols_pick<4, 1>(sbw, kt) : mm_cols_pick<2, 1>(sbw, kt);
     if (cu_mm_cfg.cols_lb && !mr) { /* register-bounded instances: more CTAs an SM, fewer rounds of them */
-        if (w == 5 && sbw == 2 && kt == 1 && U == 4) kern = mm_kernel_cols<2, 1, 4, 1, 160, 5>;
-        else if (w == 5 && sbw == 2 && kt == 2 && U == 2) kern = mm_kernel_cols<2, 2, 2, 1, 160, 5>; /* the LM head */
-        else if (w == 9 && sbw == 4 && kt == 1 && U == 4) kern = mm_kernel_cols<4, 1, 4, 1, 288, 3>;
-        else if (w == 9 && sbw == 4 && U == 2) kern = kt == 2 ? mm_kernel_cols<4, 2, 2, 1, 288, 3> : mm_kernel_cols<4, 3, 2, 1, 288, 3>;
+        const int lb = cu_mm_cfg.cols_lb;
+        if ((lb & 1) && w == 5 && sbw == 2 && kt == 1 && U == 4) kern = mm_kernel_cols<2, 1, 4, 1, 160, 5>;
+        else if ((lb & 2) && w == 5 && sbw == 2 && kt == 2 && U == 2) kern = mm_kernel_cols<2, 2, 2, 1, 160, 5>; /* the LM head */
+        else if ((lb & 4) && w == 9 && sbw == 4 && kt == 1 && U == 4) kern = mm_kernel_cols<4, 1, 4, 1, 288, 3>;
+        else if ((lb & 4) && w == 9 && sbw == 4 && U == 2) kern = kt == 2 ? mm_kernel_cols<4, 2, 2, 1, 288, 3> : mm_kernel_cols<4, 3, 2, 1, 288, 3>;
     }
     gpu_launch(kern, dim3((unsigned)ctas, mr ? (unsigned)GPU_CEIL_DIV(args->n_act, MV_NA) : 1u), dim3(32 * w), 0, s, a);
     return true;
