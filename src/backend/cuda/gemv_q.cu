@@ -1078,12 +1078,7 @@ int64_t cu_nq_fuse_counters(int mode, int64_t n, int64_t n_act) {
  * wait, beside the activation's loads, so the add after the CTA's reduction does not wait another L2 round trip (each
  * wave of the launch paid it). Not where the output is the residual itself, nor with several activation rows. */
 template <int NA> static __device__ __forceinline__ bool mv_res_early(const struct cu_mm_seg &S) {
-#if defined(VLLMC_MV_RES_LATE) /* (the add as before: a comparison build) */
-    (void)S;
-    return false;
-#else
     return NA == 1 && S.res && S.res != S.y;
-#endif
 }
 template <int NA> static __device__ __forceinline__ float mv_res_load(const struct cu_mm_seg &S, int r0, int rows) {
     return mv_res_early<NA>(S) && (int)threadIdx.x < rows ? S.res[r0 + (int)threadIdx.x] : 0.f;
@@ -1405,7 +1400,6 @@ static __global__ void __launch_bounds__(512) mm_kernel_stream(const struct cu_m
     }
 }
 
-/* The segments of args in mask (bit i: segment i), with their concatenation offsets recomputed. */
 uint64_t cu_stream_launches;
 extern "C" uint64_t backend_cuda_stream_launches(void) { return cu_stream_launches; }
 

@@ -36,16 +36,6 @@ static __device__ float nq_rms_scale(const float *x, int64_t n, float eps, doubl
         const int tid = g * 32 + lane;
         double sum = 0.0;
         if ((n & 3) == 0 && al16(x)) {
-#if defined(VLLMC_NQ_OLD_SUM) /* (the loop before: a comparison build) */
-#pragma unroll 4
-            for (int64_t i = tid; i < n / 4; i += 32 * NQ_WARPS) {
-                const float4 q = ldf4<CG>(x + 4 * i);
-                sum += (double)__fmul_rn(q.x, q.x);
-                sum += (double)__fmul_rn(q.y, q.y);
-                sum += (double)__fmul_rn(q.z, q.z);
-                sum += (double)__fmul_rn(q.w, q.w);
-            }
-#else
             /* 16-byte loads, NQ_SUM_LD of them issued before the first add: a row of up to 4,096 columns is one L2
              * round trip (a loop of unroll 4 left rows of 2 or 3 loads a thread to its remainder, one load at a
              * time). The adds are the same, in the same order (an out-of-row slot adds +0.0, which changes no sum). */
@@ -65,7 +55,6 @@ static __device__ float nq_rms_scale(const float *x, int64_t n, float eps, doubl
                     sum += (double)__fmul_rn(q[k].w, q[k].w);
                 }
             }
-#endif
         } else {
             for (int64_t i = tid; i < n; i += 32 * NQ_WARPS) {
                 const float xi = ldf<CG>(x + i);
@@ -93,11 +82,9 @@ static __device__ void nq_unit(int mode, const float *in0, const float *in1, int
     float v[8];
     /* GATED: the gate z with the values (one L2 round trip for both, not a second one after the group's sum) */
     float zv[8];
-#if !defined(VLLMC_NQ_OLD_SUM)
     if (mode == CU_NQ_GATED)
 #pragma unroll
         for (int k = 0; k < 8; k++) zv[k] = e0 + k < n ? ldf<CG>(in1 + r * ld + e0 + k) : 0.f;
-#endif
     /* whole 8-element pieces with aligned rows: 16-byte loads and stores (the same values) */
     const bool vec = e0 + 8 <= n && al16(xr + e0) &&
                      (mode == CU_NQ_RMSNORM ? al16(in0 + r * n + e0) && (!w || al16(w + e0))
@@ -152,11 +139,7 @@ static __device__ void nq_unit(int mode, const float *in0, const float *in1, int
         for (int k = 0; k < 8; k++) {
             const int64_t e = e0 + k;
             if (e < n) {
-#if !defined(VLLMC_NQ_OLD_SUM)
                 const float z = zv[k];
-#else
-                const float z = ldf<CG>(in1 + r * ld + e);
-#endif
                 const float sz = __fdiv_rn(z, __fadd_rn(1.0f, expf(-z)));
                 v[k] = __fmul_rn(__fmul_rn(__fmul_rn(v[k], gscale), wpre ? wpre[k] : w[e % group]), sz);
                 xr[e] = v[k];
