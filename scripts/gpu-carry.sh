@@ -11,11 +11,13 @@ BUILD=${BUILD:-build/cuda}
 make -j"$(nproc)" CUDA=1 BUILD="$BUILD" all cuda-tests >/tmp/gpu-carry-build.log 2>&1 || { tail -30 /tmp/gpu-carry-build.log; exit 1; }
 nvcc -O3 -std=c++17 -gencode=arch=compute_90,code=sm_90 -Iinclude -Isrc -o "$BUILD/bench_gemv" bench/bench_gemv.cu \
     "$BUILD/libvllmc.a" -lpcre2-8 -lcjson -lm -lpthread -lcublas -lcublasLt
+nvcc -O3 -std=c++17 -gencode=arch=compute_90,code=sm_90 -Iinclude -Isrc -o "$BUILD/bench_mega" bench/bench_mega.cu \
+    "$BUILD/libvllmc.a" -lpcre2-8 -lcjson -lm -lpthread -lcublas -lcublasLt
 # the binaries travel as one xz archive: each links the same CUDA kernels, ~8 MB a copy, which xz stores once
 # (~7 MB for all of them against ~50 MB loose; -9 for the 64 MB dictionary: at the default 8 MB the copies sit too far
 # apart to be matched)
 rm -rf .carry/bin /tmp/gpu-carry-bin; mkdir -p .carry/lib /tmp/gpu-carry-bin
-cp "$BUILD/vllmc" "$BUILD/bench_gemv" /tmp/gpu-carry-bin/
+cp "$BUILD/vllmc" "$BUILD/bench_gemv" "$BUILD/bench_mega" /tmp/gpu-carry-bin/
 # EXTRA_BUILDS="name:-DFLAG[,-DFLAG2] ...": one more vllmc per entry, its kernels compiled with those flags, carried as
 # vllmc_<name> (gpu-check's stage binvar times each against vllmc)
 for e in ${EXTRA_BUILDS:-}; do

@@ -76,6 +76,8 @@ if [ -z "$BIN" ]; then
     cp build/gpu/tests/cuda/test_cuda_* build/gpu/ 2>/dev/null
     nvcc -O3 -std=c++17 -gencode=arch=compute_90,code=sm_90 -Iinclude -Isrc -o build/gpu/bench_gemv bench/bench_gemv.cu \
         build/gpu/libvllmc.a -lpcre2-8 -lcjson -lm -lpthread -lcublas -lcublasLt >>"$OUT/build.log" 2>&1
+    nvcc -O3 -std=c++17 -gencode=arch=compute_90,code=sm_90 -Iinclude -Isrc -o build/gpu/bench_mega bench/bench_mega.cu \
+        build/gpu/libvllmc.a -lpcre2-8 -lcjson -lm -lpthread -lcublas -lcublasLt >>"$OUT/build.log" 2>&1
 fi
 echo "binaries: $BIN"
 
@@ -206,6 +208,17 @@ fi
 if has gemv; then
     timeout 300 "$BIN/bench_gemv" 20 >"$OUT/bench_gemv.txt" 2>&1
     cat "$OUT/bench_gemv.txt"
+fi
+
+if has mega; then # the persistent dataflow FFN chain against the launch chain (bench/bench_mega.cu); MEGA_ARGS="reps layers"
+    timeout 240 "$BIN/bench_mega" ${MEGA_ARGS:-7 32} >"$OUT/bench_mega.txt" 2>&1; rc=$?
+    cat "$OUT/bench_mega.txt"
+    note "mega rc=$rc: $(grep -m1 '^launch chain' "$OUT/bench_mega.txt" | cut -c1-100)"
+    while read -r line; do note "  ${line:0:160}"; done < <(grep '^persistent' "$OUT/bench_mega.txt")
+    if [ "${MEGA_SAN:-0}" = 1 ] && command -v compute-sanitizer >/dev/null; then
+        timeout 200 compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN/bench_mega" 1 2 >"$OUT/mega_san.txt" 2>&1; rc=$?
+        note "mega under memcheck rc=$rc: $(grep -m1 'ERROR SUMMARY' "$OUT/mega_san.txt")"
+    fi
 fi
 
 if has sanitize; then

@@ -361,6 +361,25 @@ static inline int32_t cu_moe_gmax(int64_t n_ent, int64_t E) { return (int32_t)(n
 bool cu_launch_moe_grouped(const struct cu_moe_args *a, gpuStream_t s);
 /* its pieces in gemv_q.cu: whether a launch's groups have the column-split shape, and the grouped expert launch */
 bool cu_moe_grp_shape_ok(const struct cu_moe_mm_args *mm);
+/* The persistent dataflow FFN chain (gemv_q.cu, an experiment measured by bench/bench_mega.cu): n_layers of
+ * x += down(swiglu(gate_up(rmsnorm(x) * nw))) with Q4_K weights (repacked rows), batch 1, one launch of `ctas` CTAs
+ * (at most one an SM, all resident). cnt: 2 * n_layers counters, zero before the launch. xs: ctas x D floats of
+ * scratch. rg: gate (and up) rows a task, rd: down rows a task; ns slots of `slot` bytes (>= 2 rg s_gu, rd s_dn).
+ * False (nothing launched) where the shapes or the target do not allow it. */
+struct cu_mega_ffn_args {
+    const uint8_t *const *gu;  /* [n_layers] device pointers: gate rows 0 .. F-1, then up rows F .. 2F-1 */
+    const uint8_t *const *dn;  /* [n_layers] down rows */
+    const float *const *nw;    /* [n_layers] RMSNorm weights */
+    float *x, *h, *xs;
+    unsigned *cnt;
+    int64_t D, F;
+    uint64_t s_gu, s_dn;
+    float eps;
+    int32_t n_layers, rg, rd, ns;
+    uint32_t slot;
+};
+size_t cu_mega_ffn_smem(const struct cu_mega_ffn_args *a);
+bool cu_mega_ffn(const struct cu_mega_ffn_args *a, int ctas, gpuStream_t s);
 void cu_launch_moe_grp_matmul(const struct cu_moe_mm_args *mm, const int32_t *perm, const int32_t *grp, int32_t gmax,
                               gpuStream_t s);
 

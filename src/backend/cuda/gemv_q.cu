@@ -2098,3 +2098,201 @@ void cu_launch_moe_grp_matmul(const struct cu_moe_mm_args *mm, const int32_t *pe
     for (int i = 0; i < mm->n_grp; i++) bx = max(bx, mm->g[i].n_mat * (int)GPU_CEIL_DIV(mm->g[i].n_rows, rpc));
     gpu_launch(f, dim3((unsigned)bx, (unsigned)ny), dim3(32 * sh.wsb * sh.sets), 0, s, p);
 }
+
+/* ---- persistent dataflow FFN chain (an experiment for the decode step's structure: bench/bench_mega.cu) ----
+ * The dense FFN of n_layers layers, x += down(swiglu(gate_up(rmsnorm(x)))), Q4_K weights, batch 1, in one launch of
+ * one CTA an SM. Each CTA owns a fixed share of every matmul's rows (task t of an op to CTA t mod G) and walks its
+ * tasks in step order. A ring of `ns` shared-memory slots holds the weights of its next tasks: thread 0 refills a
+ * slot by bulk asynchronous copies (cp.async.bulk, completing on the slot's mbarrier) as soon as the task in it is
+ * consumed, so the weight stream runs up to ns tasks ahead of the computation, across the dependency waits between
+ * ops; weights are never written, so nothing orders their loads. Between ops a CTA waits on the previous op's
+ * completion counter (every CTA adds one when its tasks of that op are done), then forms that op's activation
+ * itself in shared memory (the RMSNorm + Q8_K quantize of x, or the Q8_K quantize of h = silu(gate) * up): once an
+ * op a CTA, not once a task. A task's rows are summed with the column-split kernel's ops in its order (k4_term, the
+ * butterfly over the warp's super-blocks, the warps in order), and the norm and quantize are nq_rms_scale / nq_unit,
+ * so the result equals the launch chain's (norm_quant_kernel, mm_kernel_cols) bit for bit. */
+#if !defined(VLLMC_HIP)
+static __device__ __forceinline__ uint32_t mg_saddr(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+static __device__ __forceinline__ void mg_bar_init(uint64_t *b) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(mg_saddr(b)) : "memory");
+}
+static __device__ __forceinline__ void mg_expect(uint64_t *b, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(mg_saddr(b)), "r"(bytes) : "memory");
+}
+static __device__ __forceinline__ void mg_copy(void *dst, const void *src, uint32_t bytes, uint64_t *b) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(mg_saddr(dst)),
+                 "l"(src), "r"(bytes), "r"(mg_saddr(b))
+                 : "memory");
+}
+static __device__ __forceinline__ void mg_wait(uint64_t *b, uint32_t parity) {
+    uint32_t ok = 0;
+    while (!ok)
+        asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+                     : "=r"(ok)
+                     : "r"(mg_saddr(b)), "r"(parity)
+                     : "memory");
+}
+static __device__ __forceinline__ unsigned mg_ld_acquire(const unsigned *p) {
+    unsigned v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
+/* Thread 0: the weights of the CTA's task k (of n0 + n1 a layer) into slot k % ns. */
+static __device__ __forceinline__ void mg_issue(const struct cu_mega_ffn_args &P, uint8_t *ring, uint64_t *bars, int k, int n0, int n1) {
+    const int l = k / (n0 + n1), j = k % (n0 + n1), s = k % P.ns;
+    uint8_t *dst = ring + (size_t)s * P.slot;
+    if (j < n0) {
+        const int t = (int)blockIdx.x + (int)gridDim.x * j;
+        const uint32_t b = (uint32_t)(P.rg * P.s_gu);
+        mg_expect(&bars[s], 2 * b);
+        mg_copy(dst, P.gu[l] + (size_t)t * P.rg * P.s_gu, b, &bars[s]);
+        mg_copy(dst + b, P.gu[l] + (size_t)(P.F + (int64_t)t * P.rg) * P.s_gu, b, &bars[s]);
+    } else {
+        const int t = (int)blockIdx.x + (int)gridDim.x * (j - n0);
+        const uint32_t b = (uint32_t)(P.rd * P.s_dn);
+        mg_expect(&bars[s], b);
+        mg_copy(dst, P.dn[l] + (size_t)t * P.rd * P.s_dn, b, &bars[s]);
+    }
+}
+
+/* SB1 / SB2: super-blocks a warp at D / F columns (the column-split kernel's choice, so its sums). */
+template <int SB1, int SB2>
+static __global__ void __launch_bounds__(512, 1) mega_ffn_kernel(const struct cu_mega_ffn_args P) {
+    extern __shared__ __align__(128) uint8_t mg_smem[];
+    const int D = (int)P.D, F = (int)P.F, nb1 = D / QK_K, nb2 = F / QK_K;
+    const int W1 = (nb1 + SB1 - 1) / SB1, W2 = (nb2 + SB2 - 1) / SB2;
+    constexpr int RW1 = 8 / SB1, RW2 = 8 / SB2;
+    const int nmax = D > F ? D : F;
+    uint8_t *ring = mg_smem;
+    uint64_t *bars = (uint64_t *)(ring + (size_t)P.ns * P.slot);
+    int8_t *aqs = (int8_t *)(bars + ((P.ns + 1) & ~1)); /* 16-byte aligned: the activation chunks are loaded as int4 */
+    float *ad = (float *)(aqs + nmax);
+    int16_t *abs_ = (int16_t *)(ad + nmax / QK_K);
+    float *part = (float *)(abs_ + nmax / 16);   /* [2][16 warps][32 rows] */
+    double *red = (double *)(part + 2 * 16 * 32); /* NQ_WARPS */
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, NW = blockDim.x >> 5, G = gridDim.x, cta = blockIdx.x;
+    const int T0 = F / P.rg, T1 = D / P.rd;
+    const int n0 = cta < T0 ? (T0 - cta + G - 1) / G : 0, n1 = cta < T1 ? (T1 - cta + G - 1) / G : 0;
+    const int total = P.n_layers * (n0 + n1);
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < P.ns; s++) mg_bar_init(&bars[s]);
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        for (int k = 0; k < P.ns && k < total; k++) mg_issue(P, ring, bars, k, n0, n1);
+    }
+    __syncthreads();
+    cu_act_mut out;
+    memset(&out, 0, sizeof(out));
+    out.k_qs = aqs; out.k_d = ad; out.k_bs = abs_;
+    cu_act_view av;
+    memset(&av, 0, sizeof(av));
+    av.k_qs = aqs; av.k_d = ad; av.k_bs = abs_;
+    const int c = lane & 3;
+    const k4_sel ks = k4_sel_make(c);
+    int k = 0;
+    for (int l = 0; l < P.n_layers; l++)
+        for (int op = 0; op < 2; op++) {
+            const int o = 2 * l + op;
+            if (o > 0 && threadIdx.x == 0)
+                while (mg_ld_acquire(&P.cnt[o - 1]) < (unsigned)G) { }
+            __syncthreads();
+            /* the op's activation, in shared memory */
+            if (op == 0) {
+                out.x = P.xs + (size_t)cta * D; out.n = D;
+                const float scale = nq_rms_scale<true>(P.x, D, P.eps, red);
+                for (int u = wid; u < nb1; u += NW)
+                    nq_unit<true>(CU_NQ_RMSNORM, P.x, NULL, 0, P.nw[l], P.eps, 0, scale, out, BK_ACT_BIT(BK_ACT_Q8_K), 0, u, lane);
+            } else {
+                /* h as it is (nq_unit's QUANT mode: the same ops), up to 4 units a warp with their loads together */
+                for (int u0 = wid; u0 < nb2; u0 += 4 * NW) {
+                    float v[4][8];
+#pragma unroll
+                    for (int q = 0; q < 4; q++)
+                        if (u0 + q * NW < nb2) ld8<true>(P.h + (size_t)(u0 + q * NW) * QK_K + lane * 8, v[q]);
+#pragma unroll
+                    for (int q = 0; q < 4; q++) {
+                        const int u = u0 + q * NW;
+                        if (u < nb2) quant_q8_K_sb(v[q], aqs + (size_t)u * QK_K, ad + u, abs_ + (size_t)u * 16, lane);
+                    }
+                }
+            }
+            __syncthreads();
+            mv_act v;
+            const int SBW = op == 0 ? SB1 : SB2;
+            const int sbl = (lane >> 2) % SBW, rr = lane / (4 * SBW);
+            const int team = op == 0 ? wid / W1 : 0, wt = op == 0 ? wid % W1 : wid;
+            const bool act = op == 0 ? wid < 2 * W1 : wid < W2;
+            const int sb = wt * SBW + sbl;
+            const bool on = act && sb < (op == 0 ? nb1 : nb2);
+            av.n = op == 0 ? D : F;
+            if (on) mv_act_load(av, false, sb, c, v);
+            else mv_act_zero(v);
+            const int nt = op == 0 ? n0 : n1;
+            for (int i = 0; i < nt; i++, k++) {
+                const int s = k % P.ns;
+                mg_wait(&bars[s], (uint32_t)(k / P.ns) & 1);
+                const uint8_t *slot = ring + (size_t)s * P.slot;
+                float *pb = part + (k & 1) * 16 * 32;
+                if (op == 0) {
+                    const uint8_t *wr0 = slot + (size_t)team * P.rg * P.s_gu;
+                    for (int r = rr; r < P.rg; r += RW1) {
+                        const k4_w w = on ? k4_load<true>(wr0 + (size_t)r * P.s_gu, nb1, sb, c)
+                                          : k4_w{make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0), 0, 0, 0, 0};
+                        mv_warp_part<SB1>(k4_term(w, ks, v), &pb[wid * 32 + r], lane);
+                    }
+                } else {
+                    for (int r = rr; r < P.rd; r += RW2) {
+                        const k4_w w = on ? k4_load<true>(slot + (size_t)r * P.s_dn, nb2, sb, c)
+                                          : k4_w{make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0), 0, 0, 0, 0};
+                        mv_warp_part<SB2>(k4_term(w, ks, v), &pb[wid * 32 + r], lane);
+                    }
+                }
+                __syncthreads(); /* the slot is read, the parts written */
+                if (threadIdx.x == 0 && k + P.ns < total) mg_issue(P, ring, bars, k + P.ns, n0, n1);
+                const int t = cta + G * i;
+                if (op == 0) {
+                    if ((int)threadIdx.x < P.rg) {
+                        const int j = threadIdx.x;
+                        float g = pb[j], u = pb[W1 * 32 + j];
+                        for (int q = 1; q < W1; q++) { g = __fadd_rn(g, pb[q * 32 + j]); u = __fadd_rn(u, pb[(W1 + q) * 32 + j]); }
+                        P.h[(size_t)t * P.rg + j] = __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), u);
+                    }
+                } else if ((int)threadIdx.x < P.rd) {
+                    const int j = threadIdx.x;
+                    float y = pb[j];
+                    for (int q = 1; q < W2; q++) y = __fadd_rn(y, pb[q * 32 + j]);
+                    float *xp = P.x + (size_t)t * P.rd + j;
+                    *xp = __fadd_rn(gpu_ldcg(xp), y);
+                }
+            }
+            __syncthreads();
+            if (threadIdx.x == 0) { __threadfence(); atomicAdd(&P.cnt[o], 1u); }
+        }
+}
+#endif
+
+size_t cu_mega_ffn_smem(const struct cu_mega_ffn_args *a) {
+    const int64_t nmax = a->D > a->F ? a->D : a->F;
+    return (size_t)a->ns * a->slot + 8 * (size_t)((a->ns + 1) & ~1) + nmax + 4 * (nmax / QK_K) + 2 * (nmax / 16) + 4 * 2 * 16 * 32 + 8 * NQ_WARPS + 64;
+}
+
+bool cu_mega_ffn(const struct cu_mega_ffn_args *a, int ctas, gpuStream_t s) {
+#if defined(VLLMC_HIP)
+    (void)a; (void)ctas; (void)s;
+    return false;
+#else
+    const int nb1 = (int)(a->D / QK_K), nb2 = (int)(a->F / QK_K);
+    if (a->D % QK_K || a->F % QK_K || nb1 > 16 || nb2 < 17 || nb2 > 64) return false; /* the (2, 4) instance's shapes */
+    const int W1 = (nb1 + 1) / 2, W2 = (nb2 + 3) / 4;
+    if (a->rg % 4 || a->rd % 2 || a->rg > 32 || a->rd > 32 || a->F % a->rg || a->D % a->rd) return false;
+    if ((uint64_t)2 * a->rg * a->s_gu > a->slot || (uint64_t)a->rd * a->s_dn > a->slot || a->slot % 16 || a->s_gu % 16 || a->s_dn % 16)
+        return false;
+    const int nw = 2 * W1 > W2 ? 2 * W1 : W2;
+    if (nw > 16) return false;
+    const size_t smem = cu_mega_ffn_smem(a);
+    void (*kern)(const struct cu_mega_ffn_args) = mega_ffn_kernel<2, 4>;
+    if (gpuFuncSetMaxDynamicSmem(kern, (int)smem) != gpuSuccess) return false;
+    kern<<<ctas, 32 * nw, smem, s>>>(*a);
+    return gpuGetLastError() == gpuSuccess;
+#endif
+}

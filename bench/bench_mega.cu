@@ -1,0 +1,186 @@
+/* The dense FFN chain of a decode step two ways: the launch chain the backend records today (per layer an RMSNorm +
+ * quantize, the gate / up mat-vec, the SwiGLU + quantize, the down mat-vec adding into the residual; captured as a
+ * graph with programmatic dependent launch and replayed) and the persistent dataflow kernel (cu_mega_ffn: one launch,
+ * the weights streamed through a ring of shared-memory slots ahead of the dependency waits). Both must leave the
+ * same residual, bit for bit; then each is timed (median of reps, the weights of all layers cold: they are far larger
+ * than L2) and reported as us a layer and GB/s of weights. Qwen3.5-4B's FFN shapes (2,560 x 9,216, Q4_K).
+ * usage: bench_mega [reps] [layers] */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <algorithm>
+#include <vector>
+#include "backend/cuda/cuda_internal.h"
+#include "quant/blocks.h"
+#include "quant/quant.h"
+
+#define CK(x) do { gpuError_t e_ = (x); if (e_ != gpuSuccess) { fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, gpuGetErrorString(e_)); exit(1); } } while (0)
+
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+static uint32_t rnd() { rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17; return (uint32_t)rng; }
+static float rndf() { return (rnd() >> 8) * (1.0f / 16777216.0f); }
+
+/* random Q4_K rows with small scales (so the residual stays bounded over the layers), repacked for the device */
+static std::vector<uint8_t> q4k_rows(int64_t n_cols, int64_t n_rows) {
+    const uint64_t rs = quant_row_size(GGML_TYPE_Q4_K, n_cols), stride = cu_weight_row_stride(GGML_TYPE_Q4_K, n_cols);
+    std::vector<uint8_t> w(rs * n_rows), packed(stride * n_rows);
+    for (auto &b : w) b = (uint8_t)rnd();
+    for (size_t b = 0; b < w.size() / sizeof(block_q4_K); b++) {
+        uint8_t *blk = w.data() + b * sizeof(block_q4_K);
+        ggml_half d = fp32_to_fp16(2e-3f * (0.5f + rndf())), dm = fp32_to_fp16(2e-3f * (0.5f + rndf()));
+        memcpy(blk, &d, 2); memcpy(blk + 2, &dm, 2);
+    }
+    cu_repack_rows(GGML_TYPE_Q4_K, w.data(), n_cols, n_rows, packed.data());
+    return packed;
+}
+
+static double median(std::vector<float> t) { std::sort(t.begin(), t.end()); return t[t.size() / 2]; }
+
+int main(int argc, char **argv) {
+    const int reps = argc > 1 ? atoi(argv[1]) : 7, L = argc > 2 ? atoi(argv[2]) : 32;
+    const int64_t D = 2560, F = 9216;
+    const float eps = 1e-6f;
+    const uint64_t s_gu = cu_weight_row_stride(GGML_TYPE_Q4_K, D), s_dn = cu_weight_row_stride(GGML_TYPE_Q4_K, F);
+    const double bytes = (double)L * (2.0 * F * s_gu + (double)D * s_dn);
+    printf("FFN chain: %d layers, D %lld, F %lld, Q4_K, %.1f MB of weights (%.2f MB a layer)\n", L, (long long)D, (long long)F,
+           bytes / 1e6, bytes / 1e6 / L);
+    gpuStream_t st;
+    CK(gpuStreamCreate(&st));
+    std::vector<uint8_t *> gu(L), dn(L);
+    std::vector<float *> nw(L);
+    for (int l = 0; l < L; l++) {
+        std::vector<uint8_t> a = q4k_rows(D, 2 * F), b = q4k_rows(F, D);
+        std::vector<float> w(D);
+        for (auto &v : w) v = 0.5f + rndf();
+        CK(gpuMalloc((void **)&gu[l], a.size())); CK(gpuMemcpy(gu[l], a.data(), a.size(), gpuMemcpyHostToDevice));
+        CK(gpuMalloc((void **)&dn[l], b.size())); CK(gpuMemcpy(dn[l], b.data(), b.size(), gpuMemcpyHostToDevice));
+        CK(gpuMalloc((void **)&nw[l], 4 * D)); CK(gpuMemcpy(nw[l], w.data(), 4 * D, gpuMemcpyHostToDevice));
+    }
+    std::vector<float> x0(D);
+    for (auto &v : x0) v = 2.f * rndf() - 1.f;
+    float *x, *x_init, *g, *y, *h, *xs;
+    CK(gpuMalloc((void **)&x, 4 * D)); CK(gpuMalloc((void **)&x_init, 4 * D));
+    CK(gpuMemcpy(x_init, x0.data(), 4 * D, gpuMemcpyHostToDevice));
+    CK(gpuMalloc((void **)&g, 8 * F)); CK(gpuMalloc((void **)&y, 4 * D)); CK(gpuMalloc((void **)&h, 4 * F));
+    int sms = 132, dev = 0;
+    CK(gpuGetDevice(&dev)); CK(gpuDeviceGetSMCount(&sms, dev));
+    CK(gpuMalloc((void **)&xs, 4 * D * (size_t)sms));
+    /* the launch chain's activations: f32 + Q8_K of D and of F columns */
+    auto act = [&](int64_t n) {
+        cu_act_mut m;
+        memset(&m, 0, sizeof(m));
+        m.n = n;
+        CK(gpuMalloc((void **)&m.x, 4 * n)); CK(gpuMalloc((void **)&m.k_qs, n));
+        CK(gpuMalloc((void **)&m.k_d, 4 * (n / 256))); CK(gpuMalloc((void **)&m.k_bs, 2 * (n / 16)));
+        return m;
+    };
+    const cu_act_mut a1 = act(D), a2 = act(F);
+    auto view = [](const cu_act_mut &m) {
+        cu_act_view v;
+        memset(&v, 0, sizeof(v));
+        v.x = m.x; v.k_qs = m.k_qs; v.k_d = m.k_d; v.k_bs = m.k_bs; v.n = m.n;
+        return v;
+    };
+    std::vector<cu_mm_args> mgu(L), mdn(L);
+    for (int l = 0; l < L; l++) {
+        cu_mm_args &A = mgu[l], &B = mdn[l];
+        memset(&A, 0, sizeof(A)); memset(&B, 0, sizeof(B));
+        A.a = view(a1); A.n_act = 1;
+        for (int f = 0; f < 2; f++) {
+            cu_mm_seg &sg = A.seg[A.n_seg++];
+            sg.w = gu[l] + (size_t)f * F * s_gu; sg.y = g + f * F; sg.ld_y = F; sg.stride = s_gu; sg.type = GGML_TYPE_Q4_K;
+            sg.n_rows = (int32_t)F; sg.cta0 = A.n_ctas; sg.row0 = A.total_rows; sg.tile0 = A.total_tiles;
+            A.total_rows += (int32_t)F; A.total_tiles += (int32_t)(F / 4); A.n_ctas += (int32_t)(F / CU_MM_WARPS);
+        }
+        B.a = view(a2); B.n_act = 1; B.n_seg = 1;
+        cu_mm_seg &sd = B.seg[0];
+        sd.w = dn[l]; sd.y = y; sd.res = x; sd.ld_y = D; sd.stride = s_dn; sd.type = GGML_TYPE_Q4_K; sd.n_rows = (int32_t)D;
+        B.total_rows = (int32_t)D; B.total_tiles = (int32_t)(D / 4); B.n_ctas = (int32_t)(D / CU_MM_WARPS);
+    }
+    /* the launch chain, captured */
+    gpu_pdl.on = true;
+    gpu_pdl.after_kernel = false;
+    gpuGraph_t graph;
+    gpuGraphExec_t ge;
+    CK(gpuStreamBeginCapture(st, gpuStreamCaptureModeThreadLocal));
+    for (int l = 0; l < L; l++) {
+        cu_launch_norm_quant(CU_NQ_RMSNORM, x, NULL, 0, nw[l], eps, 0, 1, a1, BK_ACT_BIT(BK_ACT_Q8_K), st);
+        cu_launch_matmul(&mgu[l], st);
+        cu_launch_norm_quant(CU_NQ_SWIGLU, g, g + F, F, NULL, eps, 0, 1, a2, BK_ACT_BIT(BK_ACT_Q8_K), st);
+        cu_launch_matmul(&mdn[l], st);
+    }
+    CK(gpuStreamEndCapture(st, &graph));
+    CK(gpuGraphInstantiate(&ge, graph));
+    gpuEvent_t e0, e1;
+    CK(gpuEventCreate(&e0)); CK(gpuEventCreate(&e1));
+    auto run_chain = [&]() {
+        CK(gpuMemcpyAsync(x, x_init, 4 * D, gpuMemcpyDeviceToDevice, st));
+        CK(gpuEventRecord(e0, st));
+        CK(gpuGraphLaunch(ge, st));
+        CK(gpuEventRecord(e1, st)); CK(gpuEventSynchronize(e1));
+        float ms; CK(gpuEventElapsedTime(&ms, e0, e1));
+        return ms * 1000.f;
+    };
+    run_chain();
+    std::vector<float> ref(D);
+    CK(gpuMemcpy(ref.data(), x, 4 * D, gpuMemcpyDeviceToHost));
+    double xmax = 0;
+    for (float v : ref) xmax = std::max(xmax, (double)fabsf(v));
+    std::vector<float> tc;
+    for (int r = 0; r < reps; r++) tc.push_back(run_chain());
+    const double uc = median(tc);
+    printf("%-44s %9.1f us  %7.2f us a layer  %6.0f GB/s  (max |x| %.3g)\n", "launch chain (graph, PDL)", uc, uc / L,
+           bytes / (uc * 1e-6) / 1e9, xmax);
+    /* the persistent kernel: pointer tables, counters, configurations */
+    const uint8_t **dgu; const uint8_t **ddn; const float **dnw;
+    unsigned *cnt;
+    CK(gpuMalloc((void **)&dgu, sizeof(void *) * L)); CK(gpuMalloc((void **)&ddn, sizeof(void *) * L));
+    CK(gpuMalloc((void **)&dnw, sizeof(void *) * L)); CK(gpuMalloc((void **)&cnt, 8 * L));
+    CK(gpuMemcpy(dgu, gu.data(), sizeof(void *) * L, gpuMemcpyHostToDevice));
+    CK(gpuMemcpy(ddn, dn.data(), sizeof(void *) * L, gpuMemcpyHostToDevice));
+    CK(gpuMemcpy(dnw, nw.data(), sizeof(void *) * L, gpuMemcpyHostToDevice));
+    const int cfgs[][3] = {{8, 4, 0}, {4, 2, 0}, {16, 8, 0}, {8, 4, 4}, {4, 2, 8}}; /* rg, rd, slots (0: as many as fit) */
+    for (const auto &cf : cfgs) {
+        cu_mega_ffn_args a;
+        memset(&a, 0, sizeof(a));
+        a.gu = dgu; a.dn = ddn; a.nw = dnw; a.x = x; a.h = h; a.xs = xs; a.cnt = cnt;
+        a.D = D; a.F = F; a.s_gu = s_gu; a.s_dn = s_dn; a.eps = eps; a.n_layers = L; a.rg = cf[0]; a.rd = cf[1];
+        a.slot = (uint32_t)std::max<uint64_t>(2 * a.rg * s_gu, a.rd * s_dn);
+        a.slot = (a.slot + 127) & ~127u;
+        a.ns = 1;
+        while (a.ns < 64) {
+            a.ns++;
+            if (cu_mega_ffn_smem(&a) > 225 * 1024) { a.ns--; break; }
+        }
+        if (cf[2]) a.ns = std::min(a.ns, cf[2]);
+        auto run_mega = [&](bool *ok) {
+            CK(gpuMemcpyAsync(x, x_init, 4 * D, gpuMemcpyDeviceToDevice, st));
+            CK(gpuMemsetAsync(cnt, 0, 8 * L, st));
+            CK(gpuEventRecord(e0, st));
+            *ok = cu_mega_ffn(&a, sms, st);
+            CK(gpuEventRecord(e1, st)); CK(gpuEventSynchronize(e1));
+            float ms; CK(gpuEventElapsedTime(&ms, e0, e1));
+            return ms * 1000.f;
+        };
+        bool ok = false;
+        run_mega(&ok);
+        char name[96];
+        snprintf(name, sizeof(name), "persistent: rg %d rd %d, %d slots of %u B", a.rg, a.rd, a.ns, a.slot);
+        if (!ok) { printf("%-44s not launched\n", name); continue; }
+        std::vector<float> got(D);
+        CK(gpuMemcpy(got.data(), x, 4 * D, gpuMemcpyDeviceToHost));
+        int diff = 0;
+        double emax = 0;
+        for (int64_t i = 0; i < D; i++) {
+            diff += memcmp(&got[i], &ref[i], 4) != 0;
+            emax = std::max(emax, (double)fabsf(got[i] - ref[i]));
+        }
+        std::vector<float> tm;
+        for (int r = 0; r < reps; r++) tm.push_back(run_mega(&ok));
+        const double um = median(tm);
+        printf("%-44s %9.1f us  %7.2f us a layer  %6.0f GB/s  %s (%d of %lld differ, max %.3g)\n", name, um, um / L,
+               bytes / (um * 1e-6) / 1e9, diff ? "DIFFERS" : "same bits", diff, (long long)D, emax);
+    }
+    return 0;
+}
