@@ -130,7 +130,7 @@ int main(int argc, char **argv) {
     std::vector<float> tc;
     for (int r = 0; r < reps; r++) tc.push_back(run_chain());
     const double uc = median(tc);
-    printf("%-44s %9.1f us  %7.2f us a layer  %6.0f GB/s  (max |x| %.3g)\n", "launch chain (graph, PDL)", uc, uc / L,
+    printf("%-72s %9.1f us  %7.2f us a layer  %6.0f GB/s  (max |x| %.3g)\n", "launch chain (graph, PDL)", uc, uc / L,
            bytes / (uc * 1e-6) / 1e9, xmax);
     /* the persistent kernel: pointer tables, counters, configurations */
     const uint8_t **dgu; const uint8_t **ddn; const float **dnw;
@@ -140,12 +140,16 @@ int main(int argc, char **argv) {
     CK(gpuMemcpy(dgu, gu.data(), sizeof(void *) * L, gpuMemcpyHostToDevice));
     CK(gpuMemcpy(ddn, dn.data(), sizeof(void *) * L, gpuMemcpyHostToDevice));
     CK(gpuMemcpy(dnw, nw.data(), sizeof(void *) * L, gpuMemcpyHostToDevice));
-    const int cfgs[][3] = {{8, 4, 0}, {4, 2, 0}, {16, 8, 0}, {8, 4, 4}, {4, 2, 8}}; /* rg, rd, slots (0: as many as fit) */
+    /* rg, rd, slots (0: as many as fit), teams, flags (timing ablations: 1 no dot products, 2 no dependency waits, 4 no
+     * prologues; their results are wrong by design and are not compared) */
+    const int cfgs[][5] = {{16, 8, 0, 1, 0}, {8, 4, 0, 2, 0}, {16, 8, 0, 2, 0}, {8, 4, 8, 2, 0}, {4, 2, 0, 2, 0},
+                           {16, 8, 0, 1, 1}, {16, 8, 0, 1, 6}, {16, 8, 0, 1, 7}, {8, 4, 0, 2, 1}, {8, 4, 0, 2, 6}};
     for (const auto &cf : cfgs) {
         cu_mega_ffn_args a;
         memset(&a, 0, sizeof(a));
         a.gu = dgu; a.dn = ddn; a.nw = dnw; a.x = x; a.h = h; a.xs = xs; a.cnt = cnt;
         a.D = D; a.F = F; a.s_gu = s_gu; a.s_dn = s_dn; a.eps = eps; a.n_layers = L; a.rg = cf[0]; a.rd = cf[1];
+        a.teams = cf[3]; a.flags = (uint32_t)cf[4];
         a.slot = (uint32_t)std::max<uint64_t>(2 * a.rg * s_gu, a.rd * s_dn);
         a.slot = (a.slot + 127) & ~127u;
         a.ns = 1;
@@ -166,8 +170,9 @@ int main(int argc, char **argv) {
         bool ok = false;
         run_mega(&ok);
         char name[96];
-        snprintf(name, sizeof(name), "persistent: rg %d rd %d, %d slots of %u B", a.rg, a.rd, a.ns, a.slot);
-        if (!ok) { printf("%-44s not launched\n", name); continue; }
+        snprintf(name, sizeof(name), "persistent: rg %d rd %d, %d slots of %u B, %d team%s%s%s%s", a.rg, a.rd, a.ns, a.slot, a.teams,
+                 a.teams > 1 ? "s" : "", a.flags & 1 ? ", no dots" : "", a.flags & 2 ? ", no waits" : "", a.flags & 4 ? ", no prologues" : "");
+        if (!ok) { printf("%-72s not launched\n", name); continue; }
         std::vector<float> got(D);
         CK(gpuMemcpy(got.data(), x, 4 * D, gpuMemcpyDeviceToHost));
         int diff = 0;
@@ -179,8 +184,11 @@ int main(int argc, char **argv) {
         std::vector<float> tm;
         for (int r = 0; r < reps; r++) tm.push_back(run_mega(&ok));
         const double um = median(tm);
-        printf("%-44s %9.1f us  %7.2f us a layer  %6.0f GB/s  %s (%d of %lld differ, max %.3g)\n", name, um, um / L,
-               bytes / (um * 1e-6) / 1e9, diff ? "DIFFERS" : "same bits", diff, (long long)D, emax);
+        if (a.flags)
+            printf("%-72s %9.1f us  %7.2f us a layer  %6.0f GB/s  (ablation: not compared)\n", name, um, um / L, bytes / (um * 1e-6) / 1e9);
+        else
+            printf("%-72s %9.1f us  %7.2f us a layer  %6.0f GB/s  %s (%d of %lld differ, max %.3g)\n", name, um, um / L,
+                   bytes / (um * 1e-6) / 1e9, diff ? "DIFFERS" : "same bits", diff, (long long)D, emax);
     }
     return 0;
 }

@@ -735,6 +735,72 @@ static void test_stream(void) {
     }
 }
 
+/* The register-bounded column-split instances (backend_cuda_set_matvec_lb, a bit per class) are the default kernels'
+ * code under other launch bounds: every output must be bit-identical to the unbounded instances' on each class's shapes
+ * (2,560 columns Q4_K; the Q6_K LM head's class; 9,216 columns Q4_K, Q6_K, and both in one launch). */
+static void test_cols_lb(void) {
+    const struct { int64_t E; int n; uint32_t t[2]; int64_t rows[2]; } cs[] = {
+        {2560, 1, {GGML_TYPE_Q4_K, 0}, {777, 0}},
+        {2560, 1, {GGML_TYPE_Q6_K, 0}, {1003, 0}},
+        {9216, 1, {GGML_TYPE_Q4_K, 0}, {300, 0}},
+        {9216, 1, {GGML_TYPE_Q6_K, 0}, {301, 0}},
+        {9216, 2, {GGML_TYPE_Q4_K, GGML_TYPE_Q6_K}, {100, 37}},
+    };
+    for (size_t ci = 0; ci < sizeof(cs) / sizeof(cs[0]); ci++) {
+        const int64_t E = cs[ci].E;
+        float *x = rand_buf((size_t)E, 1.0f);
+        struct bk_act a;
+        CHECK(bk_act_alloc(gpu, 1, E, BK_ACT_BIT(BK_ACT_Q8_K), &a) == VLLMC_OK);
+        CHECK(gpu->ops->copy_to_device(gpu, a.x, x, (size_t)E * 4) == VLLMC_OK);
+        a.n_rows = 1;
+        CHECK(gpu->ops->quantize(gpu, &a) == VLLMC_OK);
+        struct bk_tensor w[2];
+        float *y[2], *ref[2], *h[2];
+        struct bk_matmul_out mo[2];
+        const int n = cs[ci].n;
+        for (int k = 0; k < n; k++) {
+            const int64_t nr = cs[ci].rows[k];
+            const size_t bytes = quant_row_size(cs[ci].t[k], E) * (size_t)nr;
+            uint8_t *host = malloc(bytes);
+            fill_weight(cs[ci].t[k], host, bytes);
+            const int64_t ne[2] = {E, nr};
+            CHECK(gpu->ops->weight_upload(gpu, host, cs[ci].t[k], 2, ne, &w[k]) == VLLMC_OK);
+            free(host);
+            CHECK(gpu->ops->alloc(gpu, (size_t)nr * 4, (void **)&y[k]) == VLLMC_OK);
+            mo[k] = (struct bk_matmul_out){.w = &w[k], .y = y[k]};
+            ref[k] = malloc((size_t)nr * 4);
+            h[k] = malloc((size_t)nr * 4);
+        }
+        const int old = backend_cuda_set_matvec_lb(0);
+        CHECK(gpu->ops->matmul(gpu, &a, n, mo) == VLLMC_OK);
+        for (int k = 0; k < n; k++) CHECK(gpu->ops->copy_to_host(gpu, ref[k], y[k], (size_t)cs[ci].rows[k] * 4) == VLLMC_OK);
+        for (int k = 0; k < n; k++) {
+            float *poison = nan_buf((size_t)cs[ci].rows[k]);
+            CHECK(gpu->ops->copy_to_device(gpu, y[k], poison, (size_t)cs[ci].rows[k] * 4) == VLLMC_OK);
+            free(poison);
+        }
+        backend_cuda_set_matvec_lb(7);
+        CHECK(gpu->ops->matmul(gpu, &a, n, mo) == VLLMC_OK);
+        size_t bad = 0, tot = 0;
+        for (int k = 0; k < n; k++) {
+            CHECK(gpu->ops->copy_to_host(gpu, h[k], y[k], (size_t)cs[ci].rows[k] * 4) == VLLMC_OK);
+            bad += n_diff(h[k], ref[k], (size_t)cs[ci].rows[k]);
+            tot += (size_t)cs[ci].rows[k];
+        }
+        backend_cuda_set_matvec_lb(old);
+        printf("bounded column-split instances E %lld, %s%s%s: %zu of %zu outputs differ from the unbounded ones\n", (long long)E,
+               quant_traits(cs[ci].t[0])->name, n > 1 ? " + " : "", n > 1 ? quant_traits(cs[ci].t[1])->name : "", bad, tot);
+        CHECK_MSG(bad == 0, "bounded column-split instances E %lld: %zu outputs differ", (long long)E, bad);
+        for (int k = 0; k < n; k++) {
+            free(ref[k]); free(h[k]);
+            gpu->ops->free(gpu, y[k]);
+            gpu->ops->weight_free(gpu, &w[k]);
+        }
+        free(x);
+        bk_act_free(gpu, &a);
+    }
+}
+
 /* The norm + quantize inside a matmul's launch (backend_cuda_set_fuse_nq; recorded decode steps only): a step of T
  * sequences of one token each,
  *   a -> o = Wo a, x += o (the fused add), f = rmsnorm_quantize(x)       (RMSNORM in the Wo launch)
@@ -1082,6 +1148,7 @@ int main(void) {
     test_kv_dtypes();
     test_cols_rows();
     test_stream();
+    test_cols_lb();
     test_nq_fused();
     test_invariance();
     test_gdn();

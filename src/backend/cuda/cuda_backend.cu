@@ -1564,6 +1564,11 @@ extern "C" void backend_cuda_set_matvec(const int tr[3], const int ks[3], const 
 extern "C" void backend_cuda_set_matvec_cols(const int cols[3]) {
     for (int i = 0; i < 3; i++) cu_mm_cfg.cols[i] = cols[i];
 }
+extern "C" int backend_cuda_set_matvec_lb(int mask) {
+    const int old = cu_mm_cfg.cols_lb;
+    cu_mm_cfg.cols_lb = mask & 7;
+    return old;
+}
 extern "C" void backend_cuda_get_matvec_cols(int cols[3]) {
     for (int i = 0; i < 3; i++) cols[i] = cu_mm_cfg.cols[i];
 }

@@ -377,6 +377,9 @@ struct cu_mega_ffn_args {
     float eps;
     int32_t n_layers, rg, rd, ns;
     uint32_t slot;
+    int32_t teams;             /* 1 or 2 teams of warps a CTA taking the tasks in turn */
+    uint32_t flags;            /* timing ablations (the result is then wrong): 1 no dot products, 2 no dependency waits,
+                                  4 no activation prologues */
 };
 size_t cu_mega_ffn_smem(const struct cu_mega_ffn_args *a);
 bool cu_mega_ffn(const struct cu_mega_ffn_args *a, int ctas, gpuStream_t s);

@@ -1084,6 +1084,15 @@ template <int NA> static __device__ __forceinline__ float mv_res_load(const stru
     return mv_res_early<NA>(S) && (int)threadIdx.x < rows ? S.res[r0 + (int)threadIdx.x] : 0.f;
 }
 
+/* The super-block scales by the conversion instruction in the column-split kernel: its software form (fp16_to_fp32) took
+ * ~40 of a Q4_K term's ~165 instructions, with branches (SASS); by the instruction the hot instance (2,560 columns, 4
+ * row groups) takes 94 registers against 90, still 4 CTAs of 160 threads an SM. VLLMC_COLS_SW_H2F: the software form
+ * (comparisons). */
+#if defined(VLLMC_COLS_SW_H2F)
+#define MV_HW_H2F false
+#else
+#define MV_HW_H2F true
+#endif
 /* NA 1: one activation row (a batch-1 step); NA = MV_NA: a decode step of several sequences, blockIdx.y the group
  * of up to MV_NA activation rows, each met in turn with the weights the lane loaded once (its chunk from L1).
  * The per-row sums are the same ops in the same order either way. U: row groups a CTA. */
@@ -1146,7 +1155,7 @@ static __global__ void __launch_bounds__(LBT, LBM) mm_kernel_cols(const struct c
             if (on) mv_act_load(NA == 1 ? P.a : act_row(P.a, a0 + r), false, sb, c, v);
             else mv_act_zero(v);
 #pragma unroll
-            for (int u = 0; u < U; u++) mv_warp_part<SBW>(k4_term(w[u], ks, v), &part[wid][r][u * RW + rr], lane);
+            for (int u = 0; u < U; u++) mv_warp_part<SBW>(k4_term<MV_HW_H2F>(w[u], ks, v), &part[wid][r][u * RW + rr], lane);
         }
     } else {
         q6_w w[U];
@@ -1165,7 +1174,7 @@ static __global__ void __launch_bounds__(LBT, LBM) mm_kernel_cols(const struct c
             if (on) mv_act_load(NA == 1 ? P.a : act_row(P.a, a0 + r), true, sb, c, v);
             else mv_act_zero(v);
 #pragma unroll
-            for (int u = 0; u < U; u++) mv_warp_part<SBW>(q6_term(w[u], c & 1, v), &part[wid][r][u * RW + rr], lane);
+            for (int u = 0; u < U; u++) mv_warp_part<SBW>(q6_term<MV_HW_H2F>(w[u], c & 1, v), &part[wid][r][u * RW + rr], lane);
         }
     }
     __syncthreads();
@@ -1514,7 +1523,15 @@ static int split_resident(int ks) {
 }
 
 /* measured on the H200 (docs/BENCHMARKS.md); VLLMC_CUDA_MM="tr0,ks0,tr1,ks1,tr2,ks2[,p0,p1,p2]" overrides (experiments) */
-struct cu_mm_cfg cu_mm_cfg = {{8192, 65536}, {1, 4, 4}, {0, 2, 1}, {0, 0, 0}, 0, {1, 1, 1}, 64, 0, 3, 1, MS_CPS, 24 * 1024, 0, 16, 0};
+/* cols_lb 6 (the LM head and the 9,216-column rows on the bounded instances; not the 2,560-column Q4_K class, slower
+ * there): qwen35-4b decode 518.6 / 519.3 -> 525.5 / 524.6 tok/s (BENCHMARKS.md). CUDA only: HIP keeps the instances its
+ * spill check covers. */
+#if defined(VLLMC_HIP)
+#define MM_COLS_LB 0
+#else
+#define MM_COLS_LB 6
+#endif
+struct cu_mm_cfg cu_mm_cfg = {{8192, 65536}, {1, 4, 4}, {0, 2, 1}, {0, 0, 0}, 0, {1, 1, 1}, 64, 0, 3, 1, MS_CPS, 24 * 1024, 0, 16, MM_COLS_LB};
 
 static bool mm_launch_dec(const struct cu_mm_args *args, gpuStream_t s);
 
@@ -2156,9 +2173,11 @@ static __device__ __forceinline__ void mg_issue(const struct cu_mega_ffn_args &P
     }
 }
 
-/* SB1 / SB2: super-blocks a warp at D / F columns (the column-split kernel's choice, so its sums). */
-template <int SB1, int SB2>
-static __global__ void __launch_bounds__(512, 1) mega_ffn_kernel(const struct cu_mega_ffn_args P) {
+/* SB1 / SB2: super-blocks a warp at D / F columns (the column-split kernel's choice, so its sums). NT teams of TW warps
+ * (blockDim.x = 32 TW NT) take an op's tasks of the CTA in turn (team g the tasks i = g, g + NT, ...), each with its
+ * own named barrier and parts, so more warps an SM hide the dot products' latencies. */
+template <int SB1, int SB2, int NT>
+static __global__ void __launch_bounds__(NT == 1 ? 512 : 640, 1) mega_ffn_kernel(const struct cu_mega_ffn_args P) {
     extern __shared__ __align__(128) uint8_t mg_smem[];
     const int D = (int)P.D, F = (int)P.F, nb1 = D / QK_K, nb2 = F / QK_K;
     const int W1 = (nb1 + SB1 - 1) / SB1, W2 = (nb2 + SB2 - 1) / SB2;
@@ -2169,12 +2188,14 @@ static __global__ void __launch_bounds__(512, 1) mega_ffn_kernel(const struct cu
     int8_t *aqs = (int8_t *)(bars + ((P.ns + 1) & ~1)); /* 16-byte aligned: the activation chunks are loaded as int4 */
     float *ad = (float *)(aqs + nmax);
     int16_t *abs_ = (int16_t *)(ad + nmax / QK_K);
-    float *part = (float *)(abs_ + nmax / 16);   /* [2][16 warps][32 rows] */
-    double *red = (double *)(part + 2 * 16 * 32); /* NQ_WARPS */
-    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, NW = blockDim.x >> 5, G = gridDim.x, cta = blockIdx.x;
+    float *part = (float *)(abs_ + nmax / 16);   /* [NT][2][16 warps][32 rows] */
+    double *red = (double *)(part + NT * 2 * 16 * 32); /* NQ_WARPS */
+    const int lane = threadIdx.x & 31, NW = blockDim.x >> 5, TW = NW / NT, G = gridDim.x, cta = blockIdx.x;
+    const int team = (threadIdx.x >> 5) / TW, wid = (threadIdx.x >> 5) % TW; /* warp in the team */
     const int T0 = F / P.rg, T1 = D / P.rd;
     const int n0 = cta < T0 ? (T0 - cta + G - 1) / G : 0, n1 = cta < T1 ? (T1 - cta + G - 1) / G : 0;
     const int total = P.n_layers * (n0 + n1);
+    const bool compute = !(P.flags & 1), deps = !(P.flags & 2), prologue = !(P.flags & 4);
     if (threadIdx.x == 0) {
         for (int s = 0; s < P.ns; s++) mg_bar_init(&bars[s]);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -2189,22 +2210,24 @@ static __global__ void __launch_bounds__(512, 1) mega_ffn_kernel(const struct cu
     av.k_qs = aqs; av.k_d = ad; av.k_bs = abs_;
     const int c = lane & 3;
     const k4_sel ks = k4_sel_make(c);
-    int k = 0;
+    int kb = 0; /* the CTA's index of the op's first task */
     for (int l = 0; l < P.n_layers; l++)
         for (int op = 0; op < 2; op++) {
             const int o = 2 * l + op;
-            if (o > 0 && threadIdx.x == 0)
+            if (deps && o > 0 && threadIdx.x == 0)
                 while (mg_ld_acquire(&P.cnt[o - 1]) < (unsigned)G) { }
             __syncthreads();
-            /* the op's activation, in shared memory */
-            if (op == 0) {
+            /* the op's activation, in shared memory (every warp of the CTA) */
+            const int gw = threadIdx.x >> 5;
+            if (!prologue) {
+            } else if (op == 0) {
                 out.x = P.xs + (size_t)cta * D; out.n = D;
                 const float scale = nq_rms_scale<true>(P.x, D, P.eps, red);
-                for (int u = wid; u < nb1; u += NW)
+                for (int u = gw; u < nb1; u += NW)
                     nq_unit<true>(CU_NQ_RMSNORM, P.x, NULL, 0, P.nw[l], P.eps, 0, scale, out, BK_ACT_BIT(BK_ACT_Q8_K), 0, u, lane);
             } else {
                 /* h as it is (nq_unit's QUANT mode: the same ops), up to 4 units a warp with their loads together */
-                for (int u0 = wid; u0 < nb2; u0 += 4 * NW) {
+                for (int u0 = gw; u0 < nb2; u0 += 4 * NW) {
                     float v[4][8];
 #pragma unroll
                     for (int q = 0; q < 4; q++)
@@ -2220,7 +2243,7 @@ static __global__ void __launch_bounds__(512, 1) mega_ffn_kernel(const struct cu
             mv_act v;
             const int SBW = op == 0 ? SB1 : SB2;
             const int sbl = (lane >> 2) % SBW, rr = lane / (4 * SBW);
-            const int team = op == 0 ? wid / W1 : 0, wt = op == 0 ? wid % W1 : wid;
+            const int half = op == 0 ? wid / W1 : 0, wt = op == 0 ? wid % W1 : wid; /* op 0: gate warps, then up warps */
             const bool act = op == 0 ? wid < 2 * W1 : wid < W2;
             const int sb = wt * SBW + sbl;
             const bool on = act && sb < (op == 0 ? nb1 : nb2);
@@ -2228,43 +2251,47 @@ static __global__ void __launch_bounds__(512, 1) mega_ffn_kernel(const struct cu
             if (on) mv_act_load(av, false, sb, c, v);
             else mv_act_zero(v);
             const int nt = op == 0 ? n0 : n1;
-            for (int i = 0; i < nt; i++, k++) {
-                const int s = k % P.ns;
+            for (int i = team, j = 0; i < nt; i += NT, j++) {
+                const int k = kb + i, s = k % P.ns;
                 mg_wait(&bars[s], (uint32_t)(k / P.ns) & 1);
                 const uint8_t *slot = ring + (size_t)s * P.slot;
-                float *pb = part + (k & 1) * 16 * 32;
-                if (op == 0) {
-                    const uint8_t *wr0 = slot + (size_t)team * P.rg * P.s_gu;
-                    for (int r = rr; r < P.rg; r += RW1) {
-                        const k4_w w = on ? k4_load<true>(wr0 + (size_t)r * P.s_gu, nb1, sb, c)
-                                          : k4_w{make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0), 0, 0, 0, 0};
-                        mv_warp_part<SB1>(k4_term(w, ks, v), &pb[wid * 32 + r], lane);
-                    }
-                } else {
-                    for (int r = rr; r < P.rd; r += RW2) {
-                        const k4_w w = on ? k4_load<true>(slot + (size_t)r * P.s_dn, nb2, sb, c)
-                                          : k4_w{make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0), 0, 0, 0, 0};
-                        mv_warp_part<SB2>(k4_term(w, ks, v), &pb[wid * 32 + r], lane);
+                float *pb = part + ((size_t)team * 2 + (j & 1)) * 16 * 32;
+                if (compute) {
+                    if (op == 0) {
+                        const uint8_t *wr0 = slot + (size_t)half * P.rg * P.s_gu;
+                        for (int r = rr; r < P.rg; r += RW1) {
+                            const k4_w w = on ? k4_load<true>(wr0 + (size_t)r * P.s_gu, nb1, sb, c)
+                                              : k4_w{make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0), 0, 0, 0, 0};
+                            mv_warp_part<SB1>(k4_term(w, ks, v), &pb[wid * 32 + r], lane);
+                        }
+                    } else {
+                        for (int r = rr; r < P.rd; r += RW2) {
+                            const k4_w w = on ? k4_load<true>(slot + (size_t)r * P.s_dn, nb2, sb, c)
+                                              : k4_w{make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0), 0, 0, 0, 0};
+                            mv_warp_part<SB2>(k4_term(w, ks, v), &pb[wid * 32 + r], lane);
+                        }
                     }
                 }
-                __syncthreads(); /* the slot is read, the parts written */
-                if (threadIdx.x == 0 && k + P.ns < total) mg_issue(P, ring, bars, k + P.ns, n0, n1);
-                const int t = cta + G * i;
-                if (op == 0) {
-                    if ((int)threadIdx.x < P.rg) {
-                        const int j = threadIdx.x;
-                        float g = pb[j], u = pb[W1 * 32 + j];
-                        for (int q = 1; q < W1; q++) { g = __fadd_rn(g, pb[q * 32 + j]); u = __fadd_rn(u, pb[(W1 + q) * 32 + j]); }
-                        P.h[(size_t)t * P.rg + j] = __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), u);
+                /* the slot is read, the parts written (the team's warps) */
+                if (NT == 1) __syncthreads();
+                else asm volatile("bar.sync %0, %1;" ::"r"(1 + team), "r"(32 * TW) : "memory");
+                if (wid == 0 && lane == 0 && k + P.ns < total) mg_issue(P, ring, bars, k + P.ns, n0, n1);
+                const int t = cta + G * i, tj = wid * 32 + lane; /* the epilogue's thread in the team */
+                if (!compute) {
+                } else if (op == 0) {
+                    if (tj < P.rg) {
+                        float g = pb[tj], u = pb[W1 * 32 + tj];
+                        for (int q = 1; q < W1; q++) { g = __fadd_rn(g, pb[q * 32 + tj]); u = __fadd_rn(u, pb[(W1 + q) * 32 + tj]); }
+                        P.h[(size_t)t * P.rg + tj] = __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), u);
                     }
-                } else if ((int)threadIdx.x < P.rd) {
-                    const int j = threadIdx.x;
-                    float y = pb[j];
-                    for (int q = 1; q < W2; q++) y = __fadd_rn(y, pb[q * 32 + j]);
-                    float *xp = P.x + (size_t)t * P.rd + j;
+                } else if (tj < P.rd) {
+                    float y = pb[tj];
+                    for (int q = 1; q < W2; q++) y = __fadd_rn(y, pb[q * 32 + tj]);
+                    float *xp = P.x + (size_t)t * P.rd + tj;
                     *xp = __fadd_rn(gpu_ldcg(xp), y);
                 }
             }
+            kb += nt;
             __syncthreads();
             if (threadIdx.x == 0) { __threadfence(); atomicAdd(&P.cnt[o], 1u); }
         }
@@ -2273,7 +2300,9 @@ static __global__ void __launch_bounds__(512, 1) mega_ffn_kernel(const struct cu
 
 size_t cu_mega_ffn_smem(const struct cu_mega_ffn_args *a) {
     const int64_t nmax = a->D > a->F ? a->D : a->F;
-    return (size_t)a->ns * a->slot + 8 * (size_t)((a->ns + 1) & ~1) + nmax + 4 * (nmax / QK_K) + 2 * (nmax / 16) + 4 * 2 * 16 * 32 + 8 * NQ_WARPS + 64;
+    const int nt = a->teams == 2 ? 2 : 1;
+    return (size_t)a->ns * a->slot + 8 * (size_t)((a->ns + 1) & ~1) + nmax + 4 * (nmax / QK_K) + 2 * (nmax / 16) + 4 * nt * 2 * 16 * 32 +
+           8 * NQ_WARPS + 64;
 }
 
 bool cu_mega_ffn(const struct cu_mega_ffn_args *a, int ctas, gpuStream_t s) {
@@ -2287,12 +2316,12 @@ bool cu_mega_ffn(const struct cu_mega_ffn_args *a, int ctas, gpuStream_t s) {
     if (a->rg % 4 || a->rd % 2 || a->rg > 32 || a->rd > 32 || a->F % a->rg || a->D % a->rd) return false;
     if ((uint64_t)2 * a->rg * a->s_gu > a->slot || (uint64_t)a->rd * a->s_dn > a->slot || a->slot % 16 || a->s_gu % 16 || a->s_dn % 16)
         return false;
-    const int nw = 2 * W1 > W2 ? 2 * W1 : W2;
-    if (nw > 16) return false;
+    const int nw = 2 * W1 > W2 ? 2 * W1 : W2, nt = a->teams == 2 ? 2 : 1;
+    if (nw * nt > (nt == 1 ? 16 : 20)) return false;
     const size_t smem = cu_mega_ffn_smem(a);
-    void (*kern)(const struct cu_mega_ffn_args) = mega_ffn_kernel<2, 4>;
+    void (*kern)(const struct cu_mega_ffn_args) = nt == 1 ? mega_ffn_kernel<2, 4, 1> : mega_ffn_kernel<2, 4, 2>;
     if (gpuFuncSetMaxDynamicSmem(kern, (int)smem) != gpuSuccess) return false;
-    kern<<<ctas, 32 * nw, smem, s>>>(*a);
+    kern<<<ctas, 32 * nw * nt, smem, s>>>(*a);
     return gpuGetLastError() == gpuSuccess;
 #endif
 }
