@@ -945,8 +945,16 @@ static __device__ __forceinline__ float k4_term(const k4_w &w, const k4_sel &ks,
 #pragma unroll
     for (int k = 0; k < 8; k++) {
         slo = dot4_i8((int)(qw[k] & 0x0F0F0F0Fu), v.al[k], slo);
+#if defined(VLLMC_HIP)
         shi = dot4_i8((int)((qw[k] >> 4) & 0x0F0F0F0Fu), v.ah[k], shi);
+#else /* the high nibbles where they are (16 x the quant, unsigned): one instruction a word fewer; the sum is 16 x the
+         same integer, so the shift below is exact */
+        shi = dot4_u8s8(qw[k] & 0xF0F0F0F0u, v.ah[k], shi);
+#endif
     }
+#if !defined(VLLMC_HIP)
+    shi >>= 4;
+#endif
     const uint32_t X = k4_scales(ks, w.s0, w.s1, w.s2);
     int I = (int)(X & 0xff) * slo + (int)((X >> 8) & 0xff) * shi;
     int M = (int)((X >> 16) & 0xff) * v.b[0] + (int)(X >> 24) * v.b[1];
@@ -2262,13 +2270,13 @@ static __global__ void __launch_bounds__(NT == 1 ? 512 : 640, 1) mega_ffn_kernel
                         for (int r = rr; r < P.rg; r += RW1) {
                             const k4_w w = on ? k4_load<true>(wr0 + (size_t)r * P.s_gu, nb1, sb, c)
                                               : k4_w{make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0), 0, 0, 0, 0};
-                            mv_warp_part<SB1>(k4_term(w, ks, v), &pb[wid * 32 + r], lane);
+                            mv_warp_part<SB1>(k4_term<MV_HW_H2F>(w, ks, v), &pb[wid * 32 + r], lane);
                         }
                     } else {
                         for (int r = rr; r < P.rd; r += RW2) {
                             const k4_w w = on ? k4_load<true>(slot + (size_t)r * P.s_dn, nb2, sb, c)
                                               : k4_w{make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0), 0, 0, 0, 0};
-                            mv_warp_part<SB2>(k4_term(w, ks, v), &pb[wid * 32 + r], lane);
+                            mv_warp_part<SB2>(k4_term<MV_HW_H2F>(w, ks, v), &pb[wid * 32 + r], lane);
                         }
                     }
                 }

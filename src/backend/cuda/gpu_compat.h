@@ -243,6 +243,16 @@ static __device__ __forceinline__ int dot4_i8(int a, int b, int c) {
 #endif
 }
 
+/* c + dot(4 x uint8 of a, 4 x int8 of b) on NVIDIA (dp4a.u32.s32): lets a Q4_K high nibble be dotted in place, as
+ * 16 x its value, without the shift that would move it down (gemv_q.cu k4_term). Not used on HIP. */
+#if !defined(VLLMC_HIP)
+static __device__ __forceinline__ int dot4_u8s8(unsigned a, int b, int c) {
+    int d;
+    asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
+#endif
+
 /* ---- programmatic dependent launch (PDL) ----
  * On sm_90 a kernel launched by gpu_launch while gpu_pdl.on is set (and the stream's previous operation
  * was a kernel) may start while that kernel still runs. Such a kernel calls gpu_pdl_wait() before it
