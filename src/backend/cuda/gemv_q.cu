@@ -945,14 +945,14 @@ static __device__ __forceinline__ float k4_term(const k4_w &w, const k4_sel &ks,
 #pragma unroll
     for (int k = 0; k < 8; k++) {
         slo = dot4_i8((int)(qw[k] & 0x0F0F0F0Fu), v.al[k], slo);
-#if defined(VLLMC_HIP)
+#if defined(VLLMC_HIP) || defined(VLLMC_K4_SHIFT)
         shi = dot4_i8((int)((qw[k] >> 4) & 0x0F0F0F0Fu), v.ah[k], shi);
 #else /* the high nibbles where they are (16 x the quant, unsigned): one instruction a word fewer; the sum is 16 x the
          same integer, so the shift below is exact */
         shi = dot4_u8s8(qw[k] & 0xF0F0F0F0u, v.ah[k], shi);
 #endif
     }
-#if !defined(VLLMC_HIP)
+#if !defined(VLLMC_HIP) && !defined(VLLMC_K4_SHIFT)
     shi >>= 4;
 #endif
     const uint32_t X = k4_scales(ks, w.s0, w.s1, w.s2);
