@@ -945,14 +945,14 @@ static __device__ __forceinline__ float k4_term(const k4_w &w, const k4_sel &ks,
 #pragma unroll
     for (int k = 0; k < 8; k++) {
         slo = dot4_i8((int)(qw[k] & 0x0F0F0F0Fu), v.al[k], slo);
-#if defined(VLLMC_HIP) || defined(VLLMC_K4_SHIFT)
+#if defined(VLLMC_HIP)
         shi = dot4_i8((int)((qw[k] >> 4) & 0x0F0F0F0Fu), v.ah[k], shi);
 #else /* the high nibbles where they are (16 x the quant, unsigned): one instruction a word fewer; the sum is 16 x the
          same integer, so the shift below is exact */
         shi = dot4_u8s8(qw[k] & 0xF0F0F0F0u, v.ah[k], shi);
 #endif
     }
-#if !defined(VLLMC_HIP) && !defined(VLLMC_K4_SHIFT)
+#if !defined(VLLMC_HIP)
     shi >>= 4;
 #endif
     const uint32_t X = k4_scales(ks, w.s0, w.s1, w.s2);
@@ -1094,13 +1094,8 @@ template <int NA> static __device__ __forceinline__ float mv_res_load(const stru
 
 /* The super-block scales by the conversion instruction in the column-split kernel: its software form (fp16_to_fp32) took
  * ~40 of a Q4_K term's ~165 instructions, with branches (SASS); by the instruction the hot instance (2,560 columns, 4
- * row groups) takes 94 registers against 90, still 4 CTAs of 160 threads an SM. VLLMC_COLS_SW_H2F: the software form
- * (comparisons). */
-#if defined(VLLMC_COLS_SW_H2F)
-#define MV_HW_H2F false
-#else
+ * row groups) takes 94-96 registers against 90, still 4 CTAs of 160 threads an SM (qwen35-4b decode +2.4%). */
 #define MV_HW_H2F true
-#endif
 /* NA 1: one activation row (a batch-1 step); NA = MV_NA: a decode step of several sequences, blockIdx.y the group
  * of up to MV_NA activation rows, each met in turn with the weights the lane loaded once (its chunk from L1).
  * The per-row sums are the same ops in the same order either way. U: row groups a CTA. */
