@@ -40,7 +40,8 @@
 # Stage nq (not default) runs test_cuda_model on the tiny models with the norm + quantize inside the launch before it
 # the MoE mix in the down launch and the attention combine in its split launch (VLLMC_CUDA_FUSE_NQ=63, every part), alone
 # and with the streaming mat-vec, and
-# test_cuda_engine with them.
+# test_cuda_engine with them. Stage mega (not default) runs bench/bench_mega.cu (the persistent FFN chain against the
+# launch chain: bit parity, then us a layer; MEGA_ARGS="reps layers", MEGA_SAN=1 adds a memcheck run on 2 layers).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu-out}
