@@ -772,15 +772,19 @@ static void test_cols_lb(void) {
             h[k] = malloc((size_t)nr * 4);
         }
         const int old = backend_cuda_set_matvec_lb(0);
+        const uint64_t u0 = backend_cuda_cols_lb_launches();
         CHECK(gpu->ops->matmul(gpu, &a, n, mo) == VLLMC_OK);
+        CHECK_MSG(backend_cuda_cols_lb_launches() == u0, "bounded column-split instances E %lld: taken with the mask off", (long long)E);
         for (int k = 0; k < n; k++) CHECK(gpu->ops->copy_to_host(gpu, ref[k], y[k], (size_t)cs[ci].rows[k] * 4) == VLLMC_OK);
         for (int k = 0; k < n; k++) {
             float *poison = nan_buf((size_t)cs[ci].rows[k]);
             CHECK(gpu->ops->copy_to_device(gpu, y[k], poison, (size_t)cs[ci].rows[k] * 4) == VLLMC_OK);
             free(poison);
         }
+        const uint64_t l0 = backend_cuda_cols_lb_launches();
         backend_cuda_set_matvec_lb(7);
         CHECK(gpu->ops->matmul(gpu, &a, n, mo) == VLLMC_OK);
+        CHECK_MSG(backend_cuda_cols_lb_launches() == l0 + 1, "bounded column-split instances E %lld: not launched", (long long)E);
         size_t bad = 0, tot = 0;
         for (int k = 0; k < n; k++) {
             CHECK(gpu->ops->copy_to_host(gpu, h[k], y[k], (size_t)cs[ci].rows[k] * 4) == VLLMC_OK);

@@ -61,6 +61,8 @@ void backend_cuda_set_matvec_rows(int rows0, int rows1); /* class limits (defaul
 /* The register-bounded column-split instances a bit per class (cu_mm_cfg.cols_lb: 1 Q4_K at 2,560 columns, 2 the Q6_K
  * LM head at 2,560, 4 rows of 9,216 columns); returns the previous mask. Process-wide; VLLMC_CUDA_COLS_LB sets it. */
 int backend_cuda_set_matvec_lb(int mask);
+/* Launches that took a register-bounded instance so far, process-wide. */
+uint64_t backend_cuda_cols_lb_launches(void);
 /* Matmuls of 2..max_rows activation rows (Q4_K / Q6_K / Q8_0 / F32 weights) through the few-row kernel (a warp per
  * (weight row, activation row), the same bits as the multi-row kernel); 0 (default): off. Process-wide;
  * VLLMC_CUDA_DEC=N sets it at backend creation. Not yet measured: for comparisons. */

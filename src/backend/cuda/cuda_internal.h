@@ -363,7 +363,7 @@ bool cu_launch_moe_grouped(const struct cu_moe_args *a, gpuStream_t s);
 bool cu_moe_grp_shape_ok(const struct cu_moe_mm_args *mm);
 /* The persistent dataflow FFN chain (gemv_q.cu, an experiment measured by bench/bench_mega.cu): n_layers of
  * x += down(swiglu(gate_up(rmsnorm(x) * nw))) with Q4_K weights (repacked rows), batch 1, one launch of `ctas` CTAs
- * (at most one an SM, all resident). cnt: 2 * n_layers counters, zero before the launch. xs: ctas x D floats of
+ * (at most one an SM; more than can be resident at once is refused). cnt: 2 * n_layers counters, zero before the launch. xs: ctas x D floats of
  * scratch. rg: gate (and up) rows a task, rd: down rows a task; ns slots of `slot` bytes (>= 2 rg s_gu, rd s_dn).
  * False (nothing launched) where the shapes or the target do not allow it. */
 struct cu_mega_ffn_args {

@@ -1092,10 +1092,6 @@ template <int NA> static __device__ __forceinline__ float mv_res_load(const stru
     return mv_res_early<NA>(S) && (int)threadIdx.x < rows ? S.res[r0 + (int)threadIdx.x] : 0.f;
 }
 
-/* The super-block scales by the conversion instruction in the column-split kernel: its software form (fp16_to_fp32) took
- * ~40 of a Q4_K term's ~165 instructions, with branches (SASS); by the instruction the hot instance (2,560 columns, 4
- * row groups) takes 94-96 registers against 90, still 4 CTAs of 160 threads an SM (qwen35-4b decode +2.4%). */
-#define MV_HW_H2F true
 /* NA 1: one activation row (a batch-1 step); NA = MV_NA: a decode step of several sequences, blockIdx.y the group
  * of up to MV_NA activation rows, each met in turn with the weights the lane loaded once (its chunk from L1).
  * The per-row sums are the same ops in the same order either way. U: row groups a CTA. */
@@ -1140,6 +1136,9 @@ static __global__ void __launch_bounds__(LBT, LBM) mm_kernel_cols(const struct c
     const bool on = sb < n_sb;
     mv_act v;
     float resv = 0.f;
+    /* the super-block scales convert by the instruction (k4_term<true> / q6_term<true>): the software form took ~40 of a
+     * Q4_K term's ~165 instructions, with branches (SASS); the hot instance (2,560 columns, 4 row groups) takes 94-96
+     * registers against 90, still 4 CTAs of 160 threads an SM (qwen35-4b decode +2.4%) */
     if (KT == 1 || (KT == 3 && S.type == GGML_TYPE_Q4_K)) {
         k4_w w[U];
 #pragma unroll
@@ -1158,7 +1157,7 @@ static __global__ void __launch_bounds__(LBT, LBM) mm_kernel_cols(const struct c
             if (on) mv_act_load(NA == 1 ? P.a : act_row(P.a, a0 + r), false, sb, c, v);
             else mv_act_zero(v);
 #pragma unroll
-            for (int u = 0; u < U; u++) mv_warp_part<SBW>(k4_term<MV_HW_H2F>(w[u], ks, v), &part[wid][r][u * RW + rr], lane);
+            for (int u = 0; u < U; u++) mv_warp_part<SBW>(k4_term<true>(w[u], ks, v), &part[wid][r][u * RW + rr], lane);
         }
     } else {
         q6_w w[U];
@@ -1177,7 +1176,7 @@ static __global__ void __launch_bounds__(LBT, LBM) mm_kernel_cols(const struct c
             if (on) mv_act_load(NA == 1 ? P.a : act_row(P.a, a0 + r), true, sb, c, v);
             else mv_act_zero(v);
 #pragma unroll
-            for (int u = 0; u < U; u++) mv_warp_part<SBW>(q6_term<MV_HW_H2F>(w[u], c & 1, v), &part[wid][r][u * RW + rr], lane);
+            for (int u = 0; u < U; u++) mv_warp_part<SBW>(q6_term<true>(w[u], c & 1, v), &part[wid][r][u * RW + rr], lane);
         }
     }
     __syncthreads();
@@ -1230,6 +1229,9 @@ static void mm_subset(const struct cu_mm_args *args, unsigned mask, struct cu_mm
     mm_select(args, order, n, out);
 }
 
+uint64_t cu_cols_lb_launches;
+extern "C" uint64_t backend_cuda_cols_lb_launches(void) { return cu_cols_lb_launches; }
+
 /* The column-split kernel (NA = MV_NA for several activation rows) when every segment is Q4_K, Q6_K, Q8_0 or
  * F32 (one of them K-quant) and a row of 256-column super-blocks fits 16 warps; false (nothing launched) otherwise. */
 static bool mm_launch_cols(const struct cu_mm_args *args, gpuStream_t s, bool other_only = false) {
@@ -1274,10 +1276,12 @@ static bool mm_launch_cols(const struct cu_mm_args *args, gpuStream_t s, bool ot
     mm_cols_fn kern = mr ? mm_cols_pick<2, MV_NA>(sbw, kt) : U == 4 ? mm_cols_pick<4, 1>(sbw, kt) : mm_cols_pick<2, 1>(sbw, kt);
     if (cu_mm_cfg.cols_lb && !mr) { /* register-bounded instances: more CTAs an SM, fewer rounds of them */
         const int lb = cu_mm_cfg.cols_lb;
+        const mm_cols_fn unbounded = kern;
         if ((lb & 1) && w == 5 && sbw == 2 && kt == 1 && U == 4) kern = mm_kernel_cols<2, 1, 4, 1, 160, 5>;
         else if ((lb & 2) && w == 5 && sbw == 2 && kt == 2 && U == 2) kern = mm_kernel_cols<2, 2, 2, 1, 160, 5>; /* the LM head */
         else if ((lb & 4) && w == 9 && sbw == 4 && kt == 1 && U == 4) kern = mm_kernel_cols<4, 1, 4, 1, 288, 3>;
         else if ((lb & 4) && w == 9 && sbw == 4 && U == 2) kern = kt == 2 ? mm_kernel_cols<4, 2, 2, 1, 288, 3> : mm_kernel_cols<4, 3, 2, 1, 288, 3>;
+        cu_cols_lb_launches += kern != unbounded;
     }
     gpu_launch(kern, dim3((unsigned)ctas, mr ? (unsigned)GPU_CEIL_DIV(args->n_act, MV_NA) : 1u), dim3(32 * w), 0, s, a);
     return true;
@@ -2265,13 +2269,13 @@ static __global__ void __launch_bounds__(NT == 1 ? 512 : 640, 1) mega_ffn_kernel
                         for (int r = rr; r < P.rg; r += RW1) {
                             const k4_w w = on ? k4_load<true>(wr0 + (size_t)r * P.s_gu, nb1, sb, c)
                                               : k4_w{make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0), 0, 0, 0, 0};
-                            mv_warp_part<SB1>(k4_term<MV_HW_H2F>(w, ks, v), &pb[wid * 32 + r], lane);
+                            mv_warp_part<SB1>(k4_term<true>(w, ks, v), &pb[wid * 32 + r], lane);
                         }
                     } else {
                         for (int r = rr; r < P.rd; r += RW2) {
                             const k4_w w = on ? k4_load<true>(slot + (size_t)r * P.s_dn, nb2, sb, c)
                                               : k4_w{make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0), 0, 0, 0, 0};
-                            mv_warp_part<SB2>(k4_term<MV_HW_H2F>(w, ks, v), &pb[wid * 32 + r], lane);
+                            mv_warp_part<SB2>(k4_term<true>(w, ks, v), &pb[wid * 32 + r], lane);
                         }
                     }
                 }
@@ -2313,6 +2317,7 @@ bool cu_mega_ffn(const struct cu_mega_ffn_args *a, int ctas, gpuStream_t s) {
     (void)a; (void)ctas; (void)s;
     return false;
 #else
+    if (a->D <= 0 || a->F <= 0 || a->rg <= 0 || a->rd <= 0 || a->ns < 1 || a->n_layers < 1 || ctas < 1) return false;
     const int nb1 = (int)(a->D / QK_K), nb2 = (int)(a->F / QK_K);
     if (a->D % QK_K || a->F % QK_K || nb1 > 16 || nb2 < 17 || nb2 > 64) return false; /* the (2, 4) instance's shapes */
     const int W1 = (nb1 + 1) / 2, W2 = (nb2 + 3) / 4;
@@ -2324,6 +2329,11 @@ bool cu_mega_ffn(const struct cu_mega_ffn_args *a, int ctas, gpuStream_t s) {
     const size_t smem = cu_mega_ffn_smem(a);
     void (*kern)(const struct cu_mega_ffn_args) = nt == 1 ? mega_ffn_kernel<2, 4, 1> : mega_ffn_kernel<2, 4, 2>;
     if (gpuFuncSetMaxDynamicSmem(kern, (int)smem) != gpuSuccess) return false;
+    /* every CTA must be resident at once: a CTA waiting on a counter that a CTA not yet started must add would hang */
+    int per = 0, sms = 0, dev = 0;
+    if (gpuGetDevice(&dev) != gpuSuccess || gpuDeviceGetSMCount(&sms, dev) != gpuSuccess ||
+        gpuOccupancyMaxActiveBlocksPerMultiprocessor(&per, kern, 32 * nw * nt, smem) != gpuSuccess || ctas > per * sms)
+        return false;
     kern<<<ctas, 32 * nw * nt, smem, s>>>(*a);
     return gpuGetLastError() == gpuSuccess;
 #endif
