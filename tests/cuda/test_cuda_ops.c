@@ -805,85 +805,6 @@ static void test_cols_lb(void) {
     }
 }
 
-/* The looping column-split kernel (backend_cuda_set_matvec_loop) against the column-split kernel, bit for bit: rows of
- * one K-quant type at 2,560 and 9,216 columns, one and two segments (gate + up), the grid as the GPU holds it and
- * capped at 7 CTAs (many groups a CTA, an uneven last round); each configuration with both instance bounds. */
-static void test_loop(void) {
-    const struct { int64_t E; int n; uint32_t t; int64_t rows[2]; } cs[] = {
-        {2560, 1, GGML_TYPE_Q4_K, {777, 0}},
-        {2560, 1, GGML_TYPE_Q6_K, {1003, 0}},
-        {2560, 2, GGML_TYPE_Q4_K, {2001, 1500}},
-        {2560, 1, GGML_TYPE_Q6_K, {9001, 0}},
-        {9216, 1, GGML_TYPE_Q4_K, {300, 0}},
-        {9216, 1, GGML_TYPE_Q6_K, {301, 0}},
-        {9216, 2, GGML_TYPE_Q4_K, {100, 37}},
-        {4096, 1, GGML_TYPE_Q4_K, {257, 0}},
-        {4096, 1, GGML_TYPE_Q6_K, {300, 0}},
-        {512, 1, GGML_TYPE_Q4_K, {3, 0}},
-    };
-    for (size_t ci = 0; ci < sizeof(cs) / sizeof(cs[0]); ci++) {
-        const int64_t E = cs[ci].E;
-        float *x = rand_buf((size_t)E, 1.0f);
-        struct bk_act a;
-        CHECK(bk_act_alloc(gpu, 1, E, BK_ACT_BIT(BK_ACT_Q8_K), &a) == VLLMC_OK);
-        CHECK(gpu->ops->copy_to_device(gpu, a.x, x, (size_t)E * 4) == VLLMC_OK);
-        a.n_rows = 1;
-        CHECK(gpu->ops->quantize(gpu, &a) == VLLMC_OK);
-        struct bk_tensor w[2];
-        float *y[2], *ref[2], *h[2];
-        struct bk_matmul_out mo[2];
-        const int n = cs[ci].n;
-        for (int k = 0; k < n; k++) {
-            const int64_t nr = cs[ci].rows[k];
-            const size_t bytes = quant_row_size(cs[ci].t, E) * (size_t)nr;
-            uint8_t *host = malloc(bytes);
-            fill_weight(cs[ci].t, host, bytes);
-            const int64_t ne[2] = {E, nr};
-            CHECK(gpu->ops->weight_upload(gpu, host, cs[ci].t, 2, ne, &w[k]) == VLLMC_OK);
-            free(host);
-            CHECK(gpu->ops->alloc(gpu, (size_t)nr * 4, (void **)&y[k]) == VLLMC_OK);
-            mo[k] = (struct bk_matmul_out){.w = &w[k], .y = y[k]};
-            ref[k] = malloc((size_t)nr * 4);
-            h[k] = malloc((size_t)nr * 4);
-        }
-        const int old = backend_cuda_set_matvec_loop(0, 0);
-        const uint64_t u0 = backend_cuda_loop_launches();
-        CHECK(gpu->ops->matmul(gpu, &a, n, mo) == VLLMC_OK);
-        CHECK_MSG(backend_cuda_loop_launches() == u0, "looping mat-vec E %lld: taken with the mask off", (long long)E);
-        for (int k = 0; k < n; k++) CHECK(gpu->ops->copy_to_host(gpu, ref[k], y[k], (size_t)cs[ci].rows[k] * 4) == VLLMC_OK);
-        const int cfgs[4][2] = {{3, 0}, {3, 7}, {7, 0}, {7, 7}};
-        for (int cf = 0; cf < 4; cf++) {
-            for (int k = 0; k < n; k++) {
-                float *poison = nan_buf((size_t)cs[ci].rows[k]);
-                CHECK(gpu->ops->copy_to_device(gpu, y[k], poison, (size_t)cs[ci].rows[k] * 4) == VLLMC_OK);
-                free(poison);
-            }
-            const uint64_t l0 = backend_cuda_loop_launches();
-            backend_cuda_set_matvec_loop(cfgs[cf][0], cfgs[cf][1]);
-            CHECK(gpu->ops->matmul(gpu, &a, n, mo) == VLLMC_OK);
-            CHECK_MSG(backend_cuda_loop_launches() == l0 + 1, "looping mat-vec E %lld: not launched", (long long)E);
-            size_t bad = 0, tot = 0;
-            for (int k = 0; k < n; k++) {
-                CHECK(gpu->ops->copy_to_host(gpu, h[k], y[k], (size_t)cs[ci].rows[k] * 4) == VLLMC_OK);
-                bad += n_diff(h[k], ref[k], (size_t)cs[ci].rows[k]);
-                tot += (size_t)cs[ci].rows[k];
-            }
-            printf("looping mat-vec E %lld, %s x %d segment(s), mask %d, CTAs %s: %zu of %zu outputs differ from the "
-                   "column-split kernel\n", (long long)E, quant_traits(cs[ci].t)->name, n, cfgs[cf][0],
-                   cfgs[cf][1] ? "7" : "resident", bad, tot);
-            CHECK_MSG(bad == 0, "looping mat-vec E %lld: %zu outputs differ", (long long)E, bad);
-        }
-        backend_cuda_set_matvec_loop(old, 0);
-        for (int k = 0; k < n; k++) {
-            free(ref[k]); free(h[k]);
-            gpu->ops->free(gpu, y[k]);
-            gpu->ops->weight_free(gpu, &w[k]);
-        }
-        free(x);
-        bk_act_free(gpu, &a);
-    }
-}
-
 /* The norm + quantize inside a matmul's launch (backend_cuda_set_fuse_nq; recorded decode steps only): a step of T
  * sequences of one token each,
  *   a -> o = Wo a, x += o (the fused add), f = rmsnorm_quantize(x)       (RMSNORM in the Wo launch)
@@ -1232,7 +1153,6 @@ int main(void) {
     test_cols_rows();
     test_stream();
     test_cols_lb();
-    test_loop();
     test_nq_fused();
     test_invariance();
     test_gdn();

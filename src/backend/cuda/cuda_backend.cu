@@ -1511,7 +1511,6 @@ extern "C" vllmc_status backend_cuda_create(const struct backend_cuda_opts *o, s
     if ((env = getenv("VLLMC_CUDA_NQ_EARLY"))) cu_mm_cfg.nq_early = atoi(env) != 0; /* (comparisons) */
     if ((env = getenv("VLLMC_CUDA_COLS_SBW2")) && atoi(env) >= 1 && atoi(env) <= 16) cu_mm_cfg.cols_sbw2 = atoi(env);
     if ((env = getenv("VLLMC_CUDA_COLS_LB"))) cu_mm_cfg.cols_lb = atoi(env) & 7; /* (comparisons) */
-    if ((env = getenv("VLLMC_CUDA_LOOP"))) cu_mm_cfg.loop = atoi(env) & 7; /* the looping mat-vec a bit per type, 4 tighter bounds (comparisons) */
     if ((env = getenv("VLLMC_CUDA_DEC"))) backend_cuda_set_decode_rows(atoi(env));
     if ((env = getenv("VLLMC_CUDA_MOE_COLS"))) backend_cuda_set_moe_cols(atoi(env)); /* MoE ops of up to N rows on the
                                                                                    column-split expert kernels; 0 off */
@@ -1568,12 +1567,6 @@ extern "C" void backend_cuda_set_matvec_cols(const int cols[3]) {
 extern "C" int backend_cuda_set_matvec_lb(int mask) {
     const int old = cu_mm_cfg.cols_lb;
     cu_mm_cfg.cols_lb = mask & 7;
-    return old;
-}
-extern "C" int backend_cuda_set_matvec_loop(int mask, int max_ctas) {
-    const int old = cu_mm_cfg.loop;
-    cu_mm_cfg.loop = mask & 7;
-    cu_mm_cfg.loop_ctas = max_ctas < 0 ? 0 : max_ctas;
     return old;
 }
 extern "C" void backend_cuda_get_matvec_cols(int cols[3]) {

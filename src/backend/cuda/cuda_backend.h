@@ -63,13 +63,6 @@ void backend_cuda_set_matvec_rows(int rows0, int rows1); /* class limits (defaul
 int backend_cuda_set_matvec_lb(int mask);
 /* Launches that took a register-bounded instance so far, process-wide. */
 uint64_t backend_cuda_cols_lb_launches(void);
-/* One activation row, rows of one K-quant type: the looping column-split kernel (a grid of at most the resident CTAs, at
- * most max_ctas if > 0, stepping over the groups of rows with the next group's weights in flight; the column-split
- * kernel's sums and bits), a bit per type: 1 Q4_K, 2 Q6_K (4: instances bounded to more CTAs an SM); 0 off. Returns the previous mask. Process-wide;
- * VLLMC_CUDA_LOOP sets the mask. */
-int backend_cuda_set_matvec_loop(int mask, int max_ctas);
-/* Launches that took the looping kernel so far, process-wide. */
-uint64_t backend_cuda_loop_launches(void);
 /* Matmuls of 2..max_rows activation rows (Q4_K / Q6_K / Q8_0 / F32 weights) through the few-row kernel (a warp per
  * (weight row, activation row), the same bits as the multi-row kernel); 0 (default): off. Process-wide;
  * VLLMC_CUDA_DEC=N sets it at backend creation. Not yet measured: for comparisons. */

@@ -156,11 +156,6 @@ struct cu_mm_cfg {
     int32_t cols_lb;           /* the one-activation-row column-split launches on instances bounded by registers to more CTAs
                                   an SM (fewer rounds of CTAs), a bit per class: 1 Q4_K at 2,560 columns (160 threads, 5
                                   an SM), 2 the Q6_K LM head at 2,560 (160, 5), 4 rows of 9,216 columns (288, 3); 0: none */
-    int32_t loop;              /* one activation row, rows of one K-quant type: the looping column-split kernel (mm_kernel_loop,
-                                  a grid of at most the resident CTAs stepping over the groups of rows, the next group's
-                                  weights in flight while one is summed), a bit per type: 1 Q4_K, 2 Q6_K; 4: instances bounded to
-                                  more CTAs an SM; 0: off */
-    int32_t loop_ctas;         /* > 0: at most this many CTAs in that kernel's grid (tests) */
 };
 extern struct cu_mm_cfg cu_mm_cfg;
 void cu_launch_matmul(const struct cu_mm_args *args, gpuStream_t s);

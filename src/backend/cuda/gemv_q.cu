@@ -1319,165 +1319,6 @@ static bool mm_launch_cols(const struct cu_mm_args *args, gpuStream_t s, bool ot
     return true;
 }
 
-/* ---- looping column-split mat-vec: one activation row, rows of one K-quant type (cu_mm_cfg.loop) ----
- * The column-split kernel holds a CTA's rows in registers and ends: a launch of more groups of rows than the GPU holds
- * at once runs in rounds of CTAs, each paying a DRAM round trip, the activation's load, the reduction and the store in
- * series, and a last round that leaves most SMs idle. Here the grid is at most the resident CTAs, each taking groups
- * blockIdx.x, + gridDim.x, ... into two register buffers in turn: the next group's weights are in flight while the
- * current one is summed, so a CTA's DRAM stream does not stop between groups, and the activation is loaded once a
- * CTA. A group is the column-split kernel's CTA of U row groups (super-blocks over the warps, 64-element chunks over
- * the lanes) and its rows sum with that kernel's ops in its order (k4_term / q6_term, the butterfly, the warps in
- * order): the same bits. KT: 1 Q4_K, 2 Q6_K (one type a launch: a buffer of each would not fit). */
-template <int KT> struct lp_wsel { typedef k4_w T; };
-template <> struct lp_wsel<2> { typedef q6_w T; };
-
-/* The segment of group g (cta0: a segment's first group), its first row and its rows in the group (0 past the last). */
-template <int RPC>
-static __device__ __forceinline__ int lp_seg(const struct cu_mm_args &P, int g, int n_groups, int *r0, int *rows) {
-    int si = 0;
-#pragma unroll
-    for (int i = 1; i < CU_MM_MAX_SEG; i++)
-        if (i < P.n_seg && g >= P.seg[i].cta0) si = i;
-    *r0 = (g - P.seg[si].cta0) * RPC;
-    *rows = g < n_groups ? min(RPC, P.seg[si].n_rows - *r0) : 0;
-    return si;
-}
-
-/* Group g's weights into w (zeros past the rows, past the row's super-blocks, or for g >= n_groups). */
-template <int SBW, int KT, int U>
-static __device__ __forceinline__ void lp_load(const struct cu_mm_args &P, int g, int n_groups, typename lp_wsel<KT>::T (&w)[U],
-                                               int n_sb, int sb, bool on, int c, int rr) {
-    constexpr int RW = 8 / SBW, RPC = RW * U;
-    int r0, rows;
-    const cu_mm_seg &S = P.seg[lp_seg<RPC>(P, g, n_groups, &r0, &rows)];
-    const uint8_t *wb = S.w + (size_t)r0 * S.stride;
-#pragma unroll
-    for (int u = 0; u < U; u++) {
-        const int row = u * RW + rr;
-        if constexpr (KT == 1) {
-            if (on && row < rows) w[u] = k4_load(wb + (size_t)row * S.stride, n_sb, sb, c);
-            else w[u] = k4_w{make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0), 0, 0, 0, 0};
-        } else {
-            if (on && row < rows) w[u] = q6_load(wb + (size_t)row * S.stride, n_sb, sb, c);
-            else w[u] = q6_w{make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0), 0, 0};
-        }
-    }
-}
-
-template <int SBW, int KT, int U, int LBT, int LBM>
-static __global__ void __launch_bounds__(LBT, LBM) mm_kernel_loop(const struct cu_mm_args P, int n_groups) {
-    constexpr int RW = 8 / SBW, RPC = RW * U;
-    typedef typename lp_wsel<KT>::T wt;
-    __shared__ float part[2][16][RPC];
-    __shared__ float conv_pre[RPC][CU_CONV_PRE]; /* cu_mm_conv: each output's state and weights */
-    __shared__ int conv_slot[RPC];
-    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, W = blockDim.x >> 5, G = gridDim.x;
-    const int n_sb = (int)(P.a.n / QK_K);
-    const int c = lane & 3, sbl = (lane >> 2) % SBW, rr = lane / (4 * SBW);
-    const int sb = wid * SBW + sbl;
-    const bool on = sb < n_sb;
-    int g = blockIdx.x;
-    wt wa[U], wb[U];
-    lp_load<SBW, KT, U>(P, g, n_groups, wa, n_sb, sb, on, c, rr);
-    lp_load<SBW, KT, U>(P, g + G, n_groups, wb, n_sb, sb, on, c, rr);
-    gpu_pdl_wait();
-    gpu_pdl_trigger();
-    mv_act v;
-    if (on) mv_act_load(P.a, KT == 2, sb, c, v);
-    else mv_act_zero(v);
-    const k4_sel ks = k4_sel_make(c);
-    /* one group: the residual and the conv's state first (used after the reduction), the sums, then buffer w takes
-     * group g + 2G while the CTA reduces and stores */
-    auto step = [&](wt (&w)[U], int p) {
-        int r0, rows;
-        const int si = lp_seg<RPC>(P, g, n_groups, &r0, &rows);
-        const cu_mm_seg &S = P.seg[si];
-        const bool conv = P.conv.on && si == P.conv.seg;
-        const float resv = mv_res_load<1>(S, r0, rows);
-        if (conv) mv_conv_load<1>(P.conv, rows, 1, 0, r0, conv_pre, conv_slot);
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            float t;
-            if constexpr (KT == 1) t = k4_term<true>(w[u], ks, v);
-            else t = q6_term<true>(w[u], c & 1, v);
-            mv_warp_part<SBW>(t, &part[p][wid][u * RW + rr], lane);
-        }
-        lp_load<SBW, KT, U>(P, g + 2 * G, n_groups, w, n_sb, sb, on, c, rr);
-        __syncthreads(); /* part[p] is written; part[1 - p] was read by every thread before this */
-        for (int j = threadIdx.x; j < rows; j += blockDim.x) {
-            float y = part[p][0][j];
-            for (int k = 1; k < W; k++) y = __fadd_rn(y, part[p][k][j]);
-            const int64_t o = r0 + j;
-            if (S.bias) y = __fadd_rn(y, S.bias[r0 + j]);
-            S.y[o] = y;
-            if (S.res) S.res[o] = __fadd_rn(mv_res_early<1>(S) ? resv : S.res[o], y);
-            if (conv) mm_conv_store(P.conv, 0, r0 + j, conv_pre[j], conv_slot[j], y);
-        }
-    };
-    for (;;) {
-        step(wa, 0);
-        if ((g += G) >= n_groups) break;
-        step(wb, 1);
-        if ((g += G) >= n_groups) break;
-    }
-}
-
-uint64_t cu_loop_launches;
-extern "C" uint64_t backend_cuda_loop_launches(void) { return cu_loop_launches; }
-
-/* The looping kernel for one activation row when every segment is of one K-quant type (cu_mm_cfg.loop: bit 1 Q4_K,
- * bit 2 Q6_K) and a row of 256-column super-blocks fits 16 warps, with no norm + quantize in the launch; false
- * (nothing launched) otherwise. */
-static bool mm_launch_loop(const struct cu_mm_args *args, gpuStream_t s) {
-    const int64_t n = args->a.n;
-    if (!cu_mm_cfg.loop || args->n_act != 1 || n % QK_K != 0 || args->nq.on || args->n_seg < 1) return false;
-    const int t0 = args->seg[0].type;
-    for (int i = 1; i < args->n_seg; i++)
-        if (args->seg[i].type != t0) return false;
-    const int kt = t0 == GGML_TYPE_Q4_K ? 1 : t0 == GGML_TYPE_Q6_K ? 2 : 0;
-    if (!kt || !(cu_mm_cfg.loop & kt)) return false;
-    if (args->conv.on && args->seg[args->conv.seg].type != t0) return false;
-    const int n_sb = (int)(n / QK_K), sbw = n_sb <= cu_mm_cfg.cols_sbw2 ? 2 : 4, w = (n_sb + sbw - 1) / sbw;
-    if (w > 16) return false;
-    /* Q4_K: 2 row groups a buffer (the column-split kernel's 4 in registers, in two halves); Q6_K: 1 */
-    const int U = kt == 1 ? 2 : 1, rpc = 8 / sbw * U;
-    /* instances: Q4_K 119-120 registers unbounded (3 CTAs of 160 threads an SM, 1 of 288), Q6_K 93 (4 of 160, 2 of 288);
-     * bit 4 of the mask (tb) bounds them tighter, with a few spilled registers (ptxas: 28-72 bytes of spill loads) */
-    typedef void (*fn_t)(const struct cu_mm_args, int);
-    const bool tb = (cu_mm_cfg.loop & 4) != 0;
-    /* (a bounded instance only for the block it is bounded to: a larger one would not launch) */
-    fn_t kern;
-    int lbm = 0;
-    if (sbw == 2) kern = kt == 1 ? mm_kernel_loop<2, 1, 2, 512, 1> : mm_kernel_loop<2, 2, 1, 512, 1>;
-    else kern = kt == 1 ? mm_kernel_loop<4, 1, 2, 512, 1> : mm_kernel_loop<4, 2, 1, 512, 1>;
-    if (sbw == 2 && w == 5 && tb) { kern = kt == 1 ? mm_kernel_loop<2, 1, 2, 160, 4> : mm_kernel_loop<2, 2, 1, 160, 5>; lbm = 1; }
-    else if (sbw == 4 && w == 9 && (kt == 1 || tb)) { kern = kt == 1 ? mm_kernel_loop<4, 1, 2, 288, 2> : mm_kernel_loop<4, 2, 1, 288, 3>; lbm = 1; }
-    static int per[2][2][2][17]; /* resident CTAs an SM by (bounds, super-blocks a warp, type, warps) */
-    static int sms = 0;
-    if (!sms) {
-        int dev = 0;
-        if (gpuGetDevice(&dev) != gpuSuccess || gpuDeviceGetSMCount(&sms, dev) != gpuSuccess || sms <= 0) sms = 132;
-    }
-    int &pr = per[lbm][sbw == 4][kt - 1][w];
-    if (!pr && (gpuOccupancyMaxActiveBlocksPerMultiprocessor(&pr, kern, 32 * w, 0) != gpuSuccess || pr <= 0)) {
-        (void)gpuGetLastError();
-        pr = 1;
-    }
-    struct cu_mm_args a = *args;
-    int groups = 0;
-    for (int i = 0; i < a.n_seg; i++) {
-        a.seg[i].cta0 = groups;
-        groups += (int)GPU_CEIL_DIV(a.seg[i].n_rows, rpc);
-    }
-    /* an even share: the fewest rounds of groups the resident CTAs allow, over as few CTAs as give that */
-    int slots = pr * sms;
-    if (cu_mm_cfg.loop_ctas > 0) slots = min(slots, (int)cu_mm_cfg.loop_ctas); /* (tests: many groups a CTA) */
-    const int rounds = (int)GPU_CEIL_DIV(groups, slots), ctas = (int)GPU_CEIL_DIV(groups, rounds);
-    gpu_launch(kern, dim3((unsigned)ctas), dim3(32 * w), 0, s, a, groups);
-    cu_loop_launches++;
-    return true;
-}
-
 /* ---- streaming mat-vec: one activation row, Q4_K / Q6_K rows ----
  * Each CTA takes a run of consecutive rows (of the concatenated segments) and streams their bytes through a pipeline
  * of MS_NS shared-memory stages filled by asynchronous copies (gpu_cp16): the first MS_NS - 1 stages are issued before
@@ -1729,8 +1570,7 @@ static int split_resident(int ks) {
 #else
 #define MM_COLS_LB 6
 #endif
-#define MM_LOOP 0 /* off until measured */
-struct cu_mm_cfg cu_mm_cfg = {{8192, 65536}, {1, 4, 4}, {0, 2, 1}, {0, 0, 0}, 0, {1, 1, 1}, 64, 0, 3, 1, MS_CPS, 24 * 1024, 0, 16, MM_COLS_LB, MM_LOOP, 0};
+struct cu_mm_cfg cu_mm_cfg = {{8192, 65536}, {1, 4, 4}, {0, 2, 1}, {0, 0, 0}, 0, {1, 1, 1}, 64, 0, 3, 1, MS_CPS, 24 * 1024, 0, 16, MM_COLS_LB};
 
 static bool mm_launch_dec(const struct cu_mm_args *args, gpuStream_t s);
 
@@ -1780,8 +1620,7 @@ static bool mm_launch(const struct cu_mm_args *args, gpuStream_t s) {
             if (ks > 1) ks = 1;
             if (!tile_order) tr = 1;
         }
-        if ((inv_cols || (!args->row_order && cu_mm_cfg.cols[cls])) &&
-            (mm_launch_loop(args, s) || mm_launch_stream(args, s) || mm_launch_cols(args, s)))
+        if ((inv_cols || (!args->row_order && cu_mm_cfg.cols[cls])) && (mm_launch_stream(args, s) || mm_launch_cols(args, s)))
             return true;
         if (ks == 1 || ks == 2 || ks == 4) {
             struct cu_mm_args a = *args;
