@@ -1128,14 +1128,6 @@ template <int NA> static __device__ __forceinline__ float mv_res_load(const stru
  * of up to MV_NA activation rows, each met in turn with the weights the lane loaded once (its chunk from L1).
  * The per-row sums are the same ops in the same order either way. U: row groups a CTA. */
 #define MV_NA 8
-/* Row groups whose weights a column-split CTA asks for before its dependency wait (the rest after it); default all.
- * -DVLLMC_COLS_PRE=n: the first n only (comparisons: the weight stream a launch starts while the kernel before it runs
- * competes with that kernel's own loads). */
-#if defined(VLLMC_COLS_PRE)
-#define COLS_PRE VLLMC_COLS_PRE
-#else
-#define COLS_PRE 64
-#endif
 static_assert(MV_NA == 8, "cu_nq_fuse_counters counts groups of 8 activation rows");
 /* KT: the K-quant types present, 1 Q4_K, 2 Q6_K, 3 both (fewer registers for one). LBT, LBM: launch bounds of LBT
  * threads and LBM CTAs an SM (cu_mm_cfg.cols_lb), else 512 threads. */
@@ -1184,18 +1176,12 @@ static __global__ void __launch_bounds__(LBT, LBM) mm_kernel_cols(const struct c
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int row = u * RW + rr;
-            if (u >= COLS_PRE) w[u] = cols_k4_zero();
-            else if (on && row < rows) w[u] = cols_k4_load(wb + (size_t)row * S.stride, n_sb, sb, c);
+            if (on && row < rows) w[u] = cols_k4_load(wb + (size_t)row * S.stride, n_sb, sb, c);
             else w[u] = cols_k4_zero();
         }
         if (conv) mv_conv_load<NA>(P.conv, rows, na, a0, r0, conv_pre, conv_slot);
         gpu_pdl_wait();
         gpu_pdl_trigger();
-#pragma unroll
-        for (int u = COLS_PRE; u < U; u++) {
-            const int row = u * RW + rr;
-            if (on && row < rows) w[u] = cols_k4_load(wb + (size_t)row * S.stride, n_sb, sb, c);
-        }
         resv = mv_res_load<NA>(S, r0, rows);
         const k4_sel ks = k4_sel_make(c);
 #pragma unroll 1
@@ -1210,17 +1196,12 @@ static __global__ void __launch_bounds__(LBT, LBM) mm_kernel_cols(const struct c
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int row = u * RW + rr;
-            if (u < COLS_PRE && on && row < rows) w[u] = q6_load(wb + (size_t)row * S.stride, n_sb, sb, c);
+            if (on && row < rows) w[u] = q6_load(wb + (size_t)row * S.stride, n_sb, sb, c);
             else w[u] = q6_w{make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0), 0, 0};
         }
         if (conv) mv_conv_load<NA>(P.conv, rows, na, a0, r0, conv_pre, conv_slot);
         gpu_pdl_wait();
         gpu_pdl_trigger();
-#pragma unroll
-        for (int u = COLS_PRE; u < U; u++) {
-            const int row = u * RW + rr;
-            if (on && row < rows) w[u] = q6_load(wb + (size_t)row * S.stride, n_sb, sb, c);
-        }
         resv = mv_res_load<NA>(S, r0, rows);
 #pragma unroll 1
         for (int r = 0; r < na; r++) {
