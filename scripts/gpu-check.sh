@@ -86,6 +86,8 @@ if has ops; then
     timeout 150 "$BIN/test_cuda_ops" >"$OUT/test_cuda_ops.txt" 2>&1; rc=$? # ~40 s; a hang must not eat the call
     tail -25 "$OUT/test_cuda_ops.txt"
     note "test_cuda_ops rc=$rc: $(tail -1 "$OUT/test_cuda_ops.txt")"
+    # a failure names its check and the seed that replays it (the log itself may not come back from the machine)
+    [ $rc = 0 ] || note "  $(grep -m1 'seed' "$OUT/test_cuda_ops.txt"); $(grep -m3 '^FAIL' "$OUT/test_cuda_ops.txt" | cut -c1-300 | tr '\n' ' ')"
     # the streaming mat-vec's own check (test_stream) did not pass: later stages leave it off (a hang there would
     # cost the call)
     [ "$(grep -c "^streaming mat-vec E .*: 0 of" "$OUT/test_cuda_ops.txt")" = 8 ] || STREAM_BAD=1
