@@ -998,21 +998,13 @@ static __device__ __forceinline__ float k4s_term(const k4s_w &w, const k4_sel &k
     const k4_w f{w.q0, w.q1, shfl_idx(w.sw, b), shfl_idx(w.sw, b + 1), shfl_idx(w.sw, b + 2), shfl_idx(w.sw, b + 3)};
     return k4_term<true>(f, ks, v);
 }
-/* The column-split kernel's Q4_K rows: shared scale words (k4s_w), or with -DVLLMC_COLS_K4_FULL each lane's own copy of
- * all four (the previous form, for comparisons). */
-#if defined(VLLMC_COLS_K4_FULL)
-typedef k4_w cols_k4_w;
-static __device__ __forceinline__ k4_w cols_k4_load(const uint8_t *wr, int n_sb, int sb, int c) { return k4_load(wr, n_sb, sb, c); }
-static __device__ __forceinline__ float cols_k4_term(const k4_w &w, const k4_sel &ks, const mv_act &v, int) { return k4_term<true>(w, ks, v); }
-static __device__ __forceinline__ k4_w cols_k4_zero(void) { return k4_w{make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0), 0, 0, 0, 0}; }
-#else
+/* The column-split kernel's Q4_K rows: shared scale words (k4s_w). */
 typedef k4s_w cols_k4_w;
 static __device__ __forceinline__ k4s_w cols_k4_load(const uint8_t *wr, int n_sb, int sb, int c) { return k4s_load(wr, n_sb, sb, c); }
 static __device__ __forceinline__ float cols_k4_term(const k4s_w &w, const k4_sel &ks, const mv_act &v, int lane) {
     return k4s_term(w, ks, v, lane);
 }
 static __device__ __forceinline__ k4s_w cols_k4_zero(void) { return k4s_w{make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0), 0}; }
-#endif
 
 /* Q8_0 / F32 segments of a column-split launch: a 4-row tile per warp (tile_q8_0, or row_f32 in the
  * reference's order), activation rows a0 .. a0 + na - 1. */
