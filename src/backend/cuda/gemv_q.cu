@@ -197,11 +197,15 @@ static __device__ __forceinline__ void k4_scale_min(int j, uint32_t w0, uint32_t
  * 32 low and 32 high nibbles = sub-blocks 2c and 2c+1). The integer sums of a super-block are reduced over
  * its 4 lanes; the float term is formed as the reference forms it; terms are summed per lane, then
  * across the warp. */
+/* A repacked Q4_K row of n_sb super-blocks: the quants, then the 12 scale bytes of each (from here), then d / dmin
+ * (from a 16-byte boundary). */
+static __device__ __forceinline__ size_t k4_sc_off(int n_sb) { return 128 * (size_t)n_sb; }
+static __device__ __forceinline__ size_t k4_dm_off(int n_sb) { return k4_sc_off(n_sb) + ((12 * (size_t)n_sb + 15) & ~(size_t)15); }
 template <int NA>
 static __device__ void row_q4_K(const uint8_t *wr, int n_sb, const cu_act_view &a, int a0, int na, float *acc, int lane) {
     const int g = lane >> 2, c = lane & 3;
-    const uint8_t *scb = wr + 128 * (size_t)n_sb;
-    const uint8_t *dmb = scb + ((12 * (size_t)n_sb + 15) & ~(size_t)15);
+    const uint8_t *scb = wr + k4_sc_off(n_sb);
+    const uint8_t *dmb = wr + k4_dm_off(n_sb);
     const int n_steps = (n_sb + 7) / 8;
     for (int st0 = 0; st0 < n_steps; st0 += MM_UNROLL4) {
         uint4 q0[MM_UNROLL4], q1[MM_UNROLL4];
@@ -518,7 +522,7 @@ static __device__ __forceinline__ void acc_add(float *acc, int rl, float v) {
 static __device__ void tile_q4_K(const uint8_t *w0, uint64_t stride, int rows, int n_sb, const cu_act_view &a, float *acc, int lane, int gb, int gs) {
     const int g = lane >> 2, c = lane & 3;
     const int U = rows * n_sb, n_steps = U > gb ? (U - gb + gs - 1) / gs : 0;
-    const size_t sc_off = 128 * (size_t)n_sb, dm_off = sc_off + ((12 * (size_t)n_sb + 15) & ~(size_t)15);
+    const size_t sc_off = k4_sc_off(n_sb), dm_off = k4_dm_off(n_sb);
     for (int st0 = 0; st0 < n_steps; st0 += MM_UNROLL4) {
         uint4 q0[MM_UNROLL4], q1[MM_UNROLL4];
         uint32_t sw[MM_UNROLL4][3], dm[MM_UNROLL4];
@@ -887,7 +891,7 @@ struct q6_w { uint4 l0, l1, h0, h1; uint32_t sc; uint32_t d; };
 template <bool SM, typename T> static __device__ __forceinline__ T ld_w(const T *p) { return SM ? *p : gpu_ldg(p); }
 template <bool SM = false>
 static __device__ __forceinline__ k4_w k4_load(const uint8_t *wr, int n_sb, int sb, int c) {
-    const size_t sc_off = 128 * (size_t)n_sb, dm_off = sc_off + ((12 * (size_t)n_sb + 15) & ~(size_t)15);
+    const size_t sc_off = k4_sc_off(n_sb), dm_off = k4_dm_off(n_sb);
     const uint4 *qp = (const uint4 *)(wr + 128 * (size_t)sb + 32 * c);
     const uint32_t *sp = (const uint32_t *)(wr + sc_off + 12 * (size_t)sb);
     return k4_w{ld_w<SM>(qp), ld_w<SM>(qp + 1), ld_w<SM>(sp), ld_w<SM>(sp + 1), ld_w<SM>(sp + 2),
@@ -988,7 +992,7 @@ static __device__ __forceinline__ float q6_term(const q6_w &w, int k, const mv_a
  * reach k4_term, so the same bits. The 4 lanes of a super-block always hold the same row (or all zeros). */
 struct k4s_w { uint4 q0, q1; uint32_t sw; };
 static __device__ __forceinline__ k4s_w k4s_load(const uint8_t *wr, int n_sb, int sb, int c) {
-    const size_t sc_off = 128 * (size_t)n_sb, dm_off = sc_off + ((12 * (size_t)n_sb + 15) & ~(size_t)15);
+    const size_t sc_off = k4_sc_off(n_sb), dm_off = k4_dm_off(n_sb);
     const uint4 *qp = (const uint4 *)(wr + 128 * (size_t)sb + 32 * c);
     const uint32_t *wp = (const uint32_t *)(wr + (c < 3 ? sc_off + 12 * (size_t)sb + 4 * (size_t)c : dm_off + 4 * (size_t)sb));
     return k4s_w{gpu_ldg(qp), gpu_ldg(qp + 1), gpu_ldg(wp)};
@@ -998,14 +1002,6 @@ static __device__ __forceinline__ float k4s_term(const k4s_w &w, const k4_sel &k
     const k4_w f{w.q0, w.q1, shfl_idx(w.sw, b), shfl_idx(w.sw, b + 1), shfl_idx(w.sw, b + 2), shfl_idx(w.sw, b + 3)};
     return k4_term<true>(f, ks, v);
 }
-/* The column-split kernel's Q4_K rows: shared scale words (k4s_w). */
-typedef k4s_w cols_k4_w;
-static __device__ __forceinline__ k4s_w cols_k4_load(const uint8_t *wr, int n_sb, int sb, int c) { return k4s_load(wr, n_sb, sb, c); }
-static __device__ __forceinline__ float cols_k4_term(const k4s_w &w, const k4_sel &ks, const mv_act &v, int lane) {
-    return k4s_term(w, ks, v, lane);
-}
-static __device__ __forceinline__ k4s_w cols_k4_zero(void) { return k4s_w{make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0), 0}; }
-
 /* Q8_0 / F32 segments of a column-split launch: a 4-row tile per warp (tile_q8_0, or row_f32 in the
  * reference's order), activation rows a0 .. a0 + na - 1. */
 static __device__ void mv_other_rows(const struct cu_mm_args &P, const cu_mm_seg &S, const uint8_t *wb, int r0, int rows, int a0, int na,
@@ -1164,12 +1160,12 @@ static __global__ void __launch_bounds__(LBT, LBM) mm_kernel_cols(const struct c
      * Q4_K term's ~165 instructions, with branches (SASS); the hot instance (2,560 columns, 4 row groups) takes 94-96
      * registers against 90, still 4 CTAs of 160 threads an SM (qwen35-4b decode +2.4%) */
     if (KT == 1 || (KT == 3 && S.type == GGML_TYPE_Q4_K)) {
-        cols_k4_w w[U];
+        k4s_w w[U]; /* the super-block's scale words shared by its 4 lanes */
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int row = u * RW + rr;
-            if (on && row < rows) w[u] = cols_k4_load(wb + (size_t)row * S.stride, n_sb, sb, c);
-            else w[u] = cols_k4_zero();
+            if (on && row < rows) w[u] = k4s_load(wb + (size_t)row * S.stride, n_sb, sb, c);
+            else w[u] = k4s_w{make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0), 0};
         }
         if (conv) mv_conv_load<NA>(P.conv, rows, na, a0, r0, conv_pre, conv_slot);
         gpu_pdl_wait();
@@ -1181,7 +1177,7 @@ static __global__ void __launch_bounds__(LBT, LBM) mm_kernel_cols(const struct c
             if (on) mv_act_load(NA == 1 ? P.a : act_row(P.a, a0 + r), false, sb, c, v);
             else mv_act_zero(v);
 #pragma unroll
-            for (int u = 0; u < U; u++) mv_warp_part<SBW>(cols_k4_term(w[u], ks, v, lane), &part[wid][r][u * RW + rr], lane);
+            for (int u = 0; u < U; u++) mv_warp_part<SBW>(k4s_term(w[u], ks, v, lane), &part[wid][r][u * RW + rr], lane);
         }
     } else {
         q6_w w[U];
