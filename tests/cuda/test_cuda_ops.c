@@ -425,17 +425,18 @@ static void test_gdn(void) {
         CHECK(gpu->ops->gdn(gpu, &grs, &p, &gw, gin, LD, gwork, &ga) == VLLMC_OK);
         float *h = malloc((size_t)(T * VD) * 4);
         dev_get(h, ga.x, (size_t)(T * VD) * 4);
-        /* (this bound failed once in ~40 runs: 1.59e-4 on the prefill step with seed 4768225822486427763, which
-         * replays it; the GPU adds in another order than the CPU's recurrence. The line printed below records each
-         * run's figures, so the bound can be set from their spread) */
-        const double mr = max_rel(h, ra.x, (size_t)(T * VD), 1e-2);
-        CHECK_MSG(mr < 1e-4, "gdn step %d: out max rel %.3g", step, mr);
+        /* the output against the largest reference value (as the attention checks; measured 1.1-1.5e-7): an
+         * element-wise relative bound with a 1e-2 floor failed about one run in 40 (1.59e-4 on the prefill step, seed
+         * 4768225822486427763) on elements near the floor, where the GPU's other order of adds is a large share of
+         * the value; max rel is still printed below */
+        const double mr = max_rel(h, ra.x, (size_t)(T * VD), 1e-2), ma = max_abs_over_max(h, ra.x, (size_t)(T * VD));
+        CHECK_MSG(ma < 1e-5, "gdn step %d: out max |d| / max |ref| %.3g", step, ma);
         float *hs = malloc((size_t)(2 * rrs.ssm_floats) * 4);
         dev_get(hs, gssm, (size_t)(2 * rrs.ssm_floats) * 4);
         const double ms = max_rel(hs, rssm, (size_t)(2 * rrs.ssm_floats), 1e-2);
         CHECK_MSG(ms < 1e-4, "gdn step %d: state max rel %.3g", step, ms);
         printf("gdn step %d (%d rows): out max rel (floor 1%%) %.3g, state max rel (floor 1%%) %.3g, out max |d| / max |ref| %.3g\n",
-               step, T, mr, ms, max_abs_over_max(h, ra.x, (size_t)(T * VD)));
+               step, T, mr, ms, ma);
         dev_get(hs, gconv, (size_t)(2 * rrs.conv_floats) * 4);
         CHECK_MSG(n_diff(hs, rconv, (size_t)(2 * rrs.conv_floats)) == 0, "gdn step %d: conv state differs", step);
         free(in); free(h); free(hs);
