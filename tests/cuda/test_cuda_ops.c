@@ -777,7 +777,7 @@ static void test_cols_lb(void) {
             ref[k] = malloc((size_t)nr * 4);
             h[k] = malloc((size_t)nr * 4);
         }
-        const int old = backend_cuda_set_matvec_lb(0);
+        const int old = backend_cuda_set_matvec_lb(0), old_sbt = backend_cuda_set_matvec_sbt(0, 0); /* (Q4_K: the column-split kernel) */
         const uint64_t u0 = backend_cuda_cols_lb_launches();
         CHECK(gpu->ops->matmul(gpu, &a, n, mo) == VLLMC_OK);
         CHECK_MSG(backend_cuda_cols_lb_launches() == u0, "bounded column-split instances E %lld: taken with the mask off", (long long)E);
@@ -798,6 +798,7 @@ static void test_cols_lb(void) {
             tot += (size_t)cs[ci].rows[k];
         }
         backend_cuda_set_matvec_lb(old);
+        backend_cuda_set_matvec_sbt(old_sbt, 0);
         printf("bounded column-split instances E %lld, %s%s%s: %zu of %zu outputs differ from the unbounded ones\n", (long long)E,
                quant_traits(cs[ci].t[0])->name, n > 1 ? " + " : "", n > 1 ? quant_traits(cs[ci].t[1])->name : "", bad, tot);
         CHECK_MSG(bad == 0, "bounded column-split instances E %lld: %zu outputs differ", (long long)E, bad);
@@ -806,6 +807,94 @@ static void test_cols_lb(void) {
             gpu->ops->free(gpu, y[k]);
             gpu->ops->weight_free(gpu, &w[k]);
         }
+        free(x);
+        bk_act_free(gpu, &a);
+    }
+}
+
+/* The kernel of one super-block a thread (backend_cuda_set_matvec_sbt: one activation row, every K-quant row Q4_K)
+ * against the column-split kernel on the same launch: the same exact super-block terms added in the same order, so
+ * the same bits; and taken where it should be. Rows of 1, 2, 8, 10, 16 and 36 super-blocks (CTAs of 32 to 288
+ * threads; 2 and 4 super-blocks a warp in the column-split order), row counts that leave a last CTA part-empty, a
+ * Q8_0 segment beside the Q4_K ones (the GDN in-proj's shape), a bias. */
+static void test_sbt(void) {
+    const struct { int64_t E; int n; uint32_t t[3]; int64_t rows[3]; } cs[] = {
+        {256, 1, {GGML_TYPE_Q4_K}, {45}},
+        {512, 2, {GGML_TYPE_Q4_K, GGML_TYPE_Q4_K}, {70, 33}},
+        {2048, 1, {GGML_TYPE_Q4_K}, {1000}},
+        {2560, 3, {GGML_TYPE_Q4_K, GGML_TYPE_Q4_K, GGML_TYPE_Q8_0}, {777, 300, 32}},
+        {4096, 1, {GGML_TYPE_Q4_K}, {301}},
+        {9216, 1, {GGML_TYPE_Q4_K}, {299}},
+    };
+    for (size_t ci = 0; ci < sizeof(cs) / sizeof(cs[0]); ci++) {
+        const int64_t E = cs[ci].E;
+        float *x = rand_buf((size_t)E, 1.0f);
+        struct bk_act a;
+        CHECK(bk_act_alloc(gpu, 1, E, BK_ACT_BIT(BK_ACT_Q8_K) | BK_ACT_BIT(BK_ACT_Q8_0), &a) == VLLMC_OK);
+        CHECK(gpu->ops->copy_to_device(gpu, a.x, x, (size_t)E * 4) == VLLMC_OK);
+        a.n_rows = 1;
+        CHECK(gpu->ops->quantize(gpu, &a) == VLLMC_OK);
+        const int n = cs[ci].n;
+        struct bk_tensor w[3];
+        float *y[3], *ref[3], *h[3], *bias = NULL, *gbias = NULL;
+        struct bk_matmul_out mo[3];
+        for (int k = 0; k < n; k++) {
+            const int64_t nr = cs[ci].rows[k];
+            const size_t bytes = quant_row_size(cs[ci].t[k], E) * (size_t)nr;
+            uint8_t *host = malloc(bytes);
+            fill_weight(cs[ci].t[k], host, bytes);
+            const int64_t ne[2] = {E, nr};
+            CHECK(gpu->ops->weight_upload(gpu, host, cs[ci].t[k], 2, ne, &w[k]) == VLLMC_OK);
+            free(host);
+            CHECK(gpu->ops->alloc(gpu, (size_t)nr * 4, (void **)&y[k]) == VLLMC_OK);
+            mo[k] = (struct bk_matmul_out){.w = &w[k], .y = y[k]};
+            if (k == 0) { /* a bias on the first */
+                bias = rand_buf((size_t)nr, 1.0f);
+                gbias = dev_put(bias, (size_t)nr * 4);
+                mo[k].bias = gbias;
+            }
+            ref[k] = malloc((size_t)nr * 4);
+            h[k] = malloc((size_t)nr * 4);
+        }
+        const int old = backend_cuda_set_matvec_sbt(0, 0);
+        uint64_t l0 = backend_cuda_sbt_launches();
+        CHECK(gpu->ops->matmul(gpu, &a, n, mo) == VLLMC_OK);
+        CHECK_MSG(backend_cuda_sbt_launches() == l0, "sbt E %lld: taken when off", (long long)E);
+        for (int k = 0; k < n; k++) CHECK(gpu->ops->copy_to_host(gpu, ref[k], y[k], (size_t)cs[ci].rows[k] * 4) == VLLMC_OK);
+        for (int k = 0; k < n; k++) {
+            float *poison = nan_buf((size_t)cs[ci].rows[k]);
+            CHECK(gpu->ops->copy_to_device(gpu, y[k], poison, (size_t)cs[ci].rows[k] * 4) == VLLMC_OK);
+            free(poison);
+        }
+        backend_cuda_set_matvec_sbt(64, 1 << 30);
+        l0 = backend_cuda_sbt_launches();
+        CHECK(gpu->ops->matmul(gpu, &a, n, mo) == VLLMC_OK);
+        CHECK_MSG(backend_cuda_sbt_launches() == l0 + 1, "sbt E %lld: not launched", (long long)E);
+        backend_cuda_set_matvec_sbt(old, 16384);
+        double md = 0, mx = 0;
+        size_t bad = 0, tot = 0;
+        for (int k = 0; k < n; k++) {
+            CHECK(gpu->ops->copy_to_host(gpu, h[k], y[k], (size_t)cs[ci].rows[k] * 4) == VLLMC_OK);
+            for (int64_t r = 0; r < cs[ci].rows[k]; r++) {
+                md = fmax(md, isnan(h[k][r]) ? INFINITY : fabs((double)h[k][r] - ref[k][r]));
+                mx = fmax(mx, fabs((double)ref[k][r]));
+            }
+            const size_t nd = n_diff(h[k], ref[k], (size_t)cs[ci].rows[k]);
+            if (cs[ci].t[k] == GGML_TYPE_Q8_0) CHECK_MSG(nd == 0, "sbt E %lld: the Q8_0 rows differ (%zu)", (long long)E, nd);
+            bad += nd;
+            tot += (size_t)cs[ci].rows[k];
+        }
+        printf("sbt E %lld, %d segment(s): %zu of %zu outputs differ from the column-split kernel's, max |d| / max |y| %.3g\n",
+               (long long)E, n, bad, tot, md / mx);
+        CHECK_MSG(bad == 0, "sbt E %lld: %zu of %zu outputs differ from the column-split kernel's (max |d| / max |y| %.3g)", (long long)E,
+                  bad, tot, md / mx);
+        for (int k = 0; k < n; k++) {
+            free(ref[k]); free(h[k]);
+            gpu->ops->free(gpu, y[k]);
+            gpu->ops->weight_free(gpu, &w[k]);
+        }
+        free(bias);
+        if (gbias) gpu->ops->free(gpu, gbias);
         free(x);
         bk_act_free(gpu, &a);
     }
@@ -1159,6 +1248,7 @@ int main(void) {
     test_cols_rows();
     test_stream();
     test_cols_lb();
+    test_sbt();
     test_nq_fused();
     test_invariance();
     test_gdn();

@@ -1511,6 +1511,11 @@ extern "C" vllmc_status backend_cuda_create(const struct backend_cuda_opts *o, s
     if ((env = getenv("VLLMC_CUDA_NQ_EARLY"))) cu_mm_cfg.nq_early = atoi(env) != 0; /* (comparisons) */
     if ((env = getenv("VLLMC_CUDA_COLS_SBW2")) && atoi(env) >= 1 && atoi(env) <= 16) cu_mm_cfg.cols_sbw2 = atoi(env);
     if ((env = getenv("VLLMC_CUDA_COLS_LB"))) cu_mm_cfg.cols_lb = atoi(env) & 7; /* (comparisons) */
+    if ((env = getenv("VLLMC_CUDA_SBT"))) { /* max super-blocks a row[,max rows] (comparisons) */
+        cu_mm_cfg.sbt = atoi(env) > 0 ? atoi(env) : 0;
+        const char *c = strchr(env, ',');
+        if (c && atoi(c + 1) > 0) cu_mm_cfg.sbt_rows = atoi(c + 1);
+    }
     if ((env = getenv("VLLMC_CUDA_DEC"))) backend_cuda_set_decode_rows(atoi(env));
     if ((env = getenv("VLLMC_CUDA_MOE_COLS"))) backend_cuda_set_moe_cols(atoi(env)); /* MoE ops of up to N rows on the
                                                                                    column-split expert kernels; 0 off */
@@ -1563,6 +1568,12 @@ extern "C" void backend_cuda_set_matvec(const int tr[3], const int ks[3], const 
 }
 extern "C" void backend_cuda_set_matvec_cols(const int cols[3]) {
     for (int i = 0; i < 3; i++) cu_mm_cfg.cols[i] = cols[i];
+}
+extern "C" int backend_cuda_set_matvec_sbt(int max_sb, int max_rows) {
+    const int old = cu_mm_cfg.sbt;
+    cu_mm_cfg.sbt = max_sb > 0 ? max_sb : 0;
+    if (max_rows > 0) cu_mm_cfg.sbt_rows = max_rows;
+    return old;
 }
 extern "C" int backend_cuda_set_matvec_lb(int mask) {
     const int old = cu_mm_cfg.cols_lb;

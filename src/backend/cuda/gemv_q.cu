@@ -1216,6 +1216,135 @@ static __global__ void __launch_bounds__(LBT, LBM) mm_kernel_cols(const struct c
     }
 }
 
+/* ---- one super-block a thread: the one-activation-row launches whose K-quant rows are all Q4_K ----
+ * A CTA is n_sb x R threads for R rows; thread t takes super-block sb = t / R of row t % R (a warp: 32 / R
+ * super-blocks of R rows). The thread loads the row's 144 bytes of that super-block into registers before the
+ * dependency wait (as the column-split kernel does) and, after it, the activation's super-block (from L1 / L2; the
+ * R threads of a super-block read the same bytes), 64 elements at a time. The super-block's integer sums are the
+ * thread's alone, so its scales are decoded once and no shuffles reduce them (the column-split kernel splits a
+ * super-block over 4 lanes, each decoding its scales, reducing the sums by shuffles and forming the same float
+ * term: ~100 instructions for each lane's 64 elements, two thirds of them outside the dot products). The float
+ * term is the reference's (term_kmin), and a row's terms are added in the column-split kernel's order (SBW super-blocks
+ * a warp), so the two kernels' outputs are the same bits (and the one-row and several-row launches agree as before).
+ * Q8_0 / F32 segments take the column-split kernel's path for them (mv_other_rows), first in the grid. */
+#define SBT_MAX_THREADS 512
+/* at most 96 registers: 4 CTAs of 160 threads an SM (5 warps a CTA, 5 a scheduler of 16,384 registers) */
+#if defined(VLLMC_HIP)
+#define SBT_BOUNDS __launch_bounds__(SBT_MAX_THREADS)
+#else
+#define SBT_BOUNDS __maxnreg__(96)
+#endif
+template <int R, int SBW>
+static __global__ void SBT_BOUNDS mm_kernel_sbt(const struct cu_mm_args P) {
+    __shared__ float part[SBT_MAX_THREADS];
+    __shared__ float conv_pre[R][CU_CONV_PRE]; /* cu_mm_conv: each output's state and weights */
+    __shared__ int conv_slot[R];
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, W = blockDim.x >> 5;
+    int si = 0;
+#pragma unroll
+    for (int i = 1; i < CU_MM_MAX_SEG; i++)
+        if (i < P.n_seg && (int)blockIdx.x >= P.seg[i].cta0) si = i;
+    const cu_mm_seg &S = P.seg[si];
+    const int r0 = ((int)blockIdx.x - S.cta0) * R, rows = min(R, S.n_rows - r0);
+    const bool conv = P.conv.on && si == P.conv.seg;
+    const int n_sb = (int)(P.a.n / QK_K);
+    const uint8_t *wb = S.w + (size_t)r0 * S.stride;
+    if (S.type != GGML_TYPE_Q4_K) { /* Q8_0 / F32 rows, as the column-split kernel takes them */
+        for (int i = threadIdx.x; i < rows * (int)(S.stride / 128); i += blockDim.x) gpu_prefetch_l2(wb + 128 * (size_t)i);
+        gpu_pdl_wait();
+        gpu_pdl_trigger();
+        mv_other_rows(P, S, wb, r0, rows, 0, 1, lane, wid, W);
+        return;
+    }
+    const int sb = (int)threadIdx.x / R, rr = (int)threadIdx.x - sb * R;
+    const bool on = rr < rows;
+    uint4 q[8];
+    uint32_t sw0 = 0, sw1 = 0, sw2 = 0, dmw = 0;
+    {
+        const uint8_t *wr = wb + (size_t)rr * S.stride;
+        const uint4 *qp = (const uint4 *)(wr + 128 * (size_t)sb);
+        const uint32_t *sp = (const uint32_t *)(wr + k4_sc_off(n_sb) + 12 * (size_t)sb);
+#pragma unroll
+        for (int j = 0; j < 8; j++) q[j] = on ? gpu_ldg(qp + j) : make_uint4(0, 0, 0, 0);
+        if (on) {
+            sw0 = gpu_ldg(sp); sw1 = gpu_ldg(sp + 1); sw2 = gpu_ldg(sp + 2);
+            dmw = gpu_ldg((const uint32_t *)(wr + k4_dm_off(n_sb) + 4 * (size_t)sb));
+        }
+    }
+    if (conv) mv_conv_load<1>(P.conv, rows, 1, 0, r0, conv_pre, conv_slot);
+    gpu_pdl_wait();
+    gpu_pdl_trigger();
+    const float resv = mv_res_load<1>(S, r0, rows);
+    /* the activation's super-block: sums of 16 elements (8 words), scale; quants by 64-element chunk below */
+    const int8_t *aq = P.a.k_qs + (int64_t)sb * QK_K;
+    const int4 *bp = (const int4 *)(P.a.k_bs + (int64_t)sb * 16);
+    const int4 b0 = bp[0], b1 = bp[1];
+    const float da = P.a.k_d[sb];
+    /* the 8 sub-blocks' 6-bit scales and mins, four to a word (the reference's get_scale_min_k4) */
+    const uint32_t SC[2] = {sw0 & 0x3F3F3F3Fu, (sw2 & 0x0F0F0F0Fu) | ((sw0 >> 2) & 0x30303030u)};
+    const uint32_t MN[2] = {sw1 & 0x3F3F3F3Fu, ((sw2 >> 4) & 0x0F0F0F0Fu) | ((sw1 >> 2) & 0x30303030u)};
+    int I = 0;
+#pragma unroll
+    for (int c = 0; c < 4; c++) { /* chunk c: bytes 32c .. 32c+31, low nibbles sub-block 2c, high 2c+1 */
+        const int4 l0 = *(const int4 *)(aq + 64 * c), l1 = *(const int4 *)(aq + 64 * c + 16);
+        const int4 h0 = *(const int4 *)(aq + 64 * c + 32), h1 = *(const int4 *)(aq + 64 * c + 48);
+        const int al[8] = {l0.x, l0.y, l0.z, l0.w, l1.x, l1.y, l1.z, l1.w};
+        const int ah[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w};
+        const uint32_t qw[8] = {q[2 * c].x, q[2 * c].y, q[2 * c].z, q[2 * c].w, q[2 * c + 1].x, q[2 * c + 1].y, q[2 * c + 1].z, q[2 * c + 1].w};
+        int slo = 0, shi = 0;
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            slo = dot4_i8((int)(qw[k] & 0x0F0F0F0Fu), al[k], slo);
+#if defined(VLLMC_HIP)
+            shi = dot4_i8((int)((qw[k] >> 4) & 0x0F0F0F0Fu), ah[k], shi);
+#else /* the high nibbles in place (16 x the quant): the sum is 16 x the same integer, so the shift is exact */
+            shi = dot4_u8s8(qw[k] & 0xF0F0F0F0u, ah[k], shi);
+#endif
+        }
+#if !defined(VLLMC_HIP)
+        shi >>= 4;
+#endif
+        const uint32_t sc = SC[c >> 1] >> (16 * (c & 1));
+        I += (int)(sc & 0xff) * slo + (int)((sc >> 8) & 0xff) * shi;
+    }
+    /* the mins against the sub-blocks' sums (two 16-element sums each) */
+    const int bw[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
+    int M = 0;
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+        M += (int)((MN[j >> 2] >> (8 * (j & 3))) & 0xff) * ((int)(int16_t)(bw[j] & 0xffff) + (int)(int16_t)((uint32_t)bw[j] >> 16));
+    part[rr * n_sb + sb] = on ? term_kmin(da, sb_h2f<true>((uint16_t)(dmw & 0xffff)), sb_h2f<true>((uint16_t)(dmw >> 16)), I, M) : 0.f;
+    __syncthreads();
+    for (int j = threadIdx.x; j < rows; j += blockDim.x) {
+        /* the column-split kernel's order (SBW super-blocks a warp: mv_warp_part's butterfly, +0.0 past the row's
+         * end; then the warps in order), so both kernels give the same bits for every row */
+        const float *pr = part + j * n_sb;
+        float y = 0.f;
+        for (int w = 0; w * SBW < n_sb; w++) {
+            float t[SBW];
+#pragma unroll
+            for (int i = 0; i < SBW; i++) t[i] = w * SBW + i < n_sb ? pr[w * SBW + i] : 0.f;
+            const float p = SBW == 2 ? __fadd_rn(t[0], t[1]) : __fadd_rn(__fadd_rn(t[0], t[1]), __fadd_rn(t[2], t[SBW - 1]));
+            y = w == 0 ? p : __fadd_rn(y, p);
+        }
+        const int64_t o = r0 + j;
+        if (S.bias) y = __fadd_rn(y, S.bias[r0 + j]);
+        S.y[o] = y;
+        if (S.res) S.res[o] = __fadd_rn(mv_res_early<1>(S) ? resv : S.res[o], y);
+        if (conv) mm_conv_store(P.conv, 0, r0 + j, conv_pre[j], conv_slot[j], y);
+    }
+}
+
+/* Rows a CTA of mm_kernel_sbt for rows of n_sb super-blocks (n_sb x R threads, a multiple of 32, at most
+ * SBT_MAX_THREADS); 0 where none fits. */
+static int sbt_rows(int n_sb) {
+    for (int R = 16; R >= 8; R >>= 1)
+        if ((n_sb * R) % 32 == 0 && n_sb * R <= SBT_MAX_THREADS) return R;
+    return n_sb * 32 <= SBT_MAX_THREADS ? 32 : 0;
+}
+uint64_t cu_sbt_launches;
+extern "C" uint64_t backend_cuda_sbt_launches(void) { return cu_sbt_launches; }
+
 /* The instance for super-blocks a warp and the K-quant types present (1 Q4_K, 2 Q6_K, 3 both). */
 typedef void (*mm_cols_fn)(const struct cu_mm_args);
 template <int U, int NA>
@@ -1288,6 +1417,27 @@ static bool mm_launch_cols(const struct cu_mm_args *args, gpuStream_t s, bool ot
         }
     struct cu_mm_args a;
     mm_select(args, order, no, &a);
+    /* one super-block a thread where every K-quant row is Q4_K (one activation row, no fused norm; the same bits as the
+     * column-split kernel). Off by default (cu_mm_cfg.sbt 0; VLLMC_CUDA_SBT=16 for rows of up to 16 super-blocks and
+     * launches of up to 16,384 rows). In-graph per launch on the qwen35-4b decode it is faster on the GDN in-proj
+     * (-15%), attention q / k (-20%) and ssm_out / attn_output (-5..-9%), slower on gate + up (18,432 rows: +6.5%) and
+     * the 9,216-column down rows (+84%: 288-thread CTAs, 2 an SM at 96 registers); but with it on where it is faster
+     * the norm + quantize launches after it cost as much more, and the decode measured level (BENCHMARKS.md
+     * "One super-block a thread") */
+    const int sbt_r = !mr && kt == 1 && n_sb <= cu_mm_cfg.sbt && args->total_rows <= cu_mm_cfg.sbt_rows && !args->nq.on &&
+                      !args->row_order ? sbt_rows(n_sb) : 0;
+    if (sbt_r) {
+        int ctas = 0;
+        for (int i = 0; i < a.n_seg; i++) {
+            a.seg[i].cta0 = ctas;
+            ctas += (int)GPU_CEIL_DIV(a.seg[i].n_rows, sbt_r);
+        }
+        mm_cols_fn k = sbw == 2 ? (sbt_r == 8 ? mm_kernel_sbt<8, 2> : sbt_r == 16 ? mm_kernel_sbt<16, 2> : mm_kernel_sbt<32, 2>)
+                                : (sbt_r == 8 ? mm_kernel_sbt<8, 4> : sbt_r == 16 ? mm_kernel_sbt<16, 4> : mm_kernel_sbt<32, 4>);
+        gpu_launch(k, dim3((unsigned)ctas), dim3((unsigned)(n_sb * sbt_r)), 0, s, a);
+        cu_sbt_launches++;
+        return true;
+    }
     int ctas = 0;
     for (int i = 0; i < a.n_seg; i++) {
         a.seg[i].cta0 = ctas;
@@ -1558,7 +1708,7 @@ static int split_resident(int ks) {
 #else
 #define MM_COLS_LB 6
 #endif
-struct cu_mm_cfg cu_mm_cfg = {{8192, 65536}, {1, 4, 4}, {0, 2, 1}, {0, 0, 0}, 0, {1, 1, 1}, 64, 0, 3, 1, MS_CPS, 24 * 1024, 0, 16, MM_COLS_LB};
+struct cu_mm_cfg cu_mm_cfg = {{8192, 65536}, {1, 4, 4}, {0, 2, 1}, {0, 0, 0}, 0, {1, 1, 1}, 64, 0, 3, 1, MS_CPS, 24 * 1024, 0, 16, MM_COLS_LB, 0, 16384};
 
 static bool mm_launch_dec(const struct cu_mm_args *args, gpuStream_t s);
 
