@@ -1911,6 +1911,12 @@ void cu_launch_moe_matmul(const struct cu_moe_mm_args *a, gpuStream_t s) {
  * A CTA is Wsb warps that split a row's super-blocks (as mm_kernel_cols) times 4 / Wsb row sets.
  * ------------------------------------------------------------------------------------------- */
 #define MOE_RT_PL 8    /* experts a lane holds while routing in registers: E <= 256 */
+/* the top-k's argmax by warp reductions (redux.sync, sm_80 and later; -DVLLMC_MOE_RT_SHFL for the butterfly) */
+#if !defined(VLLMC_HIP) && !defined(VLLMC_MOE_RT_SHFL)
+#define MOE_RT_REDUX 1
+#else
+#define MOE_RT_REDUX 0
+#endif
 #define MOE_SWI_MAX 2048 /* widest hidden row the down launch quantizes into shared memory */
 
 /* Softmax over the E logits l (max, then the sum of exp in double, lane-strided and butterfly-reduced), then the
@@ -1940,9 +1946,33 @@ static __device__ int moe_route_warp(const float *l, int E, int k, int norm, int
     }
     int want_id = 0, my_id = 0;
     float my_w = 0.f, s = 0.f;
+#if MOE_RT_REDUX
+    /* each expert's key: the bits of p + 1 (p >= 0, so the bits order as p does; a NaN p as the least), 0 where taken
+     * or past E */
+    unsigned key[MOE_RT_PL];
+#pragma unroll
+    for (int i = 0; i < MOE_RT_PL; i++) key[i] = (taken >> i) & 1 ? 0u : p[i] == p[i] ? __float_as_uint(p[i]) + 1u : 1u;
+#endif
     for (int j = 0; j < k; j++) {
         float bv = -INFINITY;
         int be = 0x7fffffff;
+#if MOE_RT_REDUX
+        /* the largest key by a warp reduction, then the lowest expert that has it by another: the butterfly's choice
+         * (the largest p, ties to the lower id) in two reductions where it took five levels of two shuffles */
+        unsigned km = 0;
+#pragma unroll
+        for (int i = 0; i < MOE_RT_PL; i++) km = max(km, key[i]);
+        km = __reduce_max_sync(0xffffffffu, km);
+        unsigned cand = 0xffffffffu;
+#pragma unroll
+        for (int i = 0; i < MOE_RT_PL; i++)
+            if (key[i] == km) cand = min(cand, (unsigned)(lane + 32 * i));
+        be = km ? (int)__reduce_min_sync(0xffffffffu, cand) : 0; /* (km 0: k > E, refused before a launch) */
+        bv = km > 1u ? __uint_as_float(km - 1u) : 0.f;
+#pragma unroll
+        for (int i = 0; i < MOE_RT_PL; i++)
+            if ((be & 31) == lane && (be >> 5) == i) key[i] = 0;
+#else
 #pragma unroll
         for (int i = 0; i < MOE_RT_PL; i++)
             if (!((taken >> i) & 1) && (p[i] > bv || be == 0x7fffffff)) { bv = p[i]; be = lane + 32 * i; }
@@ -1953,6 +1983,7 @@ static __device__ int moe_route_warp(const float *l, int E, int k, int norm, int
             if (oe != 0x7fffffff && (be == 0x7fffffff || ov > bv || (ov == bv && oe < be))) { bv = ov; be = oe; }
         }
         if ((be & 31) == lane) taken |= 1u << (be >> 5);
+#endif
         if (j == want) want_id = be;
         if (j == lane) { my_id = be; my_w = bv; }
         s = __fadd_rn(s, bv);
