@@ -741,6 +741,13 @@ static void test_stream(void) {
     }
 }
 
+/* n NaNs into device floats y, so the next launch must write every output. */
+static void poison_dev(float *y, int64_t n) {
+    float *poison = nan_buf((size_t)n);
+    CHECK(gpu->ops->copy_to_device(gpu, y, poison, (size_t)n * 4) == VLLMC_OK);
+    free(poison);
+}
+
 /* The register-bounded column-split instances (backend_cuda_set_matvec_lb, a bit per class) are the default kernels'
  * code under other launch bounds: every output must be bit-identical to the unbounded instances' on each class's shapes
  * (2,560 columns Q4_K; the Q6_K LM head's class; 9,216 columns Q4_K, Q6_K, and both in one launch). */
@@ -777,16 +784,15 @@ static void test_cols_lb(void) {
             ref[k] = malloc((size_t)nr * 4);
             h[k] = malloc((size_t)nr * 4);
         }
-        const int old = backend_cuda_set_matvec_lb(0), old_sbt = backend_cuda_set_matvec_sbt(0, 0); /* (Q4_K: the column-split kernel) */
+        int old_sbt, old_sbt_rows;
+        backend_cuda_get_matvec_sbt(&old_sbt, &old_sbt_rows);
+        backend_cuda_set_matvec_sbt(0, 0); /* (Q4_K: the column-split kernel) */
+        const int old = backend_cuda_set_matvec_lb(0);
         const uint64_t u0 = backend_cuda_cols_lb_launches();
         CHECK(gpu->ops->matmul(gpu, &a, n, mo) == VLLMC_OK);
         CHECK_MSG(backend_cuda_cols_lb_launches() == u0, "bounded column-split instances E %lld: taken with the mask off", (long long)E);
         for (int k = 0; k < n; k++) CHECK(gpu->ops->copy_to_host(gpu, ref[k], y[k], (size_t)cs[ci].rows[k] * 4) == VLLMC_OK);
-        for (int k = 0; k < n; k++) {
-            float *poison = nan_buf((size_t)cs[ci].rows[k]);
-            CHECK(gpu->ops->copy_to_device(gpu, y[k], poison, (size_t)cs[ci].rows[k] * 4) == VLLMC_OK);
-            free(poison);
-        }
+        for (int k = 0; k < n; k++) poison_dev(y[k], cs[ci].rows[k]);
         const uint64_t l0 = backend_cuda_cols_lb_launches();
         backend_cuda_set_matvec_lb(7);
         CHECK(gpu->ops->matmul(gpu, &a, n, mo) == VLLMC_OK);
@@ -798,7 +804,7 @@ static void test_cols_lb(void) {
             tot += (size_t)cs[ci].rows[k];
         }
         backend_cuda_set_matvec_lb(old);
-        backend_cuda_set_matvec_sbt(old_sbt, 0);
+        backend_cuda_set_matvec_sbt(old_sbt, old_sbt_rows);
         printf("bounded column-split instances E %lld, %s%s%s: %zu of %zu outputs differ from the unbounded ones\n", (long long)E,
                quant_traits(cs[ci].t[0])->name, n > 1 ? " + " : "", n > 1 ? quant_traits(cs[ci].t[1])->name : "", bad, tot);
         CHECK_MSG(bad == 0, "bounded column-split instances E %lld: %zu outputs differ", (long long)E, bad);
@@ -856,21 +862,19 @@ static void test_sbt(void) {
             ref[k] = malloc((size_t)nr * 4);
             h[k] = malloc((size_t)nr * 4);
         }
-        const int old = backend_cuda_set_matvec_sbt(0, 0);
+        int old, old_rows;
+        backend_cuda_get_matvec_sbt(&old, &old_rows);
+        backend_cuda_set_matvec_sbt(0, 0);
         uint64_t l0 = backend_cuda_sbt_launches();
         CHECK(gpu->ops->matmul(gpu, &a, n, mo) == VLLMC_OK);
         CHECK_MSG(backend_cuda_sbt_launches() == l0, "sbt E %lld: taken when off", (long long)E);
         for (int k = 0; k < n; k++) CHECK(gpu->ops->copy_to_host(gpu, ref[k], y[k], (size_t)cs[ci].rows[k] * 4) == VLLMC_OK);
-        for (int k = 0; k < n; k++) {
-            float *poison = nan_buf((size_t)cs[ci].rows[k]);
-            CHECK(gpu->ops->copy_to_device(gpu, y[k], poison, (size_t)cs[ci].rows[k] * 4) == VLLMC_OK);
-            free(poison);
-        }
+        for (int k = 0; k < n; k++) poison_dev(y[k], cs[ci].rows[k]);
         backend_cuda_set_matvec_sbt(64, 1 << 30);
         l0 = backend_cuda_sbt_launches();
         CHECK(gpu->ops->matmul(gpu, &a, n, mo) == VLLMC_OK);
         CHECK_MSG(backend_cuda_sbt_launches() == l0 + 1, "sbt E %lld: not launched", (long long)E);
-        backend_cuda_set_matvec_sbt(old, 16384);
+        backend_cuda_set_matvec_sbt(old, old_rows);
         double md = 0, mx = 0;
         size_t bad = 0, tot = 0;
         for (int k = 0; k < n; k++) {

@@ -1569,11 +1569,13 @@ extern "C" void backend_cuda_set_matvec(const int tr[3], const int ks[3], const 
 extern "C" void backend_cuda_set_matvec_cols(const int cols[3]) {
     for (int i = 0; i < 3; i++) cu_mm_cfg.cols[i] = cols[i];
 }
-extern "C" int backend_cuda_set_matvec_sbt(int max_sb, int max_rows) {
-    const int old = cu_mm_cfg.sbt;
+extern "C" void backend_cuda_set_matvec_sbt(int max_sb, int max_rows) {
     cu_mm_cfg.sbt = max_sb > 0 ? max_sb : 0;
     if (max_rows > 0) cu_mm_cfg.sbt_rows = max_rows;
-    return old;
+}
+extern "C" void backend_cuda_get_matvec_sbt(int *max_sb, int *max_rows) {
+    *max_sb = cu_mm_cfg.sbt;
+    *max_rows = cu_mm_cfg.sbt_rows;
 }
 extern "C" int backend_cuda_set_matvec_lb(int mask) {
     const int old = cu_mm_cfg.cols_lb;

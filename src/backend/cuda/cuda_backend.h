@@ -65,9 +65,10 @@ int backend_cuda_set_matvec_lb(int mask);
 uint64_t backend_cuda_cols_lb_launches(void);
 /* One-activation-row launches whose K-quant rows are all Q4_K, rows of up to max_sb super-blocks and launches of up to
  * max_rows rows (<= 0: unchanged): the kernel of one super-block a thread (the same bits as the column-split kernel;
- * default 0: never, and 16,384), else the column-split kernel; returns the previous max_sb. Process-wide;
- * VLLMC_CUDA_SBT=max_sb[,max_rows] sets it. */
-int backend_cuda_set_matvec_sbt(int max_sb, int max_rows);
+ * default 0: never, and 16,384), else the column-split kernel. Process-wide; VLLMC_CUDA_SBT=max_sb[,max_rows] sets
+ * it at backend creation. */
+void backend_cuda_set_matvec_sbt(int max_sb, int max_rows);
+void backend_cuda_get_matvec_sbt(int *max_sb, int *max_rows);
 /* Launches that took the kernel of one super-block a thread so far, process-wide. */
 uint64_t backend_cuda_sbt_launches(void);
 /* Matmuls of 2..max_rows activation rows (Q4_K / Q6_K / Q8_0 / F32 weights) through the few-row kernel (a warp per

@@ -1112,6 +1112,34 @@ template <int NA> static __device__ __forceinline__ float mv_res_load(const stru
     return mv_res_early<NA>(S) && (int)threadIdx.x < rows ? S.res[r0 + (int)threadIdx.x] : 0.f;
 }
 
+/* The segment of a mat-vec launch this CTA's rows come from (its CTAs in segment order, cu_mm_seg.cta0). */
+static __device__ __forceinline__ int mv_seg_of(const struct cu_mm_args &P) {
+    int si = 0;
+#pragma unroll
+    for (int i = 1; i < CU_MM_MAX_SEG; i++)
+        if (i < P.n_seg && (int)blockIdx.x >= P.seg[i].cta0) si = i;
+    return si;
+}
+/* A CTA of a Q8_0 / F32 segment: its rows to L2 before the dependency wait, then mv_other_rows. */
+static __device__ __forceinline__ void mv_other_cta(const struct cu_mm_args &P, const cu_mm_seg &S, const uint8_t *wb, int r0, int rows,
+                                                    int a0, int na, int lane, int wid, int W) {
+    for (int i = threadIdx.x; i < rows * (int)(S.stride / 128); i += blockDim.x) gpu_prefetch_l2(wb + 128 * (size_t)i);
+    gpu_pdl_wait();
+    gpu_pdl_trigger();
+    mv_other_rows(P, S, wb, r0, rows, a0, na, lane, wid, W);
+}
+/* Output j of the CTA's rows r0 .. for activation row ar: the row's sum y, plus the bias; stored; added to the
+ * residual (resv: the value mv_res_load took early, where mv_res_early); the conv's epilogue (pre, slot). */
+template <int NA>
+static __device__ __forceinline__ void mv_out(const struct cu_mm_args &P, const cu_mm_seg &S, int ar, int r0, int j, float y, float resv,
+                                              bool conv, const float *pre, int slot) {
+    const int64_t o = (int64_t)ar * S.ld_y + r0 + j;
+    if (S.bias) y = __fadd_rn(y, S.bias[r0 + j]);
+    S.y[o] = y;
+    if (S.res) S.res[o] = __fadd_rn(mv_res_early<NA>(S) ? resv : S.res[o], y);
+    if (conv) mm_conv_store(P.conv, ar, r0 + j, pre, slot, y);
+}
+
 /* NA 1: one activation row (a batch-1 step); NA = MV_NA: a decode step of several sequences, blockIdx.y the group
  * of up to MV_NA activation rows, each met in turn with the weights the lane loaded once (its chunk from L1).
  * The per-row sums are the same ops in the same order either way. U: row groups a CTA. */
@@ -1126,10 +1154,7 @@ static __global__ void __launch_bounds__(LBT, LBM) mm_kernel_cols(const struct c
     __shared__ float conv_pre[NA * RPC][CU_CONV_PRE]; /* cu_mm_conv: each output's state and weights */
     __shared__ int conv_slot[NA * RPC];
     const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, W = blockDim.x >> 5;
-    int si = 0;
-#pragma unroll
-    for (int i = 1; i < CU_MM_MAX_SEG; i++)
-        if (i < P.n_seg && (int)blockIdx.x >= P.seg[i].cta0) si = i;
+    const int si = mv_seg_of(P);
     const cu_mm_seg &S = P.seg[si];
     const int r0 = ((int)blockIdx.x - S.cta0) * RPC, rows = min(RPC, S.n_rows - r0);
     const int a0 = NA == 1 ? 0 : (int)blockIdx.y * NA, na = NA == 1 ? 1 : min(NA, P.n_act - a0);
@@ -1141,10 +1166,7 @@ static __global__ void __launch_bounds__(LBT, LBM) mm_kernel_cols(const struct c
     const int n_sb = (int)(P.a.n / QK_K);
     const uint8_t *wb = S.w + (size_t)r0 * S.stride;
     if (S.type == GGML_TYPE_Q8_0 || S.type == GGML_TYPE_F32) {
-        for (int i = threadIdx.x; i < rows * (int)(S.stride / 128); i += blockDim.x) gpu_prefetch_l2(wb + 128 * (size_t)i);
-        gpu_pdl_wait();
-        gpu_pdl_trigger();
-        mv_other_rows(P, S, wb, r0, rows, a0, na, lane, wid, W);
+        mv_other_cta(P, S, wb, r0, rows, a0, na, lane, wid, W);
         if (P.nq.on && (P.nq.feed >> si & 1)) { /* (the same for the whole CTA) */
             const nq_cols pc = {r0, rows};     /* row j of a feeding segment is column j of the output */
             nq_fuse_finish(P.nq, &pc, 1, NA == 1 ? 0 : (int)blockIdx.y, a0, na);
@@ -1204,11 +1226,7 @@ static __global__ void __launch_bounds__(LBT, LBM) mm_kernel_cols(const struct c
         const int r = NA == 1 ? 0 : i / rows, j = i - r * rows;
         float y = part[0][r][j];
         for (int k = 1; k < W; k++) y = __fadd_rn(y, part[k][r][j]);
-        const int64_t o = (int64_t)(a0 + r) * S.ld_y + r0 + j;
-        if (S.bias) y = __fadd_rn(y, S.bias[r0 + j]);
-        S.y[o] = y;
-        if (S.res) S.res[o] = __fadd_rn(mv_res_early<NA>(S) ? resv : S.res[o], y);
-        if (conv) mm_conv_store(P.conv, a0 + r, r0 + j, conv_pre[i], conv_slot[i], y);
+        mv_out<NA>(P, S, a0 + r, r0, j, y, resv, conv, conv_pre[i], conv_slot[i]);
     }
     if (P.nq.on && (P.nq.feed >> si & 1)) {
         const nq_cols pc = {r0, rows};
@@ -1240,20 +1258,14 @@ static __global__ void SBT_BOUNDS mm_kernel_sbt(const struct cu_mm_args P) {
     __shared__ float conv_pre[R][CU_CONV_PRE]; /* cu_mm_conv: each output's state and weights */
     __shared__ int conv_slot[R];
     const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, W = blockDim.x >> 5;
-    int si = 0;
-#pragma unroll
-    for (int i = 1; i < CU_MM_MAX_SEG; i++)
-        if (i < P.n_seg && (int)blockIdx.x >= P.seg[i].cta0) si = i;
+    const int si = mv_seg_of(P);
     const cu_mm_seg &S = P.seg[si];
     const int r0 = ((int)blockIdx.x - S.cta0) * R, rows = min(R, S.n_rows - r0);
     const bool conv = P.conv.on && si == P.conv.seg;
     const int n_sb = (int)(P.a.n / QK_K);
     const uint8_t *wb = S.w + (size_t)r0 * S.stride;
     if (S.type != GGML_TYPE_Q4_K) { /* Q8_0 / F32 rows, as the column-split kernel takes them */
-        for (int i = threadIdx.x; i < rows * (int)(S.stride / 128); i += blockDim.x) gpu_prefetch_l2(wb + 128 * (size_t)i);
-        gpu_pdl_wait();
-        gpu_pdl_trigger();
-        mv_other_rows(P, S, wb, r0, rows, 0, 1, lane, wid, W);
+        mv_other_cta(P, S, wb, r0, rows, 0, 1, lane, wid, W);
         return;
     }
     const int sb = (int)threadIdx.x / R, rr = (int)threadIdx.x - sb * R;
@@ -1324,14 +1336,12 @@ static __global__ void SBT_BOUNDS mm_kernel_sbt(const struct cu_mm_args P) {
             float t[SBW];
 #pragma unroll
             for (int i = 0; i < SBW; i++) t[i] = w * SBW + i < n_sb ? pr[w * SBW + i] : 0.f;
-            const float p = SBW == 2 ? __fadd_rn(t[0], t[1]) : __fadd_rn(__fadd_rn(t[0], t[1]), __fadd_rn(t[2], t[SBW - 1]));
+            float p;
+            if constexpr (SBW == 2) p = __fadd_rn(t[0], t[1]);
+            else p = __fadd_rn(__fadd_rn(t[0], t[1]), __fadd_rn(t[2], t[3]));
             y = w == 0 ? p : __fadd_rn(y, p);
         }
-        const int64_t o = r0 + j;
-        if (S.bias) y = __fadd_rn(y, S.bias[r0 + j]);
-        S.y[o] = y;
-        if (S.res) S.res[o] = __fadd_rn(mv_res_early<1>(S) ? resv : S.res[o], y);
-        if (conv) mm_conv_store(P.conv, 0, r0 + j, conv_pre[j], conv_slot[j], y);
+        mv_out<1>(P, S, 0, r0, j, y, resv, conv, conv_pre[j], conv_slot[j]);
     }
 }
 
