@@ -74,10 +74,15 @@ calls = defaultdict(int)
 latest = rows[ends[first]][1]
 t0 = latest
 idle = 0
+idle_step = 0  # of it, the gaps after a step's last kernel (the marker): the host between two replays
+prev_marker = True
 for s, e, d, name, gx, gy in rows[lo:hi]:
     k = "%s grid %s%s" % (short(name), gx, ("x" + gy) if gy not in ("", "1") else "")
     if s > latest:
         idle += s - latest
+        if prev_marker:
+            idle_step += s - latest
+    prev_marker = marker in name
     cost[k] += max(0, e - max(latest, s))
     latest = max(latest, e)
     dur[k] += d
@@ -89,7 +94,8 @@ tot = sum(cost.values())
 for k in sorted(cost, key=lambda k: -cost[k]):
     print("%-70s %7.1f %9.2f %9.2f %5.1f%%" % (k[:70], calls[k] / nsteps, dur[k] / nsteps / 1e3,
                                              cost[k] / nsteps / 1e3, 100 * cost[k] / tot if tot else 0))
-print("sum of cost per step %.1f us; GPU idle between kernels %.1f us" % (tot / nsteps / 1e3, idle / nsteps / 1e3))
+print("sum of cost per step %.1f us; GPU idle between kernels %.1f us, of it %.1f us between steps (after the step's last kernel)"
+      % (tot / nsteps / 1e3, idle / nsteps / 1e3, idle_step / nsteps / 1e3))
 
 # the same by kernel family (the first match of the kernel's name)
 FAMILIES = [("mat-vec", ("mm_kernel",)), ("MoE mix", ("moe_mix",)), ("MoE route / sort", ("moe_route", "moe_sort")),

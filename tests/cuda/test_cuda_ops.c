@@ -787,6 +787,7 @@ static void test_cols_lb(void) {
         int old_sbt, old_sbt_rows;
         backend_cuda_get_matvec_sbt(&old_sbt, &old_sbt_rows);
         backend_cuda_set_matvec_sbt(0, 0); /* (Q4_K: the column-split kernel) */
+        const int old_mma = backend_cuda_set_matvec_mma(0);
         const int old = backend_cuda_set_matvec_lb(0);
         const uint64_t u0 = backend_cuda_cols_lb_launches();
         CHECK(gpu->ops->matmul(gpu, &a, n, mo) == VLLMC_OK);
@@ -805,6 +806,7 @@ static void test_cols_lb(void) {
         }
         backend_cuda_set_matvec_lb(old);
         backend_cuda_set_matvec_sbt(old_sbt, old_sbt_rows);
+        if (old_mma >= 0) backend_cuda_set_matvec_mma(old_mma);
         printf("bounded column-split instances E %lld, %s%s%s: %zu of %zu outputs differ from the unbounded ones\n", (long long)E,
                quant_traits(cs[ci].t[0])->name, n > 1 ? " + " : "", n > 1 ? quant_traits(cs[ci].t[1])->name : "", bad, tot);
         CHECK_MSG(bad == 0, "bounded column-split instances E %lld: %zu outputs differ", (long long)E, bad);
@@ -823,7 +825,23 @@ static void test_cols_lb(void) {
  * the same bits; and taken where it should be. Rows of 1, 2, 8, 10, 16 and 36 super-blocks (CTAs of 32 to 288
  * threads; 2 and 4 super-blocks a warp in the column-split order), row counts that leave a last CTA part-empty, a
  * Q8_0 segment beside the Q4_K ones (the GDN in-proj's shape), a bias. */
-static void test_sbt(void) {
+/* The kernels that give the column-split kernel's bits for one activation row of Q4_K weights: ALT_SBT one super-block a
+ * thread (mm_kernel_sbt), ALT_MMA the tensor-core kernel (mm_kernel_mma). */
+enum { ALT_SBT, ALT_MMA };
+static const char *alt_name[] = {"sbt", "mma"};
+static uint64_t alt_launches(int kind) { return kind == ALT_SBT ? backend_cuda_sbt_launches() : backend_cuda_mma_launches(); }
+static void alt_on(int kind, bool on) {
+    if (kind == ALT_SBT) backend_cuda_set_matvec_sbt(on ? 64 : 0, on ? 1 << 30 : 0);
+    else backend_cuda_set_matvec_mma(on ? 7 : 0);
+}
+static void test_alt_kernel(int kind) {
+    int old_sb, old_rows, old_mma = backend_cuda_set_matvec_mma(0);
+    backend_cuda_get_matvec_sbt(&old_sb, &old_rows);
+    backend_cuda_set_matvec_sbt(0, 0);
+    if (kind == ALT_MMA && old_mma < 0) {
+        printf("mma: no tensor-core mat-vec on this backend (HIP): skipped\n");
+        return;
+    }
     const struct { int64_t E; int n; uint32_t t[3]; int64_t rows[3]; } cs[] = {
         {256, 1, {GGML_TYPE_Q4_K}, {45}},
         {512, 2, {GGML_TYPE_Q4_K, GGML_TYPE_Q4_K}, {70, 33}},
@@ -831,9 +849,17 @@ static void test_sbt(void) {
         {2560, 3, {GGML_TYPE_Q4_K, GGML_TYPE_Q4_K, GGML_TYPE_Q8_0}, {777, 300, 32}},
         {4096, 1, {GGML_TYPE_Q4_K}, {301}},
         {9216, 1, {GGML_TYPE_Q4_K}, {299}},
+        /* Q6_K rows (the tensor-core kernel only) */
+        {2560, 1, {GGML_TYPE_Q6_K}, {333}},
+        {2560, 3, {GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, GGML_TYPE_Q8_0}, {100, 77, 32}},
+        {512, 2, {GGML_TYPE_Q6_K, GGML_TYPE_Q4_K}, {9, 40}},
+        {4096, 1, {GGML_TYPE_Q6_K}, {17}},
     };
     for (size_t ci = 0; ci < sizeof(cs) / sizeof(cs[0]); ci++) {
         const int64_t E = cs[ci].E;
+        bool q6 = false;
+        for (int k = 0; k < cs[ci].n; k++) q6 |= cs[ci].t[k] == GGML_TYPE_Q6_K;
+        if (q6 && kind == ALT_SBT) continue; /* Q4_K rows only */
         float *x = rand_buf((size_t)E, 1.0f);
         struct bk_act a;
         CHECK(bk_act_alloc(gpu, 1, E, BK_ACT_BIT(BK_ACT_Q8_K) | BK_ACT_BIT(BK_ACT_Q8_0), &a) == VLLMC_OK);
@@ -862,19 +888,17 @@ static void test_sbt(void) {
             ref[k] = malloc((size_t)nr * 4);
             h[k] = malloc((size_t)nr * 4);
         }
-        int old, old_rows;
-        backend_cuda_get_matvec_sbt(&old, &old_rows);
-        backend_cuda_set_matvec_sbt(0, 0);
-        uint64_t l0 = backend_cuda_sbt_launches();
+        const char *nm = alt_name[kind];
+        uint64_t l0 = alt_launches(kind);
         CHECK(gpu->ops->matmul(gpu, &a, n, mo) == VLLMC_OK);
-        CHECK_MSG(backend_cuda_sbt_launches() == l0, "sbt E %lld: taken when off", (long long)E);
+        CHECK_MSG(alt_launches(kind) == l0, "%s E %lld: taken when off", nm, (long long)E);
         for (int k = 0; k < n; k++) CHECK(gpu->ops->copy_to_host(gpu, ref[k], y[k], (size_t)cs[ci].rows[k] * 4) == VLLMC_OK);
         for (int k = 0; k < n; k++) poison_dev(y[k], cs[ci].rows[k]);
-        backend_cuda_set_matvec_sbt(64, 1 << 30);
-        l0 = backend_cuda_sbt_launches();
+        alt_on(kind, true);
+        l0 = alt_launches(kind);
         CHECK(gpu->ops->matmul(gpu, &a, n, mo) == VLLMC_OK);
-        CHECK_MSG(backend_cuda_sbt_launches() == l0 + 1, "sbt E %lld: not launched", (long long)E);
-        backend_cuda_set_matvec_sbt(old, old_rows);
+        CHECK_MSG(alt_launches(kind) == l0 + 1, "%s E %lld: not launched", nm, (long long)E);
+        alt_on(kind, false);
         double md = 0, mx = 0;
         size_t bad = 0, tot = 0;
         for (int k = 0; k < n; k++) {
@@ -884,14 +908,14 @@ static void test_sbt(void) {
                 mx = fmax(mx, fabs((double)ref[k][r]));
             }
             const size_t nd = n_diff(h[k], ref[k], (size_t)cs[ci].rows[k]);
-            if (cs[ci].t[k] == GGML_TYPE_Q8_0) CHECK_MSG(nd == 0, "sbt E %lld: the Q8_0 rows differ (%zu)", (long long)E, nd);
+            if (cs[ci].t[k] == GGML_TYPE_Q8_0) CHECK_MSG(nd == 0, "%s E %lld: the Q8_0 rows differ (%zu)", nm, (long long)E, nd);
             bad += nd;
             tot += (size_t)cs[ci].rows[k];
         }
-        printf("sbt E %lld, %d segment(s): %zu of %zu outputs differ from the column-split kernel's, max |d| / max |y| %.3g\n",
-               (long long)E, n, bad, tot, md / mx);
-        CHECK_MSG(bad == 0, "sbt E %lld: %zu of %zu outputs differ from the column-split kernel's (max |d| / max |y| %.3g)", (long long)E,
-                  bad, tot, md / mx);
+        printf("%s E %lld, %d segment(s): %zu of %zu outputs differ from the column-split kernel's, max |d| / max |y| %.3g\n",
+               nm, (long long)E, n, bad, tot, md / mx);
+        CHECK_MSG(bad == 0, "%s E %lld: %zu of %zu outputs differ from the column-split kernel's (max |d| / max |y| %.3g)", nm,
+                  (long long)E, bad, tot, md / mx);
         for (int k = 0; k < n; k++) {
             free(ref[k]); free(h[k]);
             gpu->ops->free(gpu, y[k]);
@@ -902,6 +926,8 @@ static void test_sbt(void) {
         free(x);
         bk_act_free(gpu, &a);
     }
+    backend_cuda_set_matvec_sbt(old_sb, old_rows);
+    backend_cuda_set_matvec_mma(old_mma);
 }
 
 /* The norm + quantize inside a matmul's launch (backend_cuda_set_fuse_nq; recorded decode steps only): a step of T
@@ -1252,7 +1278,8 @@ int main(void) {
     test_cols_rows();
     test_stream();
     test_cols_lb();
-    test_sbt();
+    test_alt_kernel(ALT_SBT);
+    test_alt_kernel(ALT_MMA);
     test_nq_fused();
     test_invariance();
     test_gdn();

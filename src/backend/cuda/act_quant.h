@@ -15,30 +15,6 @@ static __device__ __forceinline__ int nearest_int_dev(float v) {
 /* One 32-lane group quantizes the 256 values v (lane l holds elements 8l .. 8l+7) into a Q8_K super-block. */
 static __device__ void quant_q8_K_sb(const float v[8], int8_t *qs, float *d_out, int16_t *bsums, int lane) {
     float amax = 0.f, vmax = 0.f;
-#if defined(VLLMC_Q8K_REDUX) && !defined(VLLMC_HIP)
-    /* (built for an A/B, not yet run on the GPU: BENCHMARKS.md "the MoE top-k") the same element by two warp
-     * reductions and a shuffle where the butterfly below takes five levels of three shuffles: the largest |v|'s bits
-     * (|v| >= 0, so the bits order as |v|; a NaN never wins, as in the scan), the lowest index holding it, then its
-     * value (its sign) from the lane that holds it */
-    unsigned key = 0;
-#pragma unroll
-    for (int k = 0; k < 8; k++) {
-        const float ax = fabsf(v[k]);
-        if (ax == ax) key = max(key, __float_as_uint(ax));
-    }
-    key = __reduce_max_sync(0xffffffffu, key);
-    amax = __uint_as_float(key);
-    unsigned cand = 0xffffffffu;
-#pragma unroll
-    for (int k = 7; k >= 0; k--)
-        if (key && fabsf(v[k]) == amax) cand = (unsigned)(lane * 8 + k);
-    const unsigned imax = key ? __reduce_min_sync(0xffffffffu, cand) : 0u;
-    float sel = v[0];
-#pragma unroll
-    for (int k = 1; k < 8; k++)
-        if ((int)(imax & 7) == k) sel = v[k];
-    vmax = __shfl_sync(0xffffffffu, sel, (int)(imax >> 3));
-#else
     int imax = 1 << 30;
 #pragma unroll
     for (int k = 0; k < 8; k++) {
@@ -53,7 +29,6 @@ static __device__ void quant_q8_K_sb(const float v[8], int8_t *qs, float *d_out,
         int oi = shfl_xor(imax, off);
         if (oa > amax || (oa == amax && oi < imax)) { amax = oa; vmax = ov; imax = oi; }
     }
-#endif
     if (amax == 0.f) {
         *(int2 *)(qs + lane * 8) = make_int2(0, 0);
         if (lane < 16) bsums[lane] = 0;

@@ -1516,6 +1516,7 @@ extern "C" vllmc_status backend_cuda_create(const struct backend_cuda_opts *o, s
         const char *c = strchr(env, ',');
         if (c && atoi(c + 1) > 0) cu_mm_cfg.sbt_rows = atoi(c + 1);
     }
+    if ((env = getenv("VLLMC_CUDA_MMA"))) cu_mm_cfg.mma = atoi(env) & 7; /* the tensor-core mat-vec's classes */
     if ((env = getenv("VLLMC_CUDA_DEC"))) backend_cuda_set_decode_rows(atoi(env));
     if ((env = getenv("VLLMC_CUDA_MOE_COLS"))) backend_cuda_set_moe_cols(atoi(env)); /* MoE ops of up to N rows on the
                                                                                    column-split expert kernels; 0 off */
@@ -1576,6 +1577,16 @@ extern "C" void backend_cuda_set_matvec_sbt(int max_sb, int max_rows) {
 extern "C" void backend_cuda_get_matvec_sbt(int *max_sb, int *max_rows) {
     *max_sb = cu_mm_cfg.sbt;
     *max_rows = cu_mm_cfg.sbt_rows;
+}
+extern "C" int backend_cuda_set_matvec_mma(int mask) {
+#if defined(VLLMC_HIP)
+    (void)mask;
+    return -1; /* no such kernel there */
+#else
+    const int old = cu_mm_cfg.mma;
+    cu_mm_cfg.mma = mask & 7;
+    return old;
+#endif
 }
 extern "C" int backend_cuda_set_matvec_lb(int mask) {
     const int old = cu_mm_cfg.cols_lb;

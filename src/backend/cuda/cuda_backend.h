@@ -71,6 +71,13 @@ void backend_cuda_set_matvec_sbt(int max_sb, int max_rows);
 void backend_cuda_get_matvec_sbt(int *max_sb, int *max_rows);
 /* Launches that took the kernel of one super-block a thread so far, process-wide. */
 uint64_t backend_cuda_sbt_launches(void);
+/* One-activation-row launches of Q4_K / Q6_K rows on the tensor-core kernel (mm_kernel_mma: the same bits as the
+ * column-split kernel), a bit per class: 1 Q4_K rows of up to 16 super-blocks, 2 longer Q4_K rows, 4 launches with Q6_K
+ * rows of up to 16 super-blocks; 0: none. Returns the
+ * previous mask (-1 on HIP, which has no such kernel). Process-wide; VLLMC_CUDA_MMA sets it at backend creation. */
+int backend_cuda_set_matvec_mma(int mask);
+/* Launches that took the tensor-core kernel so far, process-wide. */
+uint64_t backend_cuda_mma_launches(void);
 /* Matmuls of 2..max_rows activation rows (Q4_K / Q6_K / Q8_0 / F32 weights) through the few-row kernel (a warp per
  * (weight row, activation row), the same bits as the multi-row kernel); 0 (default): off. Process-wide;
  * VLLMC_CUDA_DEC=N sets it at backend creation. Not yet measured: for comparisons. */

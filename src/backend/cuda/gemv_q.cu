@@ -940,6 +940,19 @@ template <bool HW> static __device__ __forceinline__ float sb_h2f(uint16_t h) {
     if (HW) return gpu_h2f(h);
     return fp16_to_fp32(h);
 }
+/* The super-block's float term from lane c's integer sums of sub-blocks 2c (slo) and 2c + 1 (shi): scaled by their
+ * 6-bit scales (and the mins against the activation's sums b0, b1), reduced over the 4 lanes of the super-block,
+ * then as the reference forms it (the same in the 4 lanes). Shared by the column-split and tensor-core kernels. */
+template <bool HW>
+static __device__ __forceinline__ float k4_term_sums(const k4_sel &ks, uint32_t s0, uint32_t s1, uint32_t s2, uint32_t dm, int slo,
+                                                     int shi, int b0, int b1, float da) {
+    const uint32_t X = k4_scales(ks, s0, s1, s2);
+    int I = (int)(X & 0xff) * slo + (int)((X >> 8) & 0xff) * shi;
+    int M = (int)((X >> 16) & 0xff) * b0 + (int)(X >> 24) * b1;
+    I += shfl_xor(I, 1); I += shfl_xor(I, 2);
+    M += shfl_xor(M, 1); M += shfl_xor(M, 2);
+    return term_kmin(da, sb_h2f<HW>((uint16_t)(dm & 0xffff)), sb_h2f<HW>((uint16_t)(dm >> 16)), I, M);
+}
 /* The super-block's float term (the same in its 4 lanes): integer sums over the lane's 64 elements, reduced over
  * the 4 lanes, then as the reference forms it. */
 template <bool HW = false>
@@ -959,12 +972,17 @@ static __device__ __forceinline__ float k4_term(const k4_w &w, const k4_sel &ks,
 #if !defined(VLLMC_HIP)
     shi >>= 4;
 #endif
-    const uint32_t X = k4_scales(ks, w.s0, w.s1, w.s2);
-    int I = (int)(X & 0xff) * slo + (int)((X >> 8) & 0xff) * shi;
-    int M = (int)((X >> 16) & 0xff) * v.b[0] + (int)(X >> 24) * v.b[1];
+    return k4_term_sums<HW>(ks, w.s0, w.s1, w.s2, w.dm, slo, shi, v.b[0], v.b[1], v.d);
+}
+/* The Q6_K super-block's float term from the lane's four 16-element integer sums (unsigned quants: the -32 comes from
+ * the activation's sums b), scaled, reduced over the 4 lanes, as the reference forms it. Shared by the column-split
+ * and tensor-core kernels. */
+template <bool HW>
+static __device__ __forceinline__ float q6_term_sums(uint32_t sw, uint32_t dw, int sl0, int sl1, int sh0, int sh1, const int *b, float da) {
+    int I = (int)(int8_t)(sw & 0xff) * (sl0 - b[0]) + (int)(int8_t)((sw >> 8) & 0xff) * (sl1 - b[1]) +
+            (int)(int8_t)((sw >> 16) & 0xff) * (sh0 - b[2]) + (int)(int8_t)(sw >> 24) * (sh1 - b[3]);
     I += shfl_xor(I, 1); I += shfl_xor(I, 2);
-    M += shfl_xor(M, 1); M += shfl_xor(M, 2);
-    return term_kmin(v.d, sb_h2f<HW>((uint16_t)(w.dm & 0xffff)), sb_h2f<HW>((uint16_t)(w.dm >> 16)), I, M);
+    return term_k(da, sb_h2f<HW>((uint16_t)dw), I);
 }
 template <bool HW = false>
 static __device__ __forceinline__ float q6_term(const q6_w &w, int k, const mv_act &v) {
@@ -979,11 +997,7 @@ static __device__ __forceinline__ float q6_term(const q6_w &w, int k, const mv_a
         if (i < 4) { sl0 = dot4_i8(lo, v.al[i], sl0); sh0 = dot4_i8(hi, v.ah[i], sh0); }
         else { sl1 = dot4_i8(lo, v.al[i], sl1); sh1 = dot4_i8(hi, v.ah[i], sh1); }
     }
-    const uint32_t sw = w.sc;
-    int I = (int)(int8_t)(sw & 0xff) * (sl0 - v.b[0]) + (int)(int8_t)((sw >> 8) & 0xff) * (sl1 - v.b[1]) +
-            (int)(int8_t)((sw >> 16) & 0xff) * (sh0 - v.b[2]) + (int)(int8_t)(sw >> 24) * (sh1 - v.b[3]);
-    I += shfl_xor(I, 1); I += shfl_xor(I, 2);
-    return term_k(v.d, sb_h2f<HW>((uint16_t)w.d), I);
+    return q6_term_sums<HW>(w.sc, w.d, sl0, sl1, sh0, sh1, v.b, v.d);
 }
 
 /* Q4_K with the super-block's scale words shared by its 4 lanes (the column-split kernel): lane c holds word c of (the
@@ -1345,6 +1359,206 @@ static __global__ void SBT_BOUNDS mm_kernel_sbt(const struct cu_mm_args P) {
     }
 }
 
+/* ---- the Q4_K terms on the tensor cores: the one-activation-row launches whose K-quant rows are all Q4_K ----
+ * mma.m16n8k32 (u8 weights x s8 activation quants, s32 sums) forms the 8 sub-block sums of 16 rows at once. The
+ * column-split kernel's lane split is kept: lane (g, c) = (lane / 4, lane % 4) holds the 32 quant bytes of chunk c
+ * (sub-blocks 2c: low nibbles, 2c + 1: high nibbles) of rows g and g + 8, and its scale word c of each (k4s_load),
+ * loaded before the dependency wait. Those are exactly the A fragment's rows and k-slots of lane (g, c), so the
+ * weights go into the MMAs as loaded: the low nibbles (q & 0x0F0F0F0F) of words 2t, 2t + 1 in MMA t of 4, the high
+ * ones in place (q & 0xF0F0F0F0, 16 x the quant, exact) in 4 more. The activation is the B operand, and its column n
+ * is sub-block n: lane (g, c) holds the 32 activation quants of sub-block g at k-slots c (the elements its A slots
+ * hold in lane c of every row) when g / 2 == c, zeros elsewhere. Then column 2c of the low MMAs' sums is sub-block 2c
+ * of row g in lane (g, c) (C fragment: rows g and g + 8, columns 2c and 2c + 1), and column 2c + 1 of the high ones
+ * sub-block 2c + 1: the column-split lane's two integer sums (slo, shi) for each of its rows, the other two columns
+ * (the low nibbles against sub-block 2c + 1's quants and the reverse) are not read. From there the same ops in the
+ * same order (k4_term_sums, the warp's super-blocks, the warps), so the outputs are the column-split kernel's bits.
+ * Per 16 rows of a super-block a warp issues 8 MMA and 32 masks a lane where the column-split kernel's 4 row groups
+ * issue 64 IDP and 64 masks a lane. RT: rows a CTA (16; 8 for SBW 4: rows g + 8 are zeros). CUDA only. */
+#if !defined(VLLMC_HIP)
+static __device__ __forceinline__ void mma_u8s8(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+/* The GDN conv's state and weights of the CTA's outputs (mv_conv_load), loaded by the row functions below after their
+ * weights' loads are issued and before the dependency wait, as the column-split kernel orders them. */
+struct mma_conv {
+    bool on;
+    int r0;
+    float (*pre)[CU_CONV_PRE];
+    int *slot;
+    __device__ __forceinline__ void load(const struct cu_mm_args &P, int rows) const {
+        if (on) mv_conv_load<1>(P.conv, rows, 1, 0, r0, pre, slot);
+    }
+};
+/* The warp's 16 (RT 8: 8) rows of its SBW super-blocks, Q4_K: the loads before the dependency wait, the MMAs after
+ * it; y0, y1: the partial sums of rows g and g + 8 (in every lane of the row). */
+template <int SBW, int RT>
+static __device__ __forceinline__ void mma_rows_q4_K(const struct cu_mm_args &P, const cu_mm_seg &S, const uint8_t *wb, int rows,
+                                                     int n_sb, int wid, int lane, const mma_conv &cv, float &y0, float &y1) {
+    const int g = lane >> 2, c = lane & 3;
+    const k4s_w zw{make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0), 0};
+    k4s_w w0[SBW], w1[SBW]; /* rows g and g + 8 */
+#pragma unroll
+    for (int s = 0; s < SBW; s++) {
+        const int sb = wid * SBW + s;
+        w0[s] = sb < n_sb && g < rows ? k4s_load(wb + (size_t)g * S.stride, n_sb, sb, c) : zw;
+        w1[s] = RT == 16 && sb < n_sb && g + 8 < rows ? k4s_load(wb + (size_t)(g + 8) * S.stride, n_sb, sb, c) : zw;
+    }
+    cv.load(P, rows);
+    gpu_pdl_wait();
+    gpu_pdl_trigger();
+    const k4_sel ks = k4_sel_make(c);
+    const int b = lane & ~3;
+    float t0[SBW], t1[SBW];
+#pragma unroll
+    for (int s = 0; s < SBW; s++) {
+        const int sb = wid * SBW + s;
+        const bool on = sb < n_sb;
+        /* B: sub-block g's 32 quants in the lane whose chunk holds them (g / 2 == c), zeros in the others */
+        uint4 x0 = make_uint4(0, 0, 0, 0), x1 = x0;
+        int2 bs = make_int2(0, 0);
+        float da = 0.f;
+        if (on) {
+            if ((g >> 1) == c) {
+                const uint4 *xp = (const uint4 *)(P.a.k_qs + (int64_t)sb * QK_K + 32 * g);
+                x0 = xp[0]; x1 = xp[1];
+            }
+            bs = *(const int2 *)(P.a.k_bs + (int64_t)sb * 16 + 4 * c);
+            da = P.a.k_d[sb];
+        }
+        const uint32_t X[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+        const uint32_t Q0[8] = {w0[s].q0.x, w0[s].q0.y, w0[s].q0.z, w0[s].q0.w, w0[s].q1.x, w0[s].q1.y, w0[s].q1.z, w0[s].q1.w};
+        const uint32_t Q1[8] = {w1[s].q0.x, w1[s].q0.y, w1[s].q0.z, w1[s].q0.w, w1[s].q1.x, w1[s].q1.y, w1[s].q1.z, w1[s].q1.w};
+        int clo[4] = {0, 0, 0, 0}, chi[4] = {0, 0, 0, 0};
+#pragma unroll
+        for (int t = 0; t < 4; t++) {
+            const uint32_t m = 0x0F0F0F0Fu;
+            mma_u8s8(clo, Q0[2 * t] & m, RT == 16 ? Q1[2 * t] & m : 0u, Q0[2 * t + 1] & m, RT == 16 ? Q1[2 * t + 1] & m : 0u,
+                     X[2 * t], X[2 * t + 1]);
+            mma_u8s8(chi, Q0[2 * t] & ~m, RT == 16 ? Q1[2 * t] & ~m : 0u, Q0[2 * t + 1] & ~m, RT == 16 ? Q1[2 * t + 1] & ~m : 0u,
+                     X[2 * t], X[2 * t + 1]);
+        }
+        /* the mins' activation sums of sub-blocks 2c, 2c + 1 (two 16-element sums each), as mv_act_load forms them */
+        const int b0 = (int)(int16_t)(bs.x & 0xffff) + (int)(int16_t)(bs.x >> 16);
+        const int b1 = (int)(int16_t)(bs.y & 0xffff) + (int)(int16_t)(bs.y >> 16);
+        t0[s] = k4_term_sums<true>(ks, shfl_idx(w0[s].sw, b), shfl_idx(w0[s].sw, b + 1), shfl_idx(w0[s].sw, b + 2),
+                                   shfl_idx(w0[s].sw, b + 3), clo[0], chi[1] >> 4, b0, b1, da);
+        if (RT == 16)
+            t1[s] = k4_term_sums<true>(ks, shfl_idx(w1[s].sw, b), shfl_idx(w1[s].sw, b + 1), shfl_idx(w1[s].sw, b + 2),
+                                       shfl_idx(w1[s].sw, b + 3), clo[2], chi[3] >> 4, b0, b1, da);
+    }
+    /* the warp's super-blocks as mv_warp_part's butterfly adds them */
+    y1 = 0.f;
+    if constexpr (SBW == 2) {
+        y0 = __fadd_rn(t0[0], t0[1]);
+        if (RT == 16) y1 = __fadd_rn(t1[0], t1[1]);
+    } else {
+        y0 = __fadd_rn(__fadd_rn(t0[0], t0[1]), __fadd_rn(t0[2], t0[3]));
+        if (RT == 16) y1 = __fadd_rn(__fadd_rn(t1[0], t1[1]), __fadd_rn(t1[2], t1[3]));
+    }
+}
+/* The same for Q6_K rows, 8 a warp (rows g; 18 words a row and super-block). Lane (g, c)'s chunk (h, k) = (c / 2, c % 2)
+ * holds 32 quants of 4 16-element scale groups: elements e0 .. e0 + 31 (e0 = 128h + 32k; words 0-3 and 4-7 of its ql
+ * bytes, low nibbles) and e0 + 64 .. e0 + 95 (high nibbles), 6-bit with the qh bits as q6_term forms them. MMA t of the
+ * low quants takes words 2t, 2t + 1: for t < 2 the group e0 .. e0 + 15, whose activation lane (2c, c) holds (column 2c),
+ * for t >= 2 the next group, from lane (2c + 1, c) (column 2c + 1); the high quants the same against e0 + 64. So
+ * lane (g, c) with g / 2 == c holds activation words 4 (g % 2) .. + 3 of each half, zeros in the others, and the two
+ * accumulators' columns 2c, 2c + 1 are the column-split lane's four sums (sl0, sl1; sh0, sh1). */
+template <int SBW>
+static __device__ __forceinline__ void mma_rows_q6_K(const struct cu_mm_args &P, const cu_mm_seg &S, const uint8_t *wb, int rows,
+                                                     int n_sb, int wid, int lane, const mma_conv &cv, float &y0) {
+    const int g = lane >> 2, c = lane & 3, h = c >> 1, k = c & 1;
+    const uint4 z = make_uint4(0, 0, 0, 0);
+    q6_w w[SBW];
+#pragma unroll
+    for (int s = 0; s < SBW; s++) {
+        const int sb = wid * SBW + s;
+        w[s] = sb < n_sb && g < rows ? q6_load(wb + (size_t)g * S.stride, n_sb, sb, c) : q6_w{z, z, z, z, 0, 0};
+    }
+    cv.load(P, rows);
+    gpu_pdl_wait();
+    gpu_pdl_trigger();
+    const int shl = 4 - 2 * k, shr = 2 * k;
+    const bool own = (g >> 1) == c, odd = g & 1;
+    float t[SBW];
+#pragma unroll
+    for (int s = 0; s < SBW; s++) {
+        const int sb = wid * SBW + s;
+        const bool on = sb < n_sb;
+        uint4 xl = z, xh = z;
+        int bb[4] = {0, 0, 0, 0};
+        float da = 0.f;
+        if (on) {
+            const int8_t *aq = P.a.k_qs + (int64_t)sb * QK_K + 128 * h + 32 * k + 16 * odd;
+            if (own) { xl = *(const uint4 *)aq; xh = *(const uint4 *)(aq + 64); }
+            const int16_t *bs = P.a.k_bs + (int64_t)sb * 16 + 8 * h + 2 * k;
+            bb[0] = 32 * (int)bs[0]; bb[1] = 32 * (int)bs[1]; bb[2] = 32 * (int)bs[4]; bb[3] = 32 * (int)bs[5];
+            da = P.a.k_d[sb];
+        }
+        /* words 4 (g % 2) .. + 3 of each half where this lane owns them */
+        const uint32_t XL[8] = {odd ? 0u : xl.x, odd ? 0u : xl.y, odd ? 0u : xl.z, odd ? 0u : xl.w,
+                                odd ? xl.x : 0u, odd ? xl.y : 0u, odd ? xl.z : 0u, odd ? xl.w : 0u};
+        const uint32_t XH[8] = {odd ? 0u : xh.x, odd ? 0u : xh.y, odd ? 0u : xh.z, odd ? 0u : xh.w,
+                                odd ? xh.x : 0u, odd ? xh.y : 0u, odd ? xh.z : 0u, odd ? xh.w : 0u};
+        const uint32_t L[8] = {w[s].l0.x, w[s].l0.y, w[s].l0.z, w[s].l0.w, w[s].l1.x, w[s].l1.y, w[s].l1.z, w[s].l1.w};
+        const uint32_t H[8] = {w[s].h0.x, w[s].h0.y, w[s].h0.z, w[s].h0.w, w[s].h1.x, w[s].h1.y, w[s].h1.z, w[s].h1.w};
+        int clo[4] = {0, 0, 0, 0}, chi[4] = {0, 0, 0, 0};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const uint32_t lo0 = (L[2 * i] & 0x0F0F0F0Fu) | ((H[2 * i] << shl) & 0x30303030u);
+            const uint32_t lo1 = (L[2 * i + 1] & 0x0F0F0F0Fu) | ((H[2 * i + 1] << shl) & 0x30303030u);
+            const uint32_t hi0 = ((L[2 * i] >> 4) & 0x0F0F0F0Fu) | ((H[2 * i] >> shr) & 0x30303030u);
+            const uint32_t hi1 = ((L[2 * i + 1] >> 4) & 0x0F0F0F0Fu) | ((H[2 * i + 1] >> shr) & 0x30303030u);
+            mma_u8s8(clo, lo0, 0u, lo1, 0u, XL[2 * i], XL[2 * i + 1]);
+            mma_u8s8(chi, hi0, 0u, hi1, 0u, XH[2 * i], XH[2 * i + 1]);
+        }
+        t[s] = q6_term_sums<true>(w[s].sc, w[s].d, clo[0], clo[1], chi[0], chi[1], bb, da);
+    }
+    if constexpr (SBW == 2) y0 = __fadd_rn(t[0], t[1]);
+    else y0 = __fadd_rn(__fadd_rn(t[0], t[1]), __fadd_rn(t[2], t[3]));
+}
+
+/* KT: the K-quant types of the launch (1 Q4_K, 2 Q6_K, 3 both); RT: rows a CTA (16 for Q4_K alone at SBW 2, else 8). */
+template <int SBW, int RT, int KT>
+static __global__ void __launch_bounds__(512) mm_kernel_mma(const struct cu_mm_args P) {
+    static_assert(RT == 16 || RT == 8, "rows a CTA: 16 (rows g and g + 8) or 8");
+    static_assert(KT == 1 || RT == 8, "Q6_K: 8 rows a CTA");
+    __shared__ float part[16][RT];
+    __shared__ float conv_pre[RT][CU_CONV_PRE]; /* cu_mm_conv: each output's state and weights */
+    __shared__ int conv_slot[RT];
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, W = blockDim.x >> 5;
+    const int si = mv_seg_of(P);
+    const cu_mm_seg &S = P.seg[si];
+    const int r0 = ((int)blockIdx.x - S.cta0) * RT, rows = min(RT, S.n_rows - r0);
+    const bool conv = P.conv.on && si == P.conv.seg;
+    const int n_sb = (int)(P.a.n / QK_K);
+    const uint8_t *wb = S.w + (size_t)r0 * S.stride;
+    if (S.type != GGML_TYPE_Q4_K && S.type != GGML_TYPE_Q6_K) { /* Q8_0 / F32 rows, as the column-split kernel takes them */
+        mv_other_cta(P, S, wb, r0, rows, 0, 1, lane, wid, W);
+        return;
+    }
+    const mma_conv cv{conv, r0, conv_pre, conv_slot};
+    float y0, y1 = 0.f;
+    if (KT == 1 || (KT == 3 && S.type == GGML_TYPE_Q4_K)) mma_rows_q4_K<SBW, RT>(P, S, wb, rows, n_sb, wid, lane, cv, y0, y1);
+    else mma_rows_q6_K<SBW>(P, S, wb, rows, n_sb, wid, lane, cv, y0);
+    const float resv = mv_res_load<1>(S, r0, rows);
+    const int g = lane >> 2;
+    if ((lane & 3) == 0) {
+        part[wid][g] = y0;
+        if (RT == 16) part[wid][g + 8] = y1;
+    }
+    __syncthreads();
+    for (int j = threadIdx.x; j < rows; j += blockDim.x) {
+        float y = part[0][j];
+        for (int k = 1; k < W; k++) y = __fadd_rn(y, part[k][j]);
+        mv_out<1>(P, S, 0, r0, j, y, resv, conv, conv_pre[j], conv_slot[j]);
+    }
+}
+#endif
+uint64_t cu_mma_launches;
+extern "C" uint64_t backend_cuda_mma_launches(void) { return cu_mma_launches; }
+
 /* Rows a CTA of mm_kernel_sbt for rows of n_sb super-blocks (n_sb x R threads, a multiple of 32, at most
  * SBT_MAX_THREADS); 0 where none fits. */
 static int sbt_rows(int n_sb) {
@@ -1448,6 +1662,25 @@ static bool mm_launch_cols(const struct cu_mm_args *args, gpuStream_t s, bool ot
         cu_sbt_launches++;
         return true;
     }
+#if !defined(VLLMC_HIP)
+    /* the Q4_K terms on the tensor cores where every K-quant row is Q4_K (one activation row, no fused norm; the same
+     * bits as the column-split kernel): cu_mm_cfg.mma, bit 1 rows of up to cols_sbw2 super-blocks (16 rows a CTA), bit 2
+     * the longer ones (4 super-blocks a warp, 8 rows a CTA), bit 4 launches with Q6_K rows of up to cols_sbw2 super-blocks
+     * (8 rows a CTA; the LM head) */
+    if (!mr && !args->nq.on && !args->row_order && (cu_mm_cfg.mma & (kt == 1 ? (sbw == 2 ? 1 : 2) : sbw == 2 ? 4 : 0))) {
+        const int rt = kt == 1 && sbw == 2 ? 16 : 8;
+        int ctas = 0;
+        for (int i = 0; i < a.n_seg; i++) {
+            a.seg[i].cta0 = ctas;
+            ctas += (int)GPU_CEIL_DIV(a.seg[i].n_rows, rt);
+        }
+        mm_cols_fn k = kt == 1 ? (sbw == 2 ? mm_kernel_mma<2, 16, 1> : mm_kernel_mma<4, 8, 1>)
+                               : kt == 2 ? mm_kernel_mma<2, 8, 2> : mm_kernel_mma<2, 8, 3>;
+        gpu_launch(k, dim3((unsigned)ctas), dim3(32 * w), 0, s, a);
+        cu_mma_launches++;
+        return true;
+    }
+#endif
     int ctas = 0;
     for (int i = 0; i < a.n_seg; i++) {
         a.seg[i].cta0 = ctas;
@@ -1718,7 +1951,15 @@ static int split_resident(int ks) {
 #else
 #define MM_COLS_LB 6
 #endif
-struct cu_mm_cfg cu_mm_cfg = {{8192, 65536}, {1, 4, 4}, {0, 2, 1}, {0, 0, 0}, 0, {1, 1, 1}, 64, 0, 3, 1, MS_CPS, 24 * 1024, 0, 16, MM_COLS_LB, 0, 16384};
+/* The tensor-core mat-vec (mm_kernel_mma), a bit per row class (cu_mm_cfg.mma): on CUDA for the Q4_K rows of up to 16
+ * super-blocks (qwen35-4b decode 557.5 against 544.7 / 536.0 tok/s; the GDN in-proj 117 -> 100 us a step, gate + up
+ * level); the 9,216-column rows (bit 2) measured 2.2x slower a launch (8 rows a CTA of 288 threads, 2 an SM), off. */
+#if defined(VLLMC_HIP)
+#define MM_MMA 0
+#else
+#define MM_MMA 1
+#endif
+struct cu_mm_cfg cu_mm_cfg = {{8192, 65536}, {1, 4, 4}, {0, 2, 1}, {0, 0, 0}, 0, {1, 1, 1}, 64, 0, 3, 1, MS_CPS, 24 * 1024, 0, 16, MM_COLS_LB, 0, 16384, MM_MMA};
 
 static bool mm_launch_dec(const struct cu_mm_args *args, gpuStream_t s);
 
