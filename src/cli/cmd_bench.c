@@ -31,7 +31,7 @@
 struct bench_opts {
     const char *model;
     int n_prompt, n_gen, reps, threads;
-    bool json, eager, profile, cpu, invariant;
+    bool json, eager, profile, cpu, invariant, pipe;
     enum bk_kv_dtype kv;
     int conc[16], n_conc;
 };
@@ -45,7 +45,7 @@ static struct backend_cuda_prof bench_prefill_prof;
 
 struct bench_run {
     double ttft, decode, tpot_med;
-    int32_t first_tokens[4];
+    int32_t *tokens; /* [n_gen]: the prefill's argmax, then each decode step's */
 };
 
 static int cmp_d(const void *a, const void *b) {
@@ -80,12 +80,18 @@ static void usage(void) {
             "                  default is off: split-K decode and the fast prefill paths)\n"
             "  -t N            CPU threads (cpu device)\n"
             "  --profile       per op family table (CUDA)\n"
+            "  --no-pipeline   CUDA graphs: wait for each decode step's token before queuing the next (the default\n"
+            "                  queues step N+1, its token taken from step N's argmax on the device, first; the timed\n"
+            "                  runs' tokens are checked against the warm-up run, which waits step by step)\n"
             "  --json          one JSON object on stdout\n");
 }
 
-/* One prefill + greedy decode. step_s: per-step times (n_gen - 1 decode steps). */
+/* One prefill + greedy decode. step_s: per-step times (n_gen - 1 decode steps). pipe (CUDA graphs): the decode steps
+ * pipelined (backend_cuda_set_pipelined): step g + 1 is queued, its token the device's argmax of step g, before the host
+ * takes step g's id, so the GPU does not wait for the host between steps; a step's time is then the interval between
+ * two ids arriving. */
 static vllmc_status bench_once(struct model *m, struct bk_kv_cache *kv, const struct bench_opts *o, const int32_t *prompt,
-                               struct bench_run *r, double *step_s) {
+                               struct bench_run *r, double *step_s, bool pipe) {
     const int32_t P = o->n_prompt, G = o->n_gen;
     const int32_t n_blocks = (P + G + BK_KV_BLOCK) / BK_KV_BLOCK + 1;
     int32_t *bt = malloc((size_t)n_blocks * sizeof(int32_t)), *pos = malloc((size_t)P * sizeof(int32_t)),
@@ -104,7 +110,7 @@ static vllmc_status bench_once(struct model *m, struct bk_kv_cache *kv, const st
     st = model_forward(m, &b, kv, NULL, &tok);
     r->ttft = vllmc_time_s() - t0;
     if (st) goto done;
-    r->first_tokens[0] = tok;
+    r->tokens[0] = tok;
 #ifdef VLLMC_CUDA
     if (bench_prof_be) {
         backend_cuda_get_prof(bench_prof_be, &bench_prefill_prof);
@@ -112,13 +118,39 @@ static vllmc_status bench_once(struct model *m, struct bk_kv_cache *kv, const st
     }
 #endif
     double td = vllmc_time_s();
-    for (int32_t g = 1; g < G; g++) {
-        int32_t p = P + g - 1, zero = 0, row = 0, in = tok;
-        struct bk_batch d = {1, &in, &p, &zero, 1, &seq, 1, &row};
-        double ts = vllmc_time_s();
-        if ((st = model_forward(m, &d, kv, NULL, &tok))) goto done;
-        step_s[g - 1] = vllmc_time_s() - ts;
-        if (g < 4) r->first_tokens[g] = tok;
+#ifdef VLLMC_CUDA
+    if (pipe) {
+        if ((st = backend_cuda_set_pipelined(m->be, true))) goto done;
+        double tprev = td;
+        for (int32_t g = 1; g <= G; g++) {
+            if (g < G) { /* queue step g: from the host's id for the first, from the device's argmax after */
+                int32_t p = P + g - 1, zero = 0, row = 0, in = g == 1 ? tok : 0, unused;
+                struct bk_batch d = {1, &in, &p, &zero, 1, &seq, 1, &row};
+                if (g > 1) backend_cuda_tokens_from_argmax(m->be);
+                if ((st = model_forward(m, &d, kv, NULL, &unused))) break;
+            }
+            if (g > 1) { /* then take step g - 1's id */
+                if ((st = backend_cuda_fetch_argmax(m->be, &r->tokens[g - 1], 1))) break;
+                const double t = vllmc_time_s();
+                step_s[g - 2] = t - tprev;
+                tprev = t;
+            }
+        }
+        const vllmc_status st2 = backend_cuda_set_pipelined(m->be, false);
+        if (!st) st = st2;
+        if (st) goto done;
+    } else
+#endif
+    {
+        (void)pipe;
+        for (int32_t g = 1; g < G; g++) {
+            int32_t p = P + g - 1, zero = 0, row = 0, in = tok;
+            struct bk_batch d = {1, &in, &p, &zero, 1, &seq, 1, &row};
+            double ts = vllmc_time_s();
+            if ((st = model_forward(m, &d, kv, NULL, &tok))) goto done;
+            step_s[g - 1] = vllmc_time_s() - ts;
+            r->tokens[g] = tok;
+        }
     }
     r->decode = vllmc_time_s() - td;
     r->tpot_med = G > 1 ? median(step_s, G - 1) : 0;
@@ -150,11 +182,14 @@ static void print_profile(const struct bench_opts *o, const int32_t *prompt, dou
     vllmc_status st = load(o, true, &be, &m, &kv);
     bench_prof_be = be;
     if (!st) {
-        struct bench_run r;
+        int32_t *toks = malloc((size_t)o->n_gen * sizeof(int32_t));
+        struct bench_run r = {.tokens = toks};
         double *steps = calloc((size_t)o->n_gen + 1, sizeof(double));
-        st = bench_once(m, kv, o, prompt, &r, steps); /* warm */
-        if (!st) st = bench_once(m, kv, o, prompt, &r, steps);
+        if (!toks || !steps) st = vllmc_errorf(VLLMC_ERR_OOM, "profile");
+        if (!st) st = bench_once(m, kv, o, prompt, &r, steps, false); /* warm */
+        if (!st) st = bench_once(m, kv, o, prompt, &r, steps, false);
         free(steps);
+        free(toks);
     }
     if (st) { fprintf(stderr, "vllmc bench: profile: %s\n", vllmc_last_error()); goto out; }
     struct backend_cuda_prof p;
@@ -297,7 +332,7 @@ out:
 }
 
 int cmd_bench(int argc, char **argv) {
-    struct bench_opts o = {NULL, 512, 256, 5, 0, false, false, false, false, false, BK_KV_F16, {0}, 0};
+    struct bench_opts o = {NULL, 512, 256, 5, 0, false, false, false, false, false, true, BK_KV_F16, {0}, 0};
     o.cpu = cli_device_resolve(CLI_DEVICE_AUTO) == CLI_DEVICE_CPU;
     if (argc > 1 && !strcmp(argv[1], "serve")) return cmd_bench_serve(argc - 1, argv + 1);
     for (int i = 1; i < argc; i++) {
@@ -314,6 +349,7 @@ int cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "--no-batch-invariant")) o.invariant = false;
         else if (!strcmp(a, "--batch-invariant")) o.invariant = true;
         else if (!strcmp(a, "--profile")) o.profile = true;
+        else if (!strcmp(a, "--no-pipeline")) o.pipe = false;
         else if (!strcmp(a, "--device") && has) {
             const char *d = argv[++i];
             enum cli_device dev;
@@ -356,7 +392,11 @@ int cmd_bench(int argc, char **argv) {
     double *tpot = calloc((size_t)o.reps, sizeof(double)), *otps = calloc((size_t)o.reps, sizeof(double));
     double *pp = calloc((size_t)o.reps, sizeof(double)), *tg = calloc((size_t)o.reps, sizeof(double));
     int32_t *prompt = malloc((size_t)o.n_prompt * sizeof(int32_t));
-    if (!steps || !ttft || !dec || !tpot || !otps || !pp || !tg || !prompt) { fprintf(stderr, "vllmc bench: out of memory\n"); goto out; }
+    int32_t *toks0 = malloc((size_t)o.n_gen * sizeof(int32_t)), *toks = malloc((size_t)o.n_gen * sizeof(int32_t));
+    if (!steps || !ttft || !dec || !tpot || !otps || !pp || !tg || !prompt || !toks0 || !toks) {
+        fprintf(stderr, "vllmc bench: out of memory\n");
+        goto out;
+    }
     double t_load = vllmc_time_s();
     vllmc_status st = load(&o, false, &be, &m, &kv);
     if (st) { fprintf(stderr, "vllmc bench: %s\n", vllmc_last_error()); goto out; }
@@ -366,12 +406,23 @@ int cmd_bench(int argc, char **argv) {
         seed = seed * 6364136223846793005ull + 1442695040888963407ull;
         prompt[i] = (int32_t)((seed >> 33) % (uint64_t)m->hp.n_vocab);
     }
-    struct bench_run r, r0;
-    if ((st = bench_once(m, kv, &o, prompt, &r0, steps))) { fprintf(stderr, "vllmc bench: %s\n", vllmc_last_error()); goto out; }
+    struct bench_run r = {.tokens = toks}, r0 = {.tokens = toks0};
+    /* pipelined decode steps where graphs replay them; the warm-up run waits step by step, and every timed run's
+     * tokens must equal its */
+    const bool pipe = o.pipe && !o.cpu && !o.eager && !o.profile;
+    if ((st = bench_once(m, kv, &o, prompt, &r0, steps, false))) { fprintf(stderr, "vllmc bench: %s\n", vllmc_last_error()); goto out; }
     for (int k = 0; k < o.reps; k++) {
-        if ((st = bench_once(m, kv, &o, prompt, &r, steps))) { fprintf(stderr, "vllmc bench: %s\n", vllmc_last_error()); goto out; }
-        if (memcmp(r.first_tokens, r0.first_tokens, sizeof(r.first_tokens)))
-            fprintf(stderr, "vllmc bench: warning: run %d generated other tokens than the warm-up run\n", k);
+        if ((st = bench_once(m, kv, &o, prompt, &r, steps, pipe))) { fprintf(stderr, "vllmc bench: %s\n", vllmc_last_error()); goto out; }
+        if (memcmp(toks, toks0, (size_t)o.n_gen * sizeof(int32_t))) {
+            int32_t g = 0;
+            while (toks[g] == toks0[g]) g++;
+            if (pipe) { /* a wrong token is a wrong result, not noise */
+                fprintf(stderr, "vllmc bench: run %d (pipelined steps) generated token %d = %d where the step-by-step warm-up run "
+                        "gave %d\n", k, g, toks[g], toks0[g]);
+                goto out;
+            }
+            fprintf(stderr, "vllmc bench: warning: run %d generated other tokens than the warm-up run (from token %d)\n", k, g);
+        }
         ttft[k] = r.ttft; dec[k] = r.decode; tpot[k] = r.tpot_med;
         otps[k] = o.n_gen / (r.ttft + r.decode);
         pp[k] = o.n_prompt / r.ttft;
@@ -388,6 +439,7 @@ int cmd_bench(int argc, char **argv) {
     const double abytes = (double)model_active_weight_bytes(m); /* bytes a decode token reads (top-k experts) */
     uint64_t peak = 0;
     uint64_t replays = 0, captures = 0;
+    double host_us = 0, wait_us = 0; /* a replayed step's host time before its graph runs, and its wait after */
 #ifdef VLLMC_CUDA
     if (!o.cpu) {
         struct backend_cuda_stats cs;
@@ -395,16 +447,21 @@ int cmd_bench(int argc, char **argv) {
         peak = cs.bytes_peak;
         replays = cs.graph_replays;
         captures = cs.graph_captures;
+        if (cs.host_steps) {
+            host_us = cs.host_ns / 1e3 / (double)cs.host_steps;
+            wait_us = cs.wait_ns / 1e3 / (double)cs.host_steps;
+        }
     }
 #endif
     if (o.json) {
         printf("{\"model\":\"%s\",\"arch\":\"%s\",\"backend\":\"%s\",\"graphs\":%s,\"n_prompt\":%d,\"n_gen\":%d,\"reps\":%d,"
                "\"output_tok_s\":%.2f,\"decode_tok_s\":%.2f,\"tpot_ms\":%.4f,\"ttft_ms\":%.3f,\"pp_tok_s\":%.2f,\"pp_sd\":%.2f,"
                "\"tg_tok_s\":%.2f,\"tg_sd\":%.2f,\"peak_vram_bytes\":%llu,\"weight_bytes\":%.0f,\"bytes_per_token\":%.0f,\"roofline_frac\":%.4f,"
-               "\"graph_replays\":%llu,\"graph_captures\":%llu,\"load_s\":%.2f}\n",
+               "\"graph_replays\":%llu,\"graph_captures\":%llu,\"host_us_per_step\":%.2f,\"wait_us_per_step\":%.2f,\"pipelined\":%s,"
+               "\"load_s\":%.2f}\n",
                o.model, m->hp.arch, be->ops->name, (!o.cpu && !o.eager) ? "true" : "false", o.n_prompt, o.n_gen, o.reps, otps_med,
                dtps_med, tpot_med * 1e3, ttft_med * 1e3, pp_m, pp_sd, tg_m, tg_sd, (unsigned long long)peak, wbytes,
-               abytes, abytes / 4.5e12 / tpot_med, (unsigned long long)replays, (unsigned long long)captures, t_load);
+               abytes, abytes / 4.5e12 / tpot_med, (unsigned long long)replays, (unsigned long long)captures, host_us, wait_us, pipe ? "true" : "false", t_load);
     } else {
         printf("model %s (%s, %.2f GB of weights), backend %s%s, prompt %d, generate %d, %d runs after a warm-up (load %.1f s)\n",
                o.model, m->hp.arch, wbytes / 1e9, be->ops->name, o.cpu ? "" : (o.eager ? " (eager)" : " (CUDA graphs)"),
@@ -413,6 +470,10 @@ int cmd_bench(int argc, char **argv) {
                tpot_med * 1e3, ttft_med * 1e3, peak / 1e9);
         printf("bytes per token %.2f GB / TPOT = %.0f GB/s = %.0f%% of 4.5 TB/s; graph replays %llu, captures %llu\n",
                abytes / 1e9, abytes / tpot_med / 1e9, 100.0 * abytes / tpot_med / 4.5e12, (unsigned long long)replays, (unsigned long long)captures);
+        if (replays)
+            printf("a replayed step's host time: %.1f us from the batch to its graph's launch (%s), %.1f us waiting for its "
+                   "token\n", host_us, pipe ? "under the step before: pipelined steps, tokens checked against a step-by-step run"
+                                              : "the GPU idle", wait_us);
         printf("| model | backend | test | t/s |\n|---|---|---|---|\n");
         printf("| %s | %s | pp%d | %.2f +- %.2f |\n", m->hp.arch, be->ops->name, o.n_prompt, pp_m, pp_sd);
         printf("| %s | %s | tg%d | %.2f +- %.2f |\n", m->hp.arch, be->ops->name, o.n_gen, tg_m, tg_sd);
@@ -433,6 +494,6 @@ out:
     if (kv) model_kv_destroy(m, kv);
     model_destroy(m);
     if (be) be->ops->destroy(be);
-    free(steps); free(ttft); free(dec); free(tpot); free(otps); free(pp); free(tg); free(prompt);
+    free(steps); free(ttft); free(dec); free(tpot); free(otps); free(pp); free(tg); free(prompt); free(toks0); free(toks);
     return rc;
 }

@@ -832,7 +832,7 @@ static const char *alt_name[] = {"sbt", "mma"};
 static uint64_t alt_launches(int kind) { return kind == ALT_SBT ? backend_cuda_sbt_launches() : backend_cuda_mma_launches(); }
 static void alt_on(int kind, bool on) {
     if (kind == ALT_SBT) backend_cuda_set_matvec_sbt(on ? 64 : 0, on ? 1 << 30 : 0);
-    else backend_cuda_set_matvec_mma(on ? 7 : 0);
+    else backend_cuda_set_matvec_mma(on ? 15 : 0);
 }
 static void test_alt_kernel(int kind) {
     int old_sb, old_rows, old_mma = backend_cuda_set_matvec_mma(0);

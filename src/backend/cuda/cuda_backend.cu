@@ -18,6 +18,7 @@
 #include <math.h>
 #include <new>
 #include <vector>
+#include "common/common.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_internal.h"
 #include "backend/cuda/gpu_gemm.h"
@@ -40,11 +41,11 @@
 
 enum cu_op {
     CU_OP_UPLOAD = 1, CU_OP_EMBED, CU_OP_RMSNORM, CU_OP_NQ, CU_OP_MATMUL, CU_OP_ADD, CU_OP_ROPE, CU_OP_ATTN,
-    CU_OP_GETROWS, CU_OP_ARGMAX, CU_OP_D2H, CU_OP_GDN, CU_OP_SIGMUL, CU_OP_MOE, CU_OP_DEQ, CU_OP_GEMM, CU_OP_COUNT
+    CU_OP_GETROWS, CU_OP_ARGMAX, CU_OP_D2H, CU_OP_GDN, CU_OP_SIGMUL, CU_OP_MOE, CU_OP_DEQ, CU_OP_GEMM, CU_OP_D2D, CU_OP_COUNT
 };
 static const char *const cu_op_names[CU_OP_COUNT] = {"?", "upload", "embed", "rmsnorm", "norm+quant", "matmul", "add",
                                                      "rope", "attention", "get_rows", "argmax", "d2h", "gdn",
-                                                     "sigmoid_mul", "moe", "dequant f16", "gemm f16"};
+                                                     "sigmoid_mul", "moe", "dequant f16", "gemm f16", "d2d"};
 
 static_assert(CU_OP_COUNT <= BACKEND_CUDA_PROF_MAX, "the profile counters are indexed by op");
 
@@ -127,6 +128,15 @@ struct cu_backend {
     int32_t max_run;             /* longest run of one sequence in the batch */
     bool runs_unique;            /* no sequence appears in two runs */
     struct backend_cuda_stats stats;
+    double t_batch;            /* when the step's batch was set (the host time a replayed step costs) */
+    /* pipelined steps (backend_cuda_set_pipelined): two staging / argmax slots used in turn, an event after each
+     * step's argmax copy, the steps launched and not yet fetched (oldest first) */
+    bool pipe, tok_prev;
+    int par;
+    int32_t *h_stage2, *h_argmax2;
+    gpuEvent_t pev[2];
+    int pq[2], n_pq;
+    int32_t pq_rows[2];
     /* profile */
     gpuEvent_t ev0, ev1;
     struct backend_cuda_prof prof;
@@ -159,7 +169,7 @@ static double rec_weight_bytes(int op, const void *args) {
 static void rec_exec(cu_backend *c, int op, const void *args) {
     gpuStream_t s = c->stream;
     gpu_pdl.on = c->pdl;
-    if (op == CU_OP_UPLOAD || op == CU_OP_D2H) gpu_pdl.after_kernel = false; /* a copy comes between */
+    if (op == CU_OP_UPLOAD || op == CU_OP_D2H || op == CU_OP_D2D) gpu_pdl.after_kernel = false; /* a copy comes between */
     switch (op) {
     case CU_OP_UPLOAD: { const rec_upload *r = (const rec_upload *)args; (void)gpuMemcpyAsync(r->dst, r->src, r->bytes, gpuMemcpyHostToDevice, s); break; }
     case CU_OP_EMBED: { const rec_embed *r = (const rec_embed *)args; cu_launch_embed(&r->b, r->table, r->type, r->stride, r->n, r->out, s); break; }
@@ -177,6 +187,7 @@ static void rec_exec(cu_backend *c, int op, const void *args) {
     case CU_OP_GETROWS: { const rec_getrows *r = (const rec_getrows *)args; cu_launch_get_rows(&r->b, r->x, r->n, r->out, s); break; }
     case CU_OP_ARGMAX: { const rec_argmax *r = (const rec_argmax *)args; cu_launch_argmax(r->x, r->n_rows, r->n, r->out, r->work, s); break; }
     case CU_OP_D2H: { const rec_d2h *r = (const rec_d2h *)args; (void)gpuMemcpyAsync(r->dst, r->src, r->bytes, gpuMemcpyDeviceToHost, s); break; }
+    case CU_OP_D2D: { const rec_d2h *r = (const rec_d2h *)args; (void)gpuMemcpyAsync(r->dst, r->src, r->bytes, gpuMemcpyDeviceToDevice, s); break; }
     case CU_OP_GDN: {
         const rec_gdn *r = (const rec_gdn *)args;
         if (r->scratch) cu_launch_gdn_chunked(&r->b, &r->a, r->scratch, s);
@@ -281,7 +292,12 @@ static vllmc_status finish_step(cu_backend *c) {
             g.last_use = ++c->use_clock;
             rec_reset(c);
             e = gpuGraphLaunch(g.exec, c->stream);
-            if (e == gpuSuccess) { c->stats.graph_replays++; return VLLMC_OK; }
+            if (e == gpuSuccess) {
+                c->stats.graph_replays++;
+                c->stats.host_steps++;
+                c->stats.host_ns += (uint64_t)((vllmc_time_s() - c->t_batch) * 1e9);
+                return VLLMC_OK;
+            }
             return gpu_err(e, "graph launch");
         }
     gpuGraph_t g = NULL;
@@ -473,15 +489,19 @@ static vllmc_status grow_batch(cu_backend *c, int64_t nt, int64_t ns, int64_t nb
     while (cb < nb) cb *= 2;
     (void)gpuStreamSynchronize(c->stream);
     if (c->h_stage) (void)gpuFreeHost(c->h_stage);
+    if (c->h_stage2) (void)gpuFreeHost(c->h_stage2);
     if (c->d_batch) dev_free(c, c->d_batch);
     c->h_stage = NULL;
+    c->h_stage2 = NULL;
     c->d_batch = NULL;
     c->cap_t = c->cap_s = c->cap_b = 0;
     const int64_t words = 4 * ct + 4 * cs + cb + 8 * ct; /* ... + the chunk list (at most one chunk a row) */
     vllmc_status st;
     if ((st = gpu_err(gpuHostAlloc((void **)&c->h_stage, (size_t)words * 4), "pinned batch"))) return st;
+    if ((st = gpu_err(gpuHostAlloc((void **)&c->h_stage2, (size_t)words * 4), "pinned batch"))) return st;
     if ((st = dev_alloc(c, (size_t)words * 4, (void **)&c->d_batch))) return st;
     memset(c->h_stage, 0, (size_t)words * 4);
+    memset(c->h_stage2, 0, (size_t)words * 4);
     c->cap_t = ct; c->cap_s = cs; c->cap_b = cb; c->words = words;
     return VLLMC_OK;
 }
@@ -522,7 +542,16 @@ static vllmc_status cu_batch_set(struct backend *be, const struct bk_batch *b) {
             max_block = VLLMC_MAX(max_block, b->seqs[s].block_table[k]);
         }
     vllmc_status st;
-    (void)gpuStreamSynchronize(c->stream); /* the staging buffer may still feed the last upload */
+    c->t_batch = vllmc_time_s();
+    if (c->pipe) {
+        /* the slot this step fills fed the step two back: its argmax must have been fetched (then that step ended) */
+        if (c->n_pq == 2) return vllmc_errorf(VLLMC_ERR_INVALID, "pipelined steps: two in flight; fetch an argmax first");
+        if (c->tok_prev && (b->n_tokens > c->cap_argmax || !c->d_argmax))
+            return vllmc_errorf(VLLMC_ERR_INVALID, "pipelined steps: %d tokens from the previous argmax of %lld rows",
+                                b->n_tokens, (long long)c->cap_argmax);
+    } else {
+        (void)gpuStreamSynchronize(c->stream); /* the staging buffer may still feed the last upload */
+    }
     if ((st = grow_batch(c, b->n_tokens, b->n_seqs, n_blocks))) return st;
     c->n_tokens = b->n_tokens; c->n_seqs = b->n_seqs; c->n_logits = b->n_logits; c->max_pos = max_pos; c->max_block = max_block;
     c->tok.assign(b->token_ids, b->token_ids + b->n_tokens);
@@ -531,7 +560,7 @@ static vllmc_status cu_batch_set(struct backend *be, const struct bk_batch *b) {
     c->lrows.assign(b->logit_rows ? b->logit_rows : b->pos, (b->logit_rows ? b->logit_rows : b->pos) + b->n_logits);
     c->seq_slot.resize((size_t)b->n_seqs);
     c->seq_nblocks.resize((size_t)b->n_seqs);
-    int32_t *h = c->h_stage;
+    int32_t *h = c->pipe && c->par ? c->h_stage2 : c->h_stage;
     const int64_t T = c->cap_t, S = c->cap_s;
     memcpy(h, b->token_ids, 4 * (size_t)b->n_tokens);
     memcpy(h + T, b->pos, 4 * (size_t)b->n_tokens);
@@ -580,8 +609,16 @@ static vllmc_status cu_batch_set(struct backend *be, const struct bk_batch *b) {
     rec_reset(c);
     rec_upload r;
     memset(&r, 0, sizeof(r));
-    r.dst = c->d_batch; r.src = c->h_stage; r.bytes = (uint64_t)c->words * 4;
-    return submit(c, CU_OP_UPLOAD, &r, sizeof(r));
+    r.dst = c->d_batch; r.src = h; r.bytes = (uint64_t)c->words * 4;
+    st = submit(c, CU_OP_UPLOAD, &r, sizeof(r));
+    if (!st && c->pipe && c->tok_prev) { /* the token ids: the previous step's argmax, on the device */
+        rec_d2h rt;
+        memset(&rt, 0, sizeof(rt));
+        rt.dst = c->d_batch; rt.src = c->d_argmax; rt.bytes = (uint64_t)b->n_tokens * 4;
+        st = submit(c, CU_OP_D2D, &rt, sizeof(rt));
+    }
+    c->tok_prev = false;
+    return st;
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -1055,13 +1092,16 @@ static vllmc_status cu_logits(struct backend *be, const struct bk_act *act, cons
         if (act->n_rows > c->cap_argmax) {
             flush(c);
             (void)gpuStreamSynchronize(c->stream);
+            if (c->pipe && c->n_pq) return vllmc_errorf(VLLMC_ERR_INVALID, "pipelined steps: more logit rows than before");
             if (c->d_argmax) dev_free(c, c->d_argmax);
             if (c->h_argmax) (void)gpuFreeHost(c->h_argmax);
-            c->d_argmax = NULL; c->h_argmax = NULL; c->cap_argmax = 0;
+            if (c->h_argmax2) (void)gpuFreeHost(c->h_argmax2);
+            c->d_argmax = NULL; c->h_argmax = NULL; c->h_argmax2 = NULL; c->cap_argmax = 0;
             const int64_t cap = VLLMC_MAX(act->n_rows, (int64_t)64);
             /* the ids, then CU_ARGMAX_PARTS (value, index) partials per row */
             if ((st = dev_alloc(c, (size_t)cap * (4 + 8 * CU_ARGMAX_PARTS) + 16, (void **)&c->d_argmax)) ||
-                (st = gpu_err(gpuHostAlloc((void **)&c->h_argmax, (size_t)cap * 4), "pinned argmax")))
+                (st = gpu_err(gpuHostAlloc((void **)&c->h_argmax, (size_t)cap * 4), "pinned argmax")) ||
+                (st = gpu_err(gpuHostAlloc((void **)&c->h_argmax2, (size_t)cap * 4), "pinned argmax")))
                 return st;
             c->cap_argmax = cap;
         }
@@ -1072,16 +1112,27 @@ static vllmc_status cu_logits(struct backend *be, const struct bk_act *act, cons
         if ((st = submit(c, CU_OP_ARGMAX, &ra, sizeof(ra)))) return st;
         rec_d2h rd;
         memset(&rd, 0, sizeof(rd));
-        rd.dst = c->h_argmax; rd.src = c->d_argmax; rd.bytes = (uint64_t)act->n_rows * 4;
+        rd.dst = c->pipe && c->par ? c->h_argmax2 : c->h_argmax; rd.src = c->d_argmax; rd.bytes = (uint64_t)act->n_rows * 4;
         if ((st = submit(c, CU_OP_D2H, &rd, sizeof(rd)))) return st;
     }
+    const uint64_t replays = c->stats.graph_replays;
     if (c->recording) {
         if ((st = finish_step(c))) return st;
     } else {
         c->stats.eager_steps++;
     }
+    if (argmax && act->n_rows > 0 && c->pipe) { /* no wait: backend_cuda_fetch_argmax takes the ids */
+        if ((st = gpu_err(gpuEventRecord(c->pev[c->par], c->stream), "pipelined step"))) return st;
+        c->pq[c->n_pq] = c->par;
+        c->pq_rows[c->n_pq] = (int32_t)act->n_rows;
+        c->n_pq++;
+        c->par ^= 1;
+        return VLLMC_OK;
+    }
     if (argmax && act->n_rows > 0) {
+        const double t0 = vllmc_time_s();
         if ((st = gpu_err(gpuStreamSynchronize(c->stream), "step"))) return st;
+        if (c->stats.graph_replays != replays) c->stats.wait_ns += (uint64_t)((vllmc_time_s() - t0) * 1e9);
         memcpy(argmax, c->h_argmax, (size_t)act->n_rows * 4);
     }
     return VLLMC_OK;
@@ -1416,7 +1467,11 @@ static void cu_destroy(struct backend *be) {
     (void)gpuStreamSynchronize(c->stream);
     graphs_clear(c);
     if (c->h_stage) (void)gpuFreeHost(c->h_stage);
+    if (c->h_stage2) (void)gpuFreeHost(c->h_stage2);
     if (c->h_argmax) (void)gpuFreeHost(c->h_argmax);
+    if (c->h_argmax2) (void)gpuFreeHost(c->h_argmax2);
+    for (int i = 0; i < 2; i++)
+        if (c->pev[i]) (void)gpuEventDestroy(c->pev[i]);
     dev_free(c, c->d_batch);
     dev_free(c, c->d_argmax);
     dev_free(c, c->attn_work);
@@ -1516,7 +1571,7 @@ extern "C" vllmc_status backend_cuda_create(const struct backend_cuda_opts *o, s
         const char *c = strchr(env, ',');
         if (c && atoi(c + 1) > 0) cu_mm_cfg.sbt_rows = atoi(c + 1);
     }
-    if ((env = getenv("VLLMC_CUDA_MMA"))) cu_mm_cfg.mma = atoi(env) & 7; /* the tensor-core mat-vec's classes */
+    if ((env = getenv("VLLMC_CUDA_MMA"))) cu_mm_cfg.mma = atoi(env) & 15; /* the tensor-core mat-vec's classes */
     if ((env = getenv("VLLMC_CUDA_DEC"))) backend_cuda_set_decode_rows(atoi(env));
     if ((env = getenv("VLLMC_CUDA_MOE_COLS"))) backend_cuda_set_moe_cols(atoi(env)); /* MoE ops of up to N rows on the
                                                                                    column-split expert kernels; 0 off */
@@ -1578,13 +1633,45 @@ extern "C" void backend_cuda_get_matvec_sbt(int *max_sb, int *max_rows) {
     *max_sb = cu_mm_cfg.sbt;
     *max_rows = cu_mm_cfg.sbt_rows;
 }
+extern "C" vllmc_status backend_cuda_set_pipelined(struct backend *be, bool on) {
+    cu_backend *c = cub(be);
+    flush(c);
+    if (!on) {
+        (void)gpuStreamSynchronize(c->stream);
+        c->pipe = false; c->tok_prev = false; c->n_pq = 0; c->par = 0;
+        return VLLMC_OK;
+    }
+    for (int i = 0; i < 2; i++)
+        if (!c->pev[i]) {
+            vllmc_status st = gpu_err(gpuEventCreate(&c->pev[i]), "pipelined steps: event");
+            if (st) return st;
+        }
+    (void)gpuStreamSynchronize(c->stream);
+    c->pipe = true; c->tok_prev = false; c->n_pq = 0; c->par = 0;
+    return VLLMC_OK;
+}
+extern "C" void backend_cuda_tokens_from_argmax(struct backend *be) { cub(be)->tok_prev = true; }
+extern "C" vllmc_status backend_cuda_fetch_argmax(struct backend *be, int32_t *ids, int32_t n) {
+    cu_backend *c = cub(be);
+    if (!c->pipe || !c->n_pq) return vllmc_errorf(VLLMC_ERR_INVALID, "fetch argmax: no pipelined step in flight");
+    const int p = c->pq[0];
+    if (n != c->pq_rows[0]) return vllmc_errorf(VLLMC_ERR_INVALID, "fetch argmax: %d ids asked, the step has %d", n, c->pq_rows[0]);
+    const double t0 = vllmc_time_s();
+    vllmc_status st = gpu_err(gpuEventSynchronize(c->pev[p]), "pipelined step");
+    if (st) return st;
+    c->stats.wait_ns += (uint64_t)((vllmc_time_s() - t0) * 1e9);
+    memcpy(ids, p ? c->h_argmax2 : c->h_argmax, (size_t)n * 4);
+    c->pq[0] = c->pq[1]; c->pq_rows[0] = c->pq_rows[1];
+    c->n_pq--;
+    return VLLMC_OK;
+}
 extern "C" int backend_cuda_set_matvec_mma(int mask) {
 #if defined(VLLMC_HIP)
     (void)mask;
     return -1; /* no such kernel there */
 #else
     const int old = cu_mm_cfg.mma;
-    cu_mm_cfg.mma = mask & 7;
+    cu_mm_cfg.mma = mask & 15;
     return old;
 #endif
 }

@@ -43,6 +43,9 @@ struct backend_cuda_stats {
     uint64_t fused_conv;              /* decode GDN convs recorded into the epilogue of the matmul writing their input */
     uint64_t fused_nq;                /* norm + quantize ops recorded into the launch writing their input */
     uint64_t fused_comb;              /* decode attentions recorded with their combine in the split launch */
+    /* host time of the graph-replayed steps: from the batch to the graph's launch (recording the ops, finding the
+     * cached graph, launching it), and waiting for the step's argmax after it; the GPU idles through the first */
+    uint64_t host_steps, host_ns, wait_ns;
 };
 void backend_cuda_get_stats(struct backend *be, struct backend_cuda_stats *out);
 
@@ -71,9 +74,20 @@ void backend_cuda_set_matvec_sbt(int max_sb, int max_rows);
 void backend_cuda_get_matvec_sbt(int *max_sb, int *max_rows);
 /* Launches that took the kernel of one super-block a thread so far, process-wide. */
 uint64_t backend_cuda_sbt_launches(void);
+/* Pipelined steps: a step's argmax does not wait for it. With it on, a step whose logits op is given an argmax pointer
+ * returns once its work is queued (the pointer is not written); backend_cuda_fetch_argmax(be, ids, n) waits for the
+ * oldest such step and gives its n ids. backend_cuda_tokens_from_argmax(be) before a batch_set makes that batch's
+ * token ids the previous step's argmax ids, copied on the device (the batch's own ids are only checked), so the host
+ * can queue step N + 1 before it has step N's token, and the GPU never waits for the host between them. At most two
+ * steps in flight: a third batch_set before a fetch is an error. Off: everything as before (it syncs the stream).
+ * Only for steps whose continuation is certain (a fixed number of greedy tokens): a step queued past the end of a
+ * sequence has already advanced its recurrent state. */
+vllmc_status backend_cuda_set_pipelined(struct backend *be, bool on);
+void backend_cuda_tokens_from_argmax(struct backend *be);
+vllmc_status backend_cuda_fetch_argmax(struct backend *be, int32_t *ids, int32_t n);
 /* One-activation-row launches of Q4_K / Q6_K rows on the tensor-core kernel (mm_kernel_mma: the same bits as the
  * column-split kernel), a bit per class: 1 Q4_K rows of up to 16 super-blocks, 2 longer Q4_K rows, 4 launches with Q6_K
- * rows of up to 16 super-blocks; 0: none. Returns the
+ * rows of up to 16 super-blocks; 8 puts class 1's 2,560-column launches on an instance bounded to 5 CTAs an SM; 0: none. Returns the
  * previous mask (-1 on HIP, which has no such kernel). Process-wide; VLLMC_CUDA_MMA sets it at backend creation. */
 int backend_cuda_set_matvec_mma(int mask);
 /* Launches that took the tensor-core kernel so far, process-wide. */

@@ -163,7 +163,8 @@ struct cu_mm_cfg {
     int32_t mma;               /* the one-activation-row launches of Q4_K / Q6_K rows on the tensor-core kernel
                                   (mm_kernel_mma: the same bits as the column-split kernel), a bit per class: 1 Q4_K rows of
                                   up to cols_sbw2 super-blocks, 2 longer Q4_K rows, 4 launches with Q6_K rows of up to
-                                  cols_sbw2 super-blocks; 0: none (HIP: always none) */
+                                  cols_sbw2 super-blocks, 8 class 1's 2,560-column launches on an instance bounded to 5
+                                  CTAs an SM; 0: none (HIP: always none) */
 };
 extern struct cu_mm_cfg cu_mm_cfg;
 void cu_launch_matmul(const struct cu_mm_args *args, gpuStream_t s);

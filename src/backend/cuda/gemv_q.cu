@@ -1520,8 +1520,8 @@ static __device__ __forceinline__ void mma_rows_q6_K(const struct cu_mm_args &P,
 }
 
 /* KT: the K-quant types of the launch (1 Q4_K, 2 Q6_K, 3 both); RT: rows a CTA (16 for Q4_K alone at SBW 2, else 8). */
-template <int SBW, int RT, int KT>
-static __global__ void __launch_bounds__(512) mm_kernel_mma(const struct cu_mm_args P) {
+template <int SBW, int RT, int KT, int LBT = 512, int LBM = 1>
+static __global__ void __launch_bounds__(LBT, LBM) mm_kernel_mma(const struct cu_mm_args P) {
     static_assert(RT == 16 || RT == 8, "rows a CTA: 16 (rows g and g + 8) or 8");
     static_assert(KT == 1 || RT == 8, "Q6_K: 8 rows a CTA");
     __shared__ float part[16][RT];
@@ -1676,6 +1676,9 @@ static bool mm_launch_cols(const struct cu_mm_args *args, gpuStream_t s, bool ot
         }
         mm_cols_fn k = kt == 1 ? (sbw == 2 ? mm_kernel_mma<2, 16, 1> : mm_kernel_mma<4, 8, 1>)
                                : kt == 2 ? mm_kernel_mma<2, 8, 2> : mm_kernel_mma<2, 8, 3>;
+        /* bit 8: the 2,560-column Q4_K launches on an instance bounded to 5 CTAs of 160 threads an SM (80 registers):
+         * gate + up's 1,152 CTAs in 1.75 rounds where 4 an SM take 2.2 */
+        if ((cu_mm_cfg.mma & 8) && kt == 1 && sbw == 2 && w == 5) k = mm_kernel_mma<2, 16, 1, 160, 5>;
         gpu_launch(k, dim3((unsigned)ctas), dim3(32 * w), 0, s, a);
         cu_mma_launches++;
         return true;
