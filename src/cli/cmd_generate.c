@@ -14,6 +14,9 @@
 #include "common/common.h"
 #include "engine/sampler.h"
 #include "model/model.h"
+#ifdef VLLMC_CUDA
+#include "backend/cuda/cuda_backend.h"
+#endif
 #include "template/template.h"
 #include "tokenizer/tokenizer.h"
 #ifdef VLLMC_CUDA
@@ -23,7 +26,7 @@
 struct gen_opts {
     const char *model_path, *prompt, *prompt_ids, *dump_logits, *system, *perplexity;
     int32_t n_predict, n_threads, batch, ctx;
-    bool ids, ignore_eos, reference, verbose, kv_fp8_plain, eager, profile;
+    bool ids, ignore_eos, reference, verbose, kv_fp8_plain, eager, profile, no_pipeline;
     enum bk_kv_dtype kv_dtype;
     enum cli_device device;
     struct sampler_params sp;
@@ -43,6 +46,7 @@ static void gen_usage(const char *cmd) {
             "  --top-k K  --top-p P  --min-p M  --seed S\n"
             "  --repeat-penalty R  --presence-penalty P  --frequency-penalty F\n"
             "  --ignore-eos              do not stop at an end-of-generation token\n"
+            "  --no-pipeline             (cuda, greedy) wait for each token before queuing the next step\n"
             "  --batch N                 prefill chunk size (default 256)\n"
             "  --ctx N                   context length to reserve (default prompt + n)\n"
             "  --kv-cache-dtype T        KV cache type: auto (= f16) | f16 | bf16 | fp8 (e4m3, scaled) | f32\n"
@@ -120,6 +124,7 @@ static int parse_opts(int argc, char **argv, bool chat, struct gen_opts *o) {
             o->sp.seed = s;
         }
         else if (!strcmp(a, "--ignore-eos")) o->ignore_eos = true;
+        else if (!strcmp(a, "--no-pipeline")) o->no_pipeline = true;
         else if (!strcmp(a, "--device")) { NEED_ARG(); if (!cli_device_parse(v, &o->device)) BAD(v); }
         else if (!strcmp(a, "--enforce-eager")) o->eager = true;
         else if (!chat && !strcmp(a, "--profile")) o->profile = true;
@@ -361,9 +366,26 @@ static void emit_token(struct tokenizer_stream *ts, char *buf, size_t cap, int32
     }
 }
 
+#ifdef VLLMC_CUDA
+/* Queue the greedy decode step of the token at position s->n_tokens (its id: tok, or with from_argmax the id of the
+ * step queued before, taken on the device); the id is recorded later (gen_pipe_fetch). */
+static vllmc_status gen_pipe_queue(struct gen_seq *s, int32_t tok, bool from_argmax) {
+    const int32_t p0 = s->n_tokens, zero = 0;
+    s->pos[0] = p0;
+    struct bk_seq seq = {.block_table = s->block_table, .n_blocks = CEIL_DIV(p0 + 1, BK_KV_BLOCK), .state_slot = 0};
+    struct bk_batch b = {.n_tokens = 1, .token_ids = &tok, .pos = s->pos, .seq_idx = s->seq_idx, .n_seqs = 1, .seqs = &seq,
+                         .n_logits = 1, .logit_rows = &zero};
+    if (from_argmax) backend_cuda_tokens_from_argmax(s->m->be);
+    int32_t unused;
+    vllmc_status st = model_forward(s->m, &b, s->kv, NULL, &unused);
+    if (!st) s->n_tokens++;
+    return st;
+}
+#endif
+
 /* Generate up to n_predict tokens after what s holds; returns the ids in *out (malloc'd). */
 static vllmc_status generate_loop(struct gen_env *e, struct gen_seq *s, const struct gen_opts *o, int32_t n_prompt, int32_t n_predict,
-                                  const float *first_logits, bool stream_text, int32_t **out, int32_t *n_out) {
+                                  const float *first_logits, bool stream_text, bool pipe, int32_t **out, int32_t *n_out) {
     struct sampler_rng rng;
     sampler_rng_seed(&rng, o->sp.seed);
     int32_t *gen = malloc((size_t)(n_predict > 0 ? n_predict : 1) * sizeof(int32_t));
@@ -375,6 +397,45 @@ static vllmc_status generate_loop(struct gen_env *e, struct gen_seq *s, const st
     const float *logits = first_logits;
     int32_t n = 0;
     vllmc_status st = VLLMC_OK;
+#ifdef VLLMC_CUDA
+    if (pipe) {
+        /* pipelined steps (generate only: the sequence ends with this loop, so the one step queued past its end
+         * changes nothing anyone reads): step k + 1 is queued, its id step k's argmax on the device, before the host
+         * takes step k's id, so the GPU does not wait for the host between steps. The same ids as step by step. */
+        int32_t id = s->next_id, queued = 0; /* queued: steps in flight (0..2) */
+        double t0 = vllmc_time_s();
+        if ((st = backend_cuda_set_pipelined(s->m->be, true))) goto out;
+        for (;;) {
+            gen[n++] = id;
+            const bool eog = e->tok && tokenizer_is_eog(e->tok, id);
+            if (stream_text && e->tok && buf && !eog) emit_token(&ts, buf, cap, id);
+            const bool stop = (eog && !o->ignore_eos) || n == n_predict;
+            /* feed id: queued already (the step before took it from the device), or now from the host (the first) */
+            if (!stop && !queued) {
+                if (s->n_tokens + 1 > s->cap_tokens) break;
+                s->tokens[s->n_tokens] = id;
+                if ((st = gen_pipe_queue(s, id, false))) break;
+                queued++;
+            }
+            if (stop) break;
+            /* the step after it, fed by its argmax, if there can be one */
+            if (n + 1 < n_predict && s->n_tokens + 1 <= s->cap_tokens) {
+                if ((st = gen_pipe_queue(s, 0, true))) break;
+                queued++;
+            }
+            if ((st = backend_cuda_fetch_argmax(s->m->be, &id, 1))) break;
+            queued--;
+            s->n_decode++;
+            if (queued) s->tokens[s->n_tokens - 1] = id; /* the id the queued step was fed */
+        }
+        const vllmc_status st2 = backend_cuda_set_pipelined(s->m->be, false); /* waits for a step still queued */
+        if (!st) st = st2;
+        s->t_decode += vllmc_time_s() - t0;
+        goto out;
+    }
+#else
+    (void)pipe;
+#endif
     while (n < n_predict) {
         /* history = everything in the sequence; the first n_prompt tokens are the prompt */
         int32_t id = s->argmax ? s->next_id : sampler_sample(e->smp, logits, &o->sp, &rng, s->tokens, s->n_tokens, n_prompt);
@@ -386,6 +447,9 @@ static vllmc_status generate_loop(struct gen_env *e, struct gen_seq *s, const st
         if ((st = gen_seq_feed(s, &id, 1, s->dump != NULL, false))) break;
         logits = s->logits;
     }
+#ifdef VLLMC_CUDA
+out:
+#endif
     if (stream_text && e->tok && buf) {
         size_t k = tokenizer_stream_flush(&ts, buf, cap);
         fwrite(buf, 1, k, stdout);
@@ -495,7 +559,11 @@ int cmd_generate(int argc, char **argv) {
     s.argmax = e.is_cuda && !all_logits && sampler_params_argmax_only(&o.sp);
     if ((st = gen_seq_feed(&s, prompt, n_prompt, all_logits, true))) goto fail;
     gen_profile(&e, &o, &s, true);
-    if ((st = generate_loop(&e, &s, &o, n_prompt, n_predict, gen_seq_last_logits(&s, all_logits, n_prompt), !o.ids, &gen, &n_gen))) goto fail;
+    /* pipelined decode steps where each step is a replayed greedy graph step (DESIGN.md "The engine on the GPU") */
+    const bool pipe = s.argmax && !o.eager && !o.profile && !o.no_pipeline;
+    if ((st = generate_loop(&e, &s, &o, n_prompt, n_predict, gen_seq_last_logits(&s, all_logits, n_prompt), !o.ids, pipe, &gen,
+                            &n_gen)))
+        goto fail;
     gen_profile(&e, &o, &s, false);
     if (o.ids) {
         putchar('[');
@@ -610,7 +678,7 @@ int cmd_chat(int argc, char **argv) {
         int32_t room = s.cap_tokens - s.n_tokens;
         int32_t n_pred = o.n_predict < 0 ? room : VLLMC_MIN(o.n_predict, room);
         int32_t *gen = NULL, n_gen = 0;
-        st = generate_loop(&e, &s, &o, s.n_tokens, n_pred, s.logits, true, &gen, &n_gen);
+        st = generate_loop(&e, &s, &o, s.n_tokens, n_pred, s.logits, true, false, &gen, &n_gen);
         printf("\n");
         fflush(stdout);
         if (st) { free(gen); goto fail; }

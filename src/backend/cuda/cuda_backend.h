@@ -80,8 +80,9 @@ uint64_t backend_cuda_sbt_launches(void);
  * token ids the previous step's argmax ids, copied on the device (the batch's own ids are only checked), so the host
  * can queue step N + 1 before it has step N's token, and the GPU never waits for the host between them. At most two
  * steps in flight: a third batch_set before a fetch is an error. Off: everything as before (it syncs the stream).
- * Only for steps whose continuation is certain (a fixed number of greedy tokens): a step queued past the end of a
- * sequence has already advanced its recurrent state. */
+ * Only for steps whose continuation is certain (a fixed number of greedy tokens) or whose sequence is dropped after
+ * (`generate`): a step queued past the end of a sequence has already advanced its recurrent state. Every step queued
+ * with it on must end in a logits op with an argmax (its slot's parity turns there). */
 vllmc_status backend_cuda_set_pipelined(struct backend *be, bool on);
 void backend_cuda_tokens_from_argmax(struct backend *be);
 vllmc_status backend_cuda_fetch_argmax(struct backend *be, int32_t *ids, int32_t n);
