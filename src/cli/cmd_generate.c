@@ -398,7 +398,7 @@ static vllmc_status generate_loop(struct gen_env *e, struct gen_seq *s, const st
     int32_t n = 0;
     vllmc_status st = VLLMC_OK;
 #ifdef VLLMC_CUDA
-    if (pipe) {
+    if (pipe && n_predict > 0) {
         /* pipelined steps (generate only: the sequence ends with this loop, so the one step queued past its end
          * changes nothing anyone reads): step k + 1 is queued, its id step k's argmax on the device, before the host
          * takes step k's id, so the GPU does not wait for the host between steps. The same ids as step by step. */
