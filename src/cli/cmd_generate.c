@@ -368,7 +368,8 @@ static void emit_token(struct tokenizer_stream *ts, char *buf, size_t cap, int32
 
 #ifdef VLLMC_CUDA
 /* Queue the greedy decode step of the token at position s->n_tokens (its id: tok, or with from_argmax the id of the
- * step queued before, taken on the device); the id is recorded later (gen_pipe_fetch). */
+ * step queued before, taken on the device); generate_loop takes its argmax later (backend_cuda_fetch_argmax). The
+ * one-token batch of gen_seq_feed, without its wait, timing and logits handling. */
 static vllmc_status gen_pipe_queue(struct gen_seq *s, int32_t tok, bool from_argmax) {
     const int32_t p0 = s->n_tokens, zero = 0;
     s->pos[0] = p0;

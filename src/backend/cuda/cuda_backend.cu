@@ -509,6 +509,8 @@ static vllmc_status grow_batch(cu_backend *c, int64_t nt, int64_t ns, int64_t nb
 static vllmc_status cu_batch_set(struct backend *be, const struct bk_batch *b) {
     cu_backend *c = cub(be);
     flush(c);
+    const bool tok_prev = c->tok_prev; /* (for this batch only, set or refused) */
+    c->tok_prev = false;
     if (!b || b->n_tokens <= 0 || b->n_seqs <= 0 || b->n_logits < 0 || b->n_logits > b->n_tokens)
         return vllmc_errorf(VLLMC_ERR_INVALID, "batch: bad counts");
     if (!b->token_ids || !b->pos || !b->seq_idx || !b->seqs || (b->n_logits && !b->logit_rows))
@@ -546,7 +548,7 @@ static vllmc_status cu_batch_set(struct backend *be, const struct bk_batch *b) {
     if (c->pipe) {
         /* the slot this step fills fed the step two back: its argmax must have been fetched (then that step ended) */
         if (c->n_pq == 2) return vllmc_errorf(VLLMC_ERR_INVALID, "pipelined steps: two in flight; fetch an argmax first");
-        if (c->tok_prev && (b->n_tokens > c->cap_argmax || !c->d_argmax))
+        if (tok_prev && (b->n_tokens > c->cap_argmax || !c->d_argmax))
             return vllmc_errorf(VLLMC_ERR_INVALID, "pipelined steps: %d tokens from the previous argmax of %lld rows",
                                 b->n_tokens, (long long)c->cap_argmax);
     } else {
@@ -611,13 +613,12 @@ static vllmc_status cu_batch_set(struct backend *be, const struct bk_batch *b) {
     memset(&r, 0, sizeof(r));
     r.dst = c->d_batch; r.src = h; r.bytes = (uint64_t)c->words * 4;
     st = submit(c, CU_OP_UPLOAD, &r, sizeof(r));
-    if (!st && c->pipe && c->tok_prev) { /* the token ids: the previous step's argmax, on the device */
+    if (!st && c->pipe && tok_prev) { /* the token ids: the previous step's argmax, on the device */
         rec_d2h rt;
         memset(&rt, 0, sizeof(rt));
         rt.dst = c->d_batch; rt.src = c->d_argmax; rt.bytes = (uint64_t)b->n_tokens * 4;
         st = submit(c, CU_OP_D2D, &rt, sizeof(rt));
     }
-    c->tok_prev = false;
     return st;
 }
 
