@@ -120,17 +120,6 @@ int main(int argc, char **argv) {
            (unsigned long long)cs.fused_nq, (unsigned long long)backend_cuda_nq_launches());
     /* every model has one of: RMSNorms after fused residual adds (bit 1), SwiGLU (2), GDN gated norms (4) */
     if (nq && (strtoul(nq, NULL, 0) & 7) == 7 && env_on("VLLMC_CUDA_FUSE_ADD")) CHECK_MSG(cs.fused_nq > 0, "no norm + quantize was fused");
-    /* the RMSNorm + quantize folded into the mat-vec that reads its act (on by default): the dense FFN's gate + up of a
-     * model whose Q4_K rows are up to 16 super-blocks long read an RMSNorm of the residual a Q4_K / Q6_K matmul added to */
-    const struct gguf_tensor *gate = gguf_find_tensor(x[1].m->gguf, "blk.1.ffn_gate.weight"),
-                             *up = gguf_find_tensor(x[1].m->gguf, "blk.1.ffn_up.weight");
-    const int64_t E = x[1].m->hp.n_embd;
-    printf("test_cuda_model: norm + quantize ops folded into the mat-vec reading their act %llu (launches that formed it: %llu)\n",
-           (unsigned long long)cs.folded_nq, (unsigned long long)backend_cuda_form_launches());
-    if (getenv("VLLMC_CUDA_FOLD") && atoi(getenv("VLLMC_CUDA_FOLD")) && env_on("VLLMC_CUDA_FUSE_ADD") && !nq && gate && up && gate->type == GGML_TYPE_Q4_K &&
-        up->type == GGML_TYPE_Q4_K && E % 256 == 0 && E <= 4096 && !getenv("VLLMC_CUDA_MMA") && !getenv("VLLMC_CUDA_MS") &&
-        !getenv("VLLMC_CUDA_MMV"))
-        CHECK_MSG(cs.folded_nq > 0 && backend_cuda_form_launches() > 0, "no norm + quantize was folded");
     printf("test_cuda_model: decode attentions with the combine in the split launch %llu\n", (unsigned long long)cs.fused_comb);
     if (nq && (strtoul(nq, NULL, 0) & 32)) CHECK_MSG(cs.fused_comb > 0, "no attention combine was fused"); /* every model has attention */
     for (int i = 0; i < 3; i++) { free(lg[i]); inst_close(&x[i]); }

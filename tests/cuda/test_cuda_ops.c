@@ -1018,7 +1018,6 @@ static void test_nq_fused(void) {
             CHECK(gpu->ops->alloc(gpu, (size_t)(T * F) * 4, (void **)&t.u) == VLLMC_OK);
             CHECK(gpu->ops->alloc(gpu, (size_t)(T * V) * 4, (void **)&t.logits) == VLLMC_OK);
             t.wn = gw;
-            backend_cuda_set_fold(gpu, 0); /* every act is read back after the step (a folded one is never written) */
             for (int st = 0; st < (T == 1 ? 2 : 1); st++) {
                 const int old = backend_cuda_set_matvec_stream(st ? 2 : 0, st ? 24 * 1024 : 0);
                 size_t n_ref = 0, n = 0;
@@ -1060,7 +1059,6 @@ static void test_nq_fused(void) {
             free(t.a0); free(t.x0);
         }
     }
-    backend_cuda_set_fold(gpu, 1);
     gpu->ops->free(gpu, gw);
     free(wnorm);
 }

@@ -12,10 +12,8 @@ static __device__ __forceinline__ int nearest_int_dev(float v) {
     return (__float_as_int(t) & 0x007fffff) - 0x00400000;
 }
 
-/* One 32-lane group quantizes the 256 values v (lane l holds elements 8l .. 8l+7) into a Q8_K super-block, in
- * registers: the lane's 8 quants packed in p (elements 8l .. 8l+3, 8l+4 .. 8l+7), their sum, and the block's d (every
- * lane). quant_q8_K_sb stores them; the mat-vec that forms its own act (cu_mm_form) passes them by shuffles. */
-static __device__ __forceinline__ void quant_q8_K_regs(const float v[8], int lane, int p[2], int &sum, float &d) {
+/* One 32-lane group quantizes the 256 values v (lane l holds elements 8l .. 8l+7) into a Q8_K super-block. */
+static __device__ void quant_q8_K_sb(const float v[8], int8_t *qs, float *d_out, int16_t *bsums, int lane) {
     float amax = 0.f, vmax = 0.f;
     int imax = 1 << 30;
 #pragma unroll
@@ -31,28 +29,26 @@ static __device__ __forceinline__ void quant_q8_K_regs(const float v[8], int lan
         int oi = shfl_xor(imax, off);
         if (oa > amax || (oa == amax && oi < imax)) { amax = oa; vmax = ov; imax = oi; }
     }
-    p[0] = p[1] = 0;
-    sum = 0;
-    d = 0.f;
-    if (amax == 0.f) return;
+    if (amax == 0.f) {
+        *(int2 *)(qs + lane * 8) = make_int2(0, 0);
+        if (lane < 16) bsums[lane] = 0;
+        if (lane == 0) *d_out = 0.f;
+        return;
+    }
     const float iscale = __fdiv_rn(-127.f, vmax);
+    int sum = 0;
+    int packed[2] = {0, 0};
 #pragma unroll
     for (int k = 0; k < 8; k++) {
         int q = nearest_int_dev(__fmul_rn(iscale, v[k]));
         q = q > 127 ? 127 : q;
-        p[k / 4] |= (q & 0xff) << (8 * (k % 4));
+        packed[k / 4] |= (q & 0xff) << (8 * (k % 4));
         sum += q;
     }
-    d = __fdiv_rn(1.f, iscale);
-}
-static __device__ void quant_q8_K_sb(const float v[8], int8_t *qs, float *d_out, int16_t *bsums, int lane) {
-    int p[2], sum;
-    float d;
-    quant_q8_K_regs(v, lane, p, sum, d);
-    *(int2 *)(qs + lane * 8) = make_int2(p[0], p[1]);
+    *(int2 *)(qs + lane * 8) = make_int2(packed[0], packed[1]);
     sum += shfl_xor(sum, 1); /* lanes 2j and 2j+1 hold the 16 elements of bsums[j] */
     if ((lane & 1) == 0) bsums[lane / 2] = (int16_t)sum;
-    if (lane == 0) *d_out = d;
+    if (lane == 0) *d_out = __fdiv_rn(1.f, iscale);
 }
 
 /* Four lanes (8 values each) quantize one 32-element Q8_0 block. */

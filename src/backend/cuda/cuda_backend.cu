@@ -104,8 +104,6 @@ struct cu_backend {
     unsigned fuse_nq;          /* BACKEND_CUDA_FUSE_*: a norm + quantize into the launch that writes its input (cu_nq_fuse),
                                   the MoE mix into the down launch */
     unsigned *nq_cnt;          /* CU_NQ_FUSE_COUNTERS counters for it, zero between launches */
-    bool fold;                 /* recorded batch-1 steps: an RMSNorm + quantize into the mat-vec reading its act (fold_nq) */
-    double *d_sq;              /* 2 x CU_MM_SQ_MAX: the residual's sums of squares for it, in turn */
     std::vector<cu_graph> graphs;
     uint64_t use_clock;
     int32_t *d_argmax, *h_argmax;
@@ -285,109 +283,9 @@ static void graphs_clear(cu_backend *c) {
     c->stats.graphs_cached = 0;
 }
 
-/* ---- folding a norm + quantize into the mat-vec that reads its act (cu_mm_form) ----
- * In a recorded batch-1 step the records  MATMUL (a segment adds its output to the residual x)  NQ (RMSNorm of x into
- * act)  MATMUL (reads act)  become  MATMUL (also writes x's sums of squares, cu_mm_sq)  MATMUL (forms act from x, w and
- * those sums): one launch fewer, the same bits. The act is then never written, so the fold needs the second matmul
- * to be its only reader: no record after it, up to the next norm + quantize that writes the same act whole, may hold a
- * pointer into the bytes the norm + quantize would have written (records are plain structs, so any use of the act
- * shows as such a word). */
-
-/* Whether any 8-byte word of the records [from, to) (record indices) lies in one of the act's row-0 ranges. */
-static bool recs_touch(const cu_backend *c, size_t from, size_t to, const struct cu_act_mut &o) {
-    const int64_t n = o.n;
-    const uintptr_t lo[8] = {(uintptr_t)o.x, (uintptr_t)o.k_qs, (uintptr_t)o.k_d, (uintptr_t)o.k_bs,
-                             (uintptr_t)o.o_qs, (uintptr_t)o.o_d, (uintptr_t)o.h, (uintptr_t)o.bf};
-    const uint64_t len[8] = {(uint64_t)n * 4, (uint64_t)n, (uint64_t)(n / QK_K) * 4, (uint64_t)(n / 16) * 2,
-                             (uint64_t)n, (uint64_t)(n / 32) * 2, (uint64_t)n * 2, (uint64_t)n * 2};
-    for (size_t i = from; i < to; i++) {
-        const size_t beg = c->rec_offs[i] + 8, end = i + 1 < c->rec_offs.size() ? c->rec_offs[i + 1] : c->rec.size();
-        for (size_t off = beg; off + 8 <= end; off += 8) {
-            uint64_t v;
-            memcpy(&v, &c->rec[off], 8);
-            for (int k = 0; k < 8; k++)
-                if (lo[k] && v >= lo[k] && v < lo[k] + len[k]) return true;
-        }
-    }
-    return false;
-}
-static void *rec_at(cu_backend *c, size_t i, uint32_t *op) {
-    uint32_t hdr[2];
-    memcpy(hdr, &c->rec[c->rec_offs[i]], 8);
-    *op = hdr[0];
-    return &c->rec[c->rec_offs[i] + 8];
-}
-
-static void fold_nq(cu_backend *c) {
-    if (!c->fold || !c->d_sq) return;
-    const size_t nr = c->rec_offs.size();
-    std::vector<char> drop(nr, 0);
-    int slot = 0;
-    size_t folded = 0;
-    for (size_t i = 1; i + 1 < nr; i++) {
-        uint32_t op0, op1, op2;
-        rec_matmul *pm = (rec_matmul *)rec_at(c, i - 1, &op0);
-        rec_nq *q = (rec_nq *)rec_at(c, i, &op1);
-        rec_matmul *cm = (rec_matmul *)rec_at(c, i + 1, &op2);
-        if (op0 != CU_OP_MATMUL || op1 != CU_OP_NQ || op2 != CU_OP_MATMUL || drop[i - 1]) continue;
-        const int64_t n = q->out.n;
-        if (q->mode != CU_NQ_RMSNORM || q->n_rows != 1 || n % QK_K || ((uintptr_t)q->in0 & 15) || ((uintptr_t)q->w & 15)) continue;
-        if (pm->a.n_act != 1 || pm->a.sq.on || cm->a.n_act != 1 || cm->a.form.mode || cm->a.a.n != n) continue;
-        /* the consumer reads this act */
-        if (cm->a.a.x != q->out.x || cm->a.a.k_qs != q->out.k_qs || cm->a.a.o_qs != q->out.o_qs) continue;
-        int seg = -1;
-        for (int k = 0; k < pm->a.n_seg; k++) {
-            const struct cu_mm_seg *sg = &pm->a.seg[k];
-            if (sg->res == q->in0 && sg->ld_y == n && sg->n_rows == n &&
-                (sg->type == GGML_TYPE_Q4_K || sg->type == GGML_TYPE_Q6_K))
-                seg = k;
-        }
-        if (seg < 0) continue;
-        struct cu_mm_args pa = pm->a, ca = cm->a;
-        pa.sq.on = 1; pa.sq.seg = seg; pa.sq.out = c->d_sq + (size_t)slot * CU_MM_SQ_MAX;
-        ca.form.mode = CU_NQ_RMSNORM;
-        int form = 0, dummy = 0;
-        const int rpc = cu_mm_fold_plan(&pa, &dummy);
-        if (rpc) (void)cu_mm_fold_plan(&ca, &form);
-        if (!rpc || GPU_CEIL_DIV(n, rpc) > CU_MM_SQ_MAX || !form) continue;
-        /* no other reader of the act until a norm + quantize writes it whole again */
-        size_t end = i + 2;
-        for (; end < nr; end++) {
-            uint32_t op;
-            const rec_nq *w = (const rec_nq *)rec_at(c, end, &op);
-            if (op == CU_OP_NQ && (w->mode == CU_NQ_RMSNORM || w->mode == CU_NQ_SWIGLU) && w->out.x == q->out.x &&
-                w->out.k_qs == q->out.k_qs && w->out.o_qs == q->out.o_qs && (w->fmts & q->fmts) == q->fmts && w->n_rows >= 1 &&
-                w->in0 != q->out.x && w->in1 != q->out.x) /* (RMSNORM / SWIGLU write out.x from their inputs) */
-                break;
-        }
-        if (recs_touch(c, i + 2, end, q->out)) continue;
-        ca.form.in0 = q->in0; ca.form.w = q->w; ca.form.eps = q->eps; ca.form.sq = pa.sq.out;
-        ca.form.n_sq = (int32_t)GPU_CEIL_DIV(n, rpc); ca.form.out = q->out; ca.form.fmts = q->fmts;
-        pm->a = pa;
-        cm->a = ca;
-        drop[i] = 1;
-        slot ^= 1;
-        folded++;
-    }
-    if (!folded) return;
-    std::vector<uint8_t> rec;
-    std::vector<size_t> offs;
-    rec.reserve(c->rec.size());
-    for (size_t i = 0; i < nr; i++) {
-        if (drop[i]) continue;
-        const size_t beg = c->rec_offs[i], end = i + 1 < nr ? c->rec_offs[i + 1] : c->rec.size();
-        offs.push_back(rec.size());
-        rec.insert(rec.end(), c->rec.begin() + (std::ptrdiff_t)beg, c->rec.begin() + (std::ptrdiff_t)end);
-    }
-    c->rec.swap(rec);
-    c->rec_offs.swap(offs);
-    c->stats.folded_nq += folded;
-}
-
 /* End of a recorded step: replay the cached graph of an equal step, else capture one. */
 static vllmc_status finish_step(cu_backend *c) {
     c->recording = false;
-    fold_nq(c);
     gpuError_t e;
     for (cu_graph &g : c->graphs)
         if (g.rec.size() == c->rec.size() && !memcmp(g.rec.data(), c->rec.data(), c->rec.size())) {
@@ -1583,7 +1481,6 @@ static void cu_destroy(struct backend *be) {
     dev_free(c, c->w16);
     dev_free(c, c->gdn_work);
     if (c->nq_cnt) (void)gpuFree(c->nq_cnt);
-    if (c->d_sq) (void)gpuFree(c->d_sq);
     if (c->gemm) gpu_gemm_destroy(c->gemm);
     if (c->ev0) (void)gpuEventDestroy(c->ev0);
     if (c->ev1) (void)gpuEventDestroy(c->ev1);
@@ -1689,13 +1586,6 @@ extern "C" vllmc_status backend_cuda_create(const struct backend_cuda_opts *o, s
         if (c->nq_cnt) (void)gpuFree(c->nq_cnt);
         c->nq_cnt = NULL; /* no fused norm + quantize */
     }
-    c->fold = getenv("VLLMC_CUDA_FOLD") && atoi(getenv("VLLMC_CUDA_FOLD")) != 0; /* measured slower: off (BENCHMARKS.md) */
-    if (gpuMalloc((void **)&c->d_sq, 2 * CU_MM_SQ_MAX * sizeof(double)) != gpuSuccess ||
-        gpuMemset(c->d_sq, 0, 2 * CU_MM_SQ_MAX * sizeof(double)) != gpuSuccess) {
-        (void)gpuGetLastError();
-        if (c->d_sq) (void)gpuFree(c->d_sq);
-        c->d_sq = NULL; /* no folded norm + quantize */
-    }
     /* prefill paths; VLLMC_CUDA_GEMM_ROWS (0: never), VLLMC_CUDA_GDN_CHUNKED=0 and VLLMC_CUDA_ATTN_PREFILL=0
      * override for measurements */
     c->gemm_min_rows = GEMM_MIN_ROWS;
@@ -1721,14 +1611,6 @@ extern "C" vllmc_status backend_cuda_create(const struct backend_cuda_opts *o, s
 }
 
 extern "C" void backend_cuda_get_stats(struct backend *be, struct backend_cuda_stats *out) { *out = cub(be)->stats; }
-
-extern "C" void backend_cuda_set_fold(struct backend *be, int on) {
-    cu_backend *c = cub(be);
-    flush(c);
-    (void)gpuStreamSynchronize(c->stream);
-    graphs_clear(c);
-    c->fold = on != 0;
-}
 
 extern "C" void backend_cuda_set_fuse_nq(struct backend *be, unsigned mask) {
     cu_backend *c = cub(be);

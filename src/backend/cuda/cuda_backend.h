@@ -43,7 +43,6 @@ struct backend_cuda_stats {
     uint64_t fused_conv;              /* decode GDN convs recorded into the epilogue of the matmul writing their input */
     uint64_t fused_nq;                /* norm + quantize ops recorded into the launch writing their input */
     uint64_t fused_comb;              /* decode attentions recorded with their combine in the split launch */
-    uint64_t folded_nq;               /* RMSNorm + quantize ops folded into the mat-vec reading their act (recorded steps) */
     /* host time of the graph-replayed steps: from the batch to the graph's launch (recording the ops, finding the
      * cached graph, launching it), and waiting for the step's argmax after it; the GPU idles through the first */
     uint64_t host_steps, host_ns, wait_ns;
@@ -123,13 +122,6 @@ enum {
     BACKEND_CUDA_FUSE_MOE_MIX = 16, BACKEND_CUDA_FUSE_ATTN_COMBINE = 32, BACKEND_CUDA_FUSE_ALL = 63
 };
 void backend_cuda_set_fuse_nq(struct backend *be, unsigned mask);
-/* In recorded batch-1 steps, an RMSNorm + quantize whose input a matmul's residual add wrote goes into the mat-vec that
- * reads its act, where that is its only reader and the tensor-core Q4_K kernel takes it (cu_mm_form: every CTA forms
- * the act's values it needs; the residual's sums of squares come from the launch before; the same bits). On by default
- * (VLLMC_CUDA_FOLD=0 turns it off); drops the captured graphs. */
-void backend_cuda_set_fold(struct backend *be, int on);
-/* Launches so far (process-wide) that formed their act (a folded norm + quantize). */
-uint64_t backend_cuda_form_launches(void);
 /* MoE ops of up to max_rows rows with Q4_K / Q6_K experts on the column-split expert kernels (routing inside the
  * gate+up launch, SwiGLU + quantize inside the down launch; default 3: from 4 rows the grouped kernels below measured
  * faster); 0: off. Returns the previous value. Process-wide, like the settings above. */

@@ -109,28 +109,6 @@ struct cu_nq_fuse {
 /* Counters a fused norm + quantize of mode over n output columns and n_act activation rows needs. */
 int64_t cu_nq_fuse_counters(int mode, int64_t n, int64_t n_act);
 #define CU_NQ_FUSE_COUNTERS 8192 /* the backend's counter array */
-/* A norm + quantize folded into the one mat-vec that reads its act (a recorded batch-1 step: fold_nq in
- * cuda_backend.cu). The act is never written: every CTA forms the Q8_K (and Q8_0) values it needs from the norm's
- * input, with the norm + quantize kernel's ops in its order (act_quant.h), so the same bits. RMSNORM: the row's scale
- * comes from the sums of squares the launch before wrote beside the residual (cu_mm_sq), n_sq of them, summed in double
- * (the squares are the kernel's float products, so the float scale is the kernel's but in the rare case where the
- * double sum's order moves it across a float rounding boundary). */
-struct cu_mm_form {
-    const float *in0, *w;      /* RMSNORM: the residual row (the norm's input) and the norm weight (or NULL) */
-    const double *sq;
-    float eps;
-    int32_t mode;              /* 0: off (the act as recorded), CU_NQ_RMSNORM */
-    int32_t n_sq;
-    uint32_t fmts;             /* the act (out, fmts): written only where the launch cannot form it (its own launch) */
-    struct cu_act_mut out;
-};
-/* The residual-adding launch before such a fold: each CTA of segment seg writes the double sum of the squares (float
- * products) of the residual values it wrote at out[its index in the segment] (one activation row). */
-struct cu_mm_sq {
-    double *out;
-    int32_t on, seg;
-};
-#define CU_MM_SQ_MAX 1024      /* sums a launch may write: a residual row of up to 1,024 CTAs */
 struct cu_mm_args {
     struct cu_mm_seg seg[CU_MM_MAX_SEG];
     int32_t n_seg;
@@ -144,13 +122,7 @@ struct cu_mm_args {
     struct cu_mm_conv conv;    /* conv.on: the GDN conv in the epilogue (or a kernel right after, where the launch
                                   does not take the column-split kernel) */
     struct cu_nq_fuse nq;      /* nq.on: the norm + quantize that reads the outputs, in the launch (or right after) */
-    struct cu_mm_form form;    /* form.mode: the act formed in the launch (cu_mm_fold_plan said the kernel takes it) */
-    struct cu_mm_sq sq;        /* sq.on: the residual's sums of squares for the fold after it */
 };
-/* Rows a CTA of the kernel a one-activation-row launch takes, when that kernel writes cu_mm_sq (the column-split and
- * tensor-core mat-vecs), else 0; *form: whether it also takes a cu_mm_form (the tensor-core Q4_K kernel). The
- * launcher's own choice (mm_launch), so the two cannot disagree. */
-int cu_mm_fold_plan(const struct cu_mm_args *args, int *form);
 #define CU_MM_WARPS 4          /* rows per CTA (one warp per row) */
 /* Decode mat-vec kernel choice by the rows of a launch (all segments): class 0 below rows[0], class 1
  * below rows[1], class 2 the rest. ks[c] 0: one warp per row (class 0) or per 4-row tile (else), a grid

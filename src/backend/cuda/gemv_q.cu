@@ -1134,61 +1134,6 @@ static __device__ __forceinline__ int mv_seg_of(const struct cu_mm_args &P) {
         if (i < P.n_seg && (int)blockIdx.x >= P.seg[i].cta0) si = i;
     return si;
 }
-/* ---- a folded norm + quantize (cu_mm_form): the act formed in the launch that reads it ---- */
-/* Before the dependency wait: the norm weight's lines to L2 (the step's weight stream evicts them), a line a thread. */
-static __device__ __forceinline__ void form_prefetch(const struct cu_mm_form &F, int64_t n) {
-    for (int64_t i = threadIdx.x; F.w && i * 32 < n; i += blockDim.x) gpu_prefetch_l2(F.w + 32 * i);
-}
-/* The RMSNorm scale of the row from the producer's sums of squares, as nq_rms_scale forms it from its own: every thread
- * of the CTA (a barrier); red: 16 doubles of shared memory. */
-static __device__ float form_rms_scale(const struct cu_mm_form &F, int64_t n, double *red) {
-    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, W = (int)(blockDim.x >> 5);
-    double q = 0.0;
-#pragma unroll 4
-    for (int i = threadIdx.x; i < F.n_sq; i += blockDim.x) q += F.sq[i];
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) q += shfl_xor(q, off);
-    if (lane == 0) red[wid] = q;
-    __syncthreads();
-    double tot = 0.0;
-    for (int k = 0; k < W; k++) tot += red[k];
-    return __fdiv_rn(1.0f, sqrtf((float)(tot / (double)n + (double)F.eps)));
-}
-/* The norm's inputs of elements e0 .. e0 + 7 (16-byte aligned: cu_mm_fold_plan checks the rows), then their values:
- * (x * scale) * w, as nq_unit forms them. */
-struct form_in { float x[8], w[8]; };
-static __device__ __forceinline__ void form_load(const struct cu_mm_form &F, int64_t e0, form_in &f) {
-    ld8(F.in0 + e0, f.x);
-    if (F.w) ld8(F.w + e0, f.w);
-}
-static __device__ __forceinline__ void form_vals(const struct cu_mm_form &F, const form_in &f, float scale, float v[8]) {
-#pragma unroll
-    for (int k = 0; k < 8; k++) v[k] = F.w ? __fmul_rn(__fmul_rn(f.x[k], scale), f.w[k]) : __fmul_rn(f.x[k], scale);
-}
-/* A CTA of a Q8_0 segment in a launch with a folded norm: the whole row's Q8_0 act formed, as nq_unit quantizes it, into
- * the act's own Q8_0 buffers (every such CTA of the launch writes the same bytes there; each reads back its own after
- * its barrier), then the rows as mv_other_cta takes them. */
-static __device__ void mv_other_cta_form(const struct cu_mm_args &P, const cu_mm_seg &S, const uint8_t *wb, int r0, int rows,
-                                         int lane, int wid, int W, double *red) {
-    int8_t *qs = (int8_t *)P.a.o_qs;
-    uint16_t *d = (uint16_t *)P.a.o_d;
-    for (int i = threadIdx.x; i < rows * (int)(S.stride / 128); i += blockDim.x) gpu_prefetch_l2(wb + 128 * (size_t)i);
-    form_prefetch(P.form, P.a.n);
-    gpu_pdl_wait();
-    gpu_pdl_trigger();
-    const int64_t n = P.a.n;
-    const float scale = form_rms_scale(P.form, n, red);
-    for (int64_t u = wid; u * 256 < n; u += W) {
-        const int64_t e0 = u * 256 + 8 * lane;
-        form_in f;
-        float v[8];
-        form_load(P.form, e0, f);
-        form_vals(P.form, f, scale, v);
-        quant_q8_0_lane(v, qs + e0, d + e0 / 32, lane, true);
-    }
-    __syncthreads();
-    mv_other_rows(P, S, wb, r0, rows, 0, 1, lane, wid, W);
-}
 /* A CTA of a Q8_0 / F32 segment: its rows to L2 before the dependency wait, then mv_other_rows. */
 static __device__ __forceinline__ void mv_other_cta(const struct cu_mm_args &P, const cu_mm_seg &S, const uint8_t *wb, int r0, int rows,
                                                     int a0, int na, int lane, int wid, int W) {
@@ -1200,24 +1145,13 @@ static __device__ __forceinline__ void mv_other_cta(const struct cu_mm_args &P, 
 /* Output j of the CTA's rows r0 .. for activation row ar: the row's sum y, plus the bias; stored; added to the
  * residual (resv: the value mv_res_load took early, where mv_res_early); the conv's epilogue (pre, slot). */
 template <int NA>
-static __device__ __forceinline__ float mv_out(const struct cu_mm_args &P, const cu_mm_seg &S, int ar, int r0, int j, float y, float resv,
-                                               bool conv, const float *pre, int slot) {
+static __device__ __forceinline__ void mv_out(const struct cu_mm_args &P, const cu_mm_seg &S, int ar, int r0, int j, float y, float resv,
+                                              bool conv, const float *pre, int slot) {
     const int64_t o = (int64_t)ar * S.ld_y + r0 + j;
     if (S.bias) y = __fadd_rn(y, S.bias[r0 + j]);
     S.y[o] = y;
-    float x = y;
-    if (S.res) S.res[o] = x = __fadd_rn(mv_res_early<NA>(S) ? resv : S.res[o], y);
+    if (S.res) S.res[o] = __fadd_rn(mv_res_early<NA>(S) ? resv : S.res[o], y);
     if (conv) mm_conv_store(P.conv, ar, r0 + j, pre, slot, y);
-    return x;
-}
-/* cu_mm_sq: thread j < rows (<= 32, warp 0) holds residual value x of the CTA's output j; the CTA's sum of their squares
- * (float products, as nq_rms_scale forms them, added in double) to out[the CTA's index in segment si]. Every thread. */
-static __device__ __forceinline__ void mv_sq_out(const struct cu_mm_args &P, const cu_mm_seg &S, int si, int rows, float x) {
-    if (!P.sq.on || si != P.sq.seg || threadIdx.x >= 32) return;
-    double q = (int)threadIdx.x < rows ? (double)__fmul_rn(x, x) : 0.0;
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) q += shfl_xor(q, off);
-    if (threadIdx.x == 0) P.sq.out[(int)blockIdx.x - S.cta0] = q;
 }
 
 /* NA 1: one activation row (a batch-1 step); NA = MV_NA: a decode step of several sequences, blockIdx.y the group
@@ -1302,14 +1236,12 @@ static __global__ void __launch_bounds__(LBT, LBM) mm_kernel_cols(const struct c
         }
     }
     __syncthreads();
-    float xo = 0.f;
     for (int i = threadIdx.x; i < rows * na; i += blockDim.x) {
         const int r = NA == 1 ? 0 : i / rows, j = i - r * rows;
         float y = part[0][r][j];
         for (int k = 1; k < W; k++) y = __fadd_rn(y, part[k][r][j]);
-        xo = mv_out<NA>(P, S, a0 + r, r0, j, y, resv, conv, conv_pre[i], conv_slot[i]);
+        mv_out<NA>(P, S, a0 + r, r0, j, y, resv, conv, conv_pre[i], conv_slot[i]);
     }
-    if (NA == 1) mv_sq_out(P, S, si, rows, xo);
     if (P.nq.on && (P.nq.feed >> si & 1)) {
         const nq_cols pc = {r0, rows};
         nq_fuse_finish(P.nq, &pc, 1, NA == 1 ? 0 : (int)blockIdx.y, a0, na);
@@ -1461,14 +1393,9 @@ struct mma_conv {
 };
 /* The warp's 16 (RT 8: 8) rows of its SBW super-blocks, Q4_K: the loads before the dependency wait, the MMAs after
  * it; y0, y1: the partial sums of rows g and g + 8 (in every lane of the row). */
-/* FM: the act of a folded norm (cu_mm_form) formed in the launch, in registers: each warp quantizes its SBW super-blocks
- * (lane l: elements 8l .. 8l + 7, as nq_unit) and passes each lane the words and sums its MMA fragments take by shuffles,
- * so the launch holds no more shared memory than the plain kernel (a larger carve-out would keep its CTAs off the SMs
- * until the launch before it drained); red: 16 doubles for the RMSNorm's sums. */
-template <int SBW, int RT, bool FM = false>
+template <int SBW, int RT>
 static __device__ __forceinline__ void mma_rows_q4_K(const struct cu_mm_args &P, const cu_mm_seg &S, const uint8_t *wb, int rows,
-                                                     int n_sb, int wid, int lane, const mma_conv &cv, float &y0, float &y1,
-                                                     double *red = NULL) {
+                                                     int n_sb, int wid, int lane, const mma_conv &cv, float &y0, float &y1) {
     const int g = lane >> 2, c = lane & 3;
     const k4s_w zw{make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0), 0};
     k4s_w w0[SBW], w1[SBW]; /* rows g and g + 8 */
@@ -1479,39 +1406,8 @@ static __device__ __forceinline__ void mma_rows_q4_K(const struct cu_mm_args &P,
         w1[s] = RT == 16 && sb < n_sb && g + 8 < rows ? k4s_load(wb + (size_t)(g + 8) * S.stride, n_sb, sb, c) : zw;
     }
     cv.load(P, rows);
-    if (FM) form_prefetch(P.form, P.a.n);
     gpu_pdl_wait();
     gpu_pdl_trigger();
-    int fp[SBW][2], fsum[SBW]; /* FM: the lane's quants of each super-block, their sum, the block's d */
-    float fd[SBW];
-#ifndef VLLMC_FORM_ABL
-#define VLLMC_FORM_ABL 0 /* timing ablations of the forming (wrong values): 1 no RMS scale, 2 no quantizer, 4 no loads */
-#endif
-    if constexpr (FM) { /* the warp's super-blocks of the act: lane l takes elements 8l .. 8l + 7 of each, as nq_unit */
-        form_in f[SBW];
-#pragma unroll
-        for (int s = 0; s < SBW; s++) {
-            if (VLLMC_FORM_ABL & 4) {
-                for (int k = 0; k < 8; k++) { f[s].x[k] = (float)(lane + k); f[s].w[k] = 1.f; }
-                continue;
-            }
-            if (wid * SBW + s < n_sb) form_load(P.form, (int64_t)(wid * SBW + s) * QK_K + 8 * lane, f[s]);
-        }
-        const float scale = (VLLMC_FORM_ABL & 1) ? 1.f : form_rms_scale(P.form, P.a.n, red);
-#pragma unroll
-        for (int s = 0; s < SBW; s++) {
-            fp[s][0] = fp[s][1] = fsum[s] = 0;
-            fd[s] = 0.f;
-            if (wid * SBW + s >= n_sb) continue; /* (the same for the whole warp) */
-            float v[8];
-            form_vals(P.form, f[s], scale, v);
-            if (VLLMC_FORM_ABL & 2) {
-                fp[s][0] = __float_as_int(v[0]) & 0x3f3f3f3f; fp[s][1] = __float_as_int(v[5]) & 0x3f3f3f3f; fsum[s] = lane; fd[s] = v[3];
-            } else {
-                quant_q8_K_regs(v, lane, fp[s], fsum[s], fd[s]);
-            }
-        }
-    }
     const k4_sel ks = k4_sel_make(c);
     const int b = lane & ~3;
     float t0[SBW], t1[SBW];
@@ -1523,21 +1419,7 @@ static __device__ __forceinline__ void mma_rows_q4_K(const struct cu_mm_args &P,
         uint4 x0 = make_uint4(0, 0, 0, 0), x1 = x0;
         int2 bs = make_int2(0, 0);
         float da = 0.f;
-        if (FM) { /* sub-block g's words from lanes 4g .. 4g + 3 (two each); sub-block sums from their 4 lanes */
-            const bool own = (g >> 1) == c;
-            uint32_t X8[8];
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                X8[2 * i] = (uint32_t)shfl_idx(fp[s][0], 4 * g + i);
-                X8[2 * i + 1] = (uint32_t)shfl_idx(fp[s][1], 4 * g + i);
-            }
-            if (own) { x0 = make_uint4(X8[0], X8[1], X8[2], X8[3]); x1 = make_uint4(X8[4], X8[5], X8[6], X8[7]); }
-            int s32 = fsum[s];
-            s32 += shfl_xor(s32, 1);
-            s32 += shfl_xor(s32, 2);
-            bs = make_int2(shfl_idx(s32, 8 * c), shfl_idx(s32, 8 * c + 4)); /* (as b0, b1 below: one 32-element sum each) */
-            da = fd[s];
-        } else if (on) {
+        if (on) {
             if ((g >> 1) == c) {
                 const uint4 *xp = (const uint4 *)(P.a.k_qs + (int64_t)sb * QK_K + 32 * g);
                 x0 = xp[0]; x1 = xp[1];
@@ -1558,8 +1440,8 @@ static __device__ __forceinline__ void mma_rows_q4_K(const struct cu_mm_args &P,
                      X[2 * t], X[2 * t + 1]);
         }
         /* the mins' activation sums of sub-blocks 2c, 2c + 1 (two 16-element sums each), as mv_act_load forms them */
-        const int b0 = FM ? bs.x : (int)(int16_t)(bs.x & 0xffff) + (int)(int16_t)(bs.x >> 16);
-        const int b1 = FM ? bs.y : (int)(int16_t)(bs.y & 0xffff) + (int)(int16_t)(bs.y >> 16);
+        const int b0 = (int)(int16_t)(bs.x & 0xffff) + (int)(int16_t)(bs.x >> 16);
+        const int b1 = (int)(int16_t)(bs.y & 0xffff) + (int)(int16_t)(bs.y >> 16);
         t0[s] = k4_term_sums<true>(ks, shfl_idx(w0[s].sw, b), shfl_idx(w0[s].sw, b + 1), shfl_idx(w0[s].sw, b + 2),
                                    shfl_idx(w0[s].sw, b + 3), clo[0], chi[1] >> 4, b0, b1, da);
         if (RT == 16)
@@ -1638,14 +1520,11 @@ static __device__ __forceinline__ void mma_rows_q6_K(const struct cu_mm_args &P,
 }
 
 /* KT: the K-quant types of the launch (1 Q4_K, 2 Q6_K, 3 both); RT: rows a CTA (16 for Q4_K alone at SBW 2, else 8). */
-/* FM: the act formed in the launch (cu_mm_form; Q4_K with Q8_0 segments) */
-template <int SBW, int RT, int KT, int LBT = 512, int LBM = 1, bool FM = false>
+template <int SBW, int RT, int KT, int LBT = 512, int LBM = 1>
 static __global__ void __launch_bounds__(LBT, LBM) mm_kernel_mma(const struct cu_mm_args P) {
     static_assert(RT == 16 || RT == 8, "rows a CTA: 16 (rows g and g + 8) or 8");
     static_assert(KT == 1 || RT == 8, "Q6_K: 8 rows a CTA");
-    static_assert(!FM || KT == 1, "a formed act: Q4_K rows");
     __shared__ float part[16][RT];
-    __shared__ double fred[FM ? 16 : 1]; /* FM: the RMSNorm's sums (form_rms_scale) */
     __shared__ float conv_pre[RT][CU_CONV_PRE]; /* cu_mm_conv: each output's state and weights */
     __shared__ int conv_slot[RT];
     const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, W = blockDim.x >> 5;
@@ -1656,16 +1535,12 @@ static __global__ void __launch_bounds__(LBT, LBM) mm_kernel_mma(const struct cu
     const int n_sb = (int)(P.a.n / QK_K);
     const uint8_t *wb = S.w + (size_t)r0 * S.stride;
     if (S.type != GGML_TYPE_Q4_K && S.type != GGML_TYPE_Q6_K) { /* Q8_0 / F32 rows, as the column-split kernel takes them */
-        if constexpr (FM) /* Q8_0 only (cu_mm_fold_plan) */
-            mv_other_cta_form(P, S, wb, r0, rows, lane, wid, W, fred);
-        else
-            mv_other_cta(P, S, wb, r0, rows, 0, 1, lane, wid, W);
+        mv_other_cta(P, S, wb, r0, rows, 0, 1, lane, wid, W);
         return;
     }
     const mma_conv cv{conv, r0, conv_pre, conv_slot};
     float y0, y1 = 0.f;
-    if (KT == 1 || (KT == 3 && S.type == GGML_TYPE_Q4_K))
-        mma_rows_q4_K<SBW, RT, FM>(P, S, wb, rows, n_sb, wid, lane, cv, y0, y1, fred);
+    if (KT == 1 || (KT == 3 && S.type == GGML_TYPE_Q4_K)) mma_rows_q4_K<SBW, RT>(P, S, wb, rows, n_sb, wid, lane, cv, y0, y1);
     else mma_rows_q6_K<SBW>(P, S, wb, rows, n_sb, wid, lane, cv, y0);
     const float resv = mv_res_load<1>(S, r0, rows);
     const int g = lane >> 2;
@@ -1674,13 +1549,11 @@ static __global__ void __launch_bounds__(LBT, LBM) mm_kernel_mma(const struct cu
         if (RT == 16) part[wid][g + 8] = y1;
     }
     __syncthreads();
-    float xo = 0.f;
     for (int j = threadIdx.x; j < rows; j += blockDim.x) {
         float y = part[0][j];
         for (int k = 1; k < W; k++) y = __fadd_rn(y, part[k][j]);
-        xo = mv_out<1>(P, S, 0, r0, j, y, resv, conv, conv_pre[j], conv_slot[j]);
+        mv_out<1>(P, S, 0, r0, j, y, resv, conv, conv_pre[j], conv_slot[j]);
     }
-    mv_sq_out(P, S, si, rows, xo);
 }
 #endif
 uint64_t cu_mma_launches;
@@ -1734,80 +1607,28 @@ extern "C" uint64_t backend_cuda_cols_lb_launches(void) { return cu_cols_lb_laun
 
 /* The column-split kernel (NA = MV_NA for several activation rows) when every segment is Q4_K, Q6_K, Q8_0 or
  * F32 (one of them K-quant) and a row of 256-column super-blocks fits 16 warps; false (nothing launched) otherwise. */
-extern uint64_t cu_form_launches;
-/* The kernel mm_launch_cols takes for a launch (kind 0: none of its kernels), shared with cu_mm_fold_plan. */
-enum { MMC_NONE, MMC_SBT, MMC_MMA, MMC_COLS };
-struct mm_cols_choice { int kind, kt, n_sb, sbw, w, U, rpc, sbt_r, rt; };
-static mm_cols_choice mm_cols_choose(const struct cu_mm_args *args, bool other_only) {
-    mm_cols_choice ch;
-    memset(&ch, 0, sizeof(ch));
+static bool mm_launch_cols(const struct cu_mm_args *args, gpuStream_t s, bool other_only = false) {
     const int64_t n = args->a.n;
-    if (n % QK_K != 0) return ch;
+    if (n % QK_K != 0) return false;
     int kt = 0; /* the K-quant types present: 1 Q4_K, 2 Q6_K */
     for (int i = 0; i < args->n_seg; i++) {
         const int t = args->seg[i].type;
         if (t == GGML_TYPE_Q4_K) kt |= 1;
         else if (t == GGML_TYPE_Q6_K) kt |= 2;
-        else if (t != GGML_TYPE_Q8_0 && t != GGML_TYPE_F32) return ch;
+        else if (t != GGML_TYPE_Q8_0 && t != GGML_TYPE_F32) return false;
     }
     const int n_sb = (int)(n / QK_K), sbw = n_sb <= cu_mm_cfg.cols_sbw2 ? 2 : 4, w = (n_sb + sbw - 1) / sbw;
     if (!kt && other_only) kt = 1; /* Q8_0 / F32 segments only (the streaming launch's others): every CTA takes the
                                       other rows' path, the K-quant instance is never entered */
-    if (!kt || w > 16) return ch;
+    if (!kt || w > 16) return false;
     if (args->conv.on && args->seg[args->conv.seg].type != GGML_TYPE_Q4_K && args->seg[args->conv.seg].type != GGML_TYPE_Q6_K)
-        return ch; /* the Q8_0 / F32 rows' path has no conv epilogue */
+        return false; /* the Q8_0 / F32 rows' path has no conv epilogue */
     /* row groups a CTA: 4 for Q4_K alone, 2 with Q6_K (its 4 groups take 116 registers: measured slower), 2 for
      * several activation rows (NA = MV_NA) */
     const int cfg = cu_mm_cfg.cols[args->total_rows < cu_mm_cfg.rows[0] ? 0 : args->total_rows < cu_mm_cfg.rows[1] ? 1 : 2];
     const bool mr = args->n_act > 1;
-    ch.kt = kt; ch.n_sb = n_sb; ch.sbw = sbw; ch.w = w;
-    ch.U = mr ? 2 : cfg == 2 || cfg == 4 ? cfg : (kt & 2) ? 2 : 4;
-    ch.rpc = 8 / sbw * ch.U;
-    /* one super-block a thread where every K-quant row is Q4_K (one activation row, no fused norm; the same bits as the
-     * column-split kernel). Off by default (cu_mm_cfg.sbt 0; VLLMC_CUDA_SBT=16 for rows of up to 16 super-blocks and
-     * launches of up to 16,384 rows). In-graph per launch on the qwen35-4b decode it is faster on the GDN in-proj
-     * (-15%), attention q / k (-20%) and ssm_out / attn_output (-5..-9%), slower on gate + up (18,432 rows: +6.5%) and
-     * the 9,216-column down rows (+84%: 288-thread CTAs, 2 an SM at 96 registers); but with it on where it is faster
-     * the norm + quantize launches after it cost as much more, and the decode measured level (BENCHMARKS.md
-     * "One super-block a thread") */
-    ch.sbt_r = !mr && kt == 1 && n_sb <= cu_mm_cfg.sbt && args->total_rows <= cu_mm_cfg.sbt_rows && !args->nq.on &&
-                       !args->row_order && !args->form.mode && !args->sq.on ? sbt_rows(n_sb) : 0;
-    if (ch.sbt_r) { ch.kind = MMC_SBT; return ch; }
-#if !defined(VLLMC_HIP)
-    /* the Q4_K terms on the tensor cores where every K-quant row is Q4_K (one activation row, no fused norm; the same
-     * bits as the column-split kernel): cu_mm_cfg.mma, bit 1 rows of up to cols_sbw2 super-blocks (16 rows a CTA), bit 2
-     * the longer ones (4 super-blocks a warp, 8 rows a CTA), bit 4 launches with Q6_K rows of up to cols_sbw2 super-blocks
-     * (8 rows a CTA; the LM head) */
-    if (!mr && !args->nq.on && !args->row_order && (cu_mm_cfg.mma & (kt == 1 ? (sbw == 2 ? 1 : 2) : sbw == 2 ? 4 : 0))) {
-        ch.kind = MMC_MMA;
-        ch.rt = kt == 1 && sbw == 2 ? 16 : 8;
-        return ch;
-    }
-#endif
-    ch.kind = MMC_COLS;
-    return ch;
-}
-
-int cu_mm_fold_plan(const struct cu_mm_args *args, int *form) {
-    *form = 0;
-    if (args->n_act != 1 || args->row_order || args->nq.on || cu_mm_cfg.stream_cps > 0) return 0;
-    const int cls = args->total_rows < cu_mm_cfg.rows[0] ? 0 : args->total_rows < cu_mm_cfg.rows[1] ? 1 : 2;
-    if (!cu_mm_cfg.cols[cls]) return 0;
-    const mm_cols_choice ch = mm_cols_choose(args, false);
-    if (ch.kind == MMC_MMA) {
-        bool f32 = false;
-        for (int i = 0; i < args->n_seg; i++) f32 |= args->seg[i].type == GGML_TYPE_F32;
-        *form = ch.kt == 1 && ch.sbw == 2 && ch.rt == 16 && !f32 && ch.n_sb <= 16 && !(cu_mm_cfg.mma & 8);
-        return ch.rt;
-    }
-    return ch.kind == MMC_COLS ? ch.rpc : 0;
-}
-
-static bool mm_launch_cols(const struct cu_mm_args *args, gpuStream_t s, bool other_only = false) {
-    const mm_cols_choice ch = mm_cols_choose(args, other_only);
-    if (ch.kind == MMC_NONE) return false;
-    const int kt = ch.kt, n_sb = ch.n_sb, sbw = ch.sbw, w = ch.w, U = ch.U, rpc = ch.rpc, sbt_r = ch.sbt_r;
-    const bool mr = args->n_act > 1;
+    const int U = mr ? 2 : cfg == 2 || cfg == 4 ? cfg : (kt & 2) ? 2 : 4;
+    const int rpc = 8 / sbw * U;
     /* the Q8_0 / F32 segments (the GDN's beta / alpha rows) first in the grid: their CTAs walk 4-row tiles a warp and
      * take longer than a K-quant CTA, so as the grid's last CTAs (the segments' order) they started in the last wave
      * and set the launch's end (the in-proj of qwen35-4b: 19.5 -> 15.4 us under ncu, the decode +5-6%: BENCHMARKS.md).
@@ -1820,9 +1641,16 @@ static bool mm_launch_cols(const struct cu_mm_args *args, gpuStream_t s, bool ot
         }
     struct cu_mm_args a;
     mm_select(args, order, no, &a);
-    for (int i = 0; i < no; i++)
-        if (order[i] == args->sq.seg) a.sq.seg = i;
-    if (ch.kind == MMC_SBT) {
+    /* one super-block a thread where every K-quant row is Q4_K (one activation row, no fused norm; the same bits as the
+     * column-split kernel). Off by default (cu_mm_cfg.sbt 0; VLLMC_CUDA_SBT=16 for rows of up to 16 super-blocks and
+     * launches of up to 16,384 rows). In-graph per launch on the qwen35-4b decode it is faster on the GDN in-proj
+     * (-15%), attention q / k (-20%) and ssm_out / attn_output (-5..-9%), slower on gate + up (18,432 rows: +6.5%) and
+     * the 9,216-column down rows (+84%: 288-thread CTAs, 2 an SM at 96 registers); but with it on where it is faster
+     * the norm + quantize launches after it cost as much more, and the decode measured level (BENCHMARKS.md
+     * "One super-block a thread") */
+    const int sbt_r = !mr && kt == 1 && n_sb <= cu_mm_cfg.sbt && args->total_rows <= cu_mm_cfg.sbt_rows && !args->nq.on &&
+                      !args->row_order ? sbt_rows(n_sb) : 0;
+    if (sbt_r) {
         int ctas = 0;
         for (int i = 0; i < a.n_seg; i++) {
             a.seg[i].cta0 = ctas;
@@ -1835,8 +1663,12 @@ static bool mm_launch_cols(const struct cu_mm_args *args, gpuStream_t s, bool ot
         return true;
     }
 #if !defined(VLLMC_HIP)
-    if (ch.kind == MMC_MMA) {
-        const int rt = ch.rt;
+    /* the Q4_K terms on the tensor cores where every K-quant row is Q4_K (one activation row, no fused norm; the same
+     * bits as the column-split kernel): cu_mm_cfg.mma, bit 1 rows of up to cols_sbw2 super-blocks (16 rows a CTA), bit 2
+     * the longer ones (4 super-blocks a warp, 8 rows a CTA), bit 4 launches with Q6_K rows of up to cols_sbw2 super-blocks
+     * (8 rows a CTA; the LM head) */
+    if (!mr && !args->nq.on && !args->row_order && (cu_mm_cfg.mma & (kt == 1 ? (sbw == 2 ? 1 : 2) : sbw == 2 ? 4 : 0))) {
+        const int rt = kt == 1 && sbw == 2 ? 16 : 8;
         int ctas = 0;
         for (int i = 0; i < a.n_seg; i++) {
             a.seg[i].cta0 = ctas;
@@ -1848,11 +1680,6 @@ static bool mm_launch_cols(const struct cu_mm_args *args, gpuStream_t s, bool ot
          * bytes spilled): gate + up's 1,152 CTAs in 1.75 rounds where 4 an SM take 2.2. Measured slower (qwen35-4b 558.3
          * against 564.5 tok/s), off */
         if ((cu_mm_cfg.mma & 8) && kt == 1 && sbw == 2 && w == 5) k = mm_kernel_mma<2, 16, 1, 160, 5>;
-        if (a.form.mode) { /* cu_mm_fold_plan took the launch for a formed act only with these instances; 2,560 columns
-                              bounded to 4 CTAs of 160 threads an SM (the forming takes 101 registers unbounded: 3) */
-            k = w == 5 ? mm_kernel_mma<2, 16, 1, 160, 4, true> : mm_kernel_mma<2, 16, 1, 512, 1, true>;
-            cu_form_launches++;
-        }
         gpu_launch(k, dim3((unsigned)ctas), dim3(32 * w), 0, s, a);
         cu_mma_launches++;
         return true;
@@ -2146,22 +1973,8 @@ static bool mm_launch(const struct cu_mm_args *args, gpuStream_t s);
 uint64_t cu_nq_fused_launches;
 extern "C" uint64_t backend_cuda_nq_launches(void) { return cu_nq_fused_launches; }
 
-uint64_t cu_form_launches;
-extern "C" uint64_t backend_cuda_form_launches(void) { return cu_form_launches; }
-
 void cu_launch_matmul(const struct cu_mm_args *args, gpuStream_t s) {
     if (args->n_act <= 0 || args->n_ctas <= 0) return;
-    int form = 0;
-    if (args->form.mode) (void)cu_mm_fold_plan(args, &form);
-    if (args->form.mode && !form) {
-        /* a fold recorded under another kernel choice: the norm + quantize as its own launch, then the matmul */
-        const cu_mm_form &f = args->form;
-        cu_launch_norm_quant(f.mode, f.in0, NULL, f.out.n, f.w, f.eps, 0, 1, f.out, f.fmts, s);
-        struct cu_mm_args a = *args;
-        a.form.mode = 0;
-        cu_launch_matmul(&a, s);
-        return;
-    }
     if (mm_launch(args, s)) { /* the column-split or streaming kernel: the conv and the norm + quantize are in it */
         cu_nq_fused_launches += args->nq.on != 0;
         return;
