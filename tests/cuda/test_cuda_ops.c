@@ -827,20 +827,18 @@ static void test_cols_lb(void) {
  * Q8_0 segment beside the Q4_K ones (the GDN in-proj's shape), a bias. */
 /* The kernels that give the column-split kernel's bits for one activation row of Q4_K weights: ALT_SBT one super-block a
  * thread (mm_kernel_sbt), ALT_MMA the tensor-core kernel (mm_kernel_mma). */
-/* ALT_MMA_SM6 / ALT_MMA_SM8: the tensor-core kernel with its 2,560-column Q4_K weights staged in shared memory (6 / 8
- * CTAs an SM) */
-enum { ALT_SBT, ALT_MMA, ALT_MMA_SM6, ALT_MMA_SM8 };
-static const char *alt_name[] = {"sbt", "mma", "mma staged x6", "mma staged x8"};
+enum { ALT_SBT, ALT_MMA };
+static const char *alt_name[] = {"sbt", "mma"};
 static uint64_t alt_launches(int kind) { return kind == ALT_SBT ? backend_cuda_sbt_launches() : backend_cuda_mma_launches(); }
 static void alt_on(int kind, bool on) {
     if (kind == ALT_SBT) backend_cuda_set_matvec_sbt(on ? 64 : 0, on ? 1 << 30 : 0);
-    else backend_cuda_set_matvec_mma(!on ? 0 : kind == ALT_MMA ? 15 : kind == ALT_MMA_SM6 ? 15 | 16 : 15 | 32);
+    else backend_cuda_set_matvec_mma(on ? 15 : 0);
 }
 static void test_alt_kernel(int kind) {
     int old_sb, old_rows, old_mma = backend_cuda_set_matvec_mma(0);
     backend_cuda_get_matvec_sbt(&old_sb, &old_rows);
     backend_cuda_set_matvec_sbt(0, 0);
-    if (kind != ALT_SBT && old_mma < 0) {
+    if (kind == ALT_MMA && old_mma < 0) {
         printf("mma: no tensor-core mat-vec on this backend (HIP): skipped\n");
         return;
     }
@@ -849,7 +847,6 @@ static void test_alt_kernel(int kind) {
         {512, 2, {GGML_TYPE_Q4_K, GGML_TYPE_Q4_K}, {70, 33}},
         {2048, 1, {GGML_TYPE_Q4_K}, {1000}},
         {2560, 3, {GGML_TYPE_Q4_K, GGML_TYPE_Q4_K, GGML_TYPE_Q8_0}, {777, 300, 32}},
-        {2560, 2, {GGML_TYPE_Q4_K, GGML_TYPE_Q4_K}, {1031, 18}},
         {4096, 1, {GGML_TYPE_Q4_K}, {301}},
         {9216, 1, {GGML_TYPE_Q4_K}, {299}},
         /* Q6_K rows (the tensor-core kernel only) */
@@ -1283,8 +1280,6 @@ int main(void) {
     test_cols_lb();
     test_alt_kernel(ALT_SBT);
     test_alt_kernel(ALT_MMA);
-    test_alt_kernel(ALT_MMA_SM6);
-    test_alt_kernel(ALT_MMA_SM8);
     test_nq_fused();
     test_invariance();
     test_gdn();

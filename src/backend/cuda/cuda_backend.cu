@@ -18,7 +18,6 @@
 #include <math.h>
 #include <new>
 #include <vector>
-#include <mutex>
 #include "common/common.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_internal.h"
@@ -146,21 +145,6 @@ struct cu_backend {
 static inline cu_backend *cub(struct backend *be) { return (cu_backend *)be; }
 
 thread_local struct gpu_pdl_state gpu_pdl;
-int gpu_carveout = -1;
-void gpu_carveout_apply(const void *k) {
-#if !defined(VLLMC_HIP)
-    static std::mutex mu;
-    static std::vector<const void *> seen;
-    std::lock_guard<std::mutex> lk(mu);
-    for (const void *p : seen)
-        if (p == k) return;
-    seen.push_back(k);
-    (void)cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout, gpu_carveout);
-    (void)cudaGetLastError();
-#else
-    (void)k;
-#endif
-}
 
 static vllmc_status gpu_err(gpuError_t e, const char *what) {
     if (e == gpuSuccess) return VLLMC_OK;
@@ -1588,8 +1572,7 @@ extern "C" vllmc_status backend_cuda_create(const struct backend_cuda_opts *o, s
         const char *c = strchr(env, ',');
         if (c && atoi(c + 1) > 0) cu_mm_cfg.sbt_rows = atoi(c + 1);
     }
-    if ((env = getenv("VLLMC_CUDA_CARVEOUT"))) gpu_carveout = atoi(env) < 0 ? -1 : atoi(env) > 100 ? 100 : atoi(env);
-    if ((env = getenv("VLLMC_CUDA_MMA"))) cu_mm_cfg.mma = atoi(env) & 63; /* the tensor-core mat-vec's classes */
+    if ((env = getenv("VLLMC_CUDA_MMA"))) cu_mm_cfg.mma = atoi(env) & 15; /* the tensor-core mat-vec's classes */
     if ((env = getenv("VLLMC_CUDA_DEC"))) backend_cuda_set_decode_rows(atoi(env));
     if ((env = getenv("VLLMC_CUDA_MOE_COLS"))) backend_cuda_set_moe_cols(atoi(env)); /* MoE ops of up to N rows on the
                                                                                    column-split expert kernels; 0 off */
@@ -1689,7 +1672,7 @@ extern "C" int backend_cuda_set_matvec_mma(int mask) {
     return -1; /* no such kernel there */
 #else
     const int old = cu_mm_cfg.mma;
-    cu_mm_cfg.mma = mask & 63;
+    cu_mm_cfg.mma = mask & 15;
     return old;
 #endif
 }

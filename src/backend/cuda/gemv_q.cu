@@ -1393,49 +1393,21 @@ struct mma_conv {
 };
 /* The warp's 16 (RT 8: 8) rows of its SBW super-blocks, Q4_K: the loads before the dependency wait, the MMAs after
  * it; y0, y1: the partial sums of rows g and g + 8 (in every lane of the row). */
-/* SMW: the weights go to shared memory by asynchronous copies (lane-major slots, each lane reading back only its own
- * words, so no barrier) instead of registers held across the dependency wait: fewer registers a CTA, so more CTAs an SM
- * have their rows in flight at once (a launch in fewer rounds); wq: the warp's 4 SBW x 32 16-byte slots, ws: its
- * 2 SBW x 32 scale words. The same words reach the same ops, so the same bits. */
-static __device__ __forceinline__ void cp4_async(void *smem, const void *g) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"((unsigned)__cvta_generic_to_shared(smem)), "l"(g) : "memory");
-}
-template <int SBW, int RT, bool SMW = false>
+template <int SBW, int RT>
 static __device__ __forceinline__ void mma_rows_q4_K(const struct cu_mm_args &P, const cu_mm_seg &S, const uint8_t *wb, int rows,
-                                                     int n_sb, int wid, int lane, const mma_conv &cv, float &y0, float &y1,
-                                                     uint4 (*wq)[32] = NULL, uint32_t (*ws)[32] = NULL) {
+                                                     int n_sb, int wid, int lane, const mma_conv &cv, float &y0, float &y1) {
     const int g = lane >> 2, c = lane & 3;
     const k4s_w zw{make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0), 0};
     k4s_w w0[SBW], w1[SBW]; /* rows g and g + 8 */
 #pragma unroll
     for (int s = 0; s < SBW; s++) {
         const int sb = wid * SBW + s;
-        if constexpr (SMW) {
-            const size_t sc_off = k4_sc_off(n_sb), dm_off = k4_dm_off(n_sb);
-#pragma unroll
-            for (int h = 0; h < 2; h++) { /* rows g, g + 8 */
-                const int i = 2 * s + h, row = g + 8 * h;
-                if (sb < n_sb && row < rows && (RT == 16 || h == 0)) {
-                    const uint8_t *wr = wb + (size_t)row * S.stride;
-                    const uint4 *qp = (const uint4 *)(wr + 128 * (size_t)sb + 32 * c);
-                    gpu_cp16(&wq[2 * i][lane], qp);
-                    gpu_cp16(&wq[2 * i + 1][lane], qp + 1);
-                    cp4_async(&ws[i][lane], wr + (c < 3 ? sc_off + 12 * (size_t)sb + 4 * (size_t)c : dm_off + 4 * (size_t)sb));
-                } else {
-                    wq[2 * i][lane] = wq[2 * i + 1][lane] = make_uint4(0, 0, 0, 0);
-                    ws[i][lane] = 0;
-                }
-            }
-        } else {
-            w0[s] = sb < n_sb && g < rows ? k4s_load(wb + (size_t)g * S.stride, n_sb, sb, c) : zw;
-            w1[s] = RT == 16 && sb < n_sb && g + 8 < rows ? k4s_load(wb + (size_t)(g + 8) * S.stride, n_sb, sb, c) : zw;
-        }
+        w0[s] = sb < n_sb && g < rows ? k4s_load(wb + (size_t)g * S.stride, n_sb, sb, c) : zw;
+        w1[s] = RT == 16 && sb < n_sb && g + 8 < rows ? k4s_load(wb + (size_t)(g + 8) * S.stride, n_sb, sb, c) : zw;
     }
-    if (SMW) gpu_cp_commit();
     cv.load(P, rows);
     gpu_pdl_wait();
     gpu_pdl_trigger();
-    if (SMW) gpu_cp_wait_group<0>();
     const k4_sel ks = k4_sel_make(c);
     const int b = lane & ~3;
     float t0[SBW], t1[SBW];
@@ -1456,10 +1428,6 @@ static __device__ __forceinline__ void mma_rows_q4_K(const struct cu_mm_args &P,
             da = P.a.k_d[sb];
         }
         const uint32_t X[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
-        if constexpr (SMW) { /* this super-block's words, just before their use */
-            w0[s] = k4s_w{wq[4 * s][lane], wq[4 * s + 1][lane], ws[2 * s][lane]};
-            w1[s] = k4s_w{wq[4 * s + 2][lane], wq[4 * s + 3][lane], ws[2 * s + 1][lane]};
-        }
         const uint32_t Q0[8] = {w0[s].q0.x, w0[s].q0.y, w0[s].q0.z, w0[s].q0.w, w0[s].q1.x, w0[s].q1.y, w0[s].q1.z, w0[s].q1.w};
         const uint32_t Q1[8] = {w1[s].q0.x, w1[s].q0.y, w1[s].q0.z, w1[s].q0.w, w1[s].q1.x, w1[s].q1.y, w1[s].q1.z, w1[s].q1.w};
         int clo[4] = {0, 0, 0, 0}, chi[4] = {0, 0, 0, 0};
@@ -1552,15 +1520,10 @@ static __device__ __forceinline__ void mma_rows_q6_K(const struct cu_mm_args &P,
 }
 
 /* KT: the K-quant types of the launch (1 Q4_K, 2 Q6_K, 3 both); RT: rows a CTA (16 for Q4_K alone at SBW 2, else 8). */
-/* SMW: the Q4_K weights staged in shared memory (mma_rows_q4_K), for blocks of up to LBT threads */
-template <int SBW, int RT, int KT, int LBT = 512, int LBM = 1, bool SMW = false>
+template <int SBW, int RT, int KT, int LBT = 512, int LBM = 1>
 static __global__ void __launch_bounds__(LBT, LBM) mm_kernel_mma(const struct cu_mm_args P) {
     static_assert(RT == 16 || RT == 8, "rows a CTA: 16 (rows g and g + 8) or 8");
     static_assert(KT == 1 || RT == 8, "Q6_K: 8 rows a CTA");
-    static_assert(!SMW || KT == 1, "staged weights: Q4_K rows");
-    constexpr int NWS = SMW ? LBT / 32 : 1;
-    __shared__ uint4 wq_s[NWS * 4 * SBW][32];
-    __shared__ uint32_t ws_s[NWS * 2 * SBW][32];
     __shared__ float part[16][RT];
     __shared__ float conv_pre[RT][CU_CONV_PRE]; /* cu_mm_conv: each output's state and weights */
     __shared__ int conv_slot[RT];
@@ -1577,9 +1540,7 @@ static __global__ void __launch_bounds__(LBT, LBM) mm_kernel_mma(const struct cu
     }
     const mma_conv cv{conv, r0, conv_pre, conv_slot};
     float y0, y1 = 0.f;
-    if (KT == 1 || (KT == 3 && S.type == GGML_TYPE_Q4_K))
-        mma_rows_q4_K<SBW, RT, SMW>(P, S, wb, rows, n_sb, wid, lane, cv, y0, y1, SMW ? &wq_s[wid * 4 * SBW] : NULL,
-                                    SMW ? &ws_s[wid * 2 * SBW] : NULL);
+    if (KT == 1 || (KT == 3 && S.type == GGML_TYPE_Q4_K)) mma_rows_q4_K<SBW, RT>(P, S, wb, rows, n_sb, wid, lane, cv, y0, y1);
     else mma_rows_q6_K<SBW>(P, S, wb, rows, n_sb, wid, lane, cv, y0);
     const float resv = mv_res_load<1>(S, r0, rows);
     const int g = lane >> 2;
@@ -1719,12 +1680,6 @@ static bool mm_launch_cols(const struct cu_mm_args *args, gpuStream_t s, bool ot
          * bytes spilled): gate + up's 1,152 CTAs in 1.75 rounds where 4 an SM take 2.2. Measured slower (qwen35-4b 558.3
          * against 564.5 tok/s), off */
         if ((cu_mm_cfg.mma & 8) && kt == 1 && sbw == 2 && w == 5) k = mm_kernel_mma<2, 16, 1, 160, 5>;
-        /* bits 16 / 32: the same launches with the weights staged in shared memory (not held in registers across the
-         * wait), 6 / 8 CTAs an SM: the GDN in-proj (772 CTAs) and attention q / k / v (640) in one round, gate + up
-         * (1,152) in 1.5 where 4 an SM take 1.5, 1.2 and 2.2 (per-CTA timeline: a partial last round costs a whole CTA
-         * lifetime, 2.5-4.4 us) */
-        if ((cu_mm_cfg.mma & 48) && kt == 1 && sbw == 2 && w == 5)
-            k = (cu_mm_cfg.mma & 32) ? mm_kernel_mma<2, 16, 1, 160, 8, true> : mm_kernel_mma<2, 16, 1, 160, 6, true>;
         gpu_launch(k, dim3((unsigned)ctas), dim3(32 * w), 0, s, a);
         cu_mma_launches++;
         return true;

@@ -267,10 +267,6 @@ struct gpu_pdl_state {
     bool after_kernel; /* the stream's last operation was a kernel launch */
 };
 extern thread_local struct gpu_pdl_state gpu_pdl;
-/* (comparisons) VLLMC_CUDA_CARVEOUT=N: every kernel gpu_launch starts prefers an N% shared-memory carve-out (set at its
- * first launch), so kernels of different shared memory needs do not make an SM change its split between them. */
-extern int gpu_carveout;
-void gpu_carveout_apply(const void *k);
 
 static __device__ __forceinline__ void gpu_pdl_wait(void) {
 #if !defined(VLLMC_HIP) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -318,7 +314,6 @@ template <int N> static __device__ __forceinline__ void gpu_cp_wait_group(void) 
 template <typename... P, typename... A>
 static inline void gpu_launch(void (*k)(P...), dim3 grid, dim3 block, size_t smem, gpuStream_t s, A... args) {
 #if !defined(VLLMC_HIP)
-    if (gpu_carveout >= 0) gpu_carveout_apply((const void *)k);
     if (gpu_pdl.on && gpu_pdl.after_kernel) {
         cudaLaunchAttribute at[1];
         at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
