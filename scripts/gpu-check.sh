@@ -27,6 +27,8 @@
 # real: a real checkpoint at REAL_MODEL (default /tmp/real/tm.gguf, assembled there from parts carried one call each
 # while the machine stays warm): greedy ids on 4 prompts with graphs / eager / CPU, the perplexity of 4 texts on the
 # CPU and with the prefill GEMM's activation modes (f16 rows, q8 values, GEMM off), and the batch-1 bench.
+# Stage timeline (not default) runs the -DVLLMC_MV_TIMELINE build (EXTRA_BUILDS="tl:-DVLLMC_MV_TIMELINE") of TIMELINE_MODELS
+# (default the first of BENCH_MODELS) and summarizes its per-CTA timeline of the tensor-core mat-vec (scripts/mv_timeline.py).
 # Stage trace (not default) runs a 64-token decode of TRACE_MODELS (default the first of BENCH_MODELS) under Nsight
 # Systems or, where there is none, the CUPTI tracer .carry/cupti_trace.so (tools/cupti_trace.c), and charges each
 # graph-replayed step's time to its kernels (scripts/trace_steps.py: the cost of a kernel is how far it moves the end
@@ -357,6 +359,16 @@ if has real; then # a real checkpoint at REAL_MODEL (carried in parts: docs/BENC
     fi
 fi
 
+if has timeline; then # per-CTA timeline of the tensor-core mat-vec launches: needs EXTRA_BUILDS="tl:-DVLLMC_MV_TIMELINE"
+    wait_models
+    for m in ${TIMELINE_MODELS:-${BENCH_MODELS%% *}}; do
+        if [ ! -x "$BIN/vllmc_tl" ]; then note "timeline: no vllmc_tl (gpu-carry.sh EXTRA_BUILDS=\"tl:-DVLLMC_MV_TIMELINE\")"; break; fi
+        VLLMC_MV_TIMELINE_OUT="$OUT/timeline_$m.csv" timeout 300 "$BIN/vllmc_tl" bench -m "/tmp/models/$m.gguf" -p 512 -g 64 -r 1 \
+            >"$OUT/timeline_${m}_run.txt" 2>&1; rc=$?
+        python3 scripts/mv_timeline.py "$OUT/timeline_$m.csv" >"$OUT/timeline_$m.txt" 2>&1
+        note "timeline $m rc=$rc: $(head -1 "$OUT/timeline_$m.txt")"
+    done
+fi
 if has trace; then # in-graph kernel costs of the decode (nsys, graph nodes traced): scripts/trace_steps.py
     wait_models
     NSYS=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys /usr/local/cuda/nsight-systems*/bin/nsys 2>/dev/null | head -1)

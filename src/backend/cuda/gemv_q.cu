@@ -1391,11 +1391,58 @@ struct mma_conv {
         if (on) mv_conv_load<1>(P.conv, rows, 1, 0, r0, pre, slot);
     }
 };
+/* A measurement build (-DVLLMC_MV_TIMELINE; scripts/mv_timeline.py reads its output): thread 0 of every CTA of the
+ * tensor-core mat-vec stamps %globaltimer (and clock64) at its start, at the end of its dependency wait, after its terms
+ * and at its exit, into a table row per CTA of the last launch of each grid size (8 sizes); the backend writes the
+ * table to $VLLMC_MV_TIMELINE_OUT when it is destroyed (cu_tl_dump). */
+#ifdef VLLMC_MV_TIMELINE
+#define TL_SIZES 8
+#define TL_CTAS 4096
+__device__ unsigned long long cu_tl[TL_SIZES][TL_CTAS][10];
+__device__ int cu_tl_grid[TL_SIZES];
+static __device__ __forceinline__ unsigned long long tl_g() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+#define TL_MARK(tl, i) do { if ((tl) && threadIdx.x == 0) { (tl)[i] = tl_g(); (tl)[4 + (i)] = (unsigned long long)clock64(); } } while (0)
+static __device__ void tl_store(unsigned long long *tl) {
+    if (threadIdx.x != 0 || blockIdx.x >= TL_CTAS) return;
+    int k = 0;
+    for (; k < TL_SIZES; k++) {
+        const int old = atomicCAS(&cu_tl_grid[k], 0, (int)gridDim.x);
+        if (old == 0 || old == (int)gridDim.x) break;
+    }
+    if (k == TL_SIZES) return;
+    unsigned smid;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+    tl[8] = smid; tl[9] = gridDim.x;
+    for (int i = 0; i < 10; i++) cu_tl[k][blockIdx.x][i] = tl[i];
+}
+extern "C" void cu_tl_dump(const char *path) {
+    static unsigned long long h[TL_SIZES][TL_CTAS][10];
+    if (cudaMemcpyFromSymbol(h, cu_tl, sizeof(h)) != cudaSuccess) return;
+    FILE *f = fopen(path, "w");
+    if (!f) return;
+    fprintf(f, "cta,g_entry,g_wait,g_terms,g_exit,c_entry,c_wait,c_terms,c_exit,smid,grid\n");
+    for (int k = 0; k < TL_SIZES; k++)
+        for (int i = 0; i < TL_CTAS; i++) {
+            if (!h[k][i][0]) continue;
+            fprintf(f, "%d", i);
+            for (int j = 0; j < 10; j++) fprintf(f, ",%llu", h[k][i][j]);
+            fprintf(f, "\n");
+        }
+    fclose(f);
+}
+#else
+#define TL_MARK(tl, i) do { (void)(tl); } while (0)
+#endif
 /* The warp's 16 (RT 8: 8) rows of its SBW super-blocks, Q4_K: the loads before the dependency wait, the MMAs after
  * it; y0, y1: the partial sums of rows g and g + 8 (in every lane of the row). */
 template <int SBW, int RT>
 static __device__ __forceinline__ void mma_rows_q4_K(const struct cu_mm_args &P, const cu_mm_seg &S, const uint8_t *wb, int rows,
-                                                     int n_sb, int wid, int lane, const mma_conv &cv, float &y0, float &y1) {
+                                                     int n_sb, int wid, int lane, const mma_conv &cv, float &y0, float &y1,
+                                                     unsigned long long *tl = NULL) {
     const int g = lane >> 2, c = lane & 3;
     const k4s_w zw{make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0), 0};
     k4s_w w0[SBW], w1[SBW]; /* rows g and g + 8 */
@@ -1408,6 +1455,7 @@ static __device__ __forceinline__ void mma_rows_q4_K(const struct cu_mm_args &P,
     cv.load(P, rows);
     gpu_pdl_wait();
     gpu_pdl_trigger();
+    TL_MARK(tl, 1);
     const k4_sel ks = k4_sel_make(c);
     const int b = lane & ~3;
     float t0[SBW], t1[SBW];
@@ -1540,8 +1588,15 @@ static __global__ void __launch_bounds__(LBT, LBM) mm_kernel_mma(const struct cu
     }
     const mma_conv cv{conv, r0, conv_pre, conv_slot};
     float y0, y1 = 0.f;
-    if (KT == 1 || (KT == 3 && S.type == GGML_TYPE_Q4_K)) mma_rows_q4_K<SBW, RT>(P, S, wb, rows, n_sb, wid, lane, cv, y0, y1);
+    unsigned long long *tl = NULL;
+#ifdef VLLMC_MV_TIMELINE
+    unsigned long long tlv[10];
+    tl = tlv;
+    TL_MARK(tl, 0);
+#endif
+    if (KT == 1 || (KT == 3 && S.type == GGML_TYPE_Q4_K)) mma_rows_q4_K<SBW, RT>(P, S, wb, rows, n_sb, wid, lane, cv, y0, y1, tl);
     else mma_rows_q6_K<SBW>(P, S, wb, rows, n_sb, wid, lane, cv, y0);
+    TL_MARK(tl, 2);
     const float resv = mv_res_load<1>(S, r0, rows);
     const int g = lane >> 2;
     if ((lane & 3) == 0) {
@@ -1554,6 +1609,10 @@ static __global__ void __launch_bounds__(LBT, LBM) mm_kernel_mma(const struct cu
         for (int k = 1; k < W; k++) y = __fadd_rn(y, part[k][j]);
         mv_out<1>(P, S, 0, r0, j, y, resv, conv, conv_pre[j], conv_slot[j]);
     }
+#ifdef VLLMC_MV_TIMELINE
+    TL_MARK(tl, 3);
+    tl_store(tl);
+#endif
 }
 #endif
 uint64_t cu_mma_launches;
