@@ -21,6 +21,7 @@ def main():
         R = [r for r in rows if r["grid"] == grid]
         ratios = [(r["c_exit"] - r["c_entry"]) / (r["g_exit"] - r["g_entry"]) for r in R if r["g_exit"] > r["g_entry"]]
         ghz = st.median(ratios) if ratios else 1.98
+        R = [r for r in R if r["g_wait"]] or R  # (CTAs of Q6_K rows stamp no wait)
         t0 = min(r["g_wait"] for r in R)
         us = lambda t: (t - t0) / 1000.0
         first = [r for r in R if r["g_entry"] <= t0]

@@ -1590,7 +1590,7 @@ static __global__ void __launch_bounds__(LBT, LBM) mm_kernel_mma(const struct cu
     float y0, y1 = 0.f;
     unsigned long long *tl = NULL;
 #ifdef VLLMC_MV_TIMELINE
-    unsigned long long tlv[10];
+    unsigned long long tlv[10] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0}; /* (Q6_K rows stamp no wait: 0) */
     tl = tlv;
     TL_MARK(tl, 0);
 #endif
