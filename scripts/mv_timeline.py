@@ -16,7 +16,13 @@ import sys
 def main():
     if len(sys.argv) != 2:
         sys.exit(__doc__)
-    rows = [{k: int(v) for k, v in r.items()} for r in csv.DictReader(open(sys.argv[1]))]
+    try:
+        with open(sys.argv[1]) as f:
+            rows = [{k: int(v) for k, v in r.items()} for r in csv.DictReader(f)]
+    except (OSError, ValueError, TypeError) as e:
+        sys.exit(f"mv_timeline.py: cannot read {sys.argv[1]}: {e}")
+    if not rows:
+        sys.exit(f"mv_timeline.py: {sys.argv[1]} has no CTA rows (was the vllmc build -DVLLMC_MV_TIMELINE?)")
     for grid in sorted({r["grid"] for r in rows}, reverse=True):
         R = [r for r in rows if r["grid"] == grid]
         ratios = [(r["c_exit"] - r["c_entry"]) / (r["g_exit"] - r["g_entry"]) for r in R if r["g_exit"] > r["g_entry"]]

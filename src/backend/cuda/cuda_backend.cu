@@ -1465,12 +1465,12 @@ static vllmc_status cu_kv_create(struct backend *be, enum bk_kv_dtype dtype, int
 extern "C" void cu_tl_dump(const char *path);
 #endif
 static void cu_destroy(struct backend *be) {
-#ifdef VLLMC_MV_TIMELINE /* (a measurement build: gemv_q.cu) */
-    if (getenv("VLLMC_MV_TIMELINE_OUT")) { (void)gpuDeviceSynchronize(); cu_tl_dump(getenv("VLLMC_MV_TIMELINE_OUT")); }
-#endif
     if (!be) return;
     cu_backend *c = cub(be);
     flush(c);
+#ifdef VLLMC_MV_TIMELINE /* (a measurement build: gemv_q.cu) */
+    if (getenv("VLLMC_MV_TIMELINE_OUT")) { (void)gpuStreamSynchronize(c->stream); cu_tl_dump(getenv("VLLMC_MV_TIMELINE_OUT")); }
+#endif
     (void)gpuStreamSynchronize(c->stream);
     graphs_clear(c);
     if (c->h_stage) (void)gpuFreeHost(c->h_stage);
