@@ -1580,7 +1580,6 @@ extern "C" vllmc_status backend_cuda_create(const struct backend_cuda_opts *o, s
     }
     if ((env = getenv("VLLMC_CUDA_MMA"))) cu_mm_cfg.mma = atoi(env) & 15; /* the tensor-core mat-vec's classes */
     if ((env = getenv("VLLMC_CUDA_DEC"))) backend_cuda_set_decode_rows(atoi(env));
-    if ((env = getenv("VLLMC_CUDA_MOE_DOWN_EARLY"))) cu_mm_cfg.moe_down_early = atoi(env) != 0;
     if ((env = getenv("VLLMC_CUDA_MOE_COLS"))) backend_cuda_set_moe_cols(atoi(env)); /* MoE ops of up to N rows on the
                                                                                    column-split expert kernels; 0 off */
     if ((env = getenv("VLLMC_CUDA_MOE_GROUP"))) backend_cuda_set_moe_group(atoi(env)); /* MoE ops of N rows or more with the

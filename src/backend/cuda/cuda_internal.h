@@ -165,9 +165,6 @@ struct cu_mm_cfg {
                                   up to cols_sbw2 super-blocks, 2 longer Q4_K rows, 4 launches with Q6_K rows of up to
                                   cols_sbw2 super-blocks, 8 class 1's 2,560-column launches on an instance bounded to 5
                                   CTAs an SM; 0: none (HIP: always none) */
-    int32_t moe_down_early;    /* 1: the column-split MoE down launch routes each entry itself before its dependency wait
-                                  (from the router's logits, finished by then) and loads its expert's rows there, as the
-                                  shared expert's are; 0: it reads the ids the gate+up launch wrote, after the wait */
 };
 extern struct cu_mm_cfg cu_mm_cfg;
 void cu_launch_matmul(const struct cu_mm_args *args, gpuStream_t s);
@@ -358,8 +355,7 @@ struct cu_moe_cols_args {
     const float *logits;
     int32_t *ids;              /* gate+up: where the routing CTAs write each token's experts and weights */
     float *wts;
-    int32_t E, k, norm;
-    int32_t down_early;        /* down: the routed rows' loads before the dependency wait (cu_mm_cfg.moe_down_early) */
+    int32_t E, k, norm, pad;
     const float *swi[2];       /* down: the gate rows of each group (up = gate + n_ff), row stride swi_ld */
     int64_t swi_ld[2];
     struct cu_moe_mix mix;     /* down: mix.on, the mix (and the norm + quantize after it) in its epilogue */

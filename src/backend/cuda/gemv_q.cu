@@ -2022,7 +2022,7 @@ static int split_resident(int ks) {
 #else
 #define MM_MMA 1
 #endif
-struct cu_mm_cfg cu_mm_cfg = {{8192, 65536}, {1, 4, 4}, {0, 2, 1}, {0, 0, 0}, 0, {1, 1, 1}, 64, 0, 3, 1, MS_CPS, 24 * 1024, 0, 16, MM_COLS_LB, 0, 16384, MM_MMA, 1};
+struct cu_mm_cfg cu_mm_cfg = {{8192, 65536}, {1, 4, 4}, {0, 2, 1}, {0, 0, 0}, 0, {1, 1, 1}, 64, 0, 3, 1, MS_CPS, 24 * 1024, 0, 16, MM_COLS_LB, 0, 16384, MM_MMA};
 
 static bool mm_launch_dec(const struct cu_mm_args *args, gpuStream_t s);
 
@@ -2235,25 +2235,19 @@ void cu_launch_moe_matmul(const struct cu_moe_mm_args *a, gpuStream_t s) {
 
 /* Softmax over the E logits l (max, then the sum of exp in double, lane-strided and butterfly-reduced), then the
  * k largest probabilities with ties to the lower id, renormalised when norm: moe_route_kernel's ops in its order.
- * Every lane returns the expert of slot want; with write, lane j < k stores slot j's id and weight. CG: the logits
- * through L2 only (read before the dependency wait, by a launch that starts after the router's has finished). */
-template <bool CG = false>
+ * Every lane returns the expert of slot want; with write, lane j < k stores slot j's id and weight. */
 static __device__ int moe_route_warp(const float *l, int E, int k, int norm, int want, bool write, int32_t *ids, float *wts,
                                      int lane) {
-    float lv[MOE_RT_PL]; /* the lane's logits, loaded once */
-#pragma unroll
-    for (int i = 0; i < MOE_RT_PL; i++)
-        lv[i] = lane + 32 * i < E ? (CG ? gpu_ldcg(l + lane + 32 * i) : l[lane + 32 * i]) : 0.f;
     float mx = -INFINITY;
 #pragma unroll
     for (int i = 0; i < MOE_RT_PL; i++)
-        if (lane + 32 * i < E) mx = fmaxf(mx, lv[i]);
+        if (lane + 32 * i < E) mx = fmaxf(mx, l[lane + 32 * i]);
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, shfl_xor(mx, off));
     double sum = 0.0;
 #pragma unroll
     for (int i = 0; i < MOE_RT_PL; i++)
-        if (lane + 32 * i < E) sum += (double)expf(lv[i] - mx);
+        if (lane + 32 * i < E) sum += (double)expf(l[lane + 32 * i] - mx);
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) sum += shfl_xor(sum, off);
     float p[MOE_RT_PL];
@@ -2261,7 +2255,7 @@ static __device__ int moe_route_warp(const float *l, int E, int k, int norm, int
 #pragma unroll
     for (int i = 0; i < MOE_RT_PL; i++) {
         const int e = lane + 32 * i;
-        p[i] = e < E ? (float)((double)expf(lv[i] - mx) / sum) : 0.f;
+        p[i] = e < E ? (float)((double)expf(l[e] - mx) / sum) : 0.f;
         if (e >= E) taken |= 1u << i;
     }
     int want_id = 0, my_id = 0;
@@ -2424,20 +2418,13 @@ static __global__ void __launch_bounds__(256) moe_cols_kernel(const struct cu_mo
     if (!q.ok) return; /* the whole CTA: this group has fewer row blocks */
     const int arow = ent / G.act_div + G.act_off;
     int64_t e = 0;
-    const bool early = !G.ids || (DOWN && P.down_early); /* the weights' loads before the dependency wait */
-    if (G.ids) { /* routed: the expert comes from this step's router */
-        const int t = ent / P.k, j = ent - t * P.k;
-        if (DOWN && early) /* the router's launch finished before this one started (the gate+up launch between them
-                              lets it start only after its own wait on the router), so the entry's expert is routed
-                              here, before the wait, as the gate+up launch routed it (the same ops on the same
-                              logits), and its rows load while gate+up finishes */
-            e = moe_route_warp<true>(P.logits + (int64_t)t * P.E, P.E, P.k, P.norm, j, false, NULL, NULL, lane);
+    if (G.ids) { /* routed: the expert comes from this step's router (after the wait) */
+        gpu_pdl_wait();
+        if (DOWN) e = G.ids[ent];
         else {
-            gpu_pdl_wait();
-            if (DOWN) e = G.ids[ent];
-            else
-                e = moe_route_warp(P.logits + (int64_t)t * P.E, P.E, P.k, P.norm, j, blockIdx.x == 0 && j == 0 && wid == 0,
-                                   P.ids + (int64_t)t * P.k, P.wts + (int64_t)t * P.k, lane);
+            const int t = ent / P.k, j = ent - t * P.k;
+            e = moe_route_warp(P.logits + (int64_t)t * P.E, P.E, P.k, P.norm, j, blockIdx.x == 0 && j == 0 && wid == 0,
+                               P.ids + (int64_t)t * P.k, P.wts + (int64_t)t * P.k, lane);
         }
     }
     const bool k4 = KT == 1 || (KT == 3 && G.type[q.m] == GGML_TYPE_Q4_K);
@@ -2445,7 +2432,7 @@ static __global__ void __launch_bounds__(256) moe_cols_kernel(const struct cu_mo
     q6_w w6[KT & 2 ? U : 1];
     (void)w4; (void)w6;
     moe_w_load<SBW, KT, U>(G, q, e, k4, w4, w6);
-    if (early) gpu_pdl_wait(); /* the shared expert, and the routed down rows: loaded while the kernel before finished */
+    if (!G.ids) gpu_pdl_wait(); /* the shared expert: its weights were loaded while the kernel before finished */
     gpu_pdl_trigger();
     cu_act_view av = act_row(G.a, arow);
     if (DOWN) { /* the entry's hidden row: SwiGLU(gate, up) as norm_quant forms it, Q8_K into shared memory */
@@ -2541,7 +2528,6 @@ bool cu_launch_moe_cols(const struct cu_moe_args *a, gpuStream_t s) {
     struct cu_moe_cols_args p;
     memset(&p, 0, sizeof(p));
     p.logits = a->logits; p.E = a->E; p.k = a->k; p.norm = a->norm; p.ids = a->ids; p.wts = a->wts;
-    p.down_early = cu_mm_cfg.moe_down_early;
     moe_cols_launch<false>(p, a->gu, gu, s);
     /* the hidden rows: routed then (merged: same buffer) shared */
     p.swi[0] = a->gu_buf[0]; p.swi_ld[0] = 2 * a->n_ff[0];
