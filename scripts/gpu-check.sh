@@ -29,7 +29,7 @@
 # CPU and with the prefill GEMM's activation modes (f16 rows, q8 values, GEMM off), and the batch-1 bench.
 # Stage timeline (not default) runs the -DVLLMC_MV_TIMELINE build (EXTRA_BUILDS="tl:-DVLLMC_MV_TIMELINE") of TIMELINE_MODELS
 # (default the first of BENCH_MODELS) and summarizes its per-CTA timeline of the tensor-core mat-vec (scripts/mv_timeline.py).
-# Stage trace (not default) runs a 64-token decode of TRACE_MODELS (default the first of BENCH_MODELS) under Nsight
+# Stage trace (not default; TRACE_KEEP=1 also returns the raw kernel records, trace_MODEL.csv.gz) runs a 64-token decode of TRACE_MODELS (default the first of BENCH_MODELS) under Nsight
 # Systems or, where there is none, the CUPTI tracer .carry/cupti_trace.so (tools/cupti_trace.c), and charges each
 # graph-replayed step's time to its kernels (scripts/trace_steps.py: the cost of a kernel is how far it moves the end
 # of the timeline); TRACE_ENV="VAR=v VAR2=w" adds a second trace with those variables. Stage var (not default) times the batch-1 decode of BENCH_MODELS once per VARIANTS entry
@@ -394,6 +394,7 @@ if has trace; then # in-graph kernel costs of the decode (nsys, graph nodes trac
                     -p 512 -g 64 -r 1 ${TRACE_ARGS:-} >"$OUT/trace_${t}_run.txt" 2>&1; rc=$?
             fi
             python3 scripts/trace_steps.py "$csv" >"$OUT/trace_$t.txt" 2>&1
+            [ "${TRACE_KEEP:-0}" = 1 ] && gzip -c "$csv" >"$OUT/trace_$t.csv.gz" # the raw records, for a look here
             head -40 "$OUT/trace_$t.txt"
             note "trace $m ${tv:-(default)} rc=$rc: $(head -1 "$OUT/trace_$t.txt")"
         done
