@@ -26,6 +26,8 @@ for e in ${EXTRA_BUILDS:-}; do
         "/tmp/gpu-carry-$name/vllmc" >/tmp/gpu-carry-build-$name.log 2>&1 || { tail -20 /tmp/gpu-carry-build-$name.log; exit 1; }
     cp "/tmp/gpu-carry-$name/vllmc" "/tmp/gpu-carry-bin/vllmc_$name"
 done
+# EXTRA_BINS="path:name ...": a vllmc built elsewhere (e.g. from an earlier commit), carried as vllmc_<name> for binvar
+for e in ${EXTRA_BINS:-}; do cp "${e%%:*}" "/tmp/gpu-carry-bin/vllmc_${e##*:}"; done
 for t in tests/cuda/test_*.c; do cp "$BUILD/tests/cuda/$(basename "$t" .c)" /tmp/gpu-carry-bin/; done
 XZ_OPT=-9 tar cJf .carry/bin.tar.xz -C /tmp/gpu-carry-bin .
 # the CUDA runtime and cuBLAS come from the GPU machine's own CUDA (/usr/local/cuda/lib64): libcublasLt alone is

@@ -195,8 +195,12 @@ static vllmc_status llama_forward(struct model *m, const struct bk_batch *b, str
         TRY(op->add(be, s->x, s->o, T, E));
     }
     if (b->n_logits == 0) return VLLMC_OK;
-    TRY(op->get_rows(be, s->x, E, s->xl));
-    TRY(op->rmsnorm_quantize(be, s->xl, m->output_norm.data, eps, b->n_logits, &s->head_in));
+    const float *xh = s->x; /* the rows the head reads */
+    if (!model_logits_all_rows(b)) {
+        TRY(op->get_rows(be, s->x, E, s->xl));
+        xh = s->xl;
+    }
+    TRY(op->rmsnorm_quantize(be, xh, m->output_norm.data, eps, b->n_logits, &s->head_in));
     TRY(op->logits(be, &s->head_in, &m->output, s->logits, argmax));
     if (logits) TRY(op->copy_to_host(be, logits, s->logits, (size_t)b->n_logits * (size_t)hp->n_vocab * sizeof(float)));
 #undef TRY

@@ -122,6 +122,14 @@ vllmc_status model_get_u32(struct model *m, const char *suffix, int32_t *out, bo
 vllmc_status model_get_f32(struct model *m, const char *suffix, float *out, bool required);
 /* Read the hparams shared by every family (the keys listed in struct model_hparams). */
 vllmc_status model_read_common_hparams(struct model *m);
+/* True when the rows whose logits batch b wants are all its rows in order (every decode step): the head then
+ * normalizes the residual rows where they are, with no gather (get_rows) before it. */
+static inline bool model_logits_all_rows(const struct bk_batch *b) {
+    if (b->n_logits != b->n_tokens) return false;
+    for (int32_t i = 0; i < b->n_logits; i++)
+        if (b->logit_rows[i] != i) return false;
+    return true;
+}
 /* Activation-format bit a weight reads (BK_ACT_BIT(fmt)); 0 for an absent tensor. */
 uint32_t model_weight_fmt(const struct bk_tensor *w);
 

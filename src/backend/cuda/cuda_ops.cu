@@ -257,11 +257,30 @@ static __global__ void attn_pre_kernel(struct cu_batch_dev b, struct cu_attn_arg
  * the same values and order per output as a sequential walk, whatever the CTA size. Then the gate and the quantize
  * (a.gate, a.qfmts). CG: the partials were written by other CTAs of the running grid (loads through L2). */
 struct attn_comb_smem { float wgt[CU_ATT_MAX_SPLIT], msp[CU_ATT_MAX_SPLIT], lsp[CU_ATT_MAX_SPLIT], hv[256], red[32]; double L; };
+/* The splits a head's combine reads, and the gate input of output threadIdx.x: neither is written by the split launch,
+ * so attn_combine_kernel takes them before its dependency wait (the gate's q / k / v launch finished before the split
+ * launch started: each launch lets the next start only after its own wait). */
+static __device__ __forceinline__ int attn_comb_used(const struct cu_batch_dev &b, const struct cu_attn_args &a, int tg) {
+    return min(min(a.n_split, CU_ATT_MAX_SPLIT), GPU_CEIL_DIV(b.pos[a.t0 + tg] + 1, a.chunk)); /* (the host bounds n_split) */
+}
+static __device__ __forceinline__ float attn_comb_gate(const struct cu_attn_args &a, int j, int tg) {
+    return a.gate && (int)threadIdx.x < a.head_dim ? a.gate[((int64_t)(a.t0 + tg) * a.n_head + j) * a.ld_gate + threadIdx.x] : 0.f;
+}
+#define ATT_COMB_PRE 32 /* splits whose partials of its first output a thread loads with the splits' m and l */
 template <bool CG>
-static __device__ void attn_combine_head(const struct cu_batch_dev &b, const struct cu_attn_args &a, int j, int tg, attn_comb_smem &S) {
+static __device__ void attn_combine_head(const struct cu_batch_dev &b, const struct cu_attn_args &a, int j, int tg, attn_comb_smem &S,
+                                         int used, float g0) {
     const int t = a.t0 + tg, hd = a.head_dim, lane = threadIdx.x & 31, wid = threadIdx.x >> 5, W = (int)(blockDim.x >> 5);
-    const int used = min(min(a.n_split, CU_ATT_MAX_SPLIT), GPU_CEIL_DIV(b.pos[t] + 1, a.chunk)); /* (the host bounds n_split) */
     const float *w = a.work + ((int64_t)tg * a.n_head + j) * a.n_split * (hd + 2);
+    /* the first ATT_COMB_PRE partials of output threadIdx.x, issued with the m / l loads below (one L2 round trip where
+       the output loop's groups of 8 took one each) */
+    const int i0 = threadIdx.x;
+    float pv[ATT_COMB_PRE];
+#pragma unroll
+    for (int q = 0; q < ATT_COMB_PRE; q++) {
+        const float *src = w + q * (hd + 2) + i0;
+        pv[q] = i0 < hd && q < used ? (CG ? gpu_ldcg(src) : *src) : 0.f;
+    }
     float mx = -INFINITY;
     for (int p = threadIdx.x; p < used; p += blockDim.x) {
         const float mp = CG ? gpu_ldcg(w + p * (hd + 2) + hd) : w[p * (hd + 2) + hd];
@@ -289,7 +308,17 @@ static __device__ void attn_combine_head(const struct cu_batch_dev &b, const str
     const int64_t row = (int64_t)t * a.n_head + j;
     for (int i = threadIdx.x; i < hd; i += blockDim.x) {
         float o = 0.f;
-        for (int p0 = 0; p0 < used; p0 += 8) {
+        int p0 = 0;
+        if (i == i0) { /* the same adds in the same order, from the partials loaded first */
+#pragma unroll
+            for (int pp = 0; pp < ATT_COMB_PRE; pp += 8)
+                if (pp < used)
+#pragma unroll
+                    for (int q = 0; q < 8; q++)
+                        if (pp + q < used && S.msp[pp + q] != -INFINITY) o += pv[pp + q] * S.wgt[pp + q];
+            p0 = ATT_COMB_PRE;
+        }
+        for (; p0 < used; p0 += 8) {
             float v[8];
 #pragma unroll
             for (int q = 0; q < 8; q++) {
@@ -301,7 +330,7 @@ static __device__ void attn_combine_head(const struct cu_batch_dev &b, const str
                 if (p0 + q < used && S.msp[p0 + q] != -INFINITY) o += v[q] * S.wgt[p0 + q];
         }
         float y = o * inv;
-        if (a.gate) y = __fmul_rn(y, __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-a.gate[row * a.ld_gate + i])))); /* sigmoid_mul_kernel */
+        if (a.gate) y = __fmul_rn(y, __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-(i == i0 ? g0 : a.gate[row * a.ld_gate + i]))))); /* sigmoid_mul_kernel */
         a.out[row * hd + i] = y;
         if (a.qfmts) S.hv[i] = y;
     }
@@ -435,15 +464,17 @@ static __global__ void __launch_bounds__(32 * ATT_WARPS) attn_split_kernel(struc
             }
         }
         __syncthreads();
-        if (last) attn_combine_head<true>(b, a, j, tg, S);
+        if (last) attn_combine_head<true>(b, a, j, tg, S, attn_comb_used(b, a, tg), attn_comb_gate(a, j, tg));
     }
 }
 
 static __global__ void attn_combine_kernel(struct cu_batch_dev b, struct cu_attn_args a) {
+    const int used = attn_comb_used(b, a, blockIdx.y);
+    const float g0 = attn_comb_gate(a, blockIdx.x, blockIdx.y);
     gpu_pdl_wait();
     gpu_pdl_trigger();
     __shared__ attn_comb_smem S;
-    attn_combine_head<false>(b, a, blockIdx.x, blockIdx.y, S);
+    attn_combine_head<false>(b, a, blockIdx.x, blockIdx.y, S, used, g0);
 }
 
 void cu_launch_kv_store(const struct cu_batch_dev *b, const struct cu_attn_args *a, gpuStream_t s) {
