@@ -166,21 +166,32 @@ void cu_launch_sigmoid_mul(float *x, int64_t ld_x, const float *g, int64_t ld_g,
 /* ---- RoPE ---- */
 
 /* RoPE of one head xh at position pos (the block's threads over the half rotary pairs). */
+/* The rotation of pair i at position pos: its cos and sin. */
+static __device__ __forceinline__ void rope_cs(int32_t pos, int i, float theta_scale, float freq_scale, const float *ff, float &c,
+                                               float &s) {
+    float theta = (float)pos;
+    for (int k = 0; k < i; k++) theta = __fmul_rn(theta, theta_scale); /* as the sequential cache */
+    const float f = ff ? ff[i] : 1.0f;
+    const float th = __fmul_rn(freq_scale, __fdiv_rn(theta, f));
+    c = cosf(th);
+    s = sinf(th);
+}
+/* Pair i of head xh rotated by (c, s). */
+static __device__ __forceinline__ void rope_pair(float *xh, int i, int half, int mode, float c, float s) {
+    int ia, ib;
+    if (mode == BK_ROPE_NEOX) { ia = i; ib = i + half; }
+    else { ia = 2 * i; ib = 2 * i + 1; }
+    const float x0 = xh[ia], x1 = xh[ib];
+    xh[ia] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
+    xh[ib] = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
+}
 static __device__ __forceinline__ void rope_head(float *xh, int32_t pos, int mode, int32_t n_rot, float theta_scale, float freq_scale,
                                                  const float *ff) {
     const int half = n_rot / 2;
     for (int i = threadIdx.x; i < half; i += blockDim.x) {
-        float theta = (float)pos;
-        for (int k = 0; k < i; k++) theta = __fmul_rn(theta, theta_scale); /* as the sequential cache */
-        const float f = ff ? ff[i] : 1.0f;
-        const float th = __fmul_rn(freq_scale, __fdiv_rn(theta, f));
-        const float c = cosf(th), s = sinf(th);
-        int ia, ib;
-        if (mode == BK_ROPE_NEOX) { ia = i; ib = i + half; }
-        else { ia = 2 * i; ib = 2 * i + 1; }
-        const float x0 = xh[ia], x1 = xh[ib];
-        xh[ia] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
-        xh[ib] = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
+        float c, s;
+        rope_cs(pos, i, theta_scale, freq_scale, ff, c, s);
+        rope_pair(xh, i, half, mode, c, s);
     }
 }
 
@@ -231,24 +242,50 @@ static __global__ void kv_store_kernel(struct cu_batch_dev b, struct cu_attn_arg
 
 /* Fused decode prologue (a.pre): CTA (h, t) forms query head h (h < n_head) or key head h - n_head of token t:
  * RMSNorm as rmsnorm_kernel (same block size, same sums), RoPE as rope_kernel, and for a key head the store of
- * its k and v rows into the cache as kv_store_kernel. */
+ * its k and v rows into the cache as kv_store_kernel. The head is formed in shared memory; before the dependency wait
+ * the CTA takes what no kernel of the step writes: the position and the key's cache slot (the batch, uploaded before
+ * the step's first kernel; three dependent loads) and the thread's first rotation's cos / sin. */
+#define ATT_PRE_HD 256 /* the widest head (cu_attention allows 32 .. 256) */
 static __global__ void attn_pre_kernel(struct cu_batch_dev b, struct cu_attn_args a) {
-    gpu_pdl_wait();
-    gpu_pdl_trigger();
     __shared__ double red[32];
+    __shared__ float ys[ATT_PRE_HD];
     const int t = blockIdx.y, h = blockIdx.x, hd = a.head_dim;
     const bool isk = h >= a.n_head;
     const int hh = isk ? h - a.n_head : h;
+    const int32_t pos = b.pos[t];
+    const size_t base = isk ? kv_slot_index(b, a, t, hh) : 0;
+    const int half = a.n_rot / 2;
+    float c0 = 1.f, s0 = 0.f;
+    if ((int)threadIdx.x < half) rope_cs(pos, threadIdx.x, a.theta_scale, a.freq_scale, a.ff, c0, s0);
+    gpu_pdl_wait();
+    gpu_pdl_trigger();
     const float *xr = isk ? a.kx + ((int64_t)t * a.n_kv_head + hh) * a.ld_kx : a.qx + ((int64_t)t * a.n_head + hh) * a.ld_qx;
     const float *w = isk ? a.kw : a.qw;
     float *yr = isk ? (float *)a.k + (int64_t)t * a.ld_k + (int64_t)hh * hd : (float *)a.q + (int64_t)t * a.ld_q + (int64_t)hh * hd;
-    rms_row(xr, w, isk ? a.k_eps : a.q_eps, hd, yr, red);
+    float vv[2] = {0.f, 0.f}; /* a key head's v values of the thread's first two columns, loaded with x */
+    if (isk)
+#pragma unroll
+        for (int k = 0; k < 2; k++) {
+            const int i = threadIdx.x + k * blockDim.x;
+            if (i < hd) vv[k] = a.v[t * a.ld_v + hh * hd + i];
+        }
+    rms_row(xr, w, isk ? a.k_eps : a.q_eps, hd, ys, red);
     __syncthreads();
-    rope_head(yr, b.pos[t], a.rope_mode, a.n_rot, a.theta_scale, a.freq_scale, a.ff);
-    if (!isk) return;
+    for (int i = threadIdx.x; i < half; i += blockDim.x) {
+        float c = c0, s = s0;
+        if (i != (int)threadIdx.x) rope_cs(pos, i, a.theta_scale, a.freq_scale, a.ff, c, s);
+        rope_pair(ys, i, half, a.rope_mode, c, s);
+    }
     __syncthreads();
-    const size_t base = kv_slot_index(b, a, t, hh);
-    for (int i = threadIdx.x; i < hd; i += blockDim.x) kv_store_elt(a, base + i, t, hh * hd + i);
+    for (int i = threadIdx.x, k = 0; i < hd; i += blockDim.x, k++) {
+        const float kx = ys[i];
+        yr[i] = kx;
+        if (isk) { /* kv_store_elt's stores, k from shared memory */
+            const int e = hh * hd + i;
+            kv_store(a.kpool, a.dtype, base + i, a.k_shift && !isnan(kx) ? __fsub_rn(kx, a.k_shift[e]) : kx, a.k_scale);
+            kv_store(a.vpool, a.dtype, base + i, k < 2 ? vv[k] : a.v[t * a.ld_v + e], a.v_scale);
+        }
+    }
 }
 
 /* The combine of token t = a.t0 + tg, head j, by a CTA of any size (>= 32 threads, one-dimensional): the maximum of the
