@@ -305,7 +305,7 @@ static __device__ __forceinline__ float attn_comb_gate(const struct cu_attn_args
 }
 #define ATT_COMB_PRE 32 /* splits whose partials of its first output a thread loads with the splits' m and l */
 template <bool CG>
-static __device__ void attn_combine_head(const struct cu_batch_dev &b, const struct cu_attn_args &a, int j, int tg, attn_comb_smem &S,
+static __device__ void attn_combine_head(const struct cu_attn_args &a, int j, int tg, attn_comb_smem &S,
                                          int used, float g0) {
     const int t = a.t0 + tg, hd = a.head_dim, lane = threadIdx.x & 31, wid = threadIdx.x >> 5, W = (int)(blockDim.x >> 5);
     const float *w = a.work + ((int64_t)tg * a.n_head + j) * a.n_split * (hd + 2);
@@ -501,7 +501,7 @@ static __global__ void __launch_bounds__(32 * ATT_WARPS) attn_split_kernel(struc
             }
         }
         __syncthreads();
-        if (last) attn_combine_head<true>(b, a, j, tg, S, attn_comb_used(b, a, tg), attn_comb_gate(a, j, tg));
+        if (last) attn_combine_head<true>(a, j, tg, S, attn_comb_used(b, a, tg), attn_comb_gate(a, j, tg));
     }
 }
 
@@ -511,7 +511,7 @@ static __global__ void attn_combine_kernel(struct cu_batch_dev b, struct cu_attn
     gpu_pdl_wait();
     gpu_pdl_trigger();
     __shared__ attn_comb_smem S;
-    attn_combine_head<false>(b, a, blockIdx.x, blockIdx.y, S, used, g0);
+    attn_combine_head<false>(a, blockIdx.x, blockIdx.y, S, used, g0);
 }
 
 void cu_launch_kv_store(const struct cu_batch_dev *b, const struct cu_attn_args *a, gpuStream_t s) {
