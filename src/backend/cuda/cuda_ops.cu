@@ -165,7 +165,6 @@ void cu_launch_sigmoid_mul(float *x, int64_t ld_x, const float *g, int64_t ld_g,
 
 /* ---- RoPE ---- */
 
-/* RoPE of one head xh at position pos (the block's threads over the half rotary pairs). */
 /* The rotation of pair i at position pos: its cos and sin. */
 static __device__ __forceinline__ void rope_cs(int32_t pos, int i, float theta_scale, float freq_scale, const float *ff, float &c,
                                                float &s) {
@@ -185,6 +184,7 @@ static __device__ __forceinline__ void rope_pair(float *xh, int i, int half, int
     xh[ia] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
     xh[ib] = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
 }
+/* RoPE of one head xh at position pos (the block's threads over the half rotary pairs). */
 static __device__ __forceinline__ void rope_head(float *xh, int32_t pos, int mode, int32_t n_rot, float theta_scale, float freq_scale,
                                                  const float *ff) {
     const int half = n_rot / 2;
@@ -222,11 +222,14 @@ static __device__ __forceinline__ size_t kv_slot_index(const struct cu_batch_dev
     return (((size_t)blk * a.n_kv_head + kvh) * BK_KV_BLOCK + slot) * a.head_dim;
 }
 
-/* Element e (of n_kv_head * head_dim) of token t's k and v into the cache. */
-static __device__ __forceinline__ void kv_store_elt(const struct cu_attn_args &a, size_t idx, int64_t t, int e) {
-    const float kx = a.k[t * a.ld_k + e];
+/* Values kx, vx of element e (of n_kv_head * head_dim) into the cache at idx. */
+static __device__ __forceinline__ void kv_store_kv(const struct cu_attn_args &a, size_t idx, int e, float kx, float vx) {
     kv_store(a.kpool, a.dtype, idx, a.k_shift && !isnan(kx) ? __fsub_rn(kx, a.k_shift[e]) : kx, a.k_scale); /* a NaN key keeps its sign, as x86's subtraction does */
-    kv_store(a.vpool, a.dtype, idx, a.v[t * a.ld_v + e], a.v_scale);
+    kv_store(a.vpool, a.dtype, idx, vx, a.v_scale);
+}
+/* Element e of token t's k and v into the cache. */
+static __device__ __forceinline__ void kv_store_elt(const struct cu_attn_args &a, size_t idx, int64_t t, int e) {
+    kv_store_kv(a, idx, e, a.k[t * a.ld_k + e], a.v[t * a.ld_v + e]);
 }
 
 static __global__ void kv_store_kernel(struct cu_batch_dev b, struct cu_attn_args a) {
@@ -280,11 +283,7 @@ static __global__ void attn_pre_kernel(struct cu_batch_dev b, struct cu_attn_arg
     for (int i = threadIdx.x, k = 0; i < hd; i += blockDim.x, k++) {
         const float kx = ys[i];
         yr[i] = kx;
-        if (isk) { /* kv_store_elt's stores, k from shared memory */
-            const int e = hh * hd + i;
-            kv_store(a.kpool, a.dtype, base + i, a.k_shift && !isnan(kx) ? __fsub_rn(kx, a.k_shift[e]) : kx, a.k_scale);
-            kv_store(a.vpool, a.dtype, base + i, k < 2 ? vv[k] : a.v[t * a.ld_v + e], a.v_scale);
-        }
+        if (isk) kv_store_kv(a, base + i, hh * hd + i, kx, k < 2 ? vv[k] : a.v[t * a.ld_v + hh * hd + i]);
     }
 }
 
