@@ -52,9 +52,7 @@ static_assert(CU_OP_COUNT <= BACKEND_CUDA_PROF_MAX, "the profile counters are in
 struct rec_upload { void *dst; const void *src; uint64_t bytes; };
 struct rec_embed { struct cu_batch_dev b; const uint8_t *table; uint64_t stride; int64_t n; float *out; uint32_t type; uint32_t pad; };
 struct rec_rmsnorm { const float *x; const float *w; float *out; int64_t ld_x, n_rows, n_cols, ld_out; float eps; uint32_t pad; };
-struct rec_nq { const float *in0, *in1, *w; int64_t ld, n_rows; struct cu_act_mut out; float eps; int32_t mode; uint32_t fmts; int32_t group;
-                struct cu_nq_mix mix; /* mix.on: the MoE op before it left its mix to this launch (RMSNORM of its res) */
-                struct cu_mm_args mv; int32_t mv_on, pad2; /* mv_on: the MoE op after it left its router to this launch */ };
+struct rec_nq { const float *in0, *in1, *w; int64_t ld, n_rows; struct cu_act_mut out; float eps; int32_t mode; uint32_t fmts; int32_t group; };
 struct rec_matmul { struct cu_mm_args a; };
 struct rec_add { float *y; const float *x; int64_t n; };
 struct rec_rope { struct cu_batch_dev b; float *x; const float *ff; int64_t ld; int32_t n_head, head_dim, mode, n_rot; float base, scale; };
@@ -90,8 +88,6 @@ struct cu_backend {
     bool eager, profile, batch_invariant;
     bool pdl;                  /* programmatic dependent launch between kernels (gpu_compat.h) */
     bool fuse_add;             /* recorded steps: a residual add after a matmul / moe goes into its epilogue */
-    bool fuse_mix_nq;          /* recorded steps: a MoE op's mix into the RMSNorm + quantize of its residual after it */
-    bool fuse_router_nq;       /* recorded one-row steps: a MoE op's router into the RMSNorm + quantize before it */
     /* the batch: host copies, pinned staging, device copy */
     int32_t n_tokens, n_seqs, n_logits, max_pos, max_block;
     std::vector<int32_t> tok, pos, seq, lrows, seq_slot, seq_nblocks;
@@ -178,13 +174,7 @@ static void rec_exec(cu_backend *c, int op, const void *args) {
     case CU_OP_UPLOAD: { const rec_upload *r = (const rec_upload *)args; (void)gpuMemcpyAsync(r->dst, r->src, r->bytes, gpuMemcpyHostToDevice, s); break; }
     case CU_OP_EMBED: { const rec_embed *r = (const rec_embed *)args; cu_launch_embed(&r->b, r->table, r->type, r->stride, r->n, r->out, s); break; }
     case CU_OP_RMSNORM: { const rec_rmsnorm *r = (const rec_rmsnorm *)args; cu_launch_rmsnorm(r->x, r->ld_x, r->w, r->eps, r->n_rows, r->n_cols, r->out, r->ld_out, s); break; }
-    case CU_OP_NQ: {
-        const rec_nq *r = (const rec_nq *)args;
-        if (r->mix.on) cu_launch_norm_quant_mix(&r->mix, (float *)r->in0, r->w, r->eps, r->n_rows, r->out, r->fmts, s);
-        else if (r->mv_on) cu_launch_norm_quant_mv(r->in0, r->w, r->eps, r->out, r->fmts, &r->mv, s);
-        else cu_launch_norm_quant(r->mode, r->in0, r->in1, r->ld, r->w, r->eps, r->group, r->n_rows, r->out, r->fmts, s);
-        break;
-    }
+    case CU_OP_NQ: { const rec_nq *r = (const rec_nq *)args; cu_launch_norm_quant(r->mode, r->in0, r->in1, r->ld, r->w, r->eps, r->group, r->n_rows, r->out, r->fmts, s); break; }
     case CU_OP_MATMUL: { const rec_matmul *r = (const rec_matmul *)args; cu_launch_matmul(&r->a, s); break; }
     case CU_OP_ADD: { const rec_add *r = (const rec_add *)args; cu_launch_add(r->y, r->x, r->n, s); break; }
     case CU_OP_ROPE: { const rec_rope *r = (const rec_rope *)args; cu_launch_rope(&r->b, r->x, r->ld, r->n_head, r->head_dim, r->mode, r->n_rot, r->base, r->scale, r->ff, s); break; }
@@ -762,33 +752,11 @@ static bool fuse_nq(cu_backend *c, int mode, const float *in0, const float *in1,
     return true;
 }
 
-/* In a recorded step, the RMSNorm + quantize of the residual that the MoE op recorded just before added its output to
- * (the fused add) takes that op's mix: the op launches no mix kernel and *m describes the mix for
- * cu_launch_norm_quant_mix. False (nothing changed) when the last record is not such an op. */
-static bool mix_into_nq(cu_backend *c, const float *in0, int64_t n_rows, const struct bk_act *out, struct cu_nq_mix *m) {
-    uint32_t op = 0;
-    rec_moe *r = c->fuse_mix_nq ? (rec_moe *)rec_back(c, 1, &op) : NULL;
-    if (!r || op != CU_OP_MOE) return false;
-    const struct cu_moe_args *a = &r->a;
-    if (a->res != in0 || a->T != n_rows || a->n_embd != out->n_cols || a->n_embd > CU_NQ_MIX_MAX_COLS || a->k < 1 ||
-        a->nq.on || a->mix_cnt || a->mix_nq)
-        return false;
-    r->a.mix_nq = 1;
-    memset(m, 0, sizeof(*m));
-    m->Y = a->Y; m->Ys = a->shared ? a->Ys : NULL; m->wts = a->wts; m->glog = a->sgate ? a->glog : NULL;
-    m->out = a->out; m->k = a->k; m->on = 1;
-    c->stats.fused_mix_nq++;
-    return true;
-}
-
 static vllmc_status submit_nq(cu_backend *c, int mode, const float *in0, const float *in1, int64_t ld, const float *w,
                               float eps, int64_t n_rows, struct bk_act *out) {
-    struct cu_nq_mix mix;
-    const bool mixed = mode == CU_NQ_RMSNORM && mix_into_nq(c, in0, n_rows, out, &mix);
-    if (!mixed && fuse_nq(c, mode, in0, in1, ld, w, eps, n_rows, out)) return VLLMC_OK;
+    if (fuse_nq(c, mode, in0, in1, ld, w, eps, n_rows, out)) return VLLMC_OK;
     rec_nq r;
     memset(&r, 0, sizeof(r));
-    if (mixed) r.mix = mix;
     r.in0 = in0; r.in1 = in1; r.w = w; r.ld = ld; r.n_rows = n_rows; r.out = cu_act_split(out); r.eps = eps;
     r.mode = mode; r.fmts = out->fmts;
     return submit(c, CU_OP_NQ, &r, sizeof(r));
@@ -1432,19 +1400,6 @@ static vllmc_status cu_moe(struct backend *be, const struct bk_act *in, const st
     if ((c->fuse_nq & BACKEND_CUDA_FUSE_MOE_MIX) && c->nq_cnt && T * ((n_embd + 255) / 256) <= CU_NQ_FUSE_COUNTERS / 2)
         a->mix_cnt = c->nq_cnt + CU_NQ_FUSE_COUNTERS / 2;
 #endif
-    /* the router into the RMSNorm + quantize launch recorded just before, when that launch forms this op's input
-     * (one row, a one-CTA norm) */
-    {
-        uint32_t op = 0;
-        rec_nq *q = c->fuse_router_nq ? (rec_nq *)rec_back(c, 1, &op) : NULL;
-        if (q && op == CU_OP_NQ && q->mode == CU_NQ_RMSNORM && !q->mix.on && !q->mv_on && q->n_rows == 1 && T == 1 &&
-            q->out.x == in->x && q->out.n == n_embd && !a->router.row_order && cu_nq_mv_ok(&a->router, n_embd)) {
-            q->mv = a->router;
-            q->mv_on = 1;
-            a->router_nq = 1;
-            c->stats.fused_router_nq++;
-        }
-    }
     /* weight bytes read (profile): the router, the distinct experts at most, the shared expert */
     const double per_exp = (double)a->gu.g[0].exp_bytes[0] + (double)a->gu.g[0].exp_bytes[1] + (double)a->down.g[0].exp_bytes[0];
     r.wbytes = 4.0 * (double)(E + (sgate ? 1 : 0)) * (double)n_embd + per_exp * (double)VLLMC_MIN(n_ent, E);
@@ -1589,8 +1544,6 @@ extern "C" vllmc_status backend_cuda_create(const struct backend_cuda_opts *o, s
     /* switches on by default, "0" turns each off (comparisons) */
     c->pdl = !c->profile && env_on("VLLMC_CUDA_PDL"); /* plain launches when off */
     c->fuse_add = env_on("VLLMC_CUDA_FUSE_ADD");
-    c->fuse_mix_nq = env_on("VLLMC_CUDA_MIX_NQ");
-    c->fuse_router_nq = env_on("VLLMC_CUDA_ROUTER_NQ");
     c->fuse_attn = env_on("VLLMC_CUDA_FUSE_ATTN");
     c->fuse_conv = env_on("VLLMC_CUDA_FUSE_CONV");
     const char *env;

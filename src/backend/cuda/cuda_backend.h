@@ -42,8 +42,6 @@ struct backend_cuda_stats {
     uint64_t moe_mix_down;            /* ... with the column-split kernels and the mix in the down launch (no mix kernel) */
     uint64_t fused_conv;              /* decode GDN convs recorded into the epilogue of the matmul writing their input */
     uint64_t fused_nq;                /* norm + quantize ops recorded into the launch writing their input */
-    uint64_t fused_mix_nq;            /* MoE mixes recorded into the norm + quantize launch after the op */
-    uint64_t fused_router_nq;         /* MoE routers recorded into the norm + quantize launch before the op */
     uint64_t fused_comb;              /* decode attentions recorded with their combine in the split launch */
     /* host time of the graph-replayed steps: from the batch to the graph's launch (recording the ops, finding the
      * cached graph, launching it), and waiting for the step's argmax after it; the GPU idles through the first */

@@ -177,24 +177,6 @@ enum cu_nq_mode { CU_NQ_QUANT = 0, CU_NQ_RMSNORM = 1, CU_NQ_SWIGLU = 2, CU_NQ_GA
  * formats in fmts. */
 void cu_launch_norm_quant(int mode, const float *in0, const float *in1, int64_t ld, const float *w, float eps,
                           int group, int64_t n_rows, struct cu_act_mut out, uint32_t fmts, gpuStream_t s);
-/* The MoE mix (moe_mix.h) done by the RMSNorm + quantize of the residual it adds into, in one launch: for each row t,
- * out[t] = the mix of Y / Ys, res[t] += out[t], then res[t]'s RMSNorm + quantize as cu_launch_norm_quant does it; the
- * bits of the mix kernel followed by the norm kernel. One CTA a row: res rows of at most CU_NQ_MIX_MAX_COLS. */
-struct cu_nq_mix {
-    const float *Y, *Ys, *wts, *glog; /* Ys / glog or NULL, as cu_moe_args gives them to its mix kernel */
-    float *out;
-    int32_t k, on;
-};
-#define CU_NQ_MIX_MAX_COLS 2048
-/* One activation row's RMSNorm + quantize (as cu_launch_norm_quant) and, in the same launch, the F32 mat-vec of the
- * normed row (the MoE router: mm_kernel_rows's sums, one warp a row), whose CTAs form the normed row themselves in
- * shared memory from in0 with the same ops: the mat-vec no longer waits for the norm launch. Rows of at most
- * CU_NQ_MIX_MAX_COLS columns; every segment of mv F32, mv.n_act 1. */
-bool cu_nq_mv_ok(const struct cu_mm_args *mv, int64_t n);
-void cu_launch_norm_quant_mv(const float *in0, const float *w, float eps, struct cu_act_mut out, uint32_t fmts,
-                             const struct cu_mm_args *mv, gpuStream_t s);
-void cu_launch_norm_quant_mix(const struct cu_nq_mix *m, float *res, const float *w, float eps, int64_t n_rows,
-                              struct cu_act_mut out, uint32_t fmts, gpuStream_t s);
 void cu_launch_rmsnorm(const float *x, int64_t ld_x, const float *w, float eps, int64_t n_rows, int64_t n_cols,
                        float *out, int64_t ld_out, gpuStream_t s);
 void cu_launch_add(float *y, const float *x, int64_t n, gpuStream_t s);
@@ -332,9 +314,7 @@ struct cu_moe_args {
     int32_t *ids;
     float *wts;
     int32_t T, E, k, norm, shared, sgate;
-    int32_t merged;            /* shared rows follow the routed ones in gu_buf[0] / h[0] (same width and format) */
-    int32_t mix_nq;            /* the mix is done by the norm + quantize launch after the op (cu_launch_norm_quant_mix) */
-    int32_t router_nq, pad3;   /* the router is done by the norm + quantize launch before the op (cu_launch_norm_quant_mv) */
+    int32_t merged, pad;       /* shared rows follow the routed ones in gu_buf[0] / h[0] (same width and format) */
     struct cu_moe_mm_args gu;  /* gate in y[0] = GU, up in y[1] = GU + n_ff (row stride 2 n_ff) */
     const float *gu_buf[2];    /* routed, shared: [rows][2 n_ff] */
     int64_t n_ff[2];

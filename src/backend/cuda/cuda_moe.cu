@@ -173,7 +173,7 @@ bool cu_launch_moe_grouped(const struct cu_moe_args *a, gpuStream_t s) {
 
 int cu_launch_moe(const struct cu_moe_args *a, gpuStream_t s) {
     if (a->T <= 0) return CU_MOE_PATH_GENERAL;
-    if (!a->router_nq) cu_launch_matmul(&a->router, s); /* (else the norm + quantize launch before the op did it) */
+    cu_launch_matmul(&a->router, s);
     int path = CU_MOE_PATH_GENERAL;
     if (cu_launch_moe_cols(a, s)) {
         path = CU_MOE_PATH_COLS;
@@ -183,7 +183,6 @@ int cu_launch_moe(const struct cu_moe_args *a, gpuStream_t s) {
     } else {
         moe_experts(a, s, false);
     }
-    if (a->mix_nq) return path; /* the norm + quantize launch after the op mixes (cu_launch_norm_quant_mix) */
     gpu_launch(moe_mix_kernel, dim3((unsigned)GPU_CEIL_DIV(a->n_embd, 256), (unsigned)a->T), dim3(256), 0, s,
         a->Y, a->wts, a->k, a->shared ? a->Ys : NULL, a->sgate ? a->glog : NULL, a->n_embd, a->out, a->res, a->nq);
     return path;

@@ -167,58 +167,9 @@ void cu_launch_norm_quant(int mode, const float *in0, const float *in1, int64_t 
                mode, in0, in1, ld, w, eps, group, out, fmts, (int)cu_mm_cfg.nq_early);
 }
 
-/* grid (1, rows), NQ_WARPS warps: row r's MoE mix (moe_mix_col's ops: out and res written) into shared memory, then
- * the RMSNorm + quantize of the new res row from there (nq_rms_scale / nq_unit, warp w the unit w): the bits of
- * moe_mix_kernel followed by norm_quant_kernel, one launch and one L2 round trip fewer. One CTA a row, since another
- * CTA of the row would read res while this one writes it (n <= CU_NQ_MIX_MAX_COLS = 256 NQ_WARPS). */
-static_assert(CU_NQ_MIX_MAX_COLS == 256 * NQ_WARPS, "a warp a unit");
-static __global__ void __launch_bounds__(32 * NQ_WARPS) norm_quant_mix_kernel(const struct cu_nq_mix m, float *res, const float *w,
-                                                                              float eps, struct cu_act_mut out, uint32_t fmts) {
-    __shared__ double red[NQ_WARPS];
-    __shared__ __align__(16) float xs[CU_NQ_MIX_MAX_COLS];
-    const int64_t r = blockIdx.y, n = out.n;
-    const int lane = threadIdx.x % 32, wid = threadIdx.x / 32;
-    const int64_t e0 = (int64_t)wid * 256 + lane * 8;
-    float wv[8];
-    const bool pre = w && e0 + 8 <= n;
-    if (pre)
-#pragma unroll
-        for (int k = 0; k < 8; k++) wv[k] = w[e0 + k];
-    gpu_pdl_wait();
-    gpu_pdl_trigger();
-    const bool vec = (n & 7) == 0 && al16(m.Y) && al16(res) && al16(m.out) && (!m.Ys || al16(m.Ys));
-    if (vec && e0 + 8 <= n) {
-        float v[8];
-        moe_mix_8(m.Y, m.wts, m.k, m.Ys, m.glog, n, m.out, res, r, e0, v);
-        *(float4 *)(xs + e0) = make_float4(v[0], v[1], v[2], v[3]);
-        *(float4 *)(xs + e0 + 4) = make_float4(v[4], v[5], v[6], v[7]);
-    } else {
-        for (int k = 0; k < 8; k++)
-            if (e0 + k < n) xs[e0 + k] = moe_mix_col(m.Y, m.wts, m.k, m.Ys, m.glog, n, m.out, res, r, e0 + k);
-    }
-    __syncthreads();
-    const float scale = nq_rms_scale(xs, n, eps, red);
-    if (wid * 256 >= n) return;
-    struct cu_act_mut o = out; /* row r's buffers, so that nq_unit reads row 0 of xs */
-    const int64_t ns = n / QK_K;
-    o.x += r * n;
-    if (o.k_qs) { o.k_qs += r * n; o.k_d += r * ns; o.k_bs += r * (n / 16); }
-    if (o.o_qs) { o.o_qs += r * n; o.o_d += r * (n / 32); }
-    if (o.h) o.h += r * n;
-    if (o.bf) o.bf += r * n;
-    nq_unit(CU_NQ_RMSNORM, xs, NULL, 0, w, eps, 0, scale, o, fmts, 0, wid, lane, pre ? wv : NULL);
-}
-
-void cu_launch_norm_quant_mix(const struct cu_nq_mix *m, float *res, const float *w, float eps, int64_t n_rows,
-                              struct cu_act_mut out, uint32_t fmts, gpuStream_t s) {
-    if (n_rows <= 0) return;
-    gpu_launch(norm_quant_mix_kernel, dim3(1, (unsigned)n_rows), dim3(32 * NQ_WARPS), 0, s, *m, res, w, eps, out, fmts);
-}
-
 /* ---------------------------------------------------------------------------------------------
  * matmul
  * ------------------------------------------------------------------------------------------- */
-
 
 static __device__ __forceinline__ float term_kmin(float da, float d, float dmin, int isum, int msum) {
     const float dd = __fmul_rn(da, d), dm = __fmul_rn(da, dmin);
@@ -522,20 +473,6 @@ static __device__ void row_f32(const float *wr, int n, const cu_act_view &a, int
     }
 }
 
-/* row_f32<1, 32> on the activation row x (the same sums in the same order) */
-static __device__ void row_f32_1(const float *wr, int n, const float *x, float *acc, int lane) {
-    float p = 0.f;
-#pragma unroll 32
-    for (int i = lane; i < n; i += 32) p = __fadd_rn(p, __fmul_rn(gpu_ldg(wr + i), x[i]));
-    float v = p;
-    v = __fadd_rn(v, shfl_xor(v, 8));
-    v = __fadd_rn(v, shfl_xor(v, 16));
-    v = __fadd_rn(v, shfl_xor(v, 4));
-    v = __fadd_rn(v, shfl_xor(v, 2));
-    v = __fadd_rn(v, shfl_xor(v, 1));
-    acc[0] = v;
-}
-
 template <int NA>
 static __device__ __forceinline__ void mm_row(const struct cu_mm_args &P, const cu_mm_seg &S, int row, int a0, int na, int lane) {
     const uint8_t *wr = S.w + (size_t)row * S.stride;
@@ -765,84 +702,6 @@ static __global__ void __launch_bounds__(32 * CU_MM_WARPS) mm_kernel_rows(const 
             if (i < P.n_seg && g >= P.seg[i].row0) si = i;
         mm_row<1>(P, P.seg[si], g - P.seg[si].row0, 0, 1, lane);
     }
-}
-
-#define NQ_MV_ROWS NQ_WARPS /* mat-vec rows a CTA of cu_launch_norm_quant_mv (a warp a row) */
-
-/* grid 1 + ceil(mv.total_rows / NQ_MV_ROWS), NQ_WARPS warps. CTA 0: norm_quant_kernel's work for the row (one CTA:
- * n <= 256 NQ_WARPS). The others: the row's RMSNorm scale (nq_rms_scale) and normed values (nq_unit's ops) into
- * shared memory, then warp w takes row (CTA - 1) NQ_MV_ROWS + w of the F32 segments as mm_kernel_rows does (row_f32,
- * then mm_row's epilogue): the bits of the norm launch followed by the mat-vec launch. */
-static __global__ void __launch_bounds__(32 * NQ_WARPS) norm_quant_mv_kernel(const float *in0, const float *w, float eps,
-                                                                             struct cu_act_mut out, uint32_t fmts,
-                                                                             const struct cu_mm_args P) {
-    __shared__ double red[NQ_WARPS];
-    __shared__ __align__(16) float xs[CU_NQ_MIX_MAX_COLS];
-    const int64_t n = out.n;
-    const int lane = threadIdx.x % 32, wid = threadIdx.x / 32;
-    const int64_t e0 = (int64_t)wid * 256 + lane * 8;
-    const int g = ((int)blockIdx.x - 1) * NQ_MV_ROWS + wid; /* the mat-vec row of this warp */
-    int si = 0;
-    if (blockIdx.x > 0 && g < P.total_rows) {
-#pragma unroll
-        for (int i = 1; i < CU_MM_MAX_SEG; i++)
-            if (i < P.n_seg && g >= P.seg[i].row0) si = i;
-        prefetch_rows(P.seg[si].w + (size_t)(g - P.seg[si].row0) * P.seg[si].stride, P.seg[si].stride, lane, 32);
-    }
-    float wv[8];
-    const bool pre = w && e0 + 8 <= n;
-    if (pre)
-#pragma unroll
-        for (int k = 0; k < 8; k++) wv[k] = w[e0 + k];
-    gpu_pdl_wait();
-    gpu_pdl_trigger();
-    const float scale = nq_rms_scale(in0, n, eps, red);
-    if (blockIdx.x == 0) {
-        if (wid * 256 < n) nq_unit(CU_NQ_RMSNORM, in0, NULL, 0, w, eps, 0, scale, out, fmts, 0, wid, lane, pre ? wv : NULL);
-        return;
-    }
-    /* nq_unit's RMSNORM values, into shared memory */
-    if (e0 + 8 <= n && al16(in0) && (!w || al16(w))) {
-        float a[8];
-        ld8(in0 + e0, a);
-#pragma unroll
-        for (int k = 0; k < 8; k++) xs[e0 + k] = w ? __fmul_rn(__fmul_rn(a[k], scale), pre ? wv[k] : w[e0 + k]) : __fmul_rn(a[k], scale);
-    } else {
-        for (int k = 0; k < 8; k++) {
-            const int64_t e = e0 + k;
-            if (e >= n) break;
-            float val = __fmul_rn(in0[e], scale);
-            if (w) val = __fmul_rn(val, pre ? wv[k] : w[e]);
-            xs[e] = val;
-        }
-    }
-    __syncthreads();
-    if (g >= P.total_rows) return;
-    const cu_mm_seg &S = P.seg[si];
-    const int row = g - S.row0;
-    float acc[1] = {0.f};
-    row_f32_1((const float *)(S.w + (size_t)row * S.stride), (int)n, xs, acc, lane);
-    if (lane == 0) {
-        float y = acc[0];
-        if (S.bias) y = __fadd_rn(y, S.bias[row]);
-        S.y[row] = y;
-        if (S.res) S.res[row] = __fadd_rn(S.res[row], y);
-    }
-}
-
-bool cu_nq_mv_ok(const struct cu_mm_args *mv, int64_t n) {
-    if (mv->n_act != 1 || n > CU_NQ_MIX_MAX_COLS || mv->a.n != n || mv->total_rows <= 0 ||
-        GPU_CEIL_DIV(mv->total_rows, NQ_MV_ROWS) >= 65535)
-        return false;
-    for (int i = 0; i < mv->n_seg; i++)
-        if (mv->seg[i].type != GGML_TYPE_F32) return false;
-    return true;
-}
-
-void cu_launch_norm_quant_mv(const float *in0, const float *w, float eps, struct cu_act_mut out, uint32_t fmts,
-                             const struct cu_mm_args *mv, gpuStream_t s) {
-    const unsigned ctas = 1 + (unsigned)GPU_CEIL_DIV(mv->total_rows, NQ_MV_ROWS);
-    gpu_launch(norm_quant_mv_kernel, dim3(ctas), dim3(32 * NQ_WARPS), 0, s, in0, w, eps, out, fmts, *mv);
 }
 
 /* Decode (one activation row), many rows (the LM head): a grid the size of what the GPU holds at once;
