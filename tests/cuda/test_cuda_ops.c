@@ -988,6 +988,8 @@ static uint8_t *nq_run(struct nq_step *t, size_t *n) {
     return out;
 }
 static void test_nq_fused(void) {
+    const int mmr0 = backend_cuda_set_matvec_mmr(0); /* the fused forms are the column-split kernel's epilogues: its
+                                                        several-row form is what the unfused steps must use too */
     const int64_t E = 2560, F = 9216, V = 1000;
     const uint32_t fmts = BK_ACT_BIT(BK_ACT_F32) | BK_ACT_BIT(BK_ACT_Q8_K) | BK_ACT_BIT(BK_ACT_Q8_0);
     const uint32_t tset[2][4] = {{GGML_TYPE_Q4_K, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, GGML_TYPE_Q6_K},
@@ -1061,12 +1063,14 @@ static void test_nq_fused(void) {
     }
     gpu->ops->free(gpu, gw);
     free(wnorm);
+    backend_cuda_set_matvec_mmr(mmr0);
 }
 
 /* The column-split mat-vec (the default backend, no batch invariance asked): a row's output is the same bits from
  * the one-row kernel and from the multi-row one, whichever of 11 rows it is (the second group of 8 included), for
  * Q4_K, Q6_K and a Q4_K + Q8_0 launch, at 2 and 4 super-blocks a warp. */
 static void test_cols_rows(void) {
+    const int mmr0 = backend_cuda_set_matvec_mmr(0); /* the column-split kernel's several-row form is what is checked */
     const int64_t NOUT = 2048 + 40;
     for (int64_t E = 2560; E <= 4608; E += 2048) {
         const uint32_t fmts = BK_ACT_BIT(BK_ACT_Q8_K) | BK_ACT_BIT(BK_ACT_Q8_0);
@@ -1122,8 +1126,97 @@ static void test_cols_rows(void) {
         bk_act_free(gpu, &a1);
         free(x);
     }
+    backend_cuda_set_matvec_mmr(mmr0);
     printf("column-split matmul: one row from 1 and from 11 activation rows bit-equal (Q4_K, Q6_K, Q4_K + Q8_0; 2,560 and 4,608 "
            "columns)\n");
+}
+
+/* Several activation rows on the tensor cores (mm_kernel_mmr): Q4_K and Q6_K rows (53: a partial 16-row tile) beside a
+ * Q8_0 segment (its own launch) against the CPU reference at 2 .. 27 activation rows, 2,048 / 2,560 / 4,096 / 9,216 columns
+ * (4, 4, 2 and 1 16-row tiles a warp; one, one, one and three super-blocks a warp), with a bias; every output written
+ * (NaN poison). */
+static void test_mmr(void) {
+    const int mmr0 = backend_cuda_set_matvec_mmr(32);
+    if (backend_cuda_set_matvec_mmr(32) != 32) { printf("mmr: no such kernel on this target, skipped\n"); return; }
+    const int64_t Es[4] = {2048, 2560, 4096, 9216};
+    const int rows_l[5] = {2, 8, 9, 16, 27}, RM = 27;
+    const uint32_t fmts = BK_ACT_BIT(BK_ACT_Q8_K) | BK_ACT_BIT(BK_ACT_Q8_0);
+    for (int ei = 0; ei < 4; ei++) {
+        const int64_t E = Es[ei], NOUT = 53, ld = 64;
+        for (int ti = 0; ti < 2; ti++) {
+            const uint32_t types[2] = {ti ? GGML_TYPE_Q6_K : GGML_TYPE_Q4_K, GGML_TYPE_Q8_0};
+            struct pair_w w[2];
+            for (int k = 0; k < 2; k++) make_weight(&w[k], types[k], E, NOUT);
+            float *x = rand_buf((size_t)(RM * E), 1.0f);
+            float *bias = rand_buf((size_t)NOUT, 0.1f);
+            float *gbias = dev_put(bias, (size_t)NOUT * 4);
+            /* bound per output: sum |w x| (+ |bias|) over the dequantized rows */
+            double *bound = calloc((size_t)(RM * NOUT), sizeof(double));
+            float *wrow = malloc((size_t)E * 4);
+            for (int64_t o = 0; o < NOUT; o++) {
+                dequantize_row(types[0], w[0].host + quant_row_size(types[0], E) * (size_t)o, wrow, E);
+                for (int r = 0; r < RM; r++) {
+                    double b = fabs(bias[o]);
+                    for (int64_t e = 0; e < E; e++) b += fabs((double)wrow[e] * x[r * E + e]);
+                    bound[r * NOUT + o] = b;
+                }
+            }
+            free(wrow);
+            struct bk_act ra, ga;
+            CHECK(bk_act_alloc(ref, RM, E, fmts, &ra) == VLLMC_OK);
+            CHECK(bk_act_alloc(gpu, RM, E, fmts, &ga) == VLLMC_OK);
+            memcpy(ra.x, x, (size_t)(RM * E) * 4);
+            CHECK(gpu->ops->copy_to_device(gpu, ga.x, x, (size_t)(RM * E) * 4) == VLLMC_OK);
+            for (int ri = 0; ri < 5; ri++) {
+                const int rows = rows_l[ri];
+                ra.n_rows = ga.n_rows = rows;
+                CHECK(ref->ops->quantize(ref, &ra) == VLLMC_OK);
+                CHECK(gpu->ops->quantize(gpu, &ga) == VLLMC_OK);
+                float *ry = ref_put(NULL, (size_t)(rows * ld) * 4);
+                float *poison = nan_buf((size_t)(rows * ld));
+                float *gy = dev_put(poison, (size_t)(rows * ld) * 4), *gy8 = dev_put(poison, (size_t)(rows * ld) * 4);
+                free(poison);
+                const struct bk_matmul_out ro = {.w = &w[0].r, .bias = bias, .y = ry, .ld_y = ld};
+                const struct bk_matmul_out go[2] = {{.w = &w[0].g, .bias = gbias, .y = gy, .ld_y = ld},
+                                                    {.w = &w[1].g, .y = gy8, .ld_y = ld}};
+                CHECK(ref->ops->matmul(ref, &ra, 1, &ro) == VLLMC_OK);
+                const uint64_t n0 = backend_cuda_mmr_launches();
+                CHECK(gpu->ops->matmul(gpu, &ga, 2, go) == VLLMC_OK);
+                CHECK_MSG(backend_cuda_mmr_launches() > n0, "mmr %s E %lld rows %d: the kernel was not taken",
+                          quant_traits(types[0])->name, (long long)E, rows);
+                float *h = malloc((size_t)(rows * ld) * 4);
+                dev_get(h, gy, (size_t)(rows * ld) * 4);
+                double mb = 0;
+                for (int r = 0; r < rows; r++)
+                    for (int64_t o = 0; o < NOUT; o++) {
+                        const double d = fabs((double)h[r * ld + o] - ry[r * ld + o]);
+                        mb = fmax(mb, isnan(d) ? INFINITY : d / fmax(bound[r * NOUT + o], 1e-30));
+                    }
+                CHECK_MSG(mb < 2e-6, "mmr %s E %lld rows %d: max |d| / sum |w x| %.3g", quant_traits(types[0])->name, (long long)E,
+                          rows, mb);
+                if (ri == 4) printf("mmr %s E %lld: rows 2 .. 27 against the CPU, max |d| / sum |w x| %.3g (rows %d)\n",
+                                    quant_traits(types[0])->name, (long long)E, mb, rows);
+                /* the Q8_0 segment beside it: written (its own launch) */
+                dev_get(h, gy8, (size_t)(rows * ld) * 4);
+                size_t nan = 0;
+                for (int r = 0; r < rows; r++)
+                    for (int64_t o = 0; o < NOUT; o++) nan += isnan(h[r * ld + o]);
+                CHECK_MSG(nan == 0, "mmr: %zu outputs of the Q8_0 segment beside it not written", nan);
+                free(h);
+                ref->ops->free(ref, ry);
+                gpu->ops->free(gpu, gy);
+                gpu->ops->free(gpu, gy8);
+            }
+            bk_act_free(ref, &ra);
+            bk_act_free(gpu, &ga);
+            free(bound);
+            free(bias);
+            gpu->ops->free(gpu, gbias);
+            free(x);
+            for (int k = 0; k < 2; k++) free_weight(&w[k]);
+        }
+    }
+    backend_cuda_set_matvec_mmr(mmr0);
 }
 
 /* Batch invariance (a backend with batch_invariant): a row's matmul output is the same bits whether it is
@@ -1276,6 +1369,7 @@ int main(void) {
     test_attention();
     test_kv_dtypes();
     test_cols_rows();
+    test_mmr();
     test_stream();
     test_cols_lb();
     test_alt_kernel(ALT_SBT);

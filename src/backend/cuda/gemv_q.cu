@@ -2005,6 +2005,513 @@ static int split_resident(int ks) {
     return n[ks];
 }
 
+#if !defined(VLLMC_HIP)
+/* ---- several activation rows on the tensor cores (mm_kernel_mmr) ----
+ * A decode step of 2 .. cu_mm_cfg.mmr_rows sequences, Q4_K / Q6_K rows. The column-split kernel's several-row form
+ * meets each weight with each activation row in turn on dp4a (~0.6 ms a row a step on qwen35-4b: issue-bound); here one
+ * MMA gives the integer sums of a sub-block for 16 weight rows x 8 activation rows at once: Q4_K on m16n8k32 (a
+ * 32-element sub-block: A the weight nibbles as u8, B the Q8_K quants), Q6_K on m16n8k16 (a 16-element sub-block: the
+ * 6-bit quants as u8; the -32 through the Q8_K 16-element sums). An MMA's k slots may hold the sub-block's elements in
+ * any order, the same for A and B: lane (g, t) gives elements 8t .. 8t + 7 (Q4_K: a0 / a2 the first / last four, the
+ * low and the high nibbles two sub-blocks) or 4t .. 4t + 3 (Q6_K), so each load is one contiguous piece of a row.
+ * A CTA takes 16 weight rows of one segment; warp w super-blocks w SBW .. w SBW + SBW - 1 of them, whose bytes each lane
+ * holds in registers (loaded before the dependency wait) for every group of 8 activation rows in turn. Lane (g, t)
+ * then holds the sub-block sums of weight rows g, g + 8 with activation rows 2t, 2t + 1 (C's layout) and forms each
+ * super-block's integer sums and float term as the reference does (term_kmin / term_k); the terms are summed over the
+ * warp's super-blocks, then the warps in order. That float order is not the one-row kernels', so a row's outputs may
+ * differ in the last bits between a one-row and a several-row step (batch invariance takes the mm_row-order kernels). */
+#define MMR_WARPS 16  /* warps a CTA at one super-block a warp (rows of up to 16 super-blocks) */
+#define MMR_WARPS_N 12 /* at 2 .. 4 a warp (rows of 17 .. 48 super-blocks) */
+static __device__ __forceinline__ void mma_k16_u8s8(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t b0) {
+    asm("mma.sync.aligned.m16n8k16.row.col.s32.u8.s8.s32 {%0, %1, %2, %3}, {%4, %5}, {%6}, {%0, %1, %2, %3};"
+        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+        : "r"(a0), "r"(a1), "r"(b0));
+}
+/* A lane's bytes of one super-block of its two rows (g, g + 8): Q4_K q[c][r] bytes 8t .. 8t + 7 of quant chunk c, the 12
+ * scale bytes and d / dmin; Q6_K ql[n][2 hw + j][r] bytes 64n + 32hw + 16j + 4t .. + 3 of ql, qh[n][j][r] bytes
+ * 32n + 16j + 4t .. + 3 of half n's qh, the 16 scales, d. */
+struct mmr_q4 { uint2 q[4][2]; uint32_t s[2][3], dm[2]; };
+struct mmr_q6 { uint32_t ql[2][4][2], qh[2][2][2], sc[2][4]; uint32_t d[2]; };
+template <int KT> struct mmr_wt { typedef mmr_q4 type; };
+template <> struct mmr_wt<GGML_TYPE_Q6_K> { typedef mmr_q6 type; };
+
+static __device__ __forceinline__ void mmr_load_q4(mmr_q4 &w, const uint8_t *wr0, const uint8_t *wr1, int n_sb, int sb, int t) {
+    const uint8_t *wr[2] = {wr0, wr1};
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        if (!wr[r]) {
+#pragma unroll
+            for (int c = 0; c < 4; c++) w.q[c][r] = make_uint2(0, 0);
+            w.s[r][0] = w.s[r][1] = w.s[r][2] = 0; w.dm[r] = 0;
+            continue;
+        }
+#pragma unroll
+        for (int c = 0; c < 4; c++) w.q[c][r] = gpu_ldg((const uint2 *)(wr[r] + 128 * (size_t)sb + 32 * c + 8 * t));
+        const uint32_t *sp = (const uint32_t *)(wr[r] + k4_sc_off(n_sb) + 12 * (size_t)sb);
+        w.s[r][0] = gpu_ldg(sp); w.s[r][1] = gpu_ldg(sp + 1); w.s[r][2] = gpu_ldg(sp + 2);
+        w.dm[r] = gpu_ldg((const uint32_t *)(wr[r] + k4_dm_off(n_sb) + 4 * (size_t)sb));
+    }
+}
+static __device__ __forceinline__ void mmr_load_q6(mmr_q6 &w, const uint8_t *wr0, const uint8_t *wr1, int n_sb, int sb, int t) {
+    const uint8_t *wr[2] = {wr0, wr1};
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        if (!wr[r]) {
+#pragma unroll
+            for (int n = 0; n < 2; n++) {
+#pragma unroll
+                for (int i = 0; i < 4; i++) w.ql[n][i][r] = 0;
+                w.qh[n][0][r] = w.qh[n][1][r] = 0;
+            }
+#pragma unroll
+            for (int i = 0; i < 4; i++) w.sc[r][i] = 0;
+            w.d[r] = 0;
+            continue;
+        }
+        const uint8_t *ql = wr[r] + 128 * (size_t)sb, *qh = wr[r] + 128 * (size_t)n_sb + 64 * (size_t)sb;
+#pragma unroll
+        for (int n = 0; n < 2; n++) {
+#pragma unroll
+            for (int i = 0; i < 4; i++) w.ql[n][i][r] = gpu_ldg((const uint32_t *)(ql + 64 * n + 16 * i + 4 * t));
+#pragma unroll
+            for (int j = 0; j < 2; j++) w.qh[n][j][r] = gpu_ldg((const uint32_t *)(qh + 32 * n + 16 * j + 4 * t));
+        }
+        const uint32_t *sp = (const uint32_t *)(wr[r] + 192 * (size_t)n_sb + 16 * (size_t)sb);
+#pragma unroll
+        for (int i = 0; i < 4; i++) w.sc[r][i] = gpu_ldg(sp + i);
+        w.d[r] = gpu_ldg((const unsigned short *)(wr[r] + 208 * (size_t)n_sb + 2 * (size_t)sb));
+    }
+}
+
+/* The Q4_K super-block sb's float terms of (row g, act 2t), (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1): aq / bs / dk the
+ * activation rows' quants, 16-element sums and scales (rows of n), acts ag .. ag + na - 1. */
+template <int T>
+static __device__ __forceinline__ void mmr_term_q4(const mmr_q4 (&w)[T], const cu_act_view &a, int sb, int ag, int na, int g, int t,
+                                                   float (&y)[T][4]) {
+    const int64_t n = a.n;
+    const bool bon = g < na;
+    const int8_t *aq = a.k_qs + (int64_t)(ag + (bon ? g : 0)) * n + (int64_t)sb * QK_K + 8 * t;
+    /* the 16-element sums of the lane's activation rows (2t, 2t + 1), two int16 a word */
+    int bw[2][8];
+#pragma unroll
+    for (int k = 0; k < 2; k++) {
+        const int ar = 2 * t + k;
+        if (ar < na) {
+            const int4 *bp = (const int4 *)(a.k_bs + (int64_t)(ag + ar) * (n / 16) + (int64_t)sb * 16);
+            const int4 b0 = bp[0], b1 = bp[1];
+            bw[k][0] = b0.x; bw[k][1] = b0.y; bw[k][2] = b0.z; bw[k][3] = b0.w;
+            bw[k][4] = b1.x; bw[k][5] = b1.y; bw[k][6] = b1.z; bw[k][7] = b1.w;
+        } else {
+#pragma unroll
+            for (int j = 0; j < 8; j++) bw[k][j] = 0;
+        }
+    }
+    float da[2];
+#pragma unroll
+    for (int k = 0; k < 2; k++) da[k] = 2 * t + k < na ? a.k_d[(int64_t)(ag + 2 * t + k) * (n / QK_K) + sb] : 0.f;
+    /* scales and mins of the tile's two rows: bytes sc0..3 = s0 & 63, m0..3 = s1 & 63, sc4..7 = (s2 & 15) | (s0 >> 6) << 4,
+     * m4..7 = (s2 >> 4) | (s1 >> 6) << 4; the mins' term sum_j m[j] (bs[2j] + bs[2j + 1]) by dp2a (exact), m[j] in both
+     * low bytes */
+    int I[T][4], M[T][4];
+    uint32_t scA[T][2], scB[T][2];
+#pragma unroll
+    for (int i = 0; i < T; i++)
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            scA[i][r] = w[i].s[r][0] & 0x3F3F3F3Fu;
+            scB[i][r] = (w[i].s[r][2] & 0x0F0F0F0Fu) | ((w[i].s[r][0] >> 2) & 0x30303030u);
+            const uint32_t mA = w[i].s[r][1] & 0x3F3F3F3Fu;
+            const uint32_t mB = ((w[i].s[r][2] >> 4) & 0x0F0F0F0Fu) | ((w[i].s[r][1] >> 2) & 0x30303030u);
+#pragma unroll
+            for (int k = 0; k < 2; k++) {
+                int m = 0;
+#pragma unroll
+                for (int j = 0; j < 8; j++) m = __dp2a_lo(bw[k][j], (int)__byte_perm(j < 4 ? mA : mB, 0u, (j & 3) | ((j & 3) << 4)), m);
+                M[i][2 * r + k] = m;
+                I[i][2 * r + k] = 0;
+            }
+        }
+#pragma unroll
+    for (int c = 0; c < 4; c++) {
+        uint2 xl = make_uint2(0, 0), xh = make_uint2(0, 0);
+        if (bon) { xl = *(const uint2 *)(aq + 64 * c); xh = *(const uint2 *)(aq + 64 * c + 32); }
+        const uint32_t m = 0x0F0F0F0Fu;
+        const int j0 = (2 * c) & 3, sh0 = 8 * j0, sh1 = 8 * (j0 + 1);
+#pragma unroll
+        for (int i = 0; i < T; i++) {
+            int cl[4] = {0, 0, 0, 0}, ch[4] = {0, 0, 0, 0};
+            mma_u8s8(cl, w[i].q[c][0].x & m, w[i].q[c][1].x & m, w[i].q[c][0].y & m, w[i].q[c][1].y & m, xl.x, xl.y);
+            mma_u8s8(ch, (w[i].q[c][0].x >> 4) & m, (w[i].q[c][1].x >> 4) & m, (w[i].q[c][0].y >> 4) & m, (w[i].q[c][1].y >> 4) & m,
+                     xh.x, xh.y);
+            /* sub-blocks 2c (low) and 2c + 1 (high) */
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                const uint32_t sw = c < 2 ? scA[i][k >> 1] : scB[i][k >> 1];
+                I[i][k] += (int)((sw >> sh0) & 0xff) * cl[k] + (int)((sw >> sh1) & 0xff) * ch[k];
+            }
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < T; i++)
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const int r = k >> 1;
+            y[i][k] = __fadd_rn(y[i][k], term_kmin(da[k & 1], sb_h2f<true>((uint16_t)(w[i].dm[r] & 0xffff)),
+                                                   sb_h2f<true>((uint16_t)(w[i].dm[r] >> 16)), I[i][k], M[i][k]));
+        }
+}
+
+template <int T>
+static __device__ __forceinline__ void mmr_term_q6(const mmr_q6 (&w)[T], const cu_act_view &a, int sb, int ag, int na, int g, int t,
+                                                   float (&y)[T][4]) {
+    const int64_t n = a.n;
+    const bool bon = g < na;
+    const int8_t *aq = a.k_qs + (int64_t)(ag + (bon ? g : 0)) * n + (int64_t)sb * QK_K + 4 * t;
+    /* the 16-element sums of the lane's activation rows (2t, 2t + 1), two int16 a word: the offset's term
+     * sum_idx sc[idx] * bs[idx] by dp2a (exact) */
+    int bw[2][8];
+#pragma unroll
+    for (int k = 0; k < 2; k++) {
+        const int ar = 2 * t + k;
+        if (ar < na) {
+            const int4 *bp = (const int4 *)(a.k_bs + (int64_t)(ag + ar) * (n / 16) + (int64_t)sb * 16);
+            const int4 b0 = bp[0], b1 = bp[1];
+            bw[k][0] = b0.x; bw[k][1] = b0.y; bw[k][2] = b0.z; bw[k][3] = b0.w;
+            bw[k][4] = b1.x; bw[k][5] = b1.y; bw[k][6] = b1.z; bw[k][7] = b1.w;
+        } else {
+#pragma unroll
+            for (int j = 0; j < 8; j++) bw[k][j] = 0;
+        }
+    }
+    float da[2];
+#pragma unroll
+    for (int k = 0; k < 2; k++) da[k] = 2 * t + k < na ? a.k_d[(int64_t)(ag + 2 * t + k) * (n / QK_K) + sb] : 0.f;
+    int I[T][4];
+#pragma unroll
+    for (int i = 0; i < T; i++)
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const int r = k >> 1, ak = k & 1;
+            int b2 = 0;
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+                b2 = (j & 1) ? __dp2a_hi(bw[ak][j], (int)w[i].sc[r][j >> 1], b2) : __dp2a_lo(bw[ak][j], (int)w[i].sc[r][j >> 1], b2);
+            I[i][k] = -32 * b2;
+        }
+#pragma unroll
+    for (int nh = 0; nh < 2; nh++)
+#pragma unroll
+        for (int wq = 0; wq < 4; wq++)
+#pragma unroll
+            for (int j = 0; j < 2; j++) {
+                /* sub-block 8 nh + 2 wq + j: elements 128 nh + 32 wq + 16 j + (0 .. 15) */
+                const int idx = 8 * nh + 2 * wq + j, qi = 2 * (wq & 1) + j, lsh = wq >= 2 ? 4 : 0, hsh = 2 * wq;
+                const uint32_t x = bon ? *(const uint32_t *)(aq + 128 * nh + 32 * wq + 16 * j) : 0u;
+#pragma unroll
+                for (int i = 0; i < T; i++) {
+                    const uint32_t q0 = ((w[i].ql[nh][qi][0] >> lsh) & 0x0F0F0F0Fu) | (((w[i].qh[nh][j][0] >> hsh) & 0x03030303u) << 4);
+                    const uint32_t q1 = ((w[i].ql[nh][qi][1] >> lsh) & 0x0F0F0F0Fu) | (((w[i].qh[nh][j][1] >> hsh) & 0x03030303u) << 4);
+                    int cc[4] = {0, 0, 0, 0};
+                    mma_k16_u8s8(cc, q0, q1, x);
+#pragma unroll
+                    for (int k = 0; k < 4; k++) {
+                        const int sc = (int)(int8_t)((w[i].sc[k >> 1][idx >> 2] >> (8 * (idx & 3))) & 0xff);
+                        I[i][k] += sc * cc[k];
+                    }
+                }
+            }
+#pragma unroll
+    for (int i = 0; i < T; i++)
+#pragma unroll
+        for (int k = 0; k < 4; k++) y[i][k] = __fadd_rn(y[i][k], term_k(da[k & 1], sb_h2f<true>((uint16_t)w[i].d[k >> 1]), I[i][k]));
+}
+
+/* grid: 16 T-row tiles of the segments (seg.cta0 in tiles), every segment of type KT (Q4_K or Q6_K); SBW super-blocks a
+ * warp, ceil(n_sb / SBW) warps; each warp T 16-row tiles of its super-blocks (one activation load for all of them). */
+template <int SBW, int KT, int T>
+static __global__ void __launch_bounds__(SBW > 1 ? 32 * MMR_WARPS_N : T == 4 ? 320 : 32 * MMR_WARPS, 1) mm_kernel_mmr(const struct cu_mm_args P) {
+    __shared__ float part[MMR_WARPS][16 * T][8];
+    typedef typename mmr_wt<KT>::type wt;
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, W = blockDim.x >> 5, g = lane >> 2, t = lane & 3;
+    int si = 0;
+#pragma unroll
+    for (int i = 1; i < CU_MM_MAX_SEG; i++)
+        if (i < P.n_seg && (int)blockIdx.x >= P.seg[i].cta0) si = i;
+    const cu_mm_seg &S = P.seg[si];
+    const int r0 = ((int)blockIdx.x - S.cta0) * 16 * T, rows = min(16 * T, S.n_rows - r0);
+    const int n_sb = (int)(P.a.n / QK_K);
+    wt w[SBW][T];
+#pragma unroll
+    for (int s = 0; s < SBW; s++) {
+        const int sb = wid * SBW + s;
+        if (sb >= n_sb) continue;
+#pragma unroll
+        for (int i = 0; i < T; i++) {
+            const uint8_t *wr0 = 16 * i + g < rows ? S.w + (size_t)(r0 + 16 * i + g) * S.stride : NULL;
+            const uint8_t *wr1 = 16 * i + g + 8 < rows ? S.w + (size_t)(r0 + 16 * i + g + 8) * S.stride : NULL;
+            if constexpr (KT == GGML_TYPE_Q6_K) mmr_load_q6(w[s][i], wr0, wr1, n_sb, sb, t);
+            else mmr_load_q4(w[s][i], wr0, wr1, n_sb, sb, t);
+        }
+    }
+    gpu_pdl_wait();
+    gpu_pdl_trigger();
+    for (int ag = 0; ag < P.n_act; ag += 8) {
+        const int na = min(8, P.n_act - ag);
+        float y[T][4];
+#pragma unroll
+        for (int i = 0; i < T; i++) y[i][0] = y[i][1] = y[i][2] = y[i][3] = 0.f;
+#pragma unroll
+        for (int s = 0; s < SBW; s++) {
+            const int sb = wid * SBW + s;
+            if (sb >= n_sb) continue;
+            if constexpr (KT == GGML_TYPE_Q6_K) mmr_term_q6<T>(w[s], P.a, sb, ag, na, g, t, y);
+            else mmr_term_q4<T>(w[s], P.a, sb, ag, na, g, t, y);
+        }
+        if (ag) __syncthreads(); /* the last group's partial sums have been read */
+#pragma unroll
+        for (int i = 0; i < T; i++) {
+            part[wid][16 * i + g][2 * t] = y[i][0];
+            part[wid][16 * i + g][2 * t + 1] = y[i][1];
+            part[wid][16 * i + g + 8][2 * t] = y[i][2];
+            part[wid][16 * i + g + 8][2 * t + 1] = y[i][3];
+        }
+        __syncthreads();
+        for (int i = threadIdx.x; i < 16 * T * na; i += blockDim.x) {
+            const int j = i % (16 * T), r = i / (16 * T);
+            if (j >= rows) continue;
+            float v = part[0][j][r];
+            for (int k = 1; k < W; k++) v = __fadd_rn(v, part[k][j][r]);
+            const int64_t o = (int64_t)(ag + r) * S.ld_y + r0 + j;
+            if (S.bias) v = __fadd_rn(v, S.bias[r0 + j]);
+            S.y[o] = v;
+            if (S.res) S.res[o] = __fadd_rn(S.res[o], v);
+        }
+    }
+}
+
+
+/* The same with the weights staged in shared memory (mode 1, the default): before the dependency wait the lanes of a
+ * warp copy the 16 rows' bytes of each of its super-blocks there by asynchronous copies (no register held while they
+ * are in flight; 16-byte pieces where the row layout allows), and after it each lane reads the words it needs. The
+ * register-held form keeps one or two CTAs of 16 rows an SM and is bound by its DRAM round trips at 2-4 rows; this one
+ * holds one super-block in registers at a time, so more CTAs an SM and more bytes in flight. A row's bytes of one
+ * super-block at a stride that keeps a half warp's reads off each other's banks: Q4_K 160 (128 quant bytes, the 12
+ * scale bytes, d / dmin), Q6_K 240 (128 ql, 64 qh, 16 scales; d by a plain load). */
+#define MMRS_Q4_ROW 160
+#define MMRS_Q6_ROW 240
+#define MMRS_Q4 (16 * MMRS_Q4_ROW)
+#define MMRS_Q6 (16 * MMRS_Q6_ROW)
+#define MMRS_SMEM_MAX (227 * 1024 - (int)sizeof(float) * MMR_WARPS * 16 * 8) /* a CTA's dynamic shared memory at most (sm_90: 227 KB with the static part[]) */
+static __device__ __forceinline__ void mmrs_cp(void *dst, const void *src, int bytes) {
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    if (bytes == 4) asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(d), "l"(src) : "memory");
+    else asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
+}
+/* the warp's copies of rows r0 .. r0 + 15 (rows of them exist; the others zero) of super-block sb */
+static __device__ __forceinline__ void mmrs_stage_q4(uint8_t *base, const uint8_t *w, uint64_t stride, int rows, int n_sb, int sb, int lane) {
+    for (int i = lane; i < 16 * 12; i += 32) {
+        const int r = i / 12, p = i % 12;
+        uint8_t *d = base + r * MMRS_Q4_ROW + (p < 8 ? 16 * p : 128 + 4 * (p - 8));
+        if (r >= rows) {
+            if (p < 8) *(uint4 *)d = make_uint4(0, 0, 0, 0);
+            else *(uint32_t *)d = 0;
+            continue;
+        }
+        const uint8_t *wr = w + (size_t)r * stride;
+        if (p < 8) mmrs_cp(d, wr + 128 * (size_t)sb + 16 * p, 16);
+        else if (p < 11) mmrs_cp(d, wr + k4_sc_off(n_sb) + 12 * (size_t)sb + 4 * (p - 8), 4);
+        else mmrs_cp(d, wr + k4_dm_off(n_sb) + 4 * (size_t)sb, 4);
+    }
+}
+static __device__ __forceinline__ void mmrs_read_q4(mmr_q4 &w, const uint8_t *base, int g, int t) {
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const uint8_t *row = base + (g + 8 * r) * MMRS_Q4_ROW;
+#pragma unroll
+        for (int c = 0; c < 4; c++) w.q[c][r] = *(const uint2 *)(row + 32 * c + 8 * t);
+#pragma unroll
+        for (int i = 0; i < 3; i++) w.s[r][i] = *(const uint32_t *)(row + 128 + 4 * i);
+        w.dm[r] = *(const uint32_t *)(row + 140);
+    }
+}
+static __device__ __forceinline__ void mmrs_stage_q6(uint8_t *base, const uint8_t *w, uint64_t stride, int rows, int n_sb, int sb, int lane) {
+    for (int i = lane; i < 16 * 13; i += 32) {
+        const int r = i / 13, p = i % 13;
+        uint8_t *d = base + r * MMRS_Q6_ROW + 16 * p;
+        if (r >= rows) { *(uint4 *)d = make_uint4(0, 0, 0, 0); continue; }
+        const uint8_t *wr = w + (size_t)r * stride;
+        if (p < 8) mmrs_cp(d, wr + 128 * (size_t)sb + 16 * p, 16);
+        else if (p < 12) mmrs_cp(d, wr + 128 * (size_t)n_sb + 64 * (size_t)sb + 16 * (p - 8), 16);
+        else mmrs_cp(d, wr + 192 * (size_t)n_sb + 16 * (size_t)sb, 16);
+    }
+}
+static __device__ __forceinline__ void mmrs_read_q6(mmr_q6 &w, const uint8_t *base, const uint32_t *d, int g, int t) {
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const uint8_t *row = base + (g + 8 * r) * MMRS_Q6_ROW;
+#pragma unroll
+        for (int n = 0; n < 2; n++) {
+#pragma unroll
+            for (int i = 0; i < 4; i++) w.ql[n][i][r] = *(const uint32_t *)(row + 64 * n + 16 * i + 4 * t);
+#pragma unroll
+            for (int j = 0; j < 2; j++) w.qh[n][j][r] = *(const uint32_t *)(row + 128 + 32 * n + 16 * j + 4 * t);
+        }
+        const uint4 s4 = *(const uint4 *)(row + 192);
+        w.sc[r][0] = s4.x; w.sc[r][1] = s4.y; w.sc[r][2] = s4.z; w.sc[r][3] = s4.w;
+        w.d[r] = d[r];
+    }
+}
+
+/* grid and warps as mm_kernel_mmr (T 1); dynamic shared memory: warps x SBW x MMRS_Q4 / MMRS_Q6 */
+template <int SBW, int KT>
+static __global__ void __launch_bounds__(32 * MMR_WARPS) mm_kernel_mmrs(const struct cu_mm_args P) {
+    extern __shared__ __align__(16) uint8_t mmrs_smem[];
+    __shared__ float part[MMR_WARPS][16][8];
+    constexpr int WS = KT == GGML_TYPE_Q6_K ? MMRS_Q6 : MMRS_Q4;
+    typedef typename mmr_wt<KT>::type wt;
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, W = blockDim.x >> 5, g = lane >> 2, t = lane & 3;
+    int si = 0;
+#pragma unroll
+    for (int i = 1; i < CU_MM_MAX_SEG; i++)
+        if (i < P.n_seg && (int)blockIdx.x >= P.seg[i].cta0) si = i;
+    const cu_mm_seg &S = P.seg[si];
+    const int r0 = ((int)blockIdx.x - S.cta0) * 16, rows = min(16, S.n_rows - r0);
+    const int n_sb = (int)(P.a.n / QK_K);
+    const uint8_t *w0 = S.w + (size_t)r0 * S.stride;
+    uint8_t *mine = mmrs_smem + (size_t)wid * SBW * WS;
+    uint32_t d6[SBW][2];
+#pragma unroll
+    for (int s = 0; s < SBW; s++) {
+        const int sb = wid * SBW + s;
+        if (sb >= n_sb) continue;
+        if constexpr (KT == GGML_TYPE_Q6_K) {
+            mmrs_stage_q6(mine + s * WS, w0, S.stride, rows, n_sb, sb, lane);
+#pragma unroll
+            for (int r = 0; r < 2; r++)
+                d6[s][r] = g + 8 * r < rows ? gpu_ldg((const unsigned short *)(w0 + (size_t)(g + 8 * r) * S.stride + 208 * (size_t)n_sb +
+                                                                                2 * (size_t)sb))
+                                            : 0u;
+        } else {
+            mmrs_stage_q4(mine + s * WS, w0, S.stride, rows, n_sb, sb, lane);
+        }
+    }
+    gpu_cp_commit();
+    gpu_pdl_wait();
+    gpu_pdl_trigger();
+    gpu_cp_wait_group<0>();
+    __syncwarp(); /* the warp's copies, to all its lanes */
+    for (int ag = 0; ag < P.n_act; ag += 8) {
+        const int na = min(8, P.n_act - ag);
+        float y[1][4] = {{0.f, 0.f, 0.f, 0.f}};
+#pragma unroll
+        for (int s = 0; s < SBW; s++) {
+            const int sb = wid * SBW + s;
+            if (sb >= n_sb) continue;
+            wt w[1];
+            if constexpr (KT == GGML_TYPE_Q6_K) {
+                mmrs_read_q6(w[0], mine + s * WS, d6[s], g, t);
+                mmr_term_q6<1>(w, P.a, sb, ag, na, g, t, y);
+            } else {
+                mmrs_read_q4(w[0], mine + s * WS, g, t);
+                mmr_term_q4<1>(w, P.a, sb, ag, na, g, t, y);
+            }
+        }
+        if (ag) __syncthreads(); /* the last group's partial sums have been read */
+        part[wid][g][2 * t] = y[0][0];
+        part[wid][g][2 * t + 1] = y[0][1];
+        part[wid][g + 8][2 * t] = y[0][2];
+        part[wid][g + 8][2 * t + 1] = y[0][3];
+        __syncthreads();
+        for (int i = threadIdx.x; i < 16 * na; i += blockDim.x) {
+            const int j = i & 15, r = i >> 4;
+            if (j >= rows) continue;
+            float v = part[0][j][r];
+            for (int k = 1; k < W; k++) v = __fadd_rn(v, part[k][j][r]);
+            const int64_t o = (int64_t)(ag + r) * S.ld_y + r0 + j;
+            if (S.bias) v = __fadd_rn(v, S.bias[r0 + j]);
+            S.y[o] = v;
+            if (S.res) S.res[o] = __fadd_rn(S.res[o], v);
+        }
+    }
+}
+#endif
+
+uint64_t cu_mmr_launches;
+extern "C" uint64_t backend_cuda_mmr_launches(void) { return cu_mmr_launches; }
+
+
+/* The Q4_K / Q6_K segments of a several-row launch on mm_kernel_mmr (the others first, in a launch of their own on the
+ * column-split kernel). False: nothing launched. The conv and the norm + quantize of the launch are not done here (the
+ * caller launches them after). */
+static bool mm_launch_mmr(const struct cu_mm_args *args, gpuStream_t s) {
+#if defined(VLLMC_HIP)
+    (void)args; (void)s;
+    return false;
+#else
+    const int64_t n = args->a.n;
+    if (args->n_act < cu_mm_cfg.mmr_min || args->n_act > cu_mm_cfg.mmr_rows || args->row_order || args->nq.on || n % QK_K != 0 ||
+        !args->a.k_qs)
+        return false;
+    unsigned k4 = 0, k6 = 0;
+    for (int i = 0; i < args->n_seg; i++) {
+        const int t = args->seg[i].type;
+        if (t == GGML_TYPE_Q4_K) k4 |= 1u << i;
+        else if (t == GGML_TYPE_Q6_K) k6 |= 1u << i;
+        else if (t != GGML_TYPE_Q8_0 && t != GGML_TYPE_F32) return false;
+    }
+    const int n_sb = (int)(n / QK_K), sbw = n_sb <= MMR_WARPS ? 1 : (n_sb + MMR_WARPS_N - 1) / MMR_WARPS_N, w = (n_sb + sbw - 1) / sbw;
+    if (!(k4 | k6) || sbw > 4 || n_sb < cu_mm_cfg.mmr_min_sb) return false;
+    if ((k4 | k6) != (1u << args->n_seg) - 1) {
+        struct cu_mm_args o;
+        mm_subset(args, ~(k4 | k6), &o);
+        o.conv.on = 0;
+        o.nq.on = 0;
+        if (!mm_launch_cols(&o, s, true)) return false; /* (nothing launched yet) */
+    }
+    const bool staged = cu_mm_cfg.mmr_mode == 1;
+    /* 16-row tiles a warp: 4 for rows of up to 10 super-blocks (10 warps), 2 up to 16, 1 for longer rows */
+    const int T = sbw > 1 ? 1 : w <= 10 ? cu_mm_cfg.mmr_tiles : min(2, cu_mm_cfg.mmr_tiles);
+    /* staged: 2 super-blocks a warp up to 32 a row, else 4 */
+    const int ssbw = n_sb <= 2 * MMR_WARPS ? 2 : 4, sw = (n_sb + ssbw - 1) / ssbw;
+    static int smem_ok = -1; /* once: the staged instances' shared memory past 48 KB */
+    if (smem_ok < 0) {
+        smem_ok = gpuFuncSetMaxDynamicSmem((const void *)(mm_kernel_mmrs<2, GGML_TYPE_Q4_K>), MMRS_SMEM_MAX) == gpuSuccess &&
+                  gpuFuncSetMaxDynamicSmem((const void *)(mm_kernel_mmrs<4, GGML_TYPE_Q4_K>), MMRS_SMEM_MAX) == gpuSuccess &&
+                  gpuFuncSetMaxDynamicSmem((const void *)(mm_kernel_mmrs<2, GGML_TYPE_Q6_K>), MMRS_SMEM_MAX) == gpuSuccess &&
+                  gpuFuncSetMaxDynamicSmem((const void *)(mm_kernel_mmrs<4, GGML_TYPE_Q6_K>), MMRS_SMEM_MAX) == gpuSuccess;
+        (void)gpuGetLastError();
+    }
+    if (staged && (sw > MMR_WARPS || sw * ssbw * (k6 ? MMRS_Q6 : MMRS_Q4) > (smem_ok ? MMRS_SMEM_MAX : 48 * 1024))) return false;
+    typedef void (*fn_t)(const struct cu_mm_args);
+    static const fn_t f4[6] = {mm_kernel_mmr<1, GGML_TYPE_Q4_K, 1>, mm_kernel_mmr<1, GGML_TYPE_Q4_K, 2>, mm_kernel_mmr<1, GGML_TYPE_Q4_K, 4>,
+                               mm_kernel_mmr<2, GGML_TYPE_Q4_K, 1>, mm_kernel_mmr<3, GGML_TYPE_Q4_K, 1>, mm_kernel_mmr<4, GGML_TYPE_Q4_K, 1>};
+    static const fn_t f6[6] = {mm_kernel_mmr<1, GGML_TYPE_Q6_K, 1>, mm_kernel_mmr<1, GGML_TYPE_Q6_K, 2>, mm_kernel_mmr<1, GGML_TYPE_Q6_K, 4>,
+                               mm_kernel_mmr<2, GGML_TYPE_Q6_K, 1>, mm_kernel_mmr<3, GGML_TYPE_Q6_K, 1>, mm_kernel_mmr<4, GGML_TYPE_Q6_K, 1>};
+    const int fi = sbw > 1 ? sbw + 1 : T == 4 ? 2 : T == 2 ? 1 : 0;
+    for (int ty = 0; ty < 2; ty++) { /* a launch for each type present */
+        const unsigned mask = ty ? k6 : k4;
+        if (!mask) continue;
+        struct cu_mm_args k;
+        mm_subset(args, mask, &k);
+        int ctas = 0;
+        for (int i = 0; i < k.n_seg; i++) {
+            k.seg[i].cta0 = ctas;
+            ctas += (int)GPU_CEIL_DIV(k.seg[i].n_rows, staged ? 16 : 16 * T);
+        }
+        if (staged) {
+            const fn_t ks = ty ? (ssbw == 2 ? mm_kernel_mmrs<2, GGML_TYPE_Q6_K> : mm_kernel_mmrs<4, GGML_TYPE_Q6_K>)
+                               : (ssbw == 2 ? mm_kernel_mmrs<2, GGML_TYPE_Q4_K> : mm_kernel_mmrs<4, GGML_TYPE_Q4_K>);
+            const int smem = sw * ssbw * (ty ? MMRS_Q6 : MMRS_Q4);
+            gpu_launch(ks, dim3((unsigned)ctas), dim3(32 * sw), (size_t)smem, s, k);
+        } else {
+            gpu_launch(ty ? f6[fi] : f4[fi], dim3((unsigned)ctas), dim3(32 * w), 0, s, k);
+        }
+        cu_mmr_launches++;
+    }
+    return true;
+#endif
+}
+
 /* measured on the H200 (docs/BENCHMARKS.md); VLLMC_CUDA_MM="tr0,ks0,tr1,ks1,tr2,ks2[,p0,p1,p2]" overrides (experiments) */
 /* cols_lb 6 (the LM head and the 9,216-column rows on the bounded instances; not the 2,560-column Q4_K class, slower
  * there): qwen35-4b decode 518.6 / 519.3 -> 525.5 / 524.6 tok/s (BENCHMARKS.md). CUDA only: HIP keeps the instances its
@@ -2022,7 +2529,13 @@ static int split_resident(int ks) {
 #else
 #define MM_MMA 1
 #endif
-struct cu_mm_cfg cu_mm_cfg = {{8192, 65536}, {1, 4, 4}, {0, 2, 1}, {0, 0, 0}, 0, {1, 1, 1}, 64, 0, 3, 1, MS_CPS, 24 * 1024, 0, 16, MM_COLS_LB, 0, 16384, MM_MMA};
+/* several activation rows on the tensor cores (mm_kernel_mmr) up to this many rows; HIP: none */
+#if defined(VLLMC_HIP)
+#define MM_MMR 0
+#else
+#define MM_MMR 32
+#endif
+struct cu_mm_cfg cu_mm_cfg = {{8192, 65536}, {1, 4, 4}, {0, 2, 1}, {0, 0, 0}, 0, {1, 1, 1}, 64, 0, 3, 1, MS_CPS, 24 * 1024, 0, 16, MM_COLS_LB, 0, 16384, MM_MMA, MM_MMR, 2, 1, 1, 0};
 
 static bool mm_launch_dec(const struct cu_mm_args *args, gpuStream_t s);
 
@@ -2050,6 +2563,8 @@ static bool mm_launch(const struct cu_mm_args *args, gpuStream_t s) {
      * (row_order) they may take every launch their types allow (cols_invariant, not yet the default) */
     const bool inv_cols = args->row_order && cu_mm_cfg.cols_invariant;
     if (args->n_act > 1 && !inv_cols && args->n_act <= cu_mm_cfg.dec_rows && mm_launch_dec(args, s)) return false;
+    /* (the conv and the norm + quantize after it, by the caller) */
+    if (args->n_act > 1 && !inv_cols && mm_launch_mmr(args, s)) return false;
     if (args->n_act > 1 && (inv_cols || (!args->row_order && args->n_act <= cu_mm_cfg.cols_rows)) && mm_launch_cols(args, s)) return true;
     if (args->n_act == 1) {
         const int resident = mm_resident_ctas();
