@@ -1579,14 +1579,11 @@ extern "C" vllmc_status backend_cuda_create(const struct backend_cuda_opts *o, s
         if (c && atoi(c + 1) > 0) cu_mm_cfg.sbt_rows = atoi(c + 1);
     }
     if ((env = getenv("VLLMC_CUDA_MMA"))) cu_mm_cfg.mma = atoi(env) & 15; /* the tensor-core mat-vec's classes */
-    if ((env = getenv("VLLMC_CUDA_MMR"))) { /* "rows[,min[,tiles[,mode[,min_sb]]]]": several-row steps on the tensor cores (comparisons) */
-        int v[5] = {0, 0, 0, 0, 0};
-        const int nv = sscanf(env, "%d,%d,%d,%d,%d", &v[0], &v[1], &v[2], &v[3], &v[4]);
-        if (nv >= 4 && (v[3] == 0 || v[3] == 1)) cu_mm_cfg.mmr_mode = v[3];
-        if (nv >= 5 && v[4] >= 0) cu_mm_cfg.mmr_min_sb = v[4];
+    if ((env = getenv("VLLMC_CUDA_MMR"))) { /* "rows[,small_sb,small_rows]": several-row steps on the tensor cores */
+        int v[3] = {0, 0, 0};
+        const int nv = sscanf(env, "%d,%d,%d", &v[0], &v[1], &v[2]);
         if (nv >= 1) backend_cuda_set_matvec_mmr(v[0]);
-        if (nv >= 2 && v[1] >= 2) cu_mm_cfg.mmr_min = v[1];
-        if (nv >= 3 && (v[2] == 1 || v[2] == 2 || v[2] == 4)) cu_mm_cfg.mmr_tiles = v[2];
+        if (nv == 3 && v[1] >= 0 && v[2] >= 2) { cu_mm_cfg.mmr_small_sb = v[1]; cu_mm_cfg.mmr_small_rows = v[2]; }
     }
     if ((env = getenv("VLLMC_CUDA_DEC"))) backend_cuda_set_decode_rows(atoi(env));
     if ((env = getenv("VLLMC_CUDA_MOE_COLS"))) backend_cuda_set_moe_cols(atoi(env)); /* MoE ops of up to N rows on the
@@ -1649,6 +1646,8 @@ extern "C" int backend_cuda_set_matvec_mmr(int rows) {
     const int old = cu_mm_cfg.mmr_rows;
 #if !defined(VLLMC_HIP)
     cu_mm_cfg.mmr_rows = rows > 0 ? rows : 0;
+#else
+    (void)rows; /* no such kernel */
 #endif
     return old;
 }

@@ -166,11 +166,9 @@ struct cu_mm_cfg {
                                   cols_sbw2 super-blocks, 8 class 1's 2,560-column launches on an instance bounded to 5
                                   CTAs an SM; 0: none (HIP: always none) */
     int32_t mmr_rows;          /* steps of 2 .. mmr_rows activation rows (not under batch invariance): their Q4_K / Q6_K
-                                  rows on the tensor-core kernel mm_kernel_mmr; 0: none (HIP: always none) */
-    int32_t mmr_min;           /* ... from this many rows (2) */
-    int32_t mmr_tiles;         /* 16-row tiles a warp of mm_kernel_mmr at rows of up to 10 super-blocks: 1, 2 or 4 */
-    int32_t mmr_mode;          /* 1: the weights staged in shared memory (mm_kernel_mmrs), 0: held in registers */
-    int32_t mmr_min_sb;        /* ... for rows of at least this many super-blocks */
+                                  rows on the tensor-core kernel mm_kernel_mmrs; 0: none (HIP: always none) */
+    int32_t mmr_small_sb;      /* ... but rows of fewer super-blocks than this only from mmr_small_rows activation rows */
+    int32_t mmr_small_rows;
 };
 extern struct cu_mm_cfg cu_mm_cfg;
 void cu_launch_matmul(const struct cu_mm_args *args, gpuStream_t s);

@@ -2006,22 +2006,21 @@ static int split_resident(int ks) {
 }
 
 #if !defined(VLLMC_HIP)
-/* ---- several activation rows on the tensor cores (mm_kernel_mmr) ----
+/* ---- several activation rows on the tensor cores (mm_kernel_mmrs) ----
  * A decode step of 2 .. cu_mm_cfg.mmr_rows sequences, Q4_K / Q6_K rows. The column-split kernel's several-row form
- * meets each weight with each activation row in turn on dp4a (~0.6 ms a row a step on qwen35-4b: issue-bound); here one
- * MMA gives the integer sums of a sub-block for 16 weight rows x 8 activation rows at once: Q4_K on m16n8k32 (a
- * 32-element sub-block: A the weight nibbles as u8, B the Q8_K quants), Q6_K on m16n8k16 (a 16-element sub-block: the
- * 6-bit quants as u8; the -32 through the Q8_K 16-element sums). An MMA's k slots may hold the sub-block's elements in
- * any order, the same for A and B: lane (g, t) gives elements 8t .. 8t + 7 (Q4_K: a0 / a2 the first / last four, the
- * low and the high nibbles two sub-blocks) or 4t .. 4t + 3 (Q6_K), so each load is one contiguous piece of a row.
- * A CTA takes 16 weight rows of one segment; warp w super-blocks w SBW .. w SBW + SBW - 1 of them, whose bytes each lane
- * holds in registers (loaded before the dependency wait) for every group of 8 activation rows in turn. Lane (g, t)
- * then holds the sub-block sums of weight rows g, g + 8 with activation rows 2t, 2t + 1 (C's layout) and forms each
- * super-block's integer sums and float term as the reference does (term_kmin / term_k); the terms are summed over the
- * warp's super-blocks, then the warps in order. That float order is not the one-row kernels', so a row's outputs may
- * differ in the last bits between a one-row and a several-row step (batch invariance takes the mm_row-order kernels). */
-#define MMR_WARPS 16  /* warps a CTA at one super-block a warp (rows of up to 16 super-blocks) */
-#define MMR_WARPS_N 12 /* at 2 .. 4 a warp (rows of 17 .. 48 super-blocks) */
+ * meets each weight with each activation row in turn on dp4a (issue-bound: qwen35-4b ITL 2.8 ms at 2 rows, 10.3 at 16);
+ * here one MMA gives the integer sums of a sub-block for 16 weight rows x 8 activation rows at once: Q4_K on m16n8k32
+ * (a 32-element sub-block: A the weight nibbles as u8, B the Q8_K quants), Q6_K on m16n8k16 (a 16-element sub-block:
+ * the 6-bit quants as u8; the -32 through the Q8_K 16-element sums). An MMA's k slots may hold the sub-block's elements
+ * in any order, the same for A and B: lane (g, t) gives elements 8t .. 8t + 7 (Q4_K; a0 / a2 the first / last four,
+ * the low and the high nibbles two sub-blocks) or 4t .. 4t + 3 (Q6_K), so each of its reads is one contiguous piece
+ * of a row. A CTA takes 16 weight rows of one segment; warp w super-blocks w SBW .. w SBW + SBW - 1 of them, for every
+ * group of 8 activation rows in turn. Lane (g, t) then holds the sub-block sums of weight rows g, g + 8 with
+ * activation rows 2t, 2t + 1 (C's layout) and forms each super-block's integer sums and float term as the reference
+ * does (term_kmin / term_k); the terms are summed over the warp's super-blocks, then the warps in order. That float
+ * order is not the one-row kernels', so a row's outputs may differ in the last bits between a one-row and a several-
+ * row step (batch invariance keeps the mm_row-order kernels). */
+#define MMR_WARPS 16
 static __device__ __forceinline__ void mma_k16_u8s8(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t b0) {
     asm("mma.sync.aligned.m16n8k16.row.col.s32.u8.s8.s32 {%0, %1, %2, %3}, {%4, %5}, {%6}, {%0, %1, %2, %3};"
         : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
@@ -2034,54 +2033,6 @@ struct mmr_q4 { uint2 q[4][2]; uint32_t s[2][3], dm[2]; };
 struct mmr_q6 { uint32_t ql[2][4][2], qh[2][2][2], sc[2][4]; uint32_t d[2]; };
 template <int KT> struct mmr_wt { typedef mmr_q4 type; };
 template <> struct mmr_wt<GGML_TYPE_Q6_K> { typedef mmr_q6 type; };
-
-static __device__ __forceinline__ void mmr_load_q4(mmr_q4 &w, const uint8_t *wr0, const uint8_t *wr1, int n_sb, int sb, int t) {
-    const uint8_t *wr[2] = {wr0, wr1};
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        if (!wr[r]) {
-#pragma unroll
-            for (int c = 0; c < 4; c++) w.q[c][r] = make_uint2(0, 0);
-            w.s[r][0] = w.s[r][1] = w.s[r][2] = 0; w.dm[r] = 0;
-            continue;
-        }
-#pragma unroll
-        for (int c = 0; c < 4; c++) w.q[c][r] = gpu_ldg((const uint2 *)(wr[r] + 128 * (size_t)sb + 32 * c + 8 * t));
-        const uint32_t *sp = (const uint32_t *)(wr[r] + k4_sc_off(n_sb) + 12 * (size_t)sb);
-        w.s[r][0] = gpu_ldg(sp); w.s[r][1] = gpu_ldg(sp + 1); w.s[r][2] = gpu_ldg(sp + 2);
-        w.dm[r] = gpu_ldg((const uint32_t *)(wr[r] + k4_dm_off(n_sb) + 4 * (size_t)sb));
-    }
-}
-static __device__ __forceinline__ void mmr_load_q6(mmr_q6 &w, const uint8_t *wr0, const uint8_t *wr1, int n_sb, int sb, int t) {
-    const uint8_t *wr[2] = {wr0, wr1};
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        if (!wr[r]) {
-#pragma unroll
-            for (int n = 0; n < 2; n++) {
-#pragma unroll
-                for (int i = 0; i < 4; i++) w.ql[n][i][r] = 0;
-                w.qh[n][0][r] = w.qh[n][1][r] = 0;
-            }
-#pragma unroll
-            for (int i = 0; i < 4; i++) w.sc[r][i] = 0;
-            w.d[r] = 0;
-            continue;
-        }
-        const uint8_t *ql = wr[r] + 128 * (size_t)sb, *qh = wr[r] + 128 * (size_t)n_sb + 64 * (size_t)sb;
-#pragma unroll
-        for (int n = 0; n < 2; n++) {
-#pragma unroll
-            for (int i = 0; i < 4; i++) w.ql[n][i][r] = gpu_ldg((const uint32_t *)(ql + 64 * n + 16 * i + 4 * t));
-#pragma unroll
-            for (int j = 0; j < 2; j++) w.qh[n][j][r] = gpu_ldg((const uint32_t *)(qh + 32 * n + 16 * j + 4 * t));
-        }
-        const uint32_t *sp = (const uint32_t *)(wr[r] + 192 * (size_t)n_sb + 16 * (size_t)sb);
-#pragma unroll
-        for (int i = 0; i < 4; i++) w.sc[r][i] = gpu_ldg(sp + i);
-        w.d[r] = gpu_ldg((const unsigned short *)(wr[r] + 208 * (size_t)n_sb + 2 * (size_t)sb));
-    }
-}
 
 /* The Q4_K super-block sb's float terms of (row g, act 2t), (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1): aq / bs / dk the
  * activation rows' quants, 16-element sums and scales (rows of n), acts ag .. ag + na - 1. */
@@ -2226,77 +2177,14 @@ static __device__ __forceinline__ void mmr_term_q6(const mmr_q6 (&w)[T], const c
         for (int k = 0; k < 4; k++) y[i][k] = __fadd_rn(y[i][k], term_k(da[k & 1], sb_h2f<true>((uint16_t)w[i].d[k >> 1]), I[i][k]));
 }
 
-/* grid: 16 T-row tiles of the segments (seg.cta0 in tiles), every segment of type KT (Q4_K or Q6_K); SBW super-blocks a
- * warp, ceil(n_sb / SBW) warps; each warp T 16-row tiles of its super-blocks (one activation load for all of them). */
-template <int SBW, int KT, int T>
-static __global__ void __launch_bounds__(SBW > 1 ? 32 * MMR_WARPS_N : T == 4 ? 320 : 32 * MMR_WARPS, 1) mm_kernel_mmr(const struct cu_mm_args P) {
-    __shared__ float part[MMR_WARPS][16 * T][8];
-    typedef typename mmr_wt<KT>::type wt;
-    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, W = blockDim.x >> 5, g = lane >> 2, t = lane & 3;
-    int si = 0;
-#pragma unroll
-    for (int i = 1; i < CU_MM_MAX_SEG; i++)
-        if (i < P.n_seg && (int)blockIdx.x >= P.seg[i].cta0) si = i;
-    const cu_mm_seg &S = P.seg[si];
-    const int r0 = ((int)blockIdx.x - S.cta0) * 16 * T, rows = min(16 * T, S.n_rows - r0);
-    const int n_sb = (int)(P.a.n / QK_K);
-    wt w[SBW][T];
-#pragma unroll
-    for (int s = 0; s < SBW; s++) {
-        const int sb = wid * SBW + s;
-        if (sb >= n_sb) continue;
-#pragma unroll
-        for (int i = 0; i < T; i++) {
-            const uint8_t *wr0 = 16 * i + g < rows ? S.w + (size_t)(r0 + 16 * i + g) * S.stride : NULL;
-            const uint8_t *wr1 = 16 * i + g + 8 < rows ? S.w + (size_t)(r0 + 16 * i + g + 8) * S.stride : NULL;
-            if constexpr (KT == GGML_TYPE_Q6_K) mmr_load_q6(w[s][i], wr0, wr1, n_sb, sb, t);
-            else mmr_load_q4(w[s][i], wr0, wr1, n_sb, sb, t);
-        }
-    }
-    gpu_pdl_wait();
-    gpu_pdl_trigger();
-    for (int ag = 0; ag < P.n_act; ag += 8) {
-        const int na = min(8, P.n_act - ag);
-        float y[T][4];
-#pragma unroll
-        for (int i = 0; i < T; i++) y[i][0] = y[i][1] = y[i][2] = y[i][3] = 0.f;
-#pragma unroll
-        for (int s = 0; s < SBW; s++) {
-            const int sb = wid * SBW + s;
-            if (sb >= n_sb) continue;
-            if constexpr (KT == GGML_TYPE_Q6_K) mmr_term_q6<T>(w[s], P.a, sb, ag, na, g, t, y);
-            else mmr_term_q4<T>(w[s], P.a, sb, ag, na, g, t, y);
-        }
-        if (ag) __syncthreads(); /* the last group's partial sums have been read */
-#pragma unroll
-        for (int i = 0; i < T; i++) {
-            part[wid][16 * i + g][2 * t] = y[i][0];
-            part[wid][16 * i + g][2 * t + 1] = y[i][1];
-            part[wid][16 * i + g + 8][2 * t] = y[i][2];
-            part[wid][16 * i + g + 8][2 * t + 1] = y[i][3];
-        }
-        __syncthreads();
-        for (int i = threadIdx.x; i < 16 * T * na; i += blockDim.x) {
-            const int j = i % (16 * T), r = i / (16 * T);
-            if (j >= rows) continue;
-            float v = part[0][j][r];
-            for (int k = 1; k < W; k++) v = __fadd_rn(v, part[k][j][r]);
-            const int64_t o = (int64_t)(ag + r) * S.ld_y + r0 + j;
-            if (S.bias) v = __fadd_rn(v, S.bias[r0 + j]);
-            S.y[o] = v;
-            if (S.res) S.res[o] = __fadd_rn(S.res[o], v);
-        }
-    }
-}
-
-
-/* The same with the weights staged in shared memory (mode 1, the default): before the dependency wait the lanes of a
- * warp copy the 16 rows' bytes of each of its super-blocks there by asynchronous copies (no register held while they
- * are in flight; 16-byte pieces where the row layout allows), and after it each lane reads the words it needs. The
- * register-held form keeps one or two CTAs of 16 rows an SM and is bound by its DRAM round trips at 2-4 rows; this one
- * holds one super-block in registers at a time, so more CTAs an SM and more bytes in flight. A row's bytes of one
- * super-block at a stride that keeps a half warp's reads off each other's banks: Q4_K 160 (128 quant bytes, the 12
- * scale bytes, d / dmin), Q6_K 240 (128 ql, 64 qh, 16 scales; d by a plain load). */
+/* The weights are staged in shared memory: before the dependency wait the lanes of a warp copy the 16 rows' bytes of
+ * each of its super-blocks there by asynchronous copies (no register held while they are in flight; 16-byte pieces
+ * where the row layout allows), and after it each lane reads the words it needs, one super-block at a time. (Held in
+ * registers instead, as the one-row kernels hold theirs, the weights took one or two CTAs of 16 rows an SM and the
+ * launches were bound by their DRAM round trips: slower than the column-split kernel at 2-4 rows; copied 4 or 8 bytes
+ * a lane in each lane's own layout, the copies' instructions bound them the same way. BENCHMARKS.md.) A row's bytes of
+ * one super-block at a stride that keeps a half warp's reads off each other's banks: Q4_K 160 (128 quant bytes, the
+ * 12 scale bytes, d / dmin), Q6_K 240 (128 ql, 64 qh, 16 scales; d by a plain load). */
 #define MMRS_Q4_ROW 160
 #define MMRS_Q6_ROW 240
 #define MMRS_Q4 (16 * MMRS_Q4_ROW)
@@ -2362,7 +2250,8 @@ static __device__ __forceinline__ void mmrs_read_q6(mmr_q6 &w, const uint8_t *ba
     }
 }
 
-/* grid and warps as mm_kernel_mmr (T 1); dynamic shared memory: warps x SBW x MMRS_Q4 / MMRS_Q6 */
+/* grid: the 16-row tiles of the segments (seg.cta0 in tiles), every segment of type KT; ceil(n_sb / SBW) warps; dynamic
+ * shared memory: warps x SBW x MMRS_Q4 / MMRS_Q6 */
 template <int SBW, int KT>
 static __global__ void __launch_bounds__(32 * MMR_WARPS) mm_kernel_mmrs(const struct cu_mm_args P) {
     extern __shared__ __align__(16) uint8_t mmrs_smem[];
@@ -2440,8 +2329,10 @@ uint64_t cu_mmr_launches;
 extern "C" uint64_t backend_cuda_mmr_launches(void) { return cu_mmr_launches; }
 
 
-/* The Q4_K / Q6_K segments of a several-row launch on mm_kernel_mmr (the others first, in a launch of their own on the
- * column-split kernel). False: nothing launched. The conv and the norm + quantize of the launch are not done here (the
+/* The Q4_K / Q6_K segments of a several-row launch on mm_kernel_mmrs (the others first, in a launch of their own on the
+ * column-split kernel), a launch a type. Rows of fewer than mmr_small_sb super-blocks only from mmr_small_rows
+ * activation rows (measured: the 2,048-column launches of qwen36-14b-a3b slower than the column-split kernel at 2-4
+ * rows, faster from 8). False: nothing launched. The conv and the norm + quantize of the launch are not done here (the
  * caller launches them after). */
 static bool mm_launch_mmr(const struct cu_mm_args *args, gpuStream_t s) {
 #if defined(VLLMC_HIP)
@@ -2449,8 +2340,7 @@ static bool mm_launch_mmr(const struct cu_mm_args *args, gpuStream_t s) {
     return false;
 #else
     const int64_t n = args->a.n;
-    if (args->n_act < cu_mm_cfg.mmr_min || args->n_act > cu_mm_cfg.mmr_rows || args->row_order || args->nq.on || n % QK_K != 0 ||
-        !args->a.k_qs)
+    if (args->n_act < 2 || args->n_act > cu_mm_cfg.mmr_rows || args->row_order || args->nq.on || n % QK_K != 0 || !args->a.k_qs)
         return false;
     unsigned k4 = 0, k6 = 0;
     for (int i = 0; i < args->n_seg; i++) {
@@ -2459,21 +2349,9 @@ static bool mm_launch_mmr(const struct cu_mm_args *args, gpuStream_t s) {
         else if (t == GGML_TYPE_Q6_K) k6 |= 1u << i;
         else if (t != GGML_TYPE_Q8_0 && t != GGML_TYPE_F32) return false;
     }
-    const int n_sb = (int)(n / QK_K), sbw = n_sb <= MMR_WARPS ? 1 : (n_sb + MMR_WARPS_N - 1) / MMR_WARPS_N, w = (n_sb + sbw - 1) / sbw;
-    if (!(k4 | k6) || sbw > 4 || n_sb < cu_mm_cfg.mmr_min_sb) return false;
-    if ((k4 | k6) != (1u << args->n_seg) - 1) {
-        struct cu_mm_args o;
-        mm_subset(args, ~(k4 | k6), &o);
-        o.conv.on = 0;
-        o.nq.on = 0;
-        if (!mm_launch_cols(&o, s, true)) return false; /* (nothing launched yet) */
-    }
-    const bool staged = cu_mm_cfg.mmr_mode == 1;
-    /* 16-row tiles a warp: 4 for rows of up to 10 super-blocks (10 warps), 2 up to 16, 1 for longer rows */
-    const int T = sbw > 1 ? 1 : w <= 10 ? cu_mm_cfg.mmr_tiles : min(2, cu_mm_cfg.mmr_tiles);
-    /* staged: 2 super-blocks a warp up to 32 a row, else 4 */
-    const int ssbw = n_sb <= 2 * MMR_WARPS ? 2 : 4, sw = (n_sb + ssbw - 1) / ssbw;
-    static int smem_ok = -1; /* once: the staged instances' shared memory past 48 KB */
+    const int n_sb = (int)(n / QK_K), sbw = n_sb <= 2 * MMR_WARPS ? 2 : 4, w = (n_sb + sbw - 1) / sbw;
+    if (!(k4 | k6) || (n_sb < cu_mm_cfg.mmr_small_sb && args->n_act < cu_mm_cfg.mmr_small_rows)) return false;
+    static int smem_ok = -1; /* once: the instances' shared memory past 48 KB */
     if (smem_ok < 0) {
         smem_ok = gpuFuncSetMaxDynamicSmem((const void *)(mm_kernel_mmrs<2, GGML_TYPE_Q4_K>), MMRS_SMEM_MAX) == gpuSuccess &&
                   gpuFuncSetMaxDynamicSmem((const void *)(mm_kernel_mmrs<4, GGML_TYPE_Q4_K>), MMRS_SMEM_MAX) == gpuSuccess &&
@@ -2481,13 +2359,15 @@ static bool mm_launch_mmr(const struct cu_mm_args *args, gpuStream_t s) {
                   gpuFuncSetMaxDynamicSmem((const void *)(mm_kernel_mmrs<4, GGML_TYPE_Q6_K>), MMRS_SMEM_MAX) == gpuSuccess;
         (void)gpuGetLastError();
     }
-    if (staged && (sw > MMR_WARPS || sw * ssbw * (k6 ? MMRS_Q6 : MMRS_Q4) > (smem_ok ? MMRS_SMEM_MAX : 48 * 1024))) return false;
+    if (w > MMR_WARPS || w * sbw * (k6 ? MMRS_Q6 : MMRS_Q4) > (smem_ok ? MMRS_SMEM_MAX : 48 * 1024)) return false;
+    if ((k4 | k6) != (1u << args->n_seg) - 1) {
+        struct cu_mm_args o;
+        mm_subset(args, ~(k4 | k6), &o);
+        o.conv.on = 0;
+        o.nq.on = 0;
+        if (!mm_launch_cols(&o, s, true)) return false; /* (nothing launched yet) */
+    }
     typedef void (*fn_t)(const struct cu_mm_args);
-    static const fn_t f4[6] = {mm_kernel_mmr<1, GGML_TYPE_Q4_K, 1>, mm_kernel_mmr<1, GGML_TYPE_Q4_K, 2>, mm_kernel_mmr<1, GGML_TYPE_Q4_K, 4>,
-                               mm_kernel_mmr<2, GGML_TYPE_Q4_K, 1>, mm_kernel_mmr<3, GGML_TYPE_Q4_K, 1>, mm_kernel_mmr<4, GGML_TYPE_Q4_K, 1>};
-    static const fn_t f6[6] = {mm_kernel_mmr<1, GGML_TYPE_Q6_K, 1>, mm_kernel_mmr<1, GGML_TYPE_Q6_K, 2>, mm_kernel_mmr<1, GGML_TYPE_Q6_K, 4>,
-                               mm_kernel_mmr<2, GGML_TYPE_Q6_K, 1>, mm_kernel_mmr<3, GGML_TYPE_Q6_K, 1>, mm_kernel_mmr<4, GGML_TYPE_Q6_K, 1>};
-    const int fi = sbw > 1 ? sbw + 1 : T == 4 ? 2 : T == 2 ? 1 : 0;
     for (int ty = 0; ty < 2; ty++) { /* a launch for each type present */
         const unsigned mask = ty ? k6 : k4;
         if (!mask) continue;
@@ -2496,16 +2376,11 @@ static bool mm_launch_mmr(const struct cu_mm_args *args, gpuStream_t s) {
         int ctas = 0;
         for (int i = 0; i < k.n_seg; i++) {
             k.seg[i].cta0 = ctas;
-            ctas += (int)GPU_CEIL_DIV(k.seg[i].n_rows, staged ? 16 : 16 * T);
+            ctas += (int)GPU_CEIL_DIV(k.seg[i].n_rows, 16);
         }
-        if (staged) {
-            const fn_t ks = ty ? (ssbw == 2 ? mm_kernel_mmrs<2, GGML_TYPE_Q6_K> : mm_kernel_mmrs<4, GGML_TYPE_Q6_K>)
-                               : (ssbw == 2 ? mm_kernel_mmrs<2, GGML_TYPE_Q4_K> : mm_kernel_mmrs<4, GGML_TYPE_Q4_K>);
-            const int smem = sw * ssbw * (ty ? MMRS_Q6 : MMRS_Q4);
-            gpu_launch(ks, dim3((unsigned)ctas), dim3(32 * sw), (size_t)smem, s, k);
-        } else {
-            gpu_launch(ty ? f6[fi] : f4[fi], dim3((unsigned)ctas), dim3(32 * w), 0, s, k);
-        }
+        const fn_t kf = ty ? (sbw == 2 ? mm_kernel_mmrs<2, GGML_TYPE_Q6_K> : mm_kernel_mmrs<4, GGML_TYPE_Q6_K>)
+                           : (sbw == 2 ? mm_kernel_mmrs<2, GGML_TYPE_Q4_K> : mm_kernel_mmrs<4, GGML_TYPE_Q4_K>);
+        gpu_launch(kf, dim3((unsigned)ctas), dim3(32 * w), (size_t)(w * sbw * (ty ? MMRS_Q6 : MMRS_Q4)), s, k);
         cu_mmr_launches++;
     }
     return true;
@@ -2529,13 +2404,14 @@ static bool mm_launch_mmr(const struct cu_mm_args *args, gpuStream_t s) {
 #else
 #define MM_MMA 1
 #endif
-/* several activation rows on the tensor cores (mm_kernel_mmr) up to this many rows; HIP: none */
+/* several activation rows on the tensor cores (mm_kernel_mmrs) up to this many rows (the engine's steps of 32 and more take
+ * the f16 GEMM); rows of fewer than 10 super-blocks from 8 activation rows. HIP: none */
 #if defined(VLLMC_HIP)
 #define MM_MMR 0
 #else
 #define MM_MMR 32
 #endif
-struct cu_mm_cfg cu_mm_cfg = {{8192, 65536}, {1, 4, 4}, {0, 2, 1}, {0, 0, 0}, 0, {1, 1, 1}, 64, 0, 3, 1, MS_CPS, 24 * 1024, 0, 16, MM_COLS_LB, 0, 16384, MM_MMA, MM_MMR, 2, 1, 1, 0};
+struct cu_mm_cfg cu_mm_cfg = {{8192, 65536}, {1, 4, 4}, {0, 2, 1}, {0, 0, 0}, 0, {1, 1, 1}, 64, 0, 3, 1, MS_CPS, 24 * 1024, 0, 16, MM_COLS_LB, 0, 16384, MM_MMA, MM_MMR, 10, 8};
 
 static bool mm_launch_dec(const struct cu_mm_args *args, gpuStream_t s);
 
