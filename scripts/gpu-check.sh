@@ -11,7 +11,8 @@
 # VLLMC_CUDA_FUSE_ADD, VLLMC_CUDA_MM) from the previous kernels to all on, with AB_ARGS (default -p 512 -g 256
 # -r 3); VLLMC_CUDA_MM's best value per row class is taken from this run's bench_gemv output when there is one
 # (models after the first: the previous kernels and that best only; AB_CFG adds one more VLLMC_CUDA_MM value).
-# Stage engine runs test_cuda_engine (the engine on CUDA: 64 requests alone vs together vs eager, bf16 / fp8 KV)
+# Stage engine runs test_cuda_engine (the engine on CUDA: 64 requests alone vs together vs eager, bf16 / fp8 KV; then
+# without batch invariance, how many requests differ between alone and together)
 # on the tiny models (a few seconds) and on the synth_gguf.py shapes in ENGINE_MODELS (default none; ENGINE_ARGS:
 # requests and tokens); stage
 # ebench runs `vllmc bench --concurrency` (EBENCH_ARGS) on EBENCH_MODELS (default BENCH_MODELS) with the f16 and fp8 KV caches, and
