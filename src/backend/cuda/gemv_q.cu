@@ -2034,8 +2034,9 @@ struct mmr_q6 { uint32_t ql[2][4][2], qh[2][2][2], sc[2][4]; uint32_t d[2]; };
 template <int KT> struct mmr_wt { typedef mmr_q4 type; };
 template <> struct mmr_wt<GGML_TYPE_Q6_K> { typedef mmr_q6 type; };
 
-/* The Q4_K super-block sb's float terms of (row g, act 2t), (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1): aq / bs / dk the
- * activation rows' quants, 16-element sums and scales (rows of n), acts ag .. ag + na - 1. */
+/* The Q4_K super-block sb's float terms of (row g, act 2t), (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1), added to y, for
+ * activation rows ag .. ag + na - 1 of a; T 16-row tiles sharing the activation's loads (the kernel takes one: more
+ * measured slower with the weights in registers, BENCHMARKS.md). */
 template <int T>
 static __device__ __forceinline__ void mmr_term_q4(const mmr_q4 (&w)[T], const cu_act_view &a, int sb, int ag, int na, int g, int t,
                                                    float (&y)[T][4]) {
@@ -2112,6 +2113,7 @@ static __device__ __forceinline__ void mmr_term_q4(const mmr_q4 (&w)[T], const c
         }
 }
 
+/* The same for Q6_K: 16 MMAs of k16 a super-block, the -32 offset's term from the 16-element sums. */
 template <int T>
 static __device__ __forceinline__ void mmr_term_q6(const mmr_q6 (&w)[T], const cu_act_view &a, int sb, int ag, int na, int g, int t,
                                                    float (&y)[T][4]) {
