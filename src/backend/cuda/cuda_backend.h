@@ -75,10 +75,10 @@ void backend_cuda_get_matvec_sbt(int *max_sb, int *max_rows);
 /* Launches that took the kernel of one super-block a thread so far, process-wide. */
 uint64_t backend_cuda_sbt_launches(void);
 /* Steps of 2 .. rows activation rows (not under batch invariance) take the tensor-core kernel for their Q4_K / Q6_K rows
- * (mm_kernel_mmr; 0: never; default 32 on CUDA, 0 on HIP); returns the previous value. Process-wide; VLLMC_CUDA_MMR=rows
- * sets it at backend creation. */
+ * (mm_kernel_mmrs; 0: never; default 32 on CUDA, 0 on HIP); returns the previous value. Process-wide;
+ * VLLMC_CUDA_MMR=rows[,small_sb,small_rows] sets it at backend creation. */
 int backend_cuda_set_matvec_mmr(int rows);
-/* Launches of mm_kernel_mmr so far, process-wide. */
+/* Launches of mm_kernel_mmrs so far, process-wide. */
 uint64_t backend_cuda_mmr_launches(void);
 /* Pipelined steps: a step's argmax does not wait for it. With it on, a step whose logits op is given an argmax pointer
  * returns once its work is queued (the pointer is not written); backend_cuda_fetch_argmax(be, ids, n) waits for the

@@ -2034,17 +2034,10 @@ struct mmr_q6 { uint32_t ql[2][4][2], qh[2][2][2], sc[2][4]; uint32_t d[2]; };
 template <int KT> struct mmr_wt { typedef mmr_q4 type; };
 template <> struct mmr_wt<GGML_TYPE_Q6_K> { typedef mmr_q6 type; };
 
-/* The Q4_K super-block sb's float terms of (row g, act 2t), (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1), added to y, for
- * activation rows ag .. ag + na - 1 of a; T 16-row tiles sharing the activation's loads (the kernel takes one: more
- * measured slower with the weights in registers, BENCHMARKS.md). */
-template <int T>
-static __device__ __forceinline__ void mmr_term_q4(const mmr_q4 (&w)[T], const cu_act_view &a, int sb, int ag, int na, int g, int t,
-                                                   float (&y)[T][4]) {
+/* The activation side of super-block sb for lane t: the 16-element sums of activation rows ag + 2t, ag + 2t + 1 (two
+ * int16 a word, zeros past na) and their scales. */
+static __device__ __forceinline__ void mmr_act_sums(const cu_act_view &a, int sb, int ag, int na, int t, int (&bw)[2][8], float (&da)[2]) {
     const int64_t n = a.n;
-    const bool bon = g < na;
-    const int8_t *aq = a.k_qs + (int64_t)(ag + (bon ? g : 0)) * n + (int64_t)sb * QK_K + 8 * t;
-    /* the 16-element sums of the lane's activation rows (2t, 2t + 1), two int16 a word */
-    int bw[2][8];
 #pragma unroll
     for (int k = 0; k < 2; k++) {
         const int ar = 2 * t + k;
@@ -2058,99 +2051,82 @@ static __device__ __forceinline__ void mmr_term_q4(const mmr_q4 (&w)[T], const c
             for (int j = 0; j < 8; j++) bw[k][j] = 0;
         }
     }
-    float da[2];
 #pragma unroll
     for (int k = 0; k < 2; k++) da[k] = 2 * t + k < na ? a.k_d[(int64_t)(ag + 2 * t + k) * (n / QK_K) + sb] : 0.f;
+}
+
+/* The Q4_K super-block sb's float terms of (row g, act 2t), (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1), added to y, for
+ * activation rows ag .. ag + na - 1 of a. */
+static __device__ __forceinline__ void mmr_term_q4(const mmr_q4 &w, const cu_act_view &a, int sb, int ag, int na, int g, int t,
+                                                   float (&y)[4]) {
+    const bool bon = g < na;
+    const int8_t *aq = a.k_qs + (int64_t)(ag + (bon ? g : 0)) * a.n + (int64_t)sb * QK_K + 8 * t;
+    int bw[2][8];
+    float da[2];
+    mmr_act_sums(a, sb, ag, na, t, bw, da);
     /* scales and mins of the tile's two rows: bytes sc0..3 = s0 & 63, m0..3 = s1 & 63, sc4..7 = (s2 & 15) | (s0 >> 6) << 4,
      * m4..7 = (s2 >> 4) | (s1 >> 6) << 4; the mins' term sum_j m[j] (bs[2j] + bs[2j + 1]) by dp2a (exact), m[j] in both
      * low bytes */
-    int I[T][4], M[T][4];
-    uint32_t scA[T][2], scB[T][2];
+    int I[4], M[4];
+    uint32_t scA[2], scB[2];
 #pragma unroll
-    for (int i = 0; i < T; i++)
+    for (int r = 0; r < 2; r++) {
+        scA[r] = w.s[r][0] & 0x3F3F3F3Fu;
+        scB[r] = (w.s[r][2] & 0x0F0F0F0Fu) | ((w.s[r][0] >> 2) & 0x30303030u);
+        const uint32_t mA = w.s[r][1] & 0x3F3F3F3Fu;
+        const uint32_t mB = ((w.s[r][2] >> 4) & 0x0F0F0F0Fu) | ((w.s[r][1] >> 2) & 0x30303030u);
 #pragma unroll
-        for (int r = 0; r < 2; r++) {
-            scA[i][r] = w[i].s[r][0] & 0x3F3F3F3Fu;
-            scB[i][r] = (w[i].s[r][2] & 0x0F0F0F0Fu) | ((w[i].s[r][0] >> 2) & 0x30303030u);
-            const uint32_t mA = w[i].s[r][1] & 0x3F3F3F3Fu;
-            const uint32_t mB = ((w[i].s[r][2] >> 4) & 0x0F0F0F0Fu) | ((w[i].s[r][1] >> 2) & 0x30303030u);
+        for (int k = 0; k < 2; k++) {
+            int m = 0;
 #pragma unroll
-            for (int k = 0; k < 2; k++) {
-                int m = 0;
-#pragma unroll
-                for (int j = 0; j < 8; j++) m = __dp2a_lo(bw[k][j], (int)__byte_perm(j < 4 ? mA : mB, 0u, (j & 3) | ((j & 3) << 4)), m);
-                M[i][2 * r + k] = m;
-                I[i][2 * r + k] = 0;
-            }
+            for (int j = 0; j < 8; j++) m = __dp2a_lo(bw[k][j], (int)__byte_perm(j < 4 ? mA : mB, 0u, (j & 3) | ((j & 3) << 4)), m);
+            M[2 * r + k] = m;
+            I[2 * r + k] = 0;
         }
+    }
 #pragma unroll
     for (int c = 0; c < 4; c++) {
         uint2 xl = make_uint2(0, 0), xh = make_uint2(0, 0);
         if (bon) { xl = *(const uint2 *)(aq + 64 * c); xh = *(const uint2 *)(aq + 64 * c + 32); }
         const uint32_t m = 0x0F0F0F0Fu;
         const int j0 = (2 * c) & 3, sh0 = 8 * j0, sh1 = 8 * (j0 + 1);
+        int cl[4] = {0, 0, 0, 0}, ch[4] = {0, 0, 0, 0};
+        mma_u8s8(cl, w.q[c][0].x & m, w.q[c][1].x & m, w.q[c][0].y & m, w.q[c][1].y & m, xl.x, xl.y);
+        mma_u8s8(ch, (w.q[c][0].x >> 4) & m, (w.q[c][1].x >> 4) & m, (w.q[c][0].y >> 4) & m, (w.q[c][1].y >> 4) & m, xh.x, xh.y);
+        /* sub-blocks 2c (low) and 2c + 1 (high) */
 #pragma unroll
-        for (int i = 0; i < T; i++) {
-            int cl[4] = {0, 0, 0, 0}, ch[4] = {0, 0, 0, 0};
-            mma_u8s8(cl, w[i].q[c][0].x & m, w[i].q[c][1].x & m, w[i].q[c][0].y & m, w[i].q[c][1].y & m, xl.x, xl.y);
-            mma_u8s8(ch, (w[i].q[c][0].x >> 4) & m, (w[i].q[c][1].x >> 4) & m, (w[i].q[c][0].y >> 4) & m, (w[i].q[c][1].y >> 4) & m,
-                     xh.x, xh.y);
-            /* sub-blocks 2c (low) and 2c + 1 (high) */
-#pragma unroll
-            for (int k = 0; k < 4; k++) {
-                const uint32_t sw = c < 2 ? scA[i][k >> 1] : scB[i][k >> 1];
-                I[i][k] += (int)((sw >> sh0) & 0xff) * cl[k] + (int)((sw >> sh1) & 0xff) * ch[k];
-            }
+        for (int k = 0; k < 4; k++) {
+            const uint32_t sw = c < 2 ? scA[k >> 1] : scB[k >> 1];
+            I[k] += (int)((sw >> sh0) & 0xff) * cl[k] + (int)((sw >> sh1) & 0xff) * ch[k];
         }
     }
 #pragma unroll
-    for (int i = 0; i < T; i++)
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            const int r = k >> 1;
-            y[i][k] = __fadd_rn(y[i][k], term_kmin(da[k & 1], sb_h2f<true>((uint16_t)(w[i].dm[r] & 0xffff)),
-                                                   sb_h2f<true>((uint16_t)(w[i].dm[r] >> 16)), I[i][k], M[i][k]));
-        }
+    for (int k = 0; k < 4; k++) {
+        const int r = k >> 1;
+        y[k] = __fadd_rn(y[k], term_kmin(da[k & 1], sb_h2f<true>((uint16_t)(w.dm[r] & 0xffff)), sb_h2f<true>((uint16_t)(w.dm[r] >> 16)),
+                                         I[k], M[k]));
+    }
 }
 
-/* The same for Q6_K: 16 MMAs of k16 a super-block, the -32 offset's term from the 16-element sums. */
-template <int T>
-static __device__ __forceinline__ void mmr_term_q6(const mmr_q6 (&w)[T], const cu_act_view &a, int sb, int ag, int na, int g, int t,
-                                                   float (&y)[T][4]) {
-    const int64_t n = a.n;
+/* The same for Q6_K: 16 MMAs of k16 a super-block, the -32 offset's term sum_idx sc[idx] * bs[idx] from the 16-element
+ * sums by dp2a (exact). */
+static __device__ __forceinline__ void mmr_term_q6(const mmr_q6 &w, const cu_act_view &a, int sb, int ag, int na, int g, int t,
+                                                   float (&y)[4]) {
     const bool bon = g < na;
-    const int8_t *aq = a.k_qs + (int64_t)(ag + (bon ? g : 0)) * n + (int64_t)sb * QK_K + 4 * t;
-    /* the 16-element sums of the lane's activation rows (2t, 2t + 1), two int16 a word: the offset's term
-     * sum_idx sc[idx] * bs[idx] by dp2a (exact) */
+    const int8_t *aq = a.k_qs + (int64_t)(ag + (bon ? g : 0)) * a.n + (int64_t)sb * QK_K + 4 * t;
     int bw[2][8];
-#pragma unroll
-    for (int k = 0; k < 2; k++) {
-        const int ar = 2 * t + k;
-        if (ar < na) {
-            const int4 *bp = (const int4 *)(a.k_bs + (int64_t)(ag + ar) * (n / 16) + (int64_t)sb * 16);
-            const int4 b0 = bp[0], b1 = bp[1];
-            bw[k][0] = b0.x; bw[k][1] = b0.y; bw[k][2] = b0.z; bw[k][3] = b0.w;
-            bw[k][4] = b1.x; bw[k][5] = b1.y; bw[k][6] = b1.z; bw[k][7] = b1.w;
-        } else {
-#pragma unroll
-            for (int j = 0; j < 8; j++) bw[k][j] = 0;
-        }
-    }
     float da[2];
+    mmr_act_sums(a, sb, ag, na, t, bw, da);
+    int I[4];
 #pragma unroll
-    for (int k = 0; k < 2; k++) da[k] = 2 * t + k < na ? a.k_d[(int64_t)(ag + 2 * t + k) * (n / QK_K) + sb] : 0.f;
-    int I[T][4];
+    for (int k = 0; k < 4; k++) {
+        const int r = k >> 1, ak = k & 1;
+        int b2 = 0;
 #pragma unroll
-    for (int i = 0; i < T; i++)
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            const int r = k >> 1, ak = k & 1;
-            int b2 = 0;
-#pragma unroll
-            for (int j = 0; j < 8; j++)
-                b2 = (j & 1) ? __dp2a_hi(bw[ak][j], (int)w[i].sc[r][j >> 1], b2) : __dp2a_lo(bw[ak][j], (int)w[i].sc[r][j >> 1], b2);
-            I[i][k] = -32 * b2;
-        }
+        for (int j = 0; j < 8; j++)
+            b2 = (j & 1) ? __dp2a_hi(bw[ak][j], (int)w.sc[r][j >> 1], b2) : __dp2a_lo(bw[ak][j], (int)w.sc[r][j >> 1], b2);
+        I[k] = -32 * b2;
+    }
 #pragma unroll
     for (int nh = 0; nh < 2; nh++)
 #pragma unroll
@@ -2160,23 +2136,18 @@ static __device__ __forceinline__ void mmr_term_q6(const mmr_q6 (&w)[T], const c
                 /* sub-block 8 nh + 2 wq + j: elements 128 nh + 32 wq + 16 j + (0 .. 15) */
                 const int idx = 8 * nh + 2 * wq + j, qi = 2 * (wq & 1) + j, lsh = wq >= 2 ? 4 : 0, hsh = 2 * wq;
                 const uint32_t x = bon ? *(const uint32_t *)(aq + 128 * nh + 32 * wq + 16 * j) : 0u;
+                const uint32_t q0 = ((w.ql[nh][qi][0] >> lsh) & 0x0F0F0F0Fu) | (((w.qh[nh][j][0] >> hsh) & 0x03030303u) << 4);
+                const uint32_t q1 = ((w.ql[nh][qi][1] >> lsh) & 0x0F0F0F0Fu) | (((w.qh[nh][j][1] >> hsh) & 0x03030303u) << 4);
+                int cc[4] = {0, 0, 0, 0};
+                mma_k16_u8s8(cc, q0, q1, x);
 #pragma unroll
-                for (int i = 0; i < T; i++) {
-                    const uint32_t q0 = ((w[i].ql[nh][qi][0] >> lsh) & 0x0F0F0F0Fu) | (((w[i].qh[nh][j][0] >> hsh) & 0x03030303u) << 4);
-                    const uint32_t q1 = ((w[i].ql[nh][qi][1] >> lsh) & 0x0F0F0F0Fu) | (((w[i].qh[nh][j][1] >> hsh) & 0x03030303u) << 4);
-                    int cc[4] = {0, 0, 0, 0};
-                    mma_k16_u8s8(cc, q0, q1, x);
-#pragma unroll
-                    for (int k = 0; k < 4; k++) {
-                        const int sc = (int)(int8_t)((w[i].sc[k >> 1][idx >> 2] >> (8 * (idx & 3))) & 0xff);
-                        I[i][k] += sc * cc[k];
-                    }
+                for (int k = 0; k < 4; k++) {
+                    const int sc = (int)(int8_t)((w.sc[k >> 1][idx >> 2] >> (8 * (idx & 3))) & 0xff);
+                    I[k] += sc * cc[k];
                 }
             }
 #pragma unroll
-    for (int i = 0; i < T; i++)
-#pragma unroll
-        for (int k = 0; k < 4; k++) y[i][k] = __fadd_rn(y[i][k], term_k(da[k & 1], sb_h2f<true>((uint16_t)w[i].d[k >> 1]), I[i][k]));
+    for (int k = 0; k < 4; k++) y[k] = __fadd_rn(y[k], term_k(da[k & 1], sb_h2f<true>((uint16_t)w.d[k >> 1]), I[k]));
 }
 
 /* The weights are staged in shared memory: before the dependency wait the lanes of a warp copy the 16 rows' bytes of
@@ -2192,10 +2163,9 @@ static __device__ __forceinline__ void mmr_term_q6(const mmr_q6 (&w)[T], const c
 #define MMRS_Q4 (16 * MMRS_Q4_ROW)
 #define MMRS_Q6 (16 * MMRS_Q6_ROW)
 #define MMRS_SMEM_MAX (227 * 1024 - (int)sizeof(float) * MMR_WARPS * 16 * 8) /* a CTA's dynamic shared memory at most (sm_90: 227 KB with the static part[]) */
-static __device__ __forceinline__ void mmrs_cp(void *dst, const void *src, int bytes) {
-    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    if (bytes == 4) asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(d), "l"(src) : "memory");
-    else asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
+/* 4 bytes from global to shared memory, asynchronously (gpu_cp16's 4-byte form: the scale words) */
+static __device__ __forceinline__ void mmrs_cp4(void *dst, const void *src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src) : "memory");
 }
 /* the warp's copies of rows r0 .. r0 + 15 (rows of them exist; the others zero) of super-block sb */
 static __device__ __forceinline__ void mmrs_stage_q4(uint8_t *base, const uint8_t *w, uint64_t stride, int rows, int n_sb, int sb, int lane) {
@@ -2208,9 +2178,9 @@ static __device__ __forceinline__ void mmrs_stage_q4(uint8_t *base, const uint8_
             continue;
         }
         const uint8_t *wr = w + (size_t)r * stride;
-        if (p < 8) mmrs_cp(d, wr + 128 * (size_t)sb + 16 * p, 16);
-        else if (p < 11) mmrs_cp(d, wr + k4_sc_off(n_sb) + 12 * (size_t)sb + 4 * (p - 8), 4);
-        else mmrs_cp(d, wr + k4_dm_off(n_sb) + 4 * (size_t)sb, 4);
+        if (p < 8) gpu_cp16(d, wr + 128 * (size_t)sb + 16 * p);
+        else if (p < 11) mmrs_cp4(d, wr + k4_sc_off(n_sb) + 12 * (size_t)sb + 4 * (p - 8));
+        else mmrs_cp4(d, wr + k4_dm_off(n_sb) + 4 * (size_t)sb);
     }
 }
 static __device__ __forceinline__ void mmrs_read_q4(mmr_q4 &w, const uint8_t *base, int g, int t) {
@@ -2230,9 +2200,9 @@ static __device__ __forceinline__ void mmrs_stage_q6(uint8_t *base, const uint8_
         uint8_t *d = base + r * MMRS_Q6_ROW + 16 * p;
         if (r >= rows) { *(uint4 *)d = make_uint4(0, 0, 0, 0); continue; }
         const uint8_t *wr = w + (size_t)r * stride;
-        if (p < 8) mmrs_cp(d, wr + 128 * (size_t)sb + 16 * p, 16);
-        else if (p < 12) mmrs_cp(d, wr + 128 * (size_t)n_sb + 64 * (size_t)sb + 16 * (p - 8), 16);
-        else mmrs_cp(d, wr + 192 * (size_t)n_sb + 16 * (size_t)sb, 16);
+        if (p < 8) gpu_cp16(d, wr + 128 * (size_t)sb + 16 * p);
+        else if (p < 12) gpu_cp16(d, wr + 128 * (size_t)n_sb + 64 * (size_t)sb + 16 * (p - 8));
+        else gpu_cp16(d, wr + 192 * (size_t)n_sb + 16 * (size_t)sb);
     }
 }
 static __device__ __forceinline__ void mmrs_read_q6(mmr_q6 &w, const uint8_t *base, const uint32_t *d, int g, int t) {
@@ -2293,25 +2263,25 @@ static __global__ void __launch_bounds__(32 * MMR_WARPS) mm_kernel_mmrs(const st
     __syncwarp(); /* the warp's copies, to all its lanes */
     for (int ag = 0; ag < P.n_act; ag += 8) {
         const int na = min(8, P.n_act - ag);
-        float y[1][4] = {{0.f, 0.f, 0.f, 0.f}};
+        float y[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
         for (int s = 0; s < SBW; s++) {
             const int sb = wid * SBW + s;
             if (sb >= n_sb) continue;
-            wt w[1];
+            wt w;
             if constexpr (KT == GGML_TYPE_Q6_K) {
-                mmrs_read_q6(w[0], mine + s * WS, d6[s], g, t);
-                mmr_term_q6<1>(w, P.a, sb, ag, na, g, t, y);
+                mmrs_read_q6(w, mine + s * WS, d6[s], g, t);
+                mmr_term_q6(w, P.a, sb, ag, na, g, t, y);
             } else {
-                mmrs_read_q4(w[0], mine + s * WS, g, t);
-                mmr_term_q4<1>(w, P.a, sb, ag, na, g, t, y);
+                mmrs_read_q4(w, mine + s * WS, g, t);
+                mmr_term_q4(w, P.a, sb, ag, na, g, t, y);
             }
         }
         if (ag) __syncthreads(); /* the last group's partial sums have been read */
-        part[wid][g][2 * t] = y[0][0];
-        part[wid][g][2 * t + 1] = y[0][1];
-        part[wid][g + 8][2 * t] = y[0][2];
-        part[wid][g + 8][2 * t + 1] = y[0][3];
+        part[wid][g][2 * t] = y[0];
+        part[wid][g][2 * t + 1] = y[1];
+        part[wid][g + 8][2 * t] = y[2];
+        part[wid][g + 8][2 * t + 1] = y[3];
         __syncthreads();
         for (int i = threadIdx.x; i < 16 * na; i += blockDim.x) {
             const int j = i & 15, r = i >> 4;
@@ -2329,7 +2299,6 @@ static __global__ void __launch_bounds__(32 * MMR_WARPS) mm_kernel_mmrs(const st
 
 uint64_t cu_mmr_launches;
 extern "C" uint64_t backend_cuda_mmr_launches(void) { return cu_mmr_launches; }
-
 
 /* The Q4_K / Q6_K segments of a several-row launch on mm_kernel_mmrs (the others first, in a launch of their own on the
  * column-split kernel), a launch a type. Rows of fewer than mmr_small_sb super-blocks only from mmr_small_rows
