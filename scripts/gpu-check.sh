@@ -204,7 +204,8 @@ if has engine; then # the engine on CUDA: batch invariance (alone = together = e
         timeout 120 "$BIN/test_cuda_engine" "$f" 64 12 --no-invariant >"$OUT/engine_$n.txt" 2>&1; rc=$?
         note "test_cuda_engine $n rc=$rc: $(grep -m1 'together' "$OUT/engine_$n.txt" | sed 's/test_cuda_engine: //' | cut -c1-150)$(grep -m1 FAIL "$OUT/engine_$n.txt")"
         # without batch invariance (the several-row kernels' own sums): how many requests differ from alone
-        note "  $(grep -m1 'batch_invariant = 0' "$OUT/engine_$n.txt" | sed 's/test_cuda_engine: //')"
+        # and graphs = eager there (the residual add in the several-row kernel's epilogue is a graph-only fusion)
+        note "  $(grep 'batch_invariant = 0' "$OUT/engine_$n.txt" | sed 's/test_cuda_engine: //' | tr '\n' ' ')"
         # the column-split kernels under batch invariance (VLLMC_CUDA_MMV_INVARIANT=1, not yet the default)
         VLLMC_CUDA_MMV_INVARIANT=1 timeout 120 "$BIN/test_cuda_engine" "$f" 64 12 >"$OUT/engine_${n}_colsinv.txt" 2>&1; rc=$?
         note "  same, column-split kernels invariant rc=$rc: $(grep -m1 'together' "$OUT/engine_${n}_colsinv.txt" | sed 's/test_cuda_engine: //' | cut -c1-150)$(grep -m1 FAIL "$OUT/engine_${n}_colsinv.txt")"
@@ -269,14 +270,14 @@ if has engine; then # batch invariance on the real shapes (tile order vs row ord
         timeout 150 "$BIN/test_cuda_engine" "$f" ${ENGINE_ARGS:-64 8} --no-invariant >"$OUT/engine_$m.txt" 2>&1; rc=$?
         cat "$OUT/engine_$m.txt" | tail -8
         note "test_cuda_engine $m rc=$rc: $(grep -m1 'together' "$OUT/engine_$m.txt" | sed 's/test_cuda_engine: //' | cut -c1-150)$(grep -m1 FAIL "$OUT/engine_$m.txt")"
-        note "$m: $(grep -m1 'batch_invariant = 0' "$OUT/engine_$m.txt" | sed 's/test_cuda_engine: //')"
+        note "$m: $(grep 'batch_invariant = 0' "$OUT/engine_$m.txt" | sed 's/test_cuda_engine: //' | tr '\n' ' ')"
     done
 fi
 if has ebench; then # engine throughput: N requests in flight
     for m in ${EBENCH_MODELS:-$BENCH_MODELS}; do
         f=/tmp/models/$m.gguf
         [ -s "$f" ] || continue
-        runs="f16 fp8"
+        runs="${EBENCH_KV:-f16 fp8}" # EBENCH_KV: the KV dtypes to run
         [ "${EBENCH_VARIANT:-0}" = 1 ] && runs="$runs variant colsinv"
         [ -n "${EBENCH_DEC:-}" ] && runs="$runs dec"
         for kvd in $runs; do

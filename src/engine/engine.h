@@ -41,6 +41,9 @@ struct engine_config {
  * caller drives the engine with engine_step (tests). */
 vllmc_status engine_create(const struct engine_runner *r, const struct engine_config *c, const struct tokenizer *tok,
                            bool start_thread, vllmc_engine **out);
+/* vllmc_engine_create's engine around a model file; with start_thread false the caller steps it (engine_step), so a
+ * test fixes the steps' batches: every request submitted before the first step, the schedule the same each run. */
+vllmc_status engine_model_create(const char *model_path, const vllmc_engine_opts *opts, bool start_thread, vllmc_engine **out);
 /* One step in the calling thread (engines created without a thread). Returns false if there was
  * nothing to run. A forward failure aborts the requests of that step. */
 bool engine_step(vllmc_engine *e);

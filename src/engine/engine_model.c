@@ -96,7 +96,7 @@ static vllmc_status engm_backend(const vllmc_engine_opts *o, vllmc_device *dev, 
 
 static double mib(uint64_t b) { return (double)b / (1024.0 * 1024.0); }
 
-vllmc_status vllmc_engine_create(const char *model_path, const vllmc_engine_opts *opts, vllmc_engine **out) {
+vllmc_status engine_model_create(const char *model_path, const vllmc_engine_opts *opts, bool start_thread, vllmc_engine **out) {
     *out = NULL;
     vllmc_engine_opts o;
     if (opts) o = *opts; else vllmc_engine_opts_default(&o);
@@ -232,9 +232,13 @@ vllmc_status vllmc_engine_create(const char *model_path, const vllmc_engine_opts
     struct engine_runner run = {.ctx = g, .n_vocab = hp->n_vocab, .has_state = has_state, .forward = engm_forward,
                                   .forward_argmax = engm_forward_argmax,
                                   .state_copy = has_state ? engm_state_copy : NULL, .destroy = engm_free};
-    if ((st = engine_create(&run, &c, g->tok, true, out))) goto fail;
+    if ((st = engine_create(&run, &c, g->tok, start_thread, out))) goto fail;
     return VLLMC_OK;
 fail:
     engm_free(g);
     return st;
+}
+
+vllmc_status vllmc_engine_create(const char *model_path, const vllmc_engine_opts *opts, vllmc_engine **out) {
+    return engine_model_create(model_path, opts, true, out);
 }

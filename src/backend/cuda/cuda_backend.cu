@@ -100,6 +100,7 @@ struct cu_backend {
     std::vector<size_t> rec_offs; /* offsets of this step's records (the fusions look back a few) */
     bool fuse_attn;            /* recorded steps: q / k norm + RoPE + KV store, and sigmoid gate + quantize, into the
                                   attention's launches */
+    FILE *hash_log;            /* VLLMC_CUDA_HASH_LOG (eager): each op's output hash (hash_out) */
     bool fuse_conv;            /* recorded decode steps: the GDN conv into the matmul that writes its input */
     unsigned fuse_nq;          /* BACKEND_CUDA_FUSE_*: a norm + quantize into the launch that writes its input (cu_nq_fuse),
                                   the MoE mix into the down launch */
@@ -166,6 +167,51 @@ static double rec_weight_bytes(int op, const void *args) {
     return b;
 }
 
+/* VLLMC_CUDA_HASH_LOG=path (eager runs, a debugging aid): after each op, wait for it and append a line with the
+ * op's name and an FNV-1a hash of its output rows to path, so two runs' files diff to the first op that differs. */
+static void hash_rows(uint64_t *h, const float *y, int64_t n_rows, int64_t n_cols, int64_t ld) {
+    std::vector<float> v((size_t)(n_cols > 0 ? n_cols : 0));
+    for (int64_t r = 0; r < n_rows && n_cols > 0; r++) {
+        if (gpuMemcpy(v.data(), y + r * ld, (size_t)n_cols * 4, gpuMemcpyDeviceToHost) != gpuSuccess) return;
+        const uint8_t *b = (const uint8_t *)v.data();
+        for (size_t i = 0; i < (size_t)n_cols * 4; i++) *h = (*h ^ b[i]) * 1099511628211ull;
+    }
+}
+
+static void hash_out(cu_backend *c, int op, const void *args) {
+    (void)gpuStreamSynchronize(c->stream);
+    uint64_t h = 1469598103934665603ull;
+    int64_t rows = 0;
+    if (op == CU_OP_MATMUL) {
+        const rec_matmul *r = (const rec_matmul *)args;
+        rows = r->a.n_act;
+        for (int i = 0; i < r->a.n_seg; i++) hash_rows(&h, r->a.seg[i].y, rows, r->a.seg[i].n_rows, r->a.seg[i].ld_y);
+    } else if (op == CU_OP_GEMM) {
+        const rec_gemm *r = (const rec_gemm *)args;
+        rows = r->n_rows;
+        hash_rows(&h, r->y, rows, r->n_out, r->ld_y);
+    } else if (op == CU_OP_ATTN) {
+        const rec_attn *r = (const rec_attn *)args;
+        rows = r->b.n_tokens;
+        hash_rows(&h, r->a.out, rows, (int64_t)r->a.n_head * r->a.head_dim, (int64_t)r->a.n_head * r->a.head_dim);
+    } else if (op == CU_OP_GDN) {
+        const rec_gdn *r = (const rec_gdn *)args;
+        rows = r->b.n_tokens;
+        hash_rows(&h, r->a.out, rows, (int64_t)r->a.n_v_head * r->a.d_v, (int64_t)r->a.n_v_head * r->a.d_v);
+    } else if (op == CU_OP_MOE) {
+        const rec_moe *r = (const rec_moe *)args;
+        rows = r->a.T;
+        hash_rows(&h, r->a.out, rows, r->a.n_embd, r->a.n_embd);
+    } else if (op == CU_OP_RMSNORM) {
+        const rec_rmsnorm *r = (const rec_rmsnorm *)args;
+        rows = r->n_rows;
+        hash_rows(&h, r->out, rows, r->n_cols, r->ld_out ? r->ld_out : r->n_cols);
+    } else {
+        return;
+    }
+    fprintf(c->hash_log, "%s rows %lld %016llx\n", cu_op_names[op], (long long)rows, (unsigned long long)h);
+}
+
 static void rec_exec(cu_backend *c, int op, const void *args) {
     gpuStream_t s = c->stream;
     gpu_pdl.on = c->pdl;
@@ -218,6 +264,7 @@ static void rec_exec(cu_backend *c, int op, const void *args) {
     }
     default: break;
     }
+    if (c->hash_log) hash_out(c, op, args);
 }
 
 /* Execute one record now, timing it when profiling. */
@@ -1145,7 +1192,10 @@ static vllmc_status cu_logits(struct backend *be, const struct bk_act *act, cons
 static bool fuse_gdn_conv(cu_backend *c, const struct bk_gdn_params *p, const float *in, int64_t ld_in, int64_t conv_dim,
                           float *conv_state, int64_t conv_floats, const float *conv_w, float *conv_out) {
     uint32_t op = 0;
-    rec_matmul *m = c->fuse_conv && p->d_conv == CU_CONV_K && c->n_tokens == c->n_seqs ? (rec_matmul *)rec_back(c, 1, &op) : NULL;
+    /* decode steps of one token a sequence only: the conv kernels take the tokens in parallel (gemv_q.cu) */
+    rec_matmul *m = c->fuse_conv && p->d_conv == CU_CONV_K && c->n_tokens == c->n_seqs && c->runs_unique && c->max_run <= 1
+                        ? (rec_matmul *)rec_back(c, 1, &op)
+                        : NULL;
     if (!m || op != CU_OP_MATMUL || m->a.conv.on || m->a.n_act != c->n_tokens) return false;
     for (int i = 0; i < m->a.n_seg; i++) {
         const struct cu_mm_seg *sg = &m->a.seg[i];
@@ -1201,6 +1251,8 @@ static vllmc_status cu_gdn(struct backend *be, struct bk_rs_cache *rs, const str
     r.a.n_k_head = p->n_k_head; r.a.n_v_head = p->n_v_head; r.a.d_k = p->d_k; r.a.d_v = p->d_v; r.a.d_conv = p->d_conv;
     r.a.eps = p->eps; r.a.out = out->x;
     r.a.conv_done = !chunked && fuse_gdn_conv(c, p, in, ld_in, conv_dim, r.a.conv_state, r.a.conv_floats, r.a.conv_w, work);
+    /* a decode step of several sequences: the rule kernel takes its tokens in parallel (each its own state) */
+    r.a.per_token = !chunked && c->n_tokens > 1 && c->max_run <= 1 && c->runs_unique;
     out->n_rows = c->n_tokens;
     /* gated RMSNorm with z (in[:, conv_dim:]) fused into the quantize; in a recorded step, into the rule kernel */
     rec_nq q;
@@ -1212,6 +1264,7 @@ static vllmc_status cu_gdn(struct backend *be, struct bk_rs_cache *rs, const str
         struct cu_nq_fuse *f = &r.a.nq;
         f->in1 = q.in1; f->w = q.w; f->cnt = c->nq_cnt; f->out = q.out; f->ld = q.ld; f->eps = q.eps;
         f->mode = CU_NQ_GATED; f->group = q.group; f->fmts = q.fmts; f->n_feed = 1; f->on = 1;
+        r.a.per_token = 0; /* the fused norm counts the head's CTAs over all tokens */
         c->stats.fused_nq++;
         return submit(c, CU_OP_GDN, &r, sizeof(r));
     }
@@ -1468,6 +1521,7 @@ static void cu_destroy(struct backend *be) {
     if (!be) return;
     cu_backend *c = cub(be);
     flush(c);
+    if (c->hash_log) fclose(c->hash_log);
 #ifdef VLLMC_MV_TIMELINE /* (a measurement build: gemv_q.cu) */
     if (getenv("VLLMC_MV_TIMELINE_OUT")) { (void)gpuStreamSynchronize(c->stream); cu_tl_dump(getenv("VLLMC_MV_TIMELINE_OUT")); }
 #endif
@@ -1547,6 +1601,9 @@ extern "C" vllmc_status backend_cuda_create(const struct backend_cuda_opts *o, s
     c->fuse_attn = env_on("VLLMC_CUDA_FUSE_ATTN");
     c->fuse_conv = env_on("VLLMC_CUDA_FUSE_CONV");
     const char *env;
+    if (c->eager && (env = getenv("VLLMC_CUDA_HASH_LOG")) && *env) {
+        if ((c->hash_log = fopen(env, "a"))) fprintf(c->hash_log, "== backend\n");
+    }
     env = getenv("VLLMC_CUDA_FUSE_NQ"); /* BACKEND_CUDA_FUSE_* mask; off until measured */
     c->fuse_nq = env ? (unsigned)strtoul(env, NULL, 0) & BACKEND_CUDA_FUSE_ALL : 0;
     if ((env = getenv("VLLMC_CUDA_MM"))) { /* "tr0,ks0,tr1,ks1,tr2,ks2[,p0,p1,p2]": mat-vec kernel choice (comparisons) */

@@ -258,6 +258,8 @@ struct cu_gdn_args {
     int32_t n_k_head, n_v_head, d_k, d_v, d_conv;
     float eps;
     int32_t conv_done;         /* the matmul that wrote `in` did the conv (cu_mm_conv): conv_out is ready */
+    int32_t per_token;         /* every token its own sequence (a decode step): the rule kernel's grid takes a token a
+                                  CTA (blockIdx.z), else each CTA walks the tokens in order */
     float *out;                /* [n_tokens][n_v_head * d_v] */
     struct cu_nq_fuse nq;      /* nq.on (decode rule kernel): the gated RMSNorm + quantize of out in its epilogue */
 };

@@ -592,7 +592,7 @@ static __device__ double block_sum_d(double v, double *red) {
 #define GDN_DK 128
 #define GDN_ROWS 32 /* value rows per CTA */
 
-/* grid (n_v_head, d_v / GDN_ROWS), 4 * GDN_ROWS threads: thread 4r + p holds row j = GDN_ROWS * y + r of
+/* grid (n_v_head, d_v / GDN_ROWS, per_token ? n_tokens : 1), 4 * GDN_ROWS threads: thread 4r + p holds row j = GDN_ROWS * y + r of
  * the head's state S[j][:] at columns 16 i + 4 p + e (i < 8, e < 4), so each float4 of a warp's state
  * loads is contiguous. Per token: q/k L2 norms (recomputed by each CTA of a head), gates, the delta rule;
  * writes the raw o rows (the gated RMSNorm runs in the quantize that follows, or with a.nq in this kernel's epilogue). */
@@ -608,11 +608,12 @@ static __global__ void __launch_bounds__(4 * GDN_ROWS) gdn_rule_kernel(struct cu
     float S[32];
     int cur_slot = -1;
     float *sp = NULL;
-    if (b.n_tokens > 0) {
+    const int t_lo = a.per_token ? (int)blockIdx.z : 0, t_hi = a.per_token ? t_lo + 1 : b.n_tokens;
+    if (t_hi > t_lo) {
         /* the first token's state before the dependency wait: no kernel of this step before this one
          * writes it (only this layer's rule kernel does, and earlier steps completed before this step's
          * batch upload), and the batch upload completed before the step's first kernel started */
-        cur_slot = seq_slot_of(b, 0);
+        cur_slot = seq_slot_of(b, t_lo);
         sp = a.ssm_state + (int64_t)cur_slot * a.ssm_floats + ((int64_t)m * dv + j) * dk + 4 * part;
 #pragma unroll
         for (int i = 0; i < 8; i++) {
@@ -625,7 +626,7 @@ static __global__ void __launch_bounds__(4 * GDN_ROWS) gdn_rule_kernel(struct cu
     nq_fuse_prefetch(a.nq, (int64_t)blockIdx.y * gridDim.x + blockIdx.x, (int64_t)gridDim.x * gridDim.y);
     gpu_pdl_wait();
     gpu_pdl_trigger();
-    for (int t = 0; t < b.n_tokens; t++) {
+    for (int t = t_lo; t < t_hi; t++) {
         const int slot = seq_slot_of(b, t);
         if (slot != cur_slot) {
             if (cur_slot >= 0)
@@ -700,7 +701,8 @@ static __global__ void __launch_bounds__(4 * GDN_ROWS) gdn_rule_kernel(struct cu
 void cu_launch_gdn(const struct cu_batch_dev *b, const struct cu_gdn_args *a, gpuStream_t s) {
     const int64_t conv_dim = 2 * (int64_t)a->n_k_head * a->d_k + (int64_t)a->n_v_head * a->d_v;
     if (!a->conv_done) gpu_launch(gdn_conv_kernel, dim3((unsigned)GPU_CEIL_DIV(conv_dim, 128)), dim3(128), 0, s, *b, *a, conv_dim);
-    gpu_launch(gdn_rule_kernel, dim3(a->n_v_head, a->d_v / GDN_ROWS), dim3(4 * GDN_ROWS), 0, s, *b, *a);
+    gpu_launch(gdn_rule_kernel, dim3(a->n_v_head, a->d_v / GDN_ROWS, a->per_token ? (unsigned)b->n_tokens : 1u), dim3(4 * GDN_ROWS), 0,
+               s, *b, *a);
 }
 
 /* ---- argmax ---- */

@@ -1094,19 +1094,18 @@ static __device__ __forceinline__ void mv_conv_load(const struct cu_mm_conv &cv,
     }
 }
 
-/* The conv where the launch did not take the column-split kernel: a thread per channel, tokens in order. */
+/* The conv where the launch did not take the column-split kernel: a thread per (channel, token); a decode step's tokens
+ * are independent (one a sequence). */
 static __global__ void mm_conv_kernel(const struct cu_mm_args P) {
     gpu_pdl_wait();
     gpu_pdl_trigger();
     const cu_mm_seg &S = P.seg[P.conv.seg];
-    const int ch = (int)(blockIdx.x * blockDim.x + threadIdx.x);
+    const int ch = (int)(blockIdx.x * blockDim.x + threadIdx.x), t = (int)blockIdx.y;
     if (ch >= P.conv.n_ch) return;
-    for (int t = 0; t < P.n_act; t++) {
-        float pre[CU_CONV_PRE];
-        int slot;
-        mm_conv_load(P.conv, t, ch, pre, &slot);
-        mm_conv_store(P.conv, t, ch, pre, slot, S.y[(int64_t)t * S.ld_y + ch]);
-    }
+    float pre[CU_CONV_PRE];
+    int slot;
+    mm_conv_load(P.conv, t, ch, pre, &slot);
+    mm_conv_store(P.conv, t, ch, pre, slot, S.y[(int64_t)t * S.ld_y + ch]);
 }
 
 /* ---- the norm + quantize of a launch's outputs, inside it (cu_nq_fuse, norm_quant.h) ---- */
@@ -2297,6 +2296,25 @@ static __global__ void __launch_bounds__(32 * MMR_WARPS) mm_kernel_mmrs(const st
 }
 #endif
 
+#if !defined(VLLMC_HIP)
+/* The Q8_0 / F32 segments of a several-row launch whose K-quant rows go to mm_kernel_mmrs (the GDN in-proj's beta and
+ * alpha rows): a warp a (4-row tile, activation row), MMO_WARPS tiles a CTA, blockIdx.y the activation row. Each warp
+ * sums with mv_other_rows for one activation row, the ops of the column-split kernel's several-row form in its order,
+ * so the bits are that kernel's; that kernel gave these launches 8 rows a CTA, 2 busy warps each walking 8 activation
+ * rows in turn (qwen35-4b at 16 sequences: 16 CTAs, 36 us a launch). */
+#define MMO_WARPS 4
+static __global__ void __launch_bounds__(32 * MMO_WARPS) mm_kernel_other(const struct cu_mm_args P) {
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+    const cu_mm_seg &S = P.seg[mv_seg_of(P)];
+    const int r0 = ((int)blockIdx.x - S.cta0) * (MM_TR * MMO_WARPS) + MM_TR * wid, rows = min(MM_TR, S.n_rows - r0);
+    const uint8_t *wb = S.w + (size_t)(rows > 0 ? r0 : 0) * S.stride;
+    for (int i = lane; rows > 0 && i < rows * (int)(S.stride / 128); i += 32) gpu_prefetch_l2(wb + 128 * (size_t)i);
+    gpu_pdl_wait();
+    gpu_pdl_trigger();
+    if (rows > 0) mv_other_rows(P, S, wb, r0, rows, (int)blockIdx.y, 1, lane, 0, 1);
+}
+#endif
+
 uint64_t cu_mmr_launches;
 extern "C" uint64_t backend_cuda_mmr_launches(void) { return cu_mmr_launches; }
 
@@ -2331,12 +2349,17 @@ static bool mm_launch_mmr(const struct cu_mm_args *args, gpuStream_t s) {
         (void)gpuGetLastError();
     }
     if (w > MMR_WARPS || w * sbw * (k6 ? MMRS_Q6 : MMRS_Q4) > (smem_ok ? MMRS_SMEM_MAX : 48 * 1024)) return false;
-    if ((k4 | k6) != (1u << args->n_seg) - 1) {
+    if ((k4 | k6) != (1u << args->n_seg) - 1) { /* the Q8_0 / F32 segments first */
         struct cu_mm_args o;
         mm_subset(args, ~(k4 | k6), &o);
         o.conv.on = 0;
         o.nq.on = 0;
-        if (!mm_launch_cols(&o, s, true)) return false; /* (nothing launched yet) */
+        int ctas = 0;
+        for (int i = 0; i < o.n_seg; i++) {
+            o.seg[i].cta0 = ctas;
+            ctas += (int)GPU_CEIL_DIV(o.seg[i].n_rows, MM_TR * MMO_WARPS);
+        }
+        gpu_launch(mm_kernel_other, dim3((unsigned)ctas, (unsigned)args->n_act), dim3(32 * MMO_WARPS), 0, s, o);
     }
     typedef void (*fn_t)(const struct cu_mm_args);
     for (int ty = 0; ty < 2; ty++) { /* a launch for each type present */
@@ -2398,7 +2421,10 @@ void cu_launch_matmul(const struct cu_mm_args *args, gpuStream_t s) {
         cu_nq_fused_launches += args->nq.on != 0;
         return;
     }
-    if (args->conv.on) gpu_launch(mm_conv_kernel, dim3((unsigned)GPU_CEIL_DIV(args->conv.n_ch, 128)), dim3(128), 0, s, *args);
+    /* a token a grid row: the conv is fused only into decode steps, each token its own sequence (cuda_backend.cu
+     * fuse_gdn_conv), so the tokens are independent (a loop over them in each thread took 12 us a launch at 16) */
+    if (args->conv.on)
+        gpu_launch(mm_conv_kernel, dim3((unsigned)GPU_CEIL_DIV(args->conv.n_ch, 128), (unsigned)args->n_act), dim3(128), 0, s, *args);
     if (args->nq.on) {
         const cu_nq_fuse &q = args->nq;
         cu_launch_norm_quant(q.mode, q.in0, q.in1, q.ld, q.w, q.eps, q.group, args->n_act, q.out, q.fmts, s);
