@@ -35,6 +35,10 @@
  * rows of one sequence take the chunked GDN rule (the chunked prefill attention). All three round otherwise than
  * the row-by-row kernels, and which one runs depends on the batch, so a batch-invariant backend keeps them off. */
 #define GEMM_MIN_ROWS 32
+/* Decode steps (every token its own sequence) keep the quantized kernels (and their graphs) up to this many rows: the
+ * GEMM dequantizes every weight to f16 each step (qwen35-4b at 32 sequences: 3 ms of dequant a step, ITL 10.5 ms against
+ * 7.7 on the several-row tensor-core kernel; at 64: 15.9 against 13.9; BENCHMARKS.md "A step of 16 sequences") */
+#define GEMM_MIN_DECODE_ROWS 65
 #define GEMM_MAX_ELEMS ((int64_t)64 << 20)
 #define GDN_CHUNK_MIN 32
 #define ATTN_PREFILL_MIN 32
@@ -876,7 +880,9 @@ template <typename T> static vllmc_status grow_scratch(cu_backend *c, T **p, int
 }
 
 static bool gemm_rows_ok(const cu_backend *c, const struct bk_act *act) {
-    return c->gemm && !c->batch_invariant && c->gemm_min_rows > 0 && act->n_rows >= c->gemm_min_rows && act->n_rows <= 65535 && act->x &&
+    const bool decode = c->n_tokens == c->n_seqs && c->max_run <= 1 && c->runs_unique;
+    const int32_t min_rows = decode && c->gemm_min_rows == GEMM_MIN_ROWS ? GEMM_MIN_DECODE_ROWS : c->gemm_min_rows;
+    return c->gemm && !c->batch_invariant && min_rows > 0 && act->n_rows >= min_rows && act->n_rows <= 65535 && act->x &&
            act->n_cols % 32 == 0;
 }
 

@@ -2398,12 +2398,13 @@ static bool mm_launch_mmr(const struct cu_mm_args *args, gpuStream_t s) {
 #else
 #define MM_MMA 1
 #endif
-/* several activation rows on the tensor cores (mm_kernel_mmrs) up to this many rows (the engine's steps of 32 and more take
- * the f16 GEMM); rows of fewer than 10 super-blocks from 8 activation rows. HIP: none */
+/* several activation rows on the tensor cores (mm_kernel_mmrs) up to this many rows (decode steps of more than 64
+ * sequences and other batches of 32 rows and more take the f16 GEMM: cuda_backend.cu gemm_rows_ok); rows of fewer than
+ * 10 super-blocks from 8 activation rows. HIP: none */
 #if defined(VLLMC_HIP)
 #define MM_MMR 0
 #else
-#define MM_MMR 32
+#define MM_MMR 64
 #endif
 struct cu_mm_cfg cu_mm_cfg = {{8192, 65536}, {1, 4, 4}, {0, 2, 1}, {0, 0, 0}, 0, {1, 1, 1}, 64, 0, 3, 1, MS_CPS, 24 * 1024, 0, 16, MM_COLS_LB, 0, 16384, MM_MMA, MM_MMR, 10, 8};
 
