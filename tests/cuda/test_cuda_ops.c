@@ -1132,14 +1132,19 @@ static void test_cols_rows(void) {
 }
 
 /* Several activation rows on the tensor cores (mm_kernel_mmrs): Q4_K and Q6_K rows (53: a partial 16-row tile) beside a
- * Q8_0 segment (its own launch) against the CPU reference at 2 .. 27 activation rows, 2,048 / 2,560 / 4,096 / 9,216 columns
+ * Q8_0 segment (its own launch) against the CPU reference at 2 .. 64 activation rows, 2,048 / 2,560 / 4,096 / 9,216 columns
  * (2, 2, 2 and 4 super-blocks a warp; the 2,048-column rows from 8 activation rows), with a bias; every output
  * written (NaN poison). */
 static void test_mmr(void) {
-    const int mmr0 = backend_cuda_set_matvec_mmr(32);
-    if (backend_cuda_set_matvec_mmr(32) != 32) { printf("mmr: no such kernel on this target, skipped\n"); return; }
+    const int mmr0 = backend_cuda_set_matvec_mmr(64);
+    if (backend_cuda_set_matvec_mmr(64) != 64) { printf("mmr: no such kernel on this target, skipped\n"); return; }
+    /* no f16 GEMM here (which batch the backend last saw decides its row threshold); the defaults back after */
+    const char *gc = getenv("VLLMC_CUDA_GDN_CHUNKED");
+    const bool chunked = !(gc && !strcmp(gc, "0"));
+    backend_cuda_set_prefill(gpu, 0, chunked);
     const int64_t Es[4] = {2048, 2560, 4096, 9216};
-    const int rows_l[5] = {2, 8, 9, 16, 27}, RM = 27;
+    /* up to 64: decode steps of up to 64 sequences take it (the f16 GEMM from 65 decode rows) */
+    const int rows_l[7] = {2, 8, 9, 16, 27, 40, 64}, RM = 64;
     const uint32_t fmts = BK_ACT_BIT(BK_ACT_Q8_K) | BK_ACT_BIT(BK_ACT_Q8_0);
     for (int ei = 0; ei < 4; ei++) {
         const int64_t E = Es[ei], NOUT = 53, ld = 64;
@@ -1151,35 +1156,38 @@ static void test_mmr(void) {
             float *bias = rand_buf((size_t)NOUT, 0.1f);
             float *gbias = dev_put(bias, (size_t)NOUT * 4);
             /* bound per output: sum |w x| (+ |bias|) over the dequantized rows */
-            double *bound = calloc((size_t)(RM * NOUT), sizeof(double));
+            double *bound = calloc((size_t)(2 * RM * NOUT), sizeof(double)); /* [segment][row][output] */
             float *wrow = malloc((size_t)E * 4);
-            for (int64_t o = 0; o < NOUT; o++) {
-                dequantize_row(types[0], w[0].host + quant_row_size(types[0], E) * (size_t)o, wrow, E);
-                for (int r = 0; r < RM; r++) {
-                    double b = fabs(bias[o]);
-                    for (int64_t e = 0; e < E; e++) b += fabs((double)wrow[e] * x[r * E + e]);
-                    bound[r * NOUT + o] = b;
+            for (int k = 0; k < 2; k++)
+                for (int64_t o = 0; o < NOUT; o++) {
+                    dequantize_row(types[k], w[k].host + quant_row_size(types[k], E) * (size_t)o, wrow, E);
+                    for (int r = 0; r < RM; r++) {
+                        double b = k ? 0 : fabs(bias[o]);
+                        for (int64_t e = 0; e < E; e++) b += fabs((double)wrow[e] * x[r * E + e]);
+                        bound[(k * RM + r) * NOUT + o] = b;
+                    }
                 }
-            }
             free(wrow);
             struct bk_act ra, ga;
             CHECK(bk_act_alloc(ref, RM, E, fmts, &ra) == VLLMC_OK);
             CHECK(bk_act_alloc(gpu, RM, E, fmts, &ga) == VLLMC_OK);
             memcpy(ra.x, x, (size_t)(RM * E) * 4);
             CHECK(gpu->ops->copy_to_device(gpu, ga.x, x, (size_t)(RM * E) * 4) == VLLMC_OK);
-            for (int ri = 0; ri < 5; ri++) {
+            for (int ri = 0; ri < 7; ri++) {
                 const int rows = rows_l[ri];
                 ra.n_rows = ga.n_rows = rows;
                 CHECK(ref->ops->quantize(ref, &ra) == VLLMC_OK);
                 CHECK(gpu->ops->quantize(gpu, &ga) == VLLMC_OK);
-                float *ry = ref_put(NULL, (size_t)(rows * ld) * 4);
+                float *ry = ref_put(NULL, (size_t)(rows * ld) * 4), *ry8 = ref_put(NULL, (size_t)(rows * ld) * 4);
                 float *poison = nan_buf((size_t)(rows * ld));
                 float *gy = dev_put(poison, (size_t)(rows * ld) * 4), *gy8 = dev_put(poison, (size_t)(rows * ld) * 4);
                 free(poison);
                 const struct bk_matmul_out ro = {.w = &w[0].r, .bias = bias, .y = ry, .ld_y = ld};
                 const struct bk_matmul_out go[2] = {{.w = &w[0].g, .bias = gbias, .y = gy, .ld_y = ld},
                                                     {.w = &w[1].g, .y = gy8, .ld_y = ld}};
+                const struct bk_matmul_out ro8 = {.w = &w[1].r, .y = ry8, .ld_y = ld};
                 CHECK(ref->ops->matmul(ref, &ra, 1, &ro) == VLLMC_OK);
+                CHECK(ref->ops->matmul(ref, &ra, 1, &ro8) == VLLMC_OK);
                 const uint64_t n0 = backend_cuda_mmr_launches();
                 CHECK(gpu->ops->matmul(gpu, &ga, 2, go) == VLLMC_OK);
                 /* (rows of fewer than 10 super-blocks take it from 8 activation rows) */
@@ -1196,16 +1204,23 @@ static void test_mmr(void) {
                     }
                 CHECK_MSG(mb < 2e-6, "mmr %s E %lld rows %d: max |d| / sum |w x| %.3g", quant_traits(types[0])->name, (long long)E,
                           rows, mb);
-                if (ri == 4) printf("mmr %s E %lld: rows 2 .. 27 against the CPU, max |d| / sum |w x| %.3g (rows %d)\n",
+                if (ri == 6) printf("mmr %s E %lld: rows 2 .. 64 against the CPU, max |d| / sum |w x| %.3g (rows %d)\n",
                                     quant_traits(types[0])->name, (long long)E, mb, rows);
-                /* the Q8_0 segment beside it: written (its own launch) */
+                /* the Q8_0 segment beside it (its own launch, mm_kernel_other): every output written, against the CPU */
                 dev_get(h, gy8, (size_t)(rows * ld) * 4);
                 size_t nan = 0;
+                double mb8 = 0;
                 for (int r = 0; r < rows; r++)
-                    for (int64_t o = 0; o < NOUT; o++) nan += isnan(h[r * ld + o]);
+                    for (int64_t o = 0; o < NOUT; o++) {
+                        nan += isnan(h[r * ld + o]);
+                        const double d = fabs((double)h[r * ld + o] - ry8[r * ld + o]);
+                        mb8 = fmax(mb8, isnan(d) ? INFINITY : d / fmax(bound[(RM + r) * NOUT + o], 1e-30));
+                    }
                 CHECK_MSG(nan == 0, "mmr: %zu outputs of the Q8_0 segment beside it not written", nan);
+                CHECK_MSG(mb8 < 2e-6, "mmr E %lld rows %d: the Q8_0 segment beside it, max |d| / sum |w x| %.3g", (long long)E, rows, mb8);
                 free(h);
                 ref->ops->free(ref, ry);
+                ref->ops->free(ref, ry8);
                 gpu->ops->free(gpu, gy);
                 gpu->ops->free(gpu, gy8);
             }
@@ -1219,6 +1234,8 @@ static void test_mmr(void) {
         }
     }
     backend_cuda_set_matvec_mmr(mmr0);
+    const char *gr = getenv("VLLMC_CUDA_GEMM_ROWS");
+    backend_cuda_set_prefill(gpu, gr && *gr ? atoi(gr) : 32, chunked); /* (the backend's defaults: cuda_backend.cu) */
 }
 
 /* Batch invariance (a backend with batch_invariant): a row's matmul output is the same bits whether it is
