@@ -1138,10 +1138,9 @@ static void test_cols_rows(void) {
 static void test_mmr(void) {
     const int mmr0 = backend_cuda_set_matvec_mmr(64);
     if (backend_cuda_set_matvec_mmr(64) != 64) { printf("mmr: no such kernel on this target, skipped\n"); return; }
-    /* no f16 GEMM here (which batch the backend last saw decides its row threshold); the defaults back after */
-    const char *gc = getenv("VLLMC_CUDA_GDN_CHUNKED");
-    const bool chunked = !(gc && !strcmp(gc, "0"));
-    backend_cuda_set_prefill(gpu, 0, chunked);
+    /* no f16 GEMM here (which batch the backend last saw decides its row threshold); the thresholds back after */
+    int gemm_rows = 0, gemm_dec_rows = 0;
+    backend_cuda_swap_gemm_rows(gpu, &gemm_rows, &gemm_dec_rows);
     const int64_t Es[4] = {2048, 2560, 4096, 9216};
     /* up to 64: decode steps of up to 64 sequences take it (the f16 GEMM from 65 decode rows) */
     const int rows_l[7] = {2, 8, 9, 16, 27, 40, 64}, RM = 64;
@@ -1234,8 +1233,7 @@ static void test_mmr(void) {
         }
     }
     backend_cuda_set_matvec_mmr(mmr0);
-    const char *gr = getenv("VLLMC_CUDA_GEMM_ROWS");
-    backend_cuda_set_prefill(gpu, gr && *gr ? atoi(gr) : 32, chunked); /* (the backend's defaults: cuda_backend.cu) */
+    backend_cuda_swap_gemm_rows(gpu, &gemm_rows, &gemm_dec_rows);
 }
 
 /* Batch invariance (a backend with batch_invariant): a row's matmul output is the same bits whether it is

@@ -122,6 +122,7 @@ struct cu_backend {
     /* prefill: dense GEMM (NULL where unavailable), its f16 scratch, the chunked GDN's scratch */
     struct gpu_gemm *gemm;
     int32_t gemm_min_rows;
+    int32_t gemm_min_decode_rows; /* the same for decode steps (every token its own sequence) */
     bool gdn_chunked, attn_prefill;
     bool gemm_act_q8;          /* the GEMM's activation operand: the quantized rows' values (backend_cuda_set_gemm_act) */
     gpuError_t gemm_err;
@@ -881,7 +882,7 @@ template <typename T> static vllmc_status grow_scratch(cu_backend *c, T **p, int
 
 static bool gemm_rows_ok(const cu_backend *c, const struct bk_act *act) {
     const bool decode = c->n_tokens == c->n_seqs && c->max_run <= 1 && c->runs_unique;
-    const int32_t min_rows = decode && c->gemm_min_rows == GEMM_MIN_ROWS ? GEMM_MIN_DECODE_ROWS : c->gemm_min_rows;
+    const int32_t min_rows = decode ? c->gemm_min_decode_rows : c->gemm_min_rows;
     return c->gemm && !c->batch_invariant && min_rows > 0 && act->n_rows >= min_rows && act->n_rows <= 65535 && act->x &&
            act->n_cols % 32 == 0;
 }
@@ -1664,8 +1665,9 @@ extern "C" vllmc_status backend_cuda_create(const struct backend_cuda_opts *o, s
     /* prefill paths; VLLMC_CUDA_GEMM_ROWS (0: never), VLLMC_CUDA_GDN_CHUNKED=0 and VLLMC_CUDA_ATTN_PREFILL=0
      * override for measurements */
     c->gemm_min_rows = GEMM_MIN_ROWS;
+    c->gemm_min_decode_rows = GEMM_MIN_DECODE_ROWS;
     env = getenv("VLLMC_CUDA_GEMM_ROWS");
-    if (env && *env) c->gemm_min_rows = atoi(env);
+    if (env && *env) c->gemm_min_rows = c->gemm_min_decode_rows = atoi(env); /* one threshold for every batch */
     c->gdn_chunked = env_on("VLLMC_CUDA_GDN_CHUNKED");
     c->attn_prefill = env_on("VLLMC_CUDA_ATTN_PREFILL");
     env = getenv("VLLMC_CUDA_GEMM_ACT");
@@ -1836,9 +1838,17 @@ extern "C" bool backend_cuda_has_gemm(struct backend *be) { return cub(be)->gemm
 
 extern "C" void backend_cuda_set_gemm_act(struct backend *be, bool quantized) { cub(be)->gemm_act_q8 = quantized; }
 
+extern "C" void backend_cuda_swap_gemm_rows(struct backend *be, int *rows, int *decode_rows) {
+    cu_backend *c = cub(be);
+    const int r = c->gemm_min_rows, d = c->gemm_min_decode_rows;
+    c->gemm_min_rows = *rows;
+    c->gemm_min_decode_rows = *decode_rows;
+    *rows = r;
+    *decode_rows = d;
+}
 extern "C" void backend_cuda_set_prefill(struct backend *be, int gemm_min_rows, bool gdn_chunked) {
     cu_backend *c = cub(be);
     flush(c);
-    c->gemm_min_rows = gemm_min_rows;
+    c->gemm_min_rows = c->gemm_min_decode_rows = gemm_min_rows;
     c->gdn_chunked = gdn_chunked;
 }

@@ -155,10 +155,14 @@ vllmc_status backend_cuda_weight_f16(struct backend *be, const struct bk_tensor 
 /* Whether prefill matmuls can take the dense GEMM (a GEMM library was found). */
 bool backend_cuda_has_gemm(struct backend *be);
 /* Prefill path thresholds (tests, measurements): matmuls of at least gemm_min_rows activation rows dequantize
- * the weight to f16 and run the dense GEMM (<= 0: never; default 32, env VLLMC_CUDA_GEMM_ROWS); gdn_chunked
+ * the weight to f16 and run the dense GEMM (<= 0: never; default 32, and 65 for decode steps, whose tokens are each
+ * their own sequence; this call and env VLLMC_CUDA_GEMM_ROWS set one threshold for every batch); gdn_chunked
  * false keeps the token-by-token GDN rule for every run (env VLLMC_CUDA_GDN_CHUNKED=0). The prefill attention
  * kernel is switched off with env VLLMC_CUDA_ATTN_PREFILL=0. A batch_invariant backend uses none of the three. */
 void backend_cuda_set_prefill(struct backend *be, int gemm_min_rows, bool gdn_chunked);
+/* The GEMM's row thresholds for other batches and for decode steps: *rows and *decode_rows set, the previous values
+ * returned in their place (so a second call restores them). */
+void backend_cuda_swap_gemm_rows(struct backend *be, int *rows, int *decode_rows);
 /* The GEMM path's activation operand: false (default) the f16 rounding of the f32 rows; true the f16 rounding
  * of the values of the quantized rows (d * q, Q8_K for k-quant weights, Q8_0 for the legacy ones): what the
  * CPU's integer dot products multiply, so prefill through the GEMM differs from the CPU by the f16 roundings
