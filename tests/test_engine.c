@@ -103,6 +103,36 @@ static int run_engine(const char *path, const vllmc_engine_opts *o, const int *i
 
 static int same_tokens(int32_t a[NP][NGEN], int32_t b[NP][NGEN], int p) { return !memcmp(a[p], b[p], sizeof(a[p])); }
 
+/* The same without the engine's thread (engine_model_create(..., false)): every prompt submitted, then engine_step in
+ * this thread until nothing is left, so the batches do not depend on when the requests arrived (test_cuda_engine's
+ * checks without batch invariance rest on this). Returns the number of steps, or -1. */
+static int64_t run_engine_stepped(const char *path, const vllmc_engine_opts *o, int32_t out[NP][NGEN]) {
+    vllmc_engine *e = NULL;
+    if (engine_model_create(path, o, false, &e)) { fprintf(stderr, "engine: %s\n", vllmc_last_error()); return -1; }
+    vllmc_request *h[NP] = {0};
+    vllmc_sampling_params sp;
+    vllmc_sampling_params_default(&sp);
+    sp.max_tokens = NGEN;
+    sp.ignore_eos = 1;
+    int64_t steps = 0;
+    for (int i = 0; i < NP; i++)
+        if (vllmc_engine_submit(e, prompts[i], n_prompt[i], &sp, NULL, NULL, &h[i])) steps = -1;
+    vllmc_output r;
+    if (steps == 0 && h[0] && vllmc_request_next(h[0], 0, &r) == VLLMC_OK && r.n_tokens != 0) steps = -1; /* nothing before a step */
+    while (steps >= 0 && engine_step(e)) steps++;
+    for (int i = 0; i < NP && steps >= 0; i++) {
+        if (vllmc_request_next(h[i], 0, &r) || r.finish != VLLMC_FINISH_LENGTH || r.n_tokens != NGEN) {
+            fprintf(stderr, "stepped request %d: finish %d after %d tokens\n", i, (int)r.finish, r.n_tokens);
+            steps = -1;
+            break;
+        }
+        memcpy(out[i], r.tokens, sizeof(out[i]));
+    }
+    for (int i = 0; i < NP; i++) vllmc_request_release(h[i]);
+    vllmc_engine_destroy(e);
+    return steps;
+}
+
 /* Prompt 6, then prompt 7 (sharing its first 64 tokens) in one engine; prompt 7's tokens must equal the
  * cold run. Returns whether the model has recurrent state. */
 static bool prefix_run(const char *path, int32_t snapshots, int32_t cold[NP][NGEN]) {
@@ -170,12 +200,17 @@ static void test_model(const char *path) {
     vllmc_engine_stats sq;
     CHECK(run_engine(path, &o, all, NP, squeezed, &sq) == 0);
     CHECK_MSG(sq.preemptions > 0, "squeezed run had no preemption");
-    printf("  together: %lld steps; squeezed: %lld steps, %lld preemptions\n", (long long)st.steps, (long long)sq.steps,
-           (long long)sq.preemptions);
+    static int32_t stepped[NP][NGEN];
+    engine_opts(&o, NP, 40, 0, 1);
+    const int64_t n_steps = run_engine_stepped(path, &o, stepped);
+    CHECK_MSG(n_steps > 0, "stepped run failed");
+    printf("  together: %lld steps; squeezed: %lld steps, %lld preemptions; stepped in this thread: %lld steps\n", (long long)st.steps,
+           (long long)sq.steps, (long long)sq.preemptions, (long long)n_steps);
     for (int p = 0; p < NP; p++) {
         CHECK_MSG(same_tokens(ref, alone, p), "%s prompt %d: engine alone differs from the single-sequence loop", path, p);
         CHECK_MSG(same_tokens(ref, together, p), "%s prompt %d: batched differs from alone", path, p);
         CHECK_MSG(same_tokens(ref, squeezed, p), "%s prompt %d: with preemption differs from alone", path, p);
+        CHECK_MSG(same_tokens(ref, stepped, p), "%s prompt %d: stepped in this thread differs from alone", path, p);
     }
 
     /* prefix caching: prompt 7 = prompt 6 (80 tokens) + 10 more, as a chat's next turn extends the last */
