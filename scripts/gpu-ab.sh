@@ -16,8 +16,9 @@ for rep in $(seq 1 "${AB_REPS:-2}"); do
     for m in ${AB_MODELS:-qwen35-4b}; do
         for v in ${AB_VARIANTS:-base:X=1}; do
             name=${v%%:*}; envs=${v#*:}
+            # a comma before NAME= separates variables; others stay in the value (VLLMC_CUDA_MMR=64,10,8), as in gpu-check
             # shellcheck disable=SC2046,SC2086
-            env $(echo "$envs" | tr ',' ' ') timeout 200 /tmp/abbin/vllmc bench -m /tmp/models/$m.gguf ${AB_ARGS:---concurrency 16 -p 128 -g 128 -r 3} \
+            env $(echo "$envs" | sed 's/,\([A-Z_][A-Z0-9_]*=\)/ \1/g') timeout 200 /tmp/abbin/vllmc bench -m /tmp/models/$m.gguf ${AB_ARGS:---concurrency 16 -p 128 -g 128 -r 3} \
                 >"$OUT/ab_${m}_${name}_$rep.txt" 2>&1
             echo "$m $name run $rep: $(grep '^| [0-9]' "$OUT/ab_${m}_${name}_$rep.txt" | awk -F'|' '{printf "N=%s %s tok/s ITL %s ms; ", $2, $4, $7}')"
         done

@@ -880,9 +880,12 @@ template <typename T> static vllmc_status grow_scratch(cu_backend *c, T **p, int
     return VLLMC_OK;
 }
 
+/* The batch is a decode step: every token its own sequence (no run longer than one, no sequence twice), so the
+ * tokens are independent (the GDN kernels take them in parallel, the GEMM waits for more rows). */
+static bool decode_batch(const cu_backend *c) { return c->max_run <= 1 && c->runs_unique; }
+
 static bool gemm_rows_ok(const cu_backend *c, const struct bk_act *act) {
-    const bool decode = c->n_tokens == c->n_seqs && c->max_run <= 1 && c->runs_unique;
-    const int32_t min_rows = decode ? c->gemm_min_decode_rows : c->gemm_min_rows;
+    const int32_t min_rows = decode_batch(c) ? c->gemm_min_decode_rows : c->gemm_min_rows;
     return c->gemm && !c->batch_invariant && min_rows > 0 && act->n_rows >= min_rows && act->n_rows <= 65535 && act->x &&
            act->n_cols % 32 == 0;
 }
@@ -1199,10 +1202,8 @@ static vllmc_status cu_logits(struct backend *be, const struct bk_act *act, cons
 static bool fuse_gdn_conv(cu_backend *c, const struct bk_gdn_params *p, const float *in, int64_t ld_in, int64_t conv_dim,
                           float *conv_state, int64_t conv_floats, const float *conv_w, float *conv_out) {
     uint32_t op = 0;
-    /* decode steps of one token a sequence only: the conv kernels take the tokens in parallel (gemv_q.cu) */
-    rec_matmul *m = c->fuse_conv && p->d_conv == CU_CONV_K && c->n_tokens == c->n_seqs && c->runs_unique && c->max_run <= 1
-                        ? (rec_matmul *)rec_back(c, 1, &op)
-                        : NULL;
+    /* decode steps only: the conv kernels take the tokens in parallel (gemv_q.cu) */
+    rec_matmul *m = c->fuse_conv && p->d_conv == CU_CONV_K && decode_batch(c) ? (rec_matmul *)rec_back(c, 1, &op) : NULL;
     if (!m || op != CU_OP_MATMUL || m->a.conv.on || m->a.n_act != c->n_tokens) return false;
     for (int i = 0; i < m->a.n_seg; i++) {
         const struct cu_mm_seg *sg = &m->a.seg[i];
@@ -1259,7 +1260,7 @@ static vllmc_status cu_gdn(struct backend *be, struct bk_rs_cache *rs, const str
     r.a.eps = p->eps; r.a.out = out->x;
     r.a.conv_done = !chunked && fuse_gdn_conv(c, p, in, ld_in, conv_dim, r.a.conv_state, r.a.conv_floats, r.a.conv_w, work);
     /* a decode step of several sequences: the rule kernel takes its tokens in parallel (each its own state) */
-    r.a.per_token = !chunked && c->n_tokens > 1 && c->max_run <= 1 && c->runs_unique;
+    r.a.per_token = !chunked && c->n_tokens > 1 && decode_batch(c);
     out->n_rows = c->n_tokens;
     /* gated RMSNorm with z (in[:, conv_dim:]) fused into the quantize; in a recorded step, into the rule kernel */
     rec_nq q;
@@ -1610,6 +1611,7 @@ extern "C" vllmc_status backend_cuda_create(const struct backend_cuda_opts *o, s
     const char *env;
     if (c->eager && (env = getenv("VLLMC_CUDA_HASH_LOG")) && *env) {
         if ((c->hash_log = fopen(env, "a"))) fprintf(c->hash_log, "== backend\n");
+        else LOG_WARN("VLLMC_CUDA_HASH_LOG: cannot open %s for appending: no op hashes", env);
     }
     env = getenv("VLLMC_CUDA_FUSE_NQ"); /* BACKEND_CUDA_FUSE_* mask; off until measured */
     c->fuse_nq = env ? (unsigned)strtoul(env, NULL, 0) & BACKEND_CUDA_FUSE_ALL : 0;
