@@ -72,10 +72,11 @@ static void check_act_quant(const struct bk_act *ra, const struct bk_act *ga, in
 
 /* matmul of 6 weights of mixed types sharing one activation (with bias and ld_y; two launches of at most
  * 4), 1 and 11 rows; quantize feeds it. */
-#define NW 6
+#define NW 8
 static void test_matmul(int64_t E) {
-    const uint32_t types[NW] = {GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, GGML_TYPE_Q8_0, GGML_TYPE_F32, GGML_TYPE_Q5_0, GGML_TYPE_Q4_0};
-    const int64_t nout[NW] = {37, 64, 29, 16, 45, 18};
+    const uint32_t types[NW] = {GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, GGML_TYPE_Q8_0, GGML_TYPE_F32, GGML_TYPE_Q5_0, GGML_TYPE_Q4_0,
+                                GGML_TYPE_Q5_K, GGML_TYPE_IQ4_XS};
+    const int64_t nout[NW] = {37, 64, 29, 16, 45, 18, 33, 27};
     struct pair_w w[NW];
     for (int i = 0; i < NW; i++) make_weight(&w[i], types[i], E, nout[i]);
     const uint32_t fmts = BK_ACT_BIT(BK_ACT_Q8_K) | BK_ACT_BIT(BK_ACT_Q8_0);
@@ -248,10 +249,11 @@ static void test_batch_ops(void) {
     batch_two_seqs(&tb, 5, 100, 3, 7, 300);
     set_batch(&tb);
     const int T = tb.b.n_tokens;
-    const uint32_t types[6] = {GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, GGML_TYPE_Q8_0, GGML_TYPE_F32, GGML_TYPE_Q5_0, GGML_TYPE_Q4_0};
+    const uint32_t types[8] = {GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, GGML_TYPE_Q8_0, GGML_TYPE_F32, GGML_TYPE_Q5_0, GGML_TYPE_Q4_0,
+                               GGML_TYPE_Q5_K, GGML_TYPE_IQ4_XS};
     const int64_t E = 512;
     float *h = malloc((size_t)(T * E) * 4);
-    for (int i = 0; i < 6; i++) {
+    for (int i = 0; i < 8; i++) {
         struct pair_w w;
         make_weight(&w, types[i], E, 300);
         float *ro = ref_put(NULL, (size_t)(T * E) * 4), *go = dev_put(NULL, (size_t)(T * E) * 4);
@@ -573,6 +575,9 @@ static void test_moe(void) {
     test_moe_case('A', q4, q4, q6, 1, GGML_TYPE_Q8_0, q4, q4, 256, 512, 256, 12, 9, 4, 0);
     test_moe_case('B', GGML_TYPE_Q8_0, q4, GGML_TYPE_Q8_0, 1, GGML_TYPE_F32, GGML_TYPE_F32, q6, 512, 512, 256, 12, 9, 4, 0);
     test_moe_case('C', q6, GGML_TYPE_Q5_0, GGML_TYPE_Q4_0, 0, 0, 0, 0, 0, 512, 256, 12, 9, 4, 0);
+    /* Q5_K / IQ4_XS experts (Q5_K_M and IQ4_XS files): the general path's row functions */
+    test_moe_case('F', GGML_TYPE_Q5_K, GGML_TYPE_Q5_K, GGML_TYPE_IQ4_XS, 1, GGML_TYPE_IQ4_XS, GGML_TYPE_Q5_K, q6, 512, 512, 256, 12, 9,
+                  4, 0);
     /* column-split expert kernels: merged shared rows at the real width (2,048 columns: 4 warps a row), top-8 */
     test_moe_case('D', q4, q4, q6, 1, q4, q4, q6, 512, 2048, 512, 24, 17, 8, 1);
     /* separate shared rows of another width: the column-split kernels want one row width in each launch, so this

@@ -24,8 +24,9 @@
 #include "test.h"
 #include "cuda_pair.h"
 
-#define N_GEMM_TYPES 5
-static const uint32_t gemm_types[N_GEMM_TYPES] = {GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q5_0};
+#define N_GEMM_TYPES 7
+static const uint32_t gemm_types[N_GEMM_TYPES] = {GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q5_0,
+                                                  GGML_TYPE_Q5_K, GGML_TYPE_IQ4_XS};
 
 static void test_dequant_f16(void) {
     for (int ti = 0; ti < N_GEMM_TYPES; ti++) {
@@ -73,7 +74,7 @@ static void test_gemm_matmul(bool act_q8) {
     backend_cuda_set_gemm_act(gpu, act_q8);
     const int NO = N_GEMM_TYPES + 1;
     const int64_t E = 512 + 256 * (int64_t)(test_rand_u64() % 3);
-    const int64_t nout[N_GEMM_TYPES + 1] = {300, 77, 129, 64, 96, 40};
+    const int64_t nout[N_GEMM_TYPES + 1] = {300, 77, 129, 64, 96, 88, 53, 40};
     struct pair_w w[N_GEMM_TYPES + 1];
     for (int i = 0; i < NO; i++) make_weight(&w[i], i < N_GEMM_TYPES ? gemm_types[i] : GGML_TYPE_F32, E, nout[i]);
     const uint32_t fmts = BK_ACT_BIT(BK_ACT_Q8_K) | BK_ACT_BIT(BK_ACT_Q8_0);

@@ -33,6 +33,32 @@ static __device__ float dequant_elem(const uint8_t *row, uint32_t type, int64_t 
         const float a = __fmul_rn(d, (float)sc), bm = __fmul_rn(dmin, (float)m);
         return __fsub_rn(__fmul_rn(a, (float)q), bm);
     }
+    case GGML_TYPE_Q5_K: { /* Q4_K's element, the 5th bit from qh (gemv_q.cu repack_row) */
+        const int64_t ns = n / QK_K, s = e / QK_K;
+        const int i = (int)(e % QK_K), c = i / 64, l = i % 64, sub = i / 32;
+        const uint8_t qb = row[128 * s + 32 * c + (l % 32)];
+        const int q = (l < 32 ? (qb & 15) : (qb >> 4)) | (((row[128 * ns + 32 * s + (i % 32)] >> sub) & 1) << 4);
+        const uint8_t *S = row + 160 * ns + 12 * s;
+        const uint8_t *dm = row + 160 * ns + ((12 * ns + 15) & ~(int64_t)15) + 4 * s;
+        int sc, m;
+        if (sub < 4) { sc = S[sub] & 63; m = S[sub + 4] & 63; }
+        else { sc = (S[sub + 4] & 15) | ((S[sub - 4] >> 6) << 4); m = (S[sub + 4] >> 4) | ((S[sub] >> 6) << 4); }
+        const float d = fp16_to_fp32((uint16_t)(dm[0] | (dm[1] << 8))), dmin = fp16_to_fp32((uint16_t)(dm[2] | (dm[3] << 8)));
+        const float a = __fmul_rn(d, (float)sc), bm = __fmul_rn(dmin, (float)m);
+        return __fsub_rn(__fmul_rn(a, (float)q), bm);
+    }
+    case GGML_TYPE_IQ4_XS: { /* d * (scale - 32) * kvalues_iq4nl[q] */
+        const int64_t ns = n / QK_K, s = e / QK_K;
+        const int i = (int)(e % QK_K), b = i / 32, j = i % 32;
+        const uint8_t qb = row[128 * s + 16 * b + (j % 16)];
+        const int q = j < 16 ? (qb & 15) : (qb >> 4);
+        const uint8_t *dh = row + 128 * ns + ((4 * ns + 15) & ~(int64_t)15) + 4 * s;
+        const int sh = dh[2] | (dh[3] << 8);
+        const int ls = (((row[128 * ns + 4 * s + b / 2] >> (4 * (b % 2))) & 15) | (((sh >> (2 * b)) & 3) << 4)) - 32;
+        const float d = fp16_to_fp32((uint16_t)(dh[0] | (dh[1] << 8)));
+        const int8_t kv[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113}; /* kvalues_iq4nl */
+        return __fmul_rn(__fmul_rn(d, (float)ls), (float)kv[q]);
+    }
     case GGML_TYPE_Q6_K: {
         const int64_t ns = n / QK_K, s = e / QK_K;
         const int i = (int)(e % QK_K), h = i / 128, g = (i % 128) / 32, l = i % 32;

@@ -32,7 +32,9 @@ uint64_t cu_weight_row_stride(uint32_t type, int64_t n) {
     if (n <= 0) return 0;
     switch (type) {
     case GGML_TYPE_Q4_K: return n % QK_K ? 0 : 128 * (uint64_t)(n / QK_K) + pad16(12 * (uint64_t)(n / QK_K)) + pad16(4 * (uint64_t)(n / QK_K));
+    case GGML_TYPE_Q5_K: return n % QK_K ? 0 : 160 * (uint64_t)(n / QK_K) + pad16(12 * (uint64_t)(n / QK_K)) + pad16(4 * (uint64_t)(n / QK_K));
     case GGML_TYPE_Q6_K: return n % QK_K ? 0 : 208 * (uint64_t)(n / QK_K) + pad16(2 * (uint64_t)(n / QK_K));
+    case GGML_TYPE_IQ4_XS: return n % QK_K ? 0 : 128 * (uint64_t)(n / QK_K) + pad16(4 * (uint64_t)(n / QK_K)) + pad16(4 * (uint64_t)(n / QK_K));
     case GGML_TYPE_Q8_0: return n % 32 ? 0 : 32 * (uint64_t)(n / 32) + pad16(2 * (uint64_t)(n / 32));
     case GGML_TYPE_Q4_0: return n % 32 ? 0 : 16 * (uint64_t)(n / 32) + pad16(2 * (uint64_t)(n / 32));
     case GGML_TYPE_Q5_0: return n % 32 ? 0 : 16 * (uint64_t)(n / 32) + pad16(4 * (uint64_t)(n / 32)) + pad16(2 * (uint64_t)(n / 32));
@@ -57,6 +59,32 @@ static void repack_row(uint32_t type, const uint8_t *src, int64_t n, uint8_t *ds
             } else {
                 memcpy(qs + 128 * s, b->qs, 128); memcpy(sc + 12 * s, b->scales, 12);
                 memcpy(dm + 4 * s, &b->d, 2); memcpy(dm + 4 * s + 2, &b->dmin, 2);
+            }
+        }
+    } else if (type == GGML_TYPE_Q5_K) { /* the quants, the high bits, the 12 scale bytes, d / dmin (Q4_K's order) */
+        const int64_t ns = n / QK_K;
+        uint8_t *qs = dst, *qh = dst + 128 * ns, *sc = qh + 32 * ns, *dm = sc + pad16(12 * ns);
+        for (int64_t s = 0; s < ns; s++) {
+            block_q5_K *b = (block_q5_K *)(src + s * sizeof(block_q5_K));
+            if (unpack) {
+                memcpy(b->qs, qs + 128 * s, 128); memcpy(b->qh, qh + 32 * s, 32); memcpy(b->scales, sc + 12 * s, 12);
+                memcpy(&b->d, dm + 4 * s, 2); memcpy(&b->dmin, dm + 4 * s + 2, 2);
+            } else {
+                memcpy(qs + 128 * s, b->qs, 128); memcpy(qh + 32 * s, b->qh, 32); memcpy(sc + 12 * s, b->scales, 12);
+                memcpy(dm + 4 * s, &b->d, 2); memcpy(dm + 4 * s + 2, &b->dmin, 2);
+            }
+        }
+    } else if (type == GGML_TYPE_IQ4_XS) { /* the quants, the 4 low-scale bytes, then d | scales_h << 16 a word */
+        const int64_t ns = n / QK_K;
+        uint8_t *qs = dst, *sl = dst + 128 * ns, *dh = sl + pad16(4 * ns);
+        for (int64_t s = 0; s < ns; s++) {
+            block_iq4_xs *b = (block_iq4_xs *)(src + s * sizeof(block_iq4_xs));
+            if (unpack) {
+                memcpy(b->qs, qs + 128 * s, 128); memcpy(b->scales_l, sl + 4 * s, 4);
+                memcpy(&b->d, dh + 4 * s, 2); memcpy(&b->scales_h, dh + 4 * s + 2, 2);
+            } else {
+                memcpy(qs + 128 * s, b->qs, 128); memcpy(sl + 4 * s, b->scales_l, 4);
+                memcpy(dh + 4 * s, &b->d, 2); memcpy(dh + 4 * s + 2, &b->scales_h, 2);
             }
         }
     } else if (type == GGML_TYPE_Q6_K) {
@@ -263,6 +291,139 @@ static __device__ void row_q4_K(const uint8_t *wr, int n_sb, const cu_act_view &
                 M += shfl_xor(M, 1); M += shfl_xor(M, 2);
                 if (c == 0 && ok && r < na) acc[r] += term_kmin(da, d, dmin, I, M);
             }
+        }
+    }
+}
+
+/* Q5_K x Q8_K: row_q4_K's lanes and sums, the 5th bit of sub-block j's element l from bit j of qh[l] (a repacked
+ * row: the quants, then the 32 qh bytes of each super-block, the 12 scale bytes, d / dmin from a 16-byte boundary). */
+template <int NA>
+static __device__ void row_q5_K(const uint8_t *wr, int n_sb, const cu_act_view &a, int a0, int na, float *acc, int lane) {
+    const int g = lane >> 2, c = lane & 3;
+    const uint8_t *qhb = wr + 128 * (size_t)n_sb, *scb = qhb + 32 * (size_t)n_sb;
+    const uint8_t *dmb = scb + ((12 * (size_t)n_sb + 15) & ~(size_t)15);
+    for (int st = 0; st < (n_sb + 7) / 8; st++) {
+        const int sb = 8 * st + g;
+        const bool ok = sb < n_sb;
+        uint4 q0 = make_uint4(0, 0, 0, 0), q1 = q0, h0 = q0, h1 = q0;
+        uint32_t sw0 = 0, sw1 = 0, sw2 = 0, dm = 0;
+        if (ok) {
+            const uint4 *qp = (const uint4 *)(wr + 128 * (size_t)sb + 32 * c), *hp = (const uint4 *)(qhb + 32 * (size_t)sb);
+            q0 = gpu_ldg(qp); q1 = gpu_ldg(qp + 1);
+            h0 = gpu_ldg(hp); h1 = gpu_ldg(hp + 1);
+            const uint32_t *sp = (const uint32_t *)(scb + 12 * (size_t)sb);
+            sw0 = gpu_ldg(sp); sw1 = gpu_ldg(sp + 1); sw2 = gpu_ldg(sp + 2);
+            dm = gpu_ldg((const uint32_t *)(dmb + 4 * (size_t)sb));
+        }
+        int sc0, m0, sc1, m1;
+        k4_scale_min(2 * c, sw0, sw1, sw2, sc0, m0);
+        k4_scale_min(2 * c + 1, sw0, sw1, sw2, sc1, m1);
+        const uint32_t qw[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
+        const uint32_t hw[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w};
+        int vlo[8], vhi[8]; /* 0 .. 31 a byte */
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            vlo[k] = (int)((qw[k] & 0x0F0F0F0Fu) | (((hw[k] >> (2 * c)) & 0x01010101u) << 4));
+            vhi[k] = (int)(((qw[k] >> 4) & 0x0F0F0F0Fu) | (((hw[k] >> (2 * c + 1)) & 0x01010101u) << 4));
+        }
+        const float d = fp16_to_fp32((uint16_t)(dm & 0xffff)), dmin = fp16_to_fp32((uint16_t)(dm >> 16));
+#pragma unroll
+        for (int r = 0; r < NA; r++) {
+            int I = 0, M = 0;
+            float da = 0.f;
+            if (ok && r < na) {
+                const int64_t ar = a0 + r;
+                const int8_t *aq = a.k_qs + ar * a.n + (int64_t)sb * QK_K + 64 * c;
+                const int4 l0 = *(const int4 *)aq, l1 = *(const int4 *)(aq + 16);
+                const int4 x0 = *(const int4 *)(aq + 32), x1 = *(const int4 *)(aq + 48);
+                const int al[8] = {l0.x, l0.y, l0.z, l0.w, l1.x, l1.y, l1.z, l1.w};
+                const int ah[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+                int slo = 0, shi = 0;
+#pragma unroll
+                for (int k = 0; k < 8; k++) {
+                    slo = dot4_i8(vlo[k], al[k], slo);
+                    shi = dot4_i8(vhi[k], ah[k], shi);
+                }
+                const int2 bs = *(const int2 *)(a.k_bs + ar * (a.n / 16) + (int64_t)sb * 16 + 4 * c);
+                const int b0 = (int)(int16_t)(bs.x & 0xffff), b1 = (int)(int16_t)(bs.x >> 16);
+                const int b2 = (int)(int16_t)(bs.y & 0xffff), b3 = (int)(int16_t)(bs.y >> 16);
+                I = sc0 * slo + sc1 * shi;
+                M = m0 * (b0 + b1) + m1 * (b2 + b3);
+                da = a.k_d[ar * (a.n / QK_K) + sb];
+            }
+            I += shfl_xor(I, 1); I += shfl_xor(I, 2);
+            M += shfl_xor(M, 1); M += shfl_xor(M, 2);
+            if (c == 0 && ok && r < na) acc[r] += term_kmin(da, d, dmin, I, M);
+        }
+    }
+}
+
+/* The IQ4_NL / IQ4_XS values of 4 nibbles (one in each byte's low 4 bits): two 8-entry byte selections from the
+ * table (kvalues_iq4nl, quant/blocks.h, as 4 little-endian words), picked per byte by the nibble's bit 3. */
+static __device__ __forceinline__ int iq4_values4(uint32_t nib) {
+    const uint32_t t0 = 0xBFAD9881u /* -127 -104 -83 -65 */, t1 = 0xF6EADDCFu /* -49 -35 -22 -10 */;
+    const uint32_t t2 = 0x26190D01u /* 1 13 25 38 */, t3 = 0x71594535u /* 53 69 89 113 */;
+    const uint32_t v = nib & 0x07070707u;
+    const uint32_t sel = (v & 0xFu) | ((v >> 4) & 0xF0u) | ((v >> 8) & 0xF00u) | ((v >> 12) & 0xF000u);
+    const uint32_t lo = __byte_perm(t0, t1, sel), hi = __byte_perm(t2, t3, sel);
+    const uint32_t m = ((nib >> 3) & 0x01010101u) * 0xFFu; /* 0xFF in the bytes whose nibble is 8 .. 15 */
+    return (int)((lo & ~m) | (hi & m));
+}
+
+/* IQ4_XS x Q8_K: lane (g, c) owns sub-blocks 2c and 2c + 1 of super-block 8*step + g (32 quant bytes: sub-block b is
+ * bytes 16b .. 16b + 15, element j the low nibble of byte j, element 16 + j its high nibble); its two 6-bit scales
+ * (- 32) as the reference's dot_iq4xs_scale; the integer sums reduced over the 4 lanes, the term the reference's
+ * term_k. A repacked row: the quants, the 4 low-scale bytes of each super-block, then d | scales_h << 16 a word. */
+template <int NA>
+static __device__ void row_iq4_xs(const uint8_t *wr, int n_sb, const cu_act_view &a, int a0, int na, float *acc, int lane) {
+    const int g = lane >> 2, c = lane & 3;
+    const uint8_t *slb = wr + 128 * (size_t)n_sb, *dhb = slb + ((4 * (size_t)n_sb + 15) & ~(size_t)15);
+    for (int st = 0; st < (n_sb + 7) / 8; st++) {
+        const int sb = 8 * st + g;
+        const bool ok = sb < n_sb;
+        uint4 q0 = make_uint4(0, 0, 0, 0), q1 = q0;
+        uint32_t slw = 0, dh = 0;
+        if (ok) {
+            const uint4 *qp = (const uint4 *)(wr + 128 * (size_t)sb + 32 * c);
+            q0 = gpu_ldg(qp); q1 = gpu_ldg(qp + 1);
+            slw = gpu_ldg((const uint32_t *)(slb + 4 * (size_t)sb));
+            dh = gpu_ldg((const uint32_t *)(dhb + 4 * (size_t)sb));
+        }
+        const uint32_t sh = dh >> 16;
+        const int ls0 = (int)((((slw >> (8 * c)) & 15u) | (((sh >> (4 * c)) & 3u) << 4))) - 32;
+        const int ls1 = (int)((((slw >> (8 * c + 4)) & 15u) | (((sh >> (4 * c + 2)) & 3u) << 4))) - 32;
+        const uint32_t qw[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
+        int vlo[8], vhi[8];
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            vlo[k] = iq4_values4(qw[k] & 0x0F0F0F0Fu);
+            vhi[k] = iq4_values4((qw[k] >> 4) & 0x0F0F0F0Fu);
+        }
+        const float d = fp16_to_fp32((uint16_t)(dh & 0xffff));
+#pragma unroll
+        for (int r = 0; r < NA; r++) {
+            int I = 0;
+            float da = 0.f;
+            if (ok && r < na) {
+                const int64_t ar = a0 + r;
+                const int4 *ap = (const int4 *)(a.k_qs + ar * a.n + (int64_t)sb * QK_K + 64 * c);
+                const int4 x0 = ap[0], x1 = ap[1], x2 = ap[2], x3 = ap[3];
+                /* sub-block 2c: elements 0 .. 15 (low nibbles of words 0 .. 3), 16 .. 31 (their high nibbles);
+                 * sub-block 2c + 1: 32 .. 47, 48 .. 63 from words 4 .. 7 */
+                const int A[16] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w, x2.x, x2.y, x2.z, x2.w, x3.x, x3.y, x3.z, x3.w};
+                int s0 = 0, s1 = 0;
+#pragma unroll
+                for (int k = 0; k < 4; k++) {
+                    s0 = dot4_i8(vlo[k], A[k], s0);
+                    s0 = dot4_i8(vhi[k], A[4 + k], s0);
+                    s1 = dot4_i8(vlo[4 + k], A[8 + k], s1);
+                    s1 = dot4_i8(vhi[4 + k], A[12 + k], s1);
+                }
+                I = ls0 * s0 + ls1 * s1;
+                da = a.k_d[ar * (a.n / QK_K) + sb];
+            }
+            I += shfl_xor(I, 1); I += shfl_xor(I, 2);
+            if (c == 0 && ok && r < na) acc[r] += term_k(da, d, I);
         }
     }
 }
@@ -484,6 +645,8 @@ static __device__ __forceinline__ void mm_row(const struct cu_mm_args &P, const 
     case GGML_TYPE_Q4_K: row_q4_K<NA>(wr, n / QK_K, P.a, a0, na, acc, lane); break;
     case GGML_TYPE_Q6_K: row_q6_K<NA>(wr, n / QK_K, P.a, a0, na, acc, lane); break;
     case GGML_TYPE_Q8_0: row_q8_0<NA>(wr, n / 32, P.a, a0, na, acc, lane); break;
+    case GGML_TYPE_Q5_K: row_q5_K<NA>(wr, n / QK_K, P.a, a0, na, acc, lane); break;
+    case GGML_TYPE_IQ4_XS: row_iq4_xs<NA>(wr, n / QK_K, P.a, a0, na, acc, lane); break;
     case GGML_TYPE_Q4_0: row_q45_0<NA, false>(wr, n / 32, P.a, a0, na, acc, lane); break;
     case GGML_TYPE_Q5_0: row_q45_0<NA, true>(wr, n / 32, P.a, a0, na, acc, lane); break;
     case GGML_TYPE_F32: row_f32<NA, NA == 1 ? 32 : 8>((const float *)wr, n, P.a, a0, na, acc, lane); break;
@@ -1900,6 +2063,10 @@ static bool mm_launch(const struct cu_mm_args *args, gpuStream_t s);
 static bool mm_launch_stream(const struct cu_mm_args *args, gpuStream_t s) {
     const int64_t n = args->a.n;
     if (cu_mm_cfg.stream_cps <= 0 || args->n_act != 1 || n % QK_K != 0) return false;
+    for (int i = 0; i < args->n_seg; i++) { /* the others go to the column-split kernel's Q8_0 / F32 path */
+        const int t = args->seg[i].type;
+        if (t != GGML_TYPE_Q4_K && t != GGML_TYPE_Q6_K && t != GGML_TYPE_Q8_0 && t != GGML_TYPE_F32) return false;
+    }
     int kt = 0;
     uint64_t stride = 0;
     unsigned kq = 0; /* the K-quant segments */
@@ -2443,9 +2610,11 @@ static bool mm_launch(const struct cu_mm_args *args, gpuStream_t s) {
     if (args->n_act == 1) {
         const int resident = mm_resident_ctas();
         const int cls = args->total_rows < cu_mm_cfg.rows[0] ? 0 : args->total_rows < cu_mm_cfg.rows[1] ? 1 : 2;
-        bool q40 = false; /* the tile kernels have Q4_K, Q6_K, Q8_0 and F32 */
-        for (int i = 0; i < args->n_seg; i++)
-            if (args->seg[i].type == GGML_TYPE_Q4_0 || args->seg[i].type == GGML_TYPE_Q5_0) q40 = true;
+        bool q40 = false; /* the tile kernels have Q4_K, Q6_K, Q8_0 and F32; the other types the row kernel */
+        for (int i = 0; i < args->n_seg; i++) {
+            const int t = args->seg[i].type;
+            if (t != GGML_TYPE_Q4_K && t != GGML_TYPE_Q6_K && t != GGML_TYPE_Q8_0 && t != GGML_TYPE_F32) q40 = true;
+        }
         int ks = q40 ? 0 : cu_mm_cfg.ks[cls];
         int tr = max(1, min(MM_TR, (int)cu_mm_cfg.tr[cls]));
         /* row_order (batch invariance): the row must sum as mm_row does in the multi-row kernel: no split-K over
@@ -2580,6 +2749,8 @@ static __global__ void __launch_bounds__(32 * CU_MM_WARPS) moe_mm_kernel(const s
                 float v[1] = {0.f};
                 if (type == GGML_TYPE_Q4_0) row_q45_0<1, false>(wr, n / 32, a, 0, 1, v, lane);
                 else if (type == GGML_TYPE_Q5_0) row_q45_0<1, true>(wr, n / 32, a, 0, 1, v, lane);
+                else if (type == GGML_TYPE_Q5_K) row_q5_K<1>(wr, n / QK_K, a, 0, 1, v, lane);
+                else if (type == GGML_TYPE_IQ4_XS) row_iq4_xs<1>(wr, n / QK_K, a, 0, 1, v, lane);
                 else if (type == GGML_TYPE_F32) row_f32<1>((const float *)wr, n, a, 0, 1, v, lane);
                 if (type != GGML_TYPE_F32) v[0] = group32_sum(v[0]);
                 acc_add(acc, r, v[0]);

@@ -46,6 +46,40 @@ static __device__ __forceinline__ uint4 dequant8_f16(const uint8_t *row, uint32_
             const int q = (int)((w >> (8 * (k % 4) + shift)) & 15);
             y[k] = __fsub_rn(__fmul_rn(a, (float)q), bm);
         }
+    } else if (type == GGML_TYPE_Q5_K) { /* Q4_K's, the 5th bit (bit sub of qh[l % 32]) from the 32 qh bytes */
+        const int ns = n / QK_K, s = e0 / QK_K;
+        const int i = e0 % QK_K, c = i / 64, l = i % 64, sub = i / 32;
+        const uint2 qw = *(const uint2 *)(row + 128 * s + 32 * c + (l % 32));
+        const uint2 hw = *(const uint2 *)(row + 128 * ns + 32 * s + (l % 32));
+        const uint8_t *S = row + 160 * ns + 12 * s;
+        const uint8_t *dm = row + 160 * ns + ((12 * ns + 15) & ~15) + 4 * s;
+        int sc, m;
+        if (sub < 4) { sc = S[sub] & 63; m = S[sub + 4] & 63; }
+        else { sc = (S[sub + 4] & 15) | ((S[sub - 4] >> 6) << 4); m = (S[sub + 4] >> 4) | ((S[sub] >> 6) << 4); }
+        const uint32_t dmw = *(const uint32_t *)dm;
+        const float a = __fmul_rn(fp16_to_fp32((uint16_t)(dmw & 0xffff)), (float)sc);
+        const float bm = __fmul_rn(fp16_to_fp32((uint16_t)(dmw >> 16)), (float)m);
+        const int shift = l < 32 ? 0 : 4;
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            const uint32_t w = k < 4 ? qw.x : qw.y, h = k < 4 ? hw.x : hw.y;
+            const int q = (int)((w >> (8 * (k % 4) + shift)) & 15) | (int)(((h >> (8 * (k % 4) + sub)) & 1) << 4);
+            y[k] = __fsub_rn(__fmul_rn(a, (float)q), bm);
+        }
+    } else if (type == GGML_TYPE_IQ4_XS) { /* d * (scale - 32) * kvalues_iq4nl[q] (quant/dequant.c dequant_iq4_xs) */
+        const int ns = n / QK_K, s = e0 / QK_K;
+        const int i = e0 % QK_K, b = i / 32, j0 = i % 32;
+        const uint2 qw = *(const uint2 *)(row + 128 * s + 16 * b + (j0 % 16));
+        const uint32_t dh = *(const uint32_t *)(row + 128 * ns + ((4 * ns + 15) & ~15) + 4 * s);
+        const int ls = (((row[128 * ns + 4 * s + b / 2] >> (4 * (b % 2))) & 15) | (int)(((dh >> (16 + 2 * b)) & 3) << 4)) - 32;
+        const float a = __fmul_rn(fp16_to_fp32((uint16_t)(dh & 0xffff)), (float)ls);
+        const int8_t kv[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113}; /* kvalues_iq4nl */
+        const int shift = j0 < 16 ? 0 : 4;
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            const uint32_t w = k < 4 ? qw.x : qw.y;
+            y[k] = __fmul_rn(a, (float)kv[(w >> (8 * (k % 4) + shift)) & 15]);
+        }
     } else if (type == GGML_TYPE_Q6_K) {
         const int ns = n / QK_K, s = e0 / QK_K;
         const int i = e0 % QK_K, h = i / 128, g = (i % 128) / 32, l = i % 32;
@@ -100,8 +134,8 @@ static __global__ void __launch_bounds__(256) dequant_f16_kernel(const uint8_t *
 }
 
 bool cu_dequant_f16_type(uint32_t type) {
-    return type == GGML_TYPE_Q4_K || type == GGML_TYPE_Q6_K || type == GGML_TYPE_Q8_0 || type == GGML_TYPE_Q4_0 ||
-           type == GGML_TYPE_Q5_0;
+    return type == GGML_TYPE_Q4_K || type == GGML_TYPE_Q5_K || type == GGML_TYPE_Q6_K || type == GGML_TYPE_IQ4_XS ||
+           type == GGML_TYPE_Q8_0 || type == GGML_TYPE_Q4_0 || type == GGML_TYPE_Q5_0;
 }
 
 void cu_launch_dequant_f16(const uint8_t *w, uint32_t type, uint64_t stride, int64_t n_cols, int64_t n_rows, uint16_t *out,
@@ -112,7 +146,9 @@ void cu_launch_dequant_f16(const uint8_t *w, uint32_t type, uint64_t stride, int
         const dim3 grid(bx, (unsigned)(n_rows - r0 < 65535 ? n_rows - r0 : 65535));
         switch (type) {
         case GGML_TYPE_Q4_K: dequant_f16_kernel<GGML_TYPE_Q4_K><<<grid, 256, 0, s>>>(w, stride, (int)n_cols, (int)r0, (uint4 *)out); break;
+        case GGML_TYPE_Q5_K: dequant_f16_kernel<GGML_TYPE_Q5_K><<<grid, 256, 0, s>>>(w, stride, (int)n_cols, (int)r0, (uint4 *)out); break;
         case GGML_TYPE_Q6_K: dequant_f16_kernel<GGML_TYPE_Q6_K><<<grid, 256, 0, s>>>(w, stride, (int)n_cols, (int)r0, (uint4 *)out); break;
+        case GGML_TYPE_IQ4_XS: dequant_f16_kernel<GGML_TYPE_IQ4_XS><<<grid, 256, 0, s>>>(w, stride, (int)n_cols, (int)r0, (uint4 *)out); break;
         case GGML_TYPE_Q8_0: dequant_f16_kernel<GGML_TYPE_Q8_0><<<grid, 256, 0, s>>>(w, stride, (int)n_cols, (int)r0, (uint4 *)out); break;
         case GGML_TYPE_Q4_0: dequant_f16_kernel<GGML_TYPE_Q4_0><<<grid, 256, 0, s>>>(w, stride, (int)n_cols, (int)r0, (uint4 *)out); break;
         case GGML_TYPE_Q5_0: dequant_f16_kernel<GGML_TYPE_Q5_0><<<grid, 256, 0, s>>>(w, stride, (int)n_cols, (int)r0, (uint4 *)out); break;
