@@ -99,18 +99,23 @@ static __device__ float dequant_elem(const uint8_t *row, uint32_t type, int64_t 
     }
 }
 
+/* grid (ceil(n / 256), tokens): one element a thread, so a row's loads are all in flight at once (one CTA a row
+ * walking it took ~8 us, the first kernel of every decode step) */
 static __global__ void embed_kernel(struct cu_batch_dev b, const uint8_t *table, uint32_t type, uint64_t stride,
                                     int64_t n, float *out) {
     gpu_pdl_wait();
     gpu_pdl_trigger();
-    const int t = blockIdx.x;
+    const int t = blockIdx.y;
+    const int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (e >= n) return;
     const uint8_t *row = table + (uint64_t)b.tok[t] * stride;
-    for (int64_t e = threadIdx.x; e < n; e += blockDim.x) out[(int64_t)t * n + e] = dequant_elem(row, type, n, e);
+    out[(int64_t)t * n + e] = dequant_elem(row, type, n, e);
 }
 
 void cu_launch_embed(const struct cu_batch_dev *b, const uint8_t *table, uint32_t type, uint64_t stride, int64_t n_cols,
                      float *out, gpuStream_t s) {
-    gpu_launch(embed_kernel, dim3(b->n_tokens), dim3(256), 0, s, *b, table, type, stride, n_cols, out);
+    gpu_launch(embed_kernel, dim3((unsigned)GPU_CEIL_DIV(n_cols, 256), (unsigned)b->n_tokens), dim3(256), 0, s, *b, table,
+               type, stride, n_cols, out);
 }
 
 static __global__ void get_rows_kernel(struct cu_batch_dev b, const float *x, int64_t n, float *out) {
@@ -603,16 +608,20 @@ static __global__ void gdn_conv_kernel(struct cu_batch_dev b, struct cu_gdn_args
     }
 }
 
-/* Sum over the CTA in double; red holds 32 doubles. Every thread gets the total. */
-static __device__ double block_sum_d(double v, double *red) {
+/* Two sums over the CTA in double (each by butterflies in the warp, then the warps in order); red holds 64 doubles.
+ * Every thread gets both totals. One pair of barriers for the two (the GDN's q and k norms took a pair each). */
+static __device__ double2 block_sum_d2(double v0, double v1, double *red) {
 #pragma unroll
-    for (int off = 16; off > 0; off >>= 1) v += shfl_xor(v, off);
+    for (int off = 16; off > 0; off >>= 1) {
+        v0 += shfl_xor(v0, off);
+        v1 += shfl_xor(v1, off);
+    }
     __syncthreads();
-    if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = v;
+    if (threadIdx.x % 32 == 0) { red[threadIdx.x / 32] = v0; red[32 + threadIdx.x / 32] = v1; }
     __syncthreads();
-    double tot = 0.0;
-    for (int g = 0; g < (int)(blockDim.x / 32); g++) tot += red[g];
-    return tot;
+    double t0 = 0.0, t1 = 0.0;
+    for (int g = 0; g < (int)(blockDim.x / 32); g++) { t0 += red[g]; t1 += red[32 + g]; }
+    return make_double2(t0, t1);
 }
 
 #define GDN_DK 128
@@ -624,7 +633,7 @@ static __device__ double block_sum_d(double v, double *red) {
  * writes the raw o rows (the gated RMSNorm runs in the quantize that follows, or with a.nq in this kernel's epilogue). */
 static __global__ void __launch_bounds__(4 * GDN_ROWS) gdn_rule_kernel(struct cu_batch_dev b, struct cu_gdn_args a) {
     __shared__ float qs[GDN_DK], ks[GDN_DK];
-    __shared__ double red[32];
+    __shared__ double red[64];
     __shared__ float gate[2];
     const int m = blockIdx.x, tid = threadIdx.x, part = tid % 4;
     const int dk = GDN_DK, dv = a.d_v, kh = m % a.n_k_head;
@@ -676,10 +685,9 @@ static __global__ void __launch_bounds__(4 * GDN_ROWS) gdn_rule_kernel(struct cu
         const float qv = row[(int64_t)kh * dk + tid], kv = row[key_dim + (int64_t)kh * dk + tid];
         /* v with q and k: after the barrier below it would be a second L2 round trip */
         const float vj = row[2 * key_dim + (int64_t)m * dv + j];
-        const double sq = block_sum_d((double)qv * (double)qv, red);
-        const double sk = block_sum_d((double)kv * (double)kv, red);
-        const float scq = __fdiv_rn(1.0f, fmaxf(sqrtf((float)sq), a.eps));
-        const float sck = __fdiv_rn(1.0f, fmaxf(sqrtf((float)sk), a.eps));
+        const double2 sqk = block_sum_d2((double)qv * (double)qv, (double)kv * (double)kv, red);
+        const float scq = __fdiv_rn(1.0f, fmaxf(sqrtf((float)sqk.x), a.eps));
+        const float sck = __fdiv_rn(1.0f, fmaxf(sqrtf((float)sqk.y), a.eps));
         qs[tid] = __fmul_rn(__fmul_rn(qv, scq), __fdiv_rn(1.0f, sqrtf((float)dk)));
         ks[tid] = __fmul_rn(kv, sck);
         if (tid == 0) {
