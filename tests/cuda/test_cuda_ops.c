@@ -510,10 +510,12 @@ static void test_moe_case(char name, uint32_t tg, uint32_t tu, uint32_t td, int 
         CHECK(gpu->ops->quantize(gpu, &ga) == VLLMC_OK);
         float *rout = nan_buf((size_t)(rows * NE)), *hc = NULL;
         CHECK_MSG(ref->ops->moe(ref, &ra, &rw, &mp, rout) == VLLMC_OK, "%s", vllmc_last_error());
-        /* path 3: the column-split kernels with the mix in the down launch (backend_cuda_set_fuse_nq): the bits of path 0 */
-        for (int path = 0; path < 3 + cols; path++) {
+        /* path 3: the column-split kernels with the mix in the down launch (backend_cuda_set_fuse_nq): the bits of path 0;
+         * path 4: grouped with the routing and the sort in a launch each (path 2 has them in one): the same bits */
+        for (int path = 0; path < (cols ? 5 : 3); path++) {
             const int old_cols = backend_cuda_set_moe_cols(path == 0 || path == 3 ? 64 : 0);
-            const int old_grp = backend_cuda_set_moe_group(path == 2 ? 1 : 0);
+            const int old_grp = backend_cuda_set_moe_group(path == 2 || path == 4 ? 1 : 0);
+            const int old_rs = backend_cuda_set_moe_route_sort(path == 4 ? 0 : 64);
             backend_cuda_set_fuse_nq(gpu, path == 3 ? BACKEND_CUDA_FUSE_MOE_MIX : 0);
             float *h = nan_buf((size_t)(rows * NE)), *h2 = nan_buf((size_t)(rows * NE));
             float *gout = dev_put(h, (size_t)(rows * NE) * 4);
@@ -524,8 +526,10 @@ static void test_moe_case(char name, uint32_t tg, uint32_t tu, uint32_t td, int 
             /* the path the case is meant to take: the column-split or grouped kernels only where the types allow */
             CHECK_MSG(s1.moe_cols - s0.moe_cols == (uint64_t)((path == 0 || path == 3) && cols), "moe %c rows %d: column-split path %s", name, rows,
                       s1.moe_cols > s0.moe_cols ? "taken" : "not taken");
-            CHECK_MSG(s1.moe_grouped - s0.moe_grouped == (uint64_t)(path == 2 && cols), "moe %c rows %d: grouped path %s", name,
-                      rows, s1.moe_grouped > s0.moe_grouped ? "taken" : "not taken");
+            CHECK_MSG(s1.moe_grouped - s0.moe_grouped == (uint64_t)((path == 2 || path == 4) && cols), "moe %c rows %d: grouped path %s",
+                      name, rows, s1.moe_grouped > s0.moe_grouped ? "taken" : "not taken");
+            CHECK_MSG(s1.moe_route_sort - s0.moe_route_sort == (uint64_t)(path == 2 && cols), "moe %c rows %d: routing + sort in one launch %s",
+                      name, rows, s1.moe_route_sort > s0.moe_route_sort ? "taken" : "not taken");
             /* path 3 must have mixed in the down launch (else it would equal path 0 trivially) */
             CHECK_MSG(s1.moe_mix_down - s0.moe_mix_down == (uint64_t)(path == 3), "moe %c rows %d: mix in the down launch %s", name,
                       rows, s1.moe_mix_down > s0.moe_mix_down ? "taken" : "not taken");
@@ -540,18 +544,19 @@ static void test_moe_case(char name, uint32_t tg, uint32_t tu, uint32_t td, int 
             const double rel = dmax / fmax(amax, 1e-12), mr = max_rel(h, rout, (size_t)(rows * NE), 1e-2 * amax);
             printf("moe %c (%s), %lld experts, %d rows: max |d| / max |ref| %.3g, max rel (floor 1%% of max) %.3g, %zu of %lld bit-equal\n",
                    name, path == 0 ? "column-split where eligible" : path == 1 ? "general" : path == 2 ? "grouped where eligible"
-                   : "column-split, mix in the down launch", (long long)E, rows,
+                   : path == 3 ? "column-split, mix in the down launch" : "grouped, routing and sort apart", (long long)E, rows,
                    rel, mr, (size_t)(rows * NE) - n_diff(h, rout, (size_t)(rows * NE)), (long long)(rows * NE));
             CHECK_MSG(amax > 0 && rel < 2e-3, "moe %c rows %d: max |d| / max |ref| = %.3g", name, rows, rel);
             CHECK_MSG(n_diff(h, h2, (size_t)(rows * NE)) == 0, "moe %c rows %d: two runs differ", name, rows);
             if (path == 0 && cols) { hc = h; h = NULL; } /* the column-split output, for the grouped one */
-            if ((path == 2 || path == 3) && hc)
+            if (path >= 2 && hc)
                 CHECK_MSG(n_diff(h, hc, (size_t)(rows * NE)) == 0, "moe %c rows %d: %s output differs from the column-split one in %zu values",
-                          name, rows, path == 2 ? "grouped" : "mix-in-down", n_diff(h, hc, (size_t)(rows * NE)));
+                          name, rows, path == 2 ? "grouped" : path == 3 ? "mix-in-down" : "grouped (apart)", n_diff(h, hc, (size_t)(rows * NE)));
             free(h); free(h2);
             gpu->ops->free(gpu, gout);
             backend_cuda_set_moe_cols(old_cols);
             backend_cuda_set_moe_group(old_grp);
+            backend_cuda_set_moe_route_sort(old_rs);
             backend_cuda_set_fuse_nq(gpu, 0);
         }
         free(x); free(rout); free(hc);

@@ -249,7 +249,8 @@ static void rec_exec(cu_backend *c, int op, const void *args) {
     case CU_OP_MOE: {
         const int path = cu_launch_moe(&((const rec_moe *)args)->a, s);
         c->stats.moe_cols += path == CU_MOE_PATH_COLS;
-        c->stats.moe_grouped += path == CU_MOE_PATH_GROUPED;
+        c->stats.moe_grouped += path == CU_MOE_PATH_GROUPED || path == CU_MOE_PATH_GROUPED_RS;
+        c->stats.moe_route_sort += path == CU_MOE_PATH_GROUPED_RS;
         c->stats.moe_mix_down += path == CU_MOE_PATH_COLS && ((const rec_moe *)args)->a.mix_cnt; /* cu_launch_moe */
         break;
     }
@@ -1654,6 +1655,7 @@ extern "C" vllmc_status backend_cuda_create(const struct backend_cuda_opts *o, s
     if ((env = getenv("VLLMC_CUDA_DEC"))) backend_cuda_set_decode_rows(atoi(env));
     if ((env = getenv("VLLMC_CUDA_MOE_COLS"))) backend_cuda_set_moe_cols(atoi(env)); /* MoE ops of up to N rows on the
                                                                                    column-split expert kernels; 0 off */
+    if ((env = getenv("VLLMC_CUDA_MOE_RS"))) backend_cuda_set_moe_route_sort(atoi(env));
     if ((env = getenv("VLLMC_CUDA_MOE_GROUP"))) backend_cuda_set_moe_group(atoi(env)); /* MoE ops of N rows or more with the
                                                                                     entries grouped by expert; 0 off */
     c->batch_invariant = o && o->batch_invariant;
@@ -1787,6 +1789,11 @@ extern "C" int backend_cuda_set_moe_cols(int max_rows) {
 extern "C" int backend_cuda_set_moe_group(int min_rows) {
     const int old = cu_mm_cfg.moe_group_rows;
     cu_mm_cfg.moe_group_rows = min_rows < 0 ? 0 : min_rows;
+    return old;
+}
+extern "C" int backend_cuda_set_moe_route_sort(int max_rows) {
+    const int old = cu_mm_cfg.moe_rs_rows;
+    cu_mm_cfg.moe_rs_rows = max_rows < 0 ? 0 : max_rows;
     return old;
 }
 extern "C" void backend_cuda_set_matvec_rows(int rows0, int rows1) {

@@ -40,6 +40,7 @@ struct backend_cuda_stats {
     uint64_t moe_cols;                /* MoE ops issued (or captured) with the column-split expert kernels */
     uint64_t moe_grouped;             /* MoE ops issued (or captured) with the entries grouped by expert */
     uint64_t moe_mix_down;            /* ... with the column-split kernels and the mix in the down launch (no mix kernel) */
+    uint64_t moe_route_sort;          /* ... grouped, with the routing and the sort in one launch */
     uint64_t fused_conv;              /* decode GDN convs recorded into the epilogue of the matmul writing their input */
     uint64_t fused_nq;                /* norm + quantize ops recorded into the launch writing their input */
     uint64_t fused_comb;              /* decode attentions recorded with their combine in the split launch */
@@ -136,6 +137,9 @@ int backend_cuda_set_moe_cols(int max_rows);
  * expert and load each expert's rows once for up to 8 of them (same types as the column-split kernels, same bits
  * per entry); 0: off (the general path). Returns the previous value. */
 int backend_cuda_set_moe_group(int min_rows);
+/* Grouped MoE ops of up to max_rows rows (default 32) route their tokens and sort the entries in one CTA (a launch
+ * where there were two; the same ids, weights, order and groups); 0: a launch each. Returns the previous value. */
+int backend_cuda_set_moe_route_sort(int max_rows);
 
 /* Per op-family profile (profile = true): calls, GPU milliseconds, bytes of weights read. */
 #define BACKEND_CUDA_PROF_MAX 24

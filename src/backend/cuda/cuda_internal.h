@@ -169,6 +169,8 @@ struct cu_mm_cfg {
                                   rows on the tensor-core kernel mm_kernel_mmrs; 0: none (HIP: always none) */
     int32_t mmr_small_sb;      /* ... but rows of fewer super-blocks than this only from mmr_small_rows activation rows */
     int32_t mmr_small_rows;
+    int32_t moe_rs_rows;       /* grouped MoE ops of up to this many rows: the routing and the sort in one CTA
+                                  (cu_launch_moe_route_sort); 0: a launch each */
 };
 extern struct cu_mm_cfg cu_mm_cfg;
 void cu_launch_matmul(const struct cu_mm_args *args, gpuStream_t s);
@@ -339,7 +341,7 @@ struct cu_moe_args {
     int64_t n_embd;
 };
 /* The path the experts took. */
-enum { CU_MOE_PATH_GENERAL = 0, CU_MOE_PATH_COLS, CU_MOE_PATH_GROUPED };
+enum { CU_MOE_PATH_GENERAL = 0, CU_MOE_PATH_COLS, CU_MOE_PATH_GROUPED, CU_MOE_PATH_GROUPED_RS /* routed + sorted in one CTA */ };
 int cu_launch_moe(const struct cu_moe_args *a, gpuStream_t s);
 /* The experts of a MoE op of few rows in two launches (gemv_q.cu): gate+up with the routing done by every CTA of a
  * routed entry (it writes ids / wts), then down with SwiGLU + Q8_K of the hidden row formed in each CTA. Only
@@ -373,7 +375,11 @@ bool cu_launch_moe_cols(const struct cu_moe_args *a, gpuStream_t s);
  * T >= cu_mm_cfg.moe_group_rows; false (nothing launched) otherwise. */
 #define CU_MOE_GRP 8
 static inline int32_t cu_moe_gmax(int64_t n_ent, int64_t E) { return (int32_t)(n_ent / CU_MOE_GRP + (n_ent < E ? n_ent : E) + 1); }
-bool cu_launch_moe_grouped(const struct cu_moe_args *a, gpuStream_t s);
+int cu_launch_moe_grouped(const struct cu_moe_args *a, gpuStream_t s); /* 0 not taken, 1 taken, 2 with the
+                                                                            routing and sort in one launch */
+/* The grouped path's routing (moe_route_kernel's ops) and sort (moe_sort.h) in one CTA, a warp a token: for steps of
+ * up to cu_mm_cfg.moe_rs_rows rows and E <= 256; false (nothing launched) otherwise. */
+bool cu_launch_moe_route_sort(const struct cu_moe_args *a, gpuStream_t s);
 /* its pieces in gemv_q.cu: whether a launch's groups have the column-split shape, and the grouped expert launch */
 bool cu_moe_grp_shape_ok(const struct cu_moe_mm_args *mm);
 /* The persistent dataflow FFN chain (gemv_q.cu, an experiment measured by bench/bench_mega.cu): n_layers of

@@ -17,9 +17,8 @@
 #include "backend/cuda/cuda_internal.h"
 #include "backend/cuda/norm_quant.h"
 #include "backend/cuda/moe_mix.h"
+#include "backend/cuda/moe_sort.h"
 #include "quant/quant.h"
-
-#define MOE_MAX_EXPERT 1024
 
 /* One 32-lane group per row. Lane l owns experts l, l + 32, ... */
 static __global__ void __launch_bounds__(32) moe_route_kernel(const float *logits, int E, int k, int norm, int32_t *ids,
@@ -86,57 +85,27 @@ static __global__ void __launch_bounds__(256) moe_mix_kernel(const float *Y, con
     }
 }
 
-/* The entries (ids[n_ent], experts < E <= 1024) sorted by expert, in entry order within one (stable), into perm, and
- * their groups of up to CU_MOE_GRP entries of one expert into grp ({expert, first, count, 0}; count 0 from the last
- * to gmax). One CTA of at least E threads: counts by shared-memory atomics (integers: the same whatever the order),
- * offsets in expert order, then thread e lists expert e's entries, the ids read a chunk at a time from shared
- * memory (every thread reads the same word: a broadcast). */
-#define MOE_SORT_CHUNK 4096
+/* The entries sorted by expert (moe_sort.h), one CTA of at least E threads. */
 static __global__ void __launch_bounds__(1024) moe_sort_kernel(const int32_t *ids, int n_ent, int E, int32_t *perm, int4 *grp,
                                                                int gmax) {
     gpu_pdl_wait();
     gpu_pdl_trigger();
-    __shared__ int cnt[MOE_MAX_EXPERT], off[MOE_MAX_EXPERT], goff[MOE_MAX_EXPERT + 1];
-    __shared__ int chunk[MOE_SORT_CHUNK];
-    for (int e = threadIdx.x; e < E; e += blockDim.x) cnt[e] = 0;
-    __syncthreads();
-    for (int i = threadIdx.x; i < n_ent; i += blockDim.x) atomicAdd(&cnt[ids[i]], 1);
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        int o = 0, g = 0;
-        for (int e = 0; e < E; e++) {
-            off[e] = o; goff[e] = g;
-            o += cnt[e]; g += (cnt[e] + CU_MOE_GRP - 1) / CU_MOE_GRP;
-        }
-        goff[E] = g;
-    }
-    __syncthreads();
-    for (int e = threadIdx.x; e < E; e += blockDim.x)
-        for (int j = 0; j < cnt[e]; j += CU_MOE_GRP)
-            grp[goff[e] + j / CU_MOE_GRP] = make_int4(e, off[e] + j, min(CU_MOE_GRP, cnt[e] - j), 0);
-    for (int g = goff[E] + threadIdx.x; g < gmax; g += blockDim.x) grp[g] = make_int4(0, 0, 0, 0);
-    const int e = (int)threadIdx.x; /* blockDim >= E: one expert a thread */
-    int pe = e < E ? off[e] : 0;
-    for (int c0 = 0; c0 < n_ent; c0 += MOE_SORT_CHUNK) {
-        const int nc = min(MOE_SORT_CHUNK, n_ent - c0);
-        __syncthreads();
-        for (int i = threadIdx.x; i < nc; i += blockDim.x) chunk[i] = ids[c0 + i];
-        __syncthreads();
-        if (e < E && cnt[e] > 0) {
-#pragma unroll 8
-            for (int i = 0; i < nc; i++)
-                if (chunk[i] == e) perm[pe++] = c0 + i;
-        }
-    }
+    moe_sort_cta(ids, n_ent, E, perm, grp, gmax);
 }
 
 /* Routing, gate+up, SwiGLU + quantize, down: four launches (any row count, type and width); grouped: the entries
- * sorted by expert between the routing and gate+up, and both expert launches on the grouped kernel. */
-static void moe_experts(const struct cu_moe_args *a, gpuStream_t s, bool grouped) {
-    gpu_launch(moe_route_kernel, dim3((unsigned)a->T), dim3(32), 0, s, a->logits, a->E, a->k, a->norm, a->ids, a->wts);
+ * sorted by expert between the routing and gate+up, and both expert launches on the grouped kernel. True where the
+ * routing and the sort were one launch. */
+static bool moe_experts(const struct cu_moe_args *a, gpuStream_t s, bool grouped) {
+    /* a decode step's few rows: routed and sorted in one CTA (cu_launch_moe_route_sort), else a launch each */
+    const bool rs = grouped && cu_launch_moe_route_sort(a, s);
+    if (!rs) {
+        gpu_launch(moe_route_kernel, dim3((unsigned)a->T), dim3(32), 0, s, a->logits, a->E, a->k, a->norm, a->ids, a->wts);
+        if (grouped)
+            gpu_launch(moe_sort_kernel, dim3(1), dim3(a->E < 1024 ? ((a->E + 31) / 32) * 32 : 1024), 0, s, (const int32_t *)a->ids,
+                       a->T * a->k, a->E, a->perm, (int4 *)a->grp, a->gmax);
+    }
     if (grouped) {
-        gpu_launch(moe_sort_kernel, dim3(1), dim3(a->E < 1024 ? ((a->E + 31) / 32) * 32 : 1024), 0, s, (const int32_t *)a->ids,
-                   a->T * a->k, a->E, a->perm, (int4 *)a->grp, a->gmax);
         cu_launch_moe_grp_matmul(&a->gu, a->perm, a->grp, a->gmax, s);
     } else {
         cu_launch_moe_matmul(&a->gu, s);
@@ -155,6 +124,7 @@ static void moe_experts(const struct cu_moe_args *a, gpuStream_t s, bool grouped
     }
     if (grouped) cu_launch_moe_grp_matmul(&a->down, a->perm, a->grp, a->gmax, s);
     else cu_launch_moe_matmul(&a->down, s);
+    return rs;
 }
 
 /* The grouped path's conditions: cu_launch_moe_cols's types and shapes (so an entry's bits are the same on both), at
@@ -165,10 +135,9 @@ static bool moe_grouped_ok(const struct cu_moe_args *a) {
            !(a->router.row_order && !cu_mm_cfg.cols_invariant) && cu_moe_grp_shape_ok(&a->gu) && cu_moe_grp_shape_ok(&a->down);
 }
 
-bool cu_launch_moe_grouped(const struct cu_moe_args *a, gpuStream_t s) {
-    if (!moe_grouped_ok(a)) return false;
-    moe_experts(a, s, true);
-    return true;
+int cu_launch_moe_grouped(const struct cu_moe_args *a, gpuStream_t s) {
+    if (!moe_grouped_ok(a)) return 0;
+    return moe_experts(a, s, true) ? 2 : 1;
 }
 
 int cu_launch_moe(const struct cu_moe_args *a, gpuStream_t s) {
@@ -178,8 +147,8 @@ int cu_launch_moe(const struct cu_moe_args *a, gpuStream_t s) {
     if (cu_launch_moe_cols(a, s)) {
         path = CU_MOE_PATH_COLS;
         if (a->mix_cnt) return path; /* the down launch mixed */
-    } else if (cu_launch_moe_grouped(a, s)) {
-        path = CU_MOE_PATH_GROUPED;
+    } else if (const int g = cu_launch_moe_grouped(a, s)) {
+        path = g == 2 ? CU_MOE_PATH_GROUPED_RS : CU_MOE_PATH_GROUPED;
     } else {
         moe_experts(a, s, false);
     }

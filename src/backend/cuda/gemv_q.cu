@@ -14,6 +14,7 @@
 #include "backend/cuda/act_quant.h"
 #include "backend/cuda/norm_quant.h"
 #include "backend/cuda/moe_mix.h"
+#include "backend/cuda/moe_sort.h"
 #include "quant/blocks.h"
 #include "quant/quant.h"
 #include "backend/cuda/gdn_conv.h"
@@ -2573,7 +2574,7 @@ static bool mm_launch_mmr(const struct cu_mm_args *args, gpuStream_t s) {
 #else
 #define MM_MMR 64
 #endif
-struct cu_mm_cfg cu_mm_cfg = {{8192, 65536}, {1, 4, 4}, {0, 2, 1}, {0, 0, 0}, 0, {1, 1, 1}, 64, 0, 3, 1, MS_CPS, 24 * 1024, 0, 16, MM_COLS_LB, 0, 16384, MM_MMA, MM_MMR, 10, 8};
+struct cu_mm_cfg cu_mm_cfg = {{8192, 65536}, {1, 4, 4}, {0, 2, 1}, {0, 0, 0}, 0, {1, 1, 1}, 64, 0, 3, 1, MS_CPS, 24 * 1024, 0, 16, MM_COLS_LB, 0, 16384, MM_MMA, MM_MMR, 10, 8, 32};
 
 static bool mm_launch_dec(const struct cu_mm_args *args, gpuStream_t s);
 
@@ -2871,6 +2872,30 @@ static __device__ int moe_route_warp(const float *l, int E, int k, int norm, int
         wts[lane] = my_w;
     }
     return want_id;
+}
+
+/* cu_launch_moe_route_sort: warp w routes tokens w, w + warps, ... (moe_route_warp: moe_route_kernel's ops, so the same
+ * ids and weights), then the CTA sorts the entries by expert (moe_sort.h: moe_sort_kernel's perm and groups). The
+ * routing's stores are this CTA's, seen by its threads after the barrier. */
+static __global__ void __launch_bounds__(1024) moe_route_sort_kernel(const float *logits, int T, int E, int k, int norm,
+                                                                     int32_t *ids, float *wts, int32_t *perm, int4 *grp,
+                                                                     int gmax) {
+    gpu_pdl_wait();
+    gpu_pdl_trigger();
+    const int lane = (int)(threadIdx.x & 31), w = (int)(threadIdx.x >> 5), nw = (int)(blockDim.x >> 5);
+    for (int t = w; t < T; t += nw)
+        (void)moe_route_warp(logits + (int64_t)t * E, E, k, norm, 0, true, ids + (int64_t)t * k, wts + (int64_t)t * k, lane);
+    __syncthreads();
+    moe_sort_cta(ids, T * k, E, perm, grp, gmax);
+}
+
+bool cu_launch_moe_route_sort(const struct cu_moe_args *a, gpuStream_t s) {
+    if (a->T <= 0 || a->T > cu_mm_cfg.moe_rs_rows || a->E > 32 * MOE_RT_PL || a->k < 1 || a->k > 32 || a->k > a->E) return false;
+    const int warps = a->T < 32 ? (int)a->T : 32, need = (int)((a->E + 31) / 32);
+    const int threads = 32 * (warps > need ? warps : need);
+    gpu_launch(moe_route_sort_kernel, dim3(1), dim3((unsigned)threads), 0, s, a->logits, (int)a->T, (int)a->E, (int)a->k,
+               (int)a->norm, a->ids, a->wts, a->perm, (int4 *)a->grp, (int)a->gmax);
+    return true;
 }
 
 /* A MoE expert CTA's place (moe_cols_kernel, moe_grp_kernel): group G's matrix m, row block rb, this warp's row set
