@@ -104,6 +104,10 @@ static void test_mm_plan(void) {
         CHECK(gpu_mm_plan_make(t, at, t40, 2, 1, resident, &p) && p.kernel == GPU_MM_ROWS);
         CHECK(gpu_mm_plan_make(t, head, t50, 1, 1, resident, &p) && p.kernel == GPU_MM_ROWS && p.ctas == resident);
         CHECK(gpu_mm_plan_make(t, at, tk, 2, 1, resident, &p) && p.kernel == GPU_MM_TILES);
+        /* so does a Q5_K or IQ4_XS one (the row kernel's types beyond the tiles') */
+        const uint32_t t5k[2] = {GGML_TYPE_Q4_K, GGML_TYPE_Q5_K}, tiq[1] = {GGML_TYPE_IQ4_XS};
+        CHECK(gpu_mm_plan_make(t, at, t5k, 2, 1, resident, &p) && p.kernel == GPU_MM_ROWS);
+        CHECK(gpu_mm_plan_make(t, head, tiq, 1, 1, resident, &p) && p.kernel == GPU_MM_ROWS);
         /* prefill of 20 tokens: 3 groups of 8 activation rows per CTA of rows; on gfx11 5 groups of 4 (8 spill) */
         CHECK(gpu_mm_plan_make(t, down, NULL, 1, 20, resident, &p));
         const bool gfx11 = !strncmp(t->name, "gfx11", 5);
@@ -374,7 +378,7 @@ static void test_kernel_constants(void) {
     CHECK(source_has(gemv, "mm_kernel<VLLMC_MM_PREFILL_ACT><<<(unsigned)(args->n_ctas * groups)"));
     CHECK(source_has(gemv, "const int n_grp = (P.n_act + NA - 1) / NA;\n    const int cta = blockIdx.x / n_grp;\n"
                            "    const int a0 = (blockIdx.x % n_grp) * NA;\n    const int na = min(NA, P.n_act - a0);"));
-    CHECK_MSG(source_has(gemv, "GGML_TYPE_Q4_0 || args->seg[i].type == GGML_TYPE_Q5_0) q40 = true"),
+    CHECK_MSG(source_has(gemv, "if (t != GGML_TYPE_Q4_K && t != GGML_TYPE_Q6_K && t != GGML_TYPE_Q8_0 && t != GGML_TYPE_F32) q40 = true;"),
               "%s: the tile kernel's type rule changed", gemv);
     /* the prefill group size of the table is the one gpu_compat.h selects for the build's target family, and
      * the Makefile states the family for every gfx11 HIP_ARCH */

@@ -55,7 +55,9 @@ bool gpu_mm_plan_make(const struct gpu_target *t, const int *seg_rows, const uin
     }
     bool tiles_ok = true;
     for (int i = 0; seg_types && i < n_seg; i++)
-        if (seg_types[i] == GGML_TYPE_Q4_0 || seg_types[i] == GGML_TYPE_Q5_0) tiles_ok = false;
+        if (seg_types[i] != GGML_TYPE_Q4_K && seg_types[i] != GGML_TYPE_Q6_K && seg_types[i] != GGML_TYPE_Q8_0 &&
+            seg_types[i] != GGML_TYPE_F32)
+            tiles_ok = false;
     out->threads = GPU_GROUP_LANES * GPU_MM_GROUPS_PER_CTA;
     out->waves_per_cta = gpu_ceil_div(out->threads, t->warp_size);
     if (n_act == 1) {

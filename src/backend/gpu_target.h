@@ -89,7 +89,8 @@ struct gpu_mm_plan {
 };
 /* seg_rows / seg_types: rows and GGML type of each fused weight (1 .. 4 segments; seg_types may be NULL:
  * all K-quants), n_act activation rows, resident: CTAs the GPU holds at once (the runtime's occupancy
- * answer). The tile kernel has Q4_K, Q6_K, Q8_0 and F32 only: a Q4_0 / Q5_0 segment keeps the row kernel.
+ * answer). The tile kernel has Q4_K, Q6_K, Q8_0 and F32 only: a segment of any other type (Q4_0, Q5_0,
+ * Q5_K, IQ4_XS, ...) keeps the row kernel.
  * Returns false on an invalid shape. */
 bool gpu_mm_plan_make(const struct gpu_target *t, const int *seg_rows, const uint32_t *seg_types, int n_seg,
                       int n_act, int resident, struct gpu_mm_plan *out);
