@@ -2,7 +2,10 @@
  * distribution against softmax(l / T) over the tokens each filter keeps (top-k, top-p, min-p),
  * the penalties' exact effect on the logits, the logit bias (first, for greedy and sampling) and
  * parameter checks. */
+#include <math.h>
 #include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include "engine/sampler.h"
 #include "test.h"
@@ -314,6 +317,83 @@ static void test_params(void) {
     CHECK(sampler_create(0, &s) == VLLMC_ERR_INVALID && !s);
 }
 
+/* The draw, by its definition written plainly (a full sort, sums in order), against sampler_sample for the same RNG
+ * state: after temperature (l * (1 / T)), min-p keeps l >= max + log(min_p); top-k the k best in (l desc, id asc)
+ * order; top-p the shortest prefix of that order whose mass (exp(l - max), float, summed in double) reaches top_p x
+ * the mass top-k kept; then u = uniform x the kept mass (summed in id order) picks the first kept id, in id order,
+ * whose running mass exceeds u. Random shapes, ties included (logits rounded to a coarse grid in half the cases). */
+static int32_t ref_draw(const struct sampler_params *p, double uni) {
+    static float lt[V];
+    static int ord[V];
+    static bool keep[V];
+    const float inv_t = 1.0f / p->temperature;
+    float mx = -INFINITY;
+    for (int i = 0; i < V; i++) { lt[i] = logits[i] * inv_t; mx = fmaxf(mx, lt[i]); }
+    const float thr = p->min_p > 0.0f ? mx + logf(p->min_p) : -INFINITY;
+    int n = 0;
+    for (int i = 0; i < V; i++)
+        if (lt[i] >= thr) ord[n++] = i;
+    /* sort the survivors by (lt desc, id asc): insertion into a plain sort of the indices */
+    for (int i = 1; i < n; i++) {
+        const int x = ord[i];
+        int j = i - 1;
+        while (j >= 0 && (lt[ord[j]] < lt[x] || (lt[ord[j]] == lt[x] && ord[j] > x))) { ord[j + 1] = ord[j]; j--; }
+        ord[j + 1] = x;
+    }
+    if (p->top_k > 0 && p->top_k < n) n = p->top_k;
+    if (p->top_p < 1.0f) {
+        double sum = 0.0;
+        for (int i = 0; i < n; i++) sum += (double)expf(lt[ord[i]] - mx);
+        double cum = 0.0;
+        int k = 0;
+        while (k < n && cum < (double)p->top_p * sum) cum += (double)expf(lt[ord[k++]] - mx);
+        n = k;
+    }
+    memset(keep, 0, sizeof(keep));
+    for (int i = 0; i < n; i++) keep[ord[i]] = true;
+    double mass = 0.0;
+    int last = -1;
+    for (int i = 0; i < V; i++)
+        if (keep[i]) { mass += (double)expf(lt[i] - mx); last = i; }
+    const double u = uni * mass;
+    double cum = 0.0;
+    for (int i = 0; i < V; i++)
+        if (keep[i]) {
+            cum += (double)expf(lt[i] - mx);
+            if (u < cum) return i;
+        }
+    return last;
+}
+
+static void test_definition(struct sampler *s) {
+    int same = 0, cases = 0;
+    for (int c = 0; c < 300; c++) {
+        fill_random(0.5f + 4.0f * (float)test_rand_uniform());
+        if (c % 2) for (int i = 0; i < V; i++) logits[i] = roundf(logits[i] * 2.0f) / 2.0f; /* many ties */
+        struct sampler_params p;
+        sampler_params_default(&p);
+        p.temperature = 0.2f + 1.5f * (float)test_rand_uniform();
+        const int mode = c % 4;
+        if (mode & 1) p.top_k = 1 + (int)(test_rand_u64() % (c % 8 == 1 ? 5000 : 300)); /* > V too: off */
+        if (mode & 2) p.top_p = 0.05f + 0.9f * (float)test_rand_uniform();
+        if (c % 5 == 0) p.min_p = 0.3f * (float)test_rand_uniform();
+        const uint64_t seed = test_rand_u64();
+        struct sampler_rng r1, r2;
+        sampler_rng_seed(&r1, seed);
+        sampler_rng_seed(&r2, seed);
+        for (int d = 0; d < 4; d++) {
+            const int32_t got = sampler_sample(s, logits, &p, &r1, NULL, 0, 0);
+            const int32_t want = ref_draw(&p, sampler_rng_uniform(&r2));
+            same += got == want;
+            cases++;
+            if (got != want)
+                printf("definition: case %d draw %d: T %g top_k %d top_p %g min_p %g: got %d, want %d\n", c, d, (double)p.temperature,
+                       p.top_k, (double)p.top_p, (double)p.min_p, got, want);
+        }
+    }
+    CHECK_MSG(same == cases, "%d of %d draws as the definition", same, cases);
+}
+
 int main(void) {
     test_seed_auto("test_sampler");
     struct sampler *s = NULL;
@@ -324,6 +404,7 @@ int main(void) {
     test_penalties(s);
     test_bias(s);
     test_params();
+    test_definition(s);
     sampler_destroy(s);
     return test_finish("test_sampler");
 }

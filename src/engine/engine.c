@@ -53,6 +53,7 @@
 #include <string.h>
 #include "engine/kv_blocks.h"
 #include "engine/sampler.h"
+#include "common/threadpool.h"
 
 enum req_state { REQ_INCOMING, REQ_WAITING, REQ_RUNNING, REQ_FINISHED };
 
@@ -110,7 +111,15 @@ struct vllmc_engine {
     struct engine_runner run;
     struct engine_config cfg;
     const struct tokenizer *tok;
-    struct sampler *smp;
+    struct sampler *smp;           /* smps[0] */
+    /* sampling the rows of a step in parallel: a pool, a sampler's scratch a thread, each row's draw until the
+     * rows are emitted in order */
+    struct threadpool *spool;
+    struct sampler **smps;
+    int32_t n_smp;
+    int32_t *s_tok;
+    float *s_lp;
+    vllmc_token_logprob *s_top;    /* [max_num_seqs][VLLMC_MAX_TOP_LOGPROBS] */
     struct kv_blocks kv;
     bool prefix_caching;
     bool snapshots;                /* hybrid prefix reuse through state snapshots */
@@ -637,19 +646,23 @@ static bool plain_greedy(const vllmc_engine *e, const struct vllmc_request *r) {
     return sampler_params_argmax_only(&r->sp) && r->logprobs < 0 && !masked;
 }
 
-static void sample_one(vllmc_engine *e, struct vllmc_request *r, float *row) {
-    float lp = 0;
+/* The draw of logits row i (threadpool task; thread th's sampler): the token, its logprob and the top ids into
+ * s_tok / s_lp / s_top. Touches only its row and its request's RNG, so the rows run in parallel. */
+static void sample_task(void *ctx, int i, int th) {
+    vllmc_engine *e = ctx;
+    struct vllmc_request *r = e->b_lreq[i];
+    float *row = e->logits + (size_t)i * (size_t)e->run.n_vocab;
+    vllmc_token_logprob *top = e->s_top + (size_t)i * VLLMC_MAX_TOP_LOGPROBS;
     double lse = 0;
-    vllmc_token_logprob top[VLLMC_MAX_TOP_LOGPROBS];
     if (r->logprobs >= 0) lse = logprobs_top(e, row, r->n_top, top);
     /* min_tokens: EOS (unless ignored) and stop ids cannot be drawn while the output is shorter */
     if (r->n_out < r->min_tokens) {
-        if (!r->ignore_eos) for (int32_t i = 0; i < e->n_eos; i++) row[e->eos_list[i]] = -INFINITY;
-        for (int32_t i = 0; i < r->n_stop_ids; i++) row[r->stop_ids[i]] = -INFINITY;
+        if (!r->ignore_eos) for (int32_t k = 0; k < e->n_eos; k++) row[e->eos_list[k]] = -INFINITY;
+        for (int32_t k = 0; k < r->n_stop_ids; k++) row[r->stop_ids[k]] = -INFINITY;
     }
-    const int32_t tok = sampler_sample(e->smp, row, &r->sp, &r->rng, r->tokens, r->n_tokens, r->n_prompt);
-    if (r->logprobs >= 0) lp = (float)((double)row[tok] - lse);
-    emit_token(e, r, tok, lp, top);
+    const int32_t tok = sampler_sample(e->smps[th], row, &r->sp, &r->rng, r->tokens, r->n_tokens, r->n_prompt);
+    e->s_tok[i] = tok;
+    e->s_lp[i] = r->logprobs >= 0 ? (float)((double)row[tok] - lse) : 0.0f;
 }
 
 /* Append a drawn token: stop checks, text, the output queue. */
@@ -788,6 +801,7 @@ bool engine_step(vllmc_engine *e) {
             }
         }
     }
+    if (!argmax_only && nl > 0) threadpool_run(nl > 1 ? e->spool : NULL, sample_task, e, nl); /* the draws, then in order: */
     for (int32_t i = 0; i < nl; i++) {
         if (argmax_only) {
             const int32_t tok = e->b_ids[i];
@@ -798,7 +812,7 @@ bool engine_step(vllmc_engine *e) {
             }
             emit_token(e, e->b_lreq[i], tok, 0.0f, NULL);
         } else {
-            sample_one(e, e->b_lreq[i], e->logits + (size_t)i * (size_t)e->run.n_vocab);
+            emit_token(e, e->b_lreq[i], e->s_tok[i], e->s_lp[i], e->s_top + (size_t)i * VLLMC_MAX_TOP_LOGPROBS);
         }
     }
     publish_stats(e);
@@ -917,7 +931,9 @@ static void *engine_thread_main(void *arg) {
 }
 
 static void engine_free(vllmc_engine *e) {
-    sampler_destroy(e->smp);
+    threadpool_destroy(e->spool);
+    for (int32_t i = 0; e->smps && i < e->n_smp; i++) sampler_destroy(e->smps[i]);
+    free(e->smps); free(e->s_tok); free(e->s_lp); free(e->s_top);
     kvb_free(&e->kv);
     free(e->blk_snap); free(e->snap_free);
     free(e->is_eos); free(e->eos_list); free(e->running); free(e->free_slots); free(e->sched);
@@ -955,7 +971,22 @@ vllmc_status engine_create(const struct engine_runner *run, const struct engine_
     e->max_blocks_per_seq = per_seq;
     const int32_t V = run->n_vocab, S = c->max_num_seqs, T = c->max_num_batched_tokens;
     vllmc_status st;
-    if ((st = kvb_init(&e->kv, c->n_blocks)) || (st = sampler_create(V, &e->smp))) { e->run.destroy = NULL; engine_free(e); return st; }
+    if ((st = kvb_init(&e->kv, c->n_blocks))) { e->run.destroy = NULL; engine_free(e); return st; }
+    /* up to 8 sampling threads (a sampler's scratch is ~22 bytes a vocabulary entry), none past the rows a step has */
+    {
+        int32_t nt = VLLMC_MIN(S, (int32_t)8);
+        if (nt > 1 && !(e->spool = threadpool_create(nt))) nt = 1;
+        if (e->spool) nt = threadpool_n_threads(e->spool);
+        e->smps = calloc((size_t)nt, sizeof(*e->smps));
+        if (!e->smps) { e->run.destroy = NULL; engine_free(e); return vllmc_errorf(VLLMC_ERR_OOM, "engine samplers"); }
+        e->n_smp = nt;
+        for (int32_t i = 0; i < nt; i++)
+            if ((st = sampler_create(V, &e->smps[i]))) { e->run.destroy = NULL; engine_free(e); return st; }
+        e->smp = e->smps[0];
+    }
+    e->s_tok = malloc((size_t)S * sizeof(int32_t));
+    e->s_lp = malloc((size_t)S * sizeof(float));
+    e->s_top = malloc((size_t)S * VLLMC_MAX_TOP_LOGPROBS * sizeof(vllmc_token_logprob));
     e->is_eos = calloc((size_t)V, sizeof(bool));
     e->eos_list = malloc((size_t)V * sizeof(int32_t));
     e->running = malloc((size_t)S * sizeof(*e->running));
@@ -978,7 +1009,7 @@ vllmc_status engine_create(const struct engine_runner *run, const struct engine_
         e->n_snap_free = c->n_state_snapshots;
     }
     if (!e->is_eos || !e->eos_list || !e->running || !e->free_slots || !e->sched || !e->b_tok || !e->b_pos || !e->b_seq ||
-        !e->b_lrow || !e->b_lreq || !e->b_ids || !e->b_seqs || !e->logits) {
+        !e->b_lrow || !e->b_lreq || !e->b_ids || !e->b_seqs || !e->logits || !e->s_tok || !e->s_lp || !e->s_top) {
         e->run.destroy = NULL;
         engine_free(e);
         return vllmc_errorf(VLLMC_ERR_OOM, "engine buffers");

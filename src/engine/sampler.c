@@ -1,12 +1,14 @@
-/* Sampler: logit bias, penalties, temperature, min-p, top-k, top-p and a seeded draw, on one logits row.
- * Deterministic: candidates are ordered by (logit desc, id asc), sums run in a fixed order in
- * double, and the only randomness is the per-request xoshiro256** state. No allocation per call. */
+/* Sampler: logit bias, penalties, temperature, min-p, top-k, top-p and a seeded draw, on one logits row
+ * (sampler.h has the exact definition). Deterministic: candidates are ordered by (logit desc, id asc), the
+ * selections are deterministic, sums run in a fixed order in double, and the only randomness is the per-request
+ * xoshiro256** state. No allocation per call. */
 #include "engine/sampler.h"
 #include <math.h>
 #include <stdbool.h>
 #include <string.h>
 
-struct sampler_cand { float l; int32_t id; };
+/* a candidate: its tempered logit, id and exp(l - max) */
+struct sampler_cand { float l; int32_t id; float e; };
 
 struct sampler {
     int32_t n_vocab;
@@ -14,6 +16,7 @@ struct sampler {
     int32_t *count;              /* [n_vocab] occurrences in the output part of the history */
     uint8_t *seen;               /* [n_vocab] occurs anywhere in the history */
     struct sampler_cand *cand;   /* [n_vocab] */
+    uint8_t *keep;               /* [n_vocab] survives every filter */
 };
 
 void sampler_params_default(struct sampler_params *p) {
@@ -86,7 +89,8 @@ vllmc_status sampler_create(int32_t n_vocab, struct sampler **out) {
     s->count = calloc((size_t)n_vocab, sizeof(int32_t));
     s->seen = calloc((size_t)n_vocab, 1);
     s->cand = malloc((size_t)n_vocab * sizeof(*s->cand));
-    if (!s->l || !s->count || !s->seen || !s->cand) {
+    s->keep = malloc((size_t)n_vocab);
+    if (!s->l || !s->count || !s->seen || !s->cand || !s->keep) {
         sampler_destroy(s);
         return vllmc_errorf(VLLMC_ERR_OOM, "sampler scratch");
     }
@@ -100,6 +104,7 @@ void sampler_destroy(struct sampler *s) {
     free(s->count);
     free(s->seen);
     free(s->cand);
+    free(s->keep);
     free(s);
 }
 
@@ -111,27 +116,75 @@ int32_t sampler_argmax(const float *l, int32_t n) {
 }
 
 /* Descending logit, then ascending id: a total order, so sorting is deterministic. */
-static int cand_cmp(const void *a, const void *b) {
+static int cand_id_cmp(const void *a, const void *b) {
     const struct sampler_cand *x = a, *y = b;
-    if (x->l > y->l) return -1;
-    if (x->l < y->l) return 1;
     return (x->id > y->id) - (x->id < y->id);
 }
-
-/* Min-heap on (l, -id) for top-k selection: the root is the worst kept candidate. */
-static bool cand_worse(const struct sampler_cand *a, const struct sampler_cand *b) {
-    return a->l < b->l || (a->l == b->l && a->id > b->id);
+/* The candidate order: logit descending, then id ascending (so every key is distinct). */
+static inline bool cand_better(const struct sampler_cand *a, const struct sampler_cand *b) {
+    return a->l > b->l || (a->l == b->l && a->id < b->id);
 }
-
+static inline void cand_swap(struct sampler_cand *c, int32_t i, int32_t j) {
+    const struct sampler_cand t = c[i]; c[i] = c[j]; c[j] = t;
+}
+/* Min-heap on the order for top-k selection: the root is the worst kept candidate. */
 static void heap_sift_down(struct sampler_cand *h, int32_t n, int32_t i) {
     for (;;) {
         int32_t l = 2 * i + 1, r = l + 1, m = i;
-        if (l < n && cand_worse(&h[l], &h[m])) m = l;
-        if (r < n && cand_worse(&h[r], &h[m])) m = r;
+        if (l < n && cand_better(&h[m], &h[l])) m = l;
+        if (r < n && cand_better(&h[m], &h[r])) m = r;
         if (m == i) return;
         struct sampler_cand t = h[i]; h[i] = h[m]; h[m] = t;
         i = m;
     }
+}
+/* Partition c[lo, hi) around a pivot (the median of three by the order): the better ones first, then the pivot at
+ * the returned index, then the worse. */
+static int32_t cand_partition(struct sampler_cand *c, int32_t lo, int32_t hi) {
+    const int32_t mid = lo + (hi - lo) / 2, last = hi - 1;
+    if (cand_better(&c[mid], &c[lo])) cand_swap(c, mid, lo);
+    if (cand_better(&c[last], &c[lo])) cand_swap(c, last, lo);
+    if (cand_better(&c[last], &c[mid])) cand_swap(c, last, mid);
+    cand_swap(c, mid, last); /* the median as the pivot, at the end */
+    const struct sampler_cand pv = c[last];
+    int32_t k = lo;
+    for (int32_t i = lo; i < last; i++)
+        if (cand_better(&c[i], &pv)) cand_swap(c, i, k++);
+    cand_swap(c, k, last);
+    return k;
+}
+/* Reorder c[0, n) so that its k best (0 < k < n) come first, in any order (expected O(n)). */
+static void cand_select_k(struct sampler_cand *c, int32_t n, int32_t k) {
+    int32_t lo = 0, hi = n;
+    while (hi - lo > 1) {
+        const int32_t p = cand_partition(c, lo, hi);
+        if (p == k || p == k - 1) return;
+        if (p > k) hi = p;
+        else lo = p + 1;
+    }
+}
+/* The number of best candidates of c[0, n) that top-p keeps: the shortest prefix in the order whose mass reaches
+ * target (the candidate that reaches it included); n if none does. Quickselect on the masses (expected O(n)): the
+ * masses of the parts are summed in double as they fall, so a prefix's mass is its exact sum rounded in an order of
+ * its own. c is reordered: the kept candidates come first. */
+static int32_t cand_top_p(struct sampler_cand *c, int32_t n, double target) {
+    int32_t lo = 0, hi = n;
+    double before = 0.0; /* the mass of c[0, lo): all better than c[lo, hi) */
+    while (hi > lo) {
+        if (hi - lo == 1) return before + (double)c[lo].e >= target ? lo + 1 : n;
+        const int32_t p = cand_partition(c, lo, hi);
+        double mb = 0.0;
+        for (int32_t i = lo; i < p; i++) mb += (double)c[i].e;
+        if (before + mb >= target) {
+            hi = p;
+        } else if (before + mb + (double)c[p].e >= target) {
+            return p + 1;
+        } else {
+            before += mb + (double)c[p].e;
+            lo = p + 1;
+        }
+    }
+    return n; /* (not reached: the invariant before < target keeps the range non-empty until a return) */
 }
 
 static void apply_penalties(struct sampler *s, const struct sampler_params *p, const int32_t *hist, int32_t n_hist,
@@ -173,7 +226,7 @@ int32_t sampler_sample(struct sampler *s, const float *logits, const struct samp
     apply_penalties(s, p, history, n_history, n_prompt);
     if (p->temperature == 0.0f) return sampler_argmax(s->l, V);
 
-    /* temperature; NaN logits drop out */
+    /* temperature; NaN and -inf logits drop out */
     const float inv_t = 1.0f / p->temperature;
     float mx = -INFINITY;
     int32_t n = 0;
@@ -195,31 +248,52 @@ int32_t sampler_sample(struct sampler *s, const float *logits, const struct samp
             if (s->cand[i].l >= thr) s->cand[k++] = s->cand[i];
         n = k;
     }
+    /* top-k, then top-p over what top-k kept: each the best candidates in the order, found by selection (so the
+     * candidates leave id order) */
+    bool id_order = true;
     if (p->top_k > 0 && p->top_k < n) {
         const int32_t k = p->top_k;
-        for (int32_t i = k / 2 - 1; i >= 0; i--) heap_sift_down(s->cand, k, i);
-        for (int32_t i = k; i < n; i++)
-            if (cand_worse(&s->cand[0], &s->cand[i])) {
-                s->cand[0] = s->cand[i];
-                heap_sift_down(s->cand, k, 0);
-            }
+        if (k <= 4096) { /* a heap of the k best: most candidates cost one comparison with its root */
+            for (int32_t i = k / 2 - 1; i >= 0; i--) heap_sift_down(s->cand, k, i);
+            for (int32_t i = k; i < n; i++)
+                if (cand_better(&s->cand[i], &s->cand[0])) {
+                    s->cand[0] = s->cand[i];
+                    heap_sift_down(s->cand, k, 0);
+                }
+        } else {
+            cand_select_k(s->cand, n, k);
+        }
         n = k;
+        id_order = false;
     }
-    /* Sorted order is needed by top-p; top-k output is sorted too so the draw order is canonical. */
-    if (p->top_p < 1.0f || p->top_k > 0) qsort(s->cand, (size_t)n, sizeof(*s->cand), cand_cmp);
-    double sum = 0.0;
-    for (int32_t i = 0; i < n; i++) sum += exp((double)(s->cand[i].l - mx));
+    for (int32_t i = 0; i < n; i++) s->cand[i].e = expf(s->cand[i].l - mx);
     if (p->top_p < 1.0f) {
-        double cum = 0.0;
-        int32_t k = 0;
-        while (k < n && cum < (double)p->top_p * sum) cum += exp((double)(s->cand[k++].l - mx));
-        n = k > 0 ? k : 1;
-        sum = cum > 0.0 ? cum : exp((double)(s->cand[0].l - mx));
+        double sum = 0.0;
+        for (int32_t i = 0; i < n; i++) sum += (double)s->cand[i].e;
+        n = cand_top_p(s->cand, n, (double)p->top_p * sum);
+        id_order = false; /* (its partitions reorder the candidates even where it keeps them all) */
     }
-    const double u = sampler_rng_uniform(rng) * sum;
+    /* the draw: the kept candidates in id order, u uniform over their mass (summed in that order, as the walk) */
+    if (!id_order) {
+        if ((int64_t)n * 16 < V) {
+            qsort(s->cand, (size_t)n, sizeof(*s->cand), cand_id_cmp);
+        } else { /* many kept: back to id order through a map of the vocabulary */
+            memset(s->keep, 0, (size_t)V);
+            for (int32_t i = 0; i < n; i++) {
+                s->keep[s->cand[i].id] = 1;
+                s->l[s->cand[i].id] = s->cand[i].e;
+            }
+            int32_t k = 0;
+            for (int32_t i = 0; i < V; i++)
+                if (s->keep[i]) s->cand[k++] = (struct sampler_cand){0.0f, i, s->l[i]};
+        }
+    }
+    double mass = 0.0;
+    for (int32_t i = 0; i < n; i++) mass += (double)s->cand[i].e;
+    const double u = sampler_rng_uniform(rng) * mass;
     double cum = 0.0;
     for (int32_t i = 0; i < n; i++) {
-        cum += exp((double)(s->cand[i].l - mx));
+        cum += (double)s->cand[i].e;
         if (u < cum) return s->cand[i].id;
     }
     return s->cand[n - 1].id;

@@ -2,7 +2,11 @@
  * token history). Order of the transforms (as vLLM): the logit bias (OpenAI logit_bias, added to the
  * raw logits before anything else), repetition/presence/frequency penalties,
  * temperature, min-p (on the full distribution), top-k, top-p, then a draw from the renormalized
- * distribution over the survivors.
+ * distribution over the survivors. Exactly: l = logit * (1 / T); min-p keeps l >= max + log(min_p); top-k the k
+ * best in the order (l desc, id asc); top-p the shortest prefix of that order whose mass (expf(l - max) summed in
+ * double) reaches top_p x the mass top-k kept; the draw takes u = uniform x the survivors' mass (summed in id
+ * order) and the first survivor, in id order, whose running mass exceeds u. The filters find their survivors by
+ * selection (a heap for top-k, quickselect on the masses for top-p), not by sorting the vocabulary.
  * temperature == 0 is greedy: the argmax, ties to the lowest id (bias and penalties still apply first). */
 #ifndef VLLMC_SAMPLER_H
 #define VLLMC_SAMPLER_H
