@@ -94,7 +94,12 @@ struct bk_batch {
     const struct bk_seq *seqs; /* [n_seqs] */
     int32_t n_logits;
     const int32_t *logit_rows; /* [n_logits] rows of the batch whose logits are wanted */
+    const struct bk_sample *sample; /* [n_logits] or NULL. Where the logits op returns ids (argmax), row i is drawn by
+                                       sample[i] instead (backends that offer it: CUDA; the others ignore it) */
 };
+/* One logits row's draw on the device: the engine's sampler (src/engine/sampler.h) without logit bias or
+ * penalties, u the request's uniform in [0, 1); temperature 0 is the argmax. */
+struct bk_sample { double u; float temperature, top_p, min_p; int32_t top_k; };
 
 /* ---------------------------------------------------------------------------------------------
  * KV cache: one pool per attention layer, blocks of 16 tokens. Layout of each layer's K and V pools:

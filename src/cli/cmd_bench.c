@@ -34,6 +34,8 @@ struct bench_opts {
     bool json, eager, profile, cpu, invariant, pipe;
     enum bk_kv_dtype kv;
     int conc[16], n_conc;
+    float temperature, top_p; /* engine mode: the requests' sampling (0 greedy; top_p 1 off) */
+    int top_k;
 };
 
 #ifdef VLLMC_CUDA
@@ -76,6 +78,7 @@ static void usage(void) {
             "  --enforce-eager no CUDA graphs\n"
             "  --kv-cache-dtype D  auto (= f16), f16, bf16, f32, fp8 / fp8_e4m3\n"
             "  --concurrency N,..  engine mode: keep N requests in flight (continuous batching) for each N\n"
+            "  --temperature T, --top-p P, --top-k K  engine mode: the requests sample (default greedy)\n"
             "  --batch-invariant engine mode, cuda: every row computed the same way whatever the batch (the\n"
             "                  default is off: split-K decode and the fast prefill paths)\n"
             "  -t N            CPU threads (cpu device)\n"
@@ -101,7 +104,7 @@ static vllmc_status bench_once(struct model *m, struct bk_kv_cache *kv, const st
     for (int32_t i = 0; i < P; i++) pos[i] = i;
     struct bk_seq seq = {bt, n_blocks, 0};
     int32_t last = P - 1, tok = 0;
-    struct bk_batch b = {P, prompt, pos, sidx, 1, &seq, 1, &last};
+    struct bk_batch b = {P, prompt, pos, sidx, 1, &seq, 1, &last, NULL};
     vllmc_status st;
 #ifdef VLLMC_CUDA
     if (bench_prof_be) backend_cuda_reset_prof(bench_prof_be);
@@ -125,7 +128,7 @@ static vllmc_status bench_once(struct model *m, struct bk_kv_cache *kv, const st
         for (int32_t g = 1; g <= G; g++) {
             if (g < G) { /* queue step g: from the host's id for the first, from the device's argmax after */
                 int32_t p = P + g - 1, zero = 0, row = 0, in = g == 1 ? tok : 0, unused;
-                struct bk_batch d = {1, &in, &p, &zero, 1, &seq, 1, &row};
+                struct bk_batch d = {1, &in, &p, &zero, 1, &seq, 1, &row, NULL};
                 if (g > 1) backend_cuda_tokens_from_argmax(m->be);
                 if ((st = model_forward(m, &d, kv, NULL, &unused))) break;
             }
@@ -145,7 +148,7 @@ static vllmc_status bench_once(struct model *m, struct bk_kv_cache *kv, const st
         (void)pipe;
         for (int32_t g = 1; g < G; g++) {
             int32_t p = P + g - 1, zero = 0, row = 0, in = tok;
-            struct bk_batch d = {1, &in, &p, &zero, 1, &seq, 1, &row};
+            struct bk_batch d = {1, &in, &p, &zero, 1, &seq, 1, &row, NULL};
             double ts = vllmc_time_s();
             if ((st = model_forward(m, &d, kv, NULL, &tok))) goto done;
             step_s[g - 1] = vllmc_time_s() - ts;
@@ -251,10 +254,15 @@ static int bench_engine(const struct bench_opts *o) {
     vllmc_sampling_params_default(&sp);
     sp.max_tokens = o->n_gen;
     sp.ignore_eos = 1;
+    sp.temperature = o->temperature;
+    sp.top_p = o->top_p;
+    sp.top_k = o->top_k;
     printf("engine bench: model %s, device %s%s, KV %s, prompt %d, output %d, %d x concurrency requests timed after a warm-up "
-           "round (load %.1f s, %d KV blocks)\n", o->model, es.device == VLLMC_DEVICE_CUDA ? "cuda" : "cpu",
+           "round (load %.1f s, %d KV blocks)", o->model, es.device == VLLMC_DEVICE_CUDA ? "cuda" : "cpu",
            es.device != VLLMC_DEVICE_CUDA ? "" : o->eager ? " (eager)" : " (CUDA graphs)", bk_kv_dtype_name(o->kv),
            o->n_prompt, o->n_gen, o->reps, t_load, es.kv_blocks_total);
+    if (o->temperature > 0) printf(", sampling at temperature %g, top-p %g, top-k %d", (double)o->temperature, (double)o->top_p, o->top_k);
+    printf("\n");
     printf("| concurrency | requests | output tok/s | TPOT median ms | TTFT median ms | ITL median ms | N / ITL tok/s | wall s |\n"
            "|---|---|---|---|---|---|---|---|\n");
     for (int ci = 0; ci < o->n_conc; ci++) {
@@ -332,7 +340,7 @@ out:
 }
 
 int cmd_bench(int argc, char **argv) {
-    struct bench_opts o = {NULL, 512, 256, 5, 0, false, false, false, false, false, true, BK_KV_F16, {0}, 0};
+    struct bench_opts o = {NULL, 512, 256, 5, 0, false, false, false, false, false, true, BK_KV_F16, {0}, 0, 0.0f, 1.0f, 0};
     o.cpu = cli_device_resolve(CLI_DEVICE_AUTO) == CLI_DEVICE_CPU;
     if (argc > 1 && !strcmp(argv[1], "serve")) return cmd_bench_serve(argc - 1, argv + 1);
     for (int i = 1; i < argc; i++) {
@@ -362,6 +370,21 @@ int cmd_bench(int argc, char **argv) {
         } else if (!strcmp(a, "--kv-cache-dtype") && has) {
             const char *d = argv[++i];
             if (!bk_kv_dtype_parse(d, &o.kv)) { fprintf(stderr, "vllmc bench: KV dtype '%s' (auto, f16, bf16, f32, fp8)\n", d); return 2; }
+        } else if ((!strcmp(a, "--temperature") || !strcmp(a, "--top-p")) && has) {
+            char *end;
+            const double v = strtod(argv[++i], &end);
+            const bool t = !strcmp(a, "--temperature");
+            if (*end || !(t ? v >= 0 && v <= 100 : v > 0 && v <= 1)) {
+                fprintf(stderr, "vllmc bench: %s takes %s\n", a, t ? "a number in [0, 100]" : "a number in (0, 1]");
+                return 2;
+            }
+            if (t) o.temperature = (float)v;
+            else o.top_p = (float)v;
+        } else if (!strcmp(a, "--top-k") && has) {
+            char *end;
+            const long v = strtol(argv[++i], &end, 10);
+            if (*end || v < 0 || v > 1 << 24) { fprintf(stderr, "vllmc bench: --top-k takes a count >= 0 (0 off)\n"); return 2; }
+            o.top_k = (int)v;
         } else if (!strcmp(a, "--concurrency") && has) {
             const char *d = argv[++i];
             o.n_conc = 0;

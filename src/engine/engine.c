@@ -119,6 +119,7 @@ struct vllmc_engine {
     int32_t n_smp;
     int32_t *s_tok;
     float *s_lp;
+    struct bk_sample *b_samp;      /* [max_num_seqs] the rows' draws on the device (run.device_sample) */
     vllmc_token_logprob *s_top;    /* [max_num_seqs][VLLMC_MAX_TOP_LOGPROBS] */
     struct kv_blocks kv;
     bool prefix_caching;
@@ -645,6 +646,13 @@ static bool plain_greedy(const vllmc_engine *e, const struct vllmc_request *r) {
     const bool masked = r->n_out < r->min_tokens && ((!r->ignore_eos && e->n_eos > 0) || r->n_stop_ids > 0);
     return sampler_params_argmax_only(&r->sp) && r->logprobs < 0 && !masked;
 }
+/* The request's next token is a draw the device can make (bk_sample): temperature, top-k, top-p and min-p only. */
+static bool plain_draw(const vllmc_engine *e, const struct vllmc_request *r) {
+    const struct sampler_params *p = &r->sp;
+    const bool masked = r->n_out < r->min_tokens && ((!r->ignore_eos && e->n_eos > 0) || r->n_stop_ids > 0);
+    return p->temperature <= 1e4f && p->repetition_penalty == 1.0f && p->presence_penalty == 0.0f &&
+           p->frequency_penalty == 0.0f && (!p->bias || p->n_bias == 0) && r->logprobs < 0 && !masked;
+}
 
 /* The draw of logits row i (threadpool task; thread th's sampler): the token, its logprob and the top ids into
  * s_tok / s_lp / s_top. Touches only its row and its request's RNG, so the rows run in parallel. */
@@ -761,6 +769,21 @@ bool engine_step(vllmc_engine *e) {
                          .seqs = e->b_seqs, .n_logits = nl, .logit_rows = e->b_lrow};
     bool argmax_only = e->run.forward_argmax && nl > 0;
     for (int32_t i = 0; i < nl && argmax_only; i++) argmax_only = plain_greedy(e, e->b_lreq[i]);
+    /* rows that sample without bias, penalties or logprobs: drawn on the device where the runner offers it (each
+     * takes its uniform from its request's RNG, as the host sampler would) */
+    bool dev_draw = !argmax_only && e->run.device_sample && e->run.forward_argmax && nl > 0;
+    for (int32_t i = 0; i < nl && dev_draw; i++) dev_draw = plain_draw(e, e->b_lreq[i]);
+    if (dev_draw) {
+        for (int32_t i = 0; i < nl; i++) {
+            struct vllmc_request *r = e->b_lreq[i];
+            const struct sampler_params *p = &r->sp;
+            e->b_samp[i] = (struct bk_sample){.u = p->temperature > 0.0f ? sampler_rng_uniform(&r->rng) : 0.0,
+                                              .temperature = p->temperature, .top_p = p->top_p, .min_p = p->min_p,
+                                              .top_k = p->top_k > 0 ? p->top_k : 0};
+        }
+        b.sample = e->b_samp;
+        argmax_only = true; /* the ids come back as the argmax's do */
+    }
     vllmc_status st = argmax_only ? e->run.forward_argmax(e->run.ctx, &b, e->b_ids) : e->run.forward(e->run.ctx, &b, e->logits);
     e->stats.steps++;
     if (st) {
@@ -933,7 +956,7 @@ static void *engine_thread_main(void *arg) {
 static void engine_free(vllmc_engine *e) {
     threadpool_destroy(e->spool);
     for (int32_t i = 0; e->smps && i < e->n_smp; i++) sampler_destroy(e->smps[i]);
-    free(e->smps); free(e->s_tok); free(e->s_lp); free(e->s_top);
+    free(e->smps); free(e->s_tok); free(e->s_lp); free(e->s_top); free(e->b_samp);
     kvb_free(&e->kv);
     free(e->blk_snap); free(e->snap_free);
     free(e->is_eos); free(e->eos_list); free(e->running); free(e->free_slots); free(e->sched);
@@ -985,6 +1008,7 @@ vllmc_status engine_create(const struct engine_runner *run, const struct engine_
         e->smp = e->smps[0];
     }
     e->s_tok = malloc((size_t)S * sizeof(int32_t));
+    e->b_samp = malloc((size_t)S * sizeof(*e->b_samp));
     e->s_lp = malloc((size_t)S * sizeof(float));
     e->s_top = malloc((size_t)S * VLLMC_MAX_TOP_LOGPROBS * sizeof(vllmc_token_logprob));
     e->is_eos = calloc((size_t)V, sizeof(bool));
@@ -1009,7 +1033,7 @@ vllmc_status engine_create(const struct engine_runner *run, const struct engine_
         e->n_snap_free = c->n_state_snapshots;
     }
     if (!e->is_eos || !e->eos_list || !e->running || !e->free_slots || !e->sched || !e->b_tok || !e->b_pos || !e->b_seq ||
-        !e->b_lrow || !e->b_lreq || !e->b_ids || !e->b_seqs || !e->logits || !e->s_tok || !e->s_lp || !e->s_top) {
+        !e->b_lrow || !e->b_lreq || !e->b_ids || !e->b_seqs || !e->logits || !e->s_tok || !e->s_lp || !e->s_top || !e->b_samp) {
         e->run.destroy = NULL;
         engine_free(e);
         return vllmc_errorf(VLLMC_ERR_OOM, "engine buffers");

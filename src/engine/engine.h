@@ -22,6 +22,8 @@ struct engine_runner {
     /* The same step when every logits row is greedy with nothing applied to the logits: only the argmax of each
      * row comes back (ties to the lowest id), the logits stay on the device. NULL: not offered. */
     vllmc_status (*forward_argmax)(void *ctx, const struct bk_batch *b, int32_t *ids);
+    /* forward_argmax draws rows by bk_batch.sample (the sampler without bias or penalties) on the device */
+    bool device_sample;
     /* Copy recurrent-state slot src to dst (has_state only; NULL: no snapshots, no prefix reuse). */
     vllmc_status (*state_copy)(void *ctx, int32_t src, int32_t dst);
     void (*destroy)(void *ctx); /* called by vllmc_engine_destroy; may be NULL */

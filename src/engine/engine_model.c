@@ -230,7 +230,7 @@ vllmc_status engine_model_create(const char *model_path, const vllmc_engine_opts
                  (double)state_slot_bytes / 1024.0, mib(state_bytes), c.max_model_len, c.max_num_seqs, (double)c.n_blocks / per_seq,
                  !c.prefix_caching ? "off" : has_state && !c.n_state_snapshots ? "off (recurrent state, no snapshots)" : "on");
     struct engine_runner run = {.ctx = g, .n_vocab = hp->n_vocab, .has_state = has_state, .forward = engm_forward,
-                                  .forward_argmax = engm_forward_argmax,
+                                  .forward_argmax = engm_forward_argmax, .device_sample = dev == VLLMC_DEVICE_CUDA && !(getenv("VLLMC_DEVICE_SAMPLE") && !strcmp(getenv("VLLMC_DEVICE_SAMPLE"), "0")),
                                   .state_copy = has_state ? engm_state_copy : NULL, .destroy = engm_free};
     if ((st = engine_create(&run, &c, g->tok, start_thread, out))) goto fail;
     return VLLMC_OK;

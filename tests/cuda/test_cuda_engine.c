@@ -38,6 +38,8 @@ static void opts(vllmc_engine_opts *o, int seqs, int eager, int invariant, vllmc
     o->print_plan = 0;
 }
 
+static int g_sample; /* 1: the requests sample (temperature 0.8, top-p 0.9, top-k 40, seed its index) */
+
 /* Run requests [0, n) with at most `at_once` submitted together; tokens into out. Returns 0 on success. */
 static int run(const char *path, const vllmc_engine_opts *o, int at_once, int32_t out[MAXR][MAXG], double *secs) {
     vllmc_engine *e = NULL;
@@ -51,11 +53,15 @@ static int run(const char *path, const vllmc_engine_opts *o, int at_once, int32_
     for (int base = 0; base < NR && !rc; base += at_once) {
         const int n = VLLMC_MIN(at_once, NR - base);
         vllmc_request *h[MAXR] = {0};
-        for (int i = 0; i < n; i++)
+        for (int i = 0; i < n; i++) {
+            if (g_sample) {
+                sp.temperature = 0.8f; sp.top_p = 0.9f; sp.top_k = 40; sp.seed = base + i;
+            }
             if (vllmc_engine_submit(e, prompts[base + i], n_prompt[base + i], &sp, NULL, NULL, &h[i])) {
                 fprintf(stderr, "submit: %s\n", vllmc_last_error());
                 rc = 1;
             }
+        }
         for (int i = 0; i < n && !rc; i++) {
             int got = 0;
             for (;;) {
@@ -192,6 +198,27 @@ int main(int argc, char **argv) {
                d ? "NO" : "yes", (unsigned long long)backend_cuda_mmr_launches());
         free(var_alone);
     }
+    /* sampling requests (batch invariant): drawn on the device, alone = together, and = the host sampler's draws from
+     * the same logits (VLLMC_DEVICE_SAMPLE=0) */
+    int32_t (*greedy)[MAXG] = malloc(sizeof(int32_t) * MAXR * MAXG);
+    memcpy(greedy, together, sizeof(int32_t) * MAXR * MAXG); /* (the first greedy run's tokens, kept since) */
+    g_sample = 1;
+    opts(&o, NR, 0, 1, VLLMC_KV_F16);
+    CHECK(run(path, &o, 1, alone, &t_alone) == 0);
+    CHECK(run(path, &o, NR, together, &t_tog) == 0);
+    const int ds = n_differ(alone, together);
+    CHECK_MSG(ds == 0, "sampling: %d of %d requests differ between alone and together", ds, NR);
+    setenv("VLLMC_DEVICE_SAMPLE", "0", 1);
+    CHECK(run(path, &o, NR, eager, &t) == 0);
+    unsetenv("VLLMC_DEVICE_SAMPLE");
+    const int dh = n_differ(together, eager);
+    CHECK_MSG(dh == 0, "sampling: %d of %d requests differ between the device's draws and the host's", dh, NR);
+    const int dg = n_differ(together, greedy);
+    free(greedy);
+    printf("test_cuda_engine: sampling (T 0.8, top-p 0.9, top-k 40): alone = together: %s; device = host sampler: %s "
+           "(%.2f s together on the device, %.2f s on the host); %d of %d requests differ from the last greedy run\n",
+           ds ? "NO" : "yes", dh ? "NO" : "yes", t_tog, t, dg, NR);
+    g_sample = 0;
     /* a plan that cannot fit: refused with the numbers, no abort */
     opts(&o, NR, 0, 1, VLLMC_KV_F16);
     o.kv_blocks = 1 << 26; /* 2^30 tokens */

@@ -72,7 +72,7 @@ int main(int argc, char **argv) {
     for (int step = 0; step <= D; step++) {
         const int t0 = step == 0 ? 0 : P + step - 1, n = step == 0 ? P : 1;
         int32_t row = n - 1, am[3];
-        struct bk_batch b = {n, tok + t0, pos + t0, sidx, 1, &seq, 1, &row};
+        struct bk_batch b = {n, tok + t0, pos + t0, sidx, 1, &seq, 1, &row, NULL};
         for (int i = 0; i < 3; i++) {
             for (int v = 0; v < V; v++) lg[i][v] = NAN;
             CHECK_MSG(model_forward(x[i].m, &b, x[i].kv, lg[i], &am[i]) == VLLMC_OK, "%s", vllmc_last_error());

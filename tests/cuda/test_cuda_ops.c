@@ -7,6 +7,7 @@
 #include <string.h>
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
+#include "engine/sampler.h"
 #include "quant/blocks.h"
 #include "quant/quant.h"
 #include "test.h"
@@ -969,7 +970,7 @@ static uint8_t *nq_run(struct nq_step *t, size_t *n) {
         bt[i] = i; seqs[i] = (struct bk_seq){&bt[i], 1, -1};
         tok[i] = i; pos[i] = 3 + i; sidx[i] = i; lrows[i] = i;
     }
-    const struct bk_batch b = {T, tok, pos, sidx, T, seqs, T, lrows};
+    const struct bk_batch b = {T, tok, pos, sidx, T, seqs, T, lrows, NULL};
     CHECK(gpu->ops->batch_set(gpu, &b) == VLLMC_OK);
     t->a.n_rows = T;
     CHECK(gpu->ops->quantize(gpu, &t->a) == VLLMC_OK);
@@ -1369,6 +1370,66 @@ static void test_invariance(void) {
 }
 
 /* Bad input: clear errors, no crash. */
+/* The device sampler (bk_batch.sample) against the engine's sampler on the same rows with the same uniform: the same
+ * id for every draw (temperature 0 the argmax; top-k, top-p, min-p alone and together; ties in half the rows), at a
+ * small vocabulary and at qwen35's 248,320. */
+static void test_sample(void) {
+    static const int64_t vocab[2] = {1000, 248320};
+    enum { R = 12 };
+    for (int vi = 0; vi < 2; vi++) {
+        const int64_t V = vocab[vi];
+        struct sampler *smp = NULL;
+        CHECK(sampler_create((int32_t)V, &smp) == VLLMC_OK);
+        float *x = malloc((size_t)(R * V) * sizeof(float));
+        int same = 0, total = 0;
+        for (int round = 0; round < 4; round++) {
+            for (int r = 0; r < R; r++) {
+                const float scale = 0.5f + 4.0f * test_rand_uniform();
+                for (int64_t i = 0; i < V; i++) {
+                    float v = scale * test_rand_normal();
+                    if ((r + round) % 2) v = roundf(v * 2.0f) / 2.0f; /* ties (-0 and +0 among them) */
+                    x[r * V + i] = v;
+                }
+                if (r == 3) x[r * V + 7] = NAN; /* dropped */
+                if (r == 4) x[r * V + 9] = -INFINITY;
+            }
+            float *gx = dev_put(x, (size_t)(R * V) * 4);
+            struct bk_sample rows[R];
+            struct sampler_params sp[R];
+            struct sampler_rng rng[R];
+            for (int r = 0; r < R; r++) {
+                sampler_params_default(&sp[r]);
+                sp[r].temperature = r == 0 ? 0.0f : 0.2f + 1.5f * test_rand_uniform();
+                const int mode = (r + round) % 4;
+                if (mode & 1) sp[r].top_k = 1 + (int)(test_rand_u64() % (r % 3 == 0 ? 6000 : 200));
+                if (mode & 2) sp[r].top_p = 0.05f + 0.9f * test_rand_uniform();
+                if (r % 5 == 2) sp[r].min_p = 0.3f * test_rand_uniform();
+                sampler_rng_seed(&rng[r], test_rand_u64());
+                struct sampler_rng copy = rng[r];
+                rows[r] = (struct bk_sample){.u = sp[r].temperature > 0.0f ? sampler_rng_uniform(&copy) : 0.0,
+                                             .temperature = sp[r].temperature, .top_p = sp[r].top_p, .min_p = sp[r].min_p,
+                                             .top_k = sp[r].top_k};
+            }
+            int32_t ids[R];
+            CHECK_MSG(backend_cuda_sample_rows(gpu, gx, R, V, rows, ids) == VLLMC_OK, "%s", vllmc_last_error());
+            for (int r = 0; r < R; r++) {
+                const int32_t want = sampler_sample(smp, x + r * V, &sp[r], &rng[r], NULL, 0, 0);
+                same += ids[r] == want;
+                total++;
+                if (ids[r] != want) {
+                    printf("sample V %lld round %d row %d: T %g top_k %d top_p %g min_p %g: device %d, host %d (u %.17g)\n", (long long)V, round, r,
+                           (double)sp[r].temperature, sp[r].top_k, (double)sp[r].top_p, (double)sp[r].min_p, ids[r], want, rows[r].u);
+                }
+            }
+            gpu->ops->free(gpu, gx);
+        }
+        printf("sample V %lld: %d of %d draws equal to the host sampler's\n", (long long)V, same, total);
+        CHECK_MSG(same == total, "sample V %lld: %d of %d draws equal", (long long)V, same, total);
+        free(x);
+        sampler_destroy(smp);
+    }
+}
+
 static void test_errors(void) {
     struct bk_tensor t;
     const int64_t ne[2] = {100, 4};
@@ -1405,6 +1466,7 @@ int main(void) {
     test_invariance();
     test_gdn();
     test_moe();
+    test_sample();
     test_errors();
     ref->ops->destroy(ref);
     gpu->ops->destroy(gpu);

@@ -62,7 +62,7 @@ struct rec_add { float *y; const float *x; int64_t n; };
 struct rec_rope { struct cu_batch_dev b; float *x; const float *ff; int64_t ld; int32_t n_head, head_dim, mode, n_rot; float base, scale; };
 struct rec_attn { struct cu_batch_dev b; struct cu_attn_args a; int32_t prefill, pad; /* prefill: the chunked kernel */ };
 struct rec_getrows { struct cu_batch_dev b; const float *x; float *out; int64_t n; };
-struct rec_argmax { const float *x; int32_t *out; void *work; int64_t n_rows, n; };
+struct rec_argmax { const float *x; int32_t *out; void *work; int64_t n_rows, n; const int32_t *sample; /* non-NULL: draw */ };
 struct rec_d2h { void *dst; const void *src; uint64_t bytes; };
 struct rec_gdn { struct cu_batch_dev b; struct cu_gdn_args a; float *scratch; /* non-NULL: the chunked rule */ };
 struct rec_sigmul { float *x; const float *g; int64_t ld_x, ld_g, n_rows, n_cols; };
@@ -96,6 +96,7 @@ struct cu_backend {
     int32_t n_tokens, n_seqs, n_logits, max_pos, max_block;
     std::vector<int32_t> tok, pos, seq, lrows, seq_slot, seq_nblocks;
     int32_t *h_stage, *d_batch;
+    const int32_t *sample_dev;   /* this batch's sampling parameters on the device (bk_batch.sample), or NULL */
     int64_t cap_t, cap_s, cap_b, words;
     struct cu_batch_dev bd;
     /* recording and graphs */
@@ -236,7 +237,12 @@ static void rec_exec(cu_backend *c, int op, const void *args) {
         break;
     }
     case CU_OP_GETROWS: { const rec_getrows *r = (const rec_getrows *)args; cu_launch_get_rows(&r->b, r->x, r->n, r->out, s); break; }
-    case CU_OP_ARGMAX: { const rec_argmax *r = (const rec_argmax *)args; cu_launch_argmax(r->x, r->n_rows, r->n, r->out, r->work, s); break; }
+    case CU_OP_ARGMAX: {
+        const rec_argmax *r = (const rec_argmax *)args;
+        if (r->sample) cu_launch_sample(r->x, r->n_rows, r->n, r->sample, r->out, s);
+        else cu_launch_argmax(r->x, r->n_rows, r->n, r->out, r->work, s);
+        break;
+    }
     case CU_OP_D2H: { const rec_d2h *r = (const rec_d2h *)args; (void)gpuMemcpyAsync(r->dst, r->src, r->bytes, gpuMemcpyDeviceToHost, s); break; }
     case CU_OP_D2D: { const rec_d2h *r = (const rec_d2h *)args; (void)gpuMemcpyAsync(r->dst, r->src, r->bytes, gpuMemcpyDeviceToDevice, s); break; }
     case CU_OP_GDN: {
@@ -548,7 +554,8 @@ static vllmc_status grow_batch(cu_backend *c, int64_t nt, int64_t ns, int64_t nb
     c->h_stage2 = NULL;
     c->d_batch = NULL;
     c->cap_t = c->cap_s = c->cap_b = 0;
-    const int64_t words = 4 * ct + 4 * cs + cb + 8 * ct; /* ... + the chunk list (at most one chunk a row) */
+    /* ... + the chunk list (at most one chunk a row), then 6 words a row of sampling parameters (even: its doubles) */
+    const int64_t words = 4 * ct + 4 * cs + cb + 8 * ct + (cb & 1) + 6 * ct;
     vllmc_status st;
     if ((st = gpu_err(gpuHostAlloc((void **)&c->h_stage, (size_t)words * 4), "pinned batch"))) return st;
     if ((st = gpu_err(gpuHostAlloc((void **)&c->h_stage2, (size_t)words * 4), "pinned batch"))) return st;
@@ -653,6 +660,23 @@ static vllmc_status cu_batch_set(struct backend *be, const struct bk_batch *b) {
         memcpy(h + 4 * T + 4 * S + c->cap_b, c->chunks.data(), 4 * c->chunks.size());
     }
     const int32_t *d = c->d_batch;
+    c->sample_dev = NULL;
+    if (b->sample && b->n_logits > 0) { /* the rows' draws: {u, temperature, top_p, min_p, top_k} (cu_launch_sample) */
+        const int64_t off = 4 * T + 4 * S + c->cap_b + 8 * T + (c->cap_b & 1);
+        for (int32_t i = 0; i < b->n_logits; i++) {
+            const struct bk_sample *q = &b->sample[i];
+            if (!(q->temperature >= 0.0f && q->temperature <= 1e4f) || !(q->top_p > 0.0f && q->top_p <= 1.0f) ||
+                !(q->min_p >= 0.0f && q->min_p <= 1.0f) || q->top_k < 0 || !(q->u >= 0.0 && q->u < 1.0))
+                return vllmc_errorf(VLLMC_ERR_INVALID, "batch: sampling parameters of logit row %d out of range", i);
+            int32_t *w = h + off + 6 * i;
+            memcpy(w, &q->u, 8);
+            memcpy(w + 2, &q->temperature, 4);
+            memcpy(w + 3, &q->top_p, 4);
+            memcpy(w + 4, &q->min_p, 4);
+            w[5] = q->top_k;
+        }
+        c->sample_dev = d + off;
+    }
     c->bd.chunks = d + 4 * T + 4 * S + c->cap_b;
     c->bd.n_chunks = (int32_t)(c->chunks.size() / 8);
     c->bd.tok = d; c->bd.pos = d + T; c->bd.seq = d + 2 * T; c->bd.logit_rows = d + 3 * T;
@@ -1167,6 +1191,7 @@ static vllmc_status cu_logits(struct backend *be, const struct bk_act *act, cons
         rec_argmax ra;
         memset(&ra, 0, sizeof(ra));
         ra.x = logits; ra.out = c->d_argmax; ra.n_rows = act->n_rows; ra.n = w->ne[1];
+        ra.sample = act->n_rows == c->n_logits ? c->sample_dev : NULL;
         ra.work = (uint8_t *)c->d_argmax + ((4 * (size_t)c->cap_argmax + 15) & ~(size_t)15);
         if ((st = submit(c, CU_OP_ARGMAX, &ra, sizeof(ra)))) return st;
         rec_d2h rd;
@@ -1847,6 +1872,32 @@ extern "C" bool backend_cuda_has_gemm(struct backend *be) { return cub(be)->gemm
 
 extern "C" void backend_cuda_set_gemm_act(struct backend *be, bool quantized) { cub(be)->gemm_act_q8 = quantized; }
 
+extern "C" vllmc_status backend_cuda_sample_rows(struct backend *be, const float *d_logits, int32_t n_rows, int64_t n,
+                                                 const struct bk_sample *rows, int32_t *ids) {
+    cu_backend *c = cub(be);
+    flush(c);
+    if (n_rows <= 0 || n <= 0 || n > INT32_MAX) return vllmc_errorf(VLLMC_ERR_INVALID, "sample rows: bad shape");
+    std::vector<int32_t> p((size_t)n_rows * 6);
+    for (int32_t i = 0; i < n_rows; i++) {
+        memcpy(&p[6 * (size_t)i], &rows[i].u, 8);
+        memcpy(&p[6 * (size_t)i + 2], &rows[i].temperature, 4);
+        memcpy(&p[6 * (size_t)i + 3], &rows[i].top_p, 4);
+        memcpy(&p[6 * (size_t)i + 4], &rows[i].min_p, 4);
+        p[6 * (size_t)i + 5] = rows[i].top_k;
+    }
+    int32_t *d = NULL;
+    vllmc_status st = dev_alloc(c, p.size() * 4 + (size_t)n_rows * 4, (void **)&d);
+    if (st) return st;
+    gpu_pdl.on = false;
+    gpu_pdl.after_kernel = false;
+    if (!(st = gpu_err(gpuMemcpy(d, p.data(), p.size() * 4, gpuMemcpyHostToDevice), "sample rows"))) {
+        cu_launch_sample(d_logits, n_rows, n, d, d + p.size(), c->stream);
+        if (!(st = gpu_err(gpuStreamSynchronize(c->stream), "sample rows")))
+            st = gpu_err(gpuMemcpy(ids, d + p.size(), (size_t)n_rows * 4, gpuMemcpyDeviceToHost), "sample rows");
+    }
+    dev_free(c, d);
+    return st;
+}
 extern "C" void backend_cuda_swap_gemm_rows(struct backend *be, int *rows, int *decode_rows) {
     cu_backend *c = cub(be);
     const int r = c->gemm_min_rows, d = c->gemm_min_decode_rows;

@@ -167,6 +167,10 @@ void backend_cuda_set_prefill(struct backend *be, int gemm_min_rows, bool gdn_ch
 /* The GEMM's row thresholds for other batches and for decode steps: *rows and *decode_rows set, the previous values
  * returned in their place (so a second call restores them). */
 void backend_cuda_swap_gemm_rows(struct backend *be, int *rows, int *decode_rows);
+/* Tests: draw n_rows rows of d_logits (device, [n_rows][n]) by rows[] (bk_sample) with the device sampler, the ids into
+ * ids (host). Synchronous. */
+vllmc_status backend_cuda_sample_rows(struct backend *be, const float *d_logits, int32_t n_rows, int64_t n,
+                                      const struct bk_sample *rows, int32_t *ids);
 /* The GEMM path's activation operand: false (default) the f16 rounding of the f32 rows; true the f16 rounding
  * of the values of the quantized rows (d * q, Q8_K for k-quant weights, Q8_0 for the legacy ones): what the
  * CPU's integer dot products multiply, so prefill through the GEMM differs from the CPU by the f16 roundings

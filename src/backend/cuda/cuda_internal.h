@@ -290,6 +290,9 @@ void cu_launch_add_bias(float *y, int64_t ld, const float *bias, int64_t n_rows,
  * then one warp per row picks among them. */
 #define CU_ARGMAX_PARTS 64
 void cu_launch_argmax(const float *x, int64_t n_rows, int64_t n, int32_t *out, void *work, gpuStream_t s);
+/* Row r of x drawn by params[6 r ..] = {u (a double in two words), temperature, top_p, min_p (floats), top_k} into
+ * out[r]: the engine's sampler without bias or penalties (cuda_ops.cu); temperature 0 is the argmax. */
+void cu_launch_sample(const float *x, int64_t n_rows, int64_t n, const int32_t *params, int32_t *out, gpuStream_t s);
 
 /* ---- mixture of experts ---- */
 /* One group of expert mat-vec entries: entry ent multiplies activation row ent / act_div by n_mat

@@ -804,3 +804,350 @@ void cu_launch_argmax(const float *x, int64_t n_rows, int64_t n, int32_t *out, v
     gpu_launch(argmax_part_kernel, dim3(CU_ARGMAX_PARTS, (unsigned)n_rows), dim3(256), 0, s, x, n, (float2 *)work);
     gpu_launch(argmax_final_kernel, dim3((unsigned)n_rows), dim3(32), 0, s, (const float2 *)work, out);
 }
+
+/* ---- sampling (bk_batch.sample): the engine's sampler (src/engine/sampler.h) on the device ----
+ * One CTA of SMP_T threads a row. l = x * (1 / T) (NaN and -inf logits dropped), min-p keeps l >= max + log(min_p),
+ * top-k the k best in the order (l desc, id asc), top-p the shortest prefix of that order whose mass (expf(l - max)
+ * summed in double) reaches top_p x the mass top-k kept, then u x the survivors' mass picks the first survivor in id
+ * order whose running mass exceeds it. The cuts are found by radix selection on the order's key (a byte a pass,
+ * counts for top-k, masses for top-p; per-warp histograms in shared memory), each cut an exact key and the number of
+ * its ties taken from the lowest id. Sums run in another order than the CPU's (chunks of ids, then the chunks in
+ * order), so a draw can differ from the CPU's only where a running mass meets u or a target within rounding. */
+#if defined(VLLMC_HIP)
+#define SMP_T 512 /* the per-warp histograms in 64 KB of LDS */
+#else
+#define SMP_T 1024
+#endif
+#define SMP_W (SMP_T / 32)
+struct cu_sample_smem {
+    unsigned cnt[SMP_W][256];
+    double mass[SMP_W][256];
+    double red[SMP_W];
+    int ired[SMP_W];
+    unsigned bins[256];
+    double bmass[256];
+    int lone[256];
+    unsigned s_key;   /* a cut: its key and its ties taken */
+    int s_take, s_id, s_flag;
+    double s_d;
+};
+/* the order's key: larger l, larger key (for finite l); -0 is +0 (they compare equal, so they tie) */
+static __device__ __forceinline__ uint32_t smp_key(float l) {
+    const uint32_t b = l == 0.0f ? 0u : __float_as_uint(l);
+    return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+static __device__ int smp_sum_i(int v, int *red) {
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) v += shfl_xor(v, off);
+    __syncthreads();
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
+    __syncthreads();
+    int t = 0;
+    for (int w = 0; w < SMP_W; w++) t += red[w];
+    return t;
+}
+/* exclusive prefix over the threads in order (double); *tot the total */
+template <typename T> static __device__ T smp_scan(T v, T *red, T *tot) {
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    T inc = v;
+#pragma unroll
+    for (int off = 1; off < 32; off <<= 1) {
+        const T o = shfl_up32(inc, off);
+        if (lane >= off) inc += o;
+    }
+    T ex = shfl_up32(inc, 1); /* the lane before's inclusive sum: this lane's exclusive one */
+    if (lane == 0) ex = 0;
+    __syncthreads();
+    if (lane == 31) red[w] = inc;
+    __syncthreads();
+    T base = 0, all = 0;
+    for (int k = 0; k < SMP_W; k++) {
+        if (k < w) base += red[k];
+        all += red[k];
+    }
+    if (tot) *tot = all;
+    return base + ex;
+}
+
+struct smp_row {
+    const float *x;
+    int n;
+    float inv_t, mx, thr;
+    /* the cuts so far: a candidate passes a cut (key, id) when its key is larger, or equal with id <= id */
+    bool k_on, p_on;
+    uint32_t k_key, p_key;
+    int k_id, p_id;
+};
+/* whether element i (logit v) survives min-p and the cuts made so far; its l and key */
+static __device__ __forceinline__ bool smp_alive(const smp_row &R, int i, float v, float &l, uint32_t &key) {
+    if (v != v || v == -INFINITY) return false;
+    l = v * R.inv_t;
+    if (!(l >= R.thr)) return false;
+    key = smp_key(l);
+    if (R.k_on && (key < R.k_key || (key == R.k_key && i > R.k_id))) return false;
+    if (R.p_on && (key < R.p_key || (key == R.p_key && i > R.p_id))) return false;
+    return true;
+}
+/* The row's elements, f(i, v) each: a thread's i = threadIdx.x + k SMP_T in order (smp_each), or its chunk of ids
+ * [i0, i1) in order (smp_chunk: f returns true to stop). SMP_U loads in flight a thread: one at a time, a pass over a
+ * row of 248,320 logits waited ~240 L2 round trips a thread (~60 us). */
+#define SMP_U 8
+template <typename F> static __device__ __forceinline__ void smp_each(const smp_row &R, F f) {
+    for (int base = threadIdx.x; base < R.n; base += SMP_U * SMP_T) {
+        float v[SMP_U];
+#pragma unroll
+        for (int u = 0; u < SMP_U; u++) v[u] = base + u * SMP_T < R.n ? R.x[base + u * SMP_T] : 0.0f;
+#pragma unroll
+        for (int u = 0; u < SMP_U; u++)
+            if (base + u * SMP_T < R.n) f(base + u * SMP_T, v[u]);
+    }
+}
+template <typename F> static __device__ __forceinline__ void smp_chunk(const smp_row &R, int i0, int i1, F f) {
+    for (int base = i0; base < i1; base += SMP_U) {
+        float v[SMP_U];
+#pragma unroll
+        for (int u = 0; u < SMP_U; u++) v[u] = base + u < i1 ? R.x[base + u] : 0.0f;
+#pragma unroll
+        for (int u = 0; u < SMP_U; u++)
+            if (base + u < i1 && f(base + u, v[u])) return;
+    }
+}
+/* The id of the take-th (1-based) alive element of key `key` in id order (chunks of ids a thread, in order). */
+static __device__ int smp_tie_id(const smp_row &R, uint32_t key, int take, cu_sample_smem &S) {
+    const int C = (R.n + SMP_T - 1) / SMP_T, i0 = threadIdx.x * C, i1 = min(R.n, i0 + C);
+    int mine = 0;
+    smp_chunk(R, i0, i1, [&](int i, float v) {
+        float l; uint32_t k;
+        if (smp_alive(R, i, v, l, k) && k == key) mine++;
+        return false;
+    });
+    const int before = smp_scan<int>(mine, S.ired, NULL);
+    if (threadIdx.x == 0) S.s_id = -1;
+    __syncthreads();
+    if (take > before && take <= before + mine) {
+        int c = before;
+        smp_chunk(R, i0, i1, [&](int i, float v) {
+            float l; uint32_t k;
+            if (smp_alive(R, i, v, l, k) && k == key && ++c == take) { S.s_id = i; return true; }
+            return false;
+        });
+    }
+    __syncthreads();
+    return S.s_id;
+}
+/* Radix selection over the alive elements, best first: by counts (target an integer rank, mass false) or by masses
+ * (mass true: expf(l - mx), the first key whose running mass from the top reaches target; frac > 0: the target is frac x
+ * the mass of every alive element, taken from the first pass's bins, returned in *target). Returns the cut's key;
+ * *above the count or mass of the alive elements with larger keys, *ties the count at the key and *lone_id the id of
+ * one of them (the only one where *ties is 1). found false: the target is past everything (rounding). */
+static __device__ uint32_t smp_select(const smp_row &R, bool mass, double *target_io, float frac, double *above, int *ties,
+                                      int *lone_id, bool *found, cu_sample_smem &S) {
+    double target = *target_io;
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    uint32_t prefix = 0, pmask = 0;
+    double before = 0.0;
+    bool ok = true;
+    for (int shift = 24; shift >= 0; shift -= 8) {
+        for (int b = lane; b < 256; b += 32) { S.cnt[w][b] = 0; S.mass[w][b] = 0.0; }
+        if (threadIdx.x < 256) S.lone[threadIdx.x] = -1;
+        __syncthreads();
+        /* a thread's run of elements in one bin is added up first (the bins' sums are in no fixed order anyway): where
+         * most elements share a bin, as the first byte of similar logits does, the atomics would serialize */
+        int cb = -1;
+        unsigned cc = 0;
+        double cm = 0.0;
+        smp_each(R, [&](int i, float v) {
+            float l; uint32_t key;
+            if (!smp_alive(R, i, v, l, key) || (key & pmask) != prefix) return;
+            const int b = (int)((key >> shift) & 255u);
+            if (b != cb) {
+                if (cb >= 0) {
+                    atomicAdd(&S.cnt[w][cb], cc);
+                    if (mass) atomicAdd(&S.mass[w][cb], cm);
+                }
+                cb = b; cc = 0; cm = 0.0;
+            }
+            cc++;
+            if (mass) cm += (double)expf(l - R.mx);
+            if (shift == 0) S.lone[b] = i; /* (any one of the bin's: read only where it holds one) */
+        });
+        if (cb >= 0) {
+            atomicAdd(&S.cnt[w][cb], cc);
+            if (mass) atomicAdd(&S.mass[w][cb], cm);
+        }
+        __syncthreads();
+        for (int b = threadIdx.x; b < 256; b += SMP_T) {
+            unsigned c = 0;
+            double m = 0.0;
+            for (int k = 0; k < SMP_W; k++) { c += S.cnt[k][b]; m += S.mass[k][b]; }
+            S.bins[b] = c; S.bmass[b] = m;
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            if (mass && frac > 0.0f && shift == 24) { /* the target from every alive element's mass, in bin order */
+                double all = 0.0;
+                for (int b = 255; b >= 0; b--) all += S.bmass[b];
+                S.s_d = (double)frac * all;
+            }
+        }
+        __syncthreads();
+        if (mass && frac > 0.0f && shift == 24) target = S.s_d;
+        if (threadIdx.x == 0) {
+            int d = -1, last = -1;
+            for (int b = 255; b >= 0; b--) {
+                const double v = mass ? S.bmass[b] : (double)S.bins[b];
+                if (S.bins[b] > 0) last = b;
+                if (before + v >= target && v > 0.0) { d = b; break; }
+                before += v;
+            }
+            if (d < 0) { d = last < 0 ? 0 : last; S.s_flag = 0; before -= mass ? S.bmass[d] : (double)S.bins[d]; }
+            else S.s_flag = 1;
+            S.s_key = (uint32_t)d;
+            S.s_d = before;
+        }
+        __syncthreads();
+        ok = ok && S.s_flag;
+        prefix |= S.s_key << shift;
+        pmask |= 255u << shift;
+        before = S.s_d;
+        if (!ok) break;
+    }
+    /* the count at the cut's key (the last pass's bin; on a rounding miss the key is incomplete: keep all) */
+    *above = before;
+    *ties = (int)S.bins[(prefix >> 0) & 255u];
+    *lone_id = S.lone[prefix & 255u];
+    *found = ok;
+    *target_io = target;
+    __syncthreads();
+    return prefix;
+}
+
+static __global__ void __launch_bounds__(SMP_T) sample_kernel(const float *x, int64_t n, const int32_t *params, int32_t *out) {
+    gpu_pdl_wait();
+    gpu_pdl_trigger();
+    extern __shared__ __align__(16) uint8_t smp_smem[];
+    cu_sample_smem &S = *(cu_sample_smem *)smp_smem;
+    const int32_t *pw = params + 6 * blockIdx.x; /* {u (double), T, top_p, min_p, top_k} */
+    double u;
+    memcpy(&u, pw, 8);
+    const float T = __int_as_float(pw[2]), top_p = __int_as_float(pw[3]), min_p = __int_as_float(pw[4]);
+    const int top_k = pw[5];
+    smp_row R;
+    R.x = x + (int64_t)blockIdx.x * n; R.n = (int)n;
+    R.k_on = R.p_on = false; R.k_key = R.p_key = 0; R.k_id = R.p_id = 0;
+    /* the maximum of l (and the argmax of the raw logits: T 0, or nothing left) */
+    R.inv_t = T > 0.0f ? 1.0f / T : 1.0f;
+    float mx = -INFINITY, best = -INFINITY;
+    int bi = 0x7fffffff, fin = 0;
+    smp_each(R, [&](int i, float v) {
+        if (am_better(v, i, best, bi) && v == v) { best = v; bi = i; }
+        if (v == v && v != -INFINITY) { mx = fmaxf(mx, v * R.inv_t); fin++; }
+    });
+    const int n_fin = smp_sum_i(fin, S.ired);
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+        mx = fmaxf(mx, shfl_xor(mx, off));
+        const float ov = shfl_xor(best, off);
+        const int oi = shfl_xor(bi, off);
+        if (am_better(ov, oi, best, bi)) { best = ov; bi = oi; }
+    }
+    __syncthreads();
+    if ((threadIdx.x & 31) == 0) { S.red[threadIdx.x >> 5] = (double)mx; S.bmass[threadIdx.x >> 5] = (double)best; S.bins[threadIdx.x >> 5] = (unsigned)bi; }
+    __syncthreads();
+    mx = -INFINITY; best = -INFINITY; bi = 0x7fffffff;
+    for (int w = 0; w < SMP_W; w++) {
+        mx = fmaxf(mx, (float)S.red[w]);
+        if (am_better((float)S.bmass[w], (int)S.bins[w], best, bi)) { best = (float)S.bmass[w]; bi = (int)S.bins[w]; }
+    }
+    __syncthreads();
+    if (!(T > 0.0f) || mx == -INFINITY) { /* greedy, or every logit dropped: the argmax (NaN never wins; all NaN: 0) */
+        if (threadIdx.x == 0) out[blockIdx.x] = bi == 0x7fffffff ? 0 : bi;
+        return;
+    }
+    R.mx = mx;
+    R.thr = min_p > 0.0f ? mx + logf(min_p) : -INFINITY;
+    double above;
+    int ties;
+    bool found;
+    int lone;
+    if (top_k > 0) {
+        int n0 = n_fin; /* without min-p the finite logits, counted with the maximum */
+        if (min_p > 0.0f) {
+            int mine = 0;
+            smp_each(R, [&](int i, float v) {
+                float l; uint32_t key;
+                mine += smp_alive(R, i, v, l, key);
+            });
+            n0 = smp_sum_i(mine, S.ired);
+        }
+        if (top_k < n0) {
+            double tk = (double)top_k;
+            const uint32_t key = smp_select(R, false, &tk, 0.0f, &above, &ties, &lone, &found, S);
+            const int take = top_k - (int)above; /* ties of the k-th key taken, lowest ids first */
+            const int id = ties == 1 ? lone : smp_tie_id(R, key, take, S);
+            R.k_on = true; R.k_key = key; R.k_id = id;
+        }
+    }
+    if (top_p < 1.0f) {
+        double target = 0.0;
+        const uint32_t key = smp_select(R, true, &target, top_p, &above, &ties, &lone, &found, S);
+        if (found) {
+            /* the ties at the cut, in id order, while the mass before each is short of the target */
+            if (threadIdx.x == 0) {
+                const float e = expf(__uint_as_float((key & 0x80000000u) ? (key & 0x7fffffffu) : ~key) - mx);
+                double acc = above;
+                int j = 0;
+                while (j < ties && acc < target) { acc += (double)e; j++; }
+                S.s_take = j > 0 ? j : 1;
+            }
+            __syncthreads();
+            const int take = S.s_take;
+            const int id = ties == 1 ? lone : smp_tie_id(R, key, take, S);
+            R.p_on = true; R.p_key = key; R.p_id = id;
+        }
+    }
+    /* the draw: chunks of ids a thread, in order */
+    const int C = (R.n + SMP_T - 1) / SMP_T, i0 = threadIdx.x * C, i1 = min(R.n, i0 + C);
+    double m = 0.0;
+    int last = -1;
+    smp_chunk(R, i0, i1, [&](int i, float v) {
+        float l; uint32_t key;
+        if (smp_alive(R, i, v, l, key)) { m += (double)expf(l - mx); last = i; }
+        return false;
+    });
+    double tot;
+    const double before = smp_scan<double>(m, S.red, &tot);
+    /* the last survivor (u at the very end, rounding) */
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) last = max(last, shfl_xor(last, off));
+    if (threadIdx.x == 0) S.s_id = -1;
+    __syncthreads();
+    if ((threadIdx.x & 31) == 0) atomicMax(&S.s_id, last);
+    const double uu = u * tot;
+    __syncthreads();
+    const int fallback = S.s_id;
+    __syncthreads();
+    if (threadIdx.x == 0) S.s_take = -1;
+    __syncthreads();
+    if (m > 0.0 && uu >= before && uu < before + m) {
+        double cum = before;
+        smp_chunk(R, i0, i1, [&](int i, float v) {
+            float l; uint32_t key;
+            if (!smp_alive(R, i, v, l, key)) return false;
+            cum += (double)expf(l - mx);
+            if (uu < cum) { S.s_take = i; return true; }
+            return false;
+        });
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) out[blockIdx.x] = S.s_take >= 0 ? S.s_take : fallback >= 0 ? fallback : bi;
+}
+
+size_t cu_sample_smem_bytes(void) { return sizeof(cu_sample_smem); }
+
+void cu_launch_sample(const float *x, int64_t n_rows, int64_t n, const int32_t *params, int32_t *out, gpuStream_t s) {
+    if (n_rows <= 0) return;
+    static bool attr = false;
+    if (!attr) { (void)gpuFuncSetMaxDynamicSmem((const void *)sample_kernel, (int)sizeof(cu_sample_smem)); attr = true; }
+    gpu_launch(sample_kernel, dim3((unsigned)n_rows), dim3(SMP_T), sizeof(cu_sample_smem), s, x, n, params, out);
+}

@@ -152,6 +152,15 @@ template <typename T> static __device__ __forceinline__ T shfl_xor(T v, int off)
 #endif
 }
 
+/* The value of the lane off below, within groups of 32 lanes (a lane below off keeps its own). */
+template <typename T> static __device__ __forceinline__ T shfl_up32(T v, int off) {
+#if defined(VLLMC_HIP)
+    return __shfl_up(v, off, 32);
+#else
+    return __shfl_up_sync(VLLMC_FULL_MASK, v, off, 32);
+#endif
+}
+
 /* Read lane src's value (full-warp mask). */
 template <typename T> static __device__ __forceinline__ T shfl_idx(T v, int src) {
 #if defined(VLLMC_HIP)
