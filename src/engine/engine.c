@@ -111,7 +111,6 @@ struct vllmc_engine {
     struct engine_runner run;
     struct engine_config cfg;
     const struct tokenizer *tok;
-    struct sampler *smp;           /* smps[0] */
     /* sampling the rows of a step in parallel: a pool, a sampler's scratch a thread, each row's draw until the
      * rows are emitted in order */
     struct threadpool *spool;
@@ -1005,7 +1004,6 @@ vllmc_status engine_create(const struct engine_runner *run, const struct engine_
         e->n_smp = nt;
         for (int32_t i = 0; i < nt; i++)
             if ((st = sampler_create(V, &e->smps[i]))) { e->run.destroy = NULL; engine_free(e); return st; }
-        e->smp = e->smps[0];
     }
     e->s_tok = malloc((size_t)S * sizeof(int32_t));
     e->b_samp = malloc((size_t)S * sizeof(*e->b_samp));
