@@ -228,6 +228,32 @@ int32_t sampler_sample(struct sampler *s, const float *logits, const struct samp
 
     /* temperature; NaN and -inf logits drop out */
     const float inv_t = 1.0f / p->temperature;
+    if (p->min_p <= 0.0f && (p->top_k <= 0 || p->top_k >= V) && p->top_p >= 1.0f) {
+        /* no filter: the draw over every candidate in id order, on the logits row itself (the general path's values and
+         * sums, without its candidate list: three passes over V floats) */
+        float mx = -INFINITY;
+        for (int32_t i = 0; i < V; i++) {
+            const float l = s->l[i];
+            if (!isnan(l) && l != -INFINITY && l * inv_t > mx) mx = l * inv_t;
+        }
+        if (mx == -INFINITY) return sampler_argmax(logits, V);
+        double mass = 0.0;
+        int32_t last = 0;
+        for (int32_t i = 0; i < V; i++) {
+            const float l = s->l[i];
+            const float e = isnan(l) || l == -INFINITY ? -1.0f : expf(l * inv_t - mx);
+            s->l[i] = e; /* -1: dropped */
+            if (e >= 0.0f) { mass += (double)e; last = i; }
+        }
+        const double u = sampler_rng_uniform(rng) * mass;
+        double cum = 0.0;
+        for (int32_t i = 0; i <= last; i++)
+            if (s->l[i] >= 0.0f) {
+                cum += (double)s->l[i];
+                if (u < cum) return i;
+            }
+        return last;
+    }
     float mx = -INFINITY;
     int32_t n = 0;
     for (int32_t i = 0; i < V; i++) {
