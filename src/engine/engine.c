@@ -639,18 +639,19 @@ static double logprobs_top(vllmc_engine *e, const float *row, int32_t n_top, vll
 
 static void emit_token(vllmc_engine *e, struct vllmc_request *r, int32_t tok, float lp, const vllmc_token_logprob *top);
 
-/* The request's next token is the argmax of its raw logits: greedy, no bias or penalties, no logprobs, and no
- * min_tokens mask in force. Steps whose logits rows all are so bring back only the argmax ids. */
-static bool plain_greedy(const vllmc_engine *e, const struct vllmc_request *r) {
+/* The request's logits row as the model gives it is all its next token needs: no bias or penalties, no logprobs, no
+ * min_tokens mask in force. */
+static bool plain_row(const vllmc_engine *e, const struct vllmc_request *r) {
     const bool masked = r->n_out < r->min_tokens && ((!r->ignore_eos && e->n_eos > 0) || r->n_stop_ids > 0);
-    return sampler_params_argmax_only(&r->sp) && r->logprobs < 0 && !masked;
+    return sampler_params_plain(&r->sp) && r->logprobs < 0 && !masked;
+}
+/* ... and it is that row's argmax (greedy). Steps whose logits rows all are so bring back only the argmax ids. */
+static bool plain_greedy(const vllmc_engine *e, const struct vllmc_request *r) {
+    return r->sp.temperature == 0.0f && plain_row(e, r);
 }
 /* The request's next token is a draw the device can make (bk_sample): temperature, top-k, top-p and min-p only. */
 static bool plain_draw(const vllmc_engine *e, const struct vllmc_request *r) {
-    const struct sampler_params *p = &r->sp;
-    const bool masked = r->n_out < r->min_tokens && ((!r->ignore_eos && e->n_eos > 0) || r->n_stop_ids > 0);
-    return p->temperature <= 1e4f && p->repetition_penalty == 1.0f && p->presence_penalty == 0.0f &&
-           p->frequency_penalty == 0.0f && (!p->bias || p->n_bias == 0) && r->logprobs < 0 && !masked;
+    return r->sp.temperature <= 1e4f && plain_row(e, r);
 }
 
 /* The draw of logits row i (threadpool task; thread th's sampler): the token, its logprob and the top ids into

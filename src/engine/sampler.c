@@ -28,10 +28,12 @@ void sampler_params_default(struct sampler_params *p) {
     p->repetition_penalty = 1.0f;
 }
 
-bool sampler_params_argmax_only(const struct sampler_params *p) {
-    return p->temperature == 0.0f && p->repetition_penalty == 1.0f && p->presence_penalty == 0.0f &&
-           p->frequency_penalty == 0.0f && (!p->bias || p->n_bias == 0);
+bool sampler_params_plain(const struct sampler_params *p) {
+    return p->repetition_penalty == 1.0f && p->presence_penalty == 0.0f && p->frequency_penalty == 0.0f &&
+           (!p->bias || p->n_bias == 0);
 }
+
+bool sampler_params_argmax_only(const struct sampler_params *p) { return p->temperature == 0.0f && sampler_params_plain(p); }
 
 vllmc_status sampler_params_check(const struct sampler_params *p) {
     if (!(p->temperature >= 0.0f) || !isfinite(p->temperature))

@@ -53,6 +53,8 @@ void sampler_destroy(struct sampler *s); /* accepts NULL */
 /* Sample one token from logits[n_vocab] (not modified). history: the tokens of the request so far,
  * the first n_prompt of them the prompt (repetition penalty uses all, presence/frequency only the
  * rest). Ids in history outside [0, n_vocab) are ignored. Returns the token id in [0, n_vocab). */
+/* Whether nothing but temperature and the filters acts on the logits: no bias, no penalties. */
+bool sampler_params_plain(const struct sampler_params *p);
 /* Whether the next token is simply the argmax of the raw logits: greedy, no bias, no penalties. */
 bool sampler_params_argmax_only(const struct sampler_params *p);
 

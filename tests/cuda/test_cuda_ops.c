@@ -1423,6 +1423,20 @@ static void test_sample(void) {
             }
             gpu->ops->free(gpu, gx);
         }
+        /* parameters out of range: refused, nothing drawn */
+        {
+            float *gx = dev_put(x, (size_t)V * 4);
+            const struct bk_sample bad[4] = {{.u = 0.5, .temperature = 1.0f, .top_p = 0.0f},
+                                             {.u = 1.0, .temperature = 1.0f, .top_p = 1.0f},
+                                             {.u = 0.5, .temperature = -1.0f, .top_p = 1.0f},
+                                             {.u = 0.5, .temperature = 1.0f, .top_p = 1.0f, .min_p = NAN}};
+            for (int k = 0; k < 4; k++) {
+                int32_t id = -7;
+                CHECK_MSG(backend_cuda_sample_rows(gpu, gx, 1, V, &bad[k], &id) == VLLMC_ERR_INVALID && id == -7,
+                          "sample: bad parameters %d accepted", k);
+            }
+            gpu->ops->free(gpu, gx);
+        }
         printf("sample V %lld: %d of %d draws equal to the host sampler's\n", (long long)V, same, total);
         CHECK_MSG(same == total, "sample V %lld: %d of %d draws equal", (long long)V, same, total);
         free(x);

@@ -540,6 +540,25 @@ static void cu_weight_free(struct backend *be, struct bk_tensor *t) {
  * batch
  * ------------------------------------------------------------------------------------------- */
 
+/* The rows' draws as cu_launch_sample reads them, 6 words a row: {u (a double), temperature, top_p, min_p, top_k};
+ * a parameter out of range is refused before anything is written (w NULL: only the check). */
+static vllmc_status pack_sample(const struct bk_sample *rows, int32_t n, int32_t *w) {
+    for (int32_t i = 0; i < n; i++) {
+        const struct bk_sample *q = &rows[i];
+        if (!(q->temperature >= 0.0f && q->temperature <= 1e4f) || !(q->top_p > 0.0f && q->top_p <= 1.0f) ||
+            !(q->min_p >= 0.0f && q->min_p <= 1.0f) || q->top_k < 0 || !(q->u >= 0.0 && q->u < 1.0))
+            return vllmc_errorf(VLLMC_ERR_INVALID, "sampling parameters of logit row %d out of range", i);
+    }
+    for (int32_t i = 0; w && i < n; i++, w += 6) {
+        memcpy(w, &rows[i].u, 8);
+        memcpy(w + 2, &rows[i].temperature, 4);
+        memcpy(w + 3, &rows[i].top_p, 4);
+        memcpy(w + 4, &rows[i].min_p, 4);
+        w[5] = rows[i].top_k;
+    }
+    return VLLMC_OK;
+}
+
 static vllmc_status grow_batch(cu_backend *c, int64_t nt, int64_t ns, int64_t nb) {
     if (nt <= c->cap_t && ns <= c->cap_s && nb <= c->cap_b && c->d_batch) return VLLMC_OK;
     int64_t ct = VLLMC_MAX(c->cap_t, (int64_t)16), cs = VLLMC_MAX(c->cap_s, (int64_t)4), cb = VLLMC_MAX(c->cap_b, (int64_t)64);
@@ -596,6 +615,10 @@ static vllmc_status cu_batch_set(struct backend *be, const struct bk_batch *b) {
     for (int32_t i = 0; i < b->n_logits; i++)
         if (b->logit_rows[i] < 0 || b->logit_rows[i] >= b->n_tokens || (i && b->logit_rows[i] <= b->logit_rows[i - 1]))
             return vllmc_errorf(VLLMC_ERR_INVALID, "batch: logit row %d (%d) out of range or not ascending", i, b->logit_rows[i]);
+    if (b->sample && b->n_logits > 0) { /* (refused here, before the batch changes anything) */
+        const vllmc_status sst = pack_sample(b->sample, b->n_logits, NULL);
+        if (sst) return sst;
+    }
     int32_t max_block = 0;
     for (int32_t s = 0; s < b->n_seqs; s++)
         for (int32_t k = 0; k < b->seqs[s].n_blocks; k++) {
@@ -663,18 +686,7 @@ static vllmc_status cu_batch_set(struct backend *be, const struct bk_batch *b) {
     c->sample_dev = NULL;
     if (b->sample && b->n_logits > 0) { /* the rows' draws: {u, temperature, top_p, min_p, top_k} (cu_launch_sample) */
         const int64_t off = 4 * T + 4 * S + c->cap_b + 8 * T + (c->cap_b & 1);
-        for (int32_t i = 0; i < b->n_logits; i++) {
-            const struct bk_sample *q = &b->sample[i];
-            if (!(q->temperature >= 0.0f && q->temperature <= 1e4f) || !(q->top_p > 0.0f && q->top_p <= 1.0f) ||
-                !(q->min_p >= 0.0f && q->min_p <= 1.0f) || q->top_k < 0 || !(q->u >= 0.0 && q->u < 1.0))
-                return vllmc_errorf(VLLMC_ERR_INVALID, "batch: sampling parameters of logit row %d out of range", i);
-            int32_t *w = h + off + 6 * i;
-            memcpy(w, &q->u, 8);
-            memcpy(w + 2, &q->temperature, 4);
-            memcpy(w + 3, &q->top_p, 4);
-            memcpy(w + 4, &q->min_p, 4);
-            w[5] = q->top_k;
-        }
+        (void)pack_sample(b->sample, b->n_logits, h + off); /* (checked above) */
         c->sample_dev = d + off;
     }
     c->bd.chunks = d + 4 * T + 4 * S + c->cap_b;
@@ -1878,16 +1890,10 @@ extern "C" vllmc_status backend_cuda_sample_rows(struct backend *be, const float
     flush(c);
     if (n_rows <= 0 || n <= 0 || n > INT32_MAX) return vllmc_errorf(VLLMC_ERR_INVALID, "sample rows: bad shape");
     std::vector<int32_t> p((size_t)n_rows * 6);
-    for (int32_t i = 0; i < n_rows; i++) {
-        memcpy(&p[6 * (size_t)i], &rows[i].u, 8);
-        memcpy(&p[6 * (size_t)i + 2], &rows[i].temperature, 4);
-        memcpy(&p[6 * (size_t)i + 3], &rows[i].top_p, 4);
-        memcpy(&p[6 * (size_t)i + 4], &rows[i].min_p, 4);
-        p[6 * (size_t)i + 5] = rows[i].top_k;
-    }
-    int32_t *d = NULL;
-    vllmc_status st = dev_alloc(c, p.size() * 4 + (size_t)n_rows * 4, (void **)&d);
+    vllmc_status st = pack_sample(rows, n_rows, p.data());
     if (st) return st;
+    int32_t *d = NULL;
+    if ((st = dev_alloc(c, p.size() * 4 + (size_t)n_rows * 4, (void **)&d))) return st;
     gpu_pdl.on = false;
     gpu_pdl.after_kernel = false;
     if (!(st = gpu_err(gpuMemcpy(d, p.data(), p.size() * 4, gpuMemcpyHostToDevice), "sample rows"))) {

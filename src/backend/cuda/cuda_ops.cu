@@ -19,27 +19,17 @@ static __device__ __forceinline__ int32_t seq_slot_of(const struct cu_batch_dev 
 
 static __device__ float dequant_elem(const uint8_t *row, uint32_t type, int64_t n, int64_t e) {
     switch (type) {
-    case GGML_TYPE_Q4_K: {
+    case GGML_TYPE_Q4_K:
+    case GGML_TYPE_Q5_K: { /* Q5_K: the 5th bit from the qh bytes after the quants, the scales after those (gemv_q.cu
+                              repack_row) */
+        const bool q5 = type == GGML_TYPE_Q5_K;
         const int64_t ns = n / QK_K, s = e / QK_K;
         const int i = (int)(e % QK_K), c = i / 64, l = i % 64, sub = i / 32;
         const uint8_t qb = row[128 * s + 32 * c + (l % 32)];
-        const int q = l < 32 ? (qb & 15) : (qb >> 4);
-        const uint8_t *S = row + 128 * ns + 12 * s;
-        const uint8_t *dm = row + 128 * ns + ((12 * ns + 15) & ~(int64_t)15) + 4 * s;
-        int sc, m;
-        if (sub < 4) { sc = S[sub] & 63; m = S[sub + 4] & 63; }
-        else { sc = (S[sub + 4] & 15) | ((S[sub - 4] >> 6) << 4); m = (S[sub + 4] >> 4) | ((S[sub] >> 6) << 4); }
-        const float d = fp16_to_fp32((uint16_t)(dm[0] | (dm[1] << 8))), dmin = fp16_to_fp32((uint16_t)(dm[2] | (dm[3] << 8)));
-        const float a = __fmul_rn(d, (float)sc), bm = __fmul_rn(dmin, (float)m);
-        return __fsub_rn(__fmul_rn(a, (float)q), bm);
-    }
-    case GGML_TYPE_Q5_K: { /* Q4_K's element, the 5th bit from qh (gemv_q.cu repack_row) */
-        const int64_t ns = n / QK_K, s = e / QK_K;
-        const int i = (int)(e % QK_K), c = i / 64, l = i % 64, sub = i / 32;
-        const uint8_t qb = row[128 * s + 32 * c + (l % 32)];
-        const int q = (l < 32 ? (qb & 15) : (qb >> 4)) | (((row[128 * ns + 32 * s + (i % 32)] >> sub) & 1) << 4);
-        const uint8_t *S = row + 160 * ns + 12 * s;
-        const uint8_t *dm = row + 160 * ns + ((12 * ns + 15) & ~(int64_t)15) + 4 * s;
+        const int q = (l < 32 ? (qb & 15) : (qb >> 4)) | (q5 ? ((row[128 * ns + 32 * s + (i % 32)] >> sub) & 1) << 4 : 0);
+        const int64_t sc_off = (q5 ? 160 : 128) * ns;
+        const uint8_t *S = row + sc_off + 12 * s;
+        const uint8_t *dm = row + sc_off + ((12 * ns + 15) & ~(int64_t)15) + 4 * s;
         int sc, m;
         if (sub < 4) { sc = S[sub] & 63; m = S[sub + 4] & 63; }
         else { sc = (S[sub + 4] & 15) | ((S[sub - 4] >> 6) << 4); m = (S[sub + 4] >> 4) | ((S[sub] >> 6) << 4); }
@@ -1142,8 +1132,6 @@ static __global__ void __launch_bounds__(SMP_T) sample_kernel(const float *x, in
     __syncthreads();
     if (threadIdx.x == 0) out[blockIdx.x] = S.s_take >= 0 ? S.s_take : fallback >= 0 ? fallback : bi;
 }
-
-size_t cu_sample_smem_bytes(void) { return sizeof(cu_sample_smem); }
 
 void cu_launch_sample(const float *x, int64_t n_rows, int64_t n, const int32_t *params, int32_t *out, gpuStream_t s) {
     if (n_rows <= 0) return;

@@ -230,6 +230,43 @@ static __device__ __forceinline__ void k4_scale_min(int j, uint32_t w0, uint32_t
  * (from a 16-byte boundary). */
 static __device__ __forceinline__ size_t k4_sc_off(int n_sb) { return 128 * (size_t)n_sb; }
 static __device__ __forceinline__ size_t k4_dm_off(int n_sb) { return k4_sc_off(n_sb) + ((12 * (size_t)n_sb + 15) & ~(size_t)15); }
+/* The activation side of a row with scales and mins (Q4_K, Q5_K): lane c's quants of sub-blocks 2c (vlo) and 2c + 1
+ * (vhi), 4 a word, against each activation row's Q8_K quants; the integer sums reduced over the super-block's 4
+ * lanes, the term the reference's term_kmin. */
+template <int NA>
+static __device__ __forceinline__ void kmin_rows(const int (&vlo)[8], const int (&vhi)[8], int sc0, int m0, int sc1, int m1,
+                                                 float d, float dmin, bool ok, int sb, int c, const cu_act_view &a, int a0,
+                                                 int na, float *acc) {
+#pragma unroll
+    for (int r = 0; r < NA; r++) {
+        int I = 0, M = 0;
+        float da = 0.f;
+        if (ok && r < na) {
+            const int64_t ar = a0 + r;
+            const int8_t *aq = a.k_qs + ar * a.n + (int64_t)sb * QK_K + 64 * c;
+            const int4 l0 = *(const int4 *)aq, l1 = *(const int4 *)(aq + 16);
+            const int4 h0 = *(const int4 *)(aq + 32), h1 = *(const int4 *)(aq + 48);
+            const int al[8] = {l0.x, l0.y, l0.z, l0.w, l1.x, l1.y, l1.z, l1.w};
+            const int ah[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w};
+            int slo = 0, shi = 0;
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                slo = dot4_i8(vlo[k], al[k], slo);
+                shi = dot4_i8(vhi[k], ah[k], shi);
+            }
+            const int2 bs = *(const int2 *)(a.k_bs + ar * (a.n / 16) + (int64_t)sb * 16 + 4 * c);
+            const int b0 = (int)(int16_t)(bs.x & 0xffff), b1 = (int)(int16_t)(bs.x >> 16);
+            const int b2 = (int)(int16_t)(bs.y & 0xffff), b3 = (int)(int16_t)(bs.y >> 16);
+            I = sc0 * slo + sc1 * shi;
+            M = m0 * (b0 + b1) + m1 * (b2 + b3);
+            da = a.k_d[ar * (a.n / QK_K) + sb];
+        }
+        I += shfl_xor(I, 1); I += shfl_xor(I, 2);
+        M += shfl_xor(M, 1); M += shfl_xor(M, 2);
+        if (c == 0 && ok && r < na) acc[r] += term_kmin(da, d, dmin, I, M);
+    }
+}
+
 template <int NA>
 static __device__ void row_q4_K(const uint8_t *wr, int n_sb, const cu_act_view &a, int a0, int na, float *acc, int lane) {
     const int g = lane >> 2, c = lane & 3;
@@ -263,35 +300,14 @@ static __device__ void row_q4_K(const uint8_t *wr, int n_sb, const cu_act_view &
             k4_scale_min(2 * c, sw[u][0], sw[u][1], sw[u][2], sc0, m0);
             k4_scale_min(2 * c + 1, sw[u][0], sw[u][1], sw[u][2], sc1, m1);
             const uint32_t qw[8] = {q0[u].x, q0[u].y, q0[u].z, q0[u].w, q1[u].x, q1[u].y, q1[u].z, q1[u].w};
-            const float d = fp16_to_fp32((uint16_t)(dm[u] & 0xffff)), dmin = fp16_to_fp32((uint16_t)(dm[u] >> 16));
+            int vlo[8], vhi[8];
 #pragma unroll
-            for (int r = 0; r < NA; r++) {
-                int I = 0, M = 0;
-                float da = 0.f;
-                if (ok && r < na) {
-                    const int64_t ar = a0 + r;
-                    const int8_t *aq = a.k_qs + ar * a.n + (int64_t)sb * QK_K + 64 * c;
-                    const int4 l0 = *(const int4 *)aq, l1 = *(const int4 *)(aq + 16);
-                    const int4 h0 = *(const int4 *)(aq + 32), h1 = *(const int4 *)(aq + 48);
-                    const int al[8] = {l0.x, l0.y, l0.z, l0.w, l1.x, l1.y, l1.z, l1.w};
-                    const int ah[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w};
-                    int slo = 0, shi = 0;
-#pragma unroll
-                    for (int k = 0; k < 8; k++) {
-                        slo = dot4_i8((int)(qw[k] & 0x0F0F0F0Fu), al[k], slo);
-                        shi = dot4_i8((int)((qw[k] >> 4) & 0x0F0F0F0Fu), ah[k], shi);
-                    }
-                    const int2 bs = *(const int2 *)(a.k_bs + ar * (a.n / 16) + (int64_t)sb * 16 + 4 * c);
-                    const int b0 = (int)(int16_t)(bs.x & 0xffff), b1 = (int)(int16_t)(bs.x >> 16);
-                    const int b2 = (int)(int16_t)(bs.y & 0xffff), b3 = (int)(int16_t)(bs.y >> 16);
-                    I = sc0 * slo + sc1 * shi;
-                    M = m0 * (b0 + b1) + m1 * (b2 + b3);
-                    da = a.k_d[ar * (a.n / QK_K) + sb];
-                }
-                I += shfl_xor(I, 1); I += shfl_xor(I, 2);
-                M += shfl_xor(M, 1); M += shfl_xor(M, 2);
-                if (c == 0 && ok && r < na) acc[r] += term_kmin(da, d, dmin, I, M);
+            for (int k = 0; k < 8; k++) {
+                vlo[k] = (int)(qw[k] & 0x0F0F0F0Fu);
+                vhi[k] = (int)((qw[k] >> 4) & 0x0F0F0F0Fu);
             }
+            const float d = fp16_to_fp32((uint16_t)(dm[u] & 0xffff)), dmin = fp16_to_fp32((uint16_t)(dm[u] >> 16));
+            kmin_rows<NA>(vlo, vhi, sc0, m0, sc1, m1, d, dmin, ok, sb, c, a, a0, na, acc);
         }
     }
 }
@@ -328,34 +344,7 @@ static __device__ void row_q5_K(const uint8_t *wr, int n_sb, const cu_act_view &
             vhi[k] = (int)(((qw[k] >> 4) & 0x0F0F0F0Fu) | (((hw[k] >> (2 * c + 1)) & 0x01010101u) << 4));
         }
         const float d = fp16_to_fp32((uint16_t)(dm & 0xffff)), dmin = fp16_to_fp32((uint16_t)(dm >> 16));
-#pragma unroll
-        for (int r = 0; r < NA; r++) {
-            int I = 0, M = 0;
-            float da = 0.f;
-            if (ok && r < na) {
-                const int64_t ar = a0 + r;
-                const int8_t *aq = a.k_qs + ar * a.n + (int64_t)sb * QK_K + 64 * c;
-                const int4 l0 = *(const int4 *)aq, l1 = *(const int4 *)(aq + 16);
-                const int4 x0 = *(const int4 *)(aq + 32), x1 = *(const int4 *)(aq + 48);
-                const int al[8] = {l0.x, l0.y, l0.z, l0.w, l1.x, l1.y, l1.z, l1.w};
-                const int ah[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
-                int slo = 0, shi = 0;
-#pragma unroll
-                for (int k = 0; k < 8; k++) {
-                    slo = dot4_i8(vlo[k], al[k], slo);
-                    shi = dot4_i8(vhi[k], ah[k], shi);
-                }
-                const int2 bs = *(const int2 *)(a.k_bs + ar * (a.n / 16) + (int64_t)sb * 16 + 4 * c);
-                const int b0 = (int)(int16_t)(bs.x & 0xffff), b1 = (int)(int16_t)(bs.x >> 16);
-                const int b2 = (int)(int16_t)(bs.y & 0xffff), b3 = (int)(int16_t)(bs.y >> 16);
-                I = sc0 * slo + sc1 * shi;
-                M = m0 * (b0 + b1) + m1 * (b2 + b3);
-                da = a.k_d[ar * (a.n / QK_K) + sb];
-            }
-            I += shfl_xor(I, 1); I += shfl_xor(I, 2);
-            M += shfl_xor(M, 1); M += shfl_xor(M, 2);
-            if (c == 0 && ok && r < na) acc[r] += term_kmin(da, d, dmin, I, M);
-        }
+        kmin_rows<NA>(vlo, vhi, sc0, m0, sc1, m1, d, dmin, ok, sb, c, a, a0, na, acc);
     }
 }
 

@@ -27,32 +27,16 @@ static __device__ __forceinline__ float half_at(const uint8_t *p) { return fp16_
  * two to a word. 32-bit index math (a row is at most 2^31 elements). */
 static __device__ __forceinline__ uint4 dequant8_f16(const uint8_t *row, uint32_t type, int n, int e0) {
     float y[8];
-    if (type == GGML_TYPE_Q4_K) {
+    if (type == GGML_TYPE_Q4_K || type == GGML_TYPE_Q5_K) { /* Q5_K: the 5th bit (bit sub of qh[l % 32]) from the 32 qh
+                                                              bytes after the quants, the scales after those */
+        const bool q5 = type == GGML_TYPE_Q5_K;
         const int ns = n / QK_K, s = e0 / QK_K;
         const int i = e0 % QK_K, c = i / 64, l = i % 64, sub = i / 32;
         const uint2 qw = *(const uint2 *)(row + 128 * s + 32 * c + (l % 32));
-        const uint8_t *S = row + 128 * ns + 12 * s;
-        const uint8_t *dm = row + 128 * ns + ((12 * ns + 15) & ~15) + 4 * s;
-        int sc, m;
-        if (sub < 4) { sc = S[sub] & 63; m = S[sub + 4] & 63; }
-        else { sc = (S[sub + 4] & 15) | ((S[sub - 4] >> 6) << 4); m = (S[sub + 4] >> 4) | ((S[sub] >> 6) << 4); }
-        const uint32_t dmw = *(const uint32_t *)dm;
-        const float a = __fmul_rn(fp16_to_fp32((uint16_t)(dmw & 0xffff)), (float)sc);
-        const float bm = __fmul_rn(fp16_to_fp32((uint16_t)(dmw >> 16)), (float)m);
-        const int shift = l < 32 ? 0 : 4;
-#pragma unroll
-        for (int k = 0; k < 8; k++) {
-            const uint32_t w = k < 4 ? qw.x : qw.y;
-            const int q = (int)((w >> (8 * (k % 4) + shift)) & 15);
-            y[k] = __fsub_rn(__fmul_rn(a, (float)q), bm);
-        }
-    } else if (type == GGML_TYPE_Q5_K) { /* Q4_K's, the 5th bit (bit sub of qh[l % 32]) from the 32 qh bytes */
-        const int ns = n / QK_K, s = e0 / QK_K;
-        const int i = e0 % QK_K, c = i / 64, l = i % 64, sub = i / 32;
-        const uint2 qw = *(const uint2 *)(row + 128 * s + 32 * c + (l % 32));
-        const uint2 hw = *(const uint2 *)(row + 128 * ns + 32 * s + (l % 32));
-        const uint8_t *S = row + 160 * ns + 12 * s;
-        const uint8_t *dm = row + 160 * ns + ((12 * ns + 15) & ~15) + 4 * s;
+        const uint2 hw = q5 ? *(const uint2 *)(row + 128 * ns + 32 * s + (l % 32)) : make_uint2(0, 0);
+        const int sc_off = (q5 ? 160 : 128) * ns;
+        const uint8_t *S = row + sc_off + 12 * s;
+        const uint8_t *dm = row + sc_off + ((12 * ns + 15) & ~15) + 4 * s;
         int sc, m;
         if (sub < 4) { sc = S[sub] & 63; m = S[sub + 4] & 63; }
         else { sc = (S[sub + 4] & 15) | ((S[sub - 4] >> 6) << 4); m = (S[sub + 4] >> 4) | ((S[sub] >> 6) << 4); }
