@@ -1455,7 +1455,19 @@ static void test_errors(void) {
     CHECK(gpu->ops->batch_set(gpu, &b) == VLLMC_ERR_INVALID);
 }
 
-int main(void) {
+/* `test_cuda_ops [NAME...]` runs only the named groups (e.g. `sample` under compute-sanitizer racecheck); no name runs all */
+static int g_argc;
+static char **g_argv;
+static bool want(const char *name) {
+    if (g_argc < 2) return true;
+    for (int i = 1; i < g_argc; i++)
+        if (strcmp(g_argv[i], name) == 0) return true;
+    return false;
+}
+
+int main(int argc, char **argv) {
+    g_argc = argc;
+    g_argv = argv;
     test_seed_auto("test_cuda_ops");
     struct backend_cuda_opts o = {0, false, false, false};
     if (backend_cuda_create(&o, &gpu) != VLLMC_OK) {
@@ -1463,25 +1475,29 @@ int main(void) {
         return 0;
     }
     CHECK(backend_cpu_create(1, true, &ref) == VLLMC_OK);
-    test_matmul(512 + 256 * (int64_t)(test_rand_u64() % 3));
-    test_matmul(4608); /* 18 super-blocks a row: the column-split kernel's 4 super-blocks a warp, one warp idling half */
-    test_rowwise();
-    test_batch_ops();
-    test_argmax();
-    test_attention();
-    test_kv_dtypes();
-    test_cols_rows();
-    test_mmr();
-    test_stream();
-    test_cols_lb();
-    test_alt_kernel(ALT_SBT);
-    test_alt_kernel(ALT_MMA);
-    test_nq_fused();
-    test_invariance();
-    test_gdn();
-    test_moe();
-    test_sample();
-    test_errors();
+    if (want("matmul")) {
+        test_matmul(512 + 256 * (int64_t)(test_rand_u64() % 3));
+        test_matmul(4608); /* 18 super-blocks a row: the column-split kernel's 4 super-blocks a warp, one warp idling half */
+    }
+    if (want("rowwise")) test_rowwise();
+    if (want("batch_ops")) test_batch_ops();
+    if (want("argmax")) test_argmax();
+    if (want("attention")) test_attention();
+    if (want("kv_dtypes")) test_kv_dtypes();
+    if (want("cols_rows")) test_cols_rows();
+    if (want("mmr")) test_mmr();
+    if (want("stream")) test_stream();
+    if (want("cols_lb")) test_cols_lb();
+    if (want("alt_kernel")) {
+        test_alt_kernel(ALT_SBT);
+        test_alt_kernel(ALT_MMA);
+    }
+    if (want("nq_fused")) test_nq_fused();
+    if (want("invariance")) test_invariance();
+    if (want("gdn")) test_gdn();
+    if (want("moe")) test_moe();
+    if (want("sample")) test_sample();
+    if (want("errors")) test_errors();
     ref->ops->destroy(ref);
     gpu->ops->destroy(gpu);
     return test_finish("test_cuda_ops");
