@@ -796,17 +796,23 @@ void cu_launch_argmax(const float *x, int64_t n_rows, int64_t n, int32_t *out, v
 }
 
 /* ---- sampling (bk_batch.sample): the engine's sampler (src/engine/sampler.h) on the device ----
- * One CTA of SMP_T threads a row. l = x * (1 / T) (NaN and -inf logits dropped), min-p keeps l >= max + log(min_p),
- * top-k the k best in the order (l desc, id asc), top-p the shortest prefix of that order whose mass (expf(l - max)
- * summed in double) reaches top_p x the mass top-k kept, then u x the survivors' mass picks the first survivor in id
- * order whose running mass exceeds it. The cuts are found by radix selection on the order's key (a byte a pass,
- * counts for top-k, masses for top-p; per-warp histograms in shared memory), each cut an exact key and the number of
- * its ties taken from the lowest id. Sums run in another order than the CPU's (chunks of ids, then the chunks in
- * order), so a draw can differ from the CPU's only where a running mass meets u or a target within rounding. */
+ * A row of logits is drawn by a cluster of SMP_CL CTAs of SMP_T threads (one CTA on HIP, which has no clusters).
+ * l = x * (1 / T) (NaN and -inf logits dropped), min-p keeps l >= max + log(min_p), top-k the k best in the order
+ * (l desc, id asc), top-p the shortest prefix of that order whose mass (expf(l - max) summed in double) reaches top_p x
+ * the mass top-k kept, then u x the survivors' mass picks the first survivor in id order whose running mass exceeds
+ * it. The cuts are found by radix selection on the order's key (a byte a pass, counts for top-k, masses for top-p;
+ * per-warp histograms in shared memory, the cluster's CTAs' added in rank order through distributed shared memory),
+ * each cut an exact key and the number of its ties taken from the lowest id. Sums run in another order than the
+ * CPU's (chunks of ids, then the chunks in order), so a draw can differ from the CPU's only where a running mass meets
+ * u or a target within rounding. A CTA alone is bound by its SM's issue (~30 instructions an element a pass; a pass over
+ * 248,320 logits ~75 us): the cluster splits every pass over its SMs. */
 #if defined(VLLMC_HIP)
 #define SMP_T 512 /* the per-warp histograms in 64 KB of LDS */
+#define SMP_CL 1
 #else
-#define SMP_T 1024
+#define SMP_T 512 /* (1,024 spilled 340 bytes at 64 registers) */
+#define SMP_CL 8  /* CTAs a row (the portable cluster size) */
+#include <cooperative_groups.h>
 #endif
 #define SMP_W (SMP_T / 32)
 struct cu_sample_smem {
@@ -814,30 +820,82 @@ struct cu_sample_smem {
     double mass[SMP_W][256];
     double red[SMP_W];
     int ired[SMP_W];
-    unsigned bins[256];
+    unsigned bins[256];  /* this CTA's histogram of a pass, then (gbins) the cluster's */
     double bmass[256];
     int lone[256];
-    unsigned s_key;   /* a cut: its key and its ties taken */
+    unsigned gbins[256];
+    double gbmass[256];
+    int glone[256];
+    /* what a CTA publishes to the others of its cluster */
+    double pub_d[2];
+    int pub_i[4];
+    float pub_f[2];
+    unsigned s_key;
     int s_take, s_id, s_flag;
     double s_d;
+};
+/* the cluster's CTAs: rank, barrier, a peer's shared memory (one CTA: itself) */
+struct smp_cl {
+    int rank, nct;
+    __device__ __forceinline__ smp_cl() {
+#if SMP_CL > 1
+        rank = (int)cooperative_groups::this_cluster().block_rank();
+        nct = SMP_CL;
+#else
+        rank = 0;
+        nct = 1;
+#endif
+    }
+    __device__ __forceinline__ void sync() const {
+#if SMP_CL > 1
+        cooperative_groups::this_cluster().sync();
+#else
+        __syncthreads();
+#endif
+    }
+    template <typename T> __device__ __forceinline__ T *peer(T *p, int r) const {
+#if SMP_CL > 1
+        return cooperative_groups::this_cluster().map_shared_rank(p, (unsigned)r);
+#else
+        (void)r;
+        return p;
+#endif
+    }
 };
 /* the order's key: larger l, larger key (for finite l); -0 is +0 (they compare equal, so they tie) */
 static __device__ __forceinline__ uint32_t smp_key(float l) {
     const uint32_t b = l == 0.0f ? 0u : __float_as_uint(l);
     return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
 }
-static __device__ int smp_sum_i(int v, int *red) {
+template <typename T> static __device__ T smp_block_sum(T v, T *red) {
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) v += shfl_xor(v, off);
     __syncthreads();
     if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
     __syncthreads();
-    int t = 0;
+    T t = 0;
     for (int w = 0; w < SMP_W; w++) t += red[w];
     return t;
 }
-/* exclusive prefix over the threads in order (double); *tot the total */
-template <typename T> static __device__ T smp_scan(T v, T *red, T *tot) {
+/* the sum over the cluster of each CTA's value (the CTAs in rank order): every thread of every CTA gets it */
+template <typename T> static __device__ T smp_cl_sum(const smp_cl &C, T v, T *pub) {
+    if (threadIdx.x == 0) *pub = v;
+    C.sync();
+    T t = 0;
+    for (int r = 0; r < C.nct; r++) t += *C.peer(pub, r);
+    C.sync(); /* (pub is written again later) */
+    return t;
+}
+static __device__ int smp_cl_max(const smp_cl &C, int v, int *pub) {
+    if (threadIdx.x == 0) *pub = v;
+    C.sync();
+    int t = v;
+    for (int r = 0; r < C.nct; r++) t = max(t, *C.peer(pub, r));
+    C.sync();
+    return t;
+}
+/* exclusive prefix over the cluster's threads in order (the CTAs in rank order, then threads); *tot the total */
+template <typename T> static __device__ T smp_scan(const smp_cl &C, T v, T *red, T *pub, T *tot) {
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     T inc = v;
 #pragma unroll
@@ -855,13 +913,23 @@ template <typename T> static __device__ T smp_scan(T v, T *red, T *tot) {
         if (k < w) base += red[k];
         all += red[k];
     }
-    if (tot) *tot = all;
-    return base + ex;
+    if (threadIdx.x == 0) *pub = all;
+    C.sync();
+    T cbase = 0, call = 0;
+    for (int r = 0; r < C.nct; r++) {
+        const T pr = *C.peer(pub, r);
+        if (r < C.rank) cbase += pr;
+        call += pr;
+    }
+    C.sync();
+    if (tot) *tot = call;
+    return cbase + base + ex;
 }
 
 struct smp_row {
     const float *x;
     int n;
+    int g, gt;   /* this thread's index in the cluster, the cluster's threads */
     float inv_t, mx, thr;
     /* the cuts so far: a candidate passes a cut (key, id) when its key is larger, or equal with id <= id */
     bool k_on, p_on;
@@ -878,18 +946,17 @@ static __device__ __forceinline__ bool smp_alive(const smp_row &R, int i, float 
     if (R.p_on && (key < R.p_key || (key == R.p_key && i > R.p_id))) return false;
     return true;
 }
-/* The row's elements, f(i, v) each: a thread's i = threadIdx.x + k SMP_T in order (smp_each), or its chunk of ids
- * [i0, i1) in order (smp_chunk: f returns true to stop). SMP_U loads in flight a thread: one at a time, a pass over a
- * row of 248,320 logits waited ~240 L2 round trips a thread (~60 us). */
+/* The row's elements, f(i, v) each: a thread's i = g + k gt in order (smp_each), or its chunk of ids [i0, i1) in
+ * order (smp_chunk: f returns true to stop). SMP_U loads in flight a thread. */
 #define SMP_U 8
 template <typename F> static __device__ __forceinline__ void smp_each(const smp_row &R, F f) {
-    for (int base = threadIdx.x; base < R.n; base += SMP_U * SMP_T) {
+    for (int base = R.g; base < R.n; base += SMP_U * R.gt) {
         float v[SMP_U];
 #pragma unroll
-        for (int u = 0; u < SMP_U; u++) v[u] = base + u * SMP_T < R.n ? R.x[base + u * SMP_T] : 0.0f;
+        for (int u = 0; u < SMP_U; u++) v[u] = base + u * R.gt < R.n ? R.x[base + u * R.gt] : 0.0f;
 #pragma unroll
         for (int u = 0; u < SMP_U; u++)
-            if (base + u * SMP_T < R.n) f(base + u * SMP_T, v[u]);
+            if (base + u * R.gt < R.n) f(base + u * R.gt, v[u]);
     }
 }
 template <typename F> static __device__ __forceinline__ void smp_chunk(const smp_row &R, int i0, int i1, F f) {
@@ -903,15 +970,15 @@ template <typename F> static __device__ __forceinline__ void smp_chunk(const smp
     }
 }
 /* The id of the take-th (1-based) alive element of key `key` in id order (chunks of ids a thread, in order). */
-static __device__ int smp_tie_id(const smp_row &R, uint32_t key, int take, cu_sample_smem &S) {
-    const int C = (R.n + SMP_T - 1) / SMP_T, i0 = threadIdx.x * C, i1 = min(R.n, i0 + C);
+static __device__ int smp_tie_id(const smp_cl &C, const smp_row &R, uint32_t key, int take, cu_sample_smem &S) {
+    const int ch = (R.n + R.gt - 1) / R.gt, i0 = min(R.n, R.g * ch), i1 = min(R.n, i0 + ch);
     int mine = 0;
     smp_chunk(R, i0, i1, [&](int i, float v) {
         float l; uint32_t k;
         if (smp_alive(R, i, v, l, k) && k == key) mine++;
         return false;
     });
-    const int before = smp_scan<int>(mine, S.ired, NULL);
+    const int before = smp_scan<int>(C, mine, S.ired, &S.pub_i[0], NULL);
     if (threadIdx.x == 0) S.s_id = -1;
     __syncthreads();
     if (take > before && take <= before + mine) {
@@ -923,26 +990,27 @@ static __device__ int smp_tie_id(const smp_row &R, uint32_t key, int take, cu_sa
         });
     }
     __syncthreads();
-    return S.s_id;
+    return smp_cl_max(C, S.s_id, &S.pub_i[1]); /* the one thread of the cluster that found it */
 }
 /* Radix selection over the alive elements, best first: by counts (target an integer rank, mass false) or by masses
  * (mass true: expf(l - mx), the first key whose running mass from the top reaches target; frac > 0: the target is frac x
  * the mass of every alive element, taken from the first pass's bins, returned in *target). Returns the cut's key;
  * *above the count or mass of the alive elements with larger keys, *ties the count at the key and *lone_id the id of
- * one of them (the only one where *ties is 1). found false: the target is past everything (rounding). */
-static __device__ uint32_t smp_select(const smp_row &R, bool mass, double *target_io, float frac, double *above, int *ties,
-                                      int *lone_id, bool *found, cu_sample_smem &S) {
+ * one of them (the only one where *ties is 1). found false: the target is past everything (rounding). Every CTA of
+ * the cluster takes the same decisions from the same added histograms. */
+static __device__ uint32_t smp_select(const smp_cl &C, const smp_row &R, bool mass, double *target_io, float frac,
+                                      double *above, int *ties, int *lone_id, bool *found, cu_sample_smem &S) {
     double target = *target_io;
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     uint32_t prefix = 0, pmask = 0;
     double before = 0.0;
     bool ok = true;
+    int lone = -1;
     for (int shift = 24; shift >= 0; shift -= 8) {
         for (int b = lane; b < 256; b += 32) { S.cnt[w][b] = 0; S.mass[w][b] = 0.0; }
         if (threadIdx.x < 256) S.lone[threadIdx.x] = -1;
         __syncthreads();
-        /* a thread's run of elements in one bin is added up first (the bins' sums are in no fixed order anyway): where
-         * most elements share a bin, as the first byte of similar logits does, the atomics would serialize */
+        /* a thread's run of elements in one bin is added up first (the bins' sums are in no fixed order anyway) */
         int cb = -1;
         unsigned cc = 0;
         double cm = 0.0;
@@ -972,58 +1040,77 @@ static __device__ uint32_t smp_select(const smp_row &R, bool mass, double *targe
             for (int k = 0; k < SMP_W; k++) { c += S.cnt[k][b]; m += S.mass[k][b]; }
             S.bins[b] = c; S.bmass[b] = m;
         }
-        __syncthreads();
+        C.sync(); /* every CTA's bins written */
+        for (int b = threadIdx.x; b < 256; b += SMP_T) {
+            unsigned c = 0;
+            double m = 0.0;
+            int lo = -1;
+            for (int r = 0; r < C.nct; r++) {
+                c += C.peer(S.bins, r)[b];
+                m += C.peer(S.bmass, r)[b];
+                if (shift == 0) lo = max(lo, C.peer(S.lone, r)[b]);
+            }
+            S.gbins[b] = c; S.gbmass[b] = m;
+            if (shift == 0) S.glone[b] = lo;
+        }
+        C.sync(); /* the peers' bins read (they are written again next pass) */
         if (threadIdx.x == 0) {
             if (mass && frac > 0.0f && shift == 24) { /* the target from every alive element's mass, in bin order */
                 double all = 0.0;
-                for (int b = 255; b >= 0; b--) all += S.bmass[b];
-                S.s_d = (double)frac * all;
+                for (int b = 255; b >= 0; b--) all += S.gbmass[b];
+                target = (double)frac * all;
+                S.pub_d[1] = target;
             }
-        }
-        __syncthreads();
-        if (mass && frac > 0.0f && shift == 24) target = S.s_d;
-        if (threadIdx.x == 0) {
             int d = -1, last = -1;
             for (int b = 255; b >= 0; b--) {
-                const double v = mass ? S.bmass[b] : (double)S.bins[b];
-                if (S.bins[b] > 0) last = b;
+                const double v = mass ? S.gbmass[b] : (double)S.gbins[b];
+                if (S.gbins[b] > 0) last = b;
                 if (before + v >= target && v > 0.0) { d = b; break; }
                 before += v;
             }
-            if (d < 0) { d = last < 0 ? 0 : last; S.s_flag = 0; before -= mass ? S.bmass[d] : (double)S.bins[d]; }
+            if (d < 0) { d = last < 0 ? 0 : last; S.s_flag = 0; before -= mass ? S.gbmass[d] : (double)S.gbins[d]; }
             else S.s_flag = 1;
             S.s_key = (uint32_t)d;
             S.s_d = before;
         }
         __syncthreads();
+        if (mass && frac > 0.0f && shift == 24) target = S.pub_d[1];
         ok = ok && S.s_flag;
         prefix |= S.s_key << shift;
         pmask |= 255u << shift;
         before = S.s_d;
+        if (shift == 0) lone = S.glone[prefix & 255u];
         if (!ok) break;
     }
-    /* the count at the cut's key (the last pass's bin; on a rounding miss the key is incomplete: keep all) */
     *above = before;
-    *ties = (int)S.bins[(prefix >> 0) & 255u];
-    *lone_id = S.lone[prefix & 255u];
+    *ties = (int)S.gbins[prefix & 255u];
+    *lone_id = lone;
     *found = ok;
     *target_io = target;
     __syncthreads();
     return prefix;
 }
 
-static __global__ void __launch_bounds__(SMP_T) sample_kernel(const float *x, int64_t n, const int32_t *params, int32_t *out) {
+#if SMP_CL > 1
+static __global__ void __cluster_dims__(SMP_CL, 1, 1) __launch_bounds__(SMP_T)
+#else
+static __global__ void __launch_bounds__(SMP_T)
+#endif
+sample_kernel(const float *x, int64_t n, const int32_t *params, int32_t *out) {
     gpu_pdl_wait();
     gpu_pdl_trigger();
     extern __shared__ __align__(16) uint8_t smp_smem[];
     cu_sample_smem &S = *(cu_sample_smem *)smp_smem;
-    const int32_t *pw = params + 6 * blockIdx.x; /* {u (double), T, top_p, min_p, top_k} */
+    const smp_cl C;
+    const int row = (int)blockIdx.x / SMP_CL;
+    const int32_t *pw = params + 6 * row; /* {u (double), T, top_p, min_p, top_k} */
     double u;
     memcpy(&u, pw, 8);
     const float T = __int_as_float(pw[2]), top_p = __int_as_float(pw[3]), min_p = __int_as_float(pw[4]);
     const int top_k = pw[5];
     smp_row R;
-    R.x = x + (int64_t)blockIdx.x * n; R.n = (int)n;
+    R.x = x + (int64_t)row * n; R.n = (int)n;
+    R.g = C.rank * SMP_T + (int)threadIdx.x; R.gt = C.nct * SMP_T;
     R.k_on = R.p_on = false; R.k_key = R.p_key = 0; R.k_id = R.p_id = 0;
     /* the maximum of l (and the argmax of the raw logits: T 0, or nothing left) */
     R.inv_t = T > 0.0f ? 1.0f / T : 1.0f;
@@ -1033,7 +1120,6 @@ static __global__ void __launch_bounds__(SMP_T) sample_kernel(const float *x, in
         if (am_better(v, i, best, bi) && v == v) { best = v; bi = i; }
         if (v == v && v != -INFINITY) { mx = fmaxf(mx, v * R.inv_t); fin++; }
     });
-    const int n_fin = smp_sum_i(fin, S.ired);
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) {
         mx = fmaxf(mx, shfl_xor(mx, off));
@@ -1049,17 +1135,26 @@ static __global__ void __launch_bounds__(SMP_T) sample_kernel(const float *x, in
         mx = fmaxf(mx, (float)S.red[w]);
         if (am_better((float)S.bmass[w], (int)S.bins[w], best, bi)) { best = (float)S.bmass[w]; bi = (int)S.bins[w]; }
     }
-    __syncthreads();
+    /* the cluster's: each CTA's (max, best, index) published, combined in rank order */
+    if (threadIdx.x == 0) { S.pub_f[0] = mx; S.pub_f[1] = best; S.pub_i[2] = bi; }
+    C.sync();
+    for (int r = 0; r < C.nct; r++) {
+        mx = fmaxf(mx, C.peer(S.pub_f, r)[0]);
+        const float ob = C.peer(S.pub_f, r)[1];
+        const int oi = C.peer(S.pub_i, r)[2];
+        if (am_better(ob, oi, best, bi)) { best = ob; bi = oi; }
+    }
+    C.sync();
+    const int n_fin = smp_cl_sum<int>(C, smp_block_sum<int>(fin, S.ired), &S.pub_i[3]);
     if (!(T > 0.0f) || mx == -INFINITY) { /* greedy, or every logit dropped: the argmax (NaN never wins; all NaN: 0) */
-        if (threadIdx.x == 0) out[blockIdx.x] = bi == 0x7fffffff ? 0 : bi;
+        if (C.rank == 0 && threadIdx.x == 0) out[row] = bi == 0x7fffffff ? 0 : bi;
         return;
     }
     R.mx = mx;
     R.thr = min_p > 0.0f ? mx + logf(min_p) : -INFINITY;
     double above;
-    int ties;
+    int ties, lone;
     bool found;
-    int lone;
     if (top_k > 0) {
         int n0 = n_fin; /* without min-p the finite logits, counted with the maximum */
         if (min_p > 0.0f) {
@@ -1068,19 +1163,19 @@ static __global__ void __launch_bounds__(SMP_T) sample_kernel(const float *x, in
                 float l; uint32_t key;
                 mine += smp_alive(R, i, v, l, key);
             });
-            n0 = smp_sum_i(mine, S.ired);
+            n0 = smp_cl_sum<int>(C, smp_block_sum<int>(mine, S.ired), &S.pub_i[3]);
         }
         if (top_k < n0) {
             double tk = (double)top_k;
-            const uint32_t key = smp_select(R, false, &tk, 0.0f, &above, &ties, &lone, &found, S);
+            const uint32_t key = smp_select(C, R, false, &tk, 0.0f, &above, &ties, &lone, &found, S);
             const int take = top_k - (int)above; /* ties of the k-th key taken, lowest ids first */
-            const int id = ties == 1 ? lone : smp_tie_id(R, key, take, S);
+            const int id = ties == 1 ? lone : smp_tie_id(C, R, key, take, S);
             R.k_on = true; R.k_key = key; R.k_id = id;
         }
     }
     if (top_p < 1.0f) {
         double target = 0.0;
-        const uint32_t key = smp_select(R, true, &target, top_p, &above, &ties, &lone, &found, S);
+        const uint32_t key = smp_select(C, R, true, &target, top_p, &above, &ties, &lone, &found, S);
         if (found) {
             /* the ties at the cut, in id order, while the mass before each is short of the target */
             if (threadIdx.x == 0) {
@@ -1092,12 +1187,12 @@ static __global__ void __launch_bounds__(SMP_T) sample_kernel(const float *x, in
             }
             __syncthreads();
             const int take = S.s_take;
-            const int id = ties == 1 ? lone : smp_tie_id(R, key, take, S);
+            const int id = ties == 1 ? lone : smp_tie_id(C, R, key, take, S);
             R.p_on = true; R.p_key = key; R.p_id = id;
         }
     }
     /* the draw: chunks of ids a thread, in order */
-    const int C = (R.n + SMP_T - 1) / SMP_T, i0 = threadIdx.x * C, i1 = min(R.n, i0 + C);
+    const int ch = (R.n + R.gt - 1) / R.gt, i0 = min(R.n, R.g * ch), i1 = min(R.n, i0 + ch);
     double m = 0.0;
     int last = -1;
     smp_chunk(R, i0, i1, [&](int i, float v) {
@@ -1106,7 +1201,7 @@ static __global__ void __launch_bounds__(SMP_T) sample_kernel(const float *x, in
         return false;
     });
     double tot;
-    const double before = smp_scan<double>(m, S.red, &tot);
+    const double before = smp_scan<double>(C, m, S.red, &S.pub_d[0], &tot);
     /* the last survivor (u at the very end, rounding) */
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) last = max(last, shfl_xor(last, off));
@@ -1115,8 +1210,7 @@ static __global__ void __launch_bounds__(SMP_T) sample_kernel(const float *x, in
     if ((threadIdx.x & 31) == 0) atomicMax(&S.s_id, last);
     const double uu = u * tot;
     __syncthreads();
-    const int fallback = S.s_id;
-    __syncthreads();
+    const int fallback = smp_cl_max(C, S.s_id, &S.pub_i[1]);
     if (threadIdx.x == 0) S.s_take = -1;
     __syncthreads();
     if (m > 0.0 && uu >= before && uu < before + m) {
@@ -1130,12 +1224,13 @@ static __global__ void __launch_bounds__(SMP_T) sample_kernel(const float *x, in
         });
     }
     __syncthreads();
-    if (threadIdx.x == 0) out[blockIdx.x] = S.s_take >= 0 ? S.s_take : fallback >= 0 ? fallback : bi;
+    const int claim = smp_cl_max(C, S.s_take, &S.pub_i[0]);
+    if (C.rank == 0 && threadIdx.x == 0) out[row] = claim >= 0 ? claim : fallback >= 0 ? fallback : bi;
 }
 
 void cu_launch_sample(const float *x, int64_t n_rows, int64_t n, const int32_t *params, int32_t *out, gpuStream_t s) {
     if (n_rows <= 0) return;
     static bool attr = false;
     if (!attr) { (void)gpuFuncSetMaxDynamicSmem((const void *)sample_kernel, (int)sizeof(cu_sample_smem)); attr = true; }
-    gpu_launch(sample_kernel, dim3((unsigned)n_rows), dim3(SMP_T), sizeof(cu_sample_smem), s, x, n, params, out);
+    gpu_launch(sample_kernel, dim3((unsigned)(n_rows * SMP_CL)), dim3(SMP_T), sizeof(cu_sample_smem), s, x, n, params, out);
 }
