@@ -1027,7 +1027,7 @@ static __device__ uint32_t smp_select(const smp_cl &C, const smp_row &R, bool ma
             }
             cc++;
             if (mass) cm += (double)expf(l - R.mx);
-            if (shift == 0) S.lone[b] = i; /* (any one of the bin's: read only where it holds one) */
+            if (shift == 0) atomicMax(&S.lone[b], i); /* (the bin's largest id: read only where it holds one) */
         });
         if (cb >= 0) {
             atomicAdd(&S.cnt[w][cb], cc);
