@@ -1,6 +1,6 @@
 /* `vllmc generate` and `vllmc chat`: load a GGUF on the CPU or CUDA backend (--device), prefill the prompt
  * in chunks, then decode one token per step with the sampler, streaming text to stdout (speeds on stderr).
- * On CUDA, plain greedy decoding brings back only the argmax id of each step; --profile prints the
+ * On CUDA, plain greedy decoding brings back only the argmax id of each step and plain sampling the id the device drew; --profile prints the
  * per-op-family tables of the prefill and of the decode steps.
  * Debug/oracle modes: --prompt-ids (skip the tokenizer), --ids (print ids as JSON), --dump-logits
  * (every computed logits row as raw float32 to a file), --perplexity (score a text file). */
@@ -46,7 +46,7 @@ static void gen_usage(const char *cmd) {
             "  --top-k K  --top-p P  --min-p M  --seed S\n"
             "  --repeat-penalty R  --presence-penalty P  --frequency-penalty F\n"
             "  --ignore-eos              do not stop at an end-of-generation token\n"
-            "  --no-pipeline             (cuda, greedy) wait for each token before queuing the next step\n"
+            "  --no-pipeline             (cuda, greedy or plain sampling) wait for each token before queuing the next step\n"
             "  --batch N                 prefill chunk size (default 256)\n"
             "  --ctx N                   context length to reserve (default prompt + n)\n"
             "  --kv-cache-dtype T        KV cache type: auto (= f16) | f16 | bf16 | fp8 (e4m3, scaled) | f32\n"
@@ -192,6 +192,8 @@ struct gen_seq {
     FILE *dump;
     bool score;                            /* perplexity: add -log p(next token) of every fed row */
     bool argmax;                           /* the step brings back its argmax id (next_id), not logits */
+    const struct sampler_params *draw;     /* with argmax: the id is instead this sampler's draw, made on the device */
+    struct sampler_rng rng;                /* the draws' uniforms, one a draw (on the host or the device, in turn) */
     int32_t next_id;
     double nll;
     int64_t n_scored;
@@ -233,6 +235,27 @@ static vllmc_status gen_seq_init(struct gen_seq *s, struct model *m, int32_t max
     return VLLMC_OK;
 }
 
+/* How s's steps give their next id: on CUDA, plain greedy decoding takes the device's argmax and plain sampling
+ * (temperature, top-k, top-p, min-p: no penalties or bias) the device's draw (VLLMC_DEVICE_SAMPLE=0: on the host,
+ * as the engine); everything else brings the logits back for the host sampler. The draws' RNG starts at the seed. */
+static void gen_seq_mode(struct gen_seq *s, bool is_cuda, bool all_logits, const struct sampler_params *sp) {
+    const char *ds = getenv("VLLMC_DEVICE_SAMPLE");
+    const bool dev_draw = is_cuda && !all_logits && sp->temperature > 0.0f && sampler_params_plain(sp) && !(ds && !strcmp(ds, "0"));
+    s->argmax = (is_cuda && !all_logits && sampler_params_argmax_only(sp)) || dev_draw;
+    s->draw = dev_draw ? sp : NULL;
+    sampler_rng_seed(&s->rng, sp->seed);
+}
+
+/* The device's draw for the step being queued (NULL: its argmax): the sampler's parameters and the next uniform of
+ * s->rng, which the host sampler would have taken for the same draw, so the ids are the host sampler's. */
+static const struct bk_sample *gen_draw(struct gen_seq *s, struct bk_sample *out) {
+    if (!s->draw) return NULL;
+    const struct sampler_params *p = s->draw;
+    *out = (struct bk_sample){.u = sampler_rng_uniform(&s->rng), .temperature = p->temperature, .top_p = p->top_p,
+                              .min_p = p->min_p, .top_k = p->top_k > 0 ? p->top_k : 0};
+    return out;
+}
+
 /* Feed ids[0..n) after what is already in the cache. On return s->logits holds the logits of the
  * last token (or of every token if all_logits, written to the dump file too). */
 static vllmc_status gen_seq_feed(struct gen_seq *s, const int32_t *ids, int32_t n, bool all_logits, bool prompt) {
@@ -250,6 +273,8 @@ static vllmc_status gen_seq_feed(struct gen_seq *s, const int32_t *ids, int32_t 
                              .logit_rows = all_logits ? s->rows : &s->rows[c - 1]};
         double t0 = vllmc_time_s();
         const bool want_id = s->argmax && !all_logits && b.n_logits == 1;
+        struct bk_sample smp;
+        if (want_id) b.sample = gen_draw(s, &smp);
         vllmc_status st = model_forward(s->m, &b, s->kv, want_id ? NULL : s->logits, want_id ? &s->next_id : NULL);
         double dt = vllmc_time_s() - t0;
         if (st) return st;
@@ -367,15 +392,16 @@ static void emit_token(struct tokenizer_stream *ts, char *buf, size_t cap, int32
 }
 
 #ifdef VLLMC_CUDA
-/* Queue the greedy decode step of the token at position s->n_tokens (its id: tok, or with from_argmax the id of the
- * step queued before, taken on the device); generate_loop takes its argmax later (backend_cuda_fetch_argmax). The
- * one-token batch of gen_seq_feed, without its wait, timing and logits handling. */
+/* Queue the decode step of the token at position s->n_tokens (its id: tok, or with from_argmax the id of the step
+ * queued before, taken on the device); generate_loop takes its id (argmax or draw) later (backend_cuda_fetch_argmax).
+ * The one-token batch of gen_seq_feed, without its wait, timing and logits handling. */
 static vllmc_status gen_pipe_queue(struct gen_seq *s, int32_t tok, bool from_argmax) {
     const int32_t p0 = s->n_tokens, zero = 0;
     s->pos[0] = p0;
     struct bk_seq seq = {.block_table = s->block_table, .n_blocks = CEIL_DIV(p0 + 1, BK_KV_BLOCK), .state_slot = 0};
+    struct bk_sample smp;
     struct bk_batch b = {.n_tokens = 1, .token_ids = &tok, .pos = s->pos, .seq_idx = s->seq_idx, .n_seqs = 1, .seqs = &seq,
-                         .n_logits = 1, .logit_rows = &zero};
+                         .n_logits = 1, .logit_rows = &zero, .sample = gen_draw(s, &smp)};
     if (from_argmax) backend_cuda_tokens_from_argmax(s->m->be);
     int32_t unused;
     vllmc_status st = model_forward(s->m, &b, s->kv, NULL, &unused);
@@ -387,8 +413,6 @@ static vllmc_status gen_pipe_queue(struct gen_seq *s, int32_t tok, bool from_arg
 /* Generate up to n_predict tokens after what s holds; returns the ids in *out (malloc'd). */
 static vllmc_status generate_loop(struct gen_env *e, struct gen_seq *s, const struct gen_opts *o, int32_t n_prompt, int32_t n_predict,
                                   const float *first_logits, bool stream_text, bool pipe, int32_t **out, int32_t *n_out) {
-    struct sampler_rng rng;
-    sampler_rng_seed(&rng, o->sp.seed);
     int32_t *gen = malloc((size_t)(n_predict > 0 ? n_predict : 1) * sizeof(int32_t));
     if (!gen) return vllmc_errorf(VLLMC_ERR_OOM, "output");
     size_t cap = e->tok ? tokenizer_stream_bound(e->tok) : 0;
@@ -439,7 +463,7 @@ static vllmc_status generate_loop(struct gen_env *e, struct gen_seq *s, const st
 #endif
     while (n < n_predict) {
         /* history = everything in the sequence; the first n_prompt tokens are the prompt */
-        int32_t id = s->argmax ? s->next_id : sampler_sample(e->smp, logits, &o->sp, &rng, s->tokens, s->n_tokens, n_prompt);
+        int32_t id = s->argmax ? s->next_id : sampler_sample(e->smp, logits, &o->sp, &s->rng, s->tokens, s->n_tokens, n_prompt);
         gen[n++] = id;
         bool eog = e->tok && tokenizer_is_eog(e->tok, id);
         if (stream_text && e->tok && buf && !eog) emit_token(&ts, buf, cap, id);
@@ -557,10 +581,11 @@ int cmd_generate(int argc, char **argv) {
     const bool all_logits = o.dump_logits != NULL;
     if ((st = gen_seq_init(&s, e.m, (int32_t)want_ctx, o.batch, all_logits, o.kv_dtype))) goto fail;
     if (all_logits && !(s.dump = fopen(o.dump_logits, "wb"))) { st = vllmc_errorf(VLLMC_ERR_IO, "cannot write %s", o.dump_logits); goto fail; }
-    s.argmax = e.is_cuda && !all_logits && sampler_params_argmax_only(&o.sp);
+    gen_seq_mode(&s, e.is_cuda, all_logits, &o.sp);
     if ((st = gen_seq_feed(&s, prompt, n_prompt, all_logits, true))) goto fail;
     gen_profile(&e, &o, &s, true);
-    /* pipelined decode steps where each step is a replayed greedy graph step (DESIGN.md "The engine on the GPU") */
+    /* pipelined decode steps where each step is a replayed graph step whose id stays on the device (DESIGN.md "The
+     * engine on the GPU"): greedy, or drawn there */
     const bool pipe = s.argmax && !o.eager && !o.profile && !o.no_pipeline;
     if ((st = generate_loop(&e, &s, &o, n_prompt, n_predict, gen_seq_last_logits(&s, all_logits, n_prompt), !o.ids, pipe, &gen,
                             &n_gen)))
@@ -628,7 +653,7 @@ int cmd_chat(int argc, char **argv) {
     if ((st = tmpl_parse(tsrc.ptr, (size_t)tsrc.len, &tp))) goto fail;
     int32_t ctx = o.ctx ? o.ctx : VLLMC_MIN(e.m->hp.n_ctx_train, 8192);
     if ((st = gen_seq_init(&s, e.m, ctx, o.batch, false, o.kv_dtype))) goto fail;
-    s.argmax = e.is_cuda && sampler_params_argmax_only(&o.sp);
+    gen_seq_mode(&s, e.is_cuda, false, &o.sp); /* one RNG for the whole chat: each turn draws on from the last */
     msgs = cJSON_CreateArray();
     if (!msgs) { st = vllmc_errorf(VLLMC_ERR_OOM, "chat"); goto fail; }
     if (o.system) {
