@@ -2318,7 +2318,10 @@ static __device__ __forceinline__ void mmr_term_q6(const mmr_q6 &w, const cu_act
 #define MMRS_Q6_ROW 240
 #define MMRS_Q4 (16 * MMRS_Q4_ROW)
 #define MMRS_Q6 (16 * MMRS_Q6_ROW)
-#define MMRS_SMEM_MAX (227 * 1024 - (int)sizeof(float) * MMR_WARPS * 16 * 8) /* a CTA's dynamic shared memory at most (sm_90: 227 KB with the static part[]) */
+#define MMRS_STATIC ((int)sizeof(float) * MMR_WARPS * 16 * 8 + 128) /* the kernel's static shared memory: part[], last (its
+                                                                          allocation 128 bytes: cuobjdump 8,320 + the 1 KB
+                                                                          the system reserves, which the limit leaves out) */
+#define MMRS_SMEM_MAX (227 * 1024 - MMRS_STATIC) /* a CTA's dynamic shared memory at most (sm_90: 227 KB with the static part) */
 /* 4 bytes from global to shared memory, asynchronously (gpu_cp16's 4-byte form: the scale words) */
 static __device__ __forceinline__ void mmrs_cp4(void *dst, const void *src) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src) : "memory");
@@ -2387,6 +2390,7 @@ template <int SBW, int KT>
 static __global__ void __launch_bounds__(32 * MMR_WARPS) mm_kernel_mmrs(const struct cu_mm_args P) {
     extern __shared__ __align__(16) uint8_t mmrs_smem[];
     __shared__ float part[MMR_WARPS][16][8];
+    __shared__ int last; /* split-K: this CTA adds the tile's splits */
     constexpr int WS = KT == GGML_TYPE_Q6_K ? MMRS_Q6 : MMRS_Q4;
     typedef typename mmr_wt<KT>::type wt;
     const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, W = blockDim.x >> 5, g = lane >> 2, t = lane & 3;
@@ -2460,7 +2464,6 @@ static __global__ void __launch_bounds__(32 * MMR_WARPS) mm_kernel_mmrs(const st
         }
     }
     if (ks == 1) return;
-    __shared__ int last;
     __syncthreads(); /* the partial sums are written */
     if (threadIdx.x == 0) {
         __threadfence();
@@ -2528,7 +2531,7 @@ static bool mm_launch_mmr(const struct cu_mm_args *args, gpuStream_t s) {
         else if (t == GGML_TYPE_Q6_K) k6 |= 1u << i;
         else if (t != GGML_TYPE_Q8_0 && t != GGML_TYPE_F32) return false;
     }
-    const int n_sb = (int)(n / QK_K), sbw_all = n_sb <= 2 * MMR_WARPS ? 2 : 4, w_all = (n_sb + sbw_all - 1) / sbw_all;
+    const int n_sb = (int)(n / QK_K);
     if (!(k4 | k6) || (n_sb < cu_mm_cfg.mmr_small_sb && args->n_act < cu_mm_cfg.mmr_small_rows)) return false;
     static int smem_ok = -1; /* once: the instances' shared memory past 48 KB */
     if (smem_ok < 0) {
@@ -2538,12 +2541,36 @@ static bool mm_launch_mmr(const struct cu_mm_args *args, gpuStream_t s) {
                   gpuFuncSetMaxDynamicSmem((const void *)(mm_kernel_mmrs<4, GGML_TYPE_Q6_K>), MMRS_SMEM_MAX) == gpuSuccess;
         (void)gpuGetLastError();
     }
-    if (w_all > MMR_WARPS || w_all * sbw_all * (k6 ? MMRS_Q6 : MMRS_Q4) > (smem_ok ? MMRS_SMEM_MAX : 48 * 1024)) return false;
     static int sms = 0;
     if (!sms) {
         int dev = 0;
         if (gpuGetDevice(&dev) != gpuSuccess || gpuDeviceGetSMCount(&sms, dev) != gpuSuccess || sms < 1) sms = 132;
         (void)gpuGetLastError();
+    }
+    /* each type's launch: its tiles, splits, warps and shared memory, all checked before anything is launched */
+    struct cu_mm_args k[2];
+    int ctas[2] = {0, 0}, ks[2] = {1, 1}, sbw[2] = {2, 2}, w[2] = {0, 0};
+    for (int ty = 0; ty < 2; ty++) {
+        const unsigned mask = ty ? k6 : k4;
+        if (!mask) continue;
+        mm_subset(args, mask, &k[ty]);
+        for (int i = 0; i < k[ty].n_seg; i++) {
+            k[ty].seg[i].cta0 = ctas[ty];
+            ctas[ty] += (int)GPU_CEIL_DIV(k[ty].seg[i].n_rows, 16);
+        }
+        /* split-K where the tiles alone leave SMs idle: double the splits while the grid is under 4 CTAs an SM and a
+         * split keeps 4 super-blocks or more */
+        while (2 * ks[ty] <= cu_mm_cfg.mmr_ks && ctas[ty] * ks[ty] < 4 * sms && n_sb >= 8 * ks[ty]) ks[ty] *= 2;
+        if (ks[ty] > 1 && (!args->ks_work || !args->ks_cnt || ctas[ty] > CU_MMRS_KS_TILES ||
+                           (int64_t)ctas[ty] * ks[ty] * args->n_act * 16 > args->ks_cap))
+            ks[ty] = 1;
+        const int sps = (n_sb + ks[ty] - 1) / ks[ty];
+        sbw[ty] = sps <= 2 * MMR_WARPS ? 2 : 4;
+        w[ty] = (sps + sbw[ty] - 1) / sbw[ty];
+        k[ty].ks = ks[ty];
+        k[ty].ks_sps = sps;
+        if (w[ty] > MMR_WARPS || w[ty] * sbw[ty] * (ty ? MMRS_Q6 : MMRS_Q4) > (smem_ok ? MMRS_SMEM_MAX : 48 * 1024 - MMRS_STATIC))
+            return false;
     }
     if ((k4 | k6) != (1u << args->n_seg) - 1) { /* the Q8_0 / F32 segments first */
         struct cu_mm_args o;
@@ -2559,28 +2586,10 @@ static bool mm_launch_mmr(const struct cu_mm_args *args, gpuStream_t s) {
     }
     typedef void (*fn_t)(const struct cu_mm_args);
     for (int ty = 0; ty < 2; ty++) { /* a launch for each type present */
-        const unsigned mask = ty ? k6 : k4;
-        if (!mask) continue;
-        struct cu_mm_args k;
-        mm_subset(args, mask, &k);
-        int ctas = 0;
-        for (int i = 0; i < k.n_seg; i++) {
-            k.seg[i].cta0 = ctas;
-            ctas += (int)GPU_CEIL_DIV(k.seg[i].n_rows, 16);
-        }
-        /* split-K where the tiles alone leave SMs idle: double the splits while the grid is under 4 CTAs an SM and a
-         * split keeps 4 super-blocks or more */
-        int ks = 1;
-        while (2 * ks <= cu_mm_cfg.mmr_ks && ctas * ks < 4 * sms && n_sb >= 8 * ks) ks *= 2;
-        if (ks > 1 && (!args->ks_work || !args->ks_cnt || ctas > CU_MMRS_KS_TILES ||
-                       (int64_t)ctas * ks * args->n_act * 16 > args->ks_cap))
-            ks = 1;
-        const int sps = (n_sb + ks - 1) / ks, sbw = sps <= 2 * MMR_WARPS ? 2 : 4, w = (sps + sbw - 1) / sbw;
-        k.ks = ks;
-        k.ks_sps = sps;
-        const fn_t kf = ty ? (sbw == 2 ? mm_kernel_mmrs<2, GGML_TYPE_Q6_K> : mm_kernel_mmrs<4, GGML_TYPE_Q6_K>)
-                           : (sbw == 2 ? mm_kernel_mmrs<2, GGML_TYPE_Q4_K> : mm_kernel_mmrs<4, GGML_TYPE_Q4_K>);
-        gpu_launch(kf, dim3((unsigned)(ctas * ks)), dim3(32 * w), (size_t)(w * sbw * (ty ? MMRS_Q6 : MMRS_Q4)), s, k);
+        if (!(ty ? k6 : k4)) continue;
+        const fn_t kf = ty ? (sbw[ty] == 2 ? mm_kernel_mmrs<2, GGML_TYPE_Q6_K> : mm_kernel_mmrs<4, GGML_TYPE_Q6_K>)
+                           : (sbw[ty] == 2 ? mm_kernel_mmrs<2, GGML_TYPE_Q4_K> : mm_kernel_mmrs<4, GGML_TYPE_Q4_K>);
+        gpu_launch(kf, dim3((unsigned)(ctas[ty] * ks[ty])), dim3(32 * w[ty]), (size_t)(w[ty] * sbw[ty] * (ty ? MMRS_Q6 : MMRS_Q4)), s, k[ty]);
         cu_mmr_launches++;
     }
     return true;
