@@ -1146,7 +1146,7 @@ static void test_cols_rows(void) {
  * Q8_0 segment (its own launch) against the CPU reference at 2 .. 64 activation rows, 2,048 / 2,560 / 4,096 / 9,216 columns
  * (2, 2, 2 and 4 super-blocks a warp; the 2,048-column rows from 8 activation rows), with a bias; every output
  * written (NaN poison). */
-static void test_mmr_pass(void) {
+static void test_mmr(void) {
     const int mmr0 = backend_cuda_set_matvec_mmr(64);
     if (backend_cuda_set_matvec_mmr(64) != 64) { printf("mmr: no such kernel on this target, skipped\n"); return; }
     /* no f16 GEMM here (which batch the backend last saw decides its row threshold); the thresholds back after */
@@ -1245,17 +1245,6 @@ static void test_mmr_pass(void) {
     }
     backend_cuda_set_matvec_mmr(mmr0);
     backend_cuda_swap_gemm_rows(gpu, &gemm_rows, &gemm_dec_rows);
-}
-
-/* The several-row tensor-core launches with and without split-K (53 output rows: 4 tiles, so the 4,096- and 9,216-column
- * launches split in 2 and 4 by default; with splits off, none) */
-static void test_mmr(void) {
-    const int ks0 = backend_cuda_set_mmr_split(1);
-    test_mmr_pass();
-    backend_cuda_set_mmr_split(4);
-    printf("mmr: the same with split-K (up to 4 splits)\n");
-    test_mmr_pass();
-    backend_cuda_set_mmr_split(ks0);
 }
 
 /* Batch invariance (a backend with batch_invariant): a row's matmul output is the same bits whether it is

@@ -110,8 +110,6 @@ struct cu_backend {
     unsigned fuse_nq;          /* BACKEND_CUDA_FUSE_*: a norm + quantize into the launch that writes its input (cu_nq_fuse),
                                   the MoE mix into the down launch */
     unsigned *nq_cnt;          /* CU_NQ_FUSE_COUNTERS counters for it, zero between launches */
-    float *ks_work;            /* mm_kernel_mmrs's split-K partial sums (CU_MMRS_KS_FLOATS) and tile counters */
-    unsigned *ks_cnt;
     std::vector<cu_graph> graphs;
     uint64_t use_clock;
     int32_t *d_argmax, *h_argmax;
@@ -990,9 +988,6 @@ static vllmc_status cu_matmul(struct backend *be, const struct bk_act *act, int 
         r.a.a = act_view(act);
         r.a.n_act = (int32_t)act->n_rows;
         r.a.row_order = c->batch_invariant;
-        r.a.ks_work = c->ks_work;
-        r.a.ks_cnt = c->ks_cnt;
-        r.a.ks_cap = c->ks_work ? CU_MMRS_KS_FLOATS : 0;
         int ctas = 0;
         for (int i = i0; i < VLLMC_MIN(n_out, i0 + CU_MM_MAX_SEG); i++) {
             const struct bk_tensor *w = outs[i].w;
@@ -1592,8 +1587,6 @@ static void cu_destroy(struct backend *be) {
     dev_free(c, c->w16);
     dev_free(c, c->gdn_work);
     if (c->nq_cnt) (void)gpuFree(c->nq_cnt);
-    if (c->ks_work) (void)gpuFree(c->ks_work);
-    if (c->ks_cnt) (void)gpuFree(c->ks_cnt);
     if (c->gemm) gpu_gemm_destroy(c->gemm);
     if (c->ev0) (void)gpuEventDestroy(c->ev0);
     if (c->ev1) (void)gpuEventDestroy(c->ev1);
@@ -1700,7 +1693,6 @@ extern "C" vllmc_status backend_cuda_create(const struct backend_cuda_opts *o, s
     if ((env = getenv("VLLMC_CUDA_MOE_COLS"))) backend_cuda_set_moe_cols(atoi(env)); /* MoE ops of up to N rows on the
                                                                                    column-split expert kernels; 0 off */
     if ((env = getenv("VLLMC_CUDA_MOE_RS"))) backend_cuda_set_moe_route_sort(atoi(env));
-    if ((env = getenv("VLLMC_CUDA_MMR_KS"))) backend_cuda_set_mmr_split(atoi(env));
     if ((env = getenv("VLLMC_CUDA_MOE_GROUP"))) backend_cuda_set_moe_group(atoi(env)); /* MoE ops of N rows or more with the
                                                                                     entries grouped by expert; 0 off */
     c->batch_invariant = o && o->batch_invariant;
@@ -1710,15 +1702,6 @@ extern "C" vllmc_status backend_cuda_create(const struct backend_cuda_opts *o, s
         (void)gpuGetLastError();
         if (c->nq_cnt) (void)gpuFree(c->nq_cnt);
         c->nq_cnt = NULL; /* no fused norm + quantize */
-    }
-    if (gpuMalloc((void **)&c->ks_work, CU_MMRS_KS_FLOATS * sizeof(float)) != gpuSuccess ||
-        gpuMalloc((void **)&c->ks_cnt, CU_MMRS_KS_TILES * sizeof(unsigned)) != gpuSuccess ||
-        gpuMemset(c->ks_cnt, 0, CU_MMRS_KS_TILES * sizeof(unsigned)) != gpuSuccess) {
-        (void)gpuGetLastError();
-        if (c->ks_work) (void)gpuFree(c->ks_work);
-        if (c->ks_cnt) (void)gpuFree(c->ks_cnt);
-        c->ks_work = NULL; /* no split-K several-row launches */
-        c->ks_cnt = NULL;
     }
     /* prefill paths; VLLMC_CUDA_GEMM_ROWS (0: never), VLLMC_CUDA_GDN_CHUNKED=0 and VLLMC_CUDA_ATTN_PREFILL=0
      * override for measurements */
@@ -1772,11 +1755,6 @@ extern "C" int backend_cuda_set_matvec_mmr(int rows) {
 #else
     (void)rows; /* no such kernel */
 #endif
-    return old;
-}
-extern "C" int backend_cuda_set_mmr_split(int max_splits) {
-    const int old = cu_mm_cfg.mmr_ks;
-    cu_mm_cfg.mmr_ks = max_splits >= 4 ? 4 : max_splits >= 2 ? 2 : 1;
     return old;
 }
 extern "C" void backend_cuda_get_matvec_sbt(int *max_sb, int *max_rows) {

@@ -140,11 +140,6 @@ int backend_cuda_set_moe_group(int min_rows);
 /* Grouped MoE ops of up to max_rows rows (default 32) route their tokens and sort the entries in one CTA (a launch
  * where there were two; the same ids, weights, order and groups); 0: a launch each. Returns the previous value. */
 int backend_cuda_set_moe_route_sort(int max_rows);
-/* Several-row steps' tensor-core launches of few 16-row tiles (the 2,560-row down / output projections) split each
- * tile's super-blocks over up to max_splits CTAs (1, 2 or 4; 1: never), the last of them adding the splits' sums in
- * split order (deterministic; not the one-CTA order, so a row's last bits may differ). Process-wide; returns the
- * previous value. */
-int backend_cuda_set_mmr_split(int max_splits);
 
 /* Per op-family profile (profile = true): calls, GPU milliseconds, bytes of weights read. */
 #define BACKEND_CUDA_PROF_MAX 24

@@ -122,13 +122,7 @@ struct cu_mm_args {
     struct cu_mm_conv conv;    /* conv.on: the GDN conv in the epilogue (or a kernel right after, where the launch
                                   does not take the column-split kernel) */
     struct cu_nq_fuse nq;      /* nq.on: the norm + quantize that reads the outputs, in the launch (or right after) */
-    float *ks_work;            /* the backend's split-K workspace for mm_kernel_mmrs (NULL: none), ks_cap floats */
-    unsigned *ks_cnt;          /* its per-tile counters, CU_MMRS_KS_TILES, zero between launches */
-    int64_t ks_cap;
-    int32_t ks, ks_sps;        /* set by the launcher: K splits of each 16-row tile, super-blocks a split */
 };
-#define CU_MMRS_KS_TILES 4096
-#define CU_MMRS_KS_FLOATS (4 << 20)
 #define CU_MM_WARPS 4          /* rows per CTA (one warp per row) */
 /* Decode mat-vec kernel choice by the rows of a launch (all segments): class 0 below rows[0], class 1
  * below rows[1], class 2 the rest. ks[c] 0: one warp per row (class 0) or per 4-row tile (else), a grid
@@ -177,8 +171,6 @@ struct cu_mm_cfg {
     int32_t mmr_small_rows;
     int32_t moe_rs_rows;       /* grouped MoE ops of up to this many rows: the routing and the sort in one CTA
                                   (cu_launch_moe_route_sort); 0: a launch each */
-    int32_t mmr_ks;            /* mm_kernel_mmrs launches of few 16-row tiles split each tile's super-blocks over up to
-                                  this many CTAs (the last to finish adds the splits' sums in order); 1: never */
 };
 extern struct cu_mm_cfg cu_mm_cfg;
 void cu_launch_matmul(const struct cu_mm_args *args, gpuStream_t s);

@@ -2318,10 +2318,7 @@ static __device__ __forceinline__ void mmr_term_q6(const mmr_q6 &w, const cu_act
 #define MMRS_Q6_ROW 240
 #define MMRS_Q4 (16 * MMRS_Q4_ROW)
 #define MMRS_Q6 (16 * MMRS_Q6_ROW)
-#define MMRS_STATIC ((int)sizeof(float) * MMR_WARPS * 16 * 8 + 128) /* the kernel's static shared memory: part[], last (its
-                                                                          allocation 128 bytes: cuobjdump 8,320 + the 1 KB
-                                                                          the system reserves, which the limit leaves out) */
-#define MMRS_SMEM_MAX (227 * 1024 - MMRS_STATIC) /* a CTA's dynamic shared memory at most (sm_90: 227 KB with the static part) */
+#define MMRS_SMEM_MAX (227 * 1024 - (int)sizeof(float) * MMR_WARPS * 16 * 8) /* a CTA's dynamic shared memory at most (sm_90: 227 KB with the static part[]) */
 /* 4 bytes from global to shared memory, asynchronously (gpu_cp16's 4-byte form: the scale words) */
 static __device__ __forceinline__ void mmrs_cp4(void *dst, const void *src) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src) : "memory");
@@ -2381,44 +2378,38 @@ static __device__ __forceinline__ void mmrs_read_q6(mmr_q6 &w, const uint8_t *ba
     }
 }
 
-/* grid: the 16-row tiles of the segments (seg.cta0 in tiles) x P.ks splits, every segment of type KT; ceil(sps / SBW)
- * warps (sps: the split's super-blocks, all of them without splits); dynamic shared memory: warps x SBW x MMRS_Q4 /
- * MMRS_Q6. Split-K (P.ks > 1: launches of few tiles, such as the 2,560-row down projections' 160, which left most SMs
- * one CTA or fewer): CTA (tile, k) sums super-blocks k sps .. (k + 1) sps - 1 over its warps in order into the
- * workspace; the last CTA of the tile to finish (a counter) adds the ks partial sums in split order and writes y. */
+/* grid: the 16-row tiles of the segments (seg.cta0 in tiles), every segment of type KT; ceil(n_sb / SBW) warps; dynamic
+ * shared memory: warps x SBW x MMRS_Q4 / MMRS_Q6 */
 template <int SBW, int KT>
 static __global__ void __launch_bounds__(32 * MMR_WARPS) mm_kernel_mmrs(const struct cu_mm_args P) {
     extern __shared__ __align__(16) uint8_t mmrs_smem[];
     __shared__ float part[MMR_WARPS][16][8];
-    __shared__ int last; /* split-K: this CTA adds the tile's splits */
     constexpr int WS = KT == GGML_TYPE_Q6_K ? MMRS_Q6 : MMRS_Q4;
     typedef typename mmr_wt<KT>::type wt;
     const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, W = blockDim.x >> 5, g = lane >> 2, t = lane & 3;
-    const int ks = P.ks > 1 ? P.ks : 1, tile = (int)blockIdx.x / ks, split = (int)blockIdx.x % ks;
     int si = 0;
 #pragma unroll
     for (int i = 1; i < CU_MM_MAX_SEG; i++)
-        if (i < P.n_seg && tile >= P.seg[i].cta0) si = i;
+        if (i < P.n_seg && (int)blockIdx.x >= P.seg[i].cta0) si = i;
     const cu_mm_seg &S = P.seg[si];
-    const int r0 = (tile - S.cta0) * 16, rows = min(16, S.n_rows - r0);
-    const int n_sb_all = (int)(P.a.n / QK_K);
-    const int sb0 = ks > 1 ? split * P.ks_sps : 0, n_sb = ks > 1 ? min(n_sb_all, sb0 + P.ks_sps) : n_sb_all; /* sb0 .. n_sb - 1 */
+    const int r0 = ((int)blockIdx.x - S.cta0) * 16, rows = min(16, S.n_rows - r0);
+    const int n_sb = (int)(P.a.n / QK_K);
     const uint8_t *w0 = S.w + (size_t)r0 * S.stride;
     uint8_t *mine = mmrs_smem + (size_t)wid * SBW * WS;
     uint32_t d6[SBW][2];
 #pragma unroll
     for (int s = 0; s < SBW; s++) {
-        const int sb = sb0 + wid * SBW + s;
+        const int sb = wid * SBW + s;
         if (sb >= n_sb) continue;
         if constexpr (KT == GGML_TYPE_Q6_K) {
-            mmrs_stage_q6(mine + s * WS, w0, S.stride, rows, n_sb_all, sb, lane);
+            mmrs_stage_q6(mine + s * WS, w0, S.stride, rows, n_sb, sb, lane);
 #pragma unroll
             for (int r = 0; r < 2; r++)
-                d6[s][r] = g + 8 * r < rows ? gpu_ldg((const unsigned short *)(w0 + (size_t)(g + 8 * r) * S.stride + 208 * (size_t)n_sb_all +
+                d6[s][r] = g + 8 * r < rows ? gpu_ldg((const unsigned short *)(w0 + (size_t)(g + 8 * r) * S.stride + 208 * (size_t)n_sb +
                                                                                 2 * (size_t)sb))
                                             : 0u;
         } else {
-            mmrs_stage_q4(mine + s * WS, w0, S.stride, rows, n_sb_all, sb, lane);
+            mmrs_stage_q4(mine + s * WS, w0, S.stride, rows, n_sb, sb, lane);
         }
     }
     gpu_cp_commit();
@@ -2431,7 +2422,7 @@ static __global__ void __launch_bounds__(32 * MMR_WARPS) mm_kernel_mmrs(const st
         float y[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
         for (int s = 0; s < SBW; s++) {
-            const int sb = sb0 + wid * SBW + s;
+            const int sb = wid * SBW + s;
             if (sb >= n_sb) continue;
             wt w;
             if constexpr (KT == GGML_TYPE_Q6_K) {
@@ -2453,38 +2444,11 @@ static __global__ void __launch_bounds__(32 * MMR_WARPS) mm_kernel_mmrs(const st
             if (j >= rows) continue;
             float v = part[0][j][r];
             for (int k = 1; k < W; k++) v = __fadd_rn(v, part[k][j][r]);
-            if (ks > 1) { /* this split's sum, for the tile's last CTA */
-                P.ks_work[(((int64_t)tile * ks + split) * P.n_act + ag + r) * 16 + j] = v;
-                continue;
-            }
             const int64_t o = (int64_t)(ag + r) * S.ld_y + r0 + j;
             if (S.bias) v = __fadd_rn(v, S.bias[r0 + j]);
             S.y[o] = v;
             if (S.res) S.res[o] = __fadd_rn(S.res[o], v);
         }
-    }
-    if (ks == 1) return;
-    __syncthreads(); /* the partial sums are written */
-    if (threadIdx.x == 0) {
-        __threadfence();
-        last = atomicAdd(&P.ks_cnt[tile], 1u) + 1 == (unsigned)ks;
-        if (last) {
-            atomicExch(&P.ks_cnt[tile], 0u); /* zero for the next launch (launches on the stream do not overlap here) */
-            __threadfence(); /* acquire: the other splits' sums */
-        }
-    }
-    __syncthreads();
-    if (!last) return;
-    for (int i = threadIdx.x; i < 16 * P.n_act; i += blockDim.x) {
-        const int j = i & 15, r = i >> 4;
-        if (j >= rows) continue;
-        const float *pw = P.ks_work + ((int64_t)tile * ks * P.n_act + r) * 16 + j;
-        float v = gpu_ldcg(pw);
-        for (int k = 1; k < ks; k++) v = __fadd_rn(v, gpu_ldcg(pw + (int64_t)k * P.n_act * 16));
-        const int64_t o = (int64_t)r * S.ld_y + r0 + j;
-        if (S.bias) v = __fadd_rn(v, S.bias[r0 + j]);
-        S.y[o] = v;
-        if (S.res) S.res[o] = __fadd_rn(S.res[o], v);
     }
 }
 #endif
@@ -2531,7 +2495,7 @@ static bool mm_launch_mmr(const struct cu_mm_args *args, gpuStream_t s) {
         else if (t == GGML_TYPE_Q6_K) k6 |= 1u << i;
         else if (t != GGML_TYPE_Q8_0 && t != GGML_TYPE_F32) return false;
     }
-    const int n_sb = (int)(n / QK_K);
+    const int n_sb = (int)(n / QK_K), sbw = n_sb <= 2 * MMR_WARPS ? 2 : 4, w = (n_sb + sbw - 1) / sbw;
     if (!(k4 | k6) || (n_sb < cu_mm_cfg.mmr_small_sb && args->n_act < cu_mm_cfg.mmr_small_rows)) return false;
     static int smem_ok = -1; /* once: the instances' shared memory past 48 KB */
     if (smem_ok < 0) {
@@ -2541,37 +2505,7 @@ static bool mm_launch_mmr(const struct cu_mm_args *args, gpuStream_t s) {
                   gpuFuncSetMaxDynamicSmem((const void *)(mm_kernel_mmrs<4, GGML_TYPE_Q6_K>), MMRS_SMEM_MAX) == gpuSuccess;
         (void)gpuGetLastError();
     }
-    static int sms = 0;
-    if (!sms) {
-        int dev = 0;
-        if (gpuGetDevice(&dev) != gpuSuccess || gpuDeviceGetSMCount(&sms, dev) != gpuSuccess || sms < 1) sms = 132;
-        (void)gpuGetLastError();
-    }
-    /* each type's launch: its tiles, splits, warps and shared memory, all checked before anything is launched */
-    struct cu_mm_args k[2];
-    int ctas[2] = {0, 0}, ks[2] = {1, 1}, sbw[2] = {2, 2}, w[2] = {0, 0};
-    for (int ty = 0; ty < 2; ty++) {
-        const unsigned mask = ty ? k6 : k4;
-        if (!mask) continue;
-        mm_subset(args, mask, &k[ty]);
-        for (int i = 0; i < k[ty].n_seg; i++) {
-            k[ty].seg[i].cta0 = ctas[ty];
-            ctas[ty] += (int)GPU_CEIL_DIV(k[ty].seg[i].n_rows, 16);
-        }
-        /* split-K where the tiles alone leave SMs idle: double the splits while the grid is under 4 CTAs an SM and a
-         * split keeps 4 super-blocks or more */
-        while (2 * ks[ty] <= cu_mm_cfg.mmr_ks && ctas[ty] * ks[ty] < 4 * sms && n_sb >= 8 * ks[ty]) ks[ty] *= 2;
-        if (ks[ty] > 1 && (!args->ks_work || !args->ks_cnt || ctas[ty] > CU_MMRS_KS_TILES ||
-                           (int64_t)ctas[ty] * ks[ty] * args->n_act * 16 > args->ks_cap))
-            ks[ty] = 1;
-        const int sps = (n_sb + ks[ty] - 1) / ks[ty];
-        sbw[ty] = sps <= 2 * MMR_WARPS ? 2 : 4;
-        w[ty] = (sps + sbw[ty] - 1) / sbw[ty];
-        k[ty].ks = ks[ty];
-        k[ty].ks_sps = sps;
-        if (w[ty] > MMR_WARPS || w[ty] * sbw[ty] * (ty ? MMRS_Q6 : MMRS_Q4) > (smem_ok ? MMRS_SMEM_MAX : 48 * 1024 - MMRS_STATIC))
-            return false;
-    }
+    if (w > MMR_WARPS || w * sbw * (k6 ? MMRS_Q6 : MMRS_Q4) > (smem_ok ? MMRS_SMEM_MAX : 48 * 1024)) return false;
     if ((k4 | k6) != (1u << args->n_seg) - 1) { /* the Q8_0 / F32 segments first */
         struct cu_mm_args o;
         mm_subset(args, ~(k4 | k6), &o);
@@ -2586,10 +2520,18 @@ static bool mm_launch_mmr(const struct cu_mm_args *args, gpuStream_t s) {
     }
     typedef void (*fn_t)(const struct cu_mm_args);
     for (int ty = 0; ty < 2; ty++) { /* a launch for each type present */
-        if (!(ty ? k6 : k4)) continue;
-        const fn_t kf = ty ? (sbw[ty] == 2 ? mm_kernel_mmrs<2, GGML_TYPE_Q6_K> : mm_kernel_mmrs<4, GGML_TYPE_Q6_K>)
-                           : (sbw[ty] == 2 ? mm_kernel_mmrs<2, GGML_TYPE_Q4_K> : mm_kernel_mmrs<4, GGML_TYPE_Q4_K>);
-        gpu_launch(kf, dim3((unsigned)(ctas[ty] * ks[ty])), dim3(32 * w[ty]), (size_t)(w[ty] * sbw[ty] * (ty ? MMRS_Q6 : MMRS_Q4)), s, k[ty]);
+        const unsigned mask = ty ? k6 : k4;
+        if (!mask) continue;
+        struct cu_mm_args k;
+        mm_subset(args, mask, &k);
+        int ctas = 0;
+        for (int i = 0; i < k.n_seg; i++) {
+            k.seg[i].cta0 = ctas;
+            ctas += (int)GPU_CEIL_DIV(k.seg[i].n_rows, 16);
+        }
+        const fn_t kf = ty ? (sbw == 2 ? mm_kernel_mmrs<2, GGML_TYPE_Q6_K> : mm_kernel_mmrs<4, GGML_TYPE_Q6_K>)
+                           : (sbw == 2 ? mm_kernel_mmrs<2, GGML_TYPE_Q4_K> : mm_kernel_mmrs<4, GGML_TYPE_Q4_K>);
+        gpu_launch(kf, dim3((unsigned)ctas), dim3(32 * w), (size_t)(w * sbw * (ty ? MMRS_Q6 : MMRS_Q4)), s, k);
         cu_mmr_launches++;
     }
     return true;
@@ -2621,7 +2563,7 @@ static bool mm_launch_mmr(const struct cu_mm_args *args, gpuStream_t s) {
 #else
 #define MM_MMR 64
 #endif
-struct cu_mm_cfg cu_mm_cfg = {{8192, 65536}, {1, 4, 4}, {0, 2, 1}, {0, 0, 0}, 0, {1, 1, 1}, 64, 0, 3, 1, MS_CPS, 24 * 1024, 0, 16, MM_COLS_LB, 0, 16384, MM_MMA, MM_MMR, 10, 8, 32, 4};
+struct cu_mm_cfg cu_mm_cfg = {{8192, 65536}, {1, 4, 4}, {0, 2, 1}, {0, 0, 0}, 0, {1, 1, 1}, 64, 0, 3, 1, MS_CPS, 24 * 1024, 0, 16, MM_COLS_LB, 0, 16384, MM_MMA, MM_MMR, 10, 8, 32};
 
 static bool mm_launch_dec(const struct cu_mm_args *args, gpuStream_t s);
 
