@@ -28,6 +28,11 @@ struct fake {
     bool has_state;
     int errors;
     int64_t rows;
+    /* pipelined steps: the ids of the queued steps, oldest first (a step runs when it is queued: the order of the
+     * device's work is the order of queueing, which is what the engine relies on) */
+    int32_t qids[2][64], qn[2];
+    int nq;
+    int64_t from_prev; /* steps queued with the ids of the one before */
 };
 
 static uint64_t sim_mix(uint64_t h, int32_t t) {
@@ -65,6 +70,57 @@ static vllmc_status fake_forward(void *ctx, const struct bk_batch *b, float *log
         for (int32_t v = 0; v < SIM_V; v++) row[v] = 0.0f;
         row[sim_next(h)] = 1.0f;
     }
+    return VLLMC_OK;
+}
+
+/* The argmax of each logits row (ties to the lowest id). */
+static vllmc_status fake_forward_argmax(void *ctx, const struct bk_batch *b, int32_t *ids) {
+    struct fake *f = ctx;
+    if (f->nq) { f->errors++; return vllmc_errorf(VLLMC_ERR_INVALID, "a plain step while steps are queued"); }
+    float *lg = malloc((size_t)(b->n_logits > 0 ? b->n_logits : 1) * SIM_V * sizeof(float));
+    vllmc_status st = fake_forward(ctx, b, lg);
+    for (int32_t i = 0; !st && i < b->n_logits; i++) {
+        int32_t best = 0;
+        for (int32_t v = 1; v < SIM_V; v++)
+            if (lg[(size_t)i * SIM_V + v] > lg[(size_t)i * SIM_V + best]) best = v;
+        ids[i] = best;
+    }
+    free(lg);
+    return st;
+}
+
+static vllmc_status fake_forward_queue(void *ctx, const struct bk_batch *b, bool from_prev) {
+    struct fake *f = ctx;
+    if (f->nq == 2 || b->n_tokens > 64 || b->n_logits != b->n_tokens) { f->errors++; return vllmc_errorf(VLLMC_ERR_INVALID, "queue"); }
+    struct bk_batch c = *b;
+    int32_t tok[64];
+    if (from_prev) { /* the ids of the step queued last, row for row */
+        if (!f->nq || b->n_tokens > f->qn[f->nq - 1]) { f->errors++; return vllmc_errorf(VLLMC_ERR_INVALID, "from_prev"); }
+        for (int32_t t = 0; t < b->n_tokens; t++) tok[t] = f->qids[f->nq - 1][t];
+        c.token_ids = tok;
+        f->from_prev++;
+    }
+    const int nq = f->nq;
+    f->nq = 0; /* (fake_forward_argmax refuses plain steps while some are queued) */
+    vllmc_status st = fake_forward_argmax(ctx, &c, f->qids[nq]);
+    f->nq = nq;
+    if (st) return st;
+    f->qn[f->nq++] = b->n_logits;
+    return VLLMC_OK;
+}
+
+static vllmc_status fake_fetch_ids(void *ctx, int32_t *ids, int32_t n) {
+    struct fake *f = ctx;
+    if (!f->nq || n != f->qn[0]) { f->errors++; return vllmc_errorf(VLLMC_ERR_INVALID, "fetch"); }
+    memcpy(ids, f->qids[0], (size_t)n * sizeof(int32_t));
+    memcpy(f->qids[0], f->qids[1], sizeof(f->qids[0]));
+    f->qn[0] = f->qn[1];
+    f->nq--;
+    return VLLMC_OK;
+}
+
+static vllmc_status fake_pipe_off(void *ctx) {
+    ((struct fake *)ctx)->nq = 0;
     return VLLMC_OK;
 }
 
@@ -121,7 +177,7 @@ static void sim_expect(struct sim_req *q, int32_t L) {
     }
 }
 
-static int64_t g_preempt, g_hits, g_cancels, g_steps, g_reqs, g_state_hits;
+static int64_t g_preempt, g_hits, g_cancels, g_steps, g_reqs, g_state_hits, g_from_prev, g_pipe_trials;
 
 static void sim_poll(struct sim_req *q) {
     if (!q->h) return;
@@ -172,6 +228,10 @@ static void run_trial(int trial) {
     const int32_t eos = SIM_EOS;
     struct engine_runner run = {.ctx = &f, .n_vocab = SIM_V, .has_state = has_state, .eos_ids = &eos, .n_eos_ids = 1,
                                 .forward = fake_forward, .state_copy = fake_state_copy};
+    const unsigned mode = rnd(3); /* 0: logits only, 1: argmax steps, 2: argmax steps pipelined */
+    if (mode >= 1) run.forward_argmax = fake_forward_argmax;
+    if (mode == 2) { run.forward_queue = fake_forward_queue; run.fetch_ids = fake_fetch_ids; run.pipe_off = fake_pipe_off; }
+    g_pipe_trials += mode == 2;
     vllmc_engine *e = NULL;
     vllmc_status st = engine_create(&run, &c, NULL, false, &e);
     CHECK(st == VLLMC_OK);
@@ -237,6 +297,7 @@ static void run_trial(int trial) {
     g_hits += s.prefix_cache_hit_tokens;
     g_steps += s.steps;
     g_reqs += n_req;
+    g_from_prev += f.from_prev;
     if (has_state && !c.n_state_snapshots) CHECK(s.prefix_cache_hit_tokens == 0 && !s.prefix_caching);
     if (has_state && c.n_state_snapshots) g_state_hits += s.prefix_cache_hit_tokens;
     vllmc_engine_destroy(e);
@@ -453,8 +514,10 @@ int main(void) {
     const int trials = getenv("VLLMC_SIM_TRIALS") ? atoi(getenv("VLLMC_SIM_TRIALS")) : 2000;
     for (int t = 0; t < trials && test_n_fail < 20; t++) run_trial(t);
     printf("test_engine_sim: %d mixes, %lld requests, %lld steps, %lld preemptions, %lld prefix-hit tokens (%lld on hybrids, "
-           "through state snapshots), %lld cancels\n", trials, (long long)g_reqs, (long long)g_steps, (long long)g_preempt,
-           (long long)g_hits, (long long)g_state_hits, (long long)g_cancels);
+           "through state snapshots), %lld cancels; %lld mixes with pipelined steps, %lld steps queued on the ids of the one "
+           "before\n", trials, (long long)g_reqs, (long long)g_steps, (long long)g_preempt, (long long)g_hits,
+           (long long)g_state_hits, (long long)g_cancels, (long long)g_pipe_trials, (long long)g_from_prev);
     CHECK(g_preempt > 0 && g_hits > 0 && g_cancels > 0 && g_state_hits > 0);
+    CHECK(trials < 100 || (g_pipe_trials > 0 && g_from_prev > 0));
     return test_finish("test_engine_sim");
 }

@@ -85,6 +85,7 @@ struct vllmc_request {
     int32_t slot;
     int32_t sched_new;
     bool scheduled;
+    int32_t q_pos;                 /* the position the queued step computes for it (pipelined steps) */
     int32_t n_cached_first;
     bool admitted;
     struct tokenizer_stream ts;
@@ -143,6 +144,12 @@ struct vllmc_engine {
     struct bk_seq *b_seqs;
     struct vllmc_request **b_lreq;
     int32_t *b_ids;                /* [max_num_seqs] argmax of each logits row (steps of plain greedy rows) */
+    /* pipelined steps (run.forward_queue): the queued step's rows' requests, one a row and each holding a reference
+     * (q_n 0: none queued), and the next step's while it is built */
+    struct vllmc_request **q_req, **q_next;
+    int32_t q_n;
+    bool q_sample;                 /* the queued rows are device draws (else all greedy) */
+    struct sampler_rng *q_rng;     /* the rows' RNGs after the next step's draws, theirs once it is queued */
     float *logits;
 
     /* shared with clients (mu) */
@@ -173,6 +180,12 @@ static void req_free(struct vllmc_request *r) {
     pthread_mutex_destroy(&r->mu);
     pthread_cond_destroy(&r->cv);
     free(r);
+}
+
+static void req_ref(struct vllmc_request *r) {
+    pthread_mutex_lock(&r->mu);
+    r->refs++;
+    pthread_mutex_unlock(&r->mu);
 }
 
 static void req_unref(struct vllmc_request *r) {
@@ -747,8 +760,112 @@ static void publish_stats(vllmc_engine *e) {
     pthread_mutex_unlock(&e->mu);
 }
 
+static void commit_rows(vllmc_engine *e, struct vllmc_request *r, int32_t n_new);
+static void emit_rows(vllmc_engine *e, int32_t nl, bool ids);
+
+/* Pipelined steps (run.forward_queue). A step of decode rows only (each a request past its prompt, one position, its
+ * token drawn on the device) is queued without waiting for its ids; the next engine_step queues the step after it
+ * (the same requests a position further, their token ids the queued step's, taken on the device) before it takes the
+ * queued step's ids, so the device goes from one step to the next without waiting for the host. The next step is
+ * queued only where every row certainly goes on: no request waiting to be scheduled, none cancelled, each with room
+ * for a token past the queued one, KV blocks for one more position free. A row whose request ends on the queued
+ * step's token (a stop token or string) has had one step too many computed: its result is dropped, and its KV blocks
+ * and state slot, freed at its end, are given out only by a step scheduled after that one ran. Anything else drains
+ * the pipeline (the queued step is taken, the runner goes back to plain steps) and the next engine_step schedules as
+ * usual. The rows are committed (n_computed, prefix index) when their ids are taken, when every token they read is
+ * known. */
+static bool queue_row_ok(const vllmc_engine *e, const struct vllmc_request *r, bool draws) {
+    return r->n_computed >= r->n_prompt && (draws ? plain_draw(e, r) && e->run.device_sample : plain_greedy(e, r));
+}
+
+/* The queued step's rows, and the step after it where it is certain to be wanted; then the queued step's ids. */
+static bool step_queued(vllmc_engine *e) {
+    const int32_t n = e->q_n;
+    const bool draws = e->q_sample;
+    bool next = e->wait_head == NULL && e->n_running == n;
+    int32_t need = 0;
+    for (int32_t i = 0; i < n && next; i++) {
+        const struct vllmc_request *r = e->q_req[i];
+        next = r->state == REQ_RUNNING && !atomic_load(&r->cancel) && r->n_out + 2 <= r->max_tokens &&
+               r->q_pos + 2 < e->cfg.max_model_len && queue_row_ok(e, r, draws);
+        if (next) need += VLLMC_MAX(0, CEIL_DIV(r->q_pos + 2, BK_KV_BLOCK) - r->n_blocks);
+    }
+    if (next && need > e->kv.n_free) next = false;
+    if (next) {
+        for (int32_t i = 0; i < n; i++) {
+            struct vllmc_request *r = e->q_req[i];
+            const bool grown = req_grow(e, r, r->q_pos + 2);
+            VLLMC_ASSERT(grown);
+            e->b_tok[i] = 0; /* a placeholder: the queued step's id of this row, on the device */
+            e->b_pos[i] = r->q_pos + 1;
+            e->b_seq[i] = i;
+            e->b_lrow[i] = i;
+            e->b_seqs[i] = (struct bk_seq){.block_table = r->blocks, .n_blocks = r->n_blocks, .state_slot = r->slot};
+            if (draws) {
+                const struct sampler_params *p = &r->sp;
+                e->q_rng[i] = r->rng;
+                e->b_samp[i] = (struct bk_sample){.u = p->temperature > 0.0f ? sampler_rng_uniform(&e->q_rng[i]) : 0.0,
+                                                  .temperature = p->temperature, .top_p = p->top_p, .min_p = p->min_p,
+                                                  .top_k = p->top_k > 0 ? p->top_k : 0};
+            }
+        }
+        const struct bk_batch b = {.n_tokens = n, .token_ids = e->b_tok, .pos = e->b_pos, .seq_idx = e->b_seq, .n_seqs = n,
+                                   .seqs = e->b_seqs, .n_logits = n, .logit_rows = e->b_lrow, .sample = draws ? e->b_samp : NULL};
+        if (e->run.forward_queue(e->run.ctx, &b, true)) {
+            LOG_ERROR("engine: queueing a step failed: %s; steps wait again", vllmc_last_error());
+            next = false;
+        } else {
+            e->stats.steps++;
+            for (int32_t i = 0; i < n; i++) {
+                req_ref(e->q_req[i]);
+                e->q_req[i]->q_pos++;
+                if (draws) e->q_req[i]->rng = e->q_rng[i];
+                e->q_next[i] = e->q_req[i];
+            }
+        }
+    }
+    /* the queued step's ids: its rows whose requests still run are computed, their tokens emitted in order */
+    vllmc_status st = e->run.fetch_ids(e->run.ctx, e->b_ids, n);
+    if (st) LOG_ERROR("engine: a queued step failed: %s; aborting its requests", vllmc_last_error());
+    int32_t nl = 0;
+    for (int32_t i = 0; i < n; i++) {
+        struct vllmc_request *r = e->q_req[i];
+        if (r->state == REQ_RUNNING) {
+            if (st) req_finish(e, r, VLLMC_FINISH_ABORT);
+            else {
+                commit_rows(e, r, 1);
+                e->b_ids[nl] = e->b_ids[i];
+                e->b_lreq[nl++] = r;
+            }
+        }
+    }
+    emit_rows(e, nl, true);
+    for (int32_t i = 0; i < n; i++) req_unref(e->q_req[i]);
+    if (next && !st) {
+        struct vllmc_request **t = e->q_req;
+        e->q_req = e->q_next;
+        e->q_next = t;
+    } else {
+        if (next) /* queued after a step that failed: its rows' requests were aborted with that step; pipe_off drops it */
+            for (int32_t i = 0; i < n; i++) req_unref(e->q_next[i]);
+        e->q_n = 0;
+        if (e->run.pipe_off(e->run.ctx)) LOG_ERROR("engine: ending pipelined steps: %s", vllmc_last_error());
+    }
+    publish_stats(e);
+    return true;
+}
+
+/* Take whatever step is still queued, drop its results and return the runner to plain steps (destroy). */
+static void drain_queued(vllmc_engine *e) {
+    if (!e->q_n) return;
+    for (int32_t i = 0; i < e->q_n; i++) req_unref(e->q_req[i]);
+    e->q_n = 0;
+    if (e->run.pipe_off(e->run.ctx)) LOG_ERROR("engine: ending pipelined steps: %s", vllmc_last_error());
+}
+
 bool engine_step(vllmc_engine *e) {
     intake(e);
+    if (e->q_n) return step_queued(e);
     if (!e->n_running && !e->wait_head) { publish_stats(e); return false; }
     schedule(e);
     if (e->n_sched == 0) { publish_stats(e); return false; }
@@ -784,6 +901,30 @@ bool engine_step(vllmc_engine *e) {
         b.sample = e->b_samp;
         argmax_only = true; /* the ids come back as the argmax's do */
     }
+    /* decode rows only, each drawn on the device: queued, its ids taken by the next engine_step (step_queued) */
+    bool queue = argmax_only && e->run.forward_queue && nt == nl && nl == e->n_sched;
+    for (int32_t i = 0; i < nl && queue; i++) queue = queue_row_ok(e, e->b_lreq[i], dev_draw);
+    if (queue) {
+        const vllmc_status qs = e->run.forward_queue(e->run.ctx, &b, false);
+        e->stats.steps++;
+        if (qs) {
+            LOG_ERROR("engine: queueing a step failed: %s; aborting the %d requests of this step", vllmc_last_error(), e->n_sched);
+            for (int32_t j = 0; j < e->n_sched; j++) req_finish(e, e->sched[j], VLLMC_FINISH_ABORT);
+            (void)e->run.pipe_off(e->run.ctx);
+        } else {
+            for (int32_t i = 0; i < nl; i++) {
+                struct vllmc_request *r = e->b_lreq[i];
+                req_ref(r);
+                r->q_pos = r->n_computed;
+                r->scheduled = false;
+                e->q_req[i] = r;
+            }
+            e->q_n = nl;
+            e->q_sample = dev_draw;
+        }
+        publish_stats(e);
+        return true;
+    }
     vllmc_status st = argmax_only ? e->run.forward_argmax(e->run.ctx, &b, e->b_ids) : e->run.forward(e->run.ctx, &b, e->logits);
     e->stats.steps++;
     if (st) {
@@ -792,9 +933,18 @@ bool engine_step(vllmc_engine *e) {
         publish_stats(e);
         return true;
     }
-    for (int32_t j = 0; j < e->n_sched; j++) {
-        struct vllmc_request *r = e->sched[j];
-        const int32_t p0 = r->n_computed, p1 = p0 + r->sched_new;
+    for (int32_t j = 0; j < e->n_sched; j++) commit_rows(e, e->sched[j], e->sched[j]->sched_new);
+    if (!argmax_only && nl > 0) threadpool_run(nl > 1 ? e->spool : NULL, sample_task, e, nl); /* the draws, then in order: */
+    emit_rows(e, nl, argmax_only);
+    publish_stats(e);
+    return true;
+}
+
+/* n_new more positions of r are computed: the prefix index takes its full blocks, and a hybrid prompt's state at a
+ * block boundary goes into a snapshot. */
+static void commit_rows(vllmc_engine *e, struct vllmc_request *r, int32_t n_new) {
+    {
+        const int32_t p0 = r->n_computed, p1 = p0 + n_new;
         e->stats.prompt_tokens_computed += VLLMC_MAX(0, VLLMC_MIN(p1, r->n_prompt) - p0);
         r->n_computed = p1;
         r->scheduled = false;
@@ -824,9 +974,12 @@ bool engine_step(vllmc_engine *e) {
             }
         }
     }
-    if (!argmax_only && nl > 0) threadpool_run(nl > 1 ? e->spool : NULL, sample_task, e, nl); /* the draws, then in order: */
+}
+
+/* The step's logits rows' tokens, in order (the ids of b_ids where the step gave ids, else the host draws). */
+static void emit_rows(vllmc_engine *e, int32_t nl, bool ids) {
     for (int32_t i = 0; i < nl; i++) {
-        if (argmax_only) {
+        if (ids) {
             const int32_t tok = e->b_ids[i];
             if (tok < 0 || tok >= e->run.n_vocab) { /* a backend bug, never a request's: end it cleanly */
                 LOG_ERROR("engine: argmax %d outside the vocabulary", tok);
@@ -838,8 +991,6 @@ bool engine_step(vllmc_engine *e) {
             emit_token(e, e->b_lreq[i], e->s_tok[i], e->s_lp[i], e->s_top + (size_t)i * VLLMC_MAX_TOP_LOGPROBS);
         }
     }
-    publish_stats(e);
-    return true;
 }
 
 /* ------------------------------------------------------------------------------------------------ */
@@ -933,7 +1084,7 @@ static void *engine_thread_main(void *arg) {
     vllmc_engine *e = arg;
     for (;;) {
         pthread_mutex_lock(&e->mu);
-        while (!e->stop && !e->in_head && e->n_live == 0) pthread_cond_wait(&e->work_cv, &e->mu);
+        while (!e->stop && !e->in_head && e->n_live == 0 && e->q_n == 0) pthread_cond_wait(&e->work_cv, &e->mu);
         bool stop = e->stop;
         pthread_mutex_unlock(&e->mu);
         if (stop) break;
@@ -961,6 +1112,7 @@ static void engine_free(vllmc_engine *e) {
     free(e->blk_snap); free(e->snap_free);
     free(e->is_eos); free(e->eos_list); free(e->running); free(e->free_slots); free(e->sched);
     free(e->b_tok); free(e->b_pos); free(e->b_seq); free(e->b_lrow); free(e->b_seqs); free(e->b_lreq); free(e->b_ids); free(e->logits);
+    free(e->q_req); free(e->q_next); free(e->q_rng);
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->work_cv);
     pthread_cond_destroy(&e->idle_cv);
@@ -1023,6 +1175,10 @@ vllmc_status engine_create(const struct engine_runner *run, const struct engine_
     e->b_ids = malloc((size_t)S * sizeof(*e->b_ids));
     e->b_seqs = malloc((size_t)S * sizeof(struct bk_seq));
     e->logits = malloc((size_t)S * (size_t)V * sizeof(float));
+    e->q_req = malloc((size_t)S * sizeof(*e->q_req));
+    e->q_next = malloc((size_t)S * sizeof(*e->q_next));
+    e->q_rng = malloc((size_t)S * sizeof(*e->q_rng));
+    if (!run->forward_queue || !run->fetch_ids || !run->pipe_off) e->run.forward_queue = NULL; /* all three or none */
     if (e->snapshots) {
         e->blk_snap = malloc((size_t)c->n_blocks * sizeof(int32_t));
         e->snap_free = malloc((size_t)c->n_state_snapshots * sizeof(int32_t));
@@ -1032,7 +1188,8 @@ vllmc_status engine_create(const struct engine_runner *run, const struct engine_
         e->n_snap_free = c->n_state_snapshots;
     }
     if (!e->is_eos || !e->eos_list || !e->running || !e->free_slots || !e->sched || !e->b_tok || !e->b_pos || !e->b_seq ||
-        !e->b_lrow || !e->b_lreq || !e->b_ids || !e->b_seqs || !e->logits || !e->s_tok || !e->s_lp || !e->s_top || !e->b_samp) {
+        !e->b_lrow || !e->b_lreq || !e->b_ids || !e->b_seqs || !e->logits || !e->s_tok || !e->s_lp || !e->s_top || !e->b_samp ||
+        !e->q_req || !e->q_next || !e->q_rng) {
         e->run.destroy = NULL;
         engine_free(e);
         return vllmc_errorf(VLLMC_ERR_OOM, "engine buffers");
@@ -1073,6 +1230,7 @@ void vllmc_engine_destroy(vllmc_engine *e) {
     pthread_cond_broadcast(&e->work_cv);
     pthread_mutex_unlock(&e->mu);
     if (e->has_thread) pthread_join(e->thread, NULL);
+    drain_queued(e);
     /* abort what is left: submitted, waiting, running */
     pthread_mutex_lock(&e->mu);
     struct vllmc_request *r = e->in_head;

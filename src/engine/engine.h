@@ -24,6 +24,14 @@ struct engine_runner {
     vllmc_status (*forward_argmax)(void *ctx, const struct bk_batch *b, int32_t *ids);
     /* forward_argmax draws rows by bk_batch.sample (the sampler without bias or penalties) on the device */
     bool device_sample;
+    /* Pipelined steps (all three or none; NULL: not offered). forward_queue queues a forward_argmax step without waiting
+     * for its ids; with from_prev its token ids are, row for row, the ids of the step queued before it (taken where the
+     * runner has them, the batch's own are placeholders). fetch_ids waits for the oldest queued step and gives its n ids.
+     * pipe_off waits for whatever is queued and returns the runner to plain steps (forward / forward_argmax need it off).
+     * At most two steps queued. */
+    vllmc_status (*forward_queue)(void *ctx, const struct bk_batch *b, bool from_prev);
+    vllmc_status (*fetch_ids)(void *ctx, int32_t *ids, int32_t n);
+    vllmc_status (*pipe_off)(void *ctx);
     /* Copy recurrent-state slot src to dst (has_state only; NULL: no snapshots, no prefix reuse). */
     vllmc_status (*state_copy)(void *ctx, int32_t src, int32_t dst);
     void (*destroy)(void *ctx); /* called by vllmc_engine_destroy; may be NULL */

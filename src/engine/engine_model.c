@@ -15,6 +15,7 @@ struct engm {
     struct bk_kv_cache *kv;
     struct tokenizer *tok;
     float *host_tmp;            /* one layer's state of one slot, for backends without copy_within */
+    bool piped;                 /* CUDA: the backend is in pipelined steps (engm_forward_queue) */
 };
 
 /* Copy recurrent-state slot src to dst in every recurrent layer (conv and delta-rule state): within the
@@ -50,6 +51,33 @@ static vllmc_status engm_forward_argmax(void *ctx, const struct bk_batch *b, int
     struct engm *g = ctx;
     return model_forward(g->m, b, g->kv, NULL, ids);
 }
+
+#ifdef VLLMC_CUDA
+/* Pipelined steps on CUDA (engine_runner.forward_queue; backend_cuda_set_pipelined): on at the first queued step, off
+ * when the engine drains them; the token ids of a step queued from_prev are the previous step's ids on the device. */
+static vllmc_status engm_forward_queue(void *ctx, const struct bk_batch *b, bool from_prev) {
+    struct engm *g = ctx;
+    vllmc_status st;
+    if (!g->piped) {
+        if ((st = backend_cuda_set_pipelined(g->be, true))) return st;
+        g->piped = true;
+    }
+    if (from_prev) backend_cuda_tokens_from_argmax(g->be);
+    int32_t unused;
+    return model_forward(g->m, b, g->kv, NULL, &unused);
+}
+
+static vllmc_status engm_fetch_ids(void *ctx, int32_t *ids, int32_t n) {
+    return backend_cuda_fetch_argmax(((struct engm *)ctx)->be, ids, n);
+}
+
+static vllmc_status engm_pipe_off(void *ctx) {
+    struct engm *g = ctx;
+    if (!g->piped) return VLLMC_OK;
+    g->piped = false;
+    return backend_cuda_set_pipelined(g->be, false);
+}
+#endif
 
 static void engm_free(void *ctx) {
     struct engm *g = ctx;
@@ -232,6 +260,15 @@ vllmc_status engine_model_create(const char *model_path, const vllmc_engine_opts
     struct engine_runner run = {.ctx = g, .n_vocab = hp->n_vocab, .has_state = has_state, .forward = engm_forward,
                                   .forward_argmax = engm_forward_argmax, .device_sample = dev == VLLMC_DEVICE_CUDA && !(getenv("VLLMC_DEVICE_SAMPLE") && !strcmp(getenv("VLLMC_DEVICE_SAMPLE"), "0")),
                                   .state_copy = has_state ? engm_state_copy : NULL, .destroy = engm_free};
+#ifdef VLLMC_CUDA
+    /* pipelined decode steps where graphs replay them (VLLMC_ENGINE_PIPELINE=0: step by step) */
+    const char *pe = getenv("VLLMC_ENGINE_PIPELINE");
+    if (dev == VLLMC_DEVICE_CUDA && !o.enforce_eager && !(pe && !strcmp(pe, "0"))) {
+        run.forward_queue = engm_forward_queue;
+        run.fetch_ids = engm_fetch_ids;
+        run.pipe_off = engm_pipe_off;
+    }
+#endif
     if ((st = engine_create(&run, &c, g->tok, start_thread, out))) goto fail;
     return VLLMC_OK;
 fail:
