@@ -694,10 +694,15 @@ int cmd_chat(int argc, char **argv) {
         if (st) goto fail;
         s.t_prefill = s.t_decode = 0; /* speeds per turn */
         s.n_prefill = s.n_decode = 0;
-        /* Reuse the cached prefix: restart at the first token that differs (KV past it is overwritten). */
+        /* Reuse the cached prefix: restart at the first token that differs (KV past it is overwritten). A model with
+         * recurrent state (qwen35, qwen35moe) holds only the state after the last token fed, which cannot be taken back:
+         * it continues only from exactly there, else it starts again at position 0 (the state zeroed there). The chat
+         * template often renders an earlier reply otherwise than it was generated (the Qwen3.5 one drops its thinking),
+         * so this is the common case for them. */
         int32_t common = 0;
         while (common < s.n_tokens && (size_t)common < n_ids && s.tokens[common] == ids[common]) common++;
         if ((size_t)common == n_ids) common--; /* recompute the last token for its logits */
+        if (s.kv->rs && common < s.n_tokens) common = 0;
         s.n_tokens = common;
         if ((st = gen_seq_feed(&s, ids + common, (int32_t)n_ids - common, false, true))) { free(ids); goto fail; }
         free(ids);
