@@ -57,3 +57,42 @@ def test_engine_batch_invariance_and_prefix_cache(models):
     assert " 0 failed" in r.stdout
     for p in models:
         assert f"model {p}" in r.stdout
+
+
+def test_chat_hybrid_restarts_when_history_changes(models, tmp_path):
+    """`vllmc chat` on a hybrid model: the recurrent state holds only the last position fed, so a turn whose prompt
+    does not continue exactly from there (the Qwen3.5 template renders an earlier reply otherwise than it was
+    generated) is computed from position 0: turn 2's prefill is its whole prompt, as the template renders it."""
+    import json
+    import re
+    exe = BUILD / "vllmc"
+    if not exe.exists():
+        pytest.skip(f"{exe} not built")
+    hybrid = next(p for p in models if "qwen35-tiny" in p)
+
+    def chat(turns):
+        r = subprocess.run([str(exe), "chat", "-m", hybrid, "-n", "12", "--verbose"], input=("".join(t + "\n" for t in turns) + "\n").encode(),
+                           capture_output=True, timeout=300)
+        return r
+    one = chat(["hello there"])
+    if b"no tokenizer.chat_template" in one.stderr:
+        pytest.skip("the tiny qwen35 has no chat template (../shared/testdata/chat-templates missing)")
+    assert one.returncode == 0, one.stderr[-2000:]
+    two = chat(["hello there", "and again"])
+    assert two.returncode == 0, two.stderr[-2000:]
+    assert two.stdout.startswith(one.stdout)  # greedy: the same first turn
+    reply1 = one.stdout[:-1].decode("utf-8")  # each reply is followed by a newline
+    conv = {"messages": [{"role": "user", "content": "hello there"}, {"role": "assistant", "content": reply1},
+                         {"role": "user", "content": "and again"}], "add_generation_prompt": True}
+    (tmp_path / "conv.json").write_text(json.dumps(conv))
+    text = subprocess.run([str(exe), "template", "-m", hybrid, "-f", str(tmp_path / "conv.json")], capture_output=True, check=True,
+                          timeout=60).stdout
+    (tmp_path / "t2.txt").write_bytes(text)
+    ids = json.loads(subprocess.run([str(exe), "tokenize", "-m", hybrid, "-f", str(tmp_path / "t2.txt"), "--ids"],
+                                    capture_output=True, check=True, timeout=60).stdout)
+    counts = [int(x) for x in re.findall(rb"prompt: (\d+) tokens", two.stderr)]
+    assert len(counts) == 2, two.stderr[-2000:]
+    # the Qwen3.5 template renders turn 1's reply in the history otherwise than it was fed, so turn 2 starts again at
+    # position 0 (were the history unchanged, chat would go on from the last token fed and compute fewer; the previous
+    # form, which rewound to the first differing token, computed 36 of 57 here)
+    assert counts[1] == len(ids), f"turn 2 computed {counts[1]} tokens of its {len(ids)}-token prompt"
