@@ -230,6 +230,11 @@ static __device__ __forceinline__ void k4_scale_min(int j, uint32_t w0, uint32_t
  * (from a 16-byte boundary). */
 static __device__ __forceinline__ size_t k4_sc_off(int n_sb) { return 128 * (size_t)n_sb; }
 static __device__ __forceinline__ size_t k4_dm_off(int n_sb) { return k4_sc_off(n_sb) + ((12 * (size_t)n_sb + 15) & ~(size_t)15); }
+/* 32 bytes of activation quants at p (16-byte aligned) as 8 words, two 16-byte loads */
+static __device__ __forceinline__ void ld_w8(const int8_t *p, int (&w)[8]) {
+    const int4 a = *(const int4 *)p, b = *(const int4 *)(p + 16);
+    w[0] = a.x; w[1] = a.y; w[2] = a.z; w[3] = a.w; w[4] = b.x; w[5] = b.y; w[6] = b.z; w[7] = b.w;
+}
 /* The activation side of a row with scales and mins (Q4_K, Q5_K): lane c's quants of sub-blocks 2c (vlo) and 2c + 1
  * (vhi), 4 a word, against each activation row's Q8_K quants; the integer sums reduced over the super-block's 4
  * lanes, the term the reference's term_kmin. */
@@ -244,10 +249,9 @@ static __device__ __forceinline__ void kmin_rows(const int (&vlo)[8], const int 
         if (ok && r < na) {
             const int64_t ar = a0 + r;
             const int8_t *aq = a.k_qs + ar * a.n + (int64_t)sb * QK_K + 64 * c;
-            const int4 l0 = *(const int4 *)aq, l1 = *(const int4 *)(aq + 16);
-            const int4 h0 = *(const int4 *)(aq + 32), h1 = *(const int4 *)(aq + 48);
-            const int al[8] = {l0.x, l0.y, l0.z, l0.w, l1.x, l1.y, l1.z, l1.w};
-            const int ah[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w};
+            int al[8], ah[8];
+            ld_w8(aq, al);
+            ld_w8(aq + 32, ah);
             int slo = 0, shi = 0;
 #pragma unroll
             for (int k = 0; k < 8; k++) {
@@ -473,10 +477,9 @@ static __device__ void row_q6_K(const uint8_t *wr, int n_sb, const cu_act_view &
                 if (ok && r < na) {
                     const int64_t ar = a0 + r;
                     const int8_t *aq = a.k_qs + ar * a.n + (int64_t)sb * QK_K + 128 * h + 32 * k;
-                    const int4 a0v = *(const int4 *)aq, a1v = *(const int4 *)(aq + 16);
-                    const int4 a2v = *(const int4 *)(aq + 64), a3v = *(const int4 *)(aq + 80);
-                    const int al[8] = {a0v.x, a0v.y, a0v.z, a0v.w, a1v.x, a1v.y, a1v.z, a1v.w};
-                    const int ah[8] = {a2v.x, a2v.y, a2v.z, a2v.w, a3v.x, a3v.y, a3v.z, a3v.w};
+                    int al[8], ah[8];
+                    ld_w8(aq, al);
+                    ld_w8(aq + 64, ah);
                     int sl0 = 0, sl1 = 0, sh0 = 0, sh1 = 0;
 #pragma unroll
                     for (int w = 0; w < 4; w++) {
@@ -710,10 +713,9 @@ static __device__ void tile_q4_K(const uint8_t *w0, uint64_t stride, int rows, i
                 k4_scale_min(2 * c + 1, sw[u][0], sw[u][1], sw[u][2], sc1, m1);
                 const uint32_t qw[8] = {q0[u].x, q0[u].y, q0[u].z, q0[u].w, q1[u].x, q1[u].y, q1[u].z, q1[u].w};
                 const int8_t *aq = a.k_qs + (int64_t)sb * QK_K + 64 * c;
-                const int4 l0 = *(const int4 *)aq, l1 = *(const int4 *)(aq + 16);
-                const int4 h0 = *(const int4 *)(aq + 32), h1 = *(const int4 *)(aq + 48);
-                const int al[8] = {l0.x, l0.y, l0.z, l0.w, l1.x, l1.y, l1.z, l1.w};
-                const int ah[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w};
+                int al[8], ah[8];
+                ld_w8(aq, al);
+                ld_w8(aq + 32, ah);
                 int slo = 0, shi = 0;
 #pragma unroll
                 for (int k = 0; k < 8; k++) {
@@ -774,10 +776,9 @@ static __device__ void tile_q6_K(const uint8_t *w0, uint64_t stride, int rows, i
                 const uint32_t L[8] = {l0[u].x, l0[u].y, l0[u].z, l0[u].w, l1[u].x, l1[u].y, l1[u].z, l1[u].w};
                 const uint32_t H[8] = {hh0[u].x, hh0[u].y, hh0[u].z, hh0[u].w, hh1[u].x, hh1[u].y, hh1[u].z, hh1[u].w};
                 const int8_t *aq = a.k_qs + (int64_t)sb * QK_K + 128 * h + 32 * k;
-                const int4 a0v = *(const int4 *)aq, a1v = *(const int4 *)(aq + 16);
-                const int4 a2v = *(const int4 *)(aq + 64), a3v = *(const int4 *)(aq + 80);
-                const int al[8] = {a0v.x, a0v.y, a0v.z, a0v.w, a1v.x, a1v.y, a1v.z, a1v.w};
-                const int ah[8] = {a2v.x, a2v.y, a2v.z, a2v.w, a3v.x, a3v.y, a3v.z, a3v.w};
+                int al[8], ah[8];
+                ld_w8(aq, al);
+                ld_w8(aq + 64, ah);
                 int sl0 = 0, sl1 = 0, sh0 = 0, sh1 = 0;
 #pragma unroll
                 for (int w = 0; w < 8; w++) {
@@ -1464,10 +1465,9 @@ static __global__ void SBT_BOUNDS mm_kernel_sbt(const struct cu_mm_args P) {
     int I = 0;
 #pragma unroll
     for (int c = 0; c < 4; c++) { /* chunk c: bytes 32c .. 32c+31, low nibbles sub-block 2c, high 2c+1 */
-        const int4 l0 = *(const int4 *)(aq + 64 * c), l1 = *(const int4 *)(aq + 64 * c + 16);
-        const int4 h0 = *(const int4 *)(aq + 64 * c + 32), h1 = *(const int4 *)(aq + 64 * c + 48);
-        const int al[8] = {l0.x, l0.y, l0.z, l0.w, l1.x, l1.y, l1.z, l1.w};
-        const int ah[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w};
+        int al[8], ah[8];
+        ld_w8(aq + 64 * c, al);
+        ld_w8(aq + 64 * c + 32, ah);
         const uint32_t qw[8] = {q[2 * c].x, q[2 * c].y, q[2 * c].z, q[2 * c].w, q[2 * c + 1].x, q[2 * c + 1].y, q[2 * c + 1].z, q[2 * c + 1].w};
         int slo = 0, shi = 0;
 #pragma unroll
