@@ -239,8 +239,7 @@ static vllmc_status gen_seq_init(struct gen_seq *s, struct model *m, int32_t max
  * (temperature, top-k, top-p, min-p: no penalties or bias) the device's draw (VLLMC_DEVICE_SAMPLE=0: on the host,
  * as the engine); everything else brings the logits back for the host sampler. The draws' RNG starts at the seed. */
 static void gen_seq_mode(struct gen_seq *s, bool is_cuda, bool all_logits, const struct sampler_params *sp) {
-    const char *ds = getenv("VLLMC_DEVICE_SAMPLE");
-    const bool dev_draw = is_cuda && !all_logits && sp->temperature > 0.0f && sampler_params_plain(sp) && !(ds && !strcmp(ds, "0"));
+    const bool dev_draw = is_cuda && !all_logits && sp->temperature > 0.0f && sampler_params_plain(sp) && sampler_device_draws_on();
     s->argmax = (is_cuda && !all_logits && sampler_params_argmax_only(sp)) || dev_draw;
     s->draw = dev_draw ? sp : NULL;
     sampler_rng_seed(&s->rng, sp->seed);
@@ -250,9 +249,7 @@ static void gen_seq_mode(struct gen_seq *s, bool is_cuda, bool all_logits, const
  * s->rng, which the host sampler would have taken for the same draw, so the ids are the host sampler's. */
 static const struct bk_sample *gen_draw(struct gen_seq *s, struct bk_sample *out) {
     if (!s->draw) return NULL;
-    const struct sampler_params *p = s->draw;
-    *out = (struct bk_sample){.u = sampler_rng_uniform(&s->rng), .temperature = p->temperature, .top_p = p->top_p,
-                              .min_p = p->min_p, .top_k = p->top_k > 0 ? p->top_k : 0};
+    sampler_device_draw(s->draw, &s->rng, out);
     return out;
 }
 

@@ -802,11 +802,8 @@ static bool step_queued(vllmc_engine *e) {
             e->b_lrow[i] = i;
             e->b_seqs[i] = (struct bk_seq){.block_table = r->blocks, .n_blocks = r->n_blocks, .state_slot = r->slot};
             if (draws) {
-                const struct sampler_params *p = &r->sp;
                 e->q_rng[i] = r->rng;
-                e->b_samp[i] = (struct bk_sample){.u = p->temperature > 0.0f ? sampler_rng_uniform(&e->q_rng[i]) : 0.0,
-                                                  .temperature = p->temperature, .top_p = p->top_p, .min_p = p->min_p,
-                                                  .top_k = p->top_k > 0 ? p->top_k : 0};
+                sampler_device_draw(&r->sp, &e->q_rng[i], &e->b_samp[i]);
             }
         }
         const struct bk_batch b = {.n_tokens = n, .token_ids = e->b_tok, .pos = e->b_pos, .seq_idx = e->b_seq, .n_seqs = n,
@@ -891,13 +888,7 @@ bool engine_step(vllmc_engine *e) {
     bool dev_draw = !argmax_only && e->run.device_sample && e->run.forward_argmax && nl > 0;
     for (int32_t i = 0; i < nl && dev_draw; i++) dev_draw = plain_draw(e, e->b_lreq[i]);
     if (dev_draw) {
-        for (int32_t i = 0; i < nl; i++) {
-            struct vllmc_request *r = e->b_lreq[i];
-            const struct sampler_params *p = &r->sp;
-            e->b_samp[i] = (struct bk_sample){.u = p->temperature > 0.0f ? sampler_rng_uniform(&r->rng) : 0.0,
-                                              .temperature = p->temperature, .top_p = p->top_p, .min_p = p->min_p,
-                                              .top_k = p->top_k > 0 ? p->top_k : 0};
-        }
+        for (int32_t i = 0; i < nl; i++) sampler_device_draw(&e->b_lreq[i]->sp, &e->b_lreq[i]->rng, &e->b_samp[i]);
         b.sample = e->b_samp;
         argmax_only = true; /* the ids come back as the argmax's do */
     }

@@ -4,6 +4,7 @@
  * and starts the engine thread. */
 #include <string.h>
 #include "engine/engine.h"
+#include "engine/sampler.h"
 #include "model/model.h"
 #ifdef VLLMC_CUDA
 #include "backend/cuda/cuda_backend.h"
@@ -258,7 +259,7 @@ vllmc_status engine_model_create(const char *model_path, const vllmc_engine_opts
                  (double)state_slot_bytes / 1024.0, mib(state_bytes), c.max_model_len, c.max_num_seqs, (double)c.n_blocks / per_seq,
                  !c.prefix_caching ? "off" : has_state && !c.n_state_snapshots ? "off (recurrent state, no snapshots)" : "on");
     struct engine_runner run = {.ctx = g, .n_vocab = hp->n_vocab, .has_state = has_state, .forward = engm_forward,
-                                  .forward_argmax = engm_forward_argmax, .device_sample = dev == VLLMC_DEVICE_CUDA && !(getenv("VLLMC_DEVICE_SAMPLE") && !strcmp(getenv("VLLMC_DEVICE_SAMPLE"), "0")),
+                                  .forward_argmax = engm_forward_argmax, .device_sample = dev == VLLMC_DEVICE_CUDA && sampler_device_draws_on(),
                                   .state_copy = has_state ? engm_state_copy : NULL, .destroy = engm_free};
 #ifdef VLLMC_CUDA
     /* pipelined decode steps where graphs replay them: VLLMC_ENGINE_PIPELINE=1 (off by default until it has run on the

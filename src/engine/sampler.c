@@ -5,7 +5,9 @@
 #include "engine/sampler.h"
 #include <math.h>
 #include <stdbool.h>
+#include <stdlib.h>
 #include <string.h>
+#include "backend/backend.h"
 
 /* a candidate: its tempered logit, id and exp(l - max) */
 struct sampler_cand { float l; int32_t id; float e; };
@@ -325,4 +327,14 @@ int32_t sampler_sample(struct sampler *s, const float *logits, const struct samp
         if (u < cum) return s->cand[i].id;
     }
     return s->cand[n - 1].id;
+}
+
+void sampler_device_draw(const struct sampler_params *p, struct sampler_rng *rng, struct bk_sample *out) {
+    *out = (struct bk_sample){.u = p->temperature > 0.0f ? sampler_rng_uniform(rng) : 0.0, .temperature = p->temperature,
+                              .top_p = p->top_p, .min_p = p->min_p, .top_k = p->top_k > 0 ? p->top_k : 0};
+}
+
+bool sampler_device_draws_on(void) {
+    const char *v = getenv("VLLMC_DEVICE_SAMPLE");
+    return !(v && !strcmp(v, "0"));
 }

@@ -64,4 +64,12 @@ int32_t sampler_sample(struct sampler *s, const float *logits, const struct samp
 /* Argmax with ties to the lowest id (NaN never wins). */
 int32_t sampler_argmax(const float *logits, int32_t n);
 
+/* A plain draw (sampler_params_plain) made on the device (struct bk_sample, backend/backend.h): p's temperature and
+ * filters, and the uniform sampler_sample would take from rng for the same draw (none at temperature 0), so the
+ * device draws the host's ids. */
+struct bk_sample;
+void sampler_device_draw(const struct sampler_params *p, struct sampler_rng *rng, struct bk_sample *out);
+/* Whether plain draws go to the device where the backend offers it (VLLMC_DEVICE_SAMPLE=0: on the host). */
+bool sampler_device_draws_on(void);
+
 #endif
