@@ -38,6 +38,7 @@ static std::vector<uint8_t> q4k_rows(int64_t n_cols, int64_t n_rows) {
 static double median(std::vector<float> t) { std::sort(t.begin(), t.end()); return t[t.size() / 2]; }
 
 int main(int argc, char **argv) {
+    setvbuf(stdout, NULL, _IONBF, 0);
     const int reps = argc > 1 ? atoi(argv[1]) : 7, L = argc > 2 ? atoi(argv[2]) : 32;
     const int64_t D = 2560, F = 9216;
     const float eps = 1e-6f;
@@ -49,8 +50,34 @@ int main(int argc, char **argv) {
     CK(gpuStreamCreate(&st));
     std::vector<uint8_t *> gu(L), dn(L);
     std::vector<float *> nw(L);
+    /* cu_mega2's task tiles of the same weights: gate / up tasks of 8 + 8 rows, down tasks of 16 rows x ps super-blocks */
+    const int ps_list[3] = {4, 12, 36};
+    std::vector<uint8_t *> gu2(L), dn2[3];
+    for (auto &v : dn2) v.resize(L);
     for (int l = 0; l < L; l++) {
         std::vector<uint8_t> a = q4k_rows(D, 2 * F), b = q4k_rows(F, D);
+        {
+            const uint64_t tb = cu_mega2_task_bytes((int)(D / 256));
+            std::vector<uint8_t> t((size_t)(F / 8) * tb);
+            for (int64_t j = 0; j < F / 8; j++) {
+                const uint8_t *rows[16];
+                for (int i = 0; i < 8; i++) { rows[i] = a.data() + (size_t)(8 * j + i) * s_gu; rows[8 + i] = a.data() + (size_t)(F + 8 * j + i) * s_gu; }
+                cu_mega2_pack(rows, (int)(D / 256), 0, (int)(D / 256), t.data() + (size_t)j * tb);
+            }
+            CK(gpuMalloc((void **)&gu2[l], t.size())); CK(gpuMemcpy(gu2[l], t.data(), t.size(), gpuMemcpyHostToDevice));
+            for (int pi = 0; pi < 3; pi++) {
+                const int ps = ps_list[pi], np = (int)(F / 256) / ps;
+                const uint64_t db = cu_mega2_task_bytes(ps);
+                std::vector<uint8_t> u((size_t)(D / 16) * np * db);
+                for (int64_t r = 0; r < D / 16; r++)
+                    for (int q = 0; q < np; q++) {
+                        const uint8_t *rows[16];
+                        for (int i = 0; i < 16; i++) rows[i] = b.data() + (size_t)(16 * r + i) * s_dn;
+                        cu_mega2_pack(rows, (int)(F / 256), q * ps, ps, u.data() + (size_t)(r * np + q) * db);
+                    }
+                CK(gpuMalloc((void **)&dn2[pi][l], u.size())); CK(gpuMemcpy(dn2[pi][l], u.data(), u.size(), gpuMemcpyHostToDevice));
+            }
+        }
         std::vector<float> w(D);
         for (auto &v : w) v = 0.5f + rndf();
         CK(gpuMalloc((void **)&gu[l], a.size())); CK(gpuMemcpy(gu[l], a.data(), a.size(), gpuMemcpyHostToDevice));
@@ -142,8 +169,7 @@ int main(int argc, char **argv) {
     CK(gpuMemcpy(dnw, nw.data(), sizeof(void *) * L, gpuMemcpyHostToDevice));
     /* rg, rd, slots (0: as many as fit), teams, flags (timing ablations: 1 no dot products, 2 no dependency waits, 4 no
      * prologues; their results are wrong by design and are not compared) */
-    const int cfgs[][5] = {{16, 8, 0, 1, 0}, {8, 4, 0, 2, 0}, {16, 8, 0, 2, 0}, {8, 4, 8, 2, 0}, {4, 2, 0, 2, 0},
-                           {16, 8, 0, 1, 1}, {16, 8, 0, 1, 6}, {16, 8, 0, 1, 7}, {8, 4, 0, 2, 1}, {8, 4, 0, 2, 6}};
+    const int cfgs[][5] = {{16, 8, 0, 1, 0}, {8, 4, 0, 2, 0}};
     for (const auto &cf : cfgs) {
         cu_mega_ffn_args a;
         memset(&a, 0, sizeof(a));
@@ -183,6 +209,80 @@ int main(int argc, char **argv) {
         }
         std::vector<float> tm;
         for (int r = 0; r < reps; r++) tm.push_back(run_mega(&ok));
+        const double um = median(tm);
+        if (a.flags)
+            printf("%-72s %9.1f us  %7.2f us a layer  %6.0f GB/s  (ablation: not compared)\n", name, um, um / L, bytes / (um * 1e-6) / 1e9);
+        else
+            printf("%-72s %9.1f us  %7.2f us a layer  %6.0f GB/s  %s (%d of %lld differ, max %.3g)\n", name, um, um / L,
+                   bytes / (um * 1e-6) / 1e9, diff ? "DIFFERS" : "same bits", diff, (long long)D, emax);
+    }
+    /* the second form (cu_mega2): ps, consumer warps, slots (0: as many as fit), flags, one launch a layer */
+    const uint8_t **dgu2, **ddn2[3];
+    float *pd;
+    unsigned *gcnt;
+    CK(gpuMalloc((void **)&dgu2, sizeof(void *) * L));
+    CK(gpuMemcpy(dgu2, gu2.data(), sizeof(void *) * L, gpuMemcpyHostToDevice));
+    for (int pi = 0; pi < 3; pi++) {
+        CK(gpuMalloc((void **)&ddn2[pi], sizeof(void *) * L));
+        CK(gpuMemcpy(ddn2[pi], dn2[pi].data(), sizeof(void *) * L, gpuMemcpyHostToDevice));
+    }
+    CK(gpuMalloc((void **)&pd, 4 * D * (F / 1024))); CK(gpuMalloc((void **)&gcnt, 4 * L * (D / 16)));
+    const int cfg2[][5] = {{12, 16, 0, 0, 0}, {4, 16, 0, 0, 0}, {4, 3, 0, 0, 0}, {36, 2, 0, 0, 0}, {12, 16, 4, 0, 0},
+                           {4, 16, 0, 0, 1}, {4, 16, 0, 1, 0}, {4, 16, 0, 6, 0}, {4, 16, 0, 7, 0}};
+    for (const auto &cf : cfg2) {
+        const int pi = cf[0] == 4 ? 0 : cf[0] == 12 ? 1 : 2;
+        cu_mega2_args a;
+        memset(&a, 0, sizeof(a));
+        a.gu = dgu2; a.dn = ddn2[pi]; a.nw = dnw; a.x = x; a.h = h; a.pd = pd; a.xs = xs; a.cnt = cnt; a.gcnt = gcnt;
+        a.D = D; a.F = F; a.eps = eps; a.l0 = 0; a.n_layers = L; a.ps = cf[0]; a.nc = cf[1]; a.flags = (uint32_t)cf[3];
+        a.slot = (uint32_t)std::max(cu_mega2_task_bytes((int)(D / 256)), cu_mega2_task_bytes(cf[0]));
+        a.slot = (a.slot + 127) & ~127u;
+        a.ns = 2;
+        while (a.ns < 64) {
+            a.ns++;
+            if (cu_mega2_smem(&a) > 225 * 1024) { a.ns--; break; }
+        }
+        if (cf[2]) a.ns = std::min(a.ns, cf[2]);
+        /* each consumer warp owns ns / nc slots: nc as asked, ns rounded down to a multiple of it (nc <= ns) */
+        a.nc = std::min(a.nc, a.ns);
+        a.ns -= a.ns % a.nc;
+        const bool per_layer = cf[4] != 0;
+        auto run2 = [&](bool *ok) {
+            CK(gpuMemcpyAsync(x, x_init, 4 * D, gpuMemcpyDeviceToDevice, st));
+            CK(gpuMemsetAsync(cnt, 0, 8 * L, st));
+            CK(gpuMemsetAsync(gcnt, 0, 4 * L * (D / 16), st));
+            CK(gpuEventRecord(e0, st));
+            if (per_layer) {
+                *ok = true;
+                for (int l = 0; l < L && *ok; l++) {
+                    cu_mega2_args b = a;
+                    b.l0 = l; b.n_layers = 1;
+                    *ok = cu_mega2(&b, sms, st);
+                }
+            } else {
+                *ok = cu_mega2(&a, sms, st);
+            }
+            CK(gpuEventRecord(e1, st)); CK(gpuEventSynchronize(e1));
+            float ms; CK(gpuEventElapsedTime(&ms, e0, e1));
+            return ms * 1000.f;
+        };
+        bool ok = false;
+        run2(&ok);
+        char name[112];
+        snprintf(name, sizeof(name), "tiles: ps %d, %d consumer warps, %d slots of %u B%s%s%s%s", a.ps, a.nc, a.ns, a.slot,
+                 per_layer ? ", a launch a layer" : "", a.flags & 1 ? ", no dots" : "", a.flags & 2 ? ", no waits" : "",
+                 a.flags & 4 ? ", no prologues" : "");
+        if (!ok) { printf("%-72s not launched\n", name); continue; }
+        std::vector<float> got(D);
+        CK(gpuMemcpy(got.data(), x, 4 * D, gpuMemcpyDeviceToHost));
+        int diff = 0;
+        double emax = 0;
+        for (int64_t i = 0; i < D; i++) {
+            diff += memcmp(&got[i], &ref[i], 4) != 0;
+            emax = std::max(emax, (double)fabsf(got[i] - ref[i]));
+        }
+        std::vector<float> tm;
+        for (int r = 0; r < reps; r++) tm.push_back(run2(&ok));
         const double um = median(tm);
         if (a.flags)
             printf("%-72s %9.1f us  %7.2f us a layer  %6.0f GB/s  (ablation: not compared)\n", name, um, um / L, bytes / (um * 1e-6) / 1e9);

@@ -407,6 +407,30 @@ struct cu_mega_ffn_args {
 };
 size_t cu_mega_ffn_smem(const struct cu_mega_ffn_args *a);
 bool cu_mega_ffn(const struct cu_mega_ffn_args *a, int ctas, gpuStream_t s);
+/* The same chain, second form (gemv_q.cu mega2_kernel): the weights repacked into task tiles (cu_mega2_pack: 16 rows x
+ * a run of super-blocks, contiguous, in the tensor-core mat-vec's lane order), one bulk copy a task; a producer warp
+ * keeps ns slots filled (each slot released by the warp that read it), consumer warps take whole tasks on the tensor
+ * cores (mma_rows_q4_K's ops), so no CTA barrier a task; slot s is read by consumer warp s % nc (ns a multiple of nc). Gate / up task j: gate rows 8j .. 8j + 7 and up rows 8j .. 8j + 7
+ * (the MMA's rows g and g + 8), all of D; down task (r, q): rows 16r .. 16r + 15, super-blocks q ps .. q ps + ps - 1,
+ * each writing its ps / 4 partials to pd; the last of a row group's tasks (gcnt) adds them in the column-split
+ * kernel's order into x. Layers l0 .. l0 + n_layers - 1 of the tables. cnt: 2 per layer, gcnt: D / 16 per layer, zero
+ * before the launch. */
+struct cu_mega2_args {
+    const uint8_t *const *gu, *const *dn; /* [layers] packed tiles */
+    const float *const *nw;
+    float *x, *h, *pd, *xs;                /* pd: (F / 256 / 4) x D partials; xs: ctas x D scratch */
+    unsigned *cnt, *gcnt;
+    int64_t D, F;
+    float eps;
+    int32_t l0, n_layers, ps, ns, nc;     /* ps: super-blocks a down task (4, 12 or 36); nc: consumer warps */
+    uint32_t slot, flags;                  /* flags: 1 no dot products, 2 no dependency waits, 4 no prologues */
+};
+uint64_t cu_mega2_task_bytes(int n_sb);
+/* 16 repacked Q4_K rows of n_sb super-blocks (rows[i], the MMA's row i), super-blocks s0 .. s0 + nsb - 1, into dst
+ * (cu_mega2_task_bytes(nsb) bytes). Host memory. */
+void cu_mega2_pack(const uint8_t *const rows[16], int n_sb, int s0, int nsb, uint8_t *dst);
+size_t cu_mega2_smem(const struct cu_mega2_args *a);
+bool cu_mega2(const struct cu_mega2_args *a, int ctas, gpuStream_t s);
 void cu_launch_moe_grp_matmul(const struct cu_moe_mm_args *mm, const int32_t *perm, const int32_t *grp, int32_t gmax,
                               gpuStream_t s);
 

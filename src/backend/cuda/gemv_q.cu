@@ -3427,3 +3427,291 @@ bool cu_mega_ffn(const struct cu_mega_ffn_args *a, int ctas, gpuStream_t s) {
     return gpuGetLastError() == gpuSuccess;
 #endif
 }
+
+/* ---- the persistent FFN chain, second form (cu_mega2_args in cuda_internal.h; bench/bench_mega.cu) ----
+ * A task tile holds, per super-block, 2,304 bytes: the quants of rows 0-7 (the MMA's rows g) as two 512-byte halves in
+ * lane order (lane (g, c) at 16 lane: bytes 0-15, then 16-31 of its chunk c), the same for rows 8-15, then a 16-byte
+ * word set a row (the 12 scale bytes, d / dmin). A quarter warp's 16-byte loads then read 128 consecutive bytes, and
+ * lane (g, c) gets exactly the words mma_rows_q4_K loads from the row. */
+#define MG2_SB_BYTES 2304u
+uint64_t cu_mega2_task_bytes(int n_sb) { return (uint64_t)MG2_SB_BYTES * (uint64_t)n_sb; }
+void cu_mega2_pack(const uint8_t *const rows[16], int n_sb, int s0, int nsb, uint8_t *dst) {
+    const uint64_t sc_off = 128 * (uint64_t)n_sb, dm_off = sc_off + ((12 * (uint64_t)n_sb + 15) & ~(uint64_t)15);
+    for (int s = 0; s < nsb; s++) {
+        uint8_t *b = dst + (uint64_t)s * MG2_SB_BYTES;
+        const int sb = s0 + s;
+        for (int hh = 0; hh < 2; hh++)
+            for (int p = 0; p < 2; p++)
+                for (int L = 0; L < 32; L++) {
+                    const int g = L >> 2, c = L & 3;
+                    memcpy(b + (hh * 2 + p) * 512 + L * 16, rows[8 * hh + g] + 128 * (uint64_t)sb + 32 * c + 16 * p, 16);
+                }
+        for (int i = 0; i < 16; i++) {
+            memcpy(b + 2048 + 16 * i, rows[i] + sc_off + 12 * (uint64_t)sb, 12);
+            memcpy(b + 2048 + 16 * i + 12, rows[i] + dm_off + 4 * (uint64_t)sb, 4);
+        }
+    }
+}
+#if !defined(VLLMC_HIP)
+static __device__ __forceinline__ void mg2_arrive(uint64_t *b) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(mg_saddr(b)) : "memory");
+}
+static __device__ __forceinline__ void mg2_cbar(int nthreads) { asm volatile("bar.sync 1, %0;" ::"r"(nthreads) : "memory"); }
+/* waits bounded by half a second of %globaltimer: an experiment's hang traps (the launch fails) instead of holding the GPU */
+static __device__ __forceinline__ unsigned long long mg2_now() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+static __device__ __noinline__ void mg2_hang(int what, int k) {
+    printf("mega2: CTA %d thread %d stuck (%d, %d)\n", (int)blockIdx.x, (int)threadIdx.x, what, k);
+    __trap();
+}
+static __device__ __forceinline__ void mg2_wait(uint64_t *b, uint32_t parity, int what, int k) {
+    uint32_t ok = 0;
+    const unsigned long long t0 = mg2_now();
+    for (;;) {
+        asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+                     : "=r"(ok)
+                     : "r"(mg_saddr(b)), "r"(parity)
+                     : "memory");
+        if (ok) return;
+        if (mg2_now() - t0 > 500000000ull) mg2_hang(what, k);
+    }
+}
+
+/* The super-block terms of a task's 16 rows: t0[s] of row g, t1[s] of row g + 8 (the same in the 4 lanes of a row). */
+template <int NSB>
+static __device__ __forceinline__ void mg2_terms(const uint8_t *tile, const int8_t *aqs, const float *ad, const int16_t *abs_, int a0,
+                                                 int lane, float (&t0)[NSB], float (&t1)[NSB]) {
+    const int g = lane >> 2, c = lane & 3, b = lane & ~3;
+    const k4_sel ks = k4_sel_make(c);
+#pragma unroll
+    for (int s = 0; s < NSB; s++) {
+        const uint8_t *blk = tile + (size_t)s * MG2_SB_BYTES;
+        const uint4 q00 = *(const uint4 *)(blk + 16 * lane), q01 = *(const uint4 *)(blk + 512 + 16 * lane);
+        const uint4 q10 = *(const uint4 *)(blk + 1024 + 16 * lane), q11 = *(const uint4 *)(blk + 1536 + 16 * lane);
+        const uint32_t sw0 = *(const uint32_t *)(blk + 2048 + 16 * g + 4 * c), sw1 = *(const uint32_t *)(blk + 2048 + 16 * (g + 8) + 4 * c);
+        const int sb = a0 + s;
+        uint4 x0 = make_uint4(0, 0, 0, 0), x1 = x0;
+        if ((g >> 1) == c) {
+            const uint4 *xp = (const uint4 *)(aqs + (size_t)sb * QK_K + 32 * g);
+            x0 = xp[0]; x1 = xp[1];
+        }
+        const int2 bs = *(const int2 *)(abs_ + (size_t)sb * 16 + 4 * c);
+        const float da = ad[sb];
+        const uint32_t X[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+        const uint32_t Q0[8] = {q00.x, q00.y, q00.z, q00.w, q01.x, q01.y, q01.z, q01.w};
+        const uint32_t Q1[8] = {q10.x, q10.y, q10.z, q10.w, q11.x, q11.y, q11.z, q11.w};
+        int clo[4] = {0, 0, 0, 0}, chi[4] = {0, 0, 0, 0};
+#pragma unroll
+        for (int t = 0; t < 4; t++) {
+            const uint32_t m = 0x0F0F0F0Fu;
+            mma_u8s8(clo, Q0[2 * t] & m, Q1[2 * t] & m, Q0[2 * t + 1] & m, Q1[2 * t + 1] & m, X[2 * t], X[2 * t + 1]);
+            mma_u8s8(chi, Q0[2 * t] & ~m, Q1[2 * t] & ~m, Q0[2 * t + 1] & ~m, Q1[2 * t + 1] & ~m, X[2 * t], X[2 * t + 1]);
+        }
+        const int b0 = (int)(int16_t)(bs.x & 0xffff) + (int)(int16_t)(bs.x >> 16);
+        const int b1 = (int)(int16_t)(bs.y & 0xffff) + (int)(int16_t)(bs.y >> 16);
+        t0[s] = k4_term_sums<true>(ks, shfl_idx(sw0, b), shfl_idx(sw0, b + 1), shfl_idx(sw0, b + 2), shfl_idx(sw0, b + 3), clo[0],
+                                   chi[1] >> 4, b0, b1, da);
+        t1[s] = k4_term_sums<true>(ks, shfl_idx(sw1, b), shfl_idx(sw1, b + 1), shfl_idx(sw1, b + 2), shfl_idx(sw1, b + 3), clo[2],
+                                   chi[3] >> 4, b0, b1, da);
+    }
+}
+
+/* NB1: super-blocks of D (the gate / up tasks), PS: super-blocks a down task. Warp 0 lane 0 is the producer; warps
+ * 1 .. nc consume. */
+template <int NB1, int PS>
+static __global__ void __launch_bounds__(32 * 17, 1) mega2_kernel(const struct cu_mega2_args P) {
+    extern __shared__ __align__(128) uint8_t mg_smem[];
+    const int D = (int)P.D, F = (int)P.F, nb2 = F / QK_K, NS = P.ns, NC = P.nc;
+    const int nrg = D / 16, nparts = nb2 / PS; /* down row groups, tasks a row group */
+    uint8_t *ring = mg_smem;
+    uint64_t *full = (uint64_t *)(ring + (size_t)NS * P.slot), *empty = full + NS;
+    int8_t *aqs = (int8_t *)(empty + NS);
+    const int nmax = D > F ? D : F;
+    float *ad = (float *)(aqs + nmax);
+    int16_t *abs_ = (int16_t *)(ad + nmax / QK_K);
+    double *red = (double *)(((uintptr_t)(abs_ + nmax / 16) + 7) & ~(uintptr_t)7);
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, G = gridDim.x, cta = blockIdx.x;
+    const int T0 = F / 8, T1 = nrg * nparts; /* tasks an op */
+    const int n0 = cta < T0 ? (T0 - cta + G - 1) / G : 0, n1 = cta < T1 ? (T1 - cta + G - 1) / G : 0;
+    const int total = P.n_layers * (n0 + n1);
+    const bool compute = !(P.flags & 1), deps = !(P.flags & 2), prologue = !(P.flags & 4);
+    const uint32_t b_gu = (uint32_t)(NB1 * MG2_SB_BYTES), b_dn = (uint32_t)(PS * MG2_SB_BYTES);
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < NS; s++) { mg_bar_init(&full[s]); mg_bar_init(&empty[s]); }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    if (wid == 0) { /* the producer: the CTA's tasks in order, a slot at a time once its last reader released it */
+        if (lane != 0) return;
+        for (int k = 0; k < total; k++) {
+            const int s = k % NS;
+            if (k >= NS) mg2_wait(&empty[s], (uint32_t)((k / NS) - 1) & 1, 1, k);
+            const int l = P.l0 + k / (n0 + n1), j = k % (n0 + n1);
+            const uint8_t *src;
+            uint32_t bytes;
+            if (j < n0) { src = P.gu[l] + (size_t)(cta + G * j) * b_gu; bytes = b_gu; }
+            else { src = P.dn[l] + (size_t)(cta + G * (j - n0)) * b_dn; bytes = b_dn; }
+            mg_expect(&full[s], bytes);
+            mg_copy(ring + (size_t)s * P.slot, src, bytes, &full[s]);
+        }
+        return;
+    }
+    const int cw = wid - 1, ct = threadIdx.x - 32, NT = 32 * NC; /* consumer warp, thread */
+    if (cw >= NC) return;
+    cu_act_mut out;
+    memset(&out, 0, sizeof(out));
+    out.k_qs = aqs; out.k_d = ad; out.k_bs = abs_;
+    int kb = 0;
+    for (int li = 0; li < P.n_layers; li++) {
+        const int l = P.l0 + li;
+        for (int op = 0; op < 2; op++) {
+            const int o = 2 * l + op;
+            /* the previous op done everywhere (this CTA's part: every consumer warp past it) */
+            if (deps && o > 2 * P.l0) {
+                if (ct == 0) {
+                    const unsigned long long t0 = mg2_now();
+                    while (mg_ld_acquire(&P.cnt[o - 1]) < (unsigned)G)
+                        if (mg2_now() - t0 > 500000000ull) mg2_hang(3, o);
+                }
+                mg2_cbar(NT);
+            }
+            if (!prologue) {
+            } else if (op == 0) { /* RMSNorm + Q8_K of x (nq_rms_scale's sums and order, over the consumer warps) */
+                for (int gq = cw; gq < NQ_WARPS; gq += NC) {
+                    const int tid = gq * 32 + lane;
+                    double sum = 0.0;
+                    constexpr int LD = 4;
+                    for (int i0 = tid; i0 < D / 4; i0 += LD * 32 * NQ_WARPS) {
+                        float4 q[LD];
+#pragma unroll
+                        for (int k = 0; k < LD; k++) {
+                            const int i = i0 + k * 32 * NQ_WARPS;
+                            q[k] = i < D / 4 ? gpu_ldcg((const float4 *)(P.x + 4 * i)) : make_float4(0.f, 0.f, 0.f, 0.f);
+                        }
+#pragma unroll
+                        for (int k = 0; k < LD; k++) {
+                            sum += (double)__fmul_rn(q[k].x, q[k].x);
+                            sum += (double)__fmul_rn(q[k].y, q[k].y);
+                            sum += (double)__fmul_rn(q[k].z, q[k].z);
+                            sum += (double)__fmul_rn(q[k].w, q[k].w);
+                        }
+                    }
+#pragma unroll
+                    for (int off = 16; off > 0; off >>= 1) sum += shfl_xor(sum, off);
+                    if (lane == 0) red[gq] = sum;
+                }
+                mg2_cbar(NT);
+                double tot = 0.0;
+                for (int gq = 0; gq < NQ_WARPS; gq++) tot += red[gq];
+                const float scale = __fdiv_rn(1.0f, sqrtf((float)(tot / (double)D + (double)P.eps)));
+                out.x = P.xs + (size_t)cta * D; out.n = D;
+                for (int u = cw; u < NB1; u += NC)
+                    nq_unit<true>(CU_NQ_RMSNORM, P.x, NULL, 0, P.nw[l], P.eps, 0, scale, out, BK_ACT_BIT(BK_ACT_Q8_K), 0, u, lane);
+            } else { /* Q8_K of h */
+                for (int u = cw; u < nb2; u += NC) {
+                    float v[8];
+                    ld8<true>(P.h + (size_t)u * QK_K + lane * 8, v);
+                    quant_q8_K_sb(v, aqs + (size_t)u * QK_K, ad + u, abs_ + (size_t)u * 16, lane);
+                }
+            }
+            mg2_cbar(NT);
+            const int nt = op == 0 ? n0 : n1;
+            for (int i = 0; i < nt; i++) {
+                /* slot s belongs to consumer warp s % NC (NS is a multiple of NC): a slot's uses are read in order by
+                 * one warp, so a wait on its parity is never a phase ahead of the barrier (a parity wait cannot tell a
+                 * phase two back from the one before) */
+                const int k = kb + i, s = k % NS;
+                if (s % NC != cw) continue;
+                mg2_wait(&full[s], (uint32_t)(k / NS) & 1, 2, k);
+                const uint8_t *slot = ring + (size_t)s * P.slot;
+                const int g = lane >> 2;
+                const int t = cta + G * i;
+                if (op == 0) {
+                    /* mm_kernel_mma's order: a warp's two super-blocks, then the warps in turn */
+                    float yg = 0.f, yu = 0.f;
+                    if (compute)
+                        for (int w = 0; w < NB1 / 2; w++) {
+                            float t0[2], t1[2];
+                            mg2_terms<2>(slot + (size_t)w * 2 * MG2_SB_BYTES, aqs, ad, abs_, 2 * w, lane, t0, t1);
+                            const float pg = __fadd_rn(t0[0], t0[1]), pu = __fadd_rn(t1[0], t1[1]);
+                            yg = w ? __fadd_rn(yg, pg) : pg;
+                            yu = w ? __fadd_rn(yu, pu) : pu;
+                        }
+                    __syncwarp();
+                    if (lane == 0) mg2_arrive(&empty[s]);
+                    if (compute && (lane & 3) == 0) P.h[(size_t)t * 8 + g] = __fmul_rn(__fdiv_rn(yg, __fadd_rn(1.0f, expf(-yg))), yu);
+                } else {
+                    const int r = t / nparts, q = t % nparts;
+                    if (compute)
+                        for (int w = 0; w < PS / 4; w++) {
+                            /* the column-split kernel's order: 4 super-blocks a warp by its butterfly, then the warps */
+                            float t0[4], t1[4];
+                            mg2_terms<4>(slot + (size_t)w * 4 * MG2_SB_BYTES, aqs, ad, abs_, q * PS + 4 * w, lane, t0, t1);
+                            if ((lane & 3) == 0) {
+                                const float p0 = __fadd_rn(__fadd_rn(t0[0], t0[1]), __fadd_rn(t0[2], t0[3]));
+                                const float p1 = __fadd_rn(__fadd_rn(t1[0], t1[1]), __fadd_rn(t1[2], t1[3]));
+                                P.pd[(size_t)(q * (PS / 4) + w) * D + 16 * r + g] = p0;
+                                P.pd[(size_t)(q * (PS / 4) + w) * D + 16 * r + 8 + g] = p1;
+                            }
+                        }
+                    __syncwarp();
+                    if (lane == 0) mg2_arrive(&empty[s]);
+                    if (compute) {
+                        /* the row group's last task adds the partials into x */
+                        __threadfence();
+                        __syncwarp();
+                        unsigned old = 0;
+                        if (lane == 0) old = atomicAdd(&P.gcnt[(size_t)l * nrg + r], 1u);
+                        old = shfl_idx(old, 0);
+                        if (old == (unsigned)nparts - 1) {
+                            __threadfence();
+                            if (lane < 16) {
+                                const int row = 16 * r + lane;
+                                float y = gpu_ldcg(P.pd + row);
+                                for (int w = 1; w < nb2 / 4; w++) y = __fadd_rn(y, gpu_ldcg(P.pd + (size_t)w * D + row));
+                                P.x[row] = __fadd_rn(gpu_ldcg(P.x + row), y);
+                            }
+                        }
+                    }
+                }
+            }
+            kb += nt;
+            mg2_cbar(NT);
+            if (ct == 0) { __threadfence(); atomicAdd(&P.cnt[o], 1u); }
+        }
+    }
+}
+#endif
+
+size_t cu_mega2_smem(const struct cu_mega2_args *a) {
+    const int64_t nmax = a->D > a->F ? a->D : a->F;
+    return (size_t)a->ns * a->slot + 16 * (size_t)a->ns + nmax + 4 * (nmax / QK_K) + 2 * (nmax / 16) + 8 + 8 * NQ_WARPS + 64;
+}
+
+bool cu_mega2(const struct cu_mega2_args *a, int ctas, gpuStream_t s) {
+#if defined(VLLMC_HIP)
+    (void)a; (void)ctas; (void)s;
+    return false;
+#else
+    if (a->D != 2560 || a->F % 1024 || a->F / QK_K > 64 || a->n_layers < 1 || a->ns < 2 || a->nc < 1 || a->nc > 16 || a->ns % a->nc ||
+        ctas < 1)
+        return false;
+    const int nb2 = (int)(a->F / QK_K);
+    if (nb2 % a->ps || (a->ps != 4 && a->ps != 12 && a->ps != 36)) return false;
+    if (a->slot < cu_mega2_task_bytes(10) || a->slot < cu_mega2_task_bytes(a->ps) || a->slot % 128) return false;
+    void (*kern)(const struct cu_mega2_args) =
+        a->ps == 4 ? mega2_kernel<10, 4> : a->ps == 12 ? mega2_kernel<10, 12> : mega2_kernel<10, 36>;
+    const size_t smem = cu_mega2_smem(a);
+    if (gpuFuncSetMaxDynamicSmem(kern, (int)smem) != gpuSuccess) return false;
+    int per = 0, sms = 0, dev = 0;
+    const int threads = 32 * (1 + a->nc);
+    if (gpuGetDevice(&dev) != gpuSuccess || gpuDeviceGetSMCount(&sms, dev) != gpuSuccess ||
+        gpuOccupancyMaxActiveBlocksPerMultiprocessor(&per, kern, threads, smem) != gpuSuccess || ctas > per * sms)
+        return false;
+    kern<<<ctas, threads, smem, s>>>(*a);
+    return gpuGetLastError() == gpuSuccess;
+#endif
+}
