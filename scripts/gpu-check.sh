@@ -19,9 +19,9 @@
 # with EBENCH_VARIANT=1 twice more (f16) with --batch-invariant (the cost of batch invariance), the second with the
 # column-split kernels kept under it (VLLMC_CUDA_MMV_INVARIANT=1), with EBENCH_DEC=N
 # once more (f16) with the few-row decode kernel for steps of up to N rows (VLLMC_CUDA_DEC).
-# Stage epipe (not default) runs the engine with its pipelined decode steps (VLLMC_ENGINE_PIPELINE=1): test_cuda_engine on
-# the tiny models and ENGINE_MODELS, then `vllmc bench` (EPIPE_ARGS) on EPIPE_MODELS (default the first of BENCH_MODELS)
-# pipelined and step by step in turn, EPIPE_REPS times.
+# Stage epipe (not default) runs the engine with its decode steps waited step by step (VLLMC_ENGINE_PIPELINE=0; the
+# default pipelines them where graphs run): test_cuda_engine on the tiny models and ENGINE_MODELS, then `vllmc bench`
+# (EPIPE_ARGS) on EPIPE_MODELS (default the first of BENCH_MODELS) pipelined and step by step in turn, EPIPE_REPS times.
 # Stage gen runs `vllmc generate` on the tiny qwen35 (and GEN_MODELS files) with graphs, eager and on the CPU, and
 # with --profile; stage serve runs scripts/bench-serve.sh (the server with --device cuda under `vllmc bench serve`)
 # on SERVE_MODELS (default qwen35-4b) with SERVE_ARGS. Neither is in the default list.
@@ -217,13 +217,15 @@ if has engine; then # the engine on CUDA: batch invariance (alone = together = e
     note "test_cuda_ops with VLLMC_CUDA_MMV_INVARIANT=1 rc=$rc: $(tail -1 "$OUT/test_cuda_ops_colsinv.txt")"
 fi
 
-if has epipe; then # the engine's pipelined decode steps (VLLMC_ENGINE_PIPELINE=1): alone = together = eager (the eager
-    # run waits step by step) on the tiny models and ENGINE_MODELS, then the engine bench against step by step, in turn
+if has epipe; then # the engine's decode steps waited step by step (VLLMC_ENGINE_PIPELINE=0): alone = together = eager on
+    # the tiny models and ENGINE_MODELS, then the engine bench pipelined against step by step, in turn
     wait_models
     for f in /tmp/models/qwen35-tiny.gguf .carry/models/*q8_0*.gguf .carry/moe/*q4_k_m*.gguf $(for m in ${ENGINE_MODELS:-}; do echo "/tmp/models/$m.gguf"; done); do
         [ -f "$f" ] || continue
         n=$(basename "$f" .gguf)
-        VLLMC_ENGINE_PIPELINE=1 timeout 150 "$BIN/test_cuda_engine" "$f" 64 12 --no-invariant >"$OUT/epipe_$n.txt" 2>&1; rc=$?
+        # a synthetic model of several GB: 14 engines are created (~10 s each for qwen36-14b-a3b)
+        to=150; case $f in /tmp/models/*) to=300 ;; esac
+        VLLMC_ENGINE_PIPELINE=0 timeout $to "$BIN/test_cuda_engine" "$f" 64 12 --no-invariant >"$OUT/epipe_$n.txt" 2>&1; rc=$?
         note "epipe test_cuda_engine $n rc=$rc: $(grep -m1 'together' "$OUT/epipe_$n.txt" | sed 's/test_cuda_engine: //' | cut -c1-150)$(grep -m1 FAIL "$OUT/epipe_$n.txt")"
         note "  $(grep 'batch_invariant = 0\|sampling' "$OUT/epipe_$n.txt" | sed 's/test_cuda_engine: //' | cut -c1-200 | tr '\n' ' ')"
     done
@@ -297,7 +299,7 @@ if has engine; then # batch invariance on the real shapes (tile order vs row ord
         f=/tmp/models/$m.gguf
         [ -s "$f" ] || continue
         # shellcheck disable=SC2086
-        timeout 150 "$BIN/test_cuda_engine" "$f" ${ENGINE_ARGS:-64 8} --no-invariant >"$OUT/engine_$m.txt" 2>&1; rc=$?
+        timeout 300 "$BIN/test_cuda_engine" "$f" ${ENGINE_ARGS:-64 8} --no-invariant >"$OUT/engine_$m.txt" 2>&1; rc=$?
         cat "$OUT/engine_$m.txt" | tail -8
         note "test_cuda_engine $m rc=$rc: $(grep -m1 'together' "$OUT/engine_$m.txt" | sed 's/test_cuda_engine: //' | cut -c1-150)$(grep -m1 FAIL "$OUT/engine_$m.txt")"
         note "$m: $(grep 'batch_invariant = 0' "$OUT/engine_$m.txt" | sed 's/test_cuda_engine: //' | tr '\n' ' ')"

@@ -85,7 +85,8 @@ static void usage(void) {
             "  --profile       per op family table (CUDA)\n"
             "  --no-pipeline   CUDA graphs: wait for each decode step's token before queuing the next (the default\n"
             "                  queues step N+1, its token taken from step N's argmax on the device, first; the timed\n"
-            "                  runs' tokens are checked against the warm-up run, which waits step by step)\n"
+            "                  runs' tokens are checked against the warm-up run, which waits step by step); in engine\n"
+            "                  mode the engine's steps (VLLMC_ENGINE_PIPELINE=0)\n"
             "  --json          one JSON object on stdout\n");
 }
 
@@ -236,6 +237,9 @@ static int bench_engine(const struct bench_opts *o) {
     eo.batch_invariant = o->invariant;
     eo.threads = o->threads;
     eo.kv_dtype = o->kv == BK_KV_F32 ? VLLMC_KV_F32 : o->kv == BK_KV_BF16 ? VLLMC_KV_BF16 : o->kv == BK_KV_FP8_E4M3 ? VLLMC_KV_FP8_E4M3 : VLLMC_KV_F16;
+    if (!o->pipe) setenv("VLLMC_ENGINE_PIPELINE", "0", 1); /* the engine's decode steps waited step by step */
+    const char *pe = getenv("VLLMC_ENGINE_PIPELINE");
+    const bool engine_pipe = !(pe && !strcmp(pe, "0"));
     double t_load = vllmc_time_s();
     vllmc_engine *e = NULL;
     if (vllmc_engine_create(o->model, &eo, &e)) { fprintf(stderr, "vllmc bench: %s\n", vllmc_last_error()); return 1; }
@@ -259,8 +263,8 @@ static int bench_engine(const struct bench_opts *o) {
     sp.top_k = o->top_k;
     printf("engine bench: model %s, device %s%s, KV %s, prompt %d, output %d, %d x concurrency requests timed after a warm-up "
            "round (load %.1f s, %d KV blocks)", o->model, es.device == VLLMC_DEVICE_CUDA ? "cuda" : "cpu",
-           es.device != VLLMC_DEVICE_CUDA ? "" : o->eager ? " (eager)" : " (CUDA graphs)", bk_kv_dtype_name(o->kv),
-           o->n_prompt, o->n_gen, o->reps, t_load, es.kv_blocks_total);
+           es.device != VLLMC_DEVICE_CUDA ? "" : o->eager ? " (eager)" : engine_pipe ? " (CUDA graphs, pipelined steps)" : " (CUDA graphs)",
+           bk_kv_dtype_name(o->kv), o->n_prompt, o->n_gen, o->reps, t_load, es.kv_blocks_total);
     if (o->temperature > 0) printf(", sampling at temperature %g, top-p %g, top-k %d", (double)o->temperature, (double)o->top_p, o->top_k);
     printf("\n");
     printf("| concurrency | requests | output tok/s | TPOT median ms | TTFT median ms | ITL median ms | N / ITL tok/s | wall s |\n"

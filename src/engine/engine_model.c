@@ -262,10 +262,10 @@ vllmc_status engine_model_create(const char *model_path, const vllmc_engine_opts
                                   .forward_argmax = engm_forward_argmax, .device_sample = dev == VLLMC_DEVICE_CUDA && sampler_device_draws_on(),
                                   .state_copy = has_state ? engm_state_copy : NULL, .destroy = engm_free};
 #ifdef VLLMC_CUDA
-    /* pipelined decode steps where graphs replay them: VLLMC_ENGINE_PIPELINE=1 (off by default until it has run on the
-     * GPU: test_cuda_engine's alone = together = eager and the engine bench against step by step) */
+    /* pipelined decode steps where graphs replay them (VLLMC_ENGINE_PIPELINE=0: step by step; docs/BENCHMARKS.md "The
+     * engine's pipelined steps on the GPU") */
     const char *pe = getenv("VLLMC_ENGINE_PIPELINE");
-    if (dev == VLLMC_DEVICE_CUDA && !o.enforce_eager && pe && !strcmp(pe, "1")) {
+    if (dev == VLLMC_DEVICE_CUDA && !o.enforce_eager && !(pe && !strcmp(pe, "0"))) {
         run.forward_queue = engm_forward_queue;
         run.fetch_ids = engm_fetch_ids;
         run.pipe_off = engm_pipe_off;

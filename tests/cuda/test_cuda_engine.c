@@ -41,9 +41,15 @@ static void opts(vllmc_engine_opts *o, int seqs, int eager, int invariant, vllmc
 static int g_sample; /* 1: the requests sample (temperature 0.8, top-p 0.9, top-k 40, seed its index) */
 
 /* Run requests [0, n) with at most `at_once` submitted together; tokens into out. Returns 0 on success. */
+static int n_create;     /* engines created, and the seconds that took (a big model's test is mostly its loads) */
+static double t_create;
+
 static int run(const char *path, const vllmc_engine_opts *o, int at_once, int32_t out[MAXR][MAXG], double *secs) {
     vllmc_engine *e = NULL;
+    const double tc = vllmc_time_s();
     if (vllmc_engine_create(path, o, &e)) { fprintf(stderr, "engine: %s\n", vllmc_last_error()); return 1; }
+    n_create++;
+    t_create += vllmc_time_s() - tc;
     vllmc_sampling_params sp;
     vllmc_sampling_params_default(&sp);
     sp.max_tokens = NG;
@@ -91,7 +97,10 @@ static int run(const char *path, const vllmc_engine_opts *o, int at_once, int32_
  * every run, so without batch invariance two runs must still agree bit for bit. Returns 0 on success. */
 static int run_stepped(const char *path, const vllmc_engine_opts *o, int32_t out[MAXR][MAXG]) {
     vllmc_engine *e = NULL;
+    const double tc = vllmc_time_s();
     if (engine_model_create(path, o, false, &e)) { fprintf(stderr, "engine: %s\n", vllmc_last_error()); return 1; }
+    n_create++;
+    t_create += vllmc_time_s() - tc;
     vllmc_sampling_params sp;
     vllmc_sampling_params_default(&sp);
     sp.max_tokens = NG;
@@ -153,6 +162,8 @@ int main(int argc, char **argv) {
         n_prompt[i] = 5 + (int)(test_rand_u64() % 40);
         for (int k = 0; k < n_prompt[i]; k++) prompts[i][k] = (int32_t)(test_rand_u64() % 256); /* the tiny models have 384 ids */
     }
+    const char *pe = getenv("VLLMC_ENGINE_PIPELINE");
+    printf("test_cuda_engine: %s: decode steps %s\n", path, pe && !strcmp(pe, "0") ? "step by step (VLLMC_ENGINE_PIPELINE=0)" : "pipelined where graphs run");
     vllmc_engine_opts o;
     double t_alone, t_tog, t_eager, t;
     opts(&o, NR, 0, 1, VLLMC_KV_F16);
@@ -225,5 +236,6 @@ int main(int argc, char **argv) {
     vllmc_engine *e = NULL;
     CHECK(vllmc_engine_create(path, &o, &e) == VLLMC_ERR_OOM && !e);
     printf("test_cuda_engine: oversized plan refused: %s\n", vllmc_last_error());
+    printf("test_cuda_engine: %d engines created in %.1f s\n", n_create, t_create);
     return test_finish("test_cuda_engine");
 }
