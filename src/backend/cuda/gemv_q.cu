@@ -1589,6 +1589,34 @@ extern "C" void cu_tl_dump(const char *path) {
 #else
 #define TL_MARK(tl, i) do { (void)(tl); } while (0)
 #endif
+/* One Q4_K super-block of 16 rows (R16; else rows g only, rows g + 8 zeros) on the tensor cores: lane (g, c)'s 32 quant
+ * bytes of chunk c of rows g (q0a, q0b) and g + 8 (q1a, q1b), the lane's scale word of each row (sw0, sw1: word c of
+ * the 12 scale bytes and d / dmin), the activation (x0, x1: sub-block g's quants where g / 2 == c, zeros elsewhere;
+ * bs: the 16-element sums of sub-blocks 2c, 2c + 1; da) -> the float terms of rows g (t0) and g + 8 (t1), the same in
+ * the row's 4 lanes. Shared by mm_kernel_mma and the tiled persistent chain (mega2_kernel). */
+template <bool R16>
+static __device__ __forceinline__ void mma_q4k_sb(const uint4 &q0a, const uint4 &q0b, const uint4 &q1a, const uint4 &q1b, uint32_t sw0, uint32_t sw1, const uint4 &x0,
+                                                  const uint4 &x1, const int2 &bs, float da, const k4_sel &ks, int b, float &t0, float &t1) {
+    const uint32_t X[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+    const uint32_t Q0[8] = {q0a.x, q0a.y, q0a.z, q0a.w, q0b.x, q0b.y, q0b.z, q0b.w};
+    const uint32_t Q1[8] = {q1a.x, q1a.y, q1a.z, q1a.w, q1b.x, q1b.y, q1b.z, q1b.w};
+    int clo[4] = {0, 0, 0, 0}, chi[4] = {0, 0, 0, 0};
+#pragma unroll
+    for (int t = 0; t < 4; t++) {
+        const uint32_t m = 0x0F0F0F0Fu;
+        mma_u8s8(clo, Q0[2 * t] & m, R16 ? Q1[2 * t] & m : 0u, Q0[2 * t + 1] & m, R16 ? Q1[2 * t + 1] & m : 0u, X[2 * t], X[2 * t + 1]);
+        mma_u8s8(chi, Q0[2 * t] & ~m, R16 ? Q1[2 * t] & ~m : 0u, Q0[2 * t + 1] & ~m, R16 ? Q1[2 * t + 1] & ~m : 0u, X[2 * t],
+                 X[2 * t + 1]);
+    }
+    /* the mins' activation sums of sub-blocks 2c, 2c + 1 (two 16-element sums each), as mv_act_load forms them */
+    const int b0 = (int)(int16_t)(bs.x & 0xffff) + (int)(int16_t)(bs.x >> 16);
+    const int b1 = (int)(int16_t)(bs.y & 0xffff) + (int)(int16_t)(bs.y >> 16);
+    t0 = k4_term_sums<true>(ks, shfl_idx(sw0, b), shfl_idx(sw0, b + 1), shfl_idx(sw0, b + 2), shfl_idx(sw0, b + 3), clo[0], chi[1] >> 4,
+                            b0, b1, da);
+    if (R16)
+        t1 = k4_term_sums<true>(ks, shfl_idx(sw1, b), shfl_idx(sw1, b + 1), shfl_idx(sw1, b + 2), shfl_idx(sw1, b + 3), clo[2],
+                                chi[3] >> 4, b0, b1, da);
+}
 /* The warp's 16 (RT 8: 8) rows of its SBW super-blocks, Q4_K: the loads before the dependency wait, the MMAs after
  * it; y0, y1: the partial sums of rows g and g + 8 (in every lane of the row). */
 template <int SBW, int RT>
@@ -1627,26 +1655,7 @@ static __device__ __forceinline__ void mma_rows_q4_K(const struct cu_mm_args &P,
             bs = *(const int2 *)(P.a.k_bs + (int64_t)sb * 16 + 4 * c);
             da = P.a.k_d[sb];
         }
-        const uint32_t X[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
-        const uint32_t Q0[8] = {w0[s].q0.x, w0[s].q0.y, w0[s].q0.z, w0[s].q0.w, w0[s].q1.x, w0[s].q1.y, w0[s].q1.z, w0[s].q1.w};
-        const uint32_t Q1[8] = {w1[s].q0.x, w1[s].q0.y, w1[s].q0.z, w1[s].q0.w, w1[s].q1.x, w1[s].q1.y, w1[s].q1.z, w1[s].q1.w};
-        int clo[4] = {0, 0, 0, 0}, chi[4] = {0, 0, 0, 0};
-#pragma unroll
-        for (int t = 0; t < 4; t++) {
-            const uint32_t m = 0x0F0F0F0Fu;
-            mma_u8s8(clo, Q0[2 * t] & m, RT == 16 ? Q1[2 * t] & m : 0u, Q0[2 * t + 1] & m, RT == 16 ? Q1[2 * t + 1] & m : 0u,
-                     X[2 * t], X[2 * t + 1]);
-            mma_u8s8(chi, Q0[2 * t] & ~m, RT == 16 ? Q1[2 * t] & ~m : 0u, Q0[2 * t + 1] & ~m, RT == 16 ? Q1[2 * t + 1] & ~m : 0u,
-                     X[2 * t], X[2 * t + 1]);
-        }
-        /* the mins' activation sums of sub-blocks 2c, 2c + 1 (two 16-element sums each), as mv_act_load forms them */
-        const int b0 = (int)(int16_t)(bs.x & 0xffff) + (int)(int16_t)(bs.x >> 16);
-        const int b1 = (int)(int16_t)(bs.y & 0xffff) + (int)(int16_t)(bs.y >> 16);
-        t0[s] = k4_term_sums<true>(ks, shfl_idx(w0[s].sw, b), shfl_idx(w0[s].sw, b + 1), shfl_idx(w0[s].sw, b + 2),
-                                   shfl_idx(w0[s].sw, b + 3), clo[0], chi[1] >> 4, b0, b1, da);
-        if (RT == 16)
-            t1[s] = k4_term_sums<true>(ks, shfl_idx(w1[s].sw, b), shfl_idx(w1[s].sw, b + 1), shfl_idx(w1[s].sw, b + 2),
-                                       shfl_idx(w1[s].sw, b + 3), clo[2], chi[3] >> 4, b0, b1, da);
+        mma_q4k_sb<RT == 16>(w0[s].q0, w0[s].q1, w1[s].q0, w1[s].q1, w0[s].sw, w1[s].sw, x0, x1, bs, da, ks, b, t0[s], t1[s]);
     }
     /* the warp's super-blocks as mv_warp_part's butterfly adds them */
     y1 = 0.f;
@@ -3498,24 +3507,7 @@ static __device__ __forceinline__ void mg2_terms(const uint8_t *tile, const int8
             const uint4 *xp = (const uint4 *)(aqs + (size_t)sb * QK_K + 32 * g);
             x0 = xp[0]; x1 = xp[1];
         }
-        const int2 bs = *(const int2 *)(abs_ + (size_t)sb * 16 + 4 * c);
-        const float da = ad[sb];
-        const uint32_t X[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
-        const uint32_t Q0[8] = {q00.x, q00.y, q00.z, q00.w, q01.x, q01.y, q01.z, q01.w};
-        const uint32_t Q1[8] = {q10.x, q10.y, q10.z, q10.w, q11.x, q11.y, q11.z, q11.w};
-        int clo[4] = {0, 0, 0, 0}, chi[4] = {0, 0, 0, 0};
-#pragma unroll
-        for (int t = 0; t < 4; t++) {
-            const uint32_t m = 0x0F0F0F0Fu;
-            mma_u8s8(clo, Q0[2 * t] & m, Q1[2 * t] & m, Q0[2 * t + 1] & m, Q1[2 * t + 1] & m, X[2 * t], X[2 * t + 1]);
-            mma_u8s8(chi, Q0[2 * t] & ~m, Q1[2 * t] & ~m, Q0[2 * t + 1] & ~m, Q1[2 * t + 1] & ~m, X[2 * t], X[2 * t + 1]);
-        }
-        const int b0 = (int)(int16_t)(bs.x & 0xffff) + (int)(int16_t)(bs.x >> 16);
-        const int b1 = (int)(int16_t)(bs.y & 0xffff) + (int)(int16_t)(bs.y >> 16);
-        t0[s] = k4_term_sums<true>(ks, shfl_idx(sw0, b), shfl_idx(sw0, b + 1), shfl_idx(sw0, b + 2), shfl_idx(sw0, b + 3), clo[0],
-                                   chi[1] >> 4, b0, b1, da);
-        t1[s] = k4_term_sums<true>(ks, shfl_idx(sw1, b), shfl_idx(sw1, b + 1), shfl_idx(sw1, b + 2), shfl_idx(sw1, b + 3), clo[2],
-                                   chi[3] >> 4, b0, b1, da);
+        mma_q4k_sb<true>(q00, q01, q10, q11, sw0, sw1, x0, x1, *(const int2 *)(abs_ + (size_t)sb * 16 + 4 * c), ad[sb], ks, b, t0[s], t1[s]);
     }
 }
 
