@@ -290,5 +290,110 @@ int main(int argc, char **argv) {
             printf("%-72s %9.1f us  %7.2f us a layer  %6.0f GB/s  %s (%d of %lld differ, max %.3g)\n", name, um, um / L,
                    bytes / (um * 1e-6) / 1e9, diff ? "DIFFERS" : "same bits", diff, (long long)D, emax);
     }
+    /* The form an integration into the decode would take: a launch a layer, between the launches of the rest of the
+     * step. Per layer one more mat-vec first (an ssm_out-shaped 4,096 -> 2,560 Q4_K matrix adding into x, from a fixed
+     * random Q8_K activation, the column-split kernel's shape), then the FFN: the launch chain's four launches or one
+     * cu_mega2 launch, each sequence captured as a graph. The mat-vec keeps ~6 KB of shared memory and leans on L1, the
+     * tiled chain takes ~210 KB, so this also prices the SMs' shared-memory / L1 split changing at every boundary. */
+    {
+        const int64_t E = 4096;
+        const uint64_t s_ex = cu_weight_row_stride(GGML_TYPE_Q4_K, E);
+        std::vector<uint8_t> w = q4k_rows(E, D);
+        uint8_t *ex;
+        CK(gpuMalloc((void **)&ex, w.size())); CK(gpuMemcpy(ex, w.data(), w.size(), gpuMemcpyHostToDevice));
+        const cu_act_mut a3 = act(E);
+        {   /* a fixed activation: random quants, scales and their 16-element sums */
+            std::vector<int8_t> q(E);
+            std::vector<float> d(E / 256);
+            std::vector<int16_t> bs(E / 16);
+            for (auto &v : q) v = (int8_t)((int)(rnd() % 255) - 127);
+            for (auto &v : d) v = 1e-2f * (0.5f + rndf());
+            for (int64_t i = 0; i < E / 16; i++) {
+                int t = 0;
+                for (int k = 0; k < 16; k++) t += q[16 * i + k];
+                bs[i] = (int16_t)t;
+            }
+            CK(gpuMemcpy(a3.k_qs, q.data(), E, gpuMemcpyHostToDevice));
+            CK(gpuMemcpy(a3.k_d, d.data(), 4 * (E / 256), gpuMemcpyHostToDevice));
+            CK(gpuMemcpy(a3.k_bs, bs.data(), 2 * (E / 16), gpuMemcpyHostToDevice));
+        }
+        cu_mm_args mx;
+        memset(&mx, 0, sizeof(mx));
+        mx.a = view(a3); mx.n_act = 1; mx.n_seg = 1;
+        cu_mm_seg &sx = mx.seg[0];
+        float *yx;
+        CK(gpuMalloc((void **)&yx, 4 * D));
+        sx.w = ex; sx.y = yx; sx.res = x; sx.ld_y = D; sx.stride = s_ex; sx.type = GGML_TYPE_Q4_K; sx.n_rows = (int32_t)D;
+        mx.total_rows = (int32_t)D; mx.total_tiles = (int32_t)(D / 4); mx.n_ctas = (int32_t)(D / CU_MM_WARPS);
+        cu_mega2_args a;
+        memset(&a, 0, sizeof(a));
+        a.gu = dgu2; a.dn = ddn2[0]; a.nw = dnw; a.x = x; a.h = h; a.pd = pd; a.xs = xs; a.cnt = cnt; a.gcnt = gcnt;
+        a.D = D; a.F = F; a.eps = eps; a.n_layers = 1; a.ps = 4; a.nc = 16;
+        a.slot = (uint32_t)((std::max(cu_mega2_task_bytes((int)(D / 256)), cu_mega2_task_bytes(4)) + 127) & ~(uint64_t)127);
+        a.ns = 2;
+        while (a.ns < 64) {
+            a.ns++;
+            if (cu_mega2_smem(&a) > 225 * 1024) { a.ns--; break; }
+        }
+        a.nc = std::min(a.nc, a.ns);
+        a.ns -= a.ns % a.nc;
+        bool ok = true;
+        gpuGraph_t g1, g2;
+        gpuGraphExec_t ge1, ge2;
+        CK(gpuStreamBeginCapture(st, gpuStreamCaptureModeThreadLocal));
+        for (int l = 0; l < L; l++) {
+            cu_launch_matmul(&mx, st);
+            cu_launch_norm_quant(CU_NQ_RMSNORM, x, NULL, 0, nw[l], eps, 0, 1, a1, BK_ACT_BIT(BK_ACT_Q8_K), st);
+            cu_launch_matmul(&mgu[l], st);
+            cu_launch_norm_quant(CU_NQ_SWIGLU, g, g + F, F, NULL, eps, 0, 1, a2, BK_ACT_BIT(BK_ACT_Q8_K), st);
+            cu_launch_matmul(&mdn[l], st);
+        }
+        CK(gpuStreamEndCapture(st, &g1));
+        CK(gpuGraphInstantiate(&ge1, g1));
+        CK(gpuStreamBeginCapture(st, gpuStreamCaptureModeThreadLocal));
+        for (int l = 0; l < L && ok; l++) {
+            cu_launch_matmul(&mx, st);
+            cu_mega2_args b = a;
+            b.l0 = l;
+            ok = cu_mega2(&b, sms, st);
+        }
+        const bool cap = gpuStreamEndCapture(st, &g2) == gpuSuccess && ok && gpuGraphInstantiate(&ge2, g2) == gpuSuccess;
+        (void)gpuGetLastError();
+        auto timed = [&](gpuGraphExec_t ge_) {
+            CK(gpuMemcpyAsync(x, x_init, 4 * D, gpuMemcpyDeviceToDevice, st));
+            CK(gpuMemsetAsync(cnt, 0, 8 * L, st));
+            CK(gpuMemsetAsync(gcnt, 0, 4 * L * (D / 16), st));
+            CK(gpuEventRecord(e0, st));
+            CK(gpuGraphLaunch(ge_, st));
+            CK(gpuEventRecord(e1, st)); CK(gpuEventSynchronize(e1));
+            float ms; CK(gpuEventElapsedTime(&ms, e0, e1));
+            return ms * 1000.f;
+        };
+        timed(ge1);
+        std::vector<float> r1(D), r2(D);
+        CK(gpuMemcpy(r1.data(), x, 4 * D, gpuMemcpyDeviceToHost));
+        std::vector<float> t1, t2;
+        for (int r = 0; r < reps; r++) t1.push_back(timed(ge1));
+        const double u1 = median(t1);
+        printf("%-72s %9.1f us  %7.2f us a layer\n", "with a mat-vec between layers: launch chain (graph, PDL)", u1, u1 / L);
+        if (!cap) {
+            printf("%-72s not captured\n", "with a mat-vec between layers: tiles, a launch a layer");
+        } else {
+            timed(ge2);
+            CK(gpuMemcpy(r2.data(), x, 4 * D, gpuMemcpyDeviceToHost));
+            int diff = 0;
+            double emax = 0;
+            for (int64_t i = 0; i < D; i++) {
+                diff += memcmp(&r1[i], &r2[i], 4) != 0;
+                emax = std::max(emax, (double)fabsf(r1[i] - r2[i]));
+            }
+            for (int r = 0; r < reps; r++) t2.push_back(timed(ge2));
+            const double u2 = median(t2);
+            char name[112];
+            snprintf(name, sizeof(name), "with a mat-vec between layers: tiles, a launch a layer (%d slots, %d warps)", a.ns, a.nc);
+            printf("%-72s %9.1f us  %7.2f us a layer  %s (%d of %lld differ, max %.3g)\n", name, u2, u2 / L,
+                   diff ? "DIFFERS" : "same bits", diff, (long long)D, emax);
+        }
+    }
     return 0;
 }
