@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <algorithm>
+#include <functional>
 #include <vector>
 #include "backend/cuda/cuda_internal.h"
 #include "quant/blocks.h"
@@ -159,6 +160,31 @@ int main(int argc, char **argv) {
     const double uc = median(tc);
     printf("%-72s %9.1f us  %7.2f us a layer  %6.0f GB/s  (max |x| %.3g)\n", "launch chain (graph, PDL)", uc, uc / L,
            bytes / (uc * 1e-6) / 1e9, xmax);
+    /* One variant: a first run (its result against want: bit for bit, the largest difference), then reps timed runs,
+     * their median as us, us a layer and GB/s of the FFN weights. run(&ok) returns its us; ok false: nothing was
+     * launched. want NULL: not compared (an ablation, wrong by design, or the reference itself). */
+    auto report = [&](const char *name, const std::vector<float> *want, const std::function<float(bool *)> &run) {
+        bool ok = false;
+        run(&ok);
+        if (!ok) { printf("%-72s not launched\n", name); return; }
+        std::vector<float> got(D);
+        CK(gpuMemcpy(got.data(), x, 4 * D, gpuMemcpyDeviceToHost));
+        int diff = 0;
+        double emax = 0;
+        for (int64_t i = 0; i < D; i++) {
+            if (!want) break;
+            diff += memcmp(&got[i], &(*want)[i], 4) != 0;
+            emax = std::max(emax, (double)fabsf(got[i] - (*want)[i]));
+        }
+        std::vector<float> tm;
+        for (int r = 0; r < reps; r++) tm.push_back(run(&ok));
+        const double um = median(tm);
+        if (!want)
+            printf("%-72s %9.1f us  %7.2f us a layer  %6.0f GB/s  (not compared)\n", name, um, um / L, bytes / (um * 1e-6) / 1e9);
+        else
+            printf("%-72s %9.1f us  %7.2f us a layer  %6.0f GB/s  %s (%d of %lld differ, max %.3g)\n", name, um, um / L,
+                   bytes / (um * 1e-6) / 1e9, diff ? "DIFFERS" : "same bits", diff, (long long)D, emax);
+    };
     /* the persistent kernel: pointer tables, counters, configurations */
     const uint8_t **dgu; const uint8_t **ddn; const float **dnw;
     unsigned *cnt;
@@ -193,28 +219,10 @@ int main(int argc, char **argv) {
             float ms; CK(gpuEventElapsedTime(&ms, e0, e1));
             return ms * 1000.f;
         };
-        bool ok = false;
-        run_mega(&ok);
         char name[96];
         snprintf(name, sizeof(name), "persistent: rg %d rd %d, %d slots of %u B, %d team%s%s%s%s", a.rg, a.rd, a.ns, a.slot, a.teams,
                  a.teams > 1 ? "s" : "", a.flags & 1 ? ", no dots" : "", a.flags & 2 ? ", no waits" : "", a.flags & 4 ? ", no prologues" : "");
-        if (!ok) { printf("%-72s not launched\n", name); continue; }
-        std::vector<float> got(D);
-        CK(gpuMemcpy(got.data(), x, 4 * D, gpuMemcpyDeviceToHost));
-        int diff = 0;
-        double emax = 0;
-        for (int64_t i = 0; i < D; i++) {
-            diff += memcmp(&got[i], &ref[i], 4) != 0;
-            emax = std::max(emax, (double)fabsf(got[i] - ref[i]));
-        }
-        std::vector<float> tm;
-        for (int r = 0; r < reps; r++) tm.push_back(run_mega(&ok));
-        const double um = median(tm);
-        if (a.flags)
-            printf("%-72s %9.1f us  %7.2f us a layer  %6.0f GB/s  (ablation: not compared)\n", name, um, um / L, bytes / (um * 1e-6) / 1e9);
-        else
-            printf("%-72s %9.1f us  %7.2f us a layer  %6.0f GB/s  %s (%d of %lld differ, max %.3g)\n", name, um, um / L,
-                   bytes / (um * 1e-6) / 1e9, diff ? "DIFFERS" : "same bits", diff, (long long)D, emax);
+        report(name, a.flags ? NULL : &ref, run_mega);
     }
     /* the second form (cu_mega2): ps, consumer warps, slots (0: as many as fit), flags, one launch a layer */
     const uint8_t **dgu2, **ddn2[3];
@@ -266,29 +274,11 @@ int main(int argc, char **argv) {
             float ms; CK(gpuEventElapsedTime(&ms, e0, e1));
             return ms * 1000.f;
         };
-        bool ok = false;
-        run2(&ok);
         char name[112];
         snprintf(name, sizeof(name), "tiles: ps %d, %d consumer warps, %d slots of %u B%s%s%s%s", a.ps, a.nc, a.ns, a.slot,
                  per_layer ? ", a launch a layer" : "", a.flags & 1 ? ", no dots" : "", a.flags & 2 ? ", no waits" : "",
                  a.flags & 4 ? ", no prologues" : "");
-        if (!ok) { printf("%-72s not launched\n", name); continue; }
-        std::vector<float> got(D);
-        CK(gpuMemcpy(got.data(), x, 4 * D, gpuMemcpyDeviceToHost));
-        int diff = 0;
-        double emax = 0;
-        for (int64_t i = 0; i < D; i++) {
-            diff += memcmp(&got[i], &ref[i], 4) != 0;
-            emax = std::max(emax, (double)fabsf(got[i] - ref[i]));
-        }
-        std::vector<float> tm;
-        for (int r = 0; r < reps; r++) tm.push_back(run2(&ok));
-        const double um = median(tm);
-        if (a.flags)
-            printf("%-72s %9.1f us  %7.2f us a layer  %6.0f GB/s  (ablation: not compared)\n", name, um, um / L, bytes / (um * 1e-6) / 1e9);
-        else
-            printf("%-72s %9.1f us  %7.2f us a layer  %6.0f GB/s  %s (%d of %lld differ, max %.3g)\n", name, um, um / L,
-                   bytes / (um * 1e-6) / 1e9, diff ? "DIFFERS" : "same bits", diff, (long long)D, emax);
+        report(name, a.flags ? NULL : &ref, run2);
     }
     /* The form an integration into the decode would take: a launch a layer, between the launches of the rest of the
      * step. Per layer one more mat-vec first (an ssm_out-shaped 4,096 -> 2,560 Q4_K matrix adding into x, from a fixed
@@ -359,7 +349,7 @@ int main(int argc, char **argv) {
         }
         const bool cap = gpuStreamEndCapture(st, &g2) == gpuSuccess && ok && gpuGraphInstantiate(&ge2, g2) == gpuSuccess;
         (void)gpuGetLastError();
-        auto timed = [&](gpuGraphExec_t ge_) {
+        auto timed = [&](gpuGraphExec_t ge_, bool *ok_) {
             CK(gpuMemcpyAsync(x, x_init, 4 * D, gpuMemcpyDeviceToDevice, st));
             CK(gpuMemsetAsync(cnt, 0, 8 * L, st));
             CK(gpuMemsetAsync(gcnt, 0, 4 * L * (D / 16), st));
@@ -367,33 +357,18 @@ int main(int argc, char **argv) {
             CK(gpuGraphLaunch(ge_, st));
             CK(gpuEventRecord(e1, st)); CK(gpuEventSynchronize(e1));
             float ms; CK(gpuEventElapsedTime(&ms, e0, e1));
+            *ok_ = true;
             return ms * 1000.f;
         };
-        timed(ge1);
-        std::vector<float> r1(D), r2(D);
+        bool ok1 = false;
+        timed(ge1, &ok1);
+        std::vector<float> r1(D);
         CK(gpuMemcpy(r1.data(), x, 4 * D, gpuMemcpyDeviceToHost));
-        std::vector<float> t1, t2;
-        for (int r = 0; r < reps; r++) t1.push_back(timed(ge1));
-        const double u1 = median(t1);
-        printf("%-72s %9.1f us  %7.2f us a layer\n", "with a mat-vec between layers: launch chain (graph, PDL)", u1, u1 / L);
-        if (!cap) {
-            printf("%-72s not captured\n", "with a mat-vec between layers: tiles, a launch a layer");
-        } else {
-            timed(ge2);
-            CK(gpuMemcpy(r2.data(), x, 4 * D, gpuMemcpyDeviceToHost));
-            int diff = 0;
-            double emax = 0;
-            for (int64_t i = 0; i < D; i++) {
-                diff += memcmp(&r1[i], &r2[i], 4) != 0;
-                emax = std::max(emax, (double)fabsf(r1[i] - r2[i]));
-            }
-            for (int r = 0; r < reps; r++) t2.push_back(timed(ge2));
-            const double u2 = median(t2);
-            char name[112];
-            snprintf(name, sizeof(name), "with a mat-vec between layers: tiles, a launch a layer (%d slots, %d warps)", a.ns, a.nc);
-            printf("%-72s %9.1f us  %7.2f us a layer  %s (%d of %lld differ, max %.3g)\n", name, u2, u2 / L,
-                   diff ? "DIFFERS" : "same bits", diff, (long long)D, emax);
-        }
+        report("with a mat-vec between layers: launch chain (graph, PDL)", NULL, [&](bool *o) { return timed(ge1, o); });
+        char name[112];
+        snprintf(name, sizeof(name), "with a mat-vec between layers: tiles, a launch a layer (%d slots, %d warps)", a.ns, a.nc);
+        if (!cap) printf("%-72s not captured\n", name);
+        else report(name, &r1, [&](bool *o) { return timed(ge2, o); });
     }
     return 0;
 }

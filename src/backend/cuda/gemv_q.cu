@@ -3572,33 +3572,9 @@ static __global__ void __launch_bounds__(32 * 17, 1) mega2_kernel(const struct c
             }
             if (!prologue) {
             } else if (op == 0) { /* RMSNorm + Q8_K of x (nq_rms_scale's sums and order, over the consumer warps) */
-                for (int gq = cw; gq < NQ_WARPS; gq += NC) {
-                    const int tid = gq * 32 + lane;
-                    double sum = 0.0;
-                    constexpr int LD = 4;
-                    for (int i0 = tid; i0 < D / 4; i0 += LD * 32 * NQ_WARPS) {
-                        float4 q[LD];
-#pragma unroll
-                        for (int k = 0; k < LD; k++) {
-                            const int i = i0 + k * 32 * NQ_WARPS;
-                            q[k] = i < D / 4 ? gpu_ldcg((const float4 *)(P.x + 4 * i)) : make_float4(0.f, 0.f, 0.f, 0.f);
-                        }
-#pragma unroll
-                        for (int k = 0; k < LD; k++) {
-                            sum += (double)__fmul_rn(q[k].x, q[k].x);
-                            sum += (double)__fmul_rn(q[k].y, q[k].y);
-                            sum += (double)__fmul_rn(q[k].z, q[k].z);
-                            sum += (double)__fmul_rn(q[k].w, q[k].w);
-                        }
-                    }
-#pragma unroll
-                    for (int off = 16; off > 0; off >>= 1) sum += shfl_xor(sum, off);
-                    if (lane == 0) red[gq] = sum;
-                }
+                nq_rms_partials<true>(P.x, D, red, cw, NC);
                 mg2_cbar(NT);
-                double tot = 0.0;
-                for (int gq = 0; gq < NQ_WARPS; gq++) tot += red[gq];
-                const float scale = __fdiv_rn(1.0f, sqrtf((float)(tot / (double)D + (double)P.eps)));
+                const float scale = nq_rms_finish(red, D, P.eps);
                 out.x = P.xs + (size_t)cta * D; out.n = D;
                 for (int u = cw; u < NB1; u += NC)
                     nq_unit<true>(CU_NQ_RMSNORM, P.x, NULL, 0, P.nw[l], P.eps, 0, scale, out, BK_ACT_BIT(BK_ACT_Q8_K), 0, u, lane);

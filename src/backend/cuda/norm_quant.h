@@ -28,11 +28,14 @@ static __device__ __forceinline__ void st8(float *p, const float v[8]) {
 /* The RMSNorm scale of row x (n floats) as the norm+quantize kernel forms it: NQ_WARPS x 32 strided partial sums of
  * the squares in double (16-byte loads where aligned), a butterfly per warp, then the warps' sums in order. Any
  * block size: warp w takes the partials of warps w, w + W, ... (in the kernel, W = NQ_WARPS), so a kernel of
- * another shape that calls it gets the same bits. red: NQ_WARPS doubles of shared memory; every thread calls it. */
+ * another shape that calls it gets the same bits. red: NQ_WARPS doubles of shared memory; every thread calls it
+ * (nq_rms_scale). Its two halves, for a kernel whose warps meet at a barrier of their own (the tiled persistent
+ * chain): the partials by warps w0, w0 + W, ... of W (nq_rms_partials), then, after the caller's barrier, the scale
+ * from red (nq_rms_finish). */
 template <bool CG = false>
-static __device__ float nq_rms_scale(const float *x, int64_t n, float eps, double *red) {
-    const int lane = threadIdx.x & 31, W = (int)(blockDim.x >> 5);
-    for (int g = (int)(threadIdx.x >> 5); g < NQ_WARPS; g += W) {
+static __device__ __forceinline__ void nq_rms_partials(const float *x, int64_t n, double *red, int w0, int W) {
+    const int lane = threadIdx.x & 31;
+    for (int g = w0; g < NQ_WARPS; g += W) {
         const int tid = g * 32 + lane;
         double sum = 0.0;
         if ((n & 3) == 0 && al16(x)) {
@@ -65,10 +68,17 @@ static __device__ float nq_rms_scale(const float *x, int64_t n, float eps, doubl
         for (int off = 16; off > 0; off >>= 1) sum += shfl_xor(sum, off);
         if (lane == 0) red[g] = sum;
     }
-    __syncthreads();
+}
+static __device__ __forceinline__ float nq_rms_finish(const double *red, int64_t n, float eps) {
     double tot = 0.0;
     for (int g = 0; g < NQ_WARPS; g++) tot += red[g];
     return __fdiv_rn(1.0f, sqrtf((float)(tot / (double)n + (double)eps)));
+}
+template <bool CG = false>
+static __device__ float nq_rms_scale(const float *x, int64_t n, float eps, double *red) {
+    nq_rms_partials<CG>(x, n, red, (int)(threadIdx.x >> 5), (int)(blockDim.x >> 5));
+    __syncthreads();
+    return nq_rms_finish(red, n, eps);
 }
 
 /* One warp: 256-element unit `unit` of row r (lane l: elements 8l .. 8l+7): its f32 values (normed with scale /
