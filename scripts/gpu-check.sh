@@ -56,10 +56,12 @@ BENCH_MODELS=${BENCH_MODELS:-"qwen35-4b"}
 BENCH_ARGS=${BENCH_ARGS:-"-p 512 -g 256 -r 5"}
 BENCH_EAGER=${BENCH_EAGER:-1}
 mkdir -p "$OUT"
+: >"$OUT/summary.txt"
 has() { [[ " $STAGES " == *" $1 "* ]]; }
 wait_models() { for i in $(seq 1 240); do [ -f /tmp/models/done ] && break; sleep 1; done; } # the background synth
 summary=()
-note() { summary+=("$1"); echo "== $1"; }
+# each line also goes to $OUT/summary.txt as it is made: a call cut off by its time limit still brings back what ran
+note() { summary+=("$1"); echo "== $1"; echo "$1" >>"$OUT/summary.txt"; }
 
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,memory.total,driver_version --format=csv | tee "$OUT/gpu.txt"
 # models in the background while the tests run

@@ -7,7 +7,9 @@
  * alone, together and eager must give every request the same tokens exactly. With --no-invariant the
  * together run uses batch_invariant = 0 and reports how many requests differ from alone (the cost side of the
  * choice, see docs/DESIGN.md); then, with every request submitted before the first step (the same batches each
- * run), graphs and eager must agree there bit for bit, and two runs of each. Also checks a plan that cannot fit is refused with a message.
+ * run), graphs and eager must agree there bit for bit, and two runs of each. Then sampled requests: alone = together,
+ * and the device's draws = the host sampler's. The greedy and sampled alone / together rounds run one after another
+ * on one engine, as a server's rounds do. Also checks a plan that cannot fit is refused with a message.
  * usage: test_cuda_engine MODEL.gguf [n_requests (64)] [n_gen (12)] [--no-invariant]; skips without a GPU. */
 #include <execinfo.h>
 #include <signal.h>
@@ -40,16 +42,23 @@ static void opts(vllmc_engine_opts *o, int seqs, int eager, int invariant, vllmc
 
 static int g_sample; /* 1: the requests sample (temperature 0.8, top-p 0.9, top-k 40, seed its index) */
 
-/* Run requests [0, n) with at most `at_once` submitted together; tokens into out. Returns 0 on success. */
 static int n_create;     /* engines created, and the seconds that took (a big model's test is mostly its loads) */
 static double t_create;
 
-static int run(const char *path, const vllmc_engine_opts *o, int at_once, int32_t out[MAXR][MAXG], double *secs) {
+static vllmc_engine *create(const char *path, const vllmc_engine_opts *o) {
     vllmc_engine *e = NULL;
     const double tc = vllmc_time_s();
-    if (vllmc_engine_create(path, o, &e)) { fprintf(stderr, "engine: %s\n", vllmc_last_error()); return 1; }
+    if (vllmc_engine_create(path, o, &e)) { fprintf(stderr, "engine: %s\n", vllmc_last_error()); return NULL; }
     n_create++;
     t_create += vllmc_time_s() - tc;
+    return e;
+}
+
+/* Run requests [0, n) on engine e with at most `at_once` submitted together; tokens into out. Returns 0 on success.
+ * An engine runs several such rounds one after another (as a server does), so what one round leaves behind must not
+ * change the next one's tokens. */
+static int run_on(vllmc_engine *e, int at_once, int32_t out[MAXR][MAXG], double *secs) {
+    if (!e) return 1;
     vllmc_sampling_params sp;
     vllmc_sampling_params_default(&sp);
     sp.max_tokens = NG;
@@ -89,6 +98,13 @@ static int run(const char *path, const vllmc_engine_opts *o, int at_once, int32_
     vllmc_engine_stats st;
     vllmc_engine_get_stats(e, &st);
     if (st.device != VLLMC_DEVICE_CUDA) { fprintf(stderr, "engine did not run on cuda\n"); rc = 1; }
+    return rc;
+}
+
+/* the same on an engine of its own */
+static int run(const char *path, const vllmc_engine_opts *o, int at_once, int32_t out[MAXR][MAXG], double *secs) {
+    vllmc_engine *e = create(path, o);
+    const int rc = run_on(e, at_once, out, secs);
     vllmc_engine_destroy(e);
     return rc;
 }
@@ -166,9 +182,13 @@ int main(int argc, char **argv) {
     printf("test_cuda_engine: %s: decode steps %s\n", path, pe && !strcmp(pe, "0") ? "step by step (VLLMC_ENGINE_PIPELINE=0)" : "pipelined where graphs run");
     vllmc_engine_opts o;
     double t_alone, t_tog, t_eager, t;
+    /* one engine for the greedy and the sampled rounds of the default options, in turn (a big model's engine takes
+     * ~10 s to create) */
     opts(&o, NR, 0, 1, VLLMC_KV_F16);
-    CHECK(run(path, &o, 1, alone, &t_alone) == 0);
-    CHECK(run(path, &o, NR, together, &t_tog) == 0);
+    vllmc_engine *e0 = create(path, &o);
+    CHECK(e0 != NULL);
+    CHECK(run_on(e0, 1, alone, &t_alone) == 0);
+    CHECK(run_on(e0, NR, together, &t_tog) == 0);
     int d = n_differ(alone, together);
     CHECK_MSG(d == 0, "%d of %d requests got other tokens among %d than alone", d, NR, NR);
     opts(&o, NR, 1, 1, VLLMC_KV_F16);
@@ -215,8 +235,9 @@ int main(int argc, char **argv) {
     memcpy(greedy, together, sizeof(int32_t) * MAXR * MAXG); /* (the first greedy run's tokens, kept since) */
     g_sample = 1;
     opts(&o, NR, 0, 1, VLLMC_KV_F16);
-    CHECK(run(path, &o, 1, alone, &t_alone) == 0);
-    CHECK(run(path, &o, NR, together, &t_tog) == 0);
+    CHECK(run_on(e0, 1, alone, &t_alone) == 0);
+    CHECK(run_on(e0, NR, together, &t_tog) == 0);
+    vllmc_engine_destroy(e0);
     const int ds = n_differ(alone, together);
     CHECK_MSG(ds == 0, "sampling: %d of %d requests differ between alone and together", ds, NR);
     setenv("VLLMC_DEVICE_SAMPLE", "0", 1);
