@@ -145,4 +145,4 @@ clean:
 
 .PHONY: all tests test deps asan fuzz run clean hip-check cuda-tests
 
--include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d)
+-include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TESTS:=.d)

@@ -416,14 +416,17 @@ bool cu_mega_ffn(const struct cu_mega_ffn_args *a, int ctas, gpuStream_t s);
  * kernel's order into x. Layers l0 .. l0 + n_layers - 1 of the tables. cnt: 2 per layer, gcnt: D / 16 per layer, zero
  * before the launch. */
 struct cu_mega2_args {
-    const uint8_t *const *gu, *const *dn; /* [layers] packed tiles */
+    const uint8_t *const *gu, *const *dn; /* [layers] packed tiles; NULL: gu1 / dn1 / nw1 (one layer, l0 0) */
     const float *const *nw;
+    const uint8_t *gu1, *dn1;
+    const float *nw1;
     float *x, *h, *pd, *xs;                /* pd: (F / 256 / 4) x D partials; xs: ctas x D scratch */
     unsigned *cnt, *gcnt;
     int64_t D, F;
     float eps;
     int32_t l0, n_layers, ps, ns, nc;     /* ps: super-blocks a down task (4, 12 or 36); nc: consumer warps */
-    uint32_t slot, flags;                  /* flags: 1 no dot products, 2 no dependency waits, 4 no prologues */
+    uint32_t slot, flags;                  /* flags: 1 no dot products, 2 no dependency waits, 4 no prologues (timing
+                                              ablations); 8 the launch zeroes its counters when done (the decode's) */
 };
 uint64_t cu_mega2_task_bytes(int n_sb);
 /* 16 repacked Q4_K rows of n_sb super-blocks (rows[i], the MMA's row i), super-blocks s0 .. s0 + nsb - 1, into dst
@@ -431,6 +434,13 @@ uint64_t cu_mega2_task_bytes(int n_sb);
 void cu_mega2_pack(const uint8_t *const rows[16], int n_sb, int s0, int nsb, uint8_t *dst);
 size_t cu_mega2_smem(const struct cu_mega2_args *a);
 bool cu_mega2(const struct cu_mega2_args *a, int ctas, gpuStream_t s);
+/* The same; launch false: only whether it would launch (the shapes, the target, the resident CTAs). */
+bool cu_mega2_launch(const struct cu_mega2_args *a, int ctas, gpuStream_t s, bool launch);
+/* Device packers (mega2_tile.h's layout): a layer's gate / up tiles (F / 8 tasks of D / 256 super-blocks, gate and up
+ * repacked Q4_K rows of D columns) and its down tiles (D / 16 x (F / 256 / ps) tasks of ps super-blocks, rows of F
+ * columns). False (nothing launched) for shapes they do not take. */
+bool cu_mega2_pack_gu(const uint8_t *gate, const uint8_t *up, int64_t D, int64_t F, uint8_t *dst, gpuStream_t s);
+bool cu_mega2_pack_dn(const uint8_t *dn, int64_t D, int64_t F, int ps, uint8_t *dst, gpuStream_t s);
 void cu_launch_moe_grp_matmul(const struct cu_moe_mm_args *mm, const int32_t *perm, const int32_t *grp, int32_t gmax,
                               gpuStream_t s);
 

@@ -18,6 +18,7 @@
 #include "quant/blocks.h"
 #include "quant/quant.h"
 #include "backend/cuda/gdn_conv.h"
+#include "backend/cuda/mega2_tile.h"
 
 #define MM_UNROLL 2  /* steps whose loads are issued together (Q6_K: 128 bytes a lane) */
 #if defined(VLLMC_HIP_ARCH_GFX11) /* LLVM 15 caps these wave32 kernels at 128 VGPRs: with 4, moe_mm_kernel spilled 6 and
@@ -3438,28 +3439,55 @@ bool cu_mega_ffn(const struct cu_mega_ffn_args *a, int ctas, gpuStream_t s) {
 }
 
 /* ---- the persistent FFN chain, second form (cu_mega2_args in cuda_internal.h; bench/bench_mega.cu) ----
- * A task tile holds, per super-block, 2,304 bytes: the quants of rows 0-7 (the MMA's rows g) as two 512-byte halves in
- * lane order (lane (g, c) at 16 lane: bytes 0-15, then 16-31 of its chunk c), the same for rows 8-15, then a 16-byte
- * word set a row (the 12 scale bytes, d / dmin). A quarter warp's 16-byte loads then read 128 consecutive bytes, and
- * lane (g, c) gets exactly the words mma_rows_q4_K loads from the row. */
-#define MG2_SB_BYTES 2304u
+ * The task tiles' layout is mega2_tile.h's (host packer, device packer, the kernel's reads). */
 uint64_t cu_mega2_task_bytes(int n_sb) { return (uint64_t)MG2_SB_BYTES * (uint64_t)n_sb; }
-void cu_mega2_pack(const uint8_t *const rows[16], int n_sb, int s0, int nsb, uint8_t *dst) {
-    const uint64_t sc_off = 128 * (uint64_t)n_sb, dm_off = sc_off + ((12 * (uint64_t)n_sb + 15) & ~(uint64_t)15);
-    for (int s = 0; s < nsb; s++) {
-        uint8_t *b = dst + (uint64_t)s * MG2_SB_BYTES;
-        const int sb = s0 + s;
-        for (int hh = 0; hh < 2; hh++)
-            for (int p = 0; p < 2; p++)
-                for (int L = 0; L < 32; L++) {
-                    const int g = L >> 2, c = L & 3;
-                    memcpy(b + (hh * 2 + p) * 512 + L * 16, rows[8 * hh + g] + 128 * (uint64_t)sb + 32 * c + 16 * p, 16);
-                }
-        for (int i = 0; i < 16; i++) {
-            memcpy(b + 2048 + 16 * i, rows[i] + sc_off + 12 * (uint64_t)sb, 12);
-            memcpy(b + 2048 + 16 * i + 12, rows[i] + dm_off + 4 * (uint64_t)sb, 4);
-        }
+void cu_mega2_pack(const uint8_t *const rows[16], int n_sb, int s0, int nsb, uint8_t *dst) { mg2_pack_host(rows, n_sb, s0, nsb, dst); }
+
+/* The device packer: CTA (task, super-block of the task), thread k its piece k. gate / up (dn == NULL): task j of all
+ * n_sb super-blocks from rows of gate and up; down: task t of ps super-blocks from the rows of dn. */
+static __global__ void mega2_pack_kernel(const uint8_t *gate, const uint8_t *up, const uint8_t *dn, uint64_t stride, int n_sb, int ps,
+                                         uint8_t *dst) {
+    const int k = (int)threadIdx.x;
+    if (k >= MG2_PIECES) return;
+    const int64_t t = blockIdx.x;
+    const int s = (int)blockIdx.y; /* super-block of the task */
+    const int nparts = dn ? n_sb / ps : 1, sb = dn ? (int)(t % nparts) * ps + s : s;
+    int row;
+    uint64_t src, src2;
+    uint32_t d;
+    mg2_piece(k, sb, n_sb, &row, &src, &src2, &d);
+    const uint8_t *rp;
+    if (dn) {
+        rp = dn + (uint64_t)mg2_dn_row(t, nparts, row) * stride;
+    } else {
+        int u = 0;
+        const int64_t r = mg2_gu_row(t, row, &u);
+        rp = (u ? up : gate) + (uint64_t)r * stride;
     }
+    uint8_t *o = dst + ((uint64_t)t * gridDim.y + s) * MG2_SB_BYTES + d;
+    if (k < 128) {
+        *(uint4 *)o = *(const uint4 *)(rp + src);
+    } else {
+        uint32_t w[4];
+        for (int i = 0; i < 3; i++) w[i] = *(const uint32_t *)(rp + src + 4 * i);
+        w[3] = *(const uint32_t *)(rp + src2);
+        *(uint4 *)o = make_uint4(w[0], w[1], w[2], w[3]);
+    }
+}
+bool cu_mega2_pack_gu(const uint8_t *gate, const uint8_t *up, int64_t D, int64_t F, uint8_t *dst, gpuStream_t s) {
+    if (D % QK_K || F % 8 || F / 8 > INT32_MAX || (uintptr_t)gate % 16 || (uintptr_t)up % 16 || (uintptr_t)dst % 16) return false;
+    const int n_sb = (int)(D / QK_K);
+    mega2_pack_kernel<<<dim3((unsigned)(F / 8), (unsigned)n_sb), dim3(MG2_PIECES), 0, s>>>(gate, up, NULL, cu_weight_row_stride(GGML_TYPE_Q4_K, D),
+                                                                                          n_sb, n_sb, dst);
+    return gpuGetLastError() == gpuSuccess;
+}
+bool cu_mega2_pack_dn(const uint8_t *dn, int64_t D, int64_t F, int ps, uint8_t *dst, gpuStream_t s) {
+    const int n_sb = (int)(F / QK_K);
+    if (F % QK_K || D % 16 || ps < 1 || n_sb % ps || (uintptr_t)dn % 16 || (uintptr_t)dst % 16) return false;
+    mega2_pack_kernel<<<dim3((unsigned)(D / 16 * (n_sb / ps)), (unsigned)ps), dim3(MG2_PIECES), 0, s>>>(NULL, NULL, dn,
+                                                                                                      cu_weight_row_stride(GGML_TYPE_Q4_K, F),
+                                                                                                      n_sb, ps, dst);
+    return gpuGetLastError() == gpuSuccess;
 }
 #if !defined(VLLMC_HIP)
 static __device__ __forceinline__ void mg2_arrive(uint64_t *b) {
@@ -3498,9 +3526,9 @@ static __device__ __forceinline__ void mg2_terms(const uint8_t *tile, const int8
 #pragma unroll
     for (int s = 0; s < NSB; s++) {
         const uint8_t *blk = tile + (size_t)s * MG2_SB_BYTES;
-        const uint4 q00 = *(const uint4 *)(blk + 16 * lane), q01 = *(const uint4 *)(blk + 512 + 16 * lane);
-        const uint4 q10 = *(const uint4 *)(blk + 1024 + 16 * lane), q11 = *(const uint4 *)(blk + 1536 + 16 * lane);
-        const uint32_t sw0 = *(const uint32_t *)(blk + 2048 + 16 * g + 4 * c), sw1 = *(const uint32_t *)(blk + 2048 + 16 * (g + 8) + 4 * c);
+        const uint4 q00 = *(const uint4 *)(blk + mg2_q_off(0, 0, lane)), q01 = *(const uint4 *)(blk + mg2_q_off(0, 1, lane));
+        const uint4 q10 = *(const uint4 *)(blk + mg2_q_off(1, 0, lane)), q11 = *(const uint4 *)(blk + mg2_q_off(1, 1, lane));
+        const uint32_t sw0 = *(const uint32_t *)(blk + mg2_sw_off(g, c)), sw1 = *(const uint32_t *)(blk + mg2_sw_off(g + 8, c));
         const int sb = a0 + s;
         uint4 x0 = make_uint4(0, 0, 0, 0), x1 = x0;
         if ((g >> 1) == c) {
@@ -3544,8 +3572,8 @@ static __global__ void __launch_bounds__(32 * 17, 1) mega2_kernel(const struct c
             const int l = P.l0 + k / (n0 + n1), j = k % (n0 + n1);
             const uint8_t *src;
             uint32_t bytes;
-            if (j < n0) { src = P.gu[l] + (size_t)(cta + G * j) * b_gu; bytes = b_gu; }
-            else { src = P.dn[l] + (size_t)(cta + G * (j - n0)) * b_dn; bytes = b_dn; }
+            if (j < n0) { src = (P.gu ? P.gu[l] : P.gu1) + (size_t)(cta + G * j) * b_gu; bytes = b_gu; }
+            else { src = (P.dn ? P.dn[l] : P.dn1) + (size_t)(cta + G * (j - n0)) * b_dn; bytes = b_dn; }
             mg_expect(&full[s], bytes);
             mg_copy(ring + (size_t)s * P.slot, src, bytes, &full[s]);
         }
@@ -3577,7 +3605,8 @@ static __global__ void __launch_bounds__(32 * 17, 1) mega2_kernel(const struct c
                 const float scale = nq_rms_finish(red, D, P.eps);
                 out.x = P.xs + (size_t)cta * D; out.n = D;
                 for (int u = cw; u < NB1; u += NC)
-                    nq_unit<true>(CU_NQ_RMSNORM, P.x, NULL, 0, P.nw[l], P.eps, 0, scale, out, BK_ACT_BIT(BK_ACT_Q8_K), 0, u, lane);
+                    nq_unit<true>(CU_NQ_RMSNORM, P.x, NULL, 0, P.nw ? P.nw[l] : P.nw1, P.eps, 0, scale, out, BK_ACT_BIT(BK_ACT_Q8_K), 0, u,
+                                  lane);
             } else { /* Q8_K of h */
                 for (int u = cw; u < nb2; u += NC) {
                     float v[8];
@@ -3648,7 +3677,17 @@ static __global__ void __launch_bounds__(32 * 17, 1) mega2_kernel(const struct c
             }
             kb += nt;
             mg2_cbar(NT);
-            if (ct == 0) { __threadfence(); atomicAdd(&P.cnt[o], 1u); }
+            if (ct == 0) {
+                __threadfence();
+                const unsigned old = atomicAdd(&P.cnt[o], 1u);
+                /* flag 8: the last CTA past the last op zeroes the launch's counters for the next launch (every CTA has
+                 * passed every wait on them, and every row group's last task has added its partials) */
+                if ((P.flags & 8) && o == 2 * (P.l0 + P.n_layers) - 1 && old == (unsigned)G - 1) {
+                    __threadfence();
+                    for (int i = 2 * P.l0; i <= o; i++) P.cnt[i] = 0;
+                    for (int64_t i = (int64_t)P.l0 * nrg; i < (int64_t)(P.l0 + P.n_layers) * nrg; i++) P.gcnt[i] = 0;
+                }
+            }
         }
     }
 }
@@ -3659,9 +3698,10 @@ size_t cu_mega2_smem(const struct cu_mega2_args *a) {
     return (size_t)a->ns * a->slot + 16 * (size_t)a->ns + nmax + 4 * (nmax / QK_K) + 2 * (nmax / 16) + 8 + 8 * NQ_WARPS + 64;
 }
 
-bool cu_mega2(const struct cu_mega2_args *a, int ctas, gpuStream_t s) {
+bool cu_mega2(const struct cu_mega2_args *a, int ctas, gpuStream_t s) { return cu_mega2_launch(a, ctas, s, true); }
+bool cu_mega2_launch(const struct cu_mega2_args *a, int ctas, gpuStream_t s, bool launch) {
 #if defined(VLLMC_HIP)
-    (void)a; (void)ctas; (void)s;
+    (void)a; (void)ctas; (void)s; (void)launch;
     return false;
 #else
     if (a->D != 2560 || a->F % 1024 || a->F / QK_K > 64 || a->n_layers < 1 || a->ns < 2 || a->nc < 1 || a->nc > 16 || a->ns % a->nc ||
@@ -3679,6 +3719,7 @@ bool cu_mega2(const struct cu_mega2_args *a, int ctas, gpuStream_t s) {
     if (gpuGetDevice(&dev) != gpuSuccess || gpuDeviceGetSMCount(&sms, dev) != gpuSuccess ||
         gpuOccupancyMaxActiveBlocksPerMultiprocessor(&per, kern, threads, smem) != gpuSuccess || ctas > per * sms)
         return false;
+    if (!launch) return true;
     kern<<<ctas, threads, smem, s>>>(*a);
     return gpuGetLastError() == gpuSuccess;
 #endif

@@ -1,0 +1,137 @@
+/* The persistent FFN chain's task tiles (src/backend/cuda/mega2_tile.h), on the host: packed from random repacked Q4_K
+ * rows, every lane of the tensor-core mat-vec must read from a tile exactly the bytes it reads from the rows
+ * (k4s_load: bytes 32c .. 32c + 31 of a super-block's quants of rows g and g + 8, and word c of each row's {12 scale
+ * bytes, d / dmin}); the device packer's task and row mapping (mg2_gu_row, mg2_dn_row, the super-blocks of a down task)
+ * must give the tiles the host packer gives for the rows the kernel's tasks name. */
+#include <stdlib.h>
+#include <string.h>
+#include "backend/cuda/mega2_tile.h"
+#include "test.h"
+
+static uint64_t stride_q4k(int n_sb) { return 128 * (uint64_t)n_sb + ((12 * (uint64_t)n_sb + 15) & ~15ull) + ((4 * (uint64_t)n_sb + 15) & ~15ull); }
+
+static void fill(uint8_t *p, size_t n) {
+    for (size_t i = 0; i < n; i++) p[i] = (uint8_t)test_rand_u64();
+}
+
+/* What lane (g, c) loads from repacked row `row` for super-block sb, as k4s_load forms it: q (32 bytes), sw (4 bytes). */
+static void k4s_view(const uint8_t *row, int n_sb, int sb, int c, uint8_t q[32], uint8_t sw[4]) {
+    memcpy(q, row + 128 * (size_t)sb + 32 * (size_t)c, 32);
+    const uint64_t off = c < 3 ? mg2_sc_off(n_sb) + 12 * (uint64_t)sb + 4 * (uint64_t)c : mg2_dm_off(n_sb) + 4 * (uint64_t)sb;
+    memcpy(sw, row + off, 4);
+}
+
+/* The same lane's loads from a packed super-block (mg2_terms): rows g (hi 0) and g + 8 (hi 1). */
+static void tile_view(const uint8_t *blk, int hi, int lane, uint8_t q[32], uint8_t sw[4]) {
+    const int g = lane >> 2, c = lane & 3;
+    memcpy(q, blk + mg2_q_off(hi, 0, lane), 16);
+    memcpy(q + 16, blk + mg2_q_off(hi, 1, lane), 16);
+    memcpy(sw, blk + mg2_sw_off(g + 8 * hi, c), 4);
+}
+
+/* the device packer's loop (mega2_pack_kernel), on the host: gate / up (dn NULL) or down tiles of a layer */
+static void pack_like_device(const uint8_t *gate, const uint8_t *up, const uint8_t *dn, uint64_t stride, int n_sb, int ps, int64_t n_tasks,
+                             uint8_t *dst) {
+    const int nsb_task = dn ? ps : n_sb, nparts = dn ? n_sb / ps : 1;
+    for (int64_t t = 0; t < n_tasks; t++)
+        for (int s = 0; s < nsb_task; s++)
+            for (int k = 0; k < MG2_PIECES; k++) {
+                const int sb = dn ? (int)(t % nparts) * ps + s : s;
+                int row, u = 0;
+                uint64_t src, src2;
+                uint32_t d;
+                mg2_piece(k, sb, n_sb, &row, &src, &src2, &d);
+                const uint8_t *rp;
+                if (dn) {
+                    rp = dn + (uint64_t)mg2_dn_row(t, nparts, row) * stride;
+                } else {
+                    const int64_t r = mg2_gu_row(t, row, &u);
+                    rp = (u ? up : gate) + (uint64_t)r * stride;
+                }
+                uint8_t *o = dst + ((uint64_t)t * nsb_task + s) * MG2_SB_BYTES + d;
+                if (k < 128) {
+                    memcpy(o, rp + src, 16);
+                } else {
+                    memcpy(o, rp + src, 12);
+                    memcpy(o + 12, rp + src2, 4);
+                }
+            }
+}
+
+int main(void) {
+    test_seed_auto("test_mega2_tile");
+    /* every lane's view, for a few row lengths */
+    const int nsbs[3] = {1, 10, 36};
+    for (int ti = 0; ti < 3; ti++) {
+        const int n_sb = nsbs[ti];
+        const uint64_t st = stride_q4k(n_sb);
+        uint8_t *rows = malloc(16 * st), *tile = malloc((size_t)n_sb * MG2_SB_BYTES);
+        fill(rows, 16 * st);
+        fill(tile, (size_t)n_sb * MG2_SB_BYTES); /* every byte must be written */
+        const uint8_t *rp[16];
+        for (int i = 0; i < 16; i++) rp[i] = rows + i * st;
+        mg2_pack_host(rp, n_sb, 0, n_sb, tile);
+        int bad = 0;
+        for (int sb = 0; sb < n_sb; sb++)
+            for (int lane = 0; lane < 32; lane++)
+                for (int hi = 0; hi < 2; hi++) {
+                    uint8_t q0[32], w0[4], q1[32], w1[4];
+                    k4s_view(rp[(lane >> 2) + 8 * hi], n_sb, sb, lane & 3, q0, w0);
+                    tile_view(tile + (size_t)sb * MG2_SB_BYTES, hi, lane, q1, w1);
+                    bad += memcmp(q0, q1, 32) != 0 || memcmp(w0, w1, 4) != 0;
+                }
+        CHECK_MSG(bad == 0, "%d super-blocks: %d lane views differ between the tile and the rows", n_sb, bad);
+        /* every byte of a tile is written: packed over other bytes, the same tile */
+        uint8_t *again = malloc((size_t)n_sb * MG2_SB_BYTES);
+        memset(again, 0xA5, (size_t)n_sb * MG2_SB_BYTES);
+        mg2_pack_host(rp, n_sb, 0, n_sb, again);
+        CHECK_MSG(memcmp(again, tile, (size_t)n_sb * MG2_SB_BYTES) == 0, "%d super-blocks: bytes of the tile left unwritten", n_sb);
+        free(again);
+        /* a run of super-blocks (a down task's): the same as the whole row's tile from s0 */
+        if (n_sb >= 12) {
+            uint8_t *part = malloc(4 * MG2_SB_BYTES);
+            mg2_pack_host(rp, n_sb, 8, 4, part);
+            CHECK(memcmp(part, tile + 8 * (size_t)MG2_SB_BYTES, 4 * MG2_SB_BYTES) == 0);
+            free(part);
+        }
+        free(rows);
+        free(tile);
+    }
+    /* a layer's tiles: the device packer's mapping against the host packer on the rows the kernel's tasks name (gate /
+     * up task j: gate rows 8j .. 8j + 7, then up rows; down task t of nparts a row group: rows 16 (t / nparts) ..,
+     * super-blocks (t % nparts) ps ..) */
+    {
+        const int64_t D = 512, F = 3072; /* 2 super-blocks in, 12 out */
+        const int nb1 = (int)(D / 256), nb2 = (int)(F / 256);
+        const uint64_t s1 = stride_q4k(nb1), s2 = stride_q4k(nb2);
+        uint8_t *gate = malloc(F * s1), *up = malloc(F * s1), *dn = malloc(D * s2);
+        fill(gate, F * s1); fill(up, F * s1); fill(dn, D * s2);
+        const size_t gu_bytes = (size_t)(F / 8) * nb1 * MG2_SB_BYTES;
+        uint8_t *a = malloc(gu_bytes), *b = malloc(gu_bytes);
+        pack_like_device(gate, up, NULL, s1, nb1, nb1, F / 8, a);
+        for (int64_t j = 0; j < F / 8; j++) {
+            const uint8_t *rp[16];
+            for (int i = 0; i < 8; i++) { rp[i] = gate + (8 * j + i) * s1; rp[8 + i] = up + (8 * j + i) * s1; }
+            mg2_pack_host(rp, nb1, 0, nb1, b + (size_t)j * nb1 * MG2_SB_BYTES);
+        }
+        CHECK_MSG(memcmp(a, b, gu_bytes) == 0, "gate / up tiles: the device packer's mapping differs from the host's");
+        free(a); free(b);
+        const int pss[3] = {4, 6, 12};
+        for (int pi = 0; pi < 3; pi++) {
+            const int ps = pss[pi], np = nb2 / ps;
+            const size_t dn_bytes = (size_t)(D / 16) * np * ps * MG2_SB_BYTES;
+            a = malloc(dn_bytes); b = malloc(dn_bytes);
+            pack_like_device(NULL, NULL, dn, s2, nb2, ps, (D / 16) * np, a);
+            for (int64_t r = 0; r < D / 16; r++)
+                for (int q = 0; q < np; q++) {
+                    const uint8_t *rp[16];
+                    for (int i = 0; i < 16; i++) rp[i] = dn + (16 * r + i) * s2;
+                    mg2_pack_host(rp, nb2, q * ps, ps, b + (size_t)(r * np + q) * ps * MG2_SB_BYTES);
+                }
+            CHECK_MSG(memcmp(a, b, dn_bytes) == 0, "down tiles (ps %d): the device packer's mapping differs from the host's", ps);
+            free(a); free(b);
+        }
+        free(gate); free(up); free(dn);
+    }
+    return test_finish("test_mega2_tile");
+}
