@@ -48,6 +48,8 @@
 # and with the streaming mat-vec, and
 # test_cuda_engine with them. Stage mega (not default) runs bench/bench_mega.cu (the persistent FFN chain against the
 # launch chain: bit parity, then us a layer; MEGA_ARGS="reps layers", MEGA_SAN=1 adds a memcheck run on 2 layers).
+# Stage mega2 (not default) runs the tiled chain inside the decode (VLLMC_CUDA_MEGA2=ps for ps in MEGA2_PS, default 4):
+# test_cuda_model on BENCH_MODELS (graph == eager: its bits), then the decode off and on, MEGA2_REPS times in turn.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu-out}
@@ -452,6 +454,28 @@ if has var; then # decode A/B of environment variants: VARIANTS="name:VAR=v,VAR2
             # shellcheck disable=SC2046
             env $(echo "$envs" | sed 's/,\([A-Z_][A-Z0-9_]*=\)/ \1/g') timeout 150 "$BIN/vllmc" bench -m "$f" ${VAR_ARGS:--p 512 -g 256 -r 5} >"$OUT/var_${m}_$name.txt" 2>&1; rc=$?
             note "var $m $name ($envs) rc=$rc: $(grep '^output tok/s' "$OUT/var_${m}_$name.txt" | head -1)"
+        done
+    done
+fi
+
+if has mega2; then # the tiled persistent FFN in the decode (VLLMC_CUDA_MEGA2=ps for ps in MEGA2_PS): test_cuda_model on
+    # BENCH_MODELS (graph == eager checks its bits against the four launches), then the decode, off and on in turn
+    wait_models
+    for m in $BENCH_MODELS; do
+        f=/tmp/models/$m.gguf
+        [ -s "$f" ] || { note "mega2 $m: model not generated"; continue; }
+        for ps in ${MEGA2_PS:-4}; do
+            VLLMC_CUDA_MEGA2=$ps timeout 240 "$BIN/test_cuda_model" "$f" 30 12 >"$OUT/mega2_model_${m}_$ps.txt" 2>&1; rc=$?
+            note "mega2 ps $ps test_cuda_model $m rc=$rc: $(grep 'worst' "$OUT/mega2_model_${m}_$ps.txt" | head -1 | sed 's/.*steps, //' | cut -c1-110); $(grep -o 'one tiled persistent launch [0-9]*' "$OUT/mega2_model_${m}_$ps.txt")$(grep -m1 'FAIL\|stuck' "$OUT/mega2_model_${m}_$ps.txt" | cut -c1-200)"
+            [ $rc = 0 ] || MEGA2_BAD="${MEGA2_BAD:-} $ps"
+        done
+        for rep in $(seq 1 "${MEGA2_REPS:-2}"); do
+            for ps in 0 ${MEGA2_PS:-4}; do
+                [[ " ${MEGA2_BAD:-} " == *" $ps "* ]] && continue
+                # shellcheck disable=SC2086
+                VLLMC_CUDA_MEGA2=$ps timeout 150 "$BIN/vllmc" bench -m "$f" ${VAR_ARGS:--p 512 -g 256 -r 5} >"$OUT/mega2_${m}_${ps}_$rep.txt" 2>&1; rc=$?
+                note "mega2 $m ps $ps run $rep rc=$rc: $(grep '^output tok/s' "$OUT/mega2_${m}_${ps}_$rep.txt" | head -1)"
+            done
         done
     done
 fi

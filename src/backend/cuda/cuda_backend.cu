@@ -45,15 +45,18 @@
 
 enum cu_op {
     CU_OP_UPLOAD = 1, CU_OP_EMBED, CU_OP_RMSNORM, CU_OP_NQ, CU_OP_MATMUL, CU_OP_ADD, CU_OP_ROPE, CU_OP_ATTN,
-    CU_OP_GETROWS, CU_OP_ARGMAX, CU_OP_D2H, CU_OP_GDN, CU_OP_SIGMUL, CU_OP_MOE, CU_OP_DEQ, CU_OP_GEMM, CU_OP_D2D, CU_OP_COUNT
+    CU_OP_GETROWS, CU_OP_ARGMAX, CU_OP_D2H, CU_OP_GDN, CU_OP_SIGMUL, CU_OP_MOE, CU_OP_DEQ, CU_OP_GEMM, CU_OP_D2D, CU_OP_MEGA2, CU_OP_COUNT
 };
 static const char *const cu_op_names[CU_OP_COUNT] = {"?", "upload", "embed", "rmsnorm", "norm+quant", "matmul", "add",
                                                      "rope", "attention", "get_rows", "argmax", "d2h", "gdn",
-                                                     "sigmoid_mul", "moe", "dequant f16", "gemm f16", "d2d"};
+                                                     "sigmoid_mul", "moe", "dequant f16", "gemm f16", "d2d",
+                                                     "ffn tiled"};
 
 static_assert(CU_OP_COUNT <= BACKEND_CUDA_PROF_MAX, "the profile counters are indexed by op");
 
 struct rec_upload { void *dst; const void *src; uint64_t bytes; };
+/* a dense FFN's four launches as one tiled persistent launch (mega2_ffn) */
+struct rec_mega2 { struct cu_mega2_args a; int32_t ctas, pad; double wbytes; };
 struct rec_embed { struct cu_batch_dev b; const uint8_t *table; uint64_t stride; int64_t n; float *out; uint32_t type; uint32_t pad; };
 struct rec_rmsnorm { const float *x; const float *w; float *out; int64_t ld_x, n_rows, n_cols, ld_out; float eps; uint32_t pad; };
 struct rec_nq { const float *in0, *in1, *w; int64_t ld, n_rows; struct cu_act_mut out; float eps; int32_t mode; uint32_t fmts; int32_t group; };
@@ -110,6 +113,14 @@ struct cu_backend {
     unsigned fuse_nq;          /* BACKEND_CUDA_FUSE_*: a norm + quantize into the launch that writes its input (cu_nq_fuse),
                                   the MoE mix into the down launch */
     unsigned *nq_cnt;          /* CU_NQ_FUSE_COUNTERS counters for it, zero between launches */
+    /* the tiled persistent FFN chain in recorded batch-1 steps (mega2_ffn; VLLMC_CUDA_MEGA2=ps, off by default): its
+     * tiles by weight (packed on the device at first use), its scratch and counters */
+    int mega2_ps, n_sms;
+    struct mega2_tiles { const void *k0, *k1; int ps; uint8_t *tiles; };
+    std::vector<mega2_tiles> mg_tiles;
+    float *mg_h, *mg_pd, *mg_xs;
+    unsigned *mg_cnt;
+    int64_t mg_F;
     std::vector<cu_graph> graphs;
     uint64_t use_clock;
     int32_t *d_argmax, *h_argmax;
@@ -165,6 +176,7 @@ static vllmc_status gpu_err(gpuError_t e, const char *what) {
 
 static double rec_weight_bytes(int op, const void *args) {
     if (op == CU_OP_MOE) return ((const rec_moe *)args)->wbytes;
+    if (op == CU_OP_MEGA2) return ((const rec_mega2 *)args)->wbytes;
     if (op == CU_OP_GEMM) return ((const rec_gemm *)args)->wbytes;
     if (op != CU_OP_MATMUL) return 0;
     const rec_matmul *r = (const rec_matmul *)args;
@@ -274,6 +286,11 @@ static void rec_exec(cu_backend *c, int op, const void *args) {
         if (r->bias) cu_launch_add_bias(r->y, r->ld_y, r->bias, r->n_rows, r->n_out, s);
         break;
     }
+    case CU_OP_MEGA2: {
+        const rec_mega2 *r = (const rec_mega2 *)args;
+        if (!cu_mega2(&r->a, r->ctas, s) && c->gemm_err == gpuSuccess) c->gemm_err = gpuErrorInvalidValue; /* (checked when recorded) */
+        break;
+    }
     default: break;
     }
     if (c->hash_log) hash_out(c, op, args);
@@ -342,9 +359,187 @@ static void graphs_clear(cu_backend *c) {
     c->stats.graphs_cached = 0;
 }
 
+/* ---- a dense FFN's launches as one tiled persistent launch (cu_mega2, gemv_q.cu; VLLMC_CUDA_MEGA2=ps) ----
+ * In a recorded batch-1 step the records  NQ (RMSNorm of x into a1)  MATMUL (gate, up: Q4_K rows of D columns, from a1)
+ * NQ (SwiGLU of gate, up into a2)  MATMUL (down: Q4_K rows of F columns, from a2, adding into x)  become one cu_mega2
+ * launch over the layer's tiles (packed on the device the first time a weight is seen), which leaves x with the same
+ * bits and writes none of a1, gate, up, a2 or the down's own output. So no later record may read those: none, up to the
+ * next record that writes each of them whole, may hold a pointer into its bytes (records are plain structs, so any use
+ * shows as such a word). */
+
+static vllmc_status dev_alloc(cu_backend *c, size_t n, void **out);
+static void dev_free(cu_backend *c, void *p);
+
+static void *rec_at(cu_backend *c, size_t i, uint32_t *op) {
+    uint32_t hdr[2];
+    memcpy(hdr, &c->rec[c->rec_offs[i]], 8);
+    *op = hdr[0];
+    return &c->rec[c->rec_offs[i] + 8];
+}
+/* Whether any 8-byte word of the records [from, to) lies in [lo, lo + len). */
+static bool recs_touch(const cu_backend *c, size_t from, size_t to, const void *lo_, uint64_t len) {
+    const uintptr_t lo = (uintptr_t)lo_;
+    if (!lo || !len) return false;
+    for (size_t i = from; i < to; i++) {
+        const size_t beg = c->rec_offs[i] + 8, end = i + 1 < c->rec_offs.size() ? c->rec_offs[i + 1] : c->rec.size();
+        for (size_t off = beg; off + 8 <= end; off += 8) {
+            uint64_t v;
+            memcpy(&v, &c->rec[off], 8);
+            if (v >= lo && v < lo + len) return true;
+        }
+    }
+    return false;
+}
+/* The records after `from` up to the next that writes act `o` whole (an RMSNorm or SwiGLU NQ with the same outputs: a
+ * QUANT or GATED one reads out.x) or the f32 buffer `y` whole (a matmul segment writing it): none holds a pointer into
+ * it. */
+static bool act_unread(cu_backend *c, size_t from, const struct cu_act_mut &o, uint32_t fmts) {
+    size_t end = from;
+    for (; end < c->rec_offs.size(); end++) {
+        uint32_t op;
+        const rec_nq *w = (const rec_nq *)rec_at(c, end, &op);
+        if (op == CU_OP_NQ && (w->mode == CU_NQ_RMSNORM || w->mode == CU_NQ_SWIGLU) && w->out.x == o.x && w->out.k_qs == o.k_qs && w->out.o_qs == o.o_qs &&
+            (w->fmts & fmts) == fmts && w->n_rows >= 1 && w->in0 != o.x && w->in1 != o.x)
+            break;
+    }
+    const int64_t n = o.n;
+    return !recs_touch(c, from, end, o.x, (uint64_t)n * 4) && !recs_touch(c, from, end, o.k_qs, (uint64_t)n) &&
+           !recs_touch(c, from, end, o.k_d, (uint64_t)(n / QK_K) * 4) && !recs_touch(c, from, end, o.k_bs, (uint64_t)(n / 16) * 2) &&
+           !recs_touch(c, from, end, o.o_qs, (uint64_t)n) && !recs_touch(c, from, end, o.o_d, (uint64_t)(n / 32) * 2) &&
+           !recs_touch(c, from, end, o.h, (uint64_t)n * 2) && !recs_touch(c, from, end, o.bf, (uint64_t)n * 2);
+}
+static bool out_unread(cu_backend *c, size_t from, const float *y, int64_t n) {
+    size_t end = from;
+    for (; end < c->rec_offs.size(); end++) {
+        uint32_t op;
+        const rec_matmul *m = (const rec_matmul *)rec_at(c, end, &op);
+        bool whole = false;
+        for (int k = 0; op == CU_OP_MATMUL && k < m->a.n_seg; k++)
+            whole |= m->a.seg[k].y == y && m->a.seg[k].n_rows >= n && m->a.a.x != y;
+        if (whole) break;
+    }
+    return !recs_touch(c, from, end, y, (uint64_t)n * 4);
+}
+
+/* The tiles of (k0, k1) (gate, up; or down, NULL with ps), packed now when first asked for. NULL: no memory. */
+static const uint8_t *mega2_tiles(cu_backend *c, const uint8_t *k0, const uint8_t *k1, int ps, int64_t D, int64_t F) {
+    for (const auto &t : c->mg_tiles)
+        if (t.k0 == k0 && t.k1 == k1 && t.ps == ps) return t.tiles;
+    const uint64_t bytes = k1 ? (uint64_t)(F / 8) * cu_mega2_task_bytes((int)(D / QK_K)) : (uint64_t)D * cu_weight_row_stride(GGML_TYPE_Q4_K, F);
+    void *p = NULL;
+    if (dev_alloc(c, bytes, &p)) { vllmc_clear_error(); return NULL; }
+    const bool ok = k1 ? cu_mega2_pack_gu(k0, k1, D, F, (uint8_t *)p, c->stream) : cu_mega2_pack_dn(k0, D, F, ps, (uint8_t *)p, c->stream);
+    if (!ok) { (void)gpuGetLastError(); dev_free(c, p); return NULL; }
+    c->mg_tiles.push_back({k0, k1, ps, (uint8_t *)p});
+    return (const uint8_t *)p;
+}
+
+static void mega2_ffn(cu_backend *c) {
+    if (!c->mega2_ps || c->rec_offs.size() < 4) return;
+    const size_t nr = c->rec_offs.size();
+    std::vector<char> drop(nr, 0);
+    std::vector<std::pair<size_t, rec_mega2>> put;
+    const uint32_t q8k = BK_ACT_BIT(BK_ACT_Q8_K);
+    for (size_t i = 0; i + 3 < nr; i++) {
+        uint32_t o0, o1, o2, o3;
+        const rec_nq *q1 = (const rec_nq *)rec_at(c, i, &o0);
+        const rec_matmul *gu = (const rec_matmul *)rec_at(c, i + 1, &o1);
+        const rec_nq *q2 = (const rec_nq *)rec_at(c, i + 2, &o2);
+        const rec_matmul *dn = (const rec_matmul *)rec_at(c, i + 3, &o3);
+        if (o0 != CU_OP_NQ || o1 != CU_OP_MATMUL || o2 != CU_OP_NQ || o3 != CU_OP_MATMUL) continue;
+        const int64_t D = q1->out.n, F = q2->out.n;
+        if (q1->mode != CU_NQ_RMSNORM || q1->n_rows != 1 || !(q1->fmts & q8k) || !q1->w || D != 2560 || q2->mode != CU_NQ_SWIGLU ||
+            q2->n_rows != 1 || !(q2->fmts & q8k) || F % 1024 || F / QK_K > 64 || (F / QK_K) % c->mega2_ps)
+            continue;
+        const struct cu_mm_args &A = gu->a, &B = dn->a;
+        auto plain = [](const struct cu_mm_args &m) { return m.n_act == 1 && !m.nq.on && !m.conv.on && !m.row_order; };
+        if (!plain(A) || !plain(B) || A.n_seg != 2 || B.n_seg != 1 || A.a.k_qs != q1->out.k_qs || B.a.k_qs != q2->out.k_qs) continue;
+        int gi = -1;
+        for (int k = 0; k < 2; k++)
+            if (A.seg[k].y == q2->in0 && A.seg[1 - k].y == q2->in1) gi = k;
+        if (gi < 0 || q2->in0 == q2->in1) continue;
+        const struct cu_mm_seg &sg = A.seg[gi], &su = A.seg[1 - gi], &sd = B.seg[0];
+        const uint64_t s_gu = cu_weight_row_stride(GGML_TYPE_Q4_K, D), s_dn = cu_weight_row_stride(GGML_TYPE_Q4_K, F);
+        bool ok = true;
+        for (const struct cu_mm_seg *t : {&sg, &su})
+            ok &= t->type == GGML_TYPE_Q4_K && t->n_rows == F && t->stride == s_gu && !t->bias && !t->res;
+        ok &= sd.type == GGML_TYPE_Q4_K && sd.n_rows == D && sd.stride == s_dn && !sd.bias && sd.res == q1->in0 && sd.ld_y == D &&
+              sd.y != q1->in0;
+        if (!ok || !act_unread(c, i + 4, q1->out, q1->fmts) || !act_unread(c, i + 4, q2->out, q2->fmts) ||
+            !out_unread(c, i + 4, sg.y, F) || !out_unread(c, i + 4, su.y, F) || !out_unread(c, i + 4, sd.y, D))
+            continue;
+        /* scratch for the largest F so far (grown before any launch of this step is recorded into a graph) */
+        if (F > c->mg_F) {
+            (void)gpuStreamSynchronize(c->stream);
+            if (c->mg_F) graphs_clear(c); /* (captured steps hold the old buffers) */
+            dev_free(c, c->mg_h); dev_free(c, c->mg_pd);
+            c->mg_h = c->mg_pd = NULL;
+            c->mg_F = 0;
+            if (dev_alloc(c, (size_t)F * 4, (void **)&c->mg_h) || dev_alloc(c, (size_t)(F / 1024) * D * 4, (void **)&c->mg_pd)) {
+                vllmc_clear_error();
+                dev_free(c, c->mg_h);
+                c->mg_h = NULL;
+                c->mega2_ps = 0;
+                return;
+            }
+            c->mg_F = F;
+        }
+        if (!c->mg_xs && (dev_alloc(c, (size_t)c->n_sms * D * 4, (void **)&c->mg_xs) ||
+                          dev_alloc(c, (2 + (size_t)D / 16) * 4, (void **)&c->mg_cnt))) {
+            vllmc_clear_error();
+            c->mega2_ps = 0;
+            return;
+        }
+        const uint8_t *tg = mega2_tiles(c, sg.w, su.w, 0, D, F), *td = tg ? mega2_tiles(c, sd.w, NULL, c->mega2_ps, D, F) : NULL;
+        if (!tg || !td) continue;
+        rec_mega2 r;
+        memset(&r, 0, sizeof(r));
+        struct cu_mega2_args &a = r.a;
+        a.gu1 = tg; a.dn1 = td; a.nw1 = q1->w;
+        a.x = (float *)q1->in0; a.h = c->mg_h; a.pd = c->mg_pd; a.xs = c->mg_xs; a.cnt = c->mg_cnt; a.gcnt = c->mg_cnt + 2;
+        a.D = D; a.F = F; a.eps = q1->eps; a.l0 = 0; a.n_layers = 1; a.ps = c->mega2_ps; a.flags = 8;
+        a.slot = (uint32_t)((VLLMC_MAX(cu_mega2_task_bytes((int)(D / QK_K)), cu_mega2_task_bytes(a.ps)) + 127) & ~(uint64_t)127);
+        for (a.ns = 2, a.nc = 16; a.ns < 64; a.ns++) /* as many slots as fit in 225 KB, a multiple of the consumer warps */
+            if (cu_mega2_smem(&a) > 225 * 1024) { a.ns--; break; }
+        a.nc = VLLMC_MIN(a.nc, a.ns);
+        a.ns -= a.ns % a.nc;
+        r.ctas = c->n_sms;
+        r.wbytes = (double)F * 2 * s_gu + (double)D * s_dn;
+        if (!cu_mega2_launch(&a, r.ctas, c->stream, false)) { (void)gpuGetLastError(); continue; }
+        put.push_back({i, r});
+        drop[i + 1] = drop[i + 2] = drop[i + 3] = 1;
+        i += 3;
+    }
+    if (put.empty()) return;
+    std::vector<uint8_t> rec;
+    std::vector<size_t> offs;
+    rec.reserve(c->rec.size());
+    size_t pi = 0;
+    for (size_t i = 0; i < nr; i++) {
+        if (drop[i]) continue;
+        offs.push_back(rec.size());
+        if (pi < put.size() && put[pi].first == i) {
+            const size_t padded = (sizeof(rec_mega2) + 7) & ~(size_t)7;
+            const uint32_t hdr[2] = {(uint32_t)CU_OP_MEGA2, (uint32_t)padded};
+            const size_t off = rec.size();
+            rec.resize(off + 8 + padded, 0);
+            memcpy(&rec[off], hdr, 8);
+            memcpy(&rec[off + 8], &put[pi].second, sizeof(rec_mega2));
+            pi++;
+            continue;
+        }
+        const size_t beg = c->rec_offs[i], end = i + 1 < nr ? c->rec_offs[i + 1] : c->rec.size();
+        rec.insert(rec.end(), c->rec.begin() + (std::ptrdiff_t)beg, c->rec.begin() + (std::ptrdiff_t)end);
+    }
+    c->rec.swap(rec);
+    c->rec_offs.swap(offs);
+    c->stats.mega2_ffn += put.size();
+}
+
 /* End of a recorded step: replay the cached graph of an equal step, else capture one. */
 static vllmc_status finish_step(cu_backend *c) {
     c->recording = false;
+    mega2_ffn(c);
     gpuError_t e;
     for (cu_graph &g : c->graphs)
         if (g.rec.size() == c->rec.size() && !memcmp(g.rec.data(), c->rec.data(), c->rec.size())) {
@@ -1586,6 +1781,8 @@ static void cu_destroy(struct backend *be) {
     dev_free(c, c->a16);
     dev_free(c, c->w16);
     dev_free(c, c->gdn_work);
+    for (const auto &t : c->mg_tiles) dev_free(c, t.tiles);
+    dev_free(c, c->mg_h); dev_free(c, c->mg_pd); dev_free(c, c->mg_xs); dev_free(c, c->mg_cnt);
     if (c->nq_cnt) (void)gpuFree(c->nq_cnt);
     if (c->gemm) gpu_gemm_destroy(c->gemm);
     if (c->ev0) (void)gpuEventDestroy(c->ev0);
@@ -1650,6 +1847,16 @@ extern "C" vllmc_status backend_cuda_create(const struct backend_cuda_opts *o, s
     if (c->eager && (env = getenv("VLLMC_CUDA_HASH_LOG")) && *env) {
         if ((c->hash_log = fopen(env, "a"))) fprintf(c->hash_log, "== backend\n");
         else LOG_WARN("VLLMC_CUDA_HASH_LOG: cannot open %s for appending: no op hashes", env);
+    }
+    /* the tiled persistent FFN chain in recorded batch-1 steps: super-blocks a down task (4, 12 or 36); off until measured */
+    if ((env = getenv("VLLMC_CUDA_MEGA2"))) {
+        const int ps = atoi(env);
+        c->mega2_ps = ps == 4 || ps == 12 || ps == 36 ? ps : 0;
+        int dev = 0;
+        if (c->mega2_ps && (gpuGetDevice(&dev) != gpuSuccess || gpuDeviceGetSMCount(&c->n_sms, dev) != gpuSuccess || c->n_sms < 1)) {
+            (void)gpuGetLastError();
+            c->mega2_ps = 0;
+        }
     }
     env = getenv("VLLMC_CUDA_FUSE_NQ"); /* BACKEND_CUDA_FUSE_* mask; off until measured */
     c->fuse_nq = env ? (unsigned)strtoul(env, NULL, 0) & BACKEND_CUDA_FUSE_ALL : 0;

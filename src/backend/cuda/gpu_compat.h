@@ -47,6 +47,7 @@ typedef hipGraphExec_t gpuGraphExec_t;
 #define gpuMemGetInfo hipMemGetInfo
 #define gpuMemset hipMemset
 #define gpuErrorMemoryAllocation hipErrorOutOfMemory
+#define gpuErrorInvalidValue hipErrorInvalidValue
 #define gpuHostAlloc(p, n) hipHostMalloc((p), (n), 0)
 #define gpuFreeHost hipHostFree
 #define gpuStreamCaptureModeThreadLocal hipStreamCaptureModeThreadLocal
@@ -110,6 +111,7 @@ typedef cudaGraphExec_t gpuGraphExec_t;
 #define gpuMemGetInfo cudaMemGetInfo
 #define gpuMemset cudaMemset
 #define gpuErrorMemoryAllocation cudaErrorMemoryAllocation
+#define gpuErrorInvalidValue cudaErrorInvalidValue
 #define gpuHostAlloc(p, n) cudaHostAlloc((p), (n), cudaHostAllocDefault)
 #define gpuFreeHost cudaFreeHost
 #define gpuStreamCaptureModeThreadLocal cudaStreamCaptureModeThreadLocal
