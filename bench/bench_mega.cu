@@ -36,6 +36,20 @@ static std::vector<uint8_t> q4k_rows(int64_t n_cols, int64_t n_rows) {
     return packed;
 }
 
+/* random Q6_K rows (int8 scales of up to 64, small d), repacked for the device */
+static std::vector<uint8_t> q6k_rows(int64_t n_cols, int64_t n_rows) {
+    const uint64_t rs = quant_row_size(GGML_TYPE_Q6_K, n_cols), stride = cu_weight_row_stride(GGML_TYPE_Q6_K, n_cols);
+    std::vector<uint8_t> w(rs * n_rows), packed(stride * n_rows);
+    for (auto &b : w) b = (uint8_t)rnd();
+    for (size_t b = 0; b < w.size() / sizeof(block_q6_K); b++) {
+        block_q6_K *blk = (block_q6_K *)(w.data() + b * sizeof(block_q6_K));
+        for (auto &sc : blk->scales) sc = (int8_t)((int)(rnd() % 128) - 64);
+        blk->d = fp32_to_fp16(5e-4f * (0.5f + rndf()));
+    }
+    cu_repack_rows(GGML_TYPE_Q6_K, w.data(), n_cols, n_rows, packed.data());
+    return packed;
+}
+
 static double median(std::vector<float> t) { std::sort(t.begin(), t.end()); return t[t.size() / 2]; }
 
 int main(int argc, char **argv) {
@@ -49,7 +63,7 @@ int main(int argc, char **argv) {
            bytes / 1e6, bytes / 1e6 / L);
     gpuStream_t st;
     CK(gpuStreamCreate(&st));
-    std::vector<uint8_t *> gu(L), dn(L);
+    std::vector<uint8_t *> gu(L), dn(L), dn6(L), dn6t(L); /* dn6: Q6_K down rows, dn6t: their tiles (ps 4, device packer) */
     std::vector<float *> nw(L);
     /* cu_mega2's task tiles of the same weights: gate / up tasks of 8 + 8 rows, down tasks of 16 rows x ps super-blocks */
     const int ps_list[3] = {4, 12, 36};
@@ -84,6 +98,24 @@ int main(int argc, char **argv) {
         CK(gpuMalloc((void **)&gu[l], a.size())); CK(gpuMemcpy(gu[l], a.data(), a.size(), gpuMemcpyHostToDevice));
         CK(gpuMalloc((void **)&dn[l], b.size())); CK(gpuMemcpy(dn[l], b.data(), b.size(), gpuMemcpyHostToDevice));
         CK(gpuMalloc((void **)&nw[l], 4 * D)); CK(gpuMemcpy(nw[l], w.data(), 4 * D, gpuMemcpyHostToDevice));
+        std::vector<uint8_t> b6 = q6k_rows(F, D);
+        CK(gpuMalloc((void **)&dn6[l], b6.size())); CK(gpuMemcpy(dn6[l], b6.data(), b6.size(), gpuMemcpyHostToDevice));
+        const uint64_t t6 = (uint64_t)(D / 16) * (F / 256 / 4) * cu_mega2_dn_task_bytes(4, true);
+        CK(gpuMalloc((void **)&dn6t[l], t6));
+        if (!cu_mega2_pack_dn(dn6[l], GGML_TYPE_Q6_K, D, F, 4, dn6t[l], st)) { fprintf(stderr, "Q6_K down tiles: not packed\n"); exit(1); }
+        if (l == 0) { /* the device packer against the host's: layer 0's gate / up and Q4_K down (ps 4) tiles */
+            const uint64_t bg = (uint64_t)(F / 8) * cu_mega2_task_bytes((int)(D / 256)), bd = (uint64_t)(D / 16) * (F / 256 / 4) * cu_mega2_task_bytes(4);
+            uint8_t *tg, *td;
+            CK(gpuMalloc((void **)&tg, bg)); CK(gpuMalloc((void **)&td, bd));
+            const bool ok = cu_mega2_pack_gu(gu[l], gu[l] + (size_t)F * s_gu, D, F, tg, st) && cu_mega2_pack_dn(dn[l], GGML_TYPE_Q4_K, D, F, 4, td, st);
+            CK(gpuStreamSynchronize(st));
+            std::vector<uint8_t> hg(bg), hd(bd), wg(bg), wd(bd);
+            CK(gpuMemcpy(hg.data(), tg, bg, gpuMemcpyDeviceToHost)); CK(gpuMemcpy(hd.data(), td, bd, gpuMemcpyDeviceToHost));
+            CK(gpuMemcpy(wg.data(), gu2[l], bg, gpuMemcpyDeviceToHost)); CK(gpuMemcpy(wd.data(), dn2[0][l], bd, gpuMemcpyDeviceToHost));
+            printf("device packer against the host packer (layer 0): %s\n",
+                   !ok ? "NOT LAUNCHED" : hg == wg && hd == wd ? "same bytes" : "BYTES DIFFER");
+            CK(gpuFree(tg)); CK(gpuFree(td));
+        }
     }
     std::vector<float> x0(D);
     for (auto &v : x0) v = 2.f * rndf() - 1.f;
@@ -279,6 +311,79 @@ int main(int argc, char **argv) {
                  per_layer ? ", a launch a layer" : "", a.flags & 1 ? ", no dots" : "", a.flags & 2 ? ", no waits" : "",
                  a.flags & 4 ? ", no prologues" : "");
         report(name, a.flags ? NULL : &ref, run2);
+    }
+    /* Q6_K down rows (about half the layers of a Q4_K_M file): the launch chain with them, then the tiles (ps 4, the down
+     * tiles from the device packer) against it */
+    {
+        std::vector<cu_mm_args> mdn6(mdn);
+        for (int l = 0; l < L; l++) {
+            mdn6[l].seg[0].w = dn6[l]; mdn6[l].seg[0].type = GGML_TYPE_Q6_K; mdn6[l].seg[0].stride = cu_weight_row_stride(GGML_TYPE_Q6_K, F);
+        }
+        gpuGraph_t g6;
+        gpuGraphExec_t ge6;
+        CK(gpuStreamBeginCapture(st, gpuStreamCaptureModeThreadLocal));
+        for (int l = 0; l < L; l++) {
+            cu_launch_norm_quant(CU_NQ_RMSNORM, x, NULL, 0, nw[l], eps, 0, 1, a1, BK_ACT_BIT(BK_ACT_Q8_K), st);
+            cu_launch_matmul(&mgu[l], st);
+            cu_launch_norm_quant(CU_NQ_SWIGLU, g, g + F, F, NULL, eps, 0, 1, a2, BK_ACT_BIT(BK_ACT_Q8_K), st);
+            cu_launch_matmul(&mdn6[l], st);
+        }
+        CK(gpuStreamEndCapture(st, &g6));
+        CK(gpuGraphInstantiate(&ge6, g6));
+        auto run6 = [&](bool *ok) {
+            CK(gpuMemcpyAsync(x, x_init, 4 * D, gpuMemcpyDeviceToDevice, st));
+            CK(gpuEventRecord(e0, st));
+            CK(gpuGraphLaunch(ge6, st));
+            CK(gpuEventRecord(e1, st)); CK(gpuEventSynchronize(e1));
+            float ms; CK(gpuEventElapsedTime(&ms, e0, e1));
+            *ok = true;
+            return ms * 1000.f;
+        };
+        bool ok6 = false;
+        run6(&ok6);
+        std::vector<float> ref6(D);
+        CK(gpuMemcpy(ref6.data(), x, 4 * D, gpuMemcpyDeviceToHost));
+        report("Q6_K down: launch chain (graph, PDL)", NULL, run6);
+        const uint8_t **ddn6;
+        CK(gpuMalloc((void **)&ddn6, sizeof(void *) * L));
+        CK(gpuMemcpy(ddn6, dn6t.data(), sizeof(void *) * L, gpuMemcpyHostToDevice));
+        cu_mega2_args a;
+        memset(&a, 0, sizeof(a));
+        a.gu = dgu2; a.dn = ddn6; a.nw = dnw; a.x = x; a.h = h; a.pd = pd; a.xs = xs; a.cnt = cnt; a.gcnt = gcnt;
+        a.D = D; a.F = F; a.eps = eps; a.l0 = 0; a.n_layers = L; a.ps = 4; a.nc = 16; a.dn_q6 = 1;
+        a.slot = (uint32_t)((std::max(cu_mega2_task_bytes((int)(D / 256)), cu_mega2_dn_task_bytes(4, true)) + 127) & ~(uint64_t)127);
+        a.ns = 2;
+        while (a.ns < 64) {
+            a.ns++;
+            if (cu_mega2_smem(&a) > 225 * 1024) { a.ns--; break; }
+        }
+        a.nc = std::min(a.nc, a.ns);
+        a.ns -= a.ns % a.nc;
+        for (int per_layer = 0; per_layer < 2; per_layer++) {
+            auto runt = [&](bool *ok) {
+                CK(gpuMemcpyAsync(x, x_init, 4 * D, gpuMemcpyDeviceToDevice, st));
+                CK(gpuMemsetAsync(cnt, 0, 8 * L, st));
+                CK(gpuMemsetAsync(gcnt, 0, 4 * L * (D / 16), st));
+                CK(gpuEventRecord(e0, st));
+                *ok = true;
+                if (per_layer) {
+                    for (int l = 0; l < L && *ok; l++) {
+                        cu_mega2_args b = a;
+                        b.l0 = l; b.n_layers = 1;
+                        *ok = cu_mega2(&b, sms, st);
+                    }
+                } else {
+                    *ok = cu_mega2(&a, sms, st);
+                }
+                CK(gpuEventRecord(e1, st)); CK(gpuEventSynchronize(e1));
+                float ms; CK(gpuEventElapsedTime(&ms, e0, e1));
+                return ms * 1000.f;
+            };
+            char name[112];
+            snprintf(name, sizeof(name), "Q6_K down: tiles, ps 4, %d consumer warps, %d slots of %u B%s", a.nc, a.ns, a.slot,
+                     per_layer ? ", a launch a layer" : "");
+            report(name, &ref6, runt);
+        }
     }
     /* The form an integration into the decode would take: a launch a layer, between the launches of the rest of the
      * step. Per layer one more mat-vec first (an ssm_out-shaped 4,096 -> 2,560 Q4_K matrix adding into x, from a fixed

@@ -259,7 +259,7 @@ if has mega; then # the persistent dataflow FFN chain against the launch chain (
     [ $rc = 0 ] && { timeout 240 "$BIN/bench_mega" ${MEGA_ARGS:-7 32} >"$OUT/bench_mega.txt" 2>&1; rc=$?; }
     cat "$OUT/bench_mega.txt" "$OUT/bench_mega2.txt"
     note "mega rc=$rc: $(grep -m1 '^launch chain' "$OUT/bench_mega.txt" | cut -c1-100)"
-    while read -r line; do note "  ${line:0:170}"; done < <(grep '^persistent\|^tiles\|^with' "$OUT/bench_mega.txt")
+    while read -r line; do note "  ${line:0:170}"; done < <(grep '^persistent\|^tiles\|^with\|^Q6_K\|^device packer' "$OUT/bench_mega.txt")
     if [ "${MEGA_SAN:-0}" = 1 ] && command -v compute-sanitizer >/dev/null; then
         timeout 200 compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN/bench_mega" 1 2 >"$OUT/mega_san.txt" 2>&1; rc=$?
         note "mega under memcheck rc=$rc: $(grep -m1 'ERROR SUMMARY' "$OUT/mega_san.txt")"

@@ -29,32 +29,43 @@ static void tile_view(const uint8_t *blk, int hi, int lane, uint8_t q[32], uint8
     memcpy(sw, blk + mg2_sw_off(g + 8 * hi, c), 4);
 }
 
-/* the device packer's loop (mega2_pack_kernel), on the host: gate / up (dn NULL) or down tiles of a layer */
-static void pack_like_device(const uint8_t *gate, const uint8_t *up, const uint8_t *dn, uint64_t stride, int n_sb, int ps, int64_t n_tasks,
-                             uint8_t *dst) {
-    const int nsb_task = dn ? ps : n_sb, nparts = dn ? n_sb / ps : 1;
+static uint64_t stride_q6k(int n_sb) { return 208 * (uint64_t)n_sb + ((2 * (uint64_t)n_sb + 15) & ~15ull); }
+
+/* What lane (g, c) loads from repacked Q6_K row `row` for super-block sb, as q6_load forms it ((h, k) = (c / 2, c % 2)):
+ * 32 ql bytes, 32 qh bytes, the scale bytes 8h + 2k, + 1 and 8h + 2k + 4, + 5, and d. */
+static void q6_view(const uint8_t *row, int n_sb, int sb, int c, uint8_t v[70]) {
+    const int h = c >> 1, k = c & 1;
+    memcpy(v, row + 128 * (size_t)sb + 64 * h + 32 * k, 32);
+    memcpy(v + 32, row + 128 * (size_t)n_sb + 64 * (size_t)sb + 32 * h, 32);
+    memcpy(v + 64, row + 192 * (size_t)n_sb + 16 * (size_t)sb + 8 * h + 2 * k, 2);
+    memcpy(v + 66, row + 192 * (size_t)n_sb + 16 * (size_t)sb + 8 * h + 2 * k + 4, 2);
+    memcpy(v + 68, row + 208 * (size_t)n_sb + 2 * (size_t)sb, 2);
+}
+/* The same lane's loads from a packed Q6_K super-block (mg2_terms6): row g (hi 0) or g + 8 (hi 1). */
+static void q6_tile_view(const uint8_t *blk, int hi, int lane, uint8_t v[70]) {
+    const int g = lane >> 2, c = lane & 3, h = c >> 1, k = c & 1, r = g + 8 * hi;
+    memcpy(v, blk + mg2_q6_ql_off(hi, 0, lane), 16);
+    memcpy(v + 16, blk + mg2_q6_ql_off(hi, 1, lane), 16);
+    memcpy(v + 32, blk + mg2_q6_qh_off(hi, g, h), 32);
+    memcpy(v + 64, blk + mg2_q6_sc_off(r) + 8 * h + 2 * k, 2);
+    memcpy(v + 66, blk + mg2_q6_sc_off(r) + 8 * h + 2 * k + 4, 2);
+    memcpy(v + 68, blk + mg2_q6_d_off(r), 2);
+}
+
+/* the device packer (mega2_pack_kernel) on the host: its grid (task, super-block of the task, piece) over mg2_task_piece */
+static void pack_like_device(const uint8_t *gate, const uint8_t *up, const uint8_t *dn, int q6, uint64_t stride, int n_sb, int ps,
+                             int64_t n_tasks, uint8_t *dst) {
+    const int nsb_task = dn ? ps : n_sb;
     for (int64_t t = 0; t < n_tasks; t++)
         for (int s = 0; s < nsb_task; s++)
-            for (int k = 0; k < MG2_PIECES; k++) {
-                const int sb = dn ? (int)(t % nparts) * ps + s : s;
-                int row, u = 0;
-                uint64_t src, src2;
-                uint32_t d;
-                mg2_piece(k, sb, n_sb, &row, &src, &src2, &d);
-                const uint8_t *rp;
-                if (dn) {
-                    rp = dn + (uint64_t)mg2_dn_row(t, nparts, row) * stride;
-                } else {
-                    const int64_t r = mg2_gu_row(t, row, &u);
-                    rp = (u ? up : gate) + (uint64_t)r * stride;
-                }
-                uint8_t *o = dst + ((uint64_t)t * nsb_task + s) * MG2_SB_BYTES + d;
-                if (k < 128) {
-                    memcpy(o, rp + src, 16);
-                } else {
-                    memcpy(o, rp + src, 12);
-                    memcpy(o + 12, rp + src2, 4);
-                }
+            for (int k = 0; k < 256; k++) { /* (the packer's CTAs are wider than the pieces) */
+                int which, len, len2;
+                int64_t r;
+                uint64_t src, src2, d;
+                if (!mg2_task_piece(dn != NULL, q6, t, s, k, n_sb, ps, &which, &r, &src, &len, &src2, &len2, &d)) continue;
+                const uint8_t *rp = (which == 2 ? dn : which ? up : gate) + (uint64_t)r * stride;
+                memcpy(dst + d, rp + src, (size_t)len);
+                if (len2) memcpy(dst + d + len, rp + src2, (size_t)len2);
             }
 }
 
@@ -97,6 +108,38 @@ int main(void) {
         free(rows);
         free(tile);
     }
+    /* Q6_K tiles: every lane's view of rows g and g + 8, every byte written, a run of super-blocks */
+    for (int ti = 0; ti < 3; ti++) {
+        const int n_sb = nsbs[ti];
+        const uint64_t st = stride_q6k(n_sb);
+        const size_t tb = (size_t)n_sb * MG2_Q6_SB_BYTES;
+        uint8_t *rows = malloc(16 * st), *tile = malloc(tb), *again = malloc(tb);
+        fill(rows, 16 * st);
+        fill(tile, tb);
+        memset(again, 0x5A, tb);
+        const uint8_t *rp[16];
+        for (int i = 0; i < 16; i++) rp[i] = rows + i * st;
+        mg2_q6_pack_host(rp, n_sb, 0, n_sb, tile);
+        mg2_q6_pack_host(rp, n_sb, 0, n_sb, again);
+        int bad = 0;
+        for (int sb = 0; sb < n_sb; sb++)
+            for (int lane = 0; lane < 32; lane++)
+                for (int hi = 0; hi < 2; hi++) {
+                    uint8_t a[70], b[70];
+                    q6_view(rp[(lane >> 2) + 8 * hi], n_sb, sb, lane & 3, a);
+                    q6_tile_view(tile + (size_t)sb * MG2_Q6_SB_BYTES, hi, lane, b);
+                    bad += memcmp(a, b, 70) != 0;
+                }
+        CHECK_MSG(bad == 0, "Q6_K, %d super-blocks: %d lane views differ between the tile and the rows", n_sb, bad);
+        CHECK_MSG(memcmp(again, tile, tb) == 0, "Q6_K, %d super-blocks: bytes of the tile left unwritten", n_sb);
+        if (n_sb >= 12) {
+            uint8_t *part = malloc(4 * MG2_Q6_SB_BYTES);
+            mg2_q6_pack_host(rp, n_sb, 8, 4, part);
+            CHECK(memcmp(part, tile + 8 * (size_t)MG2_Q6_SB_BYTES, 4 * MG2_Q6_SB_BYTES) == 0);
+            free(part);
+        }
+        free(rows); free(tile); free(again);
+    }
     /* a layer's tiles: the device packer's mapping against the host packer on the rows the kernel's tasks name (gate /
      * up task j: gate rows 8j .. 8j + 7, then up rows; down task t of nparts a row group: rows 16 (t / nparts) ..,
      * super-blocks (t % nparts) ps ..) */
@@ -108,7 +151,7 @@ int main(void) {
         fill(gate, F * s1); fill(up, F * s1); fill(dn, D * s2);
         const size_t gu_bytes = (size_t)(F / 8) * nb1 * MG2_SB_BYTES;
         uint8_t *a = malloc(gu_bytes), *b = malloc(gu_bytes);
-        pack_like_device(gate, up, NULL, s1, nb1, nb1, F / 8, a);
+        pack_like_device(gate, up, NULL, 0, s1, nb1, nb1, F / 8, a);
         for (int64_t j = 0; j < F / 8; j++) {
             const uint8_t *rp[16];
             for (int i = 0; i < 8; i++) { rp[i] = gate + (8 * j + i) * s1; rp[8 + i] = up + (8 * j + i) * s1; }
@@ -121,7 +164,7 @@ int main(void) {
             const int ps = pss[pi], np = nb2 / ps;
             const size_t dn_bytes = (size_t)(D / 16) * np * ps * MG2_SB_BYTES;
             a = malloc(dn_bytes); b = malloc(dn_bytes);
-            pack_like_device(NULL, NULL, dn, s2, nb2, ps, (D / 16) * np, a);
+            pack_like_device(NULL, NULL, dn, 0, s2, nb2, ps, (D / 16) * np, a);
             for (int64_t r = 0; r < D / 16; r++)
                 for (int q = 0; q < np; q++) {
                     const uint8_t *rp[16];
@@ -130,6 +173,21 @@ int main(void) {
                 }
             CHECK_MSG(memcmp(a, b, dn_bytes) == 0, "down tiles (ps %d): the device packer's mapping differs from the host's", ps);
             free(a); free(b);
+            /* Q6_K down rows */
+            const uint64_t s6 = stride_q6k(nb2);
+            uint8_t *dn6 = malloc(D * s6);
+            fill(dn6, D * s6);
+            const size_t d6_bytes = (size_t)(D / 16) * np * ps * MG2_Q6_SB_BYTES;
+            a = malloc(d6_bytes); b = malloc(d6_bytes);
+            pack_like_device(NULL, NULL, dn6, 1, s6, nb2, ps, (D / 16) * np, a);
+            for (int64_t r = 0; r < D / 16; r++)
+                for (int q = 0; q < np; q++) {
+                    const uint8_t *rp[16];
+                    for (int i = 0; i < 16; i++) rp[i] = dn6 + (16 * r + i) * s6;
+                    mg2_q6_pack_host(rp, nb2, q * ps, ps, b + (size_t)(r * np + q) * ps * MG2_Q6_SB_BYTES);
+                }
+            CHECK_MSG(memcmp(a, b, d6_bytes) == 0, "Q6_K down tiles (ps %d): the device packer's mapping differs from the host's", ps);
+            free(a); free(b); free(dn6);
         }
         free(gate); free(up); free(dn);
     }

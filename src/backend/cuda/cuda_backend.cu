@@ -421,14 +421,16 @@ static bool out_unread(cu_backend *c, size_t from, const float *y, int64_t n) {
     return !recs_touch(c, from, end, y, (uint64_t)n * 4);
 }
 
-/* The tiles of (k0, k1) (gate, up; or down, NULL with ps), packed now when first asked for. NULL: no memory. */
-static const uint8_t *mega2_tiles(cu_backend *c, const uint8_t *k0, const uint8_t *k1, int ps, int64_t D, int64_t F) {
+/* The tiles of (k0, k1) (gate, up; or down rows of `type`, NULL, with ps), packed now when first asked for. NULL: no
+ * memory. */
+static const uint8_t *mega2_tiles(cu_backend *c, const uint8_t *k0, const uint8_t *k1, uint32_t type, int ps, int64_t D, int64_t F) {
     for (const auto &t : c->mg_tiles)
         if (t.k0 == k0 && t.k1 == k1 && t.ps == ps) return t.tiles;
-    const uint64_t bytes = k1 ? (uint64_t)(F / 8) * cu_mega2_task_bytes((int)(D / QK_K)) : (uint64_t)D * cu_weight_row_stride(GGML_TYPE_Q4_K, F);
+    const uint64_t bytes = k1 ? (uint64_t)(F / 8) * cu_mega2_task_bytes((int)(D / QK_K))
+                              : (uint64_t)(D / 16) * (uint64_t)(F / QK_K / ps) * cu_mega2_dn_task_bytes(ps, type == GGML_TYPE_Q6_K);
     void *p = NULL;
     if (dev_alloc(c, bytes, &p)) { vllmc_clear_error(); return NULL; }
-    const bool ok = k1 ? cu_mega2_pack_gu(k0, k1, D, F, (uint8_t *)p, c->stream) : cu_mega2_pack_dn(k0, D, F, ps, (uint8_t *)p, c->stream);
+    const bool ok = k1 ? cu_mega2_pack_gu(k0, k1, D, F, (uint8_t *)p, c->stream) : cu_mega2_pack_dn(k0, type, D, F, ps, (uint8_t *)p, c->stream);
     if (!ok) { (void)gpuGetLastError(); dev_free(c, p); return NULL; }
     c->mg_tiles.push_back({k0, k1, ps, (uint8_t *)p});
     return (const uint8_t *)p;
@@ -459,11 +461,11 @@ static void mega2_ffn(cu_backend *c) {
             if (A.seg[k].y == q2->in0 && A.seg[1 - k].y == q2->in1) gi = k;
         if (gi < 0 || q2->in0 == q2->in1) continue;
         const struct cu_mm_seg &sg = A.seg[gi], &su = A.seg[1 - gi], &sd = B.seg[0];
-        const uint64_t s_gu = cu_weight_row_stride(GGML_TYPE_Q4_K, D), s_dn = cu_weight_row_stride(GGML_TYPE_Q4_K, F);
+        const uint64_t s_gu = cu_weight_row_stride(GGML_TYPE_Q4_K, D), s_dn = cu_weight_row_stride(sd.type, F);
         bool ok = true;
         for (const struct cu_mm_seg *t : {&sg, &su})
             ok &= t->type == GGML_TYPE_Q4_K && t->n_rows == F && t->stride == s_gu && !t->bias && !t->res;
-        ok &= sd.type == GGML_TYPE_Q4_K && sd.n_rows == D && sd.stride == s_dn && !sd.bias && sd.res == q1->in0 && sd.ld_y == D &&
+        ok &= (sd.type == GGML_TYPE_Q4_K || sd.type == GGML_TYPE_Q6_K) && s_dn && sd.n_rows == D && sd.stride == s_dn && !sd.bias && sd.res == q1->in0 && sd.ld_y == D &&
               sd.y != q1->in0;
         if (!ok || !act_unread(c, i + 4, q1->out, q1->fmts) || !act_unread(c, i + 4, q2->out, q2->fmts) ||
             !out_unread(c, i + 4, sg.y, F) || !out_unread(c, i + 4, su.y, F) || !out_unread(c, i + 4, sd.y, D))
@@ -490,7 +492,8 @@ static void mega2_ffn(cu_backend *c) {
             c->mega2_ps = 0;
             return;
         }
-        const uint8_t *tg = mega2_tiles(c, sg.w, su.w, 0, D, F), *td = tg ? mega2_tiles(c, sd.w, NULL, c->mega2_ps, D, F) : NULL;
+        const uint8_t *tg = mega2_tiles(c, sg.w, su.w, GGML_TYPE_Q4_K, 0, D, F);
+        const uint8_t *td = tg ? mega2_tiles(c, sd.w, NULL, (uint32_t)sd.type, c->mega2_ps, D, F) : NULL;
         if (!tg || !td) continue;
         rec_mega2 r;
         memset(&r, 0, sizeof(r));
@@ -498,7 +501,8 @@ static void mega2_ffn(cu_backend *c) {
         a.gu1 = tg; a.dn1 = td; a.nw1 = q1->w;
         a.x = (float *)q1->in0; a.h = c->mg_h; a.pd = c->mg_pd; a.xs = c->mg_xs; a.cnt = c->mg_cnt; a.gcnt = c->mg_cnt + 2;
         a.D = D; a.F = F; a.eps = q1->eps; a.l0 = 0; a.n_layers = 1; a.ps = c->mega2_ps; a.flags = 8;
-        a.slot = (uint32_t)((VLLMC_MAX(cu_mega2_task_bytes((int)(D / QK_K)), cu_mega2_task_bytes(a.ps)) + 127) & ~(uint64_t)127);
+        a.dn_q6 = sd.type == GGML_TYPE_Q6_K;
+        a.slot = (uint32_t)((VLLMC_MAX(cu_mega2_task_bytes((int)(D / QK_K)), cu_mega2_dn_task_bytes(a.ps, a.dn_q6)) + 127) & ~(uint64_t)127);
         for (a.ns = 2, a.nc = 16; a.ns < 64; a.ns++) /* as many slots as fit in 225 KB, a multiple of the consumer warps */
             if (cu_mega2_smem(&a) > 225 * 1024) { a.ns--; break; }
         a.nc = VLLMC_MIN(a.nc, a.ns);

@@ -425,10 +425,12 @@ struct cu_mega2_args {
     int64_t D, F;
     float eps;
     int32_t l0, n_layers, ps, ns, nc;     /* ps: super-blocks a down task (4, 12 or 36); nc: consumer warps */
+    int32_t dn_q6, pad;                    /* the down rows are Q6_K (mega2_tile.h's Q6_K tiles), else Q4_K */
     uint32_t slot, flags;                  /* flags: 1 no dot products, 2 no dependency waits, 4 no prologues (timing
                                               ablations); 8 the launch zeroes its counters when done (the decode's) */
 };
 uint64_t cu_mega2_task_bytes(int n_sb);
+uint64_t cu_mega2_dn_task_bytes(int ps, bool q6); /* a down task's bytes (Q6_K or Q4_K rows) */
 /* 16 repacked Q4_K rows of n_sb super-blocks (rows[i], the MMA's row i), super-blocks s0 .. s0 + nsb - 1, into dst
  * (cu_mega2_task_bytes(nsb) bytes). Host memory. */
 void cu_mega2_pack(const uint8_t *const rows[16], int n_sb, int s0, int nsb, uint8_t *dst);
@@ -438,9 +440,9 @@ bool cu_mega2(const struct cu_mega2_args *a, int ctas, gpuStream_t s);
 bool cu_mega2_launch(const struct cu_mega2_args *a, int ctas, gpuStream_t s, bool launch);
 /* Device packers (mega2_tile.h's layout): a layer's gate / up tiles (F / 8 tasks of D / 256 super-blocks, gate and up
  * repacked Q4_K rows of D columns) and its down tiles (D / 16 x (F / 256 / ps) tasks of ps super-blocks, rows of F
- * columns). False (nothing launched) for shapes they do not take. */
+ * columns, Q4_K or Q6_K). False (nothing launched) for shapes or types they do not take. */
 bool cu_mega2_pack_gu(const uint8_t *gate, const uint8_t *up, int64_t D, int64_t F, uint8_t *dst, gpuStream_t s);
-bool cu_mega2_pack_dn(const uint8_t *dn, int64_t D, int64_t F, int ps, uint8_t *dst, gpuStream_t s);
+bool cu_mega2_pack_dn(const uint8_t *dn, uint32_t type, int64_t D, int64_t F, int ps, uint8_t *dst, gpuStream_t s);
 void cu_launch_moe_grp_matmul(const struct cu_moe_mm_args *mm, const int32_t *perm, const int32_t *grp, int32_t gmax,
                               gpuStream_t s);
 

@@ -3441,33 +3441,25 @@ bool cu_mega_ffn(const struct cu_mega_ffn_args *a, int ctas, gpuStream_t s) {
 /* ---- the persistent FFN chain, second form (cu_mega2_args in cuda_internal.h; bench/bench_mega.cu) ----
  * The task tiles' layout is mega2_tile.h's (host packer, device packer, the kernel's reads). */
 uint64_t cu_mega2_task_bytes(int n_sb) { return (uint64_t)MG2_SB_BYTES * (uint64_t)n_sb; }
+uint64_t cu_mega2_dn_task_bytes(int ps, bool q6) { return (uint64_t)(q6 ? MG2_Q6_SB_BYTES : MG2_SB_BYTES) * (uint64_t)ps; }
 void cu_mega2_pack(const uint8_t *const rows[16], int n_sb, int s0, int nsb, uint8_t *dst) { mg2_pack_host(rows, n_sb, s0, nsb, dst); }
 
 /* The device packer: CTA (task, super-block of the task), thread k its piece k. gate / up (dn == NULL): task j of all
- * n_sb super-blocks from rows of gate and up; down: task t of ps super-blocks from the rows of dn. */
-static __global__ void mega2_pack_kernel(const uint8_t *gate, const uint8_t *up, const uint8_t *dn, uint64_t stride, int n_sb, int ps,
-                                         uint8_t *dst) {
-    const int k = (int)threadIdx.x;
-    if (k >= MG2_PIECES) return;
-    const int64_t t = blockIdx.x;
-    const int s = (int)blockIdx.y; /* super-block of the task */
-    const int nparts = dn ? n_sb / ps : 1, sb = dn ? (int)(t % nparts) * ps + s : s;
-    int row;
-    uint64_t src, src2;
-    uint32_t d;
-    mg2_piece(k, sb, n_sb, &row, &src, &src2, &d);
-    const uint8_t *rp;
-    if (dn) {
-        rp = dn + (uint64_t)mg2_dn_row(t, nparts, row) * stride;
-    } else {
-        int u = 0;
-        const int64_t r = mg2_gu_row(t, row, &u);
-        rp = (u ? up : gate) + (uint64_t)r * stride;
-    }
-    uint8_t *o = dst + ((uint64_t)t * gridDim.y + s) * MG2_SB_BYTES + d;
-    if (k < 128) {
+ * n_sb super-blocks from Q4_K rows of gate and up; down: task t of ps super-blocks from the rows of dn (Q6_K if q6). */
+static __global__ void mega2_pack_kernel(const uint8_t *gate, const uint8_t *up, const uint8_t *dn, bool q6, uint64_t stride, int n_sb,
+                                         int ps, uint8_t *dst) {
+    int which, len, len2;
+    int64_t r;
+    uint64_t src, src2, d;
+    if (!mg2_task_piece(dn != NULL, q6, blockIdx.x, (int)blockIdx.y, (int)threadIdx.x, n_sb, ps, &which, &r, &src, &len, &src2, &len2, &d))
+        return;
+    const uint8_t *rp = (which == 2 ? dn : which ? up : gate) + (uint64_t)r * stride;
+    uint8_t *o = dst + d;
+    if (len == 2) {
+        *(uint16_t *)o = *(const uint16_t *)(rp + src);
+    } else if (len == 16) {
         *(uint4 *)o = *(const uint4 *)(rp + src);
-    } else {
+    } else { /* a Q4_K row's 12 scale bytes and d / dmin */
         uint32_t w[4];
         for (int i = 0; i < 3; i++) w[i] = *(const uint32_t *)(rp + src + 4 * i);
         w[3] = *(const uint32_t *)(rp + src2);
@@ -3477,16 +3469,16 @@ static __global__ void mega2_pack_kernel(const uint8_t *gate, const uint8_t *up,
 bool cu_mega2_pack_gu(const uint8_t *gate, const uint8_t *up, int64_t D, int64_t F, uint8_t *dst, gpuStream_t s) {
     if (D % QK_K || F % 8 || F / 8 > INT32_MAX || (uintptr_t)gate % 16 || (uintptr_t)up % 16 || (uintptr_t)dst % 16) return false;
     const int n_sb = (int)(D / QK_K);
-    mega2_pack_kernel<<<dim3((unsigned)(F / 8), (unsigned)n_sb), dim3(MG2_PIECES), 0, s>>>(gate, up, NULL, cu_weight_row_stride(GGML_TYPE_Q4_K, D),
-                                                                                          n_sb, n_sb, dst);
+    mega2_pack_kernel<<<dim3((unsigned)(F / 8), (unsigned)n_sb), dim3(MG2_PIECES), 0, s>>>(gate, up, NULL, false,
+                                                                                          cu_weight_row_stride(GGML_TYPE_Q4_K, D), n_sb, n_sb, dst);
     return gpuGetLastError() == gpuSuccess;
 }
-bool cu_mega2_pack_dn(const uint8_t *dn, int64_t D, int64_t F, int ps, uint8_t *dst, gpuStream_t s) {
+bool cu_mega2_pack_dn(const uint8_t *dn, uint32_t type, int64_t D, int64_t F, int ps, uint8_t *dst, gpuStream_t s) {
     const int n_sb = (int)(F / QK_K);
-    if (F % QK_K || D % 16 || ps < 1 || n_sb % ps || (uintptr_t)dn % 16 || (uintptr_t)dst % 16) return false;
-    mega2_pack_kernel<<<dim3((unsigned)(D / 16 * (n_sb / ps)), (unsigned)ps), dim3(MG2_PIECES), 0, s>>>(NULL, NULL, dn,
-                                                                                                      cu_weight_row_stride(GGML_TYPE_Q4_K, F),
-                                                                                                      n_sb, ps, dst);
+    const bool q6 = type == GGML_TYPE_Q6_K;
+    if ((!q6 && type != GGML_TYPE_Q4_K) || F % QK_K || D % 16 || ps < 1 || n_sb % ps || (uintptr_t)dn % 16 || (uintptr_t)dst % 16) return false;
+    mega2_pack_kernel<<<dim3((unsigned)(D / 16 * (n_sb / ps)), (unsigned)ps), dim3(q6 ? MG2_Q6_PIECES : MG2_PIECES), 0, s>>>(
+        NULL, NULL, dn, q6, cu_weight_row_stride(type, F), n_sb, ps, dst);
     return gpuGetLastError() == gpuSuccess;
 }
 #if !defined(VLLMC_HIP)
@@ -3539,9 +3531,62 @@ static __device__ __forceinline__ void mg2_terms(const uint8_t *tile, const int8
     }
 }
 
+/* The same for a Q6_K tile (mma_rows_q6_K's ops with rows g + 8 in the MMA's second half): t0[s] of row g, t1[s] of
+ * row g + 8, q6_term's float terms. */
+template <int NSB>
+static __device__ __forceinline__ void mg2_terms6(const uint8_t *tile, const int8_t *aqs, const float *ad, const int16_t *abs_, int a0,
+                                                  int lane, float (&t0)[NSB], float (&t1)[NSB]) {
+    const int g = lane >> 2, c = lane & 3, h = c >> 1, k = c & 1;
+    const int shl = 4 - 2 * k, shr = 2 * k;
+    const bool own = (g >> 1) == c, odd = g & 1;
+    const uint4 z = make_uint4(0, 0, 0, 0);
+#pragma unroll
+    for (int s = 0; s < NSB; s++) {
+        const uint8_t *blk = tile + (size_t)s * MG2_Q6_SB_BYTES;
+        const uint4 l00 = *(const uint4 *)(blk + mg2_q6_ql_off(0, 0, lane)), l01 = *(const uint4 *)(blk + mg2_q6_ql_off(0, 1, lane));
+        const uint4 l10 = *(const uint4 *)(blk + mg2_q6_ql_off(1, 0, lane)), l11 = *(const uint4 *)(blk + mg2_q6_ql_off(1, 1, lane));
+        const uint4 h00 = *(const uint4 *)(blk + mg2_q6_qh_off(0, g, h)), h01 = *(const uint4 *)(blk + mg2_q6_qh_off(0, g, h) + 16);
+        const uint4 h10 = *(const uint4 *)(blk + mg2_q6_qh_off(1, g, h)), h11 = *(const uint4 *)(blk + mg2_q6_qh_off(1, g, h) + 16);
+        const uint16_t *sc0 = (const uint16_t *)(blk + mg2_q6_sc_off(g) + 8 * h + 2 * k), *sc1 = (const uint16_t *)(blk + mg2_q6_sc_off(g + 8) + 8 * h + 2 * k);
+        const uint32_t sw0 = (uint32_t)sc0[0] | ((uint32_t)sc0[2] << 16), sw1 = (uint32_t)sc1[0] | ((uint32_t)sc1[2] << 16);
+        const uint32_t d0 = *(const uint16_t *)(blk + mg2_q6_d_off(g)), d1 = *(const uint16_t *)(blk + mg2_q6_d_off(g + 8));
+        const int sb = a0 + s;
+        uint4 xl = z, xh = z;
+        if (own) {
+            const int8_t *aq = aqs + (size_t)sb * QK_K + 128 * h + 32 * k + 16 * odd;
+            xl = *(const uint4 *)aq; xh = *(const uint4 *)(aq + 64);
+        }
+        const int16_t *bs = abs_ + (size_t)sb * 16 + 8 * h + 2 * k;
+        const int bb[4] = {32 * (int)bs[0], 32 * (int)bs[1], 32 * (int)bs[4], 32 * (int)bs[5]};
+        const float da = ad[sb];
+        /* words 4 (g % 2) .. + 3 of each half where this lane owns them (mma_rows_q6_K) */
+        const uint32_t XL[8] = {odd ? 0u : xl.x, odd ? 0u : xl.y, odd ? 0u : xl.z, odd ? 0u : xl.w,
+                                odd ? xl.x : 0u, odd ? xl.y : 0u, odd ? xl.z : 0u, odd ? xl.w : 0u};
+        const uint32_t XH[8] = {odd ? 0u : xh.x, odd ? 0u : xh.y, odd ? 0u : xh.z, odd ? 0u : xh.w,
+                                odd ? xh.x : 0u, odd ? xh.y : 0u, odd ? xh.z : 0u, odd ? xh.w : 0u};
+        const uint32_t L0[8] = {l00.x, l00.y, l00.z, l00.w, l01.x, l01.y, l01.z, l01.w};
+        const uint32_t L1[8] = {l10.x, l10.y, l10.z, l10.w, l11.x, l11.y, l11.z, l11.w};
+        const uint32_t H0[8] = {h00.x, h00.y, h00.z, h00.w, h01.x, h01.y, h01.z, h01.w};
+        const uint32_t H1[8] = {h10.x, h10.y, h10.z, h10.w, h11.x, h11.y, h11.z, h11.w};
+        int clo[4] = {0, 0, 0, 0}, chi[4] = {0, 0, 0, 0};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const uint32_t m = 0x0F0F0F0Fu, q = 0x30303030u;
+            const uint32_t a0l = (L0[2 * i] & m) | ((H0[2 * i] << shl) & q), a2l = (L0[2 * i + 1] & m) | ((H0[2 * i + 1] << shl) & q);
+            const uint32_t a1l = (L1[2 * i] & m) | ((H1[2 * i] << shl) & q), a3l = (L1[2 * i + 1] & m) | ((H1[2 * i + 1] << shl) & q);
+            const uint32_t a0h = ((L0[2 * i] >> 4) & m) | ((H0[2 * i] >> shr) & q), a2h = ((L0[2 * i + 1] >> 4) & m) | ((H0[2 * i + 1] >> shr) & q);
+            const uint32_t a1h = ((L1[2 * i] >> 4) & m) | ((H1[2 * i] >> shr) & q), a3h = ((L1[2 * i + 1] >> 4) & m) | ((H1[2 * i + 1] >> shr) & q);
+            mma_u8s8(clo, a0l, a1l, a2l, a3l, XL[2 * i], XL[2 * i + 1]);
+            mma_u8s8(chi, a0h, a1h, a2h, a3h, XH[2 * i], XH[2 * i + 1]);
+        }
+        t0[s] = q6_term_sums<true>(sw0, d0, clo[0], clo[1], chi[0], chi[1], bb, da);
+        t1[s] = q6_term_sums<true>(sw1, d1, clo[2], clo[3], chi[2], chi[3], bb, da);
+    }
+}
+
 /* NB1: super-blocks of D (the gate / up tasks), PS: super-blocks a down task. Warp 0 lane 0 is the producer; warps
  * 1 .. nc consume. */
-template <int NB1, int PS>
+template <int NB1, int PS, bool DQ6>
 static __global__ void __launch_bounds__(32 * 17, 1) mega2_kernel(const struct cu_mega2_args P) {
     extern __shared__ __align__(128) uint8_t mg_smem[];
     const int D = (int)P.D, F = (int)P.F, nb2 = F / QK_K, NS = P.ns, NC = P.nc;
@@ -3558,7 +3603,7 @@ static __global__ void __launch_bounds__(32 * 17, 1) mega2_kernel(const struct c
     const int n0 = cta < T0 ? (T0 - cta + G - 1) / G : 0, n1 = cta < T1 ? (T1 - cta + G - 1) / G : 0;
     const int total = P.n_layers * (n0 + n1);
     const bool compute = !(P.flags & 1), deps = !(P.flags & 2), prologue = !(P.flags & 4);
-    const uint32_t b_gu = (uint32_t)(NB1 * MG2_SB_BYTES), b_dn = (uint32_t)(PS * MG2_SB_BYTES);
+    const uint32_t b_gu = (uint32_t)(NB1 * MG2_SB_BYTES), b_dn = (uint32_t)(PS * (DQ6 ? MG2_Q6_SB_BYTES : MG2_SB_BYTES));
     if (threadIdx.x == 0) {
         for (int s = 0; s < NS; s++) { mg_bar_init(&full[s]); mg_bar_init(&empty[s]); }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -3646,7 +3691,8 @@ static __global__ void __launch_bounds__(32 * 17, 1) mega2_kernel(const struct c
                         for (int w = 0; w < PS / 4; w++) {
                             /* the column-split kernel's order: 4 super-blocks a warp by its butterfly, then the warps */
                             float t0[4], t1[4];
-                            mg2_terms<4>(slot + (size_t)w * 4 * MG2_SB_BYTES, aqs, ad, abs_, q * PS + 4 * w, lane, t0, t1);
+                            if constexpr (DQ6) mg2_terms6<4>(slot + (size_t)w * 4 * MG2_Q6_SB_BYTES, aqs, ad, abs_, q * PS + 4 * w, lane, t0, t1);
+                            else mg2_terms<4>(slot + (size_t)w * 4 * MG2_SB_BYTES, aqs, ad, abs_, q * PS + 4 * w, lane, t0, t1);
                             if ((lane & 3) == 0) {
                                 const float p0 = __fadd_rn(__fadd_rn(t0[0], t0[1]), __fadd_rn(t0[2], t0[3]));
                                 const float p1 = __fadd_rn(__fadd_rn(t1[0], t1[1]), __fadd_rn(t1[2], t1[3]));
@@ -3709,9 +3755,10 @@ bool cu_mega2_launch(const struct cu_mega2_args *a, int ctas, gpuStream_t s, boo
         return false;
     const int nb2 = (int)(a->F / QK_K);
     if (nb2 % a->ps || (a->ps != 4 && a->ps != 12 && a->ps != 36)) return false;
-    if (a->slot < cu_mega2_task_bytes(10) || a->slot < cu_mega2_task_bytes(a->ps) || a->slot % 128) return false;
+    if (a->slot < cu_mega2_task_bytes(10) || a->slot < cu_mega2_dn_task_bytes(a->ps, a->dn_q6) || a->slot % 128) return false;
     void (*kern)(const struct cu_mega2_args) =
-        a->ps == 4 ? mega2_kernel<10, 4> : a->ps == 12 ? mega2_kernel<10, 12> : mega2_kernel<10, 36>;
+        a->dn_q6 ? (a->ps == 4 ? mega2_kernel<10, 4, true> : a->ps == 12 ? mega2_kernel<10, 12, true> : mega2_kernel<10, 36, true>)
+                 : (a->ps == 4 ? mega2_kernel<10, 4, false> : a->ps == 12 ? mega2_kernel<10, 12, false> : mega2_kernel<10, 36, false>);
     const size_t smem = cu_mega2_smem(a);
     if (gpuFuncSetMaxDynamicSmem(kern, (int)smem) != gpuSuccess) return false;
     int per = 0, sms = 0, dev = 0;
