@@ -125,6 +125,14 @@ if has model; then
     timeout 150 "$BIN/test_cuda_model" /tmp/models/qwen35-tiny.gguf 40 24 >"$OUT/test_cuda_model.txt" 2>&1; rc=$?
     tail -12 "$OUT/test_cuda_model.txt"
     note "test_cuda_model rc=$rc: $(grep 'worst' "$OUT/test_cuda_model.txt" | head -1 | cut -c1-160)"
+    # the ill-conditioned seed (BENCHMARKS "A failing seed of test_cuda_model"): the prefill GEMM on f16 of the f32 rows
+    # (default), then on the CPU's quantized activation values (q8): does the CUDA-vs-CPU gap close when the GEMM
+    # multiplies the numbers the CPU multiplies?
+    for ga in f32 q8; do
+        VLLMC_CUDA_GEMM_ACT=$ga VLLMC_TEST_SEED=4768398220125797430 timeout 60 "$BIN/test_cuda_model" /tmp/models/qwen35-tiny.gguf 40 24 \
+            >"$OUT/test_cuda_model_seed_$ga.txt" 2>&1; rc=$?
+        note "  seed 4768398220125797430, GEMM act $ga rc=$rc: $(grep 'worst' "$OUT/test_cuda_model_seed_$ga.txt" | head -1 | sed 's/.*steps, //' | cut -c1-110)$(grep -m1 FAIL "$OUT/test_cuda_model_seed_$ga.txt" | cut -c1-120)"
+    done
 fi
 
 if has stream && [ -n "${STREAM_BAD:-}" ]; then note "stream: skipped (test_cuda_ops' streaming check did not pass)"; fi
