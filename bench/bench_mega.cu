@@ -292,6 +292,7 @@ int main(int argc, char **argv) {
             CK(gpuMemsetAsync(cnt, 0, 8 * L, st));
             CK(gpuMemsetAsync(gcnt, 0, 4 * L * (D / 16), st));
             CK(gpuEventRecord(e0, st));
+            gpu_pdl.after_kernel = false; /* (a memset before: a plain launch) */
             if (per_layer) {
                 *ok = true;
                 for (int l = 0; l < L && *ok; l++) {
@@ -365,6 +366,7 @@ int main(int argc, char **argv) {
                 CK(gpuMemsetAsync(cnt, 0, 8 * L, st));
                 CK(gpuMemsetAsync(gcnt, 0, 4 * L * (D / 16), st));
                 CK(gpuEventRecord(e0, st));
+                gpu_pdl.after_kernel = false; /* (a memset before: a plain launch) */
                 *ok = true;
                 if (per_layer) {
                     for (int l = 0; l < L && *ok; l++) {
@@ -459,6 +461,7 @@ int main(int argc, char **argv) {
             CK(gpuMemsetAsync(cnt, 0, 8 * L, st));
             CK(gpuMemsetAsync(gcnt, 0, 4 * L * (D / 16), st));
             CK(gpuEventRecord(e0, st));
+            gpu_pdl.after_kernel = false; /* (a memset before: a plain launch) */
             CK(gpuGraphLaunch(ge_, st));
             CK(gpuEventRecord(e1, st)); CK(gpuEventSynchronize(e1));
             float ms; CK(gpuEventElapsedTime(&ms, e0, e1));

@@ -3626,6 +3626,9 @@ static __global__ void __launch_bounds__(32 * 17, 1) mega2_kernel(const struct c
     }
     const int cw = wid - 1, ct = threadIdx.x - 32, NT = 32 * NC; /* consumer warp, thread */
     if (cw >= NC) return;
+    /* launched as a programmatic dependent (gpu_launch), the producer streams the first tiles while the kernel before
+     * finishes; the consumers read x, h and the counters only after it */
+    gpu_pdl_wait();
     cu_act_mut out;
     memset(&out, 0, sizeof(out));
     out.k_qs = aqs; out.k_d = ad; out.k_bs = abs_;
@@ -3767,7 +3770,7 @@ bool cu_mega2_launch(const struct cu_mega2_args *a, int ctas, gpuStream_t s, boo
         gpuOccupancyMaxActiveBlocksPerMultiprocessor(&per, kern, threads, smem) != gpuSuccess || ctas > per * sms)
         return false;
     if (!launch) return true;
-    kern<<<ctas, threads, smem, s>>>(*a);
+    gpu_launch(kern, dim3((unsigned)ctas), dim3((unsigned)threads), smem, s, *a);
     return gpuGetLastError() == gpuSuccess;
 #endif
 }
