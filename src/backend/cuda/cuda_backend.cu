@@ -494,7 +494,11 @@ static void mega2_ffn(cu_backend *c) {
         }
         const uint8_t *tg = mega2_tiles(c, sg.w, su.w, GGML_TYPE_Q4_K, 0, D, F);
         const uint8_t *td = tg ? mega2_tiles(c, sd.w, NULL, (uint32_t)sd.type, c->mega2_ps, D, F) : NULL;
-        if (!tg || !td) continue;
+        if (!tg || !td) { /* no memory for another layer's tiles: the FFNs without them keep their launches from now on */
+            LOG_WARN("VLLMC_CUDA_MEGA2: no device memory for more FFN tiles; the other FFNs keep their four launches");
+            c->mega2_ps = 0;
+            break;
+        }
         rec_mega2 r;
         memset(&r, 0, sizeof(r));
         struct cu_mega2_args &a = r.a;
