@@ -482,7 +482,7 @@ if has mega2; then # the tiled persistent FFN in the decode (VLLMC_CUDA_MEGA2=ps
                 [[ " ${MEGA2_BAD:-} " == *" $ps "* ]] && continue
                 # shellcheck disable=SC2086
                 VLLMC_CUDA_MEGA2=$ps timeout 150 "$BIN/vllmc" bench -m "$f" ${VAR_ARGS:--p 512 -g 256 -r 5} >"$OUT/mega2_${m}_${ps}_$rep.txt" 2>&1; rc=$?
-                note "mega2 $m ps $ps run $rep rc=$rc: $(grep '^output tok/s' "$OUT/mega2_${m}_${ps}_$rep.txt" | head -1)"
+                note "mega2 $m ps $ps run $rep rc=$rc: $(grep '^output tok/s' "$OUT/mega2_${m}_${ps}_$rep.txt" | head -1)$(grep -o '; .*a recorded step' <(sed 's/^dense FFNs as one tiled persistent launch (VLLMC_CUDA_MEGA2): /; tiled FFNs /' "$OUT/mega2_${m}_${ps}_$rep.txt"))"
             done
         done
     done
