@@ -3486,7 +3486,10 @@ static __device__ __forceinline__ void mg2_arrive(uint64_t *b) {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(mg_saddr(b)) : "memory");
 }
 static __device__ __forceinline__ void mg2_cbar(int nthreads) { asm volatile("bar.sync 1, %0;" ::"r"(nthreads) : "memory"); }
-/* waits bounded by half a second of %globaltimer: an experiment's hang traps (the launch fails) instead of holding the GPU */
+/* waits bounded by 5 s of %globaltimer: a hang traps (the launch fails) instead of holding the GPU; 5 s and not less, since
+ * a programmatic dependent's producer fills its slots and then waits while the kernel before runs, which under
+ * compute-sanitizer can take far longer than in a plain run */
+#define MG2_WAIT_NS 5000000000ull
 static __device__ __forceinline__ unsigned long long mg2_now() {
     unsigned long long t;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
@@ -3505,7 +3508,7 @@ static __device__ __forceinline__ void mg2_wait(uint64_t *b, uint32_t parity, in
                      : "r"(mg_saddr(b)), "r"(parity)
                      : "memory");
         if (ok) return;
-        if (mg2_now() - t0 > 500000000ull) mg2_hang(what, k);
+        if (mg2_now() - t0 > MG2_WAIT_NS) mg2_hang(what, k);
     }
 }
 
@@ -3642,7 +3645,7 @@ static __global__ void __launch_bounds__(32 * 17, 1) mega2_kernel(const struct c
                 if (ct == 0) {
                     const unsigned long long t0 = mg2_now();
                     while (mg_ld_acquire(&P.cnt[o - 1]) < (unsigned)G)
-                        if (mg2_now() - t0 > 500000000ull) mg2_hang(3, o);
+                        if (mg2_now() - t0 > MG2_WAIT_NS) mg2_hang(3, o);
                 }
                 mg2_cbar(NT);
             }
