@@ -49,7 +49,8 @@
 # test_cuda_engine with them. Stage mega (not default) runs bench/bench_mega.cu (the persistent FFN chain against the
 # launch chain: bit parity, then us a layer; MEGA_ARGS="reps layers", MEGA_SAN=1 adds a memcheck run on 2 layers).
 # Stage mega2 (not default) runs the tiled chain inside the decode (VLLMC_CUDA_MEGA2=ps for ps in MEGA2_PS, default 4):
-# test_cuda_model on BENCH_MODELS (graph == eager: its bits), then the decode off and on, MEGA2_REPS times in turn.
+# test_cuda_model on BENCH_MODELS (graph == eager: its bits), then the decode off and on, MEGA2_REPS times in turn;
+# MEGA2_SAN=1 adds a memcheck run of a few decode steps with it.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu-out}
@@ -477,6 +478,12 @@ if has mega2; then # the tiled persistent FFN in the decode (VLLMC_CUDA_MEGA2=ps
             note "mega2 ps $ps test_cuda_model $m rc=$rc: $(grep 'worst' "$OUT/mega2_model_${m}_$ps.txt" | head -1 | sed 's/.*steps, //' | cut -c1-110); $(grep -o 'one tiled persistent launch [0-9]*' "$OUT/mega2_model_${m}_$ps.txt")$(grep -m1 'FAIL\|stuck' "$OUT/mega2_model_${m}_$ps.txt" | cut -c1-200)"
             [ $rc = 0 ] || MEGA2_BAD="${MEGA2_BAD:-} $ps"
         done
+        if [ "${MEGA2_SAN:-0}" = 1 ] && command -v compute-sanitizer >/dev/null; then # the tiled launches of a few decode steps under memcheck
+            ps=${MEGA2_PS%% *}; ps=${ps:-4}
+            VLLMC_CUDA_MEGA2=$ps timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN/vllmc" generate -m "$f" \
+                --prompt-ids "[11,22,33,44,55,66,77,88]" --ids --ignore-eos -n 4 >"$OUT/mega2_san_$m.txt" 2>&1; rc=$?
+            note "mega2 ps $ps $m under memcheck (generate, 4 steps) rc=$rc: $(grep -m1 'ERROR SUMMARY' "$OUT/mega2_san_$m.txt")"
+        fi
         for rep in $(seq 1 "${MEGA2_REPS:-2}"); do
             for ps in 0 ${MEGA2_PS:-4}; do
                 [[ " ${MEGA2_BAD:-} " == *" $ps "* ]] && continue
