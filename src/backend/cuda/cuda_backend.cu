@@ -116,6 +116,7 @@ struct cu_backend {
     /* the tiled persistent FFN chain in recorded batch-1 steps (mega2_ffn; VLLMC_CUDA_MEGA2=ps, off by default): its
      * tiles by weight (packed on the device at first use), its scratch and counters */
     int mega2_ps, n_sms;
+    bool mega2_pf;             /* its launches send the next matmul's weights to L2 at their tail (VLLMC_CUDA_MEGA2_PF) */
     struct mega2_tiles { const void *k0, *k1; int ps; uint8_t *tiles; };
     std::vector<mega2_tiles> mg_tiles;
     float *mg_h, *mg_pd, *mg_xs;
@@ -511,6 +512,17 @@ static void mega2_ffn(cu_backend *c) {
             if (cu_mega2_smem(&a) > 225 * 1024) { a.ns--; break; }
         a.nc = VLLMC_MIN(a.nc, a.ns);
         a.ns -= a.ns % a.nc;
+        /* the next matmul's weights to L2 at the launch's tail (its first segment; VLLMC_CUDA_MEGA2_PF=0: not) */
+        for (size_t j = i + 4; c->mega2_pf && j < nr; j++) {
+            uint32_t oj;
+            const rec_matmul *nm = (const rec_matmul *)rec_at(c, j, &oj);
+            if (oj == CU_OP_NQ) continue; /* (a norm + quantize reads no weights) */
+            if (oj == CU_OP_MATMUL && nm->a.n_seg > 0 && !((uintptr_t)nm->a.seg[0].w % 16)) {
+                a.pf = nm->a.seg[0].w;
+                a.pf_bytes = VLLMC_MIN((uint64_t)nm->a.seg[0].stride * (uint64_t)nm->a.seg[0].n_rows, (uint64_t)24 << 20);
+            }
+            break;
+        }
         r.ctas = c->n_sms;
         r.wbytes = (double)F * 2 * s_gu + (double)D * s_dn;
         if (!cu_mega2_launch(&a, r.ctas, c->stream, false)) { (void)gpuGetLastError(); continue; }
@@ -1860,6 +1872,7 @@ extern "C" vllmc_status backend_cuda_create(const struct backend_cuda_opts *o, s
     if ((env = getenv("VLLMC_CUDA_MEGA2"))) {
         const int ps = atoi(env);
         c->mega2_ps = ps == 4 || ps == 12 || ps == 36 ? ps : 0;
+        c->mega2_pf = env_on("VLLMC_CUDA_MEGA2_PF");
         int dev = 0;
         if (c->mega2_ps && (gpuGetDevice(&dev) != gpuSuccess || gpuDeviceGetSMCount(&c->n_sms, dev) != gpuSuccess || c->n_sms < 1)) {
             (void)gpuGetLastError();

@@ -426,6 +426,10 @@ struct cu_mega2_args {
     float eps;
     int32_t l0, n_layers, ps, ns, nc;     /* ps: super-blocks a down task (4, 12 or 36); nc: consumer warps */
     int32_t dn_q6, pad;                    /* the down rows are Q6_K (mega2_tile.h's Q6_K tiles), else Q4_K */
+    const uint8_t *pf;                     /* non-NULL: once its copies are issued, each CTA's producer sends its share of
+                                              pf_bytes from pf to L2 (the next launch's weights, which cannot start
+                                              streaming them while this kernel holds the SMs' shared memory) */
+    uint64_t pf_bytes;
     uint32_t slot, flags;                  /* flags: 1 no dot products, 2 no dependency waits, 4 no prologues (timing
                                               ablations); 8 the launch zeroes its counters when done (the decode's) */
 };

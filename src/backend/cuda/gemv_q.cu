@@ -3625,6 +3625,14 @@ static __global__ void __launch_bounds__(32 * 17, 1) mega2_kernel(const struct c
             mg_expect(&full[s], bytes);
             mg_copy(ring + (size_t)s * P.slot, src, bytes, &full[s]);
         }
+        if (P.pf) { /* the CTA's share of the next launch's weights to L2, in 32 KB pieces (16-byte multiples) */
+            const uint64_t share = ((P.pf_bytes + G - 1) / G + 15) & ~(uint64_t)15;
+            const uint64_t b0 = (uint64_t)cta * share, b1 = b0 + share < P.pf_bytes ? b0 + share : P.pf_bytes;
+            for (uint64_t a = b0; a < b1; a += 32768) {
+                const uint32_t n = (uint32_t)((b1 - a < 32768 ? b1 - a : 32768) & ~(uint64_t)15);
+                if (n) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(P.pf + a), "r"(n) : "memory");
+            }
+        }
         return;
     }
     const int cw = wid - 1, ct = threadIdx.x - 32, NT = 32 * NC; /* consumer warp, thread */
