@@ -488,6 +488,36 @@ int main(int argc, char **argv) {
         snprintf(name, sizeof(name), "with a mat-vec between layers: tiles, a launch a layer, next weights to L2 at the tail");
         if (!cap3) printf("%-72s not captured\n", name);
         else report(name, &r1, [&](bool *o) { return timed(ge3, o); });
+        /* the mat-vec inside the tiled launch (pj: its tiles of 8 super-blocks first, then the FFN), one launch a layer
+         * with direct pointers and counters of its own that each launch zeroes when it ends */
+        {
+            const int pj_ps = 8;
+            const uint64_t tb = (uint64_t)(D / 16) * (E / 256 / pj_ps) * cu_mega2_task_bytes(pj_ps);
+            uint8_t *ext;
+            unsigned *c3;
+            CK(gpuMalloc((void **)&ext, tb)); CK(gpuMalloc((void **)&c3, 4 * (3 + 2 * (D / 16))));
+            CK(gpuMemset(c3, 0, 4 * (3 + 2 * (D / 16))));
+            const bool packed = cu_mega2_pack_dn(ex, GGML_TYPE_Q4_K, D, E, pj_ps, ext, st);
+            CK(gpuStreamSynchronize(st));
+            gpuGraph_t g4;
+            gpuGraphExec_t ge4;
+            bool ok4 = packed;
+            CK(gpuStreamBeginCapture(st, gpuStreamCaptureModeThreadLocal));
+            for (int l = 0; l < L && ok4; l++) {
+                cu_mega2_args b = a;
+                b.gu = NULL; b.dn = NULL; b.nw = NULL;
+                b.gu1 = gu2[l]; b.dn1 = dn2[0][l]; b.nw1 = nw[l];
+                b.pj1 = ext; b.pj_qs = a3.k_qs; b.pj_d = a3.k_d; b.pj_bs = a3.k_bs; b.pj_sb = (int32_t)(E / 256); b.pj_ps = pj_ps;
+                b.cnt = c3; b.gcnt = c3 + 3; b.l0 = 0; b.n_layers = 1; b.flags = 8;
+                b.pf = NULL; b.pf_bytes = 0;
+                ok4 = cu_mega2(&b, sms, st);
+            }
+            const bool cap4 = gpuStreamEndCapture(st, &g4) == gpuSuccess && ok4 && gpuGraphInstantiate(&ge4, g4) == gpuSuccess;
+            (void)gpuGetLastError();
+            snprintf(name, sizeof(name), "with a mat-vec between layers: tiles with the mat-vec inside, a launch a layer");
+            if (!cap4) printf("%-72s not captured\n", name);
+            else report(name, &r1, [&](bool *o) { return timed(ge4, o); });
+        }
     }
     return 0;
 }

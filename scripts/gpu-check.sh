@@ -48,7 +48,7 @@
 # and with the streaming mat-vec, and
 # test_cuda_engine with them. Stage mega (not default) runs bench/bench_mega.cu (the persistent FFN chain against the
 # launch chain: bit parity, then us a layer; MEGA_ARGS="reps layers", MEGA_SAN=1 adds a memcheck run on 2 layers).
-# Stage mega2 (not default) runs the tiled chain inside the decode (VLLMC_CUDA_MEGA2=ps for ps in MEGA2_PS, default 4):
+# Stage mega2 (not default) runs the tiled chain inside the decode (MEGA2_CFGS, default "4 4,pj": ps 4, then with the output projection):
 # test_cuda_model on BENCH_MODELS (graph == eager: its bits), then the decode off and on, MEGA2_REPS times in turn;
 # MEGA2_SAN=1 adds a memcheck run of a few decode steps with it.
 set -uo pipefail
@@ -467,29 +467,35 @@ if has var; then # decode A/B of environment variants: VARIANTS="name:VAR=v,VAR2
     done
 fi
 
-if has mega2; then # the tiled persistent FFN in the decode (VLLMC_CUDA_MEGA2=ps for ps in MEGA2_PS): test_cuda_model on
-    # BENCH_MODELS (graph == eager checks its bits against the four launches), then the decode, off and on in turn
+if has mega2; then # the tiled persistent FFN in the decode: test_cuda_model on BENCH_MODELS (graph == eager checks its bits
+    # against the launches it replaces), then the decode, off and on in turn. MEGA2_CFGS: "ps" (VLLMC_CUDA_MEGA2=ps) or
+    # "ps,pj" (and VLLMC_CUDA_MEGA2_PJ=1: the output projection before the FFN in the same launch)
     wait_models
+    m2env() { local ps=${1%%,*}; echo "VLLMC_CUDA_MEGA2=$ps"; [[ $1 == *,pj ]] && echo "VLLMC_CUDA_MEGA2_PJ=1"; }
     for m in $BENCH_MODELS; do
         f=/tmp/models/$m.gguf
         [ -s "$f" ] || { note "mega2 $m: model not generated"; continue; }
-        for ps in ${MEGA2_PS:-4}; do
-            VLLMC_CUDA_MEGA2=$ps timeout 240 "$BIN/test_cuda_model" "$f" 30 12 >"$OUT/mega2_model_${m}_$ps.txt" 2>&1; rc=$?
-            note "mega2 ps $ps test_cuda_model $m rc=$rc: $(grep 'worst' "$OUT/mega2_model_${m}_$ps.txt" | head -1 | sed 's/.*steps, //' | cut -c1-110); $(grep -o 'one tiled persistent launch [0-9]*' "$OUT/mega2_model_${m}_$ps.txt")$(grep -m1 'FAIL\|stuck' "$OUT/mega2_model_${m}_$ps.txt" | cut -c1-200)"
-            [ $rc = 0 ] || MEGA2_BAD="${MEGA2_BAD:-} $ps"
+        for cfg in ${MEGA2_CFGS:-4 4,pj}; do
+            t=${cfg//,/_}
+            # shellcheck disable=SC2046
+            env $(m2env "$cfg") timeout 240 "$BIN/test_cuda_model" "$f" 30 12 >"$OUT/mega2_model_${m}_$t.txt" 2>&1; rc=$?
+            note "mega2 $cfg test_cuda_model $m rc=$rc: $(grep 'worst' "$OUT/mega2_model_${m}_$t.txt" | head -1 | sed 's/.*steps, //' | cut -c1-110); $(grep -o 'one tiled persistent launch [0-9]*' "$OUT/mega2_model_${m}_$t.txt")$(grep -m1 'FAIL\|stuck' "$OUT/mega2_model_${m}_$t.txt" | cut -c1-200)"
+            [ $rc = 0 ] || MEGA2_BAD="${MEGA2_BAD:-} $cfg"
         done
         if [ "${MEGA2_SAN:-0}" = 1 ] && command -v compute-sanitizer >/dev/null; then # the tiled launches of a few decode steps under memcheck
-            ps=${MEGA2_PS%% *}; ps=${ps:-4}
-            VLLMC_CUDA_MEGA2=$ps timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN/vllmc" generate -m "$f" \
+            cfg=$(echo ${MEGA2_CFGS:-4 4,pj} | tr ' ' '\n' | tail -1)
+            # shellcheck disable=SC2046
+            env $(m2env "$cfg") timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN/vllmc" generate -m "$f" \
                 --prompt-ids "[11,22,33,44,55,66,77,88]" --ids --ignore-eos -n 4 >"$OUT/mega2_san_$m.txt" 2>&1; rc=$?
-            note "mega2 ps $ps $m under memcheck (generate, 4 steps) rc=$rc: $(grep -m1 'ERROR SUMMARY' "$OUT/mega2_san_$m.txt")"
+            note "mega2 $cfg $m under memcheck (generate, 4 steps) rc=$rc: $(grep -m1 'ERROR SUMMARY' "$OUT/mega2_san_$m.txt")"
         fi
         for rep in $(seq 1 "${MEGA2_REPS:-2}"); do
-            for ps in 0 ${MEGA2_PS:-4}; do
-                [[ " ${MEGA2_BAD:-} " == *" $ps "* ]] && continue
-                # shellcheck disable=SC2086
-                VLLMC_CUDA_MEGA2=$ps timeout 150 "$BIN/vllmc" bench -m "$f" ${VAR_ARGS:--p 512 -g 256 -r 5} >"$OUT/mega2_${m}_${ps}_$rep.txt" 2>&1; rc=$?
-                note "mega2 $m ps $ps run $rep rc=$rc: $(grep '^output tok/s' "$OUT/mega2_${m}_${ps}_$rep.txt" | head -1)$(grep -o '; .*a recorded step' <(sed 's/^dense FFNs as one tiled persistent launch (VLLMC_CUDA_MEGA2): /; tiled FFNs /' "$OUT/mega2_${m}_${ps}_$rep.txt"))"
+            for cfg in 0 ${MEGA2_CFGS:-4 4,pj}; do
+                [[ " ${MEGA2_BAD:-} " == *" $cfg "* ]] && continue
+                t=${cfg//,/_}
+                # shellcheck disable=SC2046,SC2086
+                env $(m2env "$cfg") timeout 150 "$BIN/vllmc" bench -m "$f" ${VAR_ARGS:--p 512 -g 256 -r 5} >"$OUT/mega2_${m}_${t}_$rep.txt" 2>&1; rc=$?
+                note "mega2 $m $cfg run $rep rc=$rc: $(grep '^output tok/s' "$OUT/mega2_${m}_${t}_$rep.txt" | head -1)$(grep -o '; .*a recorded step' <(sed 's/^dense FFNs as one tiled persistent launch (VLLMC_CUDA_MEGA2): /; tiled FFNs /' "$OUT/mega2_${m}_${t}_$rep.txt"))"
             done
         done
     done

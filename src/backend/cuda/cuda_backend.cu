@@ -117,6 +117,7 @@ struct cu_backend {
      * tiles by weight (packed on the device at first use), its scratch and counters */
     int mega2_ps, n_sms;
     bool mega2_pf;             /* its launches send the next matmul's weights to L2 at their tail (VLLMC_CUDA_MEGA2_PF) */
+    bool mega2_pj;             /* ... and take the output projection before the FFN too (VLLMC_CUDA_MEGA2_PJ=1; off) */
     struct mega2_tiles { const void *k0, *k1; int ps; uint8_t *tiles; };
     std::vector<mega2_tiles> mg_tiles;
     float *mg_h, *mg_pd, *mg_xs;
@@ -488,7 +489,7 @@ static void mega2_ffn(cu_backend *c) {
             c->mg_F = F;
         }
         if (!c->mg_xs && (dev_alloc(c, (size_t)c->n_sms * D * 4, (void **)&c->mg_xs) ||
-                          dev_alloc(c, (2 + (size_t)D / 16) * 4, (void **)&c->mg_cnt))) {
+                          dev_alloc(c, (3 + 2 * (size_t)D / 16) * 4, (void **)&c->mg_cnt))) {
             vllmc_clear_error();
             c->mega2_ps = 0;
             return;
@@ -504,7 +505,7 @@ static void mega2_ffn(cu_backend *c) {
         memset(&r, 0, sizeof(r));
         struct cu_mega2_args &a = r.a;
         a.gu1 = tg; a.dn1 = td; a.nw1 = q1->w;
-        a.x = (float *)q1->in0; a.h = c->mg_h; a.pd = c->mg_pd; a.xs = c->mg_xs; a.cnt = c->mg_cnt; a.gcnt = c->mg_cnt + 2;
+        a.x = (float *)q1->in0; a.h = c->mg_h; a.pd = c->mg_pd; a.xs = c->mg_xs; a.cnt = c->mg_cnt; a.gcnt = c->mg_cnt + 3;
         a.D = D; a.F = F; a.eps = q1->eps; a.l0 = 0; a.n_layers = 1; a.ps = c->mega2_ps; a.flags = 8;
         a.dn_q6 = sd.type == GGML_TYPE_Q6_K;
         a.slot = (uint32_t)((VLLMC_MAX(cu_mega2_task_bytes((int)(D / QK_K)), cu_mega2_dn_task_bytes(a.ps, a.dn_q6)) + 127) & ~(uint64_t)127);
@@ -526,7 +527,35 @@ static void mega2_ffn(cu_backend *c) {
         r.ctas = c->n_sms;
         r.wbytes = (double)F * 2 * s_gu + (double)D * s_dn;
         if (!cu_mega2_launch(&a, r.ctas, c->stream, false)) { (void)gpuGetLastError(); continue; }
-        put.push_back({i, r});
+        /* VLLMC_CUDA_MEGA2_PJ: the record before, the output projection adding into x (Q4_K rows of D, one segment, its
+         * own output written nowhere else read), into the same launch (mm_kernel_mma's pair order, so the same bits) */
+        size_t at = i;
+        uint32_t op_p = 0;
+        const rec_matmul *pm = c->mega2_pj && i > 0 && !drop[i - 1] && (put.empty() || put.back().first != i - 1)
+                                   ? (const rec_matmul *)rec_at(c, i - 1, &op_p) : NULL;
+        if (pm && op_p == CU_OP_MATMUL && plain(pm->a) && pm->a.n_seg == 1) {
+            const struct cu_mm_seg &sp = pm->a.seg[0];
+            const int64_t K0 = pm->a.a.n, pj_sb = K0 / QK_K;
+            const int pj_ps = pj_sb % 8 == 0 ? 8 : pj_sb % 4 == 0 ? 4 : 2;
+            const bool fits = sp.type == GGML_TYPE_Q4_K && K0 % QK_K == 0 && sp.n_rows == D && sp.stride == cu_weight_row_stride(GGML_TYPE_Q4_K, K0) &&
+                              !sp.bias && sp.res == q1->in0 && sp.ld_y == D && sp.y != q1->in0 && pj_sb % 2 == 0 && pj_sb / 2 <= F / 1024 &&
+                              pj_sb * QK_K <= VLLMC_MAX(D, F) && pm->a.a.k_qs && pm->a.a.k_d && pm->a.a.k_bs && !((uintptr_t)pm->a.a.k_qs % 16) &&
+                              !((uintptr_t)pm->a.a.k_bs % 16) && (sp.y == sd.y || out_unread(c, i + 4, sp.y, D));
+            const uint8_t *tp = fits ? mega2_tiles(c, sp.w, NULL, GGML_TYPE_Q4_K, pj_ps, D, K0) : NULL;
+            if (tp) {
+                cu_mega2_args b = a;
+                b.pj1 = tp; b.pj_qs = pm->a.a.k_qs; b.pj_d = pm->a.a.k_d; b.pj_bs = pm->a.a.k_bs; b.pj_sb = (int32_t)pj_sb; b.pj_ps = pj_ps;
+                if (cu_mega2_launch(&b, r.ctas, c->stream, false)) {
+                    a = b;
+                    at = i - 1;
+                    r.wbytes += (double)D * sp.stride;
+                } else {
+                    (void)gpuGetLastError();
+                }
+            }
+        }
+        put.push_back({at, r});
+        drop[i] = at != i;
         drop[i + 1] = drop[i + 2] = drop[i + 3] = 1;
         i += 3;
     }
@@ -1873,6 +1902,7 @@ extern "C" vllmc_status backend_cuda_create(const struct backend_cuda_opts *o, s
         const int ps = atoi(env);
         c->mega2_ps = ps == 4 || ps == 12 || ps == 36 ? ps : 0;
         c->mega2_pf = env_on("VLLMC_CUDA_MEGA2_PF");
+        c->mega2_pj = getenv("VLLMC_CUDA_MEGA2_PJ") && atoi(getenv("VLLMC_CUDA_MEGA2_PJ")) != 0;
         int dev = 0;
         if (c->mega2_ps && (gpuGetDevice(&dev) != gpuSuccess || gpuDeviceGetSMCount(&c->n_sms, dev) != gpuSuccess || c->n_sms < 1)) {
             (void)gpuGetLastError();

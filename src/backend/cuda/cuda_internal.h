@@ -426,6 +426,15 @@ struct cu_mega2_args {
     float eps;
     int32_t l0, n_layers, ps, ns, nc;     /* ps: super-blocks a down task (4, 12 or 36); nc: consumer warps */
     int32_t dn_q6, pad;                    /* the down rows are Q6_K (mega2_tile.h's Q6_K tiles), else Q4_K */
+    /* pj1 non-NULL (one layer, direct pointers only): first the launch that adds into x before the FFN (the attention's
+     * or the GDN's output projection: Q4_K rows, D x pj_sb super-blocks, tiles of pj_ps super-blocks as for down, from
+     * the Q8_K act pj_qs / pj_d / pj_bs), its partials in pairs of super-blocks (mm_kernel_mma's order) added into x by
+     * each row group's last task; then the FFN. cnt then 3, gcnt 2 D / 16 counters. */
+    const uint8_t *pj1;
+    const int8_t *pj_qs;
+    const float *pj_d;
+    const int16_t *pj_bs;
+    int32_t pj_sb, pj_ps;
     const uint8_t *pf;                     /* non-NULL: once its copies are issued, each CTA's producer sends its share of
                                               pf_bytes from pf to L2 (the next launch's weights, which cannot start
                                               streaming them while this kernel holds the SMs' shared memory) */

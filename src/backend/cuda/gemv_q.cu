@@ -3567,11 +3567,15 @@ static __global__ void __launch_bounds__(32 * 17, 1) mega2_kernel(const struct c
     int16_t *abs_ = (int16_t *)(ad + nmax / QK_K);
     double *red = (double *)(((uintptr_t)(abs_ + nmax / 16) + 7) & ~(uintptr_t)7);
     const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, G = gridDim.x, cta = blockIdx.x;
-    const int T0 = F / 8, T1 = nrg * nparts; /* tasks an op */
+    const bool pj = P.pj1 != NULL;             /* the output projection first (one layer) */
+    const int pj_np = pj ? P.pj_sb / P.pj_ps : 1, nops = pj ? 3 : 2;
+    const int T0 = F / 8, T1 = nrg * nparts, TP = pj ? nrg * pj_np : 0; /* tasks an op */
     const int n0 = cta < T0 ? (T0 - cta + G - 1) / G : 0, n1 = cta < T1 ? (T1 - cta + G - 1) / G : 0;
-    const int total = P.n_layers * (n0 + n1);
+    const int np_ = cta < TP ? (TP - cta + G - 1) / G : 0;
+    const int total = P.n_layers * (np_ + n0 + n1);
     const bool compute = !(P.flags & 1), deps = !(P.flags & 2), prologue = !(P.flags & 4);
     const uint32_t b_gu = (uint32_t)(NB1 * MG2_SB_BYTES), b_dn = (uint32_t)(PS * (DQ6 ? MG2_Q6_SB_BYTES : MG2_SB_BYTES));
+    const uint32_t b_pj = pj ? (uint32_t)(P.pj_ps * MG2_SB_BYTES) : 0u;
     if (threadIdx.x == 0) {
         for (int s = 0; s < NS; s++) { mg_bar_init(&full[s]); mg_bar_init(&empty[s]); }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -3582,10 +3586,12 @@ static __global__ void __launch_bounds__(32 * 17, 1) mega2_kernel(const struct c
         for (int k = 0; k < total; k++) {
             const int s = k % NS;
             if (k >= NS) mg2_wait(&empty[s], (uint32_t)((k / NS) - 1) & 1, 1, k);
-            const int l = P.l0 + k / (n0 + n1), j = k % (n0 + n1);
+            const int l = P.l0 + k / (np_ + n0 + n1);
+            int j = k % (np_ + n0 + n1);
             const uint8_t *src;
             uint32_t bytes;
-            if (j < n0) { src = (P.gu ? P.gu[l] : P.gu1) + (size_t)(cta + G * j) * b_gu; bytes = b_gu; }
+            if (j < np_) { src = P.pj1 + (size_t)(cta + G * j) * b_pj; bytes = b_pj; }
+            else if ((j -= np_) < n0) { src = (P.gu ? P.gu[l] : P.gu1) + (size_t)(cta + G * j) * b_gu; bytes = b_gu; }
             else { src = (P.dn ? P.dn[l] : P.dn1) + (size_t)(cta + G * (j - n0)) * b_dn; bytes = b_dn; }
             mg_expect(&full[s], bytes);
             mg_copy(ring + (size_t)s * P.slot, src, bytes, &full[s]);
@@ -3611,10 +3617,10 @@ static __global__ void __launch_bounds__(32 * 17, 1) mega2_kernel(const struct c
     int kb = 0;
     for (int li = 0; li < P.n_layers; li++) {
         const int l = P.l0 + li;
-        for (int op = 0; op < 2; op++) {
-            const int o = 2 * l + op;
+        for (int op = pj ? -1 : 0; op < 2; op++) { /* -1: the output projection */
+            const int o = nops * l + op + (pj ? 1 : 0);
             /* the previous op done everywhere (this CTA's part: every consumer warp past it) */
-            if (deps && o > 2 * P.l0) {
+            if (deps && o > nops * P.l0) {
                 if (ct == 0) {
                     const unsigned long long t0 = mg2_now();
                     while (mg_ld_acquire(&P.cnt[o - 1]) < (unsigned)G)
@@ -3623,6 +3629,11 @@ static __global__ void __launch_bounds__(32 * 17, 1) mega2_kernel(const struct c
                 mg2_cbar(NT);
             }
             if (!prologue) {
+            } else if (op < 0) { /* the projection's Q8_K act as the launch before wrote it (through L2) */
+                const int nq16 = P.pj_sb * QK_K / 16, nb16 = P.pj_sb * 16 * 2 / 16;
+                for (int i = ct; i < nq16; i += NT) ((uint4 *)aqs)[i] = __ldcg((const uint4 *)P.pj_qs + i);
+                for (int i = ct; i < nb16; i += NT) ((uint4 *)abs_)[i] = __ldcg((const uint4 *)P.pj_bs + i);
+                for (int i = ct; i < P.pj_sb; i += NT) ad[i] = __ldcg(P.pj_d + i);
             } else if (op == 0) { /* RMSNorm + Q8_K of x (nq_rms_scale's sums and order, over the consumer warps) */
                 nq_rms_partials<true>(P.x, D, red, cw, NC);
                 mg2_cbar(NT);
@@ -3639,7 +3650,7 @@ static __global__ void __launch_bounds__(32 * 17, 1) mega2_kernel(const struct c
                 }
             }
             mg2_cbar(NT);
-            const int nt = op == 0 ? n0 : n1;
+            const int nt = op < 0 ? np_ : op == 0 ? n0 : n1;
             for (int i = 0; i < nt; i++) {
                 /* slot s belongs to consumer warp s % NC (NS is a multiple of NC): a slot's uses are read in order by
                  * one warp, so a wait on its parity is never a phase ahead of the barrier (a parity wait cannot tell a
@@ -3650,7 +3661,37 @@ static __global__ void __launch_bounds__(32 * 17, 1) mega2_kernel(const struct c
                 const uint8_t *slot = ring + (size_t)s * P.slot;
                 const int g = lane >> 2;
                 const int t = cta + G * i;
-                if (op == 0) {
+                if (op < 0) {
+                    /* mm_kernel_mma's order: pairs of super-blocks (a warp's), then the pairs in turn, then + x */
+                    const int r = t / pj_np, q = t % pj_np;
+                    if (compute)
+                        for (int w = 0; w < P.pj_ps / 2; w++) {
+                            float t0[2], t1[2];
+                            mg2_terms<2>(slot + (size_t)w * 2 * MG2_SB_BYTES, aqs, ad, abs_, q * P.pj_ps + 2 * w, lane, t0, t1);
+                            if ((lane & 3) == 0) {
+                                P.pd[(size_t)(q * (P.pj_ps / 2) + w) * D + 16 * r + g] = __fadd_rn(t0[0], t0[1]);
+                                P.pd[(size_t)(q * (P.pj_ps / 2) + w) * D + 16 * r + 8 + g] = __fadd_rn(t1[0], t1[1]);
+                            }
+                        }
+                    __syncwarp();
+                    if (lane == 0) mg2_arrive(&empty[s]);
+                    if (compute) {
+                        __threadfence();
+                        __syncwarp();
+                        unsigned old = 0;
+                        if (lane == 0) old = atomicAdd(&P.gcnt[(size_t)nrg + r], 1u);
+                        old = shfl_idx(old, 0);
+                        if (old == (unsigned)pj_np - 1) {
+                            __threadfence();
+                            if (lane < 16) {
+                                const int row = 16 * r + lane;
+                                float y = gpu_ldcg(P.pd + row);
+                                for (int w = 1; w < P.pj_sb / 2; w++) y = __fadd_rn(y, gpu_ldcg(P.pd + (size_t)w * D + row));
+                                P.x[row] = __fadd_rn(gpu_ldcg(P.x + row), y);
+                            }
+                        }
+                    }
+                } else if (op == 0) {
                     /* mm_kernel_mma's order: a warp's two super-blocks, then the warps in turn */
                     float yg = 0.f, yu = 0.f;
                     if (compute)
@@ -3707,10 +3748,10 @@ static __global__ void __launch_bounds__(32 * 17, 1) mega2_kernel(const struct c
                 const unsigned old = atomicAdd(&P.cnt[o], 1u);
                 /* flag 8: the last CTA past the last op zeroes the launch's counters for the next launch (every CTA has
                  * passed every wait on them, and every row group's last task has added its partials) */
-                if ((P.flags & 8) && o == 2 * (P.l0 + P.n_layers) - 1 && old == (unsigned)G - 1) {
+                if ((P.flags & 8) && o == nops * (P.l0 + P.n_layers) - 1 && old == (unsigned)G - 1) {
                     __threadfence();
-                    for (int i = 2 * P.l0; i <= o; i++) P.cnt[i] = 0;
-                    for (int64_t i = (int64_t)P.l0 * nrg; i < (int64_t)(P.l0 + P.n_layers) * nrg; i++) P.gcnt[i] = 0;
+                    for (int i = nops * P.l0; i <= o; i++) P.cnt[i] = 0;
+                    for (int64_t i = (int64_t)P.l0 * nrg; i < (int64_t)(P.l0 + P.n_layers + (pj ? 1 : 0)) * nrg; i++) P.gcnt[i] = 0;
                 }
             }
         }
@@ -3735,6 +3776,11 @@ bool cu_mega2_launch(const struct cu_mega2_args *a, int ctas, gpuStream_t s, boo
     const int nb2 = (int)(a->F / QK_K);
     if (nb2 % a->ps || (a->ps != 4 && a->ps != 12 && a->ps != 36)) return false;
     if (a->slot < cu_mega2_task_bytes(10) || a->slot < cu_mega2_dn_task_bytes(a->ps, a->dn_q6) || a->slot % 128) return false;
+    if (a->pj1 && (a->gu || a->dn || a->nw || a->l0 || a->n_layers != 1 || a->pj_ps < 2 || a->pj_ps % 2 || a->pj_sb < a->pj_ps ||
+                   a->pj_sb % a->pj_ps || a->pj_sb / 2 > nb2 / 4 || a->pj_sb * QK_K > (a->D > a->F ? a->D : a->F) ||
+                   a->slot < cu_mega2_task_bytes(a->pj_ps) || !a->pj_qs || !a->pj_d || !a->pj_bs || (uintptr_t)a->pj_qs % 16 ||
+                   (uintptr_t)a->pj_bs % 16))
+        return false;
     void (*kern)(const struct cu_mega2_args) =
         a->dn_q6 ? (a->ps == 4 ? mega2_kernel<10, 4, true> : a->ps == 12 ? mega2_kernel<10, 12, true> : mega2_kernel<10, 36, true>)
                  : (a->ps == 4 ? mega2_kernel<10, 4, false> : a->ps == 12 ? mega2_kernel<10, 12, false> : mega2_kernel<10, 36, false>);
