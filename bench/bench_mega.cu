@@ -267,6 +267,25 @@ int main(int argc, char **argv) {
         CK(gpuMemcpy(ddn2[pi], dn2[pi].data(), sizeof(void *) * L, gpuMemcpyHostToDevice));
     }
     CK(gpuMalloc((void **)&pd, 4 * D * (F / 1024))); CK(gpuMalloc((void **)&gcnt, 4 * L * (D / 16)));
+    /* a timed run of the tiled chain over all L layers: one launch, or a launch a layer (l0 = l) */
+    auto run_tiles = [&](const cu_mega2_args &a, bool per_layer) {
+        return [&, a, per_layer](bool *ok) {
+            CK(gpuMemcpyAsync(x, x_init, 4 * D, gpuMemcpyDeviceToDevice, st));
+            CK(gpuMemsetAsync(cnt, 0, 8 * L, st));
+            CK(gpuMemsetAsync(gcnt, 0, 4 * L * (D / 16), st));
+            CK(gpuEventRecord(e0, st));
+            gpu_pdl.after_kernel = false; /* (a memset before: a plain launch) */
+            *ok = true;
+            for (int l = 0; l < (per_layer ? L : 1) && *ok; l++) {
+                cu_mega2_args b = a;
+                if (per_layer) { b.l0 = l; b.n_layers = 1; }
+                *ok = cu_mega2(&b, sms, st);
+            }
+            CK(gpuEventRecord(e1, st)); CK(gpuEventSynchronize(e1));
+            float ms; CK(gpuEventElapsedTime(&ms, e0, e1));
+            return ms * 1000.f;
+        };
+    };
     const int cfg2[][5] = {{12, 16, 0, 0, 0}, {4, 16, 0, 0, 0}, {4, 3, 0, 0, 0}, {36, 2, 0, 0, 0}, {12, 16, 4, 0, 0},
                            {4, 16, 0, 0, 1}, {4, 16, 0, 1, 0}, {4, 16, 0, 6, 0}, {4, 16, 0, 7, 0}};
     for (const auto &cf : cfg2) {
@@ -274,44 +293,14 @@ int main(int argc, char **argv) {
         cu_mega2_args a;
         memset(&a, 0, sizeof(a));
         a.gu = dgu2; a.dn = ddn2[pi]; a.nw = dnw; a.x = x; a.h = h; a.pd = pd; a.xs = xs; a.cnt = cnt; a.gcnt = gcnt;
-        a.D = D; a.F = F; a.eps = eps; a.l0 = 0; a.n_layers = L; a.ps = cf[0]; a.nc = cf[1]; a.flags = (uint32_t)cf[3];
-        a.slot = (uint32_t)std::max(cu_mega2_task_bytes((int)(D / 256)), cu_mega2_task_bytes(cf[0]));
-        a.slot = (a.slot + 127) & ~127u;
-        a.ns = 2;
-        while (a.ns < 64) {
-            a.ns++;
-            if (cu_mega2_smem(&a) > 225 * 1024) { a.ns--; break; }
-        }
-        if (cf[2]) a.ns = std::min(a.ns, cf[2]);
-        /* each consumer warp owns ns / nc slots: nc as asked, ns rounded down to a multiple of it (nc <= ns) */
-        a.nc = std::min(a.nc, a.ns);
-        a.ns -= a.ns % a.nc;
+        a.D = D; a.F = F; a.eps = eps; a.l0 = 0; a.n_layers = L; a.ps = cf[0]; a.flags = (uint32_t)cf[3];
+        cu_mega2_fit(&a, cf[1], cf[2]);
         const bool per_layer = cf[4] != 0;
-        auto run2 = [&](bool *ok) {
-            CK(gpuMemcpyAsync(x, x_init, 4 * D, gpuMemcpyDeviceToDevice, st));
-            CK(gpuMemsetAsync(cnt, 0, 8 * L, st));
-            CK(gpuMemsetAsync(gcnt, 0, 4 * L * (D / 16), st));
-            CK(gpuEventRecord(e0, st));
-            gpu_pdl.after_kernel = false; /* (a memset before: a plain launch) */
-            if (per_layer) {
-                *ok = true;
-                for (int l = 0; l < L && *ok; l++) {
-                    cu_mega2_args b = a;
-                    b.l0 = l; b.n_layers = 1;
-                    *ok = cu_mega2(&b, sms, st);
-                }
-            } else {
-                *ok = cu_mega2(&a, sms, st);
-            }
-            CK(gpuEventRecord(e1, st)); CK(gpuEventSynchronize(e1));
-            float ms; CK(gpuEventElapsedTime(&ms, e0, e1));
-            return ms * 1000.f;
-        };
         char name[112];
         snprintf(name, sizeof(name), "tiles: ps %d, %d consumer warps, %d slots of %u B%s%s%s%s", a.ps, a.nc, a.ns, a.slot,
                  per_layer ? ", a launch a layer" : "", a.flags & 1 ? ", no dots" : "", a.flags & 2 ? ", no waits" : "",
                  a.flags & 4 ? ", no prologues" : "");
-        report(name, a.flags ? NULL : &ref, run2);
+        report(name, a.flags ? NULL : &ref, run_tiles(a, per_layer));
     }
     /* Q6_K down rows (about half the layers of a Q4_K_M file): the launch chain with them, then the tiles (ps 4, the down
      * tiles from the device packer) against it */
@@ -351,40 +340,13 @@ int main(int argc, char **argv) {
         cu_mega2_args a;
         memset(&a, 0, sizeof(a));
         a.gu = dgu2; a.dn = ddn6; a.nw = dnw; a.x = x; a.h = h; a.pd = pd; a.xs = xs; a.cnt = cnt; a.gcnt = gcnt;
-        a.D = D; a.F = F; a.eps = eps; a.l0 = 0; a.n_layers = L; a.ps = 4; a.nc = 16; a.dn_q6 = 1;
-        a.slot = (uint32_t)((std::max(cu_mega2_task_bytes((int)(D / 256)), cu_mega2_dn_task_bytes(4, true)) + 127) & ~(uint64_t)127);
-        a.ns = 2;
-        while (a.ns < 64) {
-            a.ns++;
-            if (cu_mega2_smem(&a) > 225 * 1024) { a.ns--; break; }
-        }
-        a.nc = std::min(a.nc, a.ns);
-        a.ns -= a.ns % a.nc;
+        a.D = D; a.F = F; a.eps = eps; a.l0 = 0; a.n_layers = L; a.ps = 4; a.dn_q6 = 1;
+        cu_mega2_fit(&a, 16, 0);
         for (int per_layer = 0; per_layer < 2; per_layer++) {
-            auto runt = [&](bool *ok) {
-                CK(gpuMemcpyAsync(x, x_init, 4 * D, gpuMemcpyDeviceToDevice, st));
-                CK(gpuMemsetAsync(cnt, 0, 8 * L, st));
-                CK(gpuMemsetAsync(gcnt, 0, 4 * L * (D / 16), st));
-                CK(gpuEventRecord(e0, st));
-                gpu_pdl.after_kernel = false; /* (a memset before: a plain launch) */
-                *ok = true;
-                if (per_layer) {
-                    for (int l = 0; l < L && *ok; l++) {
-                        cu_mega2_args b = a;
-                        b.l0 = l; b.n_layers = 1;
-                        *ok = cu_mega2(&b, sms, st);
-                    }
-                } else {
-                    *ok = cu_mega2(&a, sms, st);
-                }
-                CK(gpuEventRecord(e1, st)); CK(gpuEventSynchronize(e1));
-                float ms; CK(gpuEventElapsedTime(&ms, e0, e1));
-                return ms * 1000.f;
-            };
             char name[112];
             snprintf(name, sizeof(name), "Q6_K down: tiles, ps 4, %d consumer warps, %d slots of %u B%s", a.nc, a.ns, a.slot,
                      per_layer ? ", a launch a layer" : "");
-            report(name, &ref6, runt);
+            report(name, &ref6, run_tiles(a, per_layer != 0));
         }
     }
     /* The form an integration into the decode would take: a launch a layer, between the launches of the rest of the
@@ -425,15 +387,8 @@ int main(int argc, char **argv) {
         cu_mega2_args a;
         memset(&a, 0, sizeof(a));
         a.gu = dgu2; a.dn = ddn2[0]; a.nw = dnw; a.x = x; a.h = h; a.pd = pd; a.xs = xs; a.cnt = cnt; a.gcnt = gcnt;
-        a.D = D; a.F = F; a.eps = eps; a.n_layers = 1; a.ps = 4; a.nc = 16;
-        a.slot = (uint32_t)((std::max(cu_mega2_task_bytes((int)(D / 256)), cu_mega2_task_bytes(4)) + 127) & ~(uint64_t)127);
-        a.ns = 2;
-        while (a.ns < 64) {
-            a.ns++;
-            if (cu_mega2_smem(&a) > 225 * 1024) { a.ns--; break; }
-        }
-        a.nc = std::min(a.nc, a.ns);
-        a.ns -= a.ns % a.nc;
+        a.D = D; a.F = F; a.eps = eps; a.n_layers = 1; a.ps = 4;
+        cu_mega2_fit(&a, 16, 0);
         gpuGraph_t g1, g2;
         gpuGraphExec_t ge1, ge2;
         CK(gpuStreamBeginCapture(st, gpuStreamCaptureModeThreadLocal));

@@ -69,6 +69,26 @@ static void pack_like_device(const uint8_t *gate, const uint8_t *up, const uint8
             }
 }
 
+/* A layer's down tiles (Q4_K or, q6, Q6_K rows of n_sb super-blocks, ps a task): the device packer's mapping against
+ * the host packer on the rows the kernel's tasks name (task r nparts + q: rows 16r .. 16r + 15, super-blocks q ps ..). */
+static void down_tiles_match(const uint8_t *dn, int q6, uint64_t stride, int64_t D, int n_sb, int ps) {
+    const int np = n_sb / ps;
+    const uint32_t sbb = q6 ? MG2_Q6_SB_BYTES : MG2_SB_BYTES;
+    const size_t bytes = (size_t)(D / 16) * np * ps * sbb;
+    uint8_t *a = malloc(bytes), *b = malloc(bytes);
+    pack_like_device(NULL, NULL, dn, q6, stride, n_sb, ps, (D / 16) * np, a);
+    for (int64_t r = 0; r < D / 16; r++)
+        for (int q = 0; q < np; q++) {
+            const uint8_t *rp[16];
+            for (int i = 0; i < 16; i++) rp[i] = dn + (16 * r + i) * stride;
+            uint8_t *o = b + (size_t)(r * np + q) * ps * sbb;
+            if (q6) mg2_q6_pack_host(rp, n_sb, q * ps, ps, o);
+            else mg2_pack_host(rp, n_sb, q * ps, ps, o);
+        }
+    CHECK_MSG(memcmp(a, b, bytes) == 0, "%s down tiles (ps %d): the device packer's mapping differs from the host's", q6 ? "Q6_K" : "Q4_K", ps);
+    free(a); free(b);
+}
+
 int main(void) {
     test_seed_auto("test_mega2_tile");
     /* every lane's view, for a few row lengths */
@@ -161,33 +181,13 @@ int main(void) {
         free(a); free(b);
         const int pss[3] = {4, 6, 12};
         for (int pi = 0; pi < 3; pi++) {
-            const int ps = pss[pi], np = nb2 / ps;
-            const size_t dn_bytes = (size_t)(D / 16) * np * ps * MG2_SB_BYTES;
-            a = malloc(dn_bytes); b = malloc(dn_bytes);
-            pack_like_device(NULL, NULL, dn, 0, s2, nb2, ps, (D / 16) * np, a);
-            for (int64_t r = 0; r < D / 16; r++)
-                for (int q = 0; q < np; q++) {
-                    const uint8_t *rp[16];
-                    for (int i = 0; i < 16; i++) rp[i] = dn + (16 * r + i) * s2;
-                    mg2_pack_host(rp, nb2, q * ps, ps, b + (size_t)(r * np + q) * ps * MG2_SB_BYTES);
-                }
-            CHECK_MSG(memcmp(a, b, dn_bytes) == 0, "down tiles (ps %d): the device packer's mapping differs from the host's", ps);
-            free(a); free(b);
-            /* Q6_K down rows */
+            const int ps = pss[pi];
+            down_tiles_match(dn, 0, s2, D, nb2, ps);
             const uint64_t s6 = stride_q6k(nb2);
             uint8_t *dn6 = malloc(D * s6);
             fill(dn6, D * s6);
-            const size_t d6_bytes = (size_t)(D / 16) * np * ps * MG2_Q6_SB_BYTES;
-            a = malloc(d6_bytes); b = malloc(d6_bytes);
-            pack_like_device(NULL, NULL, dn6, 1, s6, nb2, ps, (D / 16) * np, a);
-            for (int64_t r = 0; r < D / 16; r++)
-                for (int q = 0; q < np; q++) {
-                    const uint8_t *rp[16];
-                    for (int i = 0; i < 16; i++) rp[i] = dn6 + (16 * r + i) * s6;
-                    mg2_q6_pack_host(rp, nb2, q * ps, ps, b + (size_t)(r * np + q) * ps * MG2_Q6_SB_BYTES);
-                }
-            CHECK_MSG(memcmp(a, b, d6_bytes) == 0, "Q6_K down tiles (ps %d): the device packer's mapping differs from the host's", ps);
-            free(a); free(b); free(dn6);
+            down_tiles_match(dn6, 1, s6, D, nb2, ps);
+            free(dn6);
         }
         free(gate); free(up); free(dn);
     }

@@ -508,11 +508,7 @@ static void mega2_ffn(cu_backend *c) {
         a.x = (float *)q1->in0; a.h = c->mg_h; a.pd = c->mg_pd; a.xs = c->mg_xs; a.cnt = c->mg_cnt; a.gcnt = c->mg_cnt + 3;
         a.D = D; a.F = F; a.eps = q1->eps; a.l0 = 0; a.n_layers = 1; a.ps = c->mega2_ps; a.flags = 8;
         a.dn_q6 = sd.type == GGML_TYPE_Q6_K;
-        a.slot = (uint32_t)((VLLMC_MAX(cu_mega2_task_bytes((int)(D / QK_K)), cu_mega2_dn_task_bytes(a.ps, a.dn_q6)) + 127) & ~(uint64_t)127);
-        for (a.ns = 2, a.nc = 16; a.ns < 64; a.ns++) /* as many slots as fit in 225 KB, a multiple of the consumer warps */
-            if (cu_mega2_smem(&a) > 225 * 1024) { a.ns--; break; }
-        a.nc = VLLMC_MIN(a.nc, a.ns);
-        a.ns -= a.ns % a.nc;
+        cu_mega2_fit(&a, 16, 0);
         /* the next matmul's weights to L2 at the launch's tail (its first segment; VLLMC_CUDA_MEGA2_PF=0: not) */
         for (size_t j = i + 4; c->mega2_pf && j < nr; j++) {
             uint32_t oj;
@@ -545,6 +541,7 @@ static void mega2_ffn(cu_backend *c) {
             if (tp) {
                 cu_mega2_args b = a;
                 b.pj1 = tp; b.pj_qs = pm->a.a.k_qs; b.pj_d = pm->a.a.k_d; b.pj_bs = pm->a.a.k_bs; b.pj_sb = (int32_t)pj_sb; b.pj_ps = pj_ps;
+                cu_mega2_fit(&b, 16, 0);
                 if (cu_mega2_launch(&b, r.ctas, c->stream, false)) {
                     a = b;
                     at = i - 1;
@@ -1901,6 +1898,8 @@ extern "C" vllmc_status backend_cuda_create(const struct backend_cuda_opts *o, s
     if ((env = getenv("VLLMC_CUDA_MEGA2"))) {
         const int ps = atoi(env);
         c->mega2_ps = ps == 4 || ps == 12 || ps == 36 ? ps : 0;
+        if (!c->mega2_ps && strcmp(env, "0"))
+            LOG_WARN("VLLMC_CUDA_MEGA2=%s: not 4, 12 or 36 (super-blocks a down task); the FFNs keep their launches", env);
         c->mega2_pf = env_on("VLLMC_CUDA_MEGA2_PF");
         c->mega2_pj = getenv("VLLMC_CUDA_MEGA2_PJ") && atoi(getenv("VLLMC_CUDA_MEGA2_PJ")) != 0;
         int dev = 0;

@@ -448,6 +448,9 @@ uint64_t cu_mega2_dn_task_bytes(int ps, bool q6); /* a down task's bytes (Q6_K o
  * (cu_mega2_task_bytes(nsb) bytes). Host memory. */
 void cu_mega2_pack(const uint8_t *const rows[16], int n_sb, int s0, int nsb, uint8_t *dst);
 size_t cu_mega2_smem(const struct cu_mega2_args *a);
+/* Its slot size (the largest task of its ops, 128-byte multiples) and slots: as many as fit in 225 KB (at most ns_max
+ * when > 0), nc consumer warps at most, ns a multiple of them (each warp owns ns / nc slots). */
+void cu_mega2_fit(struct cu_mega2_args *a, int nc, int ns_max);
 bool cu_mega2(const struct cu_mega2_args *a, int ctas, gpuStream_t s);
 /* The same; launch false: only whether it would launch (the shapes, the target, the resident CTAs). */
 bool cu_mega2_launch(const struct cu_mega2_args *a, int ctas, gpuStream_t s, bool launch);

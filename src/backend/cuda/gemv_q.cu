@@ -1668,6 +1668,49 @@ static __device__ __forceinline__ void mma_rows_q4_K(const struct cu_mm_args &P,
         if (RT == 16) y1 = __fadd_rn(__fadd_rn(t1[0], t1[1]), __fadd_rn(t1[2], t1[3]));
     }
 }
+/* Lane (g, c)'s Q6_K activation side of super-block sb, (h, k) = (c / 2, c % 2): the 16 quants of its half of group
+ * 2h + k where it owns them (own: g / 2 == c; odd = g % 2 picks the half), the -32 offsets' sums bb, the scale da.
+ * Shared by mma_rows_q6_K and the tiled chain (mg2_terms6). */
+static __device__ __forceinline__ void mma_q6k_act(const int8_t *k_qs, const int16_t *k_bs, const float *k_d, int64_t sb, int h, int k,
+                                                   bool odd, bool own, uint4 &xl, uint4 &xh, int (&bb)[4], float &da) {
+    const int8_t *aq = k_qs + sb * QK_K + 128 * h + 32 * k + 16 * odd;
+    if (own) { xl = *(const uint4 *)aq; xh = *(const uint4 *)(aq + 64); }
+    const int16_t *bs = k_bs + sb * 16 + 8 * h + 2 * k;
+    bb[0] = 32 * (int)bs[0]; bb[1] = 32 * (int)bs[1]; bb[2] = 32 * (int)bs[4]; bb[3] = 32 * (int)bs[5];
+    da = k_d[sb];
+}
+/* One Q6_K super-block of rows g (w0) and, R16, g + 8 (w1, in the MMA's second half) on the tensor cores: the lane's
+ * activation words (xl, xh where it owns them, odd its half), shifts (shl, shr) of its k -> q6_term's float terms t0,
+ * t1 (the same in the row's 4 lanes). Shared by mma_rows_q6_K (8 rows) and the tiled chain (mg2_terms6, 16). */
+template <bool R16>
+static __device__ __forceinline__ float mma_q6k_sb(const q6_w &w0, const q6_w &w1, const uint4 &xl, const uint4 &xh, bool odd, int shl,
+                                                   int shr, const int (&bb)[4], float da, float *t1) {
+    /* words 4 (g % 2) .. + 3 of each half where this lane owns them */
+    const uint32_t XL[8] = {odd ? 0u : xl.x, odd ? 0u : xl.y, odd ? 0u : xl.z, odd ? 0u : xl.w,
+                            odd ? xl.x : 0u, odd ? xl.y : 0u, odd ? xl.z : 0u, odd ? xl.w : 0u};
+    const uint32_t XH[8] = {odd ? 0u : xh.x, odd ? 0u : xh.y, odd ? 0u : xh.z, odd ? 0u : xh.w,
+                            odd ? xh.x : 0u, odd ? xh.y : 0u, odd ? xh.z : 0u, odd ? xh.w : 0u};
+    const uint32_t L0[8] = {w0.l0.x, w0.l0.y, w0.l0.z, w0.l0.w, w0.l1.x, w0.l1.y, w0.l1.z, w0.l1.w};
+    const uint32_t H0[8] = {w0.h0.x, w0.h0.y, w0.h0.z, w0.h0.w, w0.h1.x, w0.h1.y, w0.h1.z, w0.h1.w};
+    const uint32_t L1[8] = {w1.l0.x, w1.l0.y, w1.l0.z, w1.l0.w, w1.l1.x, w1.l1.y, w1.l1.z, w1.l1.w};
+    const uint32_t H1[8] = {w1.h0.x, w1.h0.y, w1.h0.z, w1.h0.w, w1.h1.x, w1.h1.y, w1.h1.z, w1.h1.w};
+    int clo[4] = {0, 0, 0, 0}, chi[4] = {0, 0, 0, 0};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const uint32_t m = 0x0F0F0F0Fu, q = 0x30303030u;
+        /* 6-bit quants of words 2i, 2i + 1: the low nibbles (or ql >> 4) with the qh pair at bits 4-5 */
+        const uint32_t lo0 = (L0[2 * i] & m) | ((H0[2 * i] << shl) & q), lo1 = (L0[2 * i + 1] & m) | ((H0[2 * i + 1] << shl) & q);
+        const uint32_t hi0 = ((L0[2 * i] >> 4) & m) | ((H0[2 * i] >> shr) & q), hi1 = ((L0[2 * i + 1] >> 4) & m) | ((H0[2 * i + 1] >> shr) & q);
+        const uint32_t lo8 = R16 ? (L1[2 * i] & m) | ((H1[2 * i] << shl) & q) : 0u;
+        const uint32_t lo9 = R16 ? (L1[2 * i + 1] & m) | ((H1[2 * i + 1] << shl) & q) : 0u;
+        const uint32_t hi8 = R16 ? ((L1[2 * i] >> 4) & m) | ((H1[2 * i] >> shr) & q) : 0u;
+        const uint32_t hi9 = R16 ? ((L1[2 * i + 1] >> 4) & m) | ((H1[2 * i + 1] >> shr) & q) : 0u;
+        mma_u8s8(clo, lo0, lo8, lo1, lo9, XL[2 * i], XL[2 * i + 1]);
+        mma_u8s8(chi, hi0, hi8, hi1, hi9, XH[2 * i], XH[2 * i + 1]);
+    }
+    if (R16) *t1 = q6_term_sums<true>(w1.sc, w1.d, clo[2], clo[3], chi[2], chi[3], bb, da);
+    return q6_term_sums<true>(w0.sc, w0.d, clo[0], clo[1], chi[0], chi[1], bb, da);
+}
 /* The same for Q6_K rows, 8 a warp (rows g; 18 words a row and super-block). Lane (g, c)'s chunk (h, k) = (c / 2, c % 2)
  * holds 32 quants of 4 16-element scale groups: elements e0 .. e0 + 31 (e0 = 128h + 32k; words 0-3 and 4-7 of its ql
  * bytes, low nibbles) and e0 + 64 .. e0 + 95 (high nibbles), 6-bit with the qh bits as q6_term forms them. MMA t of the
@@ -1699,31 +1742,8 @@ static __device__ __forceinline__ void mma_rows_q6_K(const struct cu_mm_args &P,
         uint4 xl = z, xh = z;
         int bb[4] = {0, 0, 0, 0};
         float da = 0.f;
-        if (on) {
-            const int8_t *aq = P.a.k_qs + (int64_t)sb * QK_K + 128 * h + 32 * k + 16 * odd;
-            if (own) { xl = *(const uint4 *)aq; xh = *(const uint4 *)(aq + 64); }
-            const int16_t *bs = P.a.k_bs + (int64_t)sb * 16 + 8 * h + 2 * k;
-            bb[0] = 32 * (int)bs[0]; bb[1] = 32 * (int)bs[1]; bb[2] = 32 * (int)bs[4]; bb[3] = 32 * (int)bs[5];
-            da = P.a.k_d[sb];
-        }
-        /* words 4 (g % 2) .. + 3 of each half where this lane owns them */
-        const uint32_t XL[8] = {odd ? 0u : xl.x, odd ? 0u : xl.y, odd ? 0u : xl.z, odd ? 0u : xl.w,
-                                odd ? xl.x : 0u, odd ? xl.y : 0u, odd ? xl.z : 0u, odd ? xl.w : 0u};
-        const uint32_t XH[8] = {odd ? 0u : xh.x, odd ? 0u : xh.y, odd ? 0u : xh.z, odd ? 0u : xh.w,
-                                odd ? xh.x : 0u, odd ? xh.y : 0u, odd ? xh.z : 0u, odd ? xh.w : 0u};
-        const uint32_t L[8] = {w[s].l0.x, w[s].l0.y, w[s].l0.z, w[s].l0.w, w[s].l1.x, w[s].l1.y, w[s].l1.z, w[s].l1.w};
-        const uint32_t H[8] = {w[s].h0.x, w[s].h0.y, w[s].h0.z, w[s].h0.w, w[s].h1.x, w[s].h1.y, w[s].h1.z, w[s].h1.w};
-        int clo[4] = {0, 0, 0, 0}, chi[4] = {0, 0, 0, 0};
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const uint32_t lo0 = (L[2 * i] & 0x0F0F0F0Fu) | ((H[2 * i] << shl) & 0x30303030u);
-            const uint32_t lo1 = (L[2 * i + 1] & 0x0F0F0F0Fu) | ((H[2 * i + 1] << shl) & 0x30303030u);
-            const uint32_t hi0 = ((L[2 * i] >> 4) & 0x0F0F0F0Fu) | ((H[2 * i] >> shr) & 0x30303030u);
-            const uint32_t hi1 = ((L[2 * i + 1] >> 4) & 0x0F0F0F0Fu) | ((H[2 * i + 1] >> shr) & 0x30303030u);
-            mma_u8s8(clo, lo0, 0u, lo1, 0u, XL[2 * i], XL[2 * i + 1]);
-            mma_u8s8(chi, hi0, 0u, hi1, 0u, XH[2 * i], XH[2 * i + 1]);
-        }
-        t[s] = q6_term_sums<true>(w[s].sc, w[s].d, clo[0], clo[1], chi[0], chi[1], bb, da);
+        if (on) mma_q6k_act(P.a.k_qs, P.a.k_bs, P.a.k_d, sb, h, k, odd, own, xl, xh, bb, da);
+        t[s] = mma_q6k_sb<false>(w[s], w[s], xl, xh, odd, shl, shr, bb, da, NULL);
     }
     if constexpr (SBW == 2) y0 = __fadd_rn(t[0], t[1]);
     else y0 = __fadd_rn(__fadd_rn(t[0], t[1]), __fadd_rn(t[2], t[3]));
@@ -3505,50 +3525,23 @@ template <int NSB>
 static __device__ __forceinline__ void mg2_terms6(const uint8_t *tile, const int8_t *aqs, const float *ad, const int16_t *abs_, int a0,
                                                   int lane, float (&t0)[NSB], float (&t1)[NSB]) {
     const int g = lane >> 2, c = lane & 3, h = c >> 1, k = c & 1;
-    const int shl = 4 - 2 * k, shr = 2 * k;
     const bool own = (g >> 1) == c, odd = g & 1;
-    const uint4 z = make_uint4(0, 0, 0, 0);
 #pragma unroll
     for (int s = 0; s < NSB; s++) {
         const uint8_t *blk = tile + (size_t)s * MG2_Q6_SB_BYTES;
-        const uint4 l00 = *(const uint4 *)(blk + mg2_q6_ql_off(0, 0, lane)), l01 = *(const uint4 *)(blk + mg2_q6_ql_off(0, 1, lane));
-        const uint4 l10 = *(const uint4 *)(blk + mg2_q6_ql_off(1, 0, lane)), l11 = *(const uint4 *)(blk + mg2_q6_ql_off(1, 1, lane));
-        const uint4 h00 = *(const uint4 *)(blk + mg2_q6_qh_off(0, g, h)), h01 = *(const uint4 *)(blk + mg2_q6_qh_off(0, g, h) + 16);
-        const uint4 h10 = *(const uint4 *)(blk + mg2_q6_qh_off(1, g, h)), h11 = *(const uint4 *)(blk + mg2_q6_qh_off(1, g, h) + 16);
-        const uint16_t *sc0 = (const uint16_t *)(blk + mg2_q6_sc_off(g) + 8 * h + 2 * k), *sc1 = (const uint16_t *)(blk + mg2_q6_sc_off(g + 8) + 8 * h + 2 * k);
-        const uint32_t sw0 = (uint32_t)sc0[0] | ((uint32_t)sc0[2] << 16), sw1 = (uint32_t)sc1[0] | ((uint32_t)sc1[2] << 16);
-        const uint32_t d0 = *(const uint16_t *)(blk + mg2_q6_d_off(g)), d1 = *(const uint16_t *)(blk + mg2_q6_d_off(g + 8));
-        const int sb = a0 + s;
-        uint4 xl = z, xh = z;
-        if (own) {
-            const int8_t *aq = aqs + (size_t)sb * QK_K + 128 * h + 32 * k + 16 * odd;
-            xl = *(const uint4 *)aq; xh = *(const uint4 *)(aq + 64);
-        }
-        const int16_t *bs = abs_ + (size_t)sb * 16 + 8 * h + 2 * k;
-        const int bb[4] = {32 * (int)bs[0], 32 * (int)bs[1], 32 * (int)bs[4], 32 * (int)bs[5]};
-        const float da = ad[sb];
-        /* words 4 (g % 2) .. + 3 of each half where this lane owns them (mma_rows_q6_K) */
-        const uint32_t XL[8] = {odd ? 0u : xl.x, odd ? 0u : xl.y, odd ? 0u : xl.z, odd ? 0u : xl.w,
-                                odd ? xl.x : 0u, odd ? xl.y : 0u, odd ? xl.z : 0u, odd ? xl.w : 0u};
-        const uint32_t XH[8] = {odd ? 0u : xh.x, odd ? 0u : xh.y, odd ? 0u : xh.z, odd ? 0u : xh.w,
-                                odd ? xh.x : 0u, odd ? xh.y : 0u, odd ? xh.z : 0u, odd ? xh.w : 0u};
-        const uint32_t L0[8] = {l00.x, l00.y, l00.z, l00.w, l01.x, l01.y, l01.z, l01.w};
-        const uint32_t L1[8] = {l10.x, l10.y, l10.z, l10.w, l11.x, l11.y, l11.z, l11.w};
-        const uint32_t H0[8] = {h00.x, h00.y, h00.z, h00.w, h01.x, h01.y, h01.z, h01.w};
-        const uint32_t H1[8] = {h10.x, h10.y, h10.z, h10.w, h11.x, h11.y, h11.z, h11.w};
-        int clo[4] = {0, 0, 0, 0}, chi[4] = {0, 0, 0, 0};
+        q6_w w[2];
 #pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const uint32_t m = 0x0F0F0F0Fu, q = 0x30303030u;
-            const uint32_t a0l = (L0[2 * i] & m) | ((H0[2 * i] << shl) & q), a2l = (L0[2 * i + 1] & m) | ((H0[2 * i + 1] << shl) & q);
-            const uint32_t a1l = (L1[2 * i] & m) | ((H1[2 * i] << shl) & q), a3l = (L1[2 * i + 1] & m) | ((H1[2 * i + 1] << shl) & q);
-            const uint32_t a0h = ((L0[2 * i] >> 4) & m) | ((H0[2 * i] >> shr) & q), a2h = ((L0[2 * i + 1] >> 4) & m) | ((H0[2 * i + 1] >> shr) & q);
-            const uint32_t a1h = ((L1[2 * i] >> 4) & m) | ((H1[2 * i] >> shr) & q), a3h = ((L1[2 * i + 1] >> 4) & m) | ((H1[2 * i + 1] >> shr) & q);
-            mma_u8s8(clo, a0l, a1l, a2l, a3l, XL[2 * i], XL[2 * i + 1]);
-            mma_u8s8(chi, a0h, a1h, a2h, a3h, XH[2 * i], XH[2 * i + 1]);
+        for (int hi = 0; hi < 2; hi++) { /* rows g and g + 8, as q6_load gives them from the rows */
+            const uint16_t *sc = (const uint16_t *)(blk + mg2_q6_sc_off(g + 8 * hi) + 8 * h + 2 * k);
+            w[hi] = q6_w{*(const uint4 *)(blk + mg2_q6_ql_off(hi, 0, lane)), *(const uint4 *)(blk + mg2_q6_ql_off(hi, 1, lane)),
+                         *(const uint4 *)(blk + mg2_q6_qh_off(hi, g, h)), *(const uint4 *)(blk + mg2_q6_qh_off(hi, g, h) + 16),
+                         (uint32_t)sc[0] | ((uint32_t)sc[2] << 16), (uint32_t) * (const uint16_t *)(blk + mg2_q6_d_off(g + 8 * hi))};
         }
-        t0[s] = q6_term_sums<true>(sw0, d0, clo[0], clo[1], chi[0], chi[1], bb, da);
-        t1[s] = q6_term_sums<true>(sw1, d1, clo[2], clo[3], chi[2], chi[3], bb, da);
+        uint4 xl = make_uint4(0, 0, 0, 0), xh = xl;
+        int bb[4];
+        float da;
+        mma_q6k_act(aqs, abs_, ad, a0 + s, h, k, odd, own, xl, xh, bb, da);
+        t0[s] = mma_q6k_sb<true>(w[0], w[1], xl, xh, odd, 4 - 2 * k, 2 * k, bb, da, &t1[s]);
     }
 }
 
@@ -3762,6 +3755,18 @@ static __global__ void __launch_bounds__(32 * 17, 1) mega2_kernel(const struct c
 size_t cu_mega2_smem(const struct cu_mega2_args *a) {
     const int64_t nmax = a->D > a->F ? a->D : a->F;
     return (size_t)a->ns * a->slot + 16 * (size_t)a->ns + nmax + 4 * (nmax / QK_K) + 2 * (nmax / 16) + 8 + 8 * NQ_WARPS + 64;
+}
+
+void cu_mega2_fit(struct cu_mega2_args *a, int nc, int ns_max) {
+    uint64_t slot = cu_mega2_task_bytes((int)(a->D / QK_K));
+    if (cu_mega2_dn_task_bytes(a->ps, a->dn_q6) > slot) slot = cu_mega2_dn_task_bytes(a->ps, a->dn_q6);
+    if (a->pj1 && cu_mega2_task_bytes(a->pj_ps) > slot) slot = cu_mega2_task_bytes(a->pj_ps);
+    a->slot = (uint32_t)((slot + 127) & ~(uint64_t)127);
+    for (a->ns = 2; a->ns < 64; a->ns++)
+        if (cu_mega2_smem(a) > 225 * 1024) { a->ns--; break; }
+    if (ns_max > 0 && a->ns > ns_max) a->ns = ns_max;
+    a->nc = nc < a->ns ? nc : a->ns;
+    a->ns -= a->ns % a->nc;
 }
 
 bool cu_mega2(const struct cu_mega2_args *a, int ctas, gpuStream_t s) { return cu_mega2_launch(a, ctas, s, true); }
