@@ -123,7 +123,8 @@ int main(int argc, char **argv) {
     printf("test_cuda_model: decode attentions with the combine in the split launch %llu\n", (unsigned long long)cs.fused_comb);
     /* VLLMC_CUDA_MEGA2 (off by default): the dense FFNs of D 2,560 with Q4_K gate, up and down as one tiled launch; graph
      * == eager above then checks its bits against the four launches */
-    printf("test_cuda_model: dense FFNs recorded as one tiled persistent launch %llu\n", (unsigned long long)cs.mega2_ffn);
+    printf("test_cuda_model: dense FFNs recorded as one tiled persistent launch %llu (with the output projection inside %llu)\n",
+           (unsigned long long)cs.mega2_ffn, (unsigned long long)cs.mega2_pj);
     if (nq && (strtoul(nq, NULL, 0) & 32)) CHECK_MSG(cs.fused_comb > 0, "no attention combine was fused"); /* every model has attention */
     for (int i = 0; i < 3; i++) { free(lg[i]); inst_close(&x[i]); }
     free(tok); free(pos); free(sidx); free(bt);

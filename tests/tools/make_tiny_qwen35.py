@@ -8,7 +8,7 @@ current token, attn_q rows per head [256 query | 256 gate], value heads tiled (n
 the tiling matters). A small byte-level BPE vocabulary (256 byte tokens, merges learned from a fixed
 text, ChatML specials) makes llama.cpp's loader happy.
 
-usage: make_tiny_qwen35.py OUT_DIR [--types f32,q8_0,q4_k_m] [--arch qwen35,qwen35moe]
+usage: make_tiny_qwen35.py OUT_DIR [--types f32,q8_0,q4_k_m] [--arch qwen35,qwen35moe,qwen35-wide]
 Writes OUT_DIR/qwen35-tiny-{f32,q8_0,q4_k_m}.gguf and qwen35moe-tiny-*.gguf (quantized variants through
 llama_cpp.llama_model_quantize), plus {arch}-tiny-mtp-f32.gguf: the same weights followed by an MTP block
 (block_count = n_layer + 1, nextn_predict_layers = 1) that a plain forward must skip. Prints the paths.
@@ -32,6 +32,10 @@ SHAPES = {
     "qwen35moe": dict(n_embd=256, n_layer=4, n_head=2, n_kv_head=1, head_dim=256, n_k_head=2, n_v_head=4,
                       d_state=128, d_conv=4, n_vocab=512, tied=False, n_expert=16, n_expert_used=4,
                       n_ff_exp=256, n_ff_shexp=256, seed=36),
+    # qwen35-4b's residual width (2,560) with a narrow FFN (1,024) and small heads: the widths the GPU decode's
+    # tiled FFN launch takes (VLLMC_CUDA_MEGA2), at ~200 MB of f32 (tests/py/test_cuda_host.py)
+    "qwen35-wide": dict(arch="qwen35", n_embd=2560, n_layer=4, n_ff=1024, n_head=2, n_kv_head=1, head_dim=256, n_k_head=2,
+                        n_v_head=4, d_state=128, d_conv=4, n_vocab=512, tied=True, seed=37, no_mtp=True),
 }
 INTERVAL = 4
 N_ROT = 64
@@ -108,8 +112,9 @@ def build_vocab(n_vocab):
     return tokens, types, merges
 
 
-def write_model(arch, path, mtp=False):
-    s = SHAPES[arch]
+def write_model(shape, path, mtp=False):
+    s = SHAPES[shape]
+    arch = s.get("arch", shape)
     rng = np.random.default_rng(s["seed"])
     n_embd, n_layer = s["n_embd"], s["n_layer"]
     n_head, n_kv_head, hd = s["n_head"], s["n_kv_head"], s["head_dim"]
@@ -258,9 +263,10 @@ def main():
     for arch in args.arch.split(","):
         f32 = os.path.join(args.out_dir, f"{arch}-tiny-f32.gguf")
         write_model(arch, f32)
-        mtp = os.path.join(args.out_dir, f"{arch}-tiny-mtp-f32.gguf")
-        write_model(arch, mtp, mtp=True)
-        print(mtp)
+        if not SHAPES[arch].get("no_mtp"):
+            mtp = os.path.join(args.out_dir, f"{arch}-tiny-mtp-f32.gguf")
+            write_model(arch, mtp, mtp=True)
+            print(mtp)
         for t in args.types.split(","):
             if t == "f32":
                 print(f32)

@@ -45,6 +45,7 @@ struct backend_cuda_stats {
     uint64_t fused_nq;                /* norm + quantize ops recorded into the launch writing their input */
     uint64_t fused_comb;              /* decode attentions recorded with their combine in the split launch */
     uint64_t mega2_ffn;               /* dense FFNs recorded as one tiled persistent launch (VLLMC_CUDA_MEGA2) */
+    uint64_t mega2_pj;                /* ... of which with the output projection before them inside (VLLMC_CUDA_MEGA2_PJ) */
     /* host time of the graph-replayed steps: from the batch to the graph's launch (recording the ops, finding the
      * cached graph, launching it), and waiting for the step's argmax after it; the GPU idles through the first */
     uint64_t host_steps, host_ns, wait_ns;

@@ -1,0 +1,107 @@
+"""The CUDA backend's host side without a GPU: the `make CUDA=1` binary (build/cuda, or VLLMC_CUDA_BUILD) run over the
+GPU-less runtime of tests/tools/cuda_stub.c (scripts/cuda-stub.sh). Kernels and graphs do nothing there, so what comes
+out is meaningless; what runs for real is the host side: loading and uploading the weights, recording each step, the
+passes over its records, graph capture and replay bookkeeping, pipelined steps, the engine. These tests check that all
+of it runs through on the tiny hybrid models, and that the tiled FFN pass (VLLMC_CUDA_MEGA2) takes every FFN of a model
+of qwen35-4b's residual width, with and without the output projection inside (VLLMC_CUDA_MEGA2_PJ); the GPU machine's
+test_cuda_model then checks the bits of what it folds."""
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+CUDA_BUILD = Path(os.environ.get("VLLMC_CUDA_BUILD", ROOT / "build" / "cuda"))
+VLLMC = CUDA_BUILD / "vllmc"
+TIMEOUT = 300
+
+
+@pytest.fixture(scope="module")
+def stub_env(tmp_path_factory):
+    if not VLLMC.exists():
+        pytest.skip(f"{VLLMC} not built (make CUDA=1 BUILD=build/cuda)")
+    d = tmp_path_factory.mktemp("cuda_stub")
+    r = subprocess.run(["bash", str(ROOT / "scripts" / "cuda-stub.sh"), str(d)], capture_output=True, text=True, timeout=120)
+    if r.returncode == 2:
+        pytest.skip(r.stdout.strip())
+    assert r.returncode == 0, r.stdout + r.stderr
+    env = dict(os.environ)
+    env["LD_LIBRARY_PATH"] = str(d) + (":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
+    for k in list(env):
+        if k.startswith("VLLMC_CUDA_"):
+            del env[k]
+    # the binary must resolve its CUDA libraries to the stub, not to a real runtime
+    ldd = subprocess.run(["ldd", str(VLLMC)], capture_output=True, text=True, env=env).stdout
+    assert re.search(r"libcudart\.so\.\S+ => " + re.escape(str(d)), ldd), ldd
+    return env
+
+
+def run(env, *args, extra=None):
+    e = dict(env)
+    e.update(extra or {})
+    r = subprocess.run([str(VLLMC), *args], capture_output=True, text=True, errors="replace", env=e, timeout=TIMEOUT)
+    assert r.returncode == 0, f"vllmc {' '.join(args)}: rc {r.returncode}\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
+    return r.stdout + r.stderr
+
+
+@pytest.fixture(scope="module")
+def models(stub_env, tmp_path_factory):
+    """Q4_K_M files of the tiny qwen35 and qwen35moe shapes and of qwen35-wide, quantized by vllmc quantize."""
+    d = tmp_path_factory.mktemp("cuda_host_models")
+    out = {}
+    for shape in ("qwen35", "qwen35moe", "qwen35-wide"):
+        r = subprocess.run([sys.executable, str(ROOT / "tests/tools/make_tiny_qwen35.py"), str(d), "--arch", shape, "--types", "f32"],
+                           capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr[-2000:]
+        f32, q = d / f"{shape}-tiny-f32.gguf", d / f"{shape}-tiny-q4_k_m.gguf"
+        run(stub_env, "quantize", str(f32), str(q), "Q4_K_M")
+        f32.unlink()
+        out[shape] = str(q)
+    return out
+
+
+def replays(text):
+    m = re.search(r"graph replays (\d+), captures (\d+)", text)
+    assert m, text[-2000:]
+    return int(m.group(1)), int(m.group(2))
+
+
+@pytest.mark.parametrize("shape", ["qwen35", "qwen35moe", "qwen35-wide"])
+def test_decode_host_side(stub_env, models, shape):
+    """bench's batch-1 decode (recorded, captured, replayed, pipelined) and the eager form run through."""
+    rep, cap = replays(run(stub_env, "bench", "-m", models[shape], "-p", "16", "-g", "24", "-r", "1"))
+    assert rep > 0 and cap > 0
+    rep, cap = replays(run(stub_env, "bench", "-m", models[shape], "-p", "16", "-g", "8", "-r", "1", "--enforce-eager"))
+    assert (rep, cap) == (0, 0)
+
+
+def test_engine_host_side(stub_env, models):
+    """The engine's batched, pipelined steps (bench --concurrency) run through on both hybrid kinds."""
+    for shape in ("qwen35", "qwen35moe"):
+        out = run(stub_env, "bench", "-m", models[shape], "--concurrency", "1,4", "-p", "16", "-g", "8", "-r", "1")
+        assert re.search(r"^\| 4 \| 4 \|", out, re.M), out[-2000:]
+
+
+def folds(text):
+    m = re.search(r"tiled persistent launch \(VLLMC_CUDA_MEGA2\): ([0-9.]+) a recorded step, ([0-9.]+) of them with the output", text)
+    return (float(m.group(1)), float(m.group(2))) if m else None
+
+
+def test_mega2_pass_takes_every_ffn(stub_env, models):
+    """qwen35-wide: 4 layers (3 Gated DeltaNet, 1 attention), D 2,560, F 1,024, one ffn_down in Q6_K. Off by
+    default; with VLLMC_CUDA_MEGA2=4 every FFN of every recorded step is one tiled launch; with _PJ=1 each takes the
+    GDN's or the attention's output projection too; eager steps keep the launches; a value the kernel has no
+    instance for warns and changes nothing."""
+    m = models["qwen35-wide"]
+    args = ("bench", "-m", m, "-p", "16", "-g", "24", "-r", "1")
+    assert folds(run(stub_env, *args)) is None
+    assert folds(run(stub_env, *args, extra={"VLLMC_CUDA_MEGA2": "4"})) == (4.0, 0.0)
+    assert folds(run(stub_env, *args, extra={"VLLMC_CUDA_MEGA2": "4", "VLLMC_CUDA_MEGA2_PJ": "1"})) == (4.0, 4.0)
+    assert folds(run(stub_env, *args, "--enforce-eager", extra={"VLLMC_CUDA_MEGA2": "4"})) is None
+    out = run(stub_env, *args, extra={"VLLMC_CUDA_MEGA2": "5"})
+    assert folds(out) is None and "VLLMC_CUDA_MEGA2=5" in out
+    # the tiny qwen35 (D 256) has no FFN of that width: nothing folds, nothing fails
+    assert folds(run(stub_env, "bench", "-m", models["qwen35"], "-p", "16", "-g", "8", "-r", "1", extra={"VLLMC_CUDA_MEGA2": "4"})) is None
