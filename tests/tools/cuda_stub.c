@@ -8,7 +8,8 @@
  * graph cache, the engine and the CLI around it. Token ids that come back are whatever the untouched buffers hold
  * (zeros), so the text is meaningless; counts and host times are the point.
  *
- * STUB_CUDA_LOG=1 prints each launch's grid, block and shared memory to stderr. */
+ * STUB_CUDA_LOG=1 prints the kernel launches each captured graph holds, =2 also each launch's grid, block and shared
+ * memory, to stderr. */
 #define _GNU_SOURCE
 #include <cuda_runtime_api.h>
 #include <stdint.h>
@@ -25,7 +26,7 @@ static size_t total_bytes(void) {
 }
 static int g_log = -1;
 static int log_on(void) {
-    if (g_log < 0) g_log = getenv("STUB_CUDA_LOG") && atoi(getenv("STUB_CUDA_LOG")) > 0;
+    if (g_log < 0) g_log = getenv("STUB_CUDA_LOG") ? atoi(getenv("STUB_CUDA_LOG")) : 0;
     return g_log;
 }
 
@@ -62,8 +63,10 @@ cudaError_t __cudaGetKernel(void **kernel, const void *fn) {
     *kernel = (void *)fn;
     return cudaSuccess;
 }
+static int g_capturing, g_captured;
 static void log_launch(const char *how, const void *fn, dim3 g, dim3 b, size_t smem) {
-    if (log_on())
+    g_captured += g_capturing;
+    if (log_on() > 1)
         fprintf(stderr, "stub-cuda: %s %p grid (%u, %u, %u) block (%u, %u, %u) smem %zu\n", how, fn, g.x, g.y, g.z, b.x, b.y, b.z,
                 smem);
 }
@@ -168,8 +171,19 @@ static void *handle(void) { return &g_handles[(g_next++) % (int)sizeof(g_handles
 cudaError_t cudaStreamCreate(cudaStream_t *s) { *s = (cudaStream_t)handle(); return cudaSuccess; }
 cudaError_t cudaStreamDestroy(cudaStream_t s) { (void)s; return cudaSuccess; }
 cudaError_t cudaStreamSynchronize(cudaStream_t s) { (void)s; return cudaSuccess; }
-cudaError_t cudaStreamBeginCapture(cudaStream_t s, enum cudaStreamCaptureMode m) { (void)s; (void)m; return cudaSuccess; }
-cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *g) { (void)s; *g = (cudaGraph_t)handle(); return cudaSuccess; }
+cudaError_t cudaStreamBeginCapture(cudaStream_t s, enum cudaStreamCaptureMode m) {
+    (void)s; (void)m;
+    g_capturing = 1;
+    g_captured = 0;
+    return cudaSuccess;
+}
+cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *g) {
+    (void)s;
+    g_capturing = 0;
+    if (log_on()) fprintf(stderr, "stub-cuda: captured a graph of %d kernel launches\n", g_captured);
+    *g = (cudaGraph_t)handle();
+    return cudaSuccess;
+}
 cudaError_t cudaGraphInstantiate(cudaGraphExec_t *e, cudaGraph_t g, unsigned long long flags) {
     (void)g; (void)flags;
     *e = (cudaGraphExec_t)handle();

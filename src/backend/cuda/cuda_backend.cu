@@ -123,11 +123,11 @@ struct cu_backend {
     float *mg_h, *mg_pd, *mg_xs;
     unsigned *mg_cnt;
     int64_t mg_F;
-    /* the last step the pass folded, before and after (an equal step folds the same way: the records of a step hold
-     * nothing that varies from step to step, which is what lets a graph replay) and how many FFNs it folded */
-    std::vector<uint8_t> mg_pre, mg_post;
-    std::vector<size_t> mg_post_offs;
-    size_t mg_post_n, mg_post_pj;
+    /* the last steps the pass folded, before and after (an equal step folds the same way: the records of a step hold
+     * nothing that varies from step to step, which is what lets a graph replay), how many FFNs each folded; a few,
+     * since pipelined steps alternate between two staging slots and so between two forms of the same step */
+    struct mega2_fold { std::vector<uint8_t> pre, post; std::vector<size_t> post_offs; size_t n, n_pj; uint64_t last_use; };
+    std::vector<mega2_fold> mg_folds;
     std::vector<cu_graph> graphs;
     uint64_t use_clock;
     int32_t *d_argmax, *h_argmax;
@@ -447,13 +447,15 @@ static void mega2_ffn(cu_backend *c) {
     if (!c->mega2_ps || c->rec_offs.size() < 4) return;
     /* the pass scans the records after each FFN for readers of its buffers; a step equal to the last folded one takes
      * that one's result instead (a memcmp, where the scans cost each decode step ~0.1 ms of host time) */
-    if (!c->mg_pre.empty() && c->mg_pre.size() == c->rec.size() && !memcmp(c->mg_pre.data(), c->rec.data(), c->rec.size())) {
-        c->rec = c->mg_post;
-        c->rec_offs = c->mg_post_offs;
-        c->stats.mega2_ffn += c->mg_post_n;
-        c->stats.mega2_pj += c->mg_post_pj;
-        return;
-    }
+    for (cu_backend::mega2_fold &f : c->mg_folds)
+        if (f.pre.size() == c->rec.size() && !memcmp(f.pre.data(), c->rec.data(), c->rec.size())) {
+            c->rec = f.post;
+            c->rec_offs = f.post_offs;
+            c->stats.mega2_ffn += f.n;
+            c->stats.mega2_pj += f.n_pj;
+            f.last_use = ++c->use_clock;
+            return;
+        }
     const size_t nr = c->rec_offs.size();
     std::vector<char> drop(nr, 0);
     std::vector<std::pair<size_t, rec_mega2>> put;
@@ -488,7 +490,7 @@ static void mega2_ffn(cu_backend *c) {
             continue;
         /* scratch for the largest F so far (grown before any launch of this step is recorded into a graph) */
         if (F > c->mg_F) {
-            c->mg_pre.clear(); /* (the last fold's records hold the old buffers) */
+            c->mg_folds.clear(); /* (the folds kept hold the old buffers) */
             (void)gpuStreamSynchronize(c->stream);
             if (c->mg_F) graphs_clear(c); /* (captured steps hold the old buffers) */
             dev_free(c, c->mg_h); dev_free(c, c->mg_pd);
@@ -598,11 +600,22 @@ static void mega2_ffn(cu_backend *c) {
     for (const auto &p : put) n_pj += p.second.a.pj1 != NULL;
     c->stats.mega2_ffn += put.size();
     c->stats.mega2_pj += n_pj;
-    c->mg_pre.swap(rec); /* (the records before the pass) */
-    c->mg_post = c->rec;
-    c->mg_post_offs = c->rec_offs;
-    c->mg_post_n = put.size();
-    c->mg_post_pj = n_pj;
+    /* keep it, in place of the least recently used of 4 */
+    size_t slot = c->mg_folds.size();
+    if (slot == 4) {
+        slot = 0;
+        for (size_t k = 1; k < c->mg_folds.size(); k++)
+            if (c->mg_folds[k].last_use < c->mg_folds[slot].last_use) slot = k;
+    } else {
+        c->mg_folds.emplace_back();
+    }
+    cu_backend::mega2_fold &f = c->mg_folds[slot];
+    f.pre.swap(rec); /* (the records before the pass) */
+    f.post = c->rec;
+    f.post_offs = c->rec_offs;
+    f.n = put.size();
+    f.n_pj = n_pj;
+    f.last_use = ++c->use_clock;
 }
 
 /* End of a recorded step: replay the cached graph of an equal step, else capture one. */
