@@ -125,6 +125,8 @@ int main(int argc, char **argv) {
      * == eager above then checks its bits against the four launches */
     printf("test_cuda_model: dense FFNs recorded as one tiled persistent launch %llu (with the output projection inside %llu)\n",
            (unsigned long long)cs.mega2_ffn, (unsigned long long)cs.mega2_pj);
+    /* VLLMC_CUDA_MOE2 (off by default): one-row MoE ops as the router and one tiled launch; graph == eager checks its bits */
+    printf("test_cuda_model: MoE ops recorded as one tiled persistent launch %llu\n", (unsigned long long)cs.moe2);
     if (nq && (strtoul(nq, NULL, 0) & 32)) CHECK_MSG(cs.fused_comb > 0, "no attention combine was fused"); /* every model has attention */
     for (int i = 0; i < 3; i++) { free(lg[i]); inst_close(&x[i]); }
     free(tok); free(pos); free(sidx); free(bt);

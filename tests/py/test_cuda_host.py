@@ -49,10 +49,11 @@ def run(env, *args, extra=None):
 
 @pytest.fixture(scope="module")
 def models(stub_env, tmp_path_factory):
-    """Q4_K_M files of the tiny qwen35 and qwen35moe shapes and of qwen35-wide, quantized by vllmc quantize."""
+    """Q4_K_M files of the tiny qwen35 and qwen35moe shapes and of qwen35-wide and qwen35moe-wide, quantized by vllmc
+    quantize."""
     d = tmp_path_factory.mktemp("cuda_host_models")
     out = {}
-    for shape in ("qwen35", "qwen35moe", "qwen35-wide"):
+    for shape in ("qwen35", "qwen35moe", "qwen35-wide", "qwen35moe-wide"):
         r = subprocess.run([sys.executable, str(ROOT / "tests/tools/make_tiny_qwen35.py"), str(d), "--arch", shape, "--types", "f32"],
                            capture_output=True, text=True, timeout=600)
         assert r.returncode == 0, r.stderr[-2000:]
@@ -69,7 +70,7 @@ def replays(text):
     return int(m.group(1)), int(m.group(2))
 
 
-@pytest.mark.parametrize("shape", ["qwen35", "qwen35moe", "qwen35-wide"])
+@pytest.mark.parametrize("shape", ["qwen35", "qwen35moe", "qwen35-wide", "qwen35moe-wide"])
 def test_decode_host_side(stub_env, models, shape):
     """bench's batch-1 decode (recorded, captured, replayed, pipelined) and the eager form run through."""
     rep, cap = replays(run(stub_env, "bench", "-m", models[shape], "-p", "16", "-g", "24", "-r", "1"))
@@ -105,3 +106,34 @@ def test_mega2_pass_takes_every_ffn(stub_env, models):
     assert folds(out) is None and "VLLMC_CUDA_MEGA2=5" in out
     # the tiny qwen35 (D 256) has no FFN of that width: nothing folds, nothing fails
     assert folds(run(stub_env, "bench", "-m", models["qwen35"], "-p", "16", "-g", "8", "-r", "1", extra={"VLLMC_CUDA_MEGA2": "4"})) is None
+
+
+def moe_tiled(text):
+    m = re.search(r"MoE ops as the router and one tiled persistent launch \(VLLMC_CUDA_MOE2\): ([0-9.]+) a recorded step", text)
+    return float(m.group(1)) if m else None
+
+
+def launches(text):
+    """The kernel launches of each graph the step captured (the stub's count)."""
+    return sorted(set(int(n) for n in re.findall(r"captured a graph of (\d+) kernel launches", text)))
+
+
+def test_moe2_pass_takes_every_moe_op(stub_env, models):
+    """qwen35moe-wide: 4 MoE layers (16 experts, top 4, a gated shared expert, D 512, experts 512 wide), two of them
+    with Q6_K down rows. Off by default; with VLLMC_CUDA_MOE2=1 every MoE op of every recorded step is the router and
+    one tiled launch in place of the router and three (gate + up, down, mix); eager steps keep the launches; the tiny
+    qwen35moe (D 256: super-blocks not in pairs) keeps them too; both passes together take what each takes alone."""
+    m = models["qwen35moe-wide"]
+    args = ("bench", "-m", m, "-p", "16", "-g", "24", "-r", "1")
+    log = {"STUB_CUDA_LOG": "1"}
+    off = run(stub_env, *args, extra=log)
+    on = run(stub_env, *args, extra=dict(log, VLLMC_CUDA_MOE2="1"))
+    assert moe_tiled(off) is None and moe_tiled(on) == 4.0
+    assert [n + 2 * 4 for n in launches(on)] == launches(off), (launches(on), launches(off))
+    assert moe_tiled(run(stub_env, *args, "--enforce-eager", extra={"VLLMC_CUDA_MOE2": "1"})) is None
+    assert moe_tiled(run(stub_env, "bench", "-m", models["qwen35moe"], "-p", "16", "-g", "8", "-r", "1",
+                         extra={"VLLMC_CUDA_MOE2": "1"})) is None
+    both = run(stub_env, *args, extra={"VLLMC_CUDA_MOE2": "1", "VLLMC_CUDA_MEGA2": "4"})
+    assert moe_tiled(both) == 4.0 and folds(both) is None  # (no dense FFN in a MoE model)
+    out = run(stub_env, "bench", "-m", m, "--concurrency", "1,4", "-p", "16", "-g", "8", "-r", "1", extra={"VLLMC_CUDA_MOE2": "1"})
+    assert re.search(r"^\| 4 \| 4 \|", out, re.M), out[-2000:]

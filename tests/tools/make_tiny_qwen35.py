@@ -8,7 +8,7 @@ current token, attn_q rows per head [256 query | 256 gate], value heads tiled (n
 the tiling matters). A small byte-level BPE vocabulary (256 byte tokens, merges learned from a fixed
 text, ChatML specials) makes llama.cpp's loader happy.
 
-usage: make_tiny_qwen35.py OUT_DIR [--types f32,q8_0,q4_k_m] [--arch qwen35,qwen35moe,qwen35-wide]
+usage: make_tiny_qwen35.py OUT_DIR [--types f32,q8_0,q4_k_m] [--arch qwen35,qwen35moe,qwen35-wide,qwen35moe-wide]
 Writes OUT_DIR/qwen35-tiny-{f32,q8_0,q4_k_m}.gguf and qwen35moe-tiny-*.gguf (quantized variants through
 llama_cpp.llama_model_quantize), plus {arch}-tiny-mtp-f32.gguf: the same weights followed by an MTP block
 (block_count = n_layer + 1, nextn_predict_layers = 1) that a plain forward must skip. Prints the paths.
@@ -36,6 +36,11 @@ SHAPES = {
     # tiled FFN launch takes (VLLMC_CUDA_MEGA2), at ~200 MB of f32 (tests/py/test_cuda_host.py)
     "qwen35-wide": dict(arch="qwen35", n_embd=2560, n_layer=4, n_ff=1024, n_head=2, n_kv_head=1, head_dim=256, n_k_head=2,
                         n_v_head=4, d_state=128, d_conv=4, n_vocab=512, tied=True, seed=37, no_mtp=True),
+    # experts and a shared expert in pairs of super-blocks (512 wide): the widths the GPU decode's tiled MoE launch
+    # takes (VLLMC_CUDA_MOE2), at ~215 MB of f32
+    "qwen35moe-wide": dict(arch="qwen35moe", n_embd=512, n_layer=4, n_head=2, n_kv_head=1, head_dim=256, n_k_head=2,
+                           n_v_head=4, d_state=128, d_conv=4, n_vocab=512, tied=False, n_expert=16, n_expert_used=4,
+                           n_ff_exp=512, n_ff_shexp=512, seed=38, no_mtp=True),
 }
 INTERVAL = 4
 N_ROT = 64

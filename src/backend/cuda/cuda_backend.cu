@@ -122,12 +122,18 @@ struct cu_backend {
     std::vector<mega2_tiles> mg_tiles;
     float *mg_h, *mg_pd, *mg_xs;
     unsigned *mg_cnt;
+    /* the tiled persistent MoE experts in recorded one-row steps (moe2_pass; VLLMC_CUDA_MOE2=1, off by default): the
+     * tiles are mg_tiles' (keys ps -1 gate / up, -2 down), the scratch its own */
+    bool moe2;
+    float *m2_h;
+    unsigned *m2_cnt;
+    int64_t m2_hn, m2_cn;
     int64_t mg_F;
-    /* the last steps the pass folded, before and after (an equal step folds the same way: the records of a step hold
-     * nothing that varies from step to step, which is what lets a graph replay), how many FFNs each folded; a few,
-     * since pipelined steps alternate between two staging slots and so between two forms of the same step */
-    struct mega2_fold { std::vector<uint8_t> pre, post; std::vector<size_t> post_offs; size_t n, n_pj; uint64_t last_use; };
-    std::vector<mega2_fold> mg_folds;
+    /* the last steps the passes (moe2_pass, mega2_ffn) changed, before and after (an equal step folds the same way: the
+     * records of a step hold nothing that varies from step to step, which is what lets a graph replay), and what each
+     * pass took; a few, since pipelined steps alternate between two staging slots and so between two forms of a step */
+    struct step_fold { std::vector<uint8_t> pre, post; std::vector<size_t> post_offs; size_t n_ffn, n_pj, n_moe; uint64_t last_use; };
+    std::vector<step_fold> mg_folds;
     std::vector<cu_graph> graphs;
     uint64_t use_clock;
     int32_t *d_argmax, *h_argmax;
@@ -443,19 +449,119 @@ static const uint8_t *mega2_tiles(cu_backend *c, const uint8_t *k0, const uint8_
     return (const uint8_t *)p;
 }
 
-static void mega2_ffn(cu_backend *c) {
-    if (!c->mega2_ps || c->rec_offs.size() < 4) return;
-    /* the pass scans the records after each FFN for readers of its buffers; a step equal to the last folded one takes
-     * that one's result instead (a memcmp, where the scans cost each decode step ~0.1 ms of host time) */
-    for (cu_backend::mega2_fold &f : c->mg_folds)
-        if (f.pre.size() == c->rec.size() && !memcmp(f.pre.data(), c->rec.data(), c->rec.size())) {
-            c->rec = f.post;
-            c->rec_offs = f.post_offs;
-            c->stats.mega2_ffn += f.n;
-            c->stats.mega2_pj += f.n_pj;
-            f.last_use = ++c->use_clock;
-            return;
+/* ---- a one-row MoE op's experts as one tiled persistent launch (cu_moe2, gemv_q.cu; VLLMC_CUDA_MOE2=1) ----
+ * In a recorded step, each MOE record of one row whose shapes and types the kernel takes gets its tiles (packed on the
+ * device the first time an expert tensor is seen: every expert at once, a second copy of those weights) and scratch in
+ * its args (cu_moe_args.m2), and cu_launch_moe then runs the router launch and one cu_moe2 launch. That launch writes
+ * what the chain writes for later records (ids, wts, Y, Ys, out, x) with the same bits; the chain's other buffers
+ * (gate / up rows, hidden rows) are the op's own scratch, written before they are read by every MOE op. Eager steps
+ * keep the chain, so test_cuda_model's graph == eager compares the two. */
+static const uint8_t *moe2_tiles(cu_backend *c, const uint8_t *k0, const uint8_t *k1, uint64_t exp_bytes, int n_exp, uint32_t type, int64_t D,
+                                 int64_t F) {
+    const int key = k1 ? -1 : -2;
+    for (const auto &t : c->mg_tiles)
+        if (t.k0 == k0 && t.k1 == k1 && t.ps == key) return t.tiles;
+    const uint64_t bytes = k1 ? (uint64_t)n_exp * (uint64_t)(F / 8) * cu_mega2_task_bytes((int)(D / QK_K))
+                              : (uint64_t)n_exp * (uint64_t)(D / 16) * cu_mega2_dn_task_bytes((int)(F / QK_K), type == GGML_TYPE_Q6_K);
+    void *p = NULL;
+    if (dev_alloc(c, bytes, &p)) { vllmc_clear_error(); return NULL; }
+    const bool ok = k1 ? cu_mega2_pack_gu_exps(k0, k1, exp_bytes, n_exp, D, F, (uint8_t *)p, c->stream)
+                       : cu_mega2_pack_dn_exps(k0, exp_bytes, n_exp, type, D, F, (int)(F / QK_K), (uint8_t *)p, c->stream);
+    if (!ok) { (void)gpuGetLastError(); dev_free(c, p); return NULL; }
+    c->mg_tiles.push_back({k0, k1, key, (uint8_t *)p});
+    return (const uint8_t *)p;
+}
+
+/* The MoE ops it took. */
+static size_t moe2_pass(cu_backend *c) {
+    if (!c->moe2) return 0;
+    size_t n = 0;
+    for (size_t i = 0; i < c->rec_offs.size(); i++) {
+        uint32_t op;
+        rec_moe *r = (rec_moe *)rec_at(c, i, &op);
+        if (op != CU_OP_MOE) continue;
+        struct cu_moe_args &a = r->a;
+        const int64_t D = a.n_embd, F = a.n_ff[0], Fs = a.shared ? a.n_ff[1] : 0;
+        const struct cu_moe_grp &gr = a.gu.g[0], &dr = a.down.g[0];
+        if (a.T != 1 || a.m2.on || a.nq.on || D % 512 || F % 512 || Fs % 512 || gr.n_mat != 2 || gr.n_rows != F || dr.n_rows != D ||
+            gr.exp_bytes[0] != gr.exp_bytes[1] || gr.type[0] != GGML_TYPE_Q4_K || gr.type[1] != GGML_TYPE_Q4_K ||
+            gr.stride[0] != cu_weight_row_stride(GGML_TYPE_Q4_K, D) || dr.stride[0] != cu_weight_row_stride((uint32_t)dr.type[0], F) ||
+            (dr.type[0] != GGML_TYPE_Q4_K && dr.type[0] != GGML_TYPE_Q6_K) || (Fs && (a.gu.n_grp < 2 || a.down.n_grp < 2)))
+            continue;
+        if (Fs) {
+            const struct cu_moe_grp &gs = a.gu.g[1], &ds = a.down.g[1];
+            if (gs.n_mat != 2 || gs.type[0] != GGML_TYPE_Q4_K || gs.type[1] != GGML_TYPE_Q4_K || gs.stride[0] != cu_weight_row_stride(GGML_TYPE_Q4_K, D) ||
+                gs.stride[1] != gs.stride[0] || (ds.type[0] != GGML_TYPE_Q4_K && ds.type[0] != GGML_TYPE_Q6_K) ||
+                ds.stride[0] != cu_weight_row_stride((uint32_t)ds.type[0], Fs))
+                continue;
         }
+        /* scratch for the largest op so far (grown before any launch of this step is recorded into a graph; an op of
+         * this step taken before keeps the old buffers, so the step starts again) */
+        const int64_t hn = a.k * F + Fs, cn = 2 + D / 16;
+        if (hn > c->m2_hn || cn > c->m2_cn) {
+            const bool again = n > 0;
+            if (again) {
+                for (size_t j = 0; j < i; j++) {
+                    uint32_t oj;
+                    rec_moe *rj = (rec_moe *)rec_at(c, j, &oj);
+                    if (oj == CU_OP_MOE) memset(&rj->a.m2, 0, sizeof(rj->a.m2));
+                }
+                n = 0;
+            }
+            (void)gpuStreamSynchronize(c->stream);
+            graphs_clear(c); /* (captured steps hold the old buffers) */
+            c->mg_folds.clear();
+            dev_free(c, c->m2_h); dev_free(c, c->m2_cnt);
+            c->m2_h = NULL; c->m2_cnt = NULL; c->m2_hn = c->m2_cn = 0;
+            if (dev_alloc(c, (size_t)hn * 4, (void **)&c->m2_h) || dev_alloc(c, (size_t)cn * 4, (void **)&c->m2_cnt)) {
+                vllmc_clear_error();
+                dev_free(c, c->m2_h);
+                c->m2_h = NULL;
+                c->moe2 = false;
+                LOG_WARN("VLLMC_CUDA_MOE2: no device memory for its scratch; the MoE ops keep their launches");
+                return n;
+            }
+            c->m2_hn = hn; c->m2_cn = cn;
+            if (again) { /* (the ops before, smaller, fit the new buffers) */
+                i = (size_t)-1;
+                continue;
+            }
+        }
+        struct cu_moe2_tiles t;
+        memset(&t, 0, sizeof(t));
+        t.gu_r = moe2_tiles(c, gr.w[0], gr.w[1], gr.exp_bytes[0], a.E, GGML_TYPE_Q4_K, D, F);
+        t.dn_r = t.gu_r ? moe2_tiles(c, dr.w[0], NULL, dr.exp_bytes[0], a.E, (uint32_t)dr.type[0], D, F) : NULL;
+        bool ok = t.gu_r && t.dn_r;
+        if (ok && Fs) {
+            const struct cu_moe_grp &gs = a.gu.g[1], &ds = a.down.g[1];
+            t.gu_s = moe2_tiles(c, gs.w[0], gs.w[1], 0, 1, GGML_TYPE_Q4_K, D, Fs);
+            t.dn_s = t.gu_s ? moe2_tiles(c, ds.w[0], NULL, 0, 1, (uint32_t)ds.type[0], D, Fs) : NULL;
+            ok = t.gu_s && t.dn_s;
+            t.dn_q6_s = ds.type[0] == GGML_TYPE_Q6_K;
+        }
+        if (!ok) { /* no memory for another layer's tiles: the MoE ops without them keep their launches from now on */
+            LOG_WARN("VLLMC_CUDA_MOE2: no device memory for more expert tiles; the other MoE ops keep their launches");
+            c->moe2 = false;
+            break;
+        }
+        t.dn_q6_r = dr.type[0] == GGML_TYPE_Q6_K;
+        t.h = c->m2_h; t.cnt = c->m2_cnt; t.ctas = c->n_sms; t.on = 1;
+        cu_moe2_fit(&a, 16, &t);
+        a.m2 = t;
+        if (!cu_moe2_launch(&a, c->stream, false)) {
+            (void)gpuGetLastError();
+            memset(&a.m2, 0, sizeof(a.m2));
+            continue;
+        }
+        n++;
+    }
+    return n;
+}
+
+/* The FFNs it folded (*n_pj of them with the projection). */
+static size_t mega2_ffn(cu_backend *c, size_t *n_pj) {
+    *n_pj = 0;
+    if (!c->mega2_ps || c->rec_offs.size() < 4) return 0;
     const size_t nr = c->rec_offs.size();
     std::vector<char> drop(nr, 0);
     std::vector<std::pair<size_t, rec_mega2>> put;
@@ -501,15 +607,16 @@ static void mega2_ffn(cu_backend *c) {
                 dev_free(c, c->mg_h);
                 c->mg_h = NULL;
                 c->mega2_ps = 0;
-                return;
+                return 0; /* (nothing rewritten yet) */
             }
             c->mg_F = F;
+            for (auto &p : put) { p.second.a.h = c->mg_h; p.second.a.pd = c->mg_pd; } /* (FFNs taken before: the new buffers) */
         }
         if (!c->mg_xs && (dev_alloc(c, (size_t)c->n_sms * D * 4, (void **)&c->mg_xs) ||
                           dev_alloc(c, (3 + 2 * (size_t)D / 16) * 4, (void **)&c->mg_cnt))) {
             vllmc_clear_error();
             c->mega2_ps = 0;
-            return;
+            return 0;
         }
         const uint8_t *tg = mega2_tiles(c, sg.w, su.w, GGML_TYPE_Q4_K, 0, D, F);
         const uint8_t *td = tg ? mega2_tiles(c, sd.w, NULL, (uint32_t)sd.type, c->mega2_ps, D, F) : NULL;
@@ -573,7 +680,7 @@ static void mega2_ffn(cu_backend *c) {
         drop[i + 1] = drop[i + 2] = drop[i + 3] = 1;
         i += 3;
     }
-    if (put.empty()) return;
+    if (put.empty()) return 0;
     std::vector<uint8_t> rec;
     std::vector<size_t> offs;
     rec.reserve(c->rec.size());
@@ -596,10 +703,33 @@ static void mega2_ffn(cu_backend *c) {
     }
     c->rec.swap(rec);
     c->rec_offs.swap(offs);
+    for (const auto &p : put) *n_pj += p.second.a.pj1 != NULL;
+    return put.size();
+}
+
+/* The passes over a recorded step's records (moe2_pass, mega2_ffn). They scan the records (mega2_ffn the records after
+ * each FFN for readers of its buffers) and query the device, which costs a decode step ~0.1 ms of host time; a step
+ * equal to one they changed before takes that one's result instead (a memcmp). */
+static void step_passes(cu_backend *c) {
+    if (!c->moe2 && !c->mega2_ps) return;
+    for (cu_backend::step_fold &f : c->mg_folds)
+        if (f.pre.size() == c->rec.size() && !memcmp(f.pre.data(), c->rec.data(), c->rec.size())) {
+            c->rec = f.post;
+            c->rec_offs = f.post_offs;
+            c->stats.mega2_ffn += f.n_ffn;
+            c->stats.mega2_pj += f.n_pj;
+            c->stats.moe2 += f.n_moe;
+            f.last_use = ++c->use_clock;
+            return;
+        }
+    std::vector<uint8_t> pre(c->rec);
+    const size_t n_moe = moe2_pass(c);
     size_t n_pj = 0;
-    for (const auto &p : put) n_pj += p.second.a.pj1 != NULL;
-    c->stats.mega2_ffn += put.size();
+    const size_t n_ffn = mega2_ffn(c, &n_pj);
+    c->stats.mega2_ffn += n_ffn;
     c->stats.mega2_pj += n_pj;
+    c->stats.moe2 += n_moe;
+    if (!n_moe && !n_ffn) return; /* (steps the passes leave alone do not push out the ones they change) */
     /* keep it, in place of the least recently used of 4 */
     size_t slot = c->mg_folds.size();
     if (slot == 4) {
@@ -609,19 +739,18 @@ static void mega2_ffn(cu_backend *c) {
     } else {
         c->mg_folds.emplace_back();
     }
-    cu_backend::mega2_fold &f = c->mg_folds[slot];
-    f.pre.swap(rec); /* (the records before the pass) */
+    cu_backend::step_fold &f = c->mg_folds[slot];
+    f.pre.swap(pre);
     f.post = c->rec;
     f.post_offs = c->rec_offs;
-    f.n = put.size();
-    f.n_pj = n_pj;
+    f.n_ffn = n_ffn; f.n_pj = n_pj; f.n_moe = n_moe;
     f.last_use = ++c->use_clock;
 }
 
 /* End of a recorded step: replay the cached graph of an equal step, else capture one. */
 static vllmc_status finish_step(cu_backend *c) {
     c->recording = false;
-    mega2_ffn(c);
+    step_passes(c);
     gpuError_t e;
     for (cu_graph &g : c->graphs)
         if (g.rec.size() == c->rec.size() && !memcmp(g.rec.data(), c->rec.data(), c->rec.size())) {
@@ -1865,6 +1994,7 @@ static void cu_destroy(struct backend *be) {
     dev_free(c, c->gdn_work);
     for (const auto &t : c->mg_tiles) dev_free(c, t.tiles);
     dev_free(c, c->mg_h); dev_free(c, c->mg_pd); dev_free(c, c->mg_xs); dev_free(c, c->mg_cnt);
+    dev_free(c, c->m2_h); dev_free(c, c->m2_cnt);
     if (c->nq_cnt) (void)gpuFree(c->nq_cnt);
     if (c->gemm) gpu_gemm_destroy(c->gemm);
     if (c->ev0) (void)gpuEventDestroy(c->ev0);
@@ -1943,6 +2073,12 @@ extern "C" vllmc_status backend_cuda_create(const struct backend_cuda_opts *o, s
             (void)gpuGetLastError();
             c->mega2_ps = 0;
         }
+    }
+    /* the tiled persistent MoE experts in recorded one-row steps; off until measured */
+    if ((env = getenv("VLLMC_CUDA_MOE2")) && atoi(env) != 0) {
+        int dev = 0;
+        c->moe2 = gpuGetDevice(&dev) == gpuSuccess && gpuDeviceGetSMCount(&c->n_sms, dev) == gpuSuccess && c->n_sms >= 1;
+        if (!c->moe2) (void)gpuGetLastError();
     }
     env = getenv("VLLMC_CUDA_FUSE_NQ"); /* BACKEND_CUDA_FUSE_* mask; off until measured */
     c->fuse_nq = env ? (unsigned)strtoul(env, NULL, 0) & BACKEND_CUDA_FUSE_ALL : 0;

@@ -46,6 +46,7 @@ struct backend_cuda_stats {
     uint64_t fused_comb;              /* decode attentions recorded with their combine in the split launch */
     uint64_t mega2_ffn;               /* dense FFNs recorded as one tiled persistent launch (VLLMC_CUDA_MEGA2) */
     uint64_t mega2_pj;                /* ... of which with the output projection before them inside (VLLMC_CUDA_MEGA2_PJ) */
+    uint64_t moe2;                    /* one-row MoE ops recorded as the router and one tiled persistent launch (VLLMC_CUDA_MOE2) */
     /* host time of the graph-replayed steps: from the batch to the graph's launch (recording the ops, finding the
      * cached graph, launching it), and waiting for the step's argmax after it; the GPU idles through the first */
     uint64_t host_steps, host_ns, wait_ns;

@@ -316,6 +316,18 @@ struct cu_moe_mm_args {
 };
 void cu_launch_moe_matmul(const struct cu_moe_mm_args *a, gpuStream_t s);
 
+/* The tiled persistent form of a one-row MoE op's experts (cu_moe2, gemv_q.cu; set on recorded decode steps by
+ * cuda_backend.cu's moe2 pass, VLLMC_CUDA_MOE2=1): tiles packed by cu_mega2_pack_gu / cu_mega2_pack_dn (mega2_tile.h),
+ * the routed experts' as n_exp runs of one expert each. on 0: the launches of cu_launch_moe. */
+struct cu_moe2_tiles {
+    const uint8_t *gu_r, *gu_s;    /* gate / up: routed [E][F / 8] tasks of D / 256 super-blocks; shared [Fs / 8] */
+    const uint8_t *dn_r, *dn_s;    /* down: routed [E][D / 16] tasks of F / 256 super-blocks; shared [D / 16] of Fs / 256 */
+    float *h;                      /* scratch: (k + 1) x F hidden values (routed entries, then the shared one) */
+    unsigned *cnt;                 /* 2 + D / 16 counters, zero between launches (the launch zeroes them when done) */
+    int32_t on, dn_q6_r, dn_q6_s;  /* the routed / shared down rows are Q6_K (else Q4_K) */
+    int32_t ns, nc, slot, ctas, pad; /* slots, consumer warps, slot bytes (cu_moe2_fit), CTAs (one an SM) */
+};
+
 /* The whole MoE FFN of T rows (cuda_moe.cu): router (+ shared-expert gate) mat-vec, softmax / top-k /
  * renormalisation, the chosen experts' gate+up (and the shared expert's) in one launch, SwiGLU + quantize,
  * all down products in one launch, then the weighted sum in a fixed order. No host synchronisation. */
@@ -342,9 +354,20 @@ struct cu_moe_args {
     unsigned *mix_cnt;         /* or NULL: where the column-split expert kernels run, the mix goes into the down launch
                                   (these counters, [T][ceil(n_embd / 256)]) and no mix kernel runs */
     int64_t n_embd;
+    struct cu_moe2_tiles m2;   /* m2.on: T 1, the router launch and then one cu_moe2 launch for the rest */
 };
 /* The path the experts took. */
-enum { CU_MOE_PATH_GENERAL = 0, CU_MOE_PATH_COLS, CU_MOE_PATH_GROUPED, CU_MOE_PATH_GROUPED_RS /* routed + sorted in one CTA */ };
+enum { CU_MOE_PATH_GENERAL = 0, CU_MOE_PATH_COLS, CU_MOE_PATH_GROUPED, CU_MOE_PATH_GROUPED_RS /* routed + sorted in one CTA */,
+       CU_MOE_PATH_TILED /* cu_moe2 */ };
+/* The experts, the mix and the residual add of a one-row MoE op (a->m2) as one persistent launch of a->m2.ctas CTAs, after
+ * the router launch (cu_launch_moe does both): the routing (moe_route_warp: the same ids and weights), then the shared and
+ * the chosen experts' gate / up tiles (SwiGLU as the down launch forms it), a grid-wide counter, each CTA's Q8_K of the
+ * hidden rows, the down tiles (each entry's rows in the column-split kernel's order), and each row group's last task
+ * mixes its rows (moe_mix_col's ops) into out and x: the bits of cu_launch_moe_cols and the mix kernel. launch false:
+ * only whether it would launch (shapes, types, resident CTAs). */
+bool cu_moe2_launch(const struct cu_moe_args *a, gpuStream_t s, bool launch);
+/* Its slot bytes and slots (the largest task; as many as fit in 225 KB), consumer warps (at most nc, ns a multiple). */
+void cu_moe2_fit(const struct cu_moe_args *a, int nc, struct cu_moe2_tiles *t);
 int cu_launch_moe(const struct cu_moe_args *a, gpuStream_t s);
 /* The experts of a MoE op of few rows in two launches (gemv_q.cu): gate+up with the routing done by every CTA of a
  * routed entry (it writes ids / wts), then down with SwiGLU + Q8_K of the hidden row formed in each CTA. Only
@@ -459,6 +482,12 @@ bool cu_mega2_launch(const struct cu_mega2_args *a, int ctas, gpuStream_t s, boo
  * columns, Q4_K or Q6_K). False (nothing launched) for shapes or types they do not take. */
 bool cu_mega2_pack_gu(const uint8_t *gate, const uint8_t *up, int64_t D, int64_t F, uint8_t *dst, gpuStream_t s);
 bool cu_mega2_pack_dn(const uint8_t *dn, uint32_t type, int64_t D, int64_t F, int ps, uint8_t *dst, gpuStream_t s);
+/* The same for n_exp experts at once: expert e's rows at e * exp_bytes of the source (gate, up or down), its tiles at
+ * e times one expert's tile bytes of dst. */
+bool cu_mega2_pack_gu_exps(const uint8_t *gate, const uint8_t *up, uint64_t exp_bytes, int n_exp, int64_t D, int64_t F, uint8_t *dst,
+                           gpuStream_t s);
+bool cu_mega2_pack_dn_exps(const uint8_t *dn, uint64_t exp_bytes, int n_exp, uint32_t type, int64_t D, int64_t F, int ps, uint8_t *dst,
+                           gpuStream_t s);
 void cu_launch_moe_grp_matmul(const struct cu_moe_mm_args *mm, const int32_t *perm, const int32_t *grp, int32_t gmax,
                               gpuStream_t s);
 

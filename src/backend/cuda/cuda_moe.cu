@@ -143,6 +143,8 @@ int cu_launch_moe_grouped(const struct cu_moe_args *a, gpuStream_t s) {
 int cu_launch_moe(const struct cu_moe_args *a, gpuStream_t s) {
     if (a->T <= 0) return CU_MOE_PATH_GENERAL;
     cu_launch_matmul(&a->router, s);
+    /* a recorded decode step's tiled form (the moe2 pass checked it launches; a launch that fails is an error there) */
+    if (a->m2.on && cu_moe2_launch(a, s, true)) return CU_MOE_PATH_TILED;
     int path = CU_MOE_PATH_GENERAL;
     if (cu_launch_moe_cols(a, s)) {
         path = CU_MOE_PATH_COLS;

@@ -3801,3 +3801,267 @@ bool cu_mega2_launch(const struct cu_mega2_args *a, int ctas, gpuStream_t s, boo
     return gpuGetLastError() == gpuSuccess;
 #endif
 }
+
+/* ---- a one-row MoE op's experts as one tiled persistent launch (cu_moe2; cuda_internal.h) ----
+ * One CTA an SM: warp 0 the producer (its lane 0 streams the CTA's tiles into a ring of slots, as mega2_kernel's), warps
+ * 1 .. nc the consumers (slot s is warp s % nc's). The CTA's tasks in order: gate / up tasks (the shared expert's first,
+ * so the producer streams them before the routing is known; then entry j's F / 8 tasks), then down tasks (entry j, row
+ * group r; j = k the shared expert). The producer warp routes the token once its dependency (the router launch) is
+ * released, with moe_route_warp (the gate+up launch's ops: the same ids and weights), then streams the chosen experts'
+ * tiles. Gate / up: a warp sums a tile's 8 gate and 8 up rows (mg2_terms: the tensor-core mat-vec's terms, a warp's two
+ * super-blocks then the warps in order, which is moe_cols_kernel's order for these widths) and writes silu(g) * u with the
+ * down launch's ops. After a grid-wide counter each CTA forms the Q8_K of every hidden row (quant_q8_K_sb: the down
+ * launch's bytes). Down: a warp sums 16 rows of one entry (pairs of super-blocks, then in order: moe_cols_kernel's
+ * order), writes them to Y / Ys as that launch does, and the row group's last task mixes its 16 rows (moe_mix_col's
+ * ops) into out and x. The last CTA zeroes the counters. */
+#if !defined(VLLMC_HIP)
+struct cu_moe2_dev {
+    const uint8_t *gu_r, *gu_s, *dn_r, *dn_s;
+    const int8_t *a_qs;
+    const float *a_d;
+    const int16_t *a_bs;
+    const float *logits, *glog;
+    int32_t *ids;
+    float *wts, *h, *Y, *Ys, *out, *x;
+    unsigned *cnt;
+    int32_t D, F, Fs, E, k, norm, dn_q6_r, dn_q6_s, ns, nc, slot, pad;
+};
+
+/* Whether the CTA's task i (0 .. nA + nB - 1) is a gate / up one, its entry j and its tile (gate / up) or row group. */
+static __device__ __forceinline__ void moe2_task(const struct cu_moe2_dev &P, int i, int nA, int *op, int *j, int *q) {
+    const int G = gridDim.x, cta = blockIdx.x;
+    const int Ts = P.Fs / 8, T1 = P.F / 8, RG = P.D / 16;
+    if (i < nA) {
+        const int t = cta + G * i;
+        *op = 0;
+        if (t < Ts) { *j = P.k; *q = t; }
+        else { *j = (t - Ts) / T1; *q = (t - Ts) % T1; }
+    } else {
+        const int t = cta + G * (i - nA);
+        *op = 1; *j = t / RG; *q = t % RG;
+    }
+}
+
+static __global__ void __launch_bounds__(32 * 17, 1) moe2_kernel(const struct cu_moe2_dev P) {
+    extern __shared__ __align__(128) uint8_t m2_smem[];
+    const int D = P.D, NS = P.ns, NC = P.nc, G = gridDim.x, cta = blockIdx.x;
+    const int nb1 = D / QK_K, RG = D / 16, ne = P.k + (P.Fs ? 1 : 0); /* gate / up super-blocks, row groups, entries */
+    const int TA = P.Fs / 8 + P.k * (P.F / 8), TB = ne * RG;
+    const int nA = cta < TA ? (TA - cta + G - 1) / G : 0, nB = cta < TB ? (TB - cta + G - 1) / G : 0;
+    const int nq = P.k * P.F + P.Fs; /* hidden values: entry j < k at j F, the shared one at k F */
+    uint8_t *ring = m2_smem;
+    uint64_t *full = (uint64_t *)(ring + (size_t)NS * P.slot), *empty = full + NS, *routed = empty + NS;
+    int32_t *ids_s = (int32_t *)(routed + 1);
+    float *wts_s = (float *)(ids_s + 32);
+    const int nmax = D > nq ? D : nq;
+    int8_t *aqs = (int8_t *)(((uintptr_t)(wts_s + 32) + 127) & ~(uintptr_t)127); /* (16-byte loads and stores of all three) */
+    float *ad = (float *)(aqs + nmax);
+    int16_t *abs_ = (int16_t *)(((uintptr_t)(ad + nmax / QK_K) + 15) & ~(uintptr_t)15);
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+    const uint32_t b_gu = (uint32_t)(nb1 * MG2_SB_BYTES);
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < NS; s++) { mg_bar_init(&full[s]); mg_bar_init(&empty[s]); }
+        mg_bar_init(routed);
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    if (wid == 0) { /* the producer warp */
+        int i = 0;
+        auto issue = [&](int i_) { /* lane 0: task i_ into slot i_ % NS once its last reader released it */
+            const int s = i_ % NS;
+            if (i_ >= NS) mg2_wait(&empty[s], (uint32_t)((i_ / NS) - 1) & 1, 1, i_);
+            int op, j, q;
+            moe2_task(P, i_, nA, &op, &j, &q);
+            const bool sh = j == P.k;
+            const uint8_t *src;
+            uint32_t bytes;
+            if (op == 0) {
+                src = sh ? P.gu_s + (size_t)q * b_gu : P.gu_r + ((size_t)ids_s[j] * (P.F / 8) + q) * b_gu;
+                bytes = b_gu;
+            } else {
+                const int nsb = (sh ? P.Fs : P.F) / QK_K;
+                bytes = (uint32_t)nsb * ((sh ? P.dn_q6_s : P.dn_q6_r) ? MG2_Q6_SB_BYTES : MG2_SB_BYTES);
+                src = sh ? P.dn_s + (size_t)q * bytes : P.dn_r + ((size_t)ids_s[j] * RG + q) * bytes;
+            }
+            mg_expect(&full[s], bytes);
+            mg_copy(ring + (size_t)s * P.slot, src, bytes, &full[s]);
+        };
+        /* the shared expert's gate / up tiles need no routing: streamed while the router launch ends */
+        if (lane == 0)
+            for (; i < nA && cta + G * i < P.Fs / 8; i++) issue(i);
+        gpu_pdl_wait();
+        (void)moe_route_warp(P.logits, P.E, P.k, P.norm, 0, true, ids_s, wts_s, lane);
+        __syncwarp();
+        if (cta == 0 && lane < P.k) { P.ids[lane] = ids_s[lane]; P.wts[lane] = wts_s[lane]; } /* (as the gate+up launch) */
+        if (lane != 0) return;
+        mg2_arrive(routed); /* the weights in shared memory for the consumers' mix */
+        for (; i < nA + nB; i++) issue(i);
+        return;
+    }
+    const int cw = wid - 1, ct = threadIdx.x - 32, NT = 32 * NC;
+    if (cw >= NC) return;
+    gpu_pdl_wait();
+    /* the Q8_K act of the normed x, as the launch before wrote it (through L2) */
+    for (int u = ct; u < D / 16; u += NT) ((uint4 *)aqs)[u] = __ldcg((const uint4 *)P.a_qs + u);
+    for (int u = ct; u < D / 128; u += NT) ((uint4 *)abs_)[u] = __ldcg((const uint4 *)P.a_bs + u);
+    for (int u = ct; u < nb1; u += NT) ad[u] = __ldcg(P.a_d + u);
+    mg2_cbar(NT);
+    const int g = lane >> 2;
+    for (int i = 0; i < nA; i++) { /* gate / up */
+        const int s = i % NS;
+        if (s % NC != cw) continue;
+        int op, j, q;
+        moe2_task(P, i, nA, &op, &j, &q);
+        mg2_wait(&full[s], (uint32_t)(i / NS) & 1, 2, i);
+        const uint8_t *slot = ring + (size_t)s * P.slot;
+        float yg = 0.f, yu = 0.f;
+        for (int w = 0; w < nb1 / 2; w++) {
+            float t0[2], t1[2];
+            mg2_terms<2>(slot + (size_t)w * 2 * MG2_SB_BYTES, aqs, ad, abs_, 2 * w, lane, t0, t1);
+            const float pg = __fadd_rn(t0[0], t0[1]), pu = __fadd_rn(t1[0], t1[1]);
+            yg = w ? __fadd_rn(yg, pg) : pg;
+            yu = w ? __fadd_rn(yu, pu) : pu;
+        }
+        __syncwarp();
+        if (lane == 0) mg2_arrive(&empty[s]);
+        if ((lane & 3) == 0) P.h[(size_t)j * P.F + (size_t)q * 8 + g] = __fmul_rn(__fdiv_rn(yg, __fadd_rn(1.0f, expf(-yg))), yu);
+    }
+    /* every CTA's hidden values written */
+    mg2_cbar(NT);
+    if (ct == 0) {
+        __threadfence();
+        atomicAdd(&P.cnt[0], 1u);
+        const unsigned long long t0 = mg2_now();
+        while (mg_ld_acquire(&P.cnt[0]) < (unsigned)G)
+            if (mg2_now() - t0 > MG2_WAIT_NS) mg2_hang(3, 0);
+    }
+    mg2_cbar(NT);
+    /* the Q8_K of every hidden row (the down launch's ops: ld8 through L2, quant_q8_K_sb), unit u at u * 256 */
+    for (int u = cw; u < nq / QK_K; u += NC) {
+        float v[8];
+        ld8<true>(P.h + (size_t)u * QK_K + lane * 8, v);
+        quant_q8_K_sb(v, aqs + (size_t)u * QK_K, ad + u, abs_ + (size_t)u * 16, lane);
+    }
+    mg2_wait(routed, 0, 4, 0); /* (the producer's routing, for the mix) */
+    mg2_cbar(NT);
+    for (int i = nA; i < nA + nB; i++) { /* down */
+        const int s = i % NS;
+        if (s % NC != cw) continue;
+        int op, j, r;
+        moe2_task(P, i, nA, &op, &j, &r);
+        const bool sh = j == P.k, q6 = sh ? P.dn_q6_s : P.dn_q6_r;
+        const int nsb = (sh ? P.Fs : P.F) / QK_K, a0 = j * (P.F / QK_K);
+        mg2_wait(&full[s], (uint32_t)(i / NS) & 1, 2, i);
+        const uint8_t *slot = ring + (size_t)s * P.slot;
+        float y0 = 0.f, y1 = 0.f;
+        for (int w = 0; w < nsb / 2; w++) {
+            float t0[2], t1[2];
+            if (q6) mg2_terms6<2>(slot + (size_t)w * 2 * MG2_Q6_SB_BYTES, aqs, ad, abs_, a0 + 2 * w, lane, t0, t1);
+            else mg2_terms<2>(slot + (size_t)w * 2 * MG2_SB_BYTES, aqs, ad, abs_, a0 + 2 * w, lane, t0, t1);
+            const float p0 = __fadd_rn(t0[0], t0[1]), p1 = __fadd_rn(t1[0], t1[1]);
+            y0 = w ? __fadd_rn(y0, p0) : p0;
+            y1 = w ? __fadd_rn(y1, p1) : p1;
+        }
+        __syncwarp();
+        if (lane == 0) mg2_arrive(&empty[s]);
+        float *yo = sh ? P.Ys : P.Y + (size_t)j * D;
+        if ((lane & 3) == 0) { yo[16 * r + g] = y0; yo[16 * r + 8 + g] = y1; }
+        /* the row group's last entry mixes its 16 rows */
+        __threadfence();
+        __syncwarp();
+        unsigned old = 0;
+        if (lane == 0) old = atomicAdd(&P.cnt[2 + r], 1u);
+        old = shfl_idx(old, 0);
+        if (old == (unsigned)ne - 1) {
+            __threadfence();
+            if (lane < 16) {
+                const int row = 16 * r + lane;
+                float o = 0.f;
+                for (int jj = 0; jj < P.k; jj++) {
+                    const float v = __fmul_rn(wts_s[jj], gpu_ldcg(P.Y + (size_t)jj * D + row));
+                    o = jj == 0 ? v : __fadd_rn(o, v);
+                }
+                if (P.Fs) {
+                    float gs = 1.0f;
+                    if (P.glog) gs = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-gpu_ldcg(P.glog))));
+                    o = __fadd_rn(o, __fmul_rn(gs, gpu_ldcg(P.Ys + row)));
+                }
+                P.out[row] = o;
+                P.x[row] = __fadd_rn(gpu_ldcg(P.x + row), o);
+            }
+        }
+    }
+    mg2_cbar(NT);
+    if (ct == 0) {
+        __threadfence();
+        if (atomicAdd(&P.cnt[1], 1u) == (unsigned)G - 1) { /* the last CTA: every wait on the counters passed */
+            __threadfence();
+            for (int c = 0; c < 2 + RG; c++) P.cnt[c] = 0;
+        }
+    }
+}
+#endif
+
+static size_t moe2_smem(const struct cu_moe_args *a, int ns, uint32_t slot) {
+    const int64_t D = a->n_embd, nq = a->k * a->n_ff[0] + (a->shared ? a->n_ff[1] : 0), nmax = D > nq ? D : nq;
+    return (size_t)ns * slot + 16 * (size_t)ns + 8 + 128 + 128 + 128 + nmax + 4 * (nmax / QK_K) + 16 + 2 * (nmax / 16) + 64;
+}
+
+void cu_moe2_fit(const struct cu_moe_args *a, int nc, struct cu_moe2_tiles *t) {
+    const int64_t D = a->n_embd, F = a->n_ff[0], Fs = a->shared ? a->n_ff[1] : 0;
+    uint64_t slot = cu_mega2_task_bytes((int)(D / QK_K));
+    const uint64_t dr = (uint64_t)(F / QK_K) * (t->dn_q6_r ? MG2_Q6_SB_BYTES : MG2_SB_BYTES);
+    const uint64_t ds = (uint64_t)(Fs / QK_K) * (t->dn_q6_s ? MG2_Q6_SB_BYTES : MG2_SB_BYTES);
+    if (dr > slot) slot = dr;
+    if (ds > slot) slot = ds;
+    t->slot = (int32_t)((slot + 127) & ~(uint64_t)127);
+    t->ns = 2;
+    while (t->ns < 64 && moe2_smem(a, t->ns + 1, (uint32_t)t->slot) <= 225 * 1024) t->ns++;
+    t->nc = nc < t->ns ? nc : t->ns;
+    t->ns -= t->ns % t->nc;
+}
+
+bool cu_moe2_launch(const struct cu_moe_args *a, gpuStream_t s, bool launch) {
+#if defined(VLLMC_HIP)
+    (void)a; (void)s; (void)launch;
+    return false;
+#else
+    const struct cu_moe2_tiles &t = a->m2;
+    const struct cu_moe_grp &gr = a->gu.g[0], &dr = a->down.g[0];
+    const int64_t D = a->n_embd, F = a->n_ff[0], Fs = a->shared ? a->n_ff[1] : 0;
+    /* one row; widths in pairs of super-blocks; Q4_K gate / up, Q4_K or Q6_K down; the Q8_K act of x; the tiles */
+    if (!t.on || a->T != 1 || a->k < 1 || a->k > 32 || a->k > a->E || a->E > 32 * MOE_RT_PL || D % 512 || F % 512 || Fs % 512 ||
+        D > 8192 || a->k * F + Fs > 16384 || a->nq.on || !gr.a.k_qs || !gr.a.k_d || !gr.a.k_bs || (uintptr_t)gr.a.k_qs % 16 ||
+        (uintptr_t)gr.a.k_bs % 16 || gr.type[0] != GGML_TYPE_Q4_K || gr.type[1] != GGML_TYPE_Q4_K ||
+        (dr.type[0] == GGML_TYPE_Q6_K) != (bool)t.dn_q6_r || (dr.type[0] != GGML_TYPE_Q4_K && dr.type[0] != GGML_TYPE_Q6_K) ||
+        !t.gu_r || !t.dn_r || (Fs && (!t.gu_s || !t.dn_s || a->down.n_grp < 2 || a->gu.n_grp < 2)) || !t.h || !t.cnt || t.ns < 2 ||
+        t.nc < 1 || t.nc > 16 || t.ns % t.nc || t.ctas < 1 || t.slot % 128 || !a->Y || (Fs && !a->Ys) || !a->out || !a->res)
+        return false;
+    if (Fs) {
+        const struct cu_moe_grp &gs = a->gu.g[1], &ds = a->down.g[1];
+        if (gs.type[0] != GGML_TYPE_Q4_K || gs.type[1] != GGML_TYPE_Q4_K || (ds.type[0] == GGML_TYPE_Q6_K) != (bool)t.dn_q6_s ||
+            (ds.type[0] != GGML_TYPE_Q4_K && ds.type[0] != GGML_TYPE_Q6_K))
+            return false;
+    }
+    const size_t smem = moe2_smem(a, t.ns, (uint32_t)t.slot);
+    if ((uint64_t)t.slot < cu_mega2_task_bytes((int)(D / QK_K)) || smem > 227 * 1024) return false;
+    if (gpuFuncSetMaxDynamicSmem(moe2_kernel, (int)smem) != gpuSuccess) return false;
+    int per = 0, sms = 0, dev = 0;
+    const int threads = 32 * (1 + t.nc);
+    if (gpuGetDevice(&dev) != gpuSuccess || gpuDeviceGetSMCount(&sms, dev) != gpuSuccess ||
+        gpuOccupancyMaxActiveBlocksPerMultiprocessor(&per, moe2_kernel, threads, smem) != gpuSuccess || t.ctas > per * sms)
+        return false;
+    if (!launch) return true;
+    struct cu_moe2_dev p;
+    memset(&p, 0, sizeof(p));
+    p.gu_r = t.gu_r; p.gu_s = t.gu_s; p.dn_r = t.dn_r; p.dn_s = t.dn_s;
+    p.a_qs = gr.a.k_qs; p.a_d = gr.a.k_d; p.a_bs = gr.a.k_bs;
+    p.logits = a->logits; p.glog = a->sgate ? a->glog : NULL;
+    p.ids = a->ids; p.wts = a->wts; p.h = t.h; p.Y = (float *)a->Y; p.Ys = Fs ? (float *)a->Ys : NULL; p.out = a->out; p.x = a->res;
+    p.cnt = t.cnt;
+    p.D = (int32_t)D; p.F = (int32_t)F; p.Fs = (int32_t)Fs; p.E = a->E; p.k = a->k; p.norm = a->norm;
+    p.dn_q6_r = t.dn_q6_r; p.dn_q6_s = t.dn_q6_s; p.ns = t.ns; p.nc = t.nc; p.slot = t.slot;
+    gpu_launch(moe2_kernel, dim3((unsigned)t.ctas), dim3((unsigned)threads), smem, s, p);
+    return gpuGetLastError() == gpuSuccess;
+#endif
+}
