@@ -50,7 +50,9 @@
 # launch chain: bit parity, then us a layer; MEGA_ARGS="reps layers", MEGA_SAN=1 adds a memcheck run on 2 layers).
 # Stage mega2 (not default) runs the tiled chain inside the decode (MEGA2_CFGS, default "4 4,pj": ps 4, then with the output projection):
 # test_cuda_model on BENCH_MODELS (graph == eager: its bits), then the decode off and on, MEGA2_REPS times in turn;
-# MEGA2_SAN=1 adds a memcheck run of a few decode steps with it.
+# MEGA2_SAN=1 adds a memcheck run of a few decode steps with it. Stage moe2 (not default) does the same for the tiled MoE
+# experts (VLLMC_CUDA_MOE2=1) on the MoE models of BENCH_MODELS (e.g. BENCH_MODELS="qwen36-14b-a3b"): test_cuda_model
+# (graph == eager: its bits), MOE2_SAN=1 memcheck, then the decode off and on, MOE2_REPS times in turn.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu-out}
@@ -496,6 +498,32 @@ if has mega2; then # the tiled persistent FFN in the decode: test_cuda_model on 
                 # shellcheck disable=SC2046,SC2086
                 env $(m2env "$cfg") timeout 150 "$BIN/vllmc" bench -m "$f" ${VAR_ARGS:--p 512 -g 256 -r 5} >"$OUT/mega2_${m}_${t}_$rep.txt" 2>&1; rc=$?
                 note "mega2 $m $cfg run $rep rc=$rc: $(grep '^output tok/s' "$OUT/mega2_${m}_${t}_$rep.txt" | head -1)$(grep -o '; .*a recorded step' <(sed 's/^dense FFNs as one tiled persistent launch (VLLMC_CUDA_MEGA2): /; tiled FFNs /' "$OUT/mega2_${m}_${t}_$rep.txt"))"
+            done
+        done
+    done
+fi
+
+if has moe2; then # the tiled persistent MoE experts in the decode: test_cuda_model on the MoE models of BENCH_MODELS (graph ==
+    # eager checks its bits against the launches it replaces), then the decode, off and on in turn
+    wait_models
+    for m in $BENCH_MODELS; do
+        [[ $m == qwen36* ]] || continue
+        f=/tmp/models/$m.gguf
+        [ -s "$f" ] || { note "moe2 $m: model not generated"; continue; }
+        VLLMC_CUDA_MOE2=1 timeout 300 "$BIN/test_cuda_model" "$f" 30 12 >"$OUT/moe2_model_$m.txt" 2>&1; rc=$?
+        note "moe2 test_cuda_model $m rc=$rc: $(grep 'worst' "$OUT/moe2_model_$m.txt" | head -1 | sed 's/.*steps, //' | cut -c1-110); $(grep -o 'MoE ops recorded as one tiled persistent launch [0-9]*' "$OUT/moe2_model_$m.txt")$(grep -m1 'FAIL\|stuck' "$OUT/moe2_model_$m.txt" | cut -c1-200 | sed 's/^/; /')"
+        moe2_ok=$rc
+        if [ "${MOE2_SAN:-0}" = 1 ] && command -v compute-sanitizer >/dev/null; then
+            VLLMC_CUDA_MOE2=1 timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN/vllmc" generate -m "$f" \
+                --prompt-ids "[11,22,33,44,55,66,77,88]" --ids --ignore-eos -n 4 >"$OUT/moe2_san_$m.txt" 2>&1; rc=$?
+            note "moe2 $m under memcheck (generate, 4 steps) rc=$rc: $(grep -m1 'ERROR SUMMARY' "$OUT/moe2_san_$m.txt")"
+        fi
+        for rep in $(seq 1 "${MOE2_REPS:-2}"); do
+            for on in 0 1; do
+                [ "$on" = 1 ] && [ "$moe2_ok" != 0 ] && continue
+                # shellcheck disable=SC2086
+                VLLMC_CUDA_MOE2=$on timeout 200 "$BIN/vllmc" bench -m "$f" ${VAR_ARGS:--p 512 -g 256 -r 5} >"$OUT/moe2_${m}_${on}_$rep.txt" 2>&1; rc=$?
+                note "moe2 $m $on run $rep rc=$rc: $(grep '^output tok/s' "$OUT/moe2_${m}_${on}_$rep.txt" | head -1)$(grep -o ': [0-9.]* a recorded step' "$OUT/moe2_${m}_${on}_$rep.txt" | head -1)"
             done
         done
     done
