@@ -483,7 +483,7 @@ static size_t moe2_pass(cu_backend *c) {
         struct cu_moe_args &a = r->a;
         const int64_t D = a.n_embd, F = a.n_ff[0], Fs = a.shared ? a.n_ff[1] : 0;
         const struct cu_moe_grp &gr = a.gu.g[0], &dr = a.down.g[0];
-        if (a.T != 1 || a.m2.on || a.nq.on || D % 512 || F % 512 || Fs % 512 || gr.n_mat != 2 || gr.n_rows != F || dr.n_rows != D ||
+        if (a.T != 1 || a.m2.on || a.nq.on || a.router.row_order /* (batch invariance: the multi-row path's order) */ || D % 512 || F % 512 || Fs % 512 || gr.n_mat != 2 || gr.n_rows != F || dr.n_rows != D ||
             gr.exp_bytes[0] != gr.exp_bytes[1] || gr.type[0] != GGML_TYPE_Q4_K || gr.type[1] != GGML_TYPE_Q4_K ||
             gr.stride[0] != cu_weight_row_stride(GGML_TYPE_Q4_K, D) || dr.stride[0] != cu_weight_row_stride((uint32_t)dr.type[0], F) ||
             (dr.type[0] != GGML_TYPE_Q4_K && dr.type[0] != GGML_TYPE_Q6_K) || (Fs && (a.gu.n_grp < 2 || a.down.n_grp < 2)))

@@ -3975,19 +3975,28 @@ static __global__ void __launch_bounds__(32 * 17, 1) moe2_kernel(const struct cu
         if (old == (unsigned)ne - 1) {
             __threadfence();
             if (lane < 16) {
+                /* moe_mix_col's ops in its order; the loads of a group of 8 entries first, so they wait on L2 once */
                 const int row = 16 * r + lane;
+                const float xr = gpu_ldcg(P.x + row), ys = P.Fs ? gpu_ldcg(P.Ys + row) : 0.f, gl = P.glog ? gpu_ldcg(P.glog) : 0.f;
                 float o = 0.f;
-                for (int jj = 0; jj < P.k; jj++) {
-                    const float v = __fmul_rn(wts_s[jj], gpu_ldcg(P.Y + (size_t)jj * D + row));
-                    o = jj == 0 ? v : __fadd_rn(o, v);
+                for (int j0 = 0; j0 < P.k; j0 += 8) {
+                    float yv[8];
+#pragma unroll
+                    for (int u = 0; u < 8; u++) yv[u] = j0 + u < P.k ? gpu_ldcg(P.Y + (size_t)(j0 + u) * D + row) : 0.f;
+#pragma unroll
+                    for (int u = 0; u < 8; u++)
+                        if (j0 + u < P.k) {
+                            const float v = __fmul_rn(wts_s[j0 + u], yv[u]);
+                            o = j0 + u == 0 ? v : __fadd_rn(o, v);
+                        }
                 }
                 if (P.Fs) {
                     float gs = 1.0f;
-                    if (P.glog) gs = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-gpu_ldcg(P.glog))));
-                    o = __fadd_rn(o, __fmul_rn(gs, gpu_ldcg(P.Ys + row)));
+                    if (P.glog) gs = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-gl)));
+                    o = __fadd_rn(o, __fmul_rn(gs, ys));
                 }
                 P.out[row] = o;
-                P.x[row] = __fadd_rn(gpu_ldcg(P.x + row), o);
+                P.x[row] = __fadd_rn(xr, o);
             }
         }
     }
