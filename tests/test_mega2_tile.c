@@ -191,5 +191,52 @@ int main(void) {
         }
         free(gate); free(up); free(dn);
     }
+    /* a MoE layer's expert tiles: the device packer over E experts (its grid's z: the rows e * exp_bytes on, the tiles
+     * at mg2_exp_*_off(e, 0, ..)) against each expert packed alone, at the offsets moe2_kernel reads (mg2_exp_*_off) */
+    {
+        const int64_t D = 512, F = 512, E = 5; /* D / 256 = 2 super-blocks in, F / 256 = 2 out */
+        const int nb1 = (int)(D / 256), nb2 = (int)(F / 256);
+        const uint64_t s1 = stride_q4k(nb1), eg = F * s1;
+        uint8_t *gate = malloc(E * eg), *up = malloc(E * eg);
+        fill(gate, E * eg); fill(up, E * eg);
+        const uint64_t gu_e = mg2_exp_gu_off(1, 0, F, nb1);
+        CHECK(gu_e == (uint64_t)(F / 8) * nb1 * MG2_SB_BYTES);
+        uint8_t *all = malloc(E * gu_e), *one = malloc(gu_e);
+        for (int64_t e = 0; e < E; e++) /* the packer's CTAs of expert e */
+            pack_like_device(gate + e * eg, up + e * eg, NULL, 0, s1, nb1, nb1, F / 8, all + mg2_exp_gu_off(e, 0, F, nb1));
+        int bad = 0;
+        for (int64_t e = 0; e < E; e++) {
+            for (int64_t j = 0; j < F / 8; j++) {
+                const uint8_t *rp[16];
+                for (int i = 0; i < 8; i++) { rp[i] = gate + e * eg + (8 * j + i) * s1; rp[8 + i] = up + e * eg + (8 * j + i) * s1; }
+                mg2_pack_host(rp, nb1, 0, nb1, one);
+                bad += memcmp(all + mg2_exp_gu_off(e, j, F, nb1), one, (size_t)nb1 * MG2_SB_BYTES) != 0;
+            }
+        }
+        CHECK_MSG(bad == 0, "expert gate / up tiles: %d tasks differ from the expert's rows packed alone", bad);
+        free(all); free(one); free(gate); free(up);
+        for (int q6 = 0; q6 < 2; q6++) {
+            const uint64_t s2 = q6 ? stride_q6k(nb2) : stride_q4k(nb2), ed = D * s2;
+            const uint32_t sbb = q6 ? MG2_Q6_SB_BYTES : MG2_SB_BYTES;
+            uint8_t *dn = malloc(E * ed);
+            fill(dn, E * ed);
+            const uint64_t dn_e = mg2_exp_dn_off(1, 0, D, nb2, q6);
+            CHECK(dn_e == (uint64_t)(D / 16) * nb2 * sbb);
+            uint8_t *dall = malloc(E * dn_e), *done = malloc((size_t)nb2 * sbb);
+            for (int64_t e = 0; e < E; e++)
+                pack_like_device(NULL, NULL, dn + e * ed, q6, s2, nb2, nb2, D / 16, dall + mg2_exp_dn_off(e, 0, D, nb2, q6));
+            bad = 0;
+            for (int64_t e = 0; e < E; e++)
+                for (int64_t r = 0; r < D / 16; r++) {
+                    const uint8_t *rp[16];
+                    for (int i = 0; i < 16; i++) rp[i] = dn + e * ed + (16 * r + i) * s2;
+                    if (q6) mg2_q6_pack_host(rp, nb2, 0, nb2, done);
+                    else mg2_pack_host(rp, nb2, 0, nb2, done);
+                    bad += memcmp(dall + mg2_exp_dn_off(e, r, D, nb2, q6), done, (size_t)nb2 * sbb) != 0;
+                }
+            CHECK_MSG(bad == 0, "expert %s down tiles: %d tasks differ from the expert's rows packed alone", q6 ? "Q6_K" : "Q4_K", bad);
+            free(dall); free(done); free(dn);
+        }
+    }
     return test_finish("test_mega2_tile");
 }

@@ -3875,13 +3875,13 @@ static __global__ void __launch_bounds__(32 * 17, 1) moe2_kernel(const struct cu
             const bool sh = j == P.k;
             const uint8_t *src;
             uint32_t bytes;
-            if (op == 0) {
-                src = sh ? P.gu_s + (size_t)q * b_gu : P.gu_r + ((size_t)ids_s[j] * (P.F / 8) + q) * b_gu;
+            if (op == 0) { /* (the shared expert: one expert's tiles) */
+                src = sh ? P.gu_s + mg2_exp_gu_off(0, q, P.Fs, nb1) : P.gu_r + mg2_exp_gu_off(ids_s[j], q, P.F, nb1);
                 bytes = b_gu;
             } else {
-                const int nsb = (sh ? P.Fs : P.F) / QK_K;
-                bytes = (uint32_t)nsb * ((sh ? P.dn_q6_s : P.dn_q6_r) ? MG2_Q6_SB_BYTES : MG2_SB_BYTES);
-                src = sh ? P.dn_s + (size_t)q * bytes : P.dn_r + ((size_t)ids_s[j] * RG + q) * bytes;
+                const int nsb = (sh ? P.Fs : P.F) / QK_K, q6 = sh ? P.dn_q6_s : P.dn_q6_r;
+                bytes = (uint32_t)nsb * (q6 ? MG2_Q6_SB_BYTES : MG2_SB_BYTES);
+                src = sh ? P.dn_s + mg2_exp_dn_off(0, q, D, nsb, q6) : P.dn_r + mg2_exp_dn_off(ids_s[j], q, D, nsb, q6);
             }
             mg_expect(&full[s], bytes);
             mg_copy(ring + (size_t)s * P.slot, src, bytes, &full[s]);

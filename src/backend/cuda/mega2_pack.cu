@@ -42,8 +42,7 @@ bool cu_mega2_pack_gu_exps(const uint8_t *gate, const uint8_t *up, uint64_t exp_
         return false;
     const int n_sb = (int)(D / QK_K);
     mega2_pack_kernel<<<dim3((unsigned)(F / 8), (unsigned)n_sb, (unsigned)n_exp), dim3(MG2_PIECES), 0, s>>>(
-        gate, up, NULL, false, cu_weight_row_stride(GGML_TYPE_Q4_K, D), n_sb, n_sb, dst, exp_bytes,
-        (uint64_t)(F / 8) * n_sb * MG2_SB_BYTES);
+        gate, up, NULL, false, cu_weight_row_stride(GGML_TYPE_Q4_K, D), n_sb, n_sb, dst, exp_bytes, mg2_exp_gu_off(1, 0, F, n_sb));
     return gpuGetLastError() == gpuSuccess;
 }
 bool cu_mega2_pack_gu(const uint8_t *gate, const uint8_t *up, int64_t D, int64_t F, uint8_t *dst, gpuStream_t s) {
@@ -57,8 +56,7 @@ bool cu_mega2_pack_dn_exps(const uint8_t *dn, uint64_t exp_bytes, int n_exp, uin
         (uintptr_t)dn % 16 || (uintptr_t)dst % 16)
         return false;
     mega2_pack_kernel<<<dim3((unsigned)(D / 16 * (n_sb / ps)), (unsigned)ps, (unsigned)n_exp), dim3(q6 ? MG2_Q6_PIECES : MG2_PIECES), 0, s>>>(
-        NULL, NULL, dn, q6, cu_weight_row_stride(type, F), n_sb, ps, dst, exp_bytes,
-        (uint64_t)(D / 16) * n_sb * (q6 ? MG2_Q6_SB_BYTES : MG2_SB_BYTES));
+        NULL, NULL, dn, q6, cu_weight_row_stride(type, F), n_sb, ps, dst, exp_bytes, mg2_exp_dn_off(1, 0, D, n_sb, q6));
     return gpuGetLastError() == gpuSuccess;
 }
 bool cu_mega2_pack_dn(const uint8_t *dn, uint32_t type, int64_t D, int64_t F, int ps, uint8_t *dst, gpuStream_t s) {

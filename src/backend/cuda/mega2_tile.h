@@ -161,4 +161,14 @@ static inline MG2_HD int mg2_task_piece(int down, int q6, int64_t t, int s, int 
     return 1;
 }
 
+/* A MoE layer's expert tiles (cu_mega2_pack_gu_exps / _dn_exps, moe2_kernel): the experts' tiles one after another,
+ * expert e's gate / up task q (F / 8 of D / 256 super-blocks an expert) and down task r (row group r of D / 16, all of
+ * the F / 256 super-blocks) at these byte offsets. The packer puts expert e at e times the offset of expert 1. */
+static inline MG2_HD uint64_t mg2_exp_gu_off(int64_t e, int64_t q, int64_t F, int n_sb_d) {
+    return ((uint64_t)e * (uint64_t)(F / 8) + (uint64_t)q) * (uint64_t)n_sb_d * MG2_SB_BYTES;
+}
+static inline MG2_HD uint64_t mg2_exp_dn_off(int64_t e, int64_t r, int64_t D, int n_sb_f, int q6) {
+    return ((uint64_t)e * (uint64_t)(D / 16) + (uint64_t)r) * (uint64_t)n_sb_f * (q6 ? MG2_Q6_SB_BYTES : MG2_SB_BYTES);
+}
+
 #endif
