@@ -122,6 +122,13 @@ asan:
 	    LDFLAGS="-fsanitize=address,undefined" all tests
 	@VLLMC_TEST_ONLY_C=1 bash tests/run.sh build/asan
 
+# The CUDA build with ASan + UBSan on its host code (the C files) and ASan on the .cu files' host side: its host paths
+# run on the GPU-less runtime of scripts/cuda-stub.sh (tests/py/test_cuda_host.py takes build/cuda-asan when it exists).
+cuda-asan:
+	$(MAKE) CUDA=1 BUILD=build/cuda-asan OPT="-O1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
+	    LDFLAGS="-fsanitize=address,undefined" \
+	    NVFLAGS="-O1 -std=c++17 -gencode=arch=compute_90,code=sm_90 -Iinclude -Isrc -Xcompiler -Wall,-Wextra,-fsanitize=address,-fno-omit-frame-pointer -MMD -MP" all
+
 # libFuzzer targets (clang), with ASan + UBSan.
 FUZZ_BUILD := build/fuzz
 # An object that clang cannot compile only drops out of the archive (-k): a target that needs it fails to link.
@@ -143,6 +150,6 @@ run:
 clean:
 	rm -rf build
 
-.PHONY: all tests test deps asan fuzz run clean hip-check cuda-tests
+.PHONY: all tests test deps asan cuda-asan fuzz run clean hip-check cuda-tests
 
 -include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TESTS:=.d)

@@ -5,10 +5,15 @@ passes over its records, graph capture and replay bookkeeping, pipelined steps, 
 of it runs through on the tiny hybrid models, and that the tiled FFN pass (VLLMC_CUDA_MEGA2) takes every FFN of a model
 of qwen35-4b's residual width, with and without the output projection inside (VLLMC_CUDA_MEGA2_PJ); the GPU machine's
 test_cuda_model then checks the bits of what it folds."""
+import json
 import os
 import re
+import socket
 import subprocess
 import sys
+import threading
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -16,6 +21,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 CUDA_BUILD = Path(os.environ.get("VLLMC_CUDA_BUILD", ROOT / "build" / "cuda"))
 VLLMC = CUDA_BUILD / "vllmc"
+# the same build with ASan + UBSan on its host code (make cuda-asan), where it exists: the load test runs on both
+ASAN_VLLMC = Path(os.environ.get("VLLMC_CUDA_ASAN_BUILD", ROOT / "build" / "cuda-asan")) / "vllmc"
 TIMEOUT = 300
 
 
@@ -39,10 +46,10 @@ def stub_env(tmp_path_factory):
     return env
 
 
-def run(env, *args, extra=None):
+def run(env, *args, extra=None, exe=None):
     e = dict(env)
     e.update(extra or {})
-    r = subprocess.run([str(VLLMC), *args], capture_output=True, text=True, errors="replace", env=e, timeout=TIMEOUT)
+    r = subprocess.run([str(exe or VLLMC), *args], capture_output=True, text=True, errors="replace", env=e, timeout=TIMEOUT)
     assert r.returncode == 0, f"vllmc {' '.join(args)}: rc {r.returncode}\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
     return r.stdout + r.stderr
 
@@ -137,3 +144,88 @@ def test_moe2_pass_takes_every_moe_op(stub_env, models):
     assert moe_tiled(both) == 4.0 and folds(both) is None  # (no dense FFN in a MoE model)
     out = run(stub_env, "bench", "-m", m, "--concurrency", "1,4", "-p", "16", "-g", "8", "-r", "1", extra={"VLLMC_CUDA_MOE2": "1"})
     assert re.search(r"^\| 4 \| 4 \|", out, re.M), out[-2000:]
+
+
+SANITIZER = re.compile(r"ERROR: AddressSanitizer|ERROR: LeakSanitizer|runtime error:")
+
+
+def serve_load(env, exe, model, extra, n=48):
+    """`vllmc serve` with a KV pool of 40 blocks for up to 8 requests of up to 512 tokens (so requests are preempted),
+    n requests at once: streamed or not, sampled on the device or greedy, some with logprobs or logit_bias (the host
+    sampler), some hung up on mid-request. Returns the server's stderr and the metrics text."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    e = dict(env)
+    e.update(extra)
+    e["ASAN_OPTIONS"] = "detect_leaks=1"
+    srv = subprocess.Popen([str(exe), "serve", model, "--served-model-name", "m", "--port", str(port), "-c", "512", "--max-num-seqs", "8",
+                            "--num-gpu-blocks-override", "40", "--disable-log-requests"], env=e, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.PIPE, text=True, errors="replace")
+    base = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(240):
+            try:
+                if urllib.request.urlopen(base + "/health", timeout=2).status == 200:
+                    break
+            except OSError:
+                time.sleep(0.25)
+        errs = []
+
+        def req(i):
+            import random
+            rnd = random.Random(i)
+            words = " ".join(rnd.choice(["a", "b", "the", "cat", "x"]) for _ in range(rnd.randint(1, 300)))
+            body = {"model": "m", "prompt": words, "max_tokens": rnd.randint(1, 40), "stream": rnd.random() < 0.5}
+            if rnd.random() < 0.5:
+                body.update(temperature=0.8, top_p=0.9, top_k=20)
+            if rnd.random() < 0.2:
+                body.update(logprobs=2)
+            if rnd.random() < 0.2:
+                body.update(logit_bias={"5": 10})
+            data = json.dumps(body).encode()
+            if rnd.random() < 0.15:  # hang up mid-request
+                with socket.create_connection(("127.0.0.1", port)) as c:
+                    c.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+                              % len(data) + data)
+                    time.sleep(rnd.random() * 0.05)
+                return
+            try:
+                r = urllib.request.urlopen(urllib.request.Request(base + "/v1/completions", data, {"Content-Type": "application/json"}),
+                                           timeout=240)
+                r.read()
+            except Exception as ex:  # noqa: BLE001 (any failure is the finding)
+                errs.append((i, repr(ex)))
+
+        ts = [threading.Thread(target=req, args=(i,)) for i in range(n)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        metrics = urllib.request.urlopen(base + "/metrics", timeout=10).read().decode()
+        assert not errs, errs[:3]
+    finally:
+        srv.send_signal(2)
+        try:
+            _, err = srv.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            srv.kill()
+            _, err = srv.communicate()
+    assert srv.returncode == 0, err[-3000:]
+    return err, metrics
+
+
+@pytest.mark.parametrize("asan", [False, True])
+@pytest.mark.parametrize("shape,extra", [("qwen35moe-wide", {"VLLMC_CUDA_MOE2": "1"}), ("qwen35-wide", {"VLLMC_CUDA_MEGA2": "4"}),
+                                         ("qwen35moe", {"VLLMC_CUDA_FUSE_NQ": "63"})])
+def test_serve_host_side(stub_env, models, shape, extra, asan):
+    """The server over the CUDA backend's host side under load with preemption and hang-ups; with the ASan + UBSan
+    build (make cuda-asan) the run must end with no sanitizer report, leaks included."""
+    exe = ASAN_VLLMC if asan else VLLMC
+    if not exe.exists():
+        pytest.skip(f"{exe} not built")
+    err, metrics = serve_load(stub_env, exe, models[shape], extra)
+    assert not SANITIZER.search(err), err[-4000:]
+    m = re.search(r'vllm:request_success_total\{model_name="m",finished_reason="length"\} (\d+)', metrics)
+    assert m and int(m.group(1)) > 0, metrics[-2000:]
+    assert re.search(r'vllm:num_preemptions_total\{model_name="m"\} [1-9]', metrics), "no request was preempted"
