@@ -481,7 +481,7 @@ if has mega2; then # the tiled persistent FFN in the decode: test_cuda_model on 
             t=${cfg//,/_}
             # shellcheck disable=SC2046
             env $(m2env "$cfg") timeout 240 "$BIN/test_cuda_model" "$f" 30 12 >"$OUT/mega2_model_${m}_$t.txt" 2>&1; rc=$?
-            note "mega2 $cfg test_cuda_model $m rc=$rc: $(grep 'worst' "$OUT/mega2_model_${m}_$t.txt" | head -1 | sed 's/.*steps, //' | cut -c1-110); $(grep -o 'one tiled persistent launch [0-9]*' "$OUT/mega2_model_${m}_$t.txt")$(grep -m1 'FAIL\|stuck' "$OUT/mega2_model_${m}_$t.txt" | cut -c1-200)"
+            note "mega2 $cfg test_cuda_model $m rc=$rc: $(grep 'worst' "$OUT/mega2_model_${m}_$t.txt" | head -1 | sed 's/.*steps, //' | cut -c1-110); $(grep -o 'FFNs recorded as one tiled persistent launch [0-9]*' "$OUT/mega2_model_${m}_$t.txt")$(grep -m1 'FAIL\|stuck' "$OUT/mega2_model_${m}_$t.txt" | cut -c1-200)"
             [ $rc = 0 ] || MEGA2_BAD="${MEGA2_BAD:-} $cfg"
         done
         if [ "${MEGA2_SAN:-0}" = 1 ] && command -v compute-sanitizer >/dev/null; then # the tiled launches of a few decode steps under memcheck
