@@ -152,23 +152,6 @@ def run(seed, G, nc, ns, D, F, Fs, k, launches):
                     C['empty'][s].arrive()
                     return True
 
-                if W['pc'] == 'a_tasks':  # (the PDL wait and the act copy come first: no effect on the protocol)
-                    if not router_done:
-                        continue
-                    while W['i'] < nA and (W['i'] % ns) % nc != cw:
-                        W['i'] += 1
-                    if W['i'] >= nA:
-                        W['pc'] = 'bar1'
-                        progressed = True
-                        break
-                    got = take(W['i'])
-                    if got is None:
-                        continue
-                    if got is False:
-                        return errors
-                    W['i'] += 1
-                    progressed = True
-                    break
                 if W['pc'] in ('bar1', 'bar2'):  # mg2_cbar, then thread 0 adds to cnt[0] / cnt[1]
                     if W.get('gen') is None:
                         W['gen'] = C['bar_gen']
@@ -204,11 +187,15 @@ def run(seed, G, nc, ns, D, F, Fs, k, launches):
                     W['i'] = nA
                     progressed = True
                     break
-                if W['pc'] == 'b_tasks':
-                    while W['i'] < nA + nB and (W['i'] % ns) % nc != cw:
+                if W['pc'] in ('a_tasks', 'b_tasks'):  # the tasks this warp owns (slot s is warp s % nc's), in order
+                    gate_up = W['pc'] == 'a_tasks'
+                    if gate_up and not router_done:  # (the PDL wait and the act copy come first)
+                        continue
+                    end = nA if gate_up else nA + nB
+                    while W['i'] < end and (W['i'] % ns) % nc != cw:
                         W['i'] += 1
-                    if W['i'] >= nA + nB:
-                        W['pc'] = 'bar2'
+                    if W['i'] >= end:
+                        W['pc'] = 'bar1' if gate_up else 'bar2'
                         progressed = True
                         break
                     got = take(W['i'])
@@ -216,18 +203,19 @@ def run(seed, G, nc, ns, D, F, Fs, k, launches):
                         continue
                     if got is False:
                         return errors
-                    op, j, r = moe2_task(G, a[1], W['i'], nA, Fs, F, k, D)
-                    y_written.add((j, r))
-                    old = cnt[2 + r]
-                    cnt[2 + r] += 1
-                    if old == ne - 1:  # this warp mixes row group r
-                        if r in mixed:
-                            errors.append(f'seed {seed}: row group {r} mixed twice')
-                        if any((jj, r) not in y_written for jj in range(ne)):
-                            errors.append(f'seed {seed}: row group {r} mixed before all its entries were written')
-                        if not W['routed_seen']:
-                            errors.append(f'seed {seed}: row group {r} mixed before the routed wait')
-                        mixed[r] = (a[1], cw)
+                    if not gate_up:  # the row group's counter; the entry that completes it mixes it
+                        op, j, r = moe2_task(G, a[1], W['i'], nA, Fs, F, k, D)
+                        y_written.add((j, r))
+                        old = cnt[2 + r]
+                        cnt[2 + r] += 1
+                        if old == ne - 1:  # this warp mixes row group r
+                            if r in mixed:
+                                errors.append(f'seed {seed}: row group {r} mixed twice')
+                            if any((jj, r) not in y_written for jj in range(ne)):
+                                errors.append(f'seed {seed}: row group {r} mixed before all its entries were written')
+                            if not W['routed_seen']:
+                                errors.append(f'seed {seed}: row group {r} mixed before the routed wait')
+                            mixed[r] = (a[1], cw)
                     W['i'] += 1
                     progressed = True
                     break

@@ -138,6 +138,8 @@ def test_moe2_pass_takes_every_moe_op(stub_env, models):
     assert moe_tiled(off) is None and moe_tiled(on) == 4.0
     assert [n + 2 * 4 for n in launches(on)] == launches(off), (launches(on), launches(off))
     assert moe_tiled(run(stub_env, *args, "--enforce-eager", extra={"VLLMC_CUDA_MOE2": "1"})) is None
+    out = run(stub_env, *args, extra={"VLLMC_CUDA_MOE2": "yes"})
+    assert moe_tiled(out) is None and "VLLMC_CUDA_MOE2=yes" in out
     assert moe_tiled(run(stub_env, "bench", "-m", models["qwen35moe"], "-p", "16", "-g", "8", "-r", "1",
                          extra={"VLLMC_CUDA_MOE2": "1"})) is None
     both = run(stub_env, *args, extra={"VLLMC_CUDA_MOE2": "1", "VLLMC_CUDA_MEGA2": "4"})

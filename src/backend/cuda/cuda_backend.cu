@@ -434,18 +434,21 @@ static bool out_unread(cu_backend *c, size_t from, const float *y, int64_t n) {
     return !recs_touch(c, from, end, y, (uint64_t)n * 4);
 }
 
-/* The tiles of (k0, k1) (gate, up; or down rows of `type`, NULL, with ps), packed now when first asked for. NULL: no
- * memory. */
-static const uint8_t *mega2_tiles(cu_backend *c, const uint8_t *k0, const uint8_t *k1, uint32_t type, int ps, int64_t D, int64_t F) {
+/* The tiles of (k0, k1) (gate, up; or down rows of `type`, NULL, ps super-blocks a down task) for n_exp experts, expert e
+ * at e * exp_bytes of the rows (a dense layer: 1, 0), packed now when first asked for and kept under `key` (the dense
+ * FFN's: ps; the MoE experts': -1 gate / up, -2 down). NULL: no memory. */
+static const uint8_t *ffn_tiles(cu_backend *c, const uint8_t *k0, const uint8_t *k1, int key, uint32_t type, int ps, int n_exp,
+                                uint64_t exp_bytes, int64_t D, int64_t F) {
     for (const auto &t : c->mg_tiles)
-        if (t.k0 == k0 && t.k1 == k1 && t.ps == ps) return t.tiles;
-    const uint64_t bytes = k1 ? (uint64_t)(F / 8) * cu_mega2_task_bytes((int)(D / QK_K))
-                              : (uint64_t)(D / 16) * (uint64_t)(F / QK_K / ps) * cu_mega2_dn_task_bytes(ps, type == GGML_TYPE_Q6_K);
+        if (t.k0 == k0 && t.k1 == k1 && t.ps == key) return t.tiles;
+    const uint64_t bytes = (uint64_t)n_exp * (k1 ? (uint64_t)(F / 8) * cu_mega2_task_bytes((int)(D / QK_K))
+                                                 : (uint64_t)(D / 16) * (uint64_t)(F / QK_K / ps) * cu_mega2_dn_task_bytes(ps, type == GGML_TYPE_Q6_K));
     void *p = NULL;
     if (dev_alloc(c, bytes, &p)) { vllmc_clear_error(); return NULL; }
-    const bool ok = k1 ? cu_mega2_pack_gu(k0, k1, D, F, (uint8_t *)p, c->stream) : cu_mega2_pack_dn(k0, type, D, F, ps, (uint8_t *)p, c->stream);
+    const bool ok = k1 ? cu_mega2_pack_gu_exps(k0, k1, exp_bytes, n_exp, D, F, (uint8_t *)p, c->stream)
+                       : cu_mega2_pack_dn_exps(k0, exp_bytes, n_exp, type, D, F, ps, (uint8_t *)p, c->stream);
     if (!ok) { (void)gpuGetLastError(); dev_free(c, p); return NULL; }
-    c->mg_tiles.push_back({k0, k1, ps, (uint8_t *)p});
+    c->mg_tiles.push_back({k0, k1, key, (uint8_t *)p});
     return (const uint8_t *)p;
 }
 
@@ -456,22 +459,6 @@ static const uint8_t *mega2_tiles(cu_backend *c, const uint8_t *k0, const uint8_
  * what the chain writes for later records (ids, wts, Y, Ys, out, x) with the same bits; the chain's other buffers
  * (gate / up rows, hidden rows) are the op's own scratch, written before they are read by every MOE op. Eager steps
  * keep the chain, so test_cuda_model's graph == eager compares the two. */
-static const uint8_t *moe2_tiles(cu_backend *c, const uint8_t *k0, const uint8_t *k1, uint64_t exp_bytes, int n_exp, uint32_t type, int64_t D,
-                                 int64_t F) {
-    const int key = k1 ? -1 : -2;
-    for (const auto &t : c->mg_tiles)
-        if (t.k0 == k0 && t.k1 == k1 && t.ps == key) return t.tiles;
-    const uint64_t bytes = k1 ? (uint64_t)n_exp * (uint64_t)(F / 8) * cu_mega2_task_bytes((int)(D / QK_K))
-                              : (uint64_t)n_exp * (uint64_t)(D / 16) * cu_mega2_dn_task_bytes((int)(F / QK_K), type == GGML_TYPE_Q6_K);
-    void *p = NULL;
-    if (dev_alloc(c, bytes, &p)) { vllmc_clear_error(); return NULL; }
-    const bool ok = k1 ? cu_mega2_pack_gu_exps(k0, k1, exp_bytes, n_exp, D, F, (uint8_t *)p, c->stream)
-                       : cu_mega2_pack_dn_exps(k0, exp_bytes, n_exp, type, D, F, (int)(F / QK_K), (uint8_t *)p, c->stream);
-    if (!ok) { (void)gpuGetLastError(); dev_free(c, p); return NULL; }
-    c->mg_tiles.push_back({k0, k1, key, (uint8_t *)p});
-    return (const uint8_t *)p;
-}
-
 /* The MoE ops it took. */
 static size_t moe2_pass(cu_backend *c) {
     if (!c->moe2) return 0;
@@ -529,13 +516,13 @@ static size_t moe2_pass(cu_backend *c) {
         }
         struct cu_moe2_tiles t;
         memset(&t, 0, sizeof(t));
-        t.gu_r = moe2_tiles(c, gr.w[0], gr.w[1], gr.exp_bytes[0], a.E, GGML_TYPE_Q4_K, D, F);
-        t.dn_r = t.gu_r ? moe2_tiles(c, dr.w[0], NULL, dr.exp_bytes[0], a.E, (uint32_t)dr.type[0], D, F) : NULL;
+        t.gu_r = ffn_tiles(c, gr.w[0], gr.w[1], -1, GGML_TYPE_Q4_K, 0, a.E, gr.exp_bytes[0], D, F);
+        t.dn_r = t.gu_r ? ffn_tiles(c, dr.w[0], NULL, -2, (uint32_t)dr.type[0], (int)(F / QK_K), a.E, dr.exp_bytes[0], D, F) : NULL;
         bool ok = t.gu_r && t.dn_r;
         if (ok && Fs) {
             const struct cu_moe_grp &gs = a.gu.g[1], &ds = a.down.g[1];
-            t.gu_s = moe2_tiles(c, gs.w[0], gs.w[1], 0, 1, GGML_TYPE_Q4_K, D, Fs);
-            t.dn_s = t.gu_s ? moe2_tiles(c, ds.w[0], NULL, 0, 1, (uint32_t)ds.type[0], D, Fs) : NULL;
+            t.gu_s = ffn_tiles(c, gs.w[0], gs.w[1], -1, GGML_TYPE_Q4_K, 0, 1, 0, D, Fs);
+            t.dn_s = t.gu_s ? ffn_tiles(c, ds.w[0], NULL, -2, (uint32_t)ds.type[0], (int)(Fs / QK_K), 1, 0, D, Fs) : NULL;
             ok = t.gu_s && t.dn_s;
             t.dn_q6_s = ds.type[0] == GGML_TYPE_Q6_K;
         }
@@ -618,8 +605,8 @@ static size_t mega2_ffn(cu_backend *c, size_t *n_pj) {
             c->mega2_ps = 0;
             return 0;
         }
-        const uint8_t *tg = mega2_tiles(c, sg.w, su.w, GGML_TYPE_Q4_K, 0, D, F);
-        const uint8_t *td = tg ? mega2_tiles(c, sd.w, NULL, (uint32_t)sd.type, c->mega2_ps, D, F) : NULL;
+        const uint8_t *tg = ffn_tiles(c, sg.w, su.w, 0, GGML_TYPE_Q4_K, 0, 1, 0, D, F);
+        const uint8_t *td = tg ? ffn_tiles(c, sd.w, NULL, c->mega2_ps, (uint32_t)sd.type, c->mega2_ps, 1, 0, D, F) : NULL;
         if (!tg || !td) { /* no memory for another layer's tiles: the FFNs without them keep their launches from now on */
             LOG_WARN("VLLMC_CUDA_MEGA2: no device memory for more FFN tiles; the other FFNs keep their four launches");
             c->mega2_ps = 0;
@@ -661,7 +648,7 @@ static size_t mega2_ffn(cu_backend *c, size_t *n_pj) {
                               !sp.bias && sp.res == q1->in0 && sp.ld_y == D && sp.y != q1->in0 && pj_sb % 2 == 0 && pj_sb / 2 <= F / 1024 &&
                               pj_sb * QK_K <= VLLMC_MAX(D, F) && pm->a.a.k_qs && pm->a.a.k_d && pm->a.a.k_bs && !((uintptr_t)pm->a.a.k_qs % 16) &&
                               !((uintptr_t)pm->a.a.k_bs % 16) && (sp.y == sd.y || out_unread(c, i + 4, sp.y, D));
-            const uint8_t *tp = fits ? mega2_tiles(c, sp.w, NULL, GGML_TYPE_Q4_K, pj_ps, D, K0) : NULL;
+            const uint8_t *tp = fits ? ffn_tiles(c, sp.w, NULL, pj_ps, GGML_TYPE_Q4_K, pj_ps, 1, 0, D, K0) : NULL;
             if (tp) {
                 cu_mega2_args b = a;
                 b.pj1 = tp; b.pj_qs = pm->a.a.k_qs; b.pj_d = pm->a.a.k_d; b.pj_bs = pm->a.a.k_bs; b.pj_sb = (int32_t)pj_sb; b.pj_ps = pj_ps;
@@ -2075,7 +2062,9 @@ extern "C" vllmc_status backend_cuda_create(const struct backend_cuda_opts *o, s
         }
     }
     /* the tiled persistent MoE experts in recorded one-row steps; off until measured */
-    if ((env = getenv("VLLMC_CUDA_MOE2")) && atoi(env) != 0) {
+    if ((env = getenv("VLLMC_CUDA_MOE2")) && strcmp(env, "0") && strcmp(env, "1"))
+        LOG_WARN("VLLMC_CUDA_MOE2=%s: not 0 or 1; the MoE ops keep their launches", env);
+    else if (env && !strcmp(env, "1")) {
         int dev = 0;
         c->moe2 = gpuGetDevice(&dev) == gpuSuccess && gpuDeviceGetSMCount(&c->n_sms, dev) == gpuSuccess && c->n_sms >= 1;
         if (!c->moe2) (void)gpuGetLastError();

@@ -3545,6 +3545,24 @@ static __device__ __forceinline__ void mg2_terms6(const uint8_t *tile, const int
     }
 }
 
+/* A tile's 16 rows over its nsb (even) super-blocks: each pair's terms added, then the pairs in order (mm_kernel_mma's
+ * order, and the column-split kernels' for two super-blocks a warp): y0 row g, y1 row g + 8 (the same in a row's 4
+ * lanes). Q6: Q6_K tiles. a0: the first super-block's index into the Q8_K act. */
+template <bool Q6>
+static __device__ __forceinline__ void mg2_pairs(const uint8_t *tile, int nsb, const int8_t *aqs, const float *ad, const int16_t *abs_, int a0,
+                                                 int lane, float &y0, float &y1) {
+    for (int w = 0; w < nsb / 2; w++) {
+        float t0[2], t1[2];
+        if constexpr (Q6) mg2_terms6<2>(tile + (size_t)w * 2 * MG2_Q6_SB_BYTES, aqs, ad, abs_, a0 + 2 * w, lane, t0, t1);
+        else mg2_terms<2>(tile + (size_t)w * 2 * MG2_SB_BYTES, aqs, ad, abs_, a0 + 2 * w, lane, t0, t1);
+        const float p0 = __fadd_rn(t0[0], t0[1]), p1 = __fadd_rn(t1[0], t1[1]);
+        y0 = w ? __fadd_rn(y0, p0) : p0;
+        y1 = w ? __fadd_rn(y1, p1) : p1;
+    }
+}
+/* silu(g) * u with the SwiGLU + quantize launch's ops */
+static __device__ __forceinline__ float mg2_swiglu(float g, float u) { return __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), u); }
+
 /* NB1: super-blocks of D (the gate / up tasks), PS: super-blocks a down task. Warp 0 lane 0 is the producer; warps
  * 1 .. nc consume. */
 template <int NB1, int PS, bool DQ6>
@@ -3685,19 +3703,11 @@ static __global__ void __launch_bounds__(32 * 17, 1) mega2_kernel(const struct c
                         }
                     }
                 } else if (op == 0) {
-                    /* mm_kernel_mma's order: a warp's two super-blocks, then the warps in turn */
                     float yg = 0.f, yu = 0.f;
-                    if (compute)
-                        for (int w = 0; w < NB1 / 2; w++) {
-                            float t0[2], t1[2];
-                            mg2_terms<2>(slot + (size_t)w * 2 * MG2_SB_BYTES, aqs, ad, abs_, 2 * w, lane, t0, t1);
-                            const float pg = __fadd_rn(t0[0], t0[1]), pu = __fadd_rn(t1[0], t1[1]);
-                            yg = w ? __fadd_rn(yg, pg) : pg;
-                            yu = w ? __fadd_rn(yu, pu) : pu;
-                        }
+                    if (compute) mg2_pairs<false>(slot, NB1, aqs, ad, abs_, 0, lane, yg, yu);
                     __syncwarp();
                     if (lane == 0) mg2_arrive(&empty[s]);
-                    if (compute && (lane & 3) == 0) P.h[(size_t)t * 8 + g] = __fmul_rn(__fdiv_rn(yg, __fadd_rn(1.0f, expf(-yg))), yu);
+                    if (compute && (lane & 3) == 0) P.h[(size_t)t * 8 + g] = mg2_swiglu(yg, yu);
                 } else {
                     const int r = t / nparts, q = t % nparts;
                     if (compute)
@@ -3915,16 +3925,10 @@ static __global__ void __launch_bounds__(32 * 17, 1) moe2_kernel(const struct cu
         mg2_wait(&full[s], (uint32_t)(i / NS) & 1, 2, i);
         const uint8_t *slot = ring + (size_t)s * P.slot;
         float yg = 0.f, yu = 0.f;
-        for (int w = 0; w < nb1 / 2; w++) {
-            float t0[2], t1[2];
-            mg2_terms<2>(slot + (size_t)w * 2 * MG2_SB_BYTES, aqs, ad, abs_, 2 * w, lane, t0, t1);
-            const float pg = __fadd_rn(t0[0], t0[1]), pu = __fadd_rn(t1[0], t1[1]);
-            yg = w ? __fadd_rn(yg, pg) : pg;
-            yu = w ? __fadd_rn(yu, pu) : pu;
-        }
+        mg2_pairs<false>(slot, nb1, aqs, ad, abs_, 0, lane, yg, yu);
         __syncwarp();
         if (lane == 0) mg2_arrive(&empty[s]);
-        if ((lane & 3) == 0) P.h[(size_t)j * P.F + (size_t)q * 8 + g] = __fmul_rn(__fdiv_rn(yg, __fadd_rn(1.0f, expf(-yg))), yu);
+        if ((lane & 3) == 0) P.h[(size_t)j * P.F + (size_t)q * 8 + g] = mg2_swiglu(yg, yu);
     }
     /* every CTA's hidden values written */
     mg2_cbar(NT);
@@ -3954,14 +3958,8 @@ static __global__ void __launch_bounds__(32 * 17, 1) moe2_kernel(const struct cu
         mg2_wait(&full[s], (uint32_t)(i / NS) & 1, 2, i);
         const uint8_t *slot = ring + (size_t)s * P.slot;
         float y0 = 0.f, y1 = 0.f;
-        for (int w = 0; w < nsb / 2; w++) {
-            float t0[2], t1[2];
-            if (q6) mg2_terms6<2>(slot + (size_t)w * 2 * MG2_Q6_SB_BYTES, aqs, ad, abs_, a0 + 2 * w, lane, t0, t1);
-            else mg2_terms<2>(slot + (size_t)w * 2 * MG2_SB_BYTES, aqs, ad, abs_, a0 + 2 * w, lane, t0, t1);
-            const float p0 = __fadd_rn(t0[0], t0[1]), p1 = __fadd_rn(t1[0], t1[1]);
-            y0 = w ? __fadd_rn(y0, p0) : p0;
-            y1 = w ? __fadd_rn(y1, p1) : p1;
-        }
+        if (q6) mg2_pairs<true>(slot, nsb, aqs, ad, abs_, a0, lane, y0, y1);
+        else mg2_pairs<false>(slot, nsb, aqs, ad, abs_, a0, lane, y0, y1);
         __syncwarp();
         if (lane == 0) mg2_arrive(&empty[s]);
         float *yo = sh ? P.Ys : P.Y + (size_t)j * D;
@@ -3974,30 +3972,8 @@ static __global__ void __launch_bounds__(32 * 17, 1) moe2_kernel(const struct cu
         old = shfl_idx(old, 0);
         if (old == (unsigned)ne - 1) {
             __threadfence();
-            if (lane < 16) {
-                /* moe_mix_col's ops in its order; the loads of a group of 8 entries first, so they wait on L2 once */
-                const int row = 16 * r + lane;
-                const float xr = gpu_ldcg(P.x + row), ys = P.Fs ? gpu_ldcg(P.Ys + row) : 0.f, gl = P.glog ? gpu_ldcg(P.glog) : 0.f;
-                float o = 0.f;
-                for (int j0 = 0; j0 < P.k; j0 += 8) {
-                    float yv[8];
-#pragma unroll
-                    for (int u = 0; u < 8; u++) yv[u] = j0 + u < P.k ? gpu_ldcg(P.Y + (size_t)(j0 + u) * D + row) : 0.f;
-#pragma unroll
-                    for (int u = 0; u < 8; u++)
-                        if (j0 + u < P.k) {
-                            const float v = __fmul_rn(wts_s[j0 + u], yv[u]);
-                            o = j0 + u == 0 ? v : __fadd_rn(o, v);
-                        }
-                }
-                if (P.Fs) {
-                    float gs = 1.0f;
-                    if (P.glog) gs = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-gl)));
-                    o = __fadd_rn(o, __fmul_rn(gs, ys));
-                }
-                P.out[row] = o;
-                P.x[row] = __fadd_rn(xr, o);
-            }
+            if (lane < 16) /* the mix kernel's column (the weights from shared memory, where this CTA's producer put them) */
+                moe_mix_col<true>(P.Y, wts_s, P.k, P.Fs ? P.Ys : NULL, P.glog, D, P.out, P.x, 0, 16 * r + lane);
         }
     }
     mg2_cbar(NT);
