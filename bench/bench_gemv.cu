@@ -211,24 +211,32 @@ int main(int argc, char **argv) {
          * tiles from there), the column-split kernel (row groups by type, then 4 and 2), then tiles of tr rows split over ks warps, one CTA per tile group (p 0) or a
          * grid of p x the resident CTAs stepping over them, each with plain launches and with programmatic
          * dependent launch (the next launch prefetches its weights while one runs) */
-        const int cfgs[][3] = {{-1, -1, 0}, {-2, 1, 0}, {-3, 1, 0}, {-2, 4, 0}, {-2, 2, 0}, {1, 1, 0}, {4, 1, 0}, {2, 2, 0}, {4, 2, 0},
+        const int cfgs[][3] = {{-1, -1, 0}, {-2, 1, 0}, {-4, 7, 0}, {-4, 15, 0}, {-3, 1, 0}, {-2, 4, 0}, {-2, 2, 0}, {1, 1, 0}, {4, 1, 0}, {2, 2, 0}, {4, 2, 0},
                                {1, 1, 1}, {4, 1, 1}, {2, 2, 1}, {4, 2, 1}, {4, 2, 2}};
         const struct cu_mm_cfg keep = cu_mm_cfg;
         if (l2) {
             /* "l2": the default kernel with PDL, its weights cold (the copies in turn) and hot (one copy launched again
              * and again: from L2 where it fits) */
-            gpu_pdl.on = true;
-            std::vector<float> tc, th;
-            for (int k = 0; k < reps; k++) {
-                CK(gpuEventRecord(e0, st)); gpu_pdl.after_kernel = false;
-                for (int i = 0; i < copies; i++) cu_launch_matmul(&args[i], st);
-                CK(gpuEventRecord(e1, st)); CK(gpuEventSynchronize(e1));
-                float ms; CK(gpuEventElapsedTime(&ms, e0, e1)); tc.push_back(ms * 1000.f / copies);
-                CK(gpuEventRecord(e0, st)); gpu_pdl.after_kernel = false;
-                for (int i = 0; i < 64; i++) cu_launch_matmul(&args[0], st);
-                CK(gpuEventRecord(e1, st)); CK(gpuEventSynchronize(e1));
-                CK(gpuEventElapsedTime(&ms, e0, e1)); th.push_back(ms * 1000.f / 64);
+            for (int ws = 0; ws < 2; ws++) { /* the default kernels, then the warp-streamed one */
+                cu_mm_cfg = keep;
+                cu_mm_cfg.ws = ws ? 7 : 0;
+                gpu_pdl.on = true;
+                std::vector<float> tc, th;
+                for (int k = 0; k < reps; k++) {
+                    CK(gpuEventRecord(e0, st)); gpu_pdl.after_kernel = false;
+                    for (int i = 0; i < copies; i++) cu_launch_matmul(&args[i], st);
+                    CK(gpuEventRecord(e1, st)); CK(gpuEventSynchronize(e1));
+                    float ms; CK(gpuEventElapsedTime(&ms, e0, e1)); tc.push_back(ms * 1000.f / copies);
+                    CK(gpuEventRecord(e0, st)); gpu_pdl.after_kernel = false;
+                    for (int i = 0; i < 64; i++) cu_launch_matmul(&args[0], st);
+                    CK(gpuEventRecord(e1, st)); CK(gpuEventSynchronize(e1));
+                    CK(gpuEventElapsedTime(&ms, e0, e1)); th.push_back(ms * 1000.f / 64);
+                }
+                const double uc = median_us(tc), uh = median_us(th);
+                printf("%-32s %-13s %8.2f MB  cold %8.2f us (%5.0f GB/s)  hot %8.2f us (%5.0f GB/s)\n", s.what, ws ? "warp-streamed" : "default",
+                       set_bytes / 1e6, uc, set_bytes / (uc * 1e3), uh, set_bytes / (uh * 1e3));
             }
+            cu_mm_cfg = keep;
             gpu_pdl.on = false;
             CK(gpuFree(d_w)); CK(gpuFree(d_y)); CK(gpuFree(d_act));
             CK(gpuEventDestroy(e0)); CK(gpuEventDestroy(e1));
@@ -237,7 +245,8 @@ int main(int argc, char **argv) {
         for (const auto &cf : cfgs)
             for (int pdl = 0; pdl < 2; pdl++) {
                 cu_mm_cfg = keep;
-                for (int c = 0; c < 3; c++) cu_mm_cfg.cols[c] = cf[0] == -2 || cf[0] == -3 ? cf[1] : 0;
+                for (int c = 0; c < 3; c++) cu_mm_cfg.cols[c] = cf[0] == -2 || cf[0] == -3 ? cf[1] : cf[0] == -4 ? 1 : 0;
+                cu_mm_cfg.ws = cf[0] == -4 ? cf[1] : 0;
                 cu_mm_cfg.cols_lb = cf[0] == -3 ? 7 : 0;
                 if (cf[0] == -1) cu_mm_cfg.ks[0] = cu_mm_cfg.ks[1] = cu_mm_cfg.ks[2] = 0;
                 else if (cf[0] > 0)
@@ -278,6 +287,7 @@ int main(int argc, char **argv) {
                 if (cf[0] == -1) snprintf(name, sizeof(name), "%s", s.what);
                 else if (cf[0] == -2 && cf[1] == 1) snprintf(name, sizeof(name), "  column split (default)");
                 else if (cf[0] == -3) snprintf(name, sizeof(name), "  column split, bounded (cols_lb)");
+                else if (cf[0] == -4) snprintf(name, sizeof(name), "  warp-streamed, %s rings", cf[1] & 8 ? "short" : "long");
                 else if (cf[0] == -2) snprintf(name, sizeof(name), "  column split, %d row groups", cf[1]);
                 else snprintf(name, sizeof(name), "  tr %d ks %d p %d", cf[0], cf[1], cf[2]);
                 printf("%-32s %5s %6lld %7lld %5d %8.2f %9.2f %8.0f %.2g%s%s\n", name, quant_traits(s.type)->name, (long long)s.n_cols,

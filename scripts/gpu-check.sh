@@ -503,6 +503,55 @@ if has mega2; then # the tiled persistent FFN in the decode: test_cuda_model on 
     done
 fi
 
+if has ws; then # the warp-streamed mat-vec (VLLMC_CUDA_WS): its bits against the column-split kernel (test_cuda_ops ws), the
+    # launches alone (bench_gemv l2: cold and hot weights, default and warp-streamed), test_cuda_model with it on the tiny
+    # qwen35 and BENCH_MODELS (graph == eager: the residual and conv epilogue), the greedy ids of `generate` with it off and
+    # on (the same bits: the same ids), then the decode for each of WS_CFGS (default "0 7 15"), WS_REPS times in turn
+    timeout 120 "$BIN/test_cuda_ops" ws >"$OUT/ws_ops.txt" 2>&1; rc=$?
+    note "ws test_cuda_ops ws rc=$rc: $(grep -c ': 0 of' "$OUT/ws_ops.txt") launches with 0 outputs different; $(grep -m2 'FAIL' "$OUT/ws_ops.txt" | cut -c1-200 | tr '\n' ' ')"
+    [ $rc = 0 ] || WS_BAD=1
+    if [ "${WS_GEMV:-1}" = 1 ]; then
+        timeout 120 "$BIN/bench_gemv" l2 5 >"$OUT/ws_gemv.txt" 2>&1; rc=$?
+        note "ws bench_gemv l2 rc=$rc"
+        while read -r l; do note "  $l"; done < <(grep 'cold' "$OUT/ws_gemv.txt" | sed 's/  */ /g')
+    fi
+    for ws in ${WS_MODEL_CFGS:-7}; do
+        VLLMC_CUDA_WS=$ws timeout 150 "$BIN/test_cuda_model" /tmp/models/qwen35-tiny.gguf 40 24 >"$OUT/ws_model_tiny_$ws.txt" 2>&1; rc=$?
+        note "ws $ws test_cuda_model tiny rc=$rc: $(grep 'worst' "$OUT/ws_model_tiny_$ws.txt" | head -1 | cut -c1-120); $(grep -o 'warp-streamed mat-vec launches [0-9]*' "$OUT/ws_model_tiny_$ws.txt")$(grep -m1 FAIL "$OUT/ws_model_tiny_$ws.txt" | cut -c1-200)"
+        [ $rc = 0 ] || WS_BAD=1
+    done
+    wait_models
+    P="[11,22,33,44,55,66,77,88,99,111,222,333,444,555,666,777]"
+    for m in $BENCH_MODELS; do
+        f=/tmp/models/$m.gguf
+        [ -s "$f" ] || { note "ws $m: model not generated"; continue; }
+        if [ "${WS_MODEL:-1}" = 1 ]; then
+            VLLMC_CUDA_WS=7 timeout 240 "$BIN/test_cuda_model" "$f" 30 12 >"$OUT/ws_model_$m.txt" 2>&1; rc=$?
+            note "ws 7 test_cuda_model $m rc=$rc: $(grep 'worst' "$OUT/ws_model_$m.txt" | head -1 | sed 's/.*steps, //' | cut -c1-110); $(grep -o 'warp-streamed mat-vec launches [0-9]*' "$OUT/ws_model_$m.txt")$(grep -m1 FAIL "$OUT/ws_model_$m.txt" | cut -c1-200)"
+            [ $rc = 0 ] || WS_BAD=1
+        fi
+        ref=$(timeout 120 "$BIN/vllmc" generate -m "$f" --prompt-ids "$P" --ids --ignore-eos -n 128 2>/dev/null)
+        for ws in 7 15; do
+            got=$(VLLMC_CUDA_WS=$ws timeout 120 "$BIN/vllmc" generate -m "$f" --prompt-ids "$P" --ids --ignore-eos -n 128 2>/dev/null)
+            if [ -n "$ref" ] && [ "$ref" = "$got" ]; then r=SAME; else r=DIFF; fi
+            note "ws $ws $m generate 128 greedy ids against off: $r"
+        done
+        if [ "${WS_SAN:-0}" = 1 ] && command -v compute-sanitizer >/dev/null; then
+            VLLMC_CUDA_WS=7 timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN/vllmc" generate -m "$f" \
+                --prompt-ids "[11,22,33,44,55,66,77,88]" --ids --ignore-eos -n 4 >"$OUT/ws_san_$m.txt" 2>&1; rc=$?
+            note "ws 7 $m under memcheck (generate, 4 steps) rc=$rc: $(grep -m1 'ERROR SUMMARY' "$OUT/ws_san_$m.txt")"
+        fi
+        [ -n "${WS_BAD:-}" ] && { note "ws: a check failed, no timing"; continue; }
+        for rep in $(seq 1 "${WS_REPS:-2}"); do
+            for ws in ${WS_CFGS:-0 7 15}; do
+                # shellcheck disable=SC2086
+                VLLMC_CUDA_WS=$ws timeout 150 "$BIN/vllmc" bench -m "$f" ${VAR_ARGS:--p 512 -g 256 -r 5} >"$OUT/ws_${m}_${ws}_$rep.txt" 2>&1; rc=$?
+                note "ws $m $ws run $rep rc=$rc: $(grep '^output tok/s' "$OUT/ws_${m}_${ws}_$rep.txt" | head -1)"
+            done
+        done
+    done
+fi
+
 if has moe2; then # the tiled persistent MoE experts in the decode: test_cuda_model on the MoE models of BENCH_MODELS (graph ==
     # eager checks its bits against the launches it replaces), then the decode, off and on in turn
     wait_models

@@ -752,6 +752,77 @@ static void test_stream(void) {
     }
 }
 
+/* The warp-streamed mat-vec against the column-split kernel it replaces: the same bits for launches of Q4_K (with a
+ * Q8_0 segment beside them, and without) and Q6_K segments of odd row counts (bias on one), at 2 and 4 super-blocks a
+ * unit (2,560 / 4,096 and 9,216 columns), with its long and short rings, and a launch of more tiles than its warps'
+ * lanes hold (the outputs stored by the summing lanes); and that it ran. Its residual and conv epilogue (recorded
+ * steps only) are checked by test_cuda_model's graph == eager with VLLMC_CUDA_WS set. */
+static void poison_dev(float *y, int64_t n);
+static void test_ws(void) {
+    const int64_t cols[3] = {2560, 4096, 9216};
+    for (int ci = 0; ci < 3; ci++)
+        for (int set = 0; set < 4; set++) {
+            const int64_t E = cols[ci];
+            if (set == 3 && E != 2560) continue;
+            const uint32_t q = set == 1 ? GGML_TYPE_Q6_K : GGML_TYPE_Q4_K;
+            const uint32_t types[3] = {q, q, set == 2 ? GGML_TYPE_Q8_0 : q};
+            const int64_t nout[3] = {set == 3 ? 70001 : 2088, 37, 301};
+            float *x = rand_buf((size_t)E, 1.0f);
+            struct bk_act a;
+            CHECK(bk_act_alloc(gpu, 1, E, BK_ACT_BIT(BK_ACT_Q8_K) | BK_ACT_BIT(BK_ACT_Q8_0), &a) == VLLMC_OK);
+            CHECK(gpu->ops->copy_to_device(gpu, a.x, x, (size_t)E * 4) == VLLMC_OK);
+            a.n_rows = 1;
+            CHECK(gpu->ops->quantize(gpu, &a) == VLLMC_OK);
+            float *bias = rand_buf(64, 0.1f), *gbias = dev_put(bias, 64 * 4);
+            struct bk_tensor w[3];
+            float *y[3];
+            struct bk_matmul_out mo[3];
+            for (int k = 0; k < 3; k++) {
+                const size_t bytes = quant_row_size(types[k], E) * (size_t)nout[k];
+                uint8_t *host = malloc(bytes);
+                fill_weight(types[k], host, bytes);
+                const int64_t ne[2] = {E, nout[k]};
+                CHECK(gpu->ops->weight_upload(gpu, host, types[k], 2, ne, &w[k]) == VLLMC_OK);
+                free(host);
+                CHECK(gpu->ops->alloc(gpu, (size_t)nout[k] * 4, (void **)&y[k]) == VLLMC_OK);
+                mo[k] = (struct bk_matmul_out){.w = &w[k], .y = y[k], .bias = k == 1 ? gbias : NULL};
+            }
+            float *ref[3], *h = malloc((size_t)nout[0] * 4);
+            const int old = backend_cuda_set_matvec_ws(0);
+            CHECK(gpu->ops->matmul(gpu, &a, 3, mo) == VLLMC_OK);
+            for (int k = 0; k < 3; k++) {
+                ref[k] = malloc((size_t)nout[k] * 4);
+                CHECK(gpu->ops->copy_to_host(gpu, ref[k], y[k], (size_t)nout[k] * 4) == VLLMC_OK);
+            }
+            for (int ring = 0; ring < 2; ring++) {
+                for (int k = 0; k < 3; k++) poison_dev(y[k], nout[k]);
+                backend_cuda_set_matvec_ws(7 | (ring ? 8 : 0));
+                const uint64_t l0 = backend_cuda_ws_launches();
+                CHECK(gpu->ops->matmul(gpu, &a, 3, mo) == VLLMC_OK);
+                CHECK(gpu->ops->copy_to_host(gpu, h, y[0], 4) == VLLMC_OK); /* synchronizes */
+                CHECK_MSG(backend_cuda_ws_launches() == l0 + 1, "warp-streamed mat-vec E %lld set %d: not launched", (long long)E, set);
+                size_t bad = 0;
+                for (int k = 0; k < 3; k++) {
+                    CHECK(gpu->ops->copy_to_host(gpu, h, y[k], (size_t)nout[k] * 4) == VLLMC_OK);
+                    bad += n_diff(h, ref[k], (size_t)nout[k]);
+                }
+                printf("warp-streamed mat-vec E %lld %s%s (%s rings): %zu of %lld outputs differ from the column-split kernel\n", (long long)E,
+                       quant_traits(q)->name, set == 2 ? " with Q8_0" : set == 3 ? ", 70,001 rows" : "", ring ? "short" : "long", bad,
+                       (long long)(nout[0] + nout[1] + nout[2]));
+                CHECK_MSG(bad == 0, "warp-streamed mat-vec E %lld set %d: %zu outputs differ from the column-split kernel", (long long)E, set, bad);
+            }
+            backend_cuda_set_matvec_ws(old);
+            for (int k = 0; k < 3; k++) {
+                free(ref[k]);
+                gpu->ops->free(gpu, y[k]);
+                gpu->ops->weight_free(gpu, &w[k]);
+            }
+            free(h); free(x); free(bias);
+            gpu->ops->free(gpu, gbias);
+            bk_act_free(gpu, &a);
+        }
+}
+
 /* n NaNs into device floats y, so the next launch must write every output. */
 static void poison_dev(float *y, int64_t n) {
     float *poison = nan_buf((size_t)n);
@@ -1487,6 +1558,7 @@ int main(int argc, char **argv) {
     if (want("cols_rows")) test_cols_rows();
     if (want("mmr")) test_mmr();
     if (want("stream")) test_stream();
+    if (want("ws")) test_ws();
     if (want("cols_lb")) test_cols_lb();
     if (want("alt_kernel")) {
         test_alt_kernel(ALT_SBT);

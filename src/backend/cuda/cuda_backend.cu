@@ -2092,6 +2092,7 @@ extern "C" vllmc_status backend_cuda_create(const struct backend_cuda_opts *o, s
         const int nv = sscanf(env, "%d,%d", &v[0], &v[1]);
         if (nv >= 1) backend_cuda_set_matvec_stream(v[0], nv == 2 ? v[1] : 0);
     }
+    if ((env = getenv("VLLMC_CUDA_WS"))) backend_cuda_set_matvec_ws(atoi(env)); /* the warp-streamed mat-vec's classes */
     if ((env = getenv("VLLMC_CUDA_NQ_EARLY"))) cu_mm_cfg.nq_early = atoi(env) != 0; /* (comparisons) */
     if ((env = getenv("VLLMC_CUDA_COLS_SBW2")) && atoi(env) >= 1 && atoi(env) <= 16) cu_mm_cfg.cols_sbw2 = atoi(env);
     if ((env = getenv("VLLMC_CUDA_COLS_LB"))) cu_mm_cfg.cols_lb = atoi(env) & 7; /* (comparisons) */
@@ -2233,6 +2234,11 @@ extern "C" int backend_cuda_set_matvec_stream(int cps, int stage_bytes) {
     const int old = cu_mm_cfg.stream_cps;
     cu_mm_cfg.stream_cps = cps < 0 ? 0 : cps;
     if (stage_bytes > 0) cu_mm_cfg.stream_bytes = stage_bytes < 1024 ? 1024 : stage_bytes > 48 * 1024 ? 48 * 1024 : stage_bytes;
+    return old;
+}
+extern "C" int backend_cuda_set_matvec_ws(int mask) {
+    const int old = cu_mm_cfg.ws;
+    cu_mm_cfg.ws = mask & 15;
     return old;
 }
 extern "C" void backend_cuda_set_decode_rows(int max_rows) { cu_mm_cfg.dec_rows = max_rows < 0 ? 0 : max_rows; }

@@ -9,6 +9,7 @@
  * terms are then summed per lane and across the warp, an order other than the reference's sequential one,
  * so outputs match vec_dot_ref to float rounding (about 1e-7 relative). NA activation rows share each
  * weight load (prefill). */
+#include <limits.h>
 #include <string.h>
 #include "backend/cuda/cuda_internal.h"
 #include "backend/cuda/act_quant.h"
@@ -2143,6 +2144,230 @@ static bool mm_launch_stream(const struct cu_mm_args *args, gpuStream_t s) {
     return true;
 }
 
+/* ---- the warp-streamed mat-vec: one activation row, the K-quant segments all Q4_K or all Q6_K ----
+ * The column-split kernel holds a CTA's rows in registers and ends, so a launch of more CTAs than are resident runs in
+ * rounds: a round asks for its weights only when the round before has summed and left, and pays their DRAM round trip
+ * and its sums in series (~3.5 us a round, BENCHMARKS.md "A norm + quantize folded into the mat-vec"). Here a warp owns
+ * a run of whole tiles of RW = 8 / SBW rows and walks their units (a unit: the tile's rows x SBW super-blocks in the
+ * column-split lane split, lane (rr, sbl, c) holding chunk c of super-block sbl of row rr) through a ring of D units in
+ * its registers: the first D asked for before the dependency wait, each slot asked for again as soon as it is summed,
+ * so a warp keeps D - 1 units in flight while it sums, and no barrier follows the activation's staging. A unit is one
+ * warp of the column-split kernel (the same terms, the butterfly over its SBW super-blocks) and a row's units are added
+ * in order, as that kernel adds its warps' parts, so the two kernels give the same bits. Q8_0 / F32 segments (the GDN's
+ * beta / alpha rows) take the first CTAs of the grid through the column-split kernel's path for them. Where a launch
+ * adds into the residual or runs the GDN conv, each output has a lane of its warp (lane = tile x RW + row) that loads
+ * the residual value after the wait and the conv's state before it, as the column-split kernel's epilogue threads do. */
+#define WS_MAX_WARPS 16
+#define WS_MAX_COLS 16384
+#define WS_OTHER_ROWS 16
+static __device__ __forceinline__ k4s_w ws_load(const k4s_w *, const uint8_t *wr, bool ok, int n_sb, int sb, int c) {
+    const uint4 z = make_uint4(0, 0, 0, 0);
+    return ok ? k4s_load(wr, n_sb, sb, c) : k4s_w{z, z, 0};
+}
+static __device__ __forceinline__ q6_w ws_load(const q6_w *, const uint8_t *wr, bool ok, int n_sb, int sb, int c) {
+    const uint4 z = make_uint4(0, 0, 0, 0);
+    return ok ? q6_load(wr, n_sb, sb, c) : q6_w{z, z, z, z, 0, 0};
+}
+static __device__ __forceinline__ float ws_term(const k4s_w &w, const k4_sel &ks, const mv_act &v, int lane, int) {
+    return k4s_term(w, ks, v, lane);
+}
+static __device__ __forceinline__ float ws_term(const q6_w &w, const k4_sel &, const mv_act &v, int, int c) {
+    return q6_term<true>(w, c & 1, v);
+}
+/* The K-quant segment (0 .. n_kseg - 1) that tile t belongs to, by selects over the parameters (no indexed loads). */
+struct ws_seg { const uint8_t *w; const float *bias; float *y, *res; uint64_t stride; int tile0, n_rows, si; };
+static __device__ __forceinline__ ws_seg ws_seg_of(const struct cu_mm_args &P, int n_kseg, int t) {
+    ws_seg g{P.seg[0].w, P.seg[0].bias, P.seg[0].y, P.seg[0].res, P.seg[0].stride, P.seg[0].tile0, P.seg[0].n_rows, 0};
+#pragma unroll
+    for (int i = 1; i < CU_MM_MAX_SEG; i++)
+        if (i < n_kseg && t >= P.seg[i].tile0)
+            g = ws_seg{P.seg[i].w, P.seg[i].bias, P.seg[i].y, P.seg[i].res, P.seg[i].stride, P.seg[i].tile0, P.seg[i].n_rows, i};
+    return g;
+}
+/* grid: n_oc CTAs of the other segments' rows (WS_OTHER_ROWS a CTA), then the warps of tpw tiles each (n_tiles in
+ * all); dynamic shared memory: the Q8_K activation (n quants, n / 16 sums, n / 256 scales). */
+template <int SBW, typename SLOT, int D, bool LO>
+static __global__ void __launch_bounds__(32 * WS_MAX_WARPS, 1) mm_kernel_ws(const struct cu_mm_args P, int n_kseg, int n_oc, int tpw,
+                                                                          int n_tiles) {
+    constexpr int RW = 8 / SBW;
+    extern __shared__ float4 ws_smem4[];
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, W = blockDim.x >> 5;
+    if ((int)blockIdx.x < n_oc) {
+        int si = n_kseg;
+#pragma unroll
+        for (int i = 1; i < CU_MM_MAX_SEG; i++)
+            if (i > n_kseg && i < P.n_seg && (int)blockIdx.x >= P.seg[i].cta0) si = i;
+        const cu_mm_seg &S = P.seg[si];
+        const int r0 = ((int)blockIdx.x - S.cta0) * WS_OTHER_ROWS, rows = min(WS_OTHER_ROWS, S.n_rows - r0);
+        mv_other_cta(P, S, S.w + (size_t)r0 * S.stride, r0, rows, 0, 1, lane, wid, W);
+        return;
+    }
+    const int n = (int)P.a.n, n_sb = n / QK_K, PP = (n_sb + SBW - 1) / SBW;
+    const int c = lane & 3, sbl = (lane >> 2) % SBW, rr = lane / (4 * SBW);
+    const int t0 = (((int)blockIdx.x - n_oc) * W + wid) * tpw, t1 = min(n_tiles, t0 + tpw);
+    const int nu = max(0, t1 - t0) * PP;
+    /* the load cursor: tile lt, pass lp; the lane's row of that tile (lw, lok) */
+    int lt = t0, lp = 0;
+    const uint8_t *lw = P.seg[0].w;
+    bool lok = false;
+    SLOT ring[D];
+#pragma unroll
+    for (int j = 0; j < D; j++) {
+        if (j < nu) {
+            if (lp == 0) {
+                const ws_seg g = ws_seg_of(P, n_kseg, lt);
+                const int row = (lt - g.tile0) * RW + rr;
+                lok = row < g.n_rows;
+                lw = g.w + (size_t)(lok ? row : 0) * g.stride;
+            }
+            const int sb = lp * SBW + sbl;
+            ring[j] = ws_load((const SLOT *)nullptr, lw, lok && sb < n_sb, n_sb, sb, c);
+            if (++lp == PP) { lp = 0; lt++; }
+        } else {
+            ring[j] = ws_load((const SLOT *)nullptr, lw, false, n_sb, 0, c);
+        }
+    }
+    /* LO: each output has a lane (the launcher ensures tpw x RW <= 32) */
+    const int ot = t0 + lane / RW;
+    const ws_seg og = ws_seg_of(P, n_kseg, LO ? ot : t0);
+    const int orow = (ot - og.tile0) * RW + lane % RW;
+    const bool ook = LO && ot < t1 && orow < og.n_rows;
+    const bool oconv = LO && P.conv.on && ook && og.si == P.conv.seg;
+    float pre[LO ? CU_CONV_PRE : 1];
+    int cslot = 0;
+    if (LO && oconv) mm_conv_load(P.conv, 0, orow, pre, &cslot);
+    gpu_pdl_wait();
+    gpu_pdl_trigger();
+    int8_t *sq = (int8_t *)ws_smem4;
+    int16_t *sbs = (int16_t *)(sq + n);
+    float *sd = (float *)(sq + n + n / 8);
+    for (int i = threadIdx.x; i < n / 16; i += blockDim.x) ((int4 *)sq)[i] = ((const int4 *)P.a.k_qs)[i];
+    for (int i = threadIdx.x; i < n / 64; i += blockDim.x) ((int2 *)sbs)[i] = ((const int2 *)P.a.k_bs)[i];
+    for (int i = threadIdx.x; i < n / QK_K; i += blockDim.x) sd[i] = P.a.k_d[i];
+    const float resv = LO && ook && og.res ? og.res[orow] : 0.f;
+    __syncthreads();
+    cu_act_view sa = P.a;
+    sa.k_qs = sq; sa.k_bs = sbs; sa.k_d = sd;
+    const k4_sel ks = k4_sel_make(c);
+    int ct = t0, cp = 0; /* the consume cursor */
+    float acc = 0.f;
+#pragma unroll 1
+    for (int base = 0; base < nu; base += D) {
+#pragma unroll
+        for (int j = 0; j < D; j++) {
+            if (base + j < nu) {
+                const int sb = cp * SBW + sbl;
+                mv_act v;
+                if (sb < n_sb) mv_act_load(sa, sizeof(SLOT) == sizeof(q6_w), sb, c, v);
+                else mv_act_zero(v);
+                float t = ws_term(ring[j], ks, v, lane, c);
+#pragma unroll
+                for (int o = 4; o < 4 * SBW; o <<= 1) t = __fadd_rn(t, shfl_xor(t, o));
+                acc = cp == 0 ? t : __fadd_rn(acc, t);
+                if (base + j + D < nu) { /* the slot's next unit */
+                    if (lp == 0) {
+                        const ws_seg g = ws_seg_of(P, n_kseg, lt);
+                        const int row = (lt - g.tile0) * RW + rr;
+                        lok = row < g.n_rows;
+                        lw = g.w + (size_t)(lok ? row : 0) * g.stride;
+                    }
+                    const int sbn = lp * SBW + sbl;
+                    ring[j] = ws_load((const SLOT *)nullptr, lw, lok && sbn < n_sb, n_sb, sbn, c);
+                    if (++lp == PP) { lp = 0; lt++; }
+                }
+                if (cp == PP - 1) { /* tile ct summed: row rr's sum in lane rr * 4 * SBW */
+                    if (LO) {
+                        float y = shfl_idx(acc, (lane % RW) * 4 * SBW);
+                        if (ook && lane / RW == ct - t0) {
+                            if (og.bias) y = __fadd_rn(y, og.bias[orow]);
+                            og.y[orow] = y;
+                            if (og.res) og.res[orow] = __fadd_rn(resv, y);
+                            if (LO && oconv) mm_conv_store(P.conv, 0, orow, pre, cslot, y);
+                        }
+                    } else if ((lane & (4 * SBW - 1)) == 0) {
+                        const ws_seg g = ws_seg_of(P, n_kseg, ct);
+                        const int row = (ct - g.tile0) * RW + rr;
+                        if (row < g.n_rows) g.y[row] = g.bias ? __fadd_rn(acc, g.bias[row]) : acc;
+                    }
+                    cp = 0;
+                    ct++;
+                } else {
+                    cp++;
+                }
+            }
+        }
+    }
+}
+
+uint64_t cu_ws_launches;
+extern "C" uint64_t backend_cuda_ws_launches(void) { return cu_ws_launches; }
+
+/* The warp-streamed kernel where cu_mm_cfg.ws takes the launch (bit 1 Q4_K rows of up to cols_sbw2 super-blocks, 2
+ * longer Q4_K rows, 4 Q6_K rows; 8 the shorter rings): one activation row, its K-quant segments of one type, no fused
+ * norm; false (nothing launched) otherwise. */
+static bool mm_launch_ws(const struct cu_mm_args *args, gpuStream_t s) {
+    const int64_t n = args->a.n;
+    if (!cu_mm_cfg.ws || args->n_act != 1 || args->nq.on || n % QK_K != 0 || n > WS_MAX_COLS) return false;
+    int kt = 0;
+    unsigned kq = 0;
+    bool res = false;
+    for (int i = 0; i < args->n_seg; i++) {
+        const cu_mm_seg &g = args->seg[i];
+        if (g.type == GGML_TYPE_Q4_K) kt |= 1;
+        else if (g.type == GGML_TYPE_Q6_K) kt |= 2;
+        else if (g.type == GGML_TYPE_Q8_0 || g.type == GGML_TYPE_F32) continue;
+        else return false;
+        kq |= 1u << i;
+        if (g.res && g.res == g.y) return false; /* (the column-split kernel reads such a residual after its store) */
+        res = res || g.res;
+    }
+    const int n_sb = (int)(n / QK_K), sbw = n_sb <= cu_mm_cfg.cols_sbw2 ? 2 : 4, rw = 8 / sbw;
+    const int cls = kt == 1 ? (sbw == 2 ? 1 : 2) : kt == 2 ? 4 : 0;
+    if (!(cu_mm_cfg.ws & cls)) return false;
+    if (args->conv.on && !(kq >> args->conv.seg & 1)) return false;
+    int order[CU_MM_MAX_SEG], no = 0, n_kseg = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < args->n_seg; i++)
+            if ((kq >> i & 1) == (pass == 0)) order[no++] = i;
+    for (int i = 0; i < args->n_seg; i++) n_kseg += kq >> i & 1;
+    struct cu_mm_args a;
+    mm_select(args, order, no, &a);
+    int n_tiles = 0, n_oc = 0;
+    for (int i = 0; i < a.n_seg; i++) {
+        if (i < n_kseg) {
+            a.seg[i].tile0 = n_tiles;
+            n_tiles += (int)GPU_CEIL_DIV(a.seg[i].n_rows, rw);
+        } else {
+            a.seg[i].tile0 = INT_MAX;
+            a.seg[i].cta0 = n_oc;
+            n_oc += (int)GPU_CEIL_DIV(a.seg[i].n_rows, WS_OTHER_ROWS);
+        }
+    }
+    static int sms = 0;
+    if (!sms) {
+        int dev = 0;
+        if (gpuGetDevice(&dev) != gpuSuccess || gpuDeviceGetSMCount(&sms, dev) != gpuSuccess || sms <= 0) sms = 132;
+    }
+    const int sms_ws = max(1, sms - n_oc);
+    const int tpw = (int)GPU_CEIL_DIV(n_tiles, sms_ws * WS_MAX_WARPS);
+    if ((res || a.conv.on) && tpw * rw > 32) return false;
+    const int warps = (int)GPU_CEIL_DIV(n_tiles, tpw), wc = (int)GPU_CEIL_DIV(warps, sms_ws), ctas = (int)GPU_CEIL_DIV(warps, wc);
+    const size_t smem = ((size_t)n + (size_t)n / 8 + (size_t)n / 64 + 15) & ~(size_t)15;
+    typedef void (*fn_t)(const struct cu_mm_args, int, int, int, int);
+    /* rings of 8 Q4_K / 4 Q6_K units take 123-127 registers, 6 / 3 take 113-116; with the outputs' lanes (LO) the
+     * longer rings spill, so those launches take the shorter ones */
+    const bool lo = res || a.conv.on, small = lo || (cu_mm_cfg.ws & 8);
+#define WS_PICK(S, T, D) (lo ? mm_kernel_ws<S, T, D, true> : mm_kernel_ws<S, T, D, false>)
+    const fn_t kern = kt == 1 ? (sbw == 2 ? (small ? WS_PICK(2, k4s_w, 6) : mm_kernel_ws<2, k4s_w, 8, false>)
+                                          : (small ? WS_PICK(4, k4s_w, 6) : mm_kernel_ws<4, k4s_w, 8, false>))
+                              : (sbw == 2 ? (small ? WS_PICK(2, q6_w, 3) : mm_kernel_ws<2, q6_w, 4, false>)
+                                          : (small ? WS_PICK(4, q6_w, 3) : mm_kernel_ws<4, q6_w, 4, false>));
+#undef WS_PICK
+    gpu_launch(kern, dim3((unsigned)(n_oc + ctas)), dim3(32 * wc), smem, s, a, n_kseg, n_oc, tpw, n_tiles);
+    cu_ws_launches++;
+    return true;
+}
+
 /* Prefill: one warp per (weight row, group of NA activation rows); the groups of one weight slice run
  * next to each other so its bytes come from L2 after the first. */
 template <int NA>
@@ -2593,7 +2818,7 @@ static bool mm_launch_mmr(const struct cu_mm_args *args, gpuStream_t s) {
 #else
 #define MM_MMR 64
 #endif
-struct cu_mm_cfg cu_mm_cfg = {{8192, 65536}, {1, 4, 4}, {0, 2, 1}, {0, 0, 0}, 0, {1, 1, 1}, 64, 0, 3, 1, MS_CPS, 24 * 1024, 0, 16, MM_COLS_LB, 0, 16384, MM_MMA, MM_MMR, 10, 8, 32};
+struct cu_mm_cfg cu_mm_cfg = {{8192, 65536}, {1, 4, 4}, {0, 2, 1}, {0, 0, 0}, 0, {1, 1, 1}, 64, 0, 3, 1, MS_CPS, 24 * 1024, 0, 16, MM_COLS_LB, 0, 16384, MM_MMA, MM_MMR, 10, 8, 32, 0};
 
 static bool mm_launch_dec(const struct cu_mm_args *args, gpuStream_t s);
 
@@ -2650,7 +2875,8 @@ static bool mm_launch(const struct cu_mm_args *args, gpuStream_t s) {
             if (ks > 1) ks = 1;
             if (!tile_order) tr = 1;
         }
-        if ((inv_cols || (!args->row_order && cu_mm_cfg.cols[cls])) && (mm_launch_stream(args, s) || mm_launch_cols(args, s)))
+        if ((inv_cols || (!args->row_order && cu_mm_cfg.cols[cls])) &&
+            (mm_launch_ws(args, s) || mm_launch_stream(args, s) || mm_launch_cols(args, s)))
             return true;
         if (ks == 1 || ks == 2 || ks == 4) {
             struct cu_mm_args a = *args;
