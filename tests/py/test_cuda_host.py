@@ -86,6 +86,20 @@ def test_decode_host_side(stub_env, models, shape):
     assert (rep, cap) == (0, 0)
 
 
+def test_ws_host_side(stub_env, models):
+    """The warp-streamed mat-vec's launcher (VLLMC_CUDA_WS, off by default) takes the decode's Q4_K / Q6_K launches of the
+    real residual widths, with its long and short rings, recorded and eager; none without it."""
+    def ws(text):
+        m = re.search(r"warp-streamed kernel \(VLLMC_CUDA_WS\): (\d+) issued or captured", text)
+        return int(m.group(1)) if m else 0
+    for shape in ("qwen35-wide", "qwen35moe-wide"):
+        args = ("bench", "-m", models[shape], "-p", "16", "-g", "8", "-r", "1")
+        assert ws(run(stub_env, *args)) == 0
+        for mask in ("7", "15"):
+            assert ws(run(stub_env, *args, extra={"VLLMC_CUDA_WS": mask})) > 0
+        assert ws(run(stub_env, *args, "--enforce-eager", extra={"VLLMC_CUDA_WS": "7"})) > 0
+
+
 def test_engine_host_side(stub_env, models):
     """The engine's batched, pipelined steps (bench --concurrency) run through on both hybrid kinds."""
     for shape in ("qwen35", "qwen35moe"):

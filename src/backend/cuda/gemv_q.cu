@@ -2349,7 +2349,8 @@ static bool mm_launch_ws(const struct cu_mm_args *args, gpuStream_t s) {
         if (gpuGetDevice(&dev) != gpuSuccess || gpuDeviceGetSMCount(&sms, dev) != gpuSuccess || sms <= 0) sms = 132;
     }
     const int sms_ws = max(1, sms - n_oc);
-    const int tpw = (int)GPU_CEIL_DIV(n_tiles, sms_ws * WS_MAX_WARPS);
+    const int wmax = cu_mm_cfg.ws_warps >= 1 && cu_mm_cfg.ws_warps <= WS_MAX_WARPS ? cu_mm_cfg.ws_warps : WS_MAX_WARPS;
+    const int tpw = (int)GPU_CEIL_DIV(n_tiles, sms_ws * wmax);
     if ((res || a.conv.on) && tpw * rw > 32) return false;
     const int warps = (int)GPU_CEIL_DIV(n_tiles, tpw), wc = (int)GPU_CEIL_DIV(warps, sms_ws), ctas = (int)GPU_CEIL_DIV(warps, wc);
     const size_t smem = ((size_t)n + (size_t)n / 8 + (size_t)n / 64 + 15) & ~(size_t)15;
@@ -2818,7 +2819,7 @@ static bool mm_launch_mmr(const struct cu_mm_args *args, gpuStream_t s) {
 #else
 #define MM_MMR 64
 #endif
-struct cu_mm_cfg cu_mm_cfg = {{8192, 65536}, {1, 4, 4}, {0, 2, 1}, {0, 0, 0}, 0, {1, 1, 1}, 64, 0, 3, 1, MS_CPS, 24 * 1024, 0, 16, MM_COLS_LB, 0, 16384, MM_MMA, MM_MMR, 10, 8, 32, 0};
+struct cu_mm_cfg cu_mm_cfg = {{8192, 65536}, {1, 4, 4}, {0, 2, 1}, {0, 0, 0}, 0, {1, 1, 1}, 64, 0, 3, 1, MS_CPS, 24 * 1024, 0, 16, MM_COLS_LB, 0, 16384, MM_MMA, MM_MMR, 10, 8, 32, 0, 16};
 
 static bool mm_launch_dec(const struct cu_mm_args *args, gpuStream_t s);
 
