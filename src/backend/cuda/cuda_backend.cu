@@ -2092,10 +2092,12 @@ extern "C" vllmc_status backend_cuda_create(const struct backend_cuda_opts *o, s
         const int nv = sscanf(env, "%d,%d", &v[0], &v[1]);
         if (nv >= 1) backend_cuda_set_matvec_stream(v[0], nv == 2 ? v[1] : 0);
     }
-    if ((env = getenv("VLLMC_CUDA_WS"))) { /* "mask[,warps]": the warp-streamed mat-vec's classes, its warps an SM at most */
+    if ((env = getenv("VLLMC_CUDA_WS"))) { /* "mask[,warps[,min_rows]]": the warp-streamed mat-vec's classes, its warps an SM at most, the
+                                              launches it takes from this many rows */
         backend_cuda_set_matvec_ws(atoi(env));
         const char *c = strchr(env, ',');
         if (c && atoi(c + 1) >= 1 && atoi(c + 1) <= 16) cu_mm_cfg.ws_warps = atoi(c + 1);
+        if (c && (c = strchr(c + 1, ','))) cu_mm_cfg.ws_min_rows = atoi(c + 1) > 0 ? atoi(c + 1) : 0;
     }
     if ((env = getenv("VLLMC_CUDA_NQ_EARLY"))) cu_mm_cfg.nq_early = atoi(env) != 0; /* (comparisons) */
     if ((env = getenv("VLLMC_CUDA_COLS_SBW2")) && atoi(env) >= 1 && atoi(env) <= 16) cu_mm_cfg.cols_sbw2 = atoi(env);

@@ -174,6 +174,7 @@ struct cu_mm_cfg {
                                   the column-split kernel's bits) a bit per class: 1 Q4_K rows of up to cols_sbw2
                                   super-blocks, 2 longer Q4_K rows, 4 Q6_K rows; 8 its shorter register rings; 0 none */
     int32_t ws_warps;          /* its warps an SM at most (1..16; 0: 16) */
+    int32_t ws_min_rows;       /* ... for launches of at least this many rows (all segments) */
 };
 extern struct cu_mm_cfg cu_mm_cfg;
 void cu_launch_matmul(const struct cu_mm_args *args, gpuStream_t s);

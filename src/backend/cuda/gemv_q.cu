@@ -2307,7 +2307,8 @@ extern "C" uint64_t backend_cuda_ws_launches(void) { return cu_ws_launches; }
  * norm; false (nothing launched) otherwise. */
 static bool mm_launch_ws(const struct cu_mm_args *args, gpuStream_t s) {
     const int64_t n = args->a.n;
-    if (!cu_mm_cfg.ws || args->n_act != 1 || args->nq.on || n % QK_K != 0 || n > WS_MAX_COLS) return false;
+    if (!cu_mm_cfg.ws || args->n_act != 1 || args->nq.on || n % QK_K != 0 || n > WS_MAX_COLS || args->total_rows < cu_mm_cfg.ws_min_rows)
+        return false;
     int kt = 0;
     unsigned kq = 0;
     bool res = false;
@@ -2819,7 +2820,7 @@ static bool mm_launch_mmr(const struct cu_mm_args *args, gpuStream_t s) {
 #else
 #define MM_MMR 64
 #endif
-struct cu_mm_cfg cu_mm_cfg = {{8192, 65536}, {1, 4, 4}, {0, 2, 1}, {0, 0, 0}, 0, {1, 1, 1}, 64, 0, 3, 1, MS_CPS, 24 * 1024, 0, 16, MM_COLS_LB, 0, 16384, MM_MMA, MM_MMR, 10, 8, 32, 0, 16};
+struct cu_mm_cfg cu_mm_cfg = {{8192, 65536}, {1, 4, 4}, {0, 2, 1}, {0, 0, 0}, 0, {1, 1, 1}, 64, 0, 3, 1, MS_CPS, 24 * 1024, 0, 16, MM_COLS_LB, 0, 16384, MM_MMA, MM_MMR, 10, 8, 32, 0, 16, 0};
 
 static bool mm_launch_dec(const struct cu_mm_args *args, gpuStream_t s);
 
