@@ -217,9 +217,9 @@ int main(int argc, char **argv) {
         if (l2) {
             /* "l2": the default kernel with PDL, its weights cold (the copies in turn) and hot (one copy launched again
              * and again: from L2 where it fits) */
-            for (int ws = 0; ws < 2; ws++) { /* the default kernels, then the warp-streamed one */
+            for (int ws : {0, 7, 15, 23}) { /* the default kernels, then the warp-streamed one's units of several row groups / one */
                 cu_mm_cfg = keep;
-                cu_mm_cfg.ws = ws ? 7 : 0;
+                cu_mm_cfg.ws = ws;
                 gpu_pdl.on = true;
                 std::vector<float> tc, th;
                 for (int k = 0; k < reps; k++) {
@@ -233,7 +233,7 @@ int main(int argc, char **argv) {
                     CK(gpuEventElapsedTime(&ms, e0, e1)); th.push_back(ms * 1000.f / 64);
                 }
                 const double uc = median_us(tc), uh = median_us(th);
-                printf("%-32s %-13s %8.2f MB  cold %8.2f us (%5.0f GB/s)  hot %8.2f us (%5.0f GB/s)\n", s.what, ws ? "warp-streamed" : "default",
+                printf("%-32s %-13s %8.2f MB  cold %8.2f us (%5.0f GB/s)  hot %8.2f us (%5.0f GB/s)\n", s.what, ws == 0 ? "default" : ws == 7 ? "ws" : ws == 15 ? "ws one group" : "ws two groups",
                        set_bytes / 1e6, uc, set_bytes / (uc * 1e3), uh, set_bytes / (uh * 1e3));
             }
             cu_mm_cfg = keep;
@@ -287,7 +287,7 @@ int main(int argc, char **argv) {
                 if (cf[0] == -1) snprintf(name, sizeof(name), "%s", s.what);
                 else if (cf[0] == -2 && cf[1] == 1) snprintf(name, sizeof(name), "  column split (default)");
                 else if (cf[0] == -3) snprintf(name, sizeof(name), "  column split, bounded (cols_lb)");
-                else if (cf[0] == -4) snprintf(name, sizeof(name), "  warp-streamed, %s rings", cf[1] & 8 ? "short" : "long");
+                else if (cf[0] == -4) snprintf(name, sizeof(name), "  warp-streamed, %s", cf[1] & 8 ? "one row group a unit" : "row groups a unit");
                 else if (cf[0] == -2) snprintf(name, sizeof(name), "  column split, %d row groups", cf[1]);
                 else snprintf(name, sizeof(name), "  tr %d ks %d p %d", cf[0], cf[1], cf[2]);
                 printf("%-32s %5s %6lld %7lld %5d %8.2f %9.2f %8.0f %.2g%s%s\n", name, quant_traits(s.type)->name, (long long)s.n_cols,

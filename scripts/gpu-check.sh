@@ -515,6 +515,15 @@ if has ws; then # the warp-streamed mat-vec (VLLMC_CUDA_WS): its bits against th
         note "ws bench_gemv l2 rc=$rc"
         while read -r l; do note "  $l"; done < <(grep 'cold' "$OUT/ws_gemv.txt" | sed 's/  */ /g')
     fi
+    if [ "${WS_NCU:-0}" = 1 ] && command -v ncu >/dev/null; then # where its warps stall (ffn_gate's shape, hot), against the default
+        for k in mm_kernel_ws mm_kernel_mma; do
+            timeout 180 ncu --kernel-name "regex:$k" --launch-skip 40 --launch-count 1 --metrics \
+                "regex:smsp__average_warps_issue_stalled_.*_per_issue_active.ratio,smsp__inst_executed.sum,gpu__time_duration.sum,smsp__warps_active.avg.per_cycle_active" \
+                "$BIN/bench_gemv" l2 3 >"$OUT/ws_ncu_$k.txt" 2>&1
+            note "ws ncu $k: $(grep -E 'duration|inst_executed|warps_active' "$OUT/ws_ncu_$k.txt" | awk '{print $1"="$NF}' | tr '\n' ' ')"
+            note "  stalls: $(grep stalled "$OUT/ws_ncu_$k.txt" | awk '{printf "%s %s\n", $NF, $1}' | sort -rn | head -6 | sed 's/smsp__average_warps_issue_stalled_//;s/_per_issue_active.ratio//' | tr '\n' ' ')"
+        done
+    fi
     for ws in ${WS_MODEL_CFGS:-7}; do
         VLLMC_CUDA_WS=$ws timeout 150 "$BIN/test_cuda_model" /tmp/models/qwen35-tiny.gguf 40 24 >"$OUT/ws_model_tiny_$ws.txt" 2>&1; rc=$?
         note "ws $ws test_cuda_model tiny rc=$rc: $(grep 'worst' "$OUT/ws_model_tiny_$ws.txt" | head -1 | cut -c1-120); $(grep -o 'warp-streamed mat-vec launches [0-9]*' "$OUT/ws_model_tiny_$ws.txt")$(grep -m1 FAIL "$OUT/ws_model_tiny_$ws.txt" | cut -c1-200)"

@@ -754,7 +754,7 @@ static void test_stream(void) {
 
 /* The warp-streamed mat-vec against the column-split kernel it replaces: the same bits for launches of Q4_K (with a
  * Q8_0 segment beside them, and without) and Q6_K segments of odd row counts (bias on one), at 2 and 4 super-blocks a
- * unit (2,560 / 4,096 and 9,216 columns), with its long and short rings, and a launch of more tiles than its warps'
+ * unit (2,560 / 4,096 and 9,216 columns), with units of a column-split CTA's row groups and of one, and a launch of more tiles than its warps'
  * lanes hold (the outputs stored by the summing lanes); and that it ran. Its residual and conv epilogue (recorded
  * steps only) are checked by test_cuda_model's graph == eager with VLLMC_CUDA_WS set. */
 static void poison_dev(float *y, int64_t n);
@@ -794,9 +794,9 @@ static void test_ws(void) {
                 ref[k] = malloc((size_t)nout[k] * 4);
                 CHECK(gpu->ops->copy_to_host(gpu, ref[k], y[k], (size_t)nout[k] * 4) == VLLMC_OK);
             }
-            for (int ring = 0; ring < 2; ring++) {
+            for (int ring = 0; ring < 3; ring++) {
                 for (int k = 0; k < 3; k++) poison_dev(y[k], nout[k]);
-                backend_cuda_set_matvec_ws(7 | (ring ? 8 : 0));
+                backend_cuda_set_matvec_ws(7 | (ring == 1 ? 8 : ring == 2 ? 16 : 0));
                 const uint64_t l0 = backend_cuda_ws_launches();
                 CHECK(gpu->ops->matmul(gpu, &a, 3, mo) == VLLMC_OK);
                 CHECK(gpu->ops->copy_to_host(gpu, h, y[0], 4) == VLLMC_OK); /* synchronizes */
@@ -806,8 +806,8 @@ static void test_ws(void) {
                     CHECK(gpu->ops->copy_to_host(gpu, h, y[k], (size_t)nout[k] * 4) == VLLMC_OK);
                     bad += n_diff(h, ref[k], (size_t)nout[k]);
                 }
-                printf("warp-streamed mat-vec E %lld %s%s (%s rings): %zu of %lld outputs differ from the column-split kernel\n", (long long)E,
-                       quant_traits(q)->name, set == 2 ? " with Q8_0" : set == 3 ? ", 70,001 rows" : "", ring ? "short" : "long", bad,
+                printf("warp-streamed mat-vec E %lld %s%s (%s units): %zu of %lld outputs differ from the column-split kernel\n", (long long)E,
+                       quant_traits(q)->name, set == 2 ? " with Q8_0" : set == 3 ? ", 70,001 rows" : "", ring == 1 ? "one-row-group" : ring == 2 ? "two-row-group" : "row-group", bad,
                        (long long)(nout[0] + nout[1] + nout[2]));
                 CHECK_MSG(bad == 0, "warp-streamed mat-vec E %lld set %d: %zu outputs differ from the column-split kernel", (long long)E, set, bad);
             }

@@ -2244,7 +2244,7 @@ extern "C" int backend_cuda_set_matvec_stream(int cps, int stage_bytes) {
 }
 extern "C" int backend_cuda_set_matvec_ws(int mask) {
     const int old = cu_mm_cfg.ws;
-    cu_mm_cfg.ws = mask & 15;
+    cu_mm_cfg.ws = mask & 31;
     return old;
 }
 extern "C" void backend_cuda_set_decode_rows(int max_rows) { cu_mm_cfg.dec_rows = max_rows < 0 ? 0 : max_rows; }

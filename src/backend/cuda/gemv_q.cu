@@ -2185,11 +2185,14 @@ static __device__ __forceinline__ ws_seg ws_seg_of(const struct cu_mm_args &P, i
     return g;
 }
 /* grid: n_oc CTAs of the other segments' rows (WS_OTHER_ROWS a CTA), then the warps of tpw tiles each (n_tiles in
- * all); dynamic shared memory: the Q8_K activation (n quants, n / 16 sums, n / 256 scales). */
-template <int SBW, typename SLOT, int D, bool LO>
-static __global__ void __launch_bounds__(32 * WS_MAX_WARPS, 1) mm_kernel_ws(const struct cu_mm_args P, int n_kseg, int n_oc, int tpw,
+ * all; a tile RW x U rows: U row groups, as a column-split CTA holds them); dynamic shared memory: the Q8_K activation
+ * (n quants, n / 16 sums, n / 256 scales). */
+#define WS_WARPS(U) ((U) > 1 ? 12 : WS_MAX_WARPS) /* warps a CTA at most: 12 give the units of several row groups 168
+                                                       registers a thread, where 16 (128) spill */
+template <int SBW, typename T, int U, int D, bool LO>
+static __global__ void __launch_bounds__(32 * WS_WARPS(U), 1) mm_kernel_ws(const struct cu_mm_args P, int n_kseg, int n_oc, int tpw,
                                                                           int n_tiles) {
-    constexpr int RW = 8 / SBW;
+    constexpr int RW = 8 / SBW, RT = RW * U;
     extern __shared__ float4 ws_smem4[];
     const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, W = blockDim.x >> 5;
     if ((int)blockIdx.x < n_oc) {
@@ -2206,31 +2209,34 @@ static __global__ void __launch_bounds__(32 * WS_MAX_WARPS, 1) mm_kernel_ws(cons
     const int c = lane & 3, sbl = (lane >> 2) % SBW, rr = lane / (4 * SBW);
     const int t0 = (((int)blockIdx.x - n_oc) * W + wid) * tpw, t1 = min(n_tiles, t0 + tpw);
     const int nu = max(0, t1 - t0) * PP;
-    /* the load cursor: tile lt, pass lp; the lane's row of that tile (lw, lok) */
-    int lt = t0, lp = 0;
+    /* the load cursor: tile lt, pass lp; the lane's row u * RW + rr of that tile: lw + u * lstep, valid below lrows */
+    int lt = t0, lp = 0, lrows = 0;
     const uint8_t *lw = P.seg[0].w;
-    bool lok = false;
-    SLOT ring[D];
+    size_t lstep = 0;
+    T ring[D][U];
 #pragma unroll
     for (int j = 0; j < D; j++) {
         if (j < nu) {
             if (lp == 0) {
                 const ws_seg g = ws_seg_of(P, n_kseg, lt);
-                const int row = (lt - g.tile0) * RW + rr;
-                lok = row < g.n_rows;
-                lw = g.w + (size_t)(lok ? row : 0) * g.stride;
+                const int row = (lt - g.tile0) * RT + rr;
+                lrows = g.n_rows - row;
+                lw = g.w + (size_t)(lrows > 0 ? row : 0) * g.stride;
+                lstep = (size_t)RW * g.stride;
             }
             const int sb = lp * SBW + sbl;
-            ring[j] = ws_load((const SLOT *)nullptr, lw, lok && sb < n_sb, n_sb, sb, c);
+#pragma unroll
+            for (int u = 0; u < U; u++) ring[j][u] = ws_load((const T *)nullptr, lw + u * lstep, u * RW < lrows && sb < n_sb, n_sb, sb, c);
             if (++lp == PP) { lp = 0; lt++; }
         } else {
-            ring[j] = ws_load((const SLOT *)nullptr, lw, false, n_sb, 0, c);
+#pragma unroll
+            for (int u = 0; u < U; u++) ring[j][u] = ws_load((const T *)nullptr, lw, false, n_sb, 0, c);
         }
     }
-    /* LO: each output has a lane (the launcher ensures tpw x RW <= 32) */
-    const int ot = t0 + lane / RW;
+    /* LO: each output has a lane, o = (tile - t0) x RT + u x RW + rr (the launcher ensures tpw x RT <= 32) */
+    const int ot = t0 + lane / RT;
     const ws_seg og = ws_seg_of(P, n_kseg, LO ? ot : t0);
-    const int orow = (ot - og.tile0) * RW + lane % RW;
+    const int orow = (ot - og.tile0) * RT + lane % RT;
     const bool ook = LO && ot < t1 && orow < og.n_rows;
     const bool oconv = LO && P.conv.on && ook && og.si == P.conv.seg;
     float pre[LO ? CU_CONV_PRE : 1];
@@ -2250,7 +2256,9 @@ static __global__ void __launch_bounds__(32 * WS_MAX_WARPS, 1) mm_kernel_ws(cons
     sa.k_qs = sq; sa.k_bs = sbs; sa.k_d = sd;
     const k4_sel ks = k4_sel_make(c);
     int ct = t0, cp = 0; /* the consume cursor */
-    float acc = 0.f;
+    float acc[U];
+#pragma unroll
+    for (int u = 0; u < U; u++) acc[u] = 0.f;
 #pragma unroll 1
     for (int base = 0; base < nu; base += D) {
 #pragma unroll
@@ -2258,27 +2266,40 @@ static __global__ void __launch_bounds__(32 * WS_MAX_WARPS, 1) mm_kernel_ws(cons
             if (base + j < nu) {
                 const int sb = cp * SBW + sbl;
                 mv_act v;
-                if (sb < n_sb) mv_act_load(sa, sizeof(SLOT) == sizeof(q6_w), sb, c, v);
+                if (sb < n_sb) mv_act_load(sa, sizeof(T) == sizeof(q6_w), sb, c, v);
                 else mv_act_zero(v);
-                float t = ws_term(ring[j], ks, v, lane, c);
+                float t[U];
 #pragma unroll
-                for (int o = 4; o < 4 * SBW; o <<= 1) t = __fadd_rn(t, shfl_xor(t, o));
-                acc = cp == 0 ? t : __fadd_rn(acc, t);
+                for (int u = 0; u < U; u++) t[u] = ws_term(ring[j][u], ks, v, lane, c);
+#pragma unroll
+                for (int u = 0; u < U; u++) {
+#pragma unroll
+                    for (int o = 4; o < 4 * SBW; o <<= 1) t[u] = __fadd_rn(t[u], shfl_xor(t[u], o));
+                    acc[u] = cp == 0 ? t[u] : __fadd_rn(acc[u], t[u]);
+                }
                 if (base + j + D < nu) { /* the slot's next unit */
                     if (lp == 0) {
                         const ws_seg g = ws_seg_of(P, n_kseg, lt);
-                        const int row = (lt - g.tile0) * RW + rr;
-                        lok = row < g.n_rows;
-                        lw = g.w + (size_t)(lok ? row : 0) * g.stride;
+                        const int row = (lt - g.tile0) * RT + rr;
+                        lrows = g.n_rows - row;
+                        lw = g.w + (size_t)(lrows > 0 ? row : 0) * g.stride;
+                        lstep = (size_t)RW * g.stride;
                     }
                     const int sbn = lp * SBW + sbl;
-                    ring[j] = ws_load((const SLOT *)nullptr, lw, lok && sbn < n_sb, n_sb, sbn, c);
+#pragma unroll
+                    for (int u = 0; u < U; u++) ring[j][u] = ws_load((const T *)nullptr, lw + u * lstep, u * RW < lrows && sbn < n_sb, n_sb, sbn, c);
                     if (++lp == PP) { lp = 0; lt++; }
                 }
-                if (cp == PP - 1) { /* tile ct summed: row rr's sum in lane rr * 4 * SBW */
+                if (cp == PP - 1) { /* tile ct summed: row u x RW + rr's sum in acc[u] of lane rr x 4 x SBW */
                     if (LO) {
-                        float y = shfl_idx(acc, (lane % RW) * 4 * SBW);
-                        if (ook && lane / RW == ct - t0) {
+                        const int ou = (lane % RT) / RW, src = (lane % RW) * 4 * SBW;
+                        float y = 0.f;
+#pragma unroll
+                        for (int u = 0; u < U; u++) {
+                            const float yu = shfl_idx(acc[u], src);
+                            if (u == ou) y = yu;
+                        }
+                        if (ook && lane / RT == ct - t0) {
                             if (og.bias) y = __fadd_rn(y, og.bias[orow]);
                             og.y[orow] = y;
                             if (og.res) og.res[orow] = __fadd_rn(resv, y);
@@ -2286,8 +2307,11 @@ static __global__ void __launch_bounds__(32 * WS_MAX_WARPS, 1) mm_kernel_ws(cons
                         }
                     } else if ((lane & (4 * SBW - 1)) == 0) {
                         const ws_seg g = ws_seg_of(P, n_kseg, ct);
-                        const int row = (ct - g.tile0) * RW + rr;
-                        if (row < g.n_rows) g.y[row] = g.bias ? __fadd_rn(acc, g.bias[row]) : acc;
+#pragma unroll
+                        for (int u = 0; u < U; u++) {
+                            const int row = (ct - g.tile0) * RT + u * RW + rr;
+                            if (row < g.n_rows) g.y[row] = g.bias ? __fadd_rn(acc[u], g.bias[row]) : acc[u];
+                        }
                     }
                     cp = 0;
                     ct++;
@@ -2333,16 +2357,11 @@ static bool mm_launch_ws(const struct cu_mm_args *args, gpuStream_t s) {
     for (int i = 0; i < args->n_seg; i++) n_kseg += kq >> i & 1;
     struct cu_mm_args a;
     mm_select(args, order, no, &a);
-    int n_tiles = 0, n_oc = 0;
-    for (int i = 0; i < a.n_seg; i++) {
-        if (i < n_kseg) {
-            a.seg[i].tile0 = n_tiles;
-            n_tiles += (int)GPU_CEIL_DIV(a.seg[i].n_rows, rw);
-        } else {
-            a.seg[i].tile0 = INT_MAX;
-            a.seg[i].cta0 = n_oc;
-            n_oc += (int)GPU_CEIL_DIV(a.seg[i].n_rows, WS_OTHER_ROWS);
-        }
+    int n_oc = 0;
+    for (int i = n_kseg; i < a.n_seg; i++) {
+        a.seg[i].tile0 = INT_MAX;
+        a.seg[i].cta0 = n_oc;
+        n_oc += (int)GPU_CEIL_DIV(a.seg[i].n_rows, WS_OTHER_ROWS);
     }
     static int sms = 0;
     if (!sms) {
@@ -2351,19 +2370,26 @@ static bool mm_launch_ws(const struct cu_mm_args *args, gpuStream_t s) {
     }
     const int sms_ws = max(1, sms - n_oc);
     const int wmax = cu_mm_cfg.ws_warps >= 1 && cu_mm_cfg.ws_warps <= WS_MAX_WARPS ? cu_mm_cfg.ws_warps : WS_MAX_WARPS;
-    const int tpw = (int)GPU_CEIL_DIV(n_tiles, sms_ws * wmax);
-    if ((res || a.conv.on) && tpw * rw > 32) return false;
+    /* a unit: U row groups of RW rows (4 Q4_K, 2 Q6_K: a column-split CTA's rows), so each unit's U terms share one
+     * activation load and run side by side; a ring of 2 units (bit 8: 1 row group, rings of 6 / 3 units) */
+    const bool one = cu_mm_cfg.ws & 8, two = !one && kt == 1 && (cu_mm_cfg.ws & 16); /* bit 16: Q4_K units of 2 row groups, rings of 4 */
+    const int U = one ? 1 : kt == 1 && !two ? 4 : 2, rt = rw * U, wcap = min(wmax, WS_WARPS(U));
+    int n_tiles = 0;
+    for (int i = 0; i < n_kseg; i++) {
+        a.seg[i].tile0 = n_tiles;
+        n_tiles += (int)GPU_CEIL_DIV(a.seg[i].n_rows, rt);
+    }
+    const int tpw = (int)GPU_CEIL_DIV(n_tiles, sms_ws * wcap);
+    if ((res || a.conv.on) && tpw * rt > 32) return false;
     const int warps = (int)GPU_CEIL_DIV(n_tiles, tpw), wc = (int)GPU_CEIL_DIV(warps, sms_ws), ctas = (int)GPU_CEIL_DIV(warps, wc);
     const size_t smem = ((size_t)n + (size_t)n / 8 + (size_t)n / 64 + 15) & ~(size_t)15;
     typedef void (*fn_t)(const struct cu_mm_args, int, int, int, int);
-    /* rings of 8 Q4_K / 4 Q6_K units take 123-127 registers, 6 / 3 take 113-116; with the outputs' lanes (LO) the
-     * longer rings spill, so those launches take the shorter ones */
-    const bool lo = res || a.conv.on, small = lo || (cu_mm_cfg.ws & 8);
-#define WS_PICK(S, T, D) (lo ? mm_kernel_ws<S, T, D, true> : mm_kernel_ws<S, T, D, false>)
-    const fn_t kern = kt == 1 ? (sbw == 2 ? (small ? WS_PICK(2, k4s_w, 6) : mm_kernel_ws<2, k4s_w, 8, false>)
-                                          : (small ? WS_PICK(4, k4s_w, 6) : mm_kernel_ws<4, k4s_w, 8, false>))
-                              : (sbw == 2 ? (small ? WS_PICK(2, q6_w, 3) : mm_kernel_ws<2, q6_w, 4, false>)
-                                          : (small ? WS_PICK(4, q6_w, 3) : mm_kernel_ws<4, q6_w, 4, false>));
+    const bool lo = res || a.conv.on;
+#define WS_PICK(S, T, U, D) (lo ? mm_kernel_ws<S, T, U, D, true> : mm_kernel_ws<S, T, U, D, false>)
+    const fn_t kern = kt == 1 ? (sbw == 2 ? (one ? WS_PICK(2, k4s_w, 1, 6) : two ? WS_PICK(2, k4s_w, 2, 4) : WS_PICK(2, k4s_w, 4, 2))
+                                          : (one ? WS_PICK(4, k4s_w, 1, 6) : two ? WS_PICK(4, k4s_w, 2, 4) : WS_PICK(4, k4s_w, 4, 2)))
+                              : (sbw == 2 ? (one ? WS_PICK(2, q6_w, 1, 3) : WS_PICK(2, q6_w, 2, 2))
+                                          : (one ? WS_PICK(4, q6_w, 1, 3) : WS_PICK(4, q6_w, 2, 2)));
 #undef WS_PICK
     gpu_launch(kern, dim3((unsigned)(n_oc + ctas)), dim3(32 * wc), smem, s, a, n_kseg, n_oc, tpw, n_tiles);
     cu_ws_launches++;
