@@ -909,18 +909,18 @@ static void test_cols_lb(void) {
  * Q8_0 segment beside the Q4_K ones (the GDN in-proj's shape), a bias. */
 /* The kernels that give the column-split kernel's bits for one activation row of Q4_K weights: ALT_SBT one super-block a
  * thread (mm_kernel_sbt), ALT_MMA the tensor-core kernel (mm_kernel_mma). */
-enum { ALT_SBT, ALT_MMA };
-static const char *alt_name[] = {"sbt", "mma"};
+enum { ALT_SBT, ALT_MMA, ALT_MMA8 };
+static const char *alt_name[] = {"sbt", "mma", "mma 8 rows a CTA"};
 static uint64_t alt_launches(int kind) { return kind == ALT_SBT ? backend_cuda_sbt_launches() : backend_cuda_mma_launches(); }
 static void alt_on(int kind, bool on) {
     if (kind == ALT_SBT) backend_cuda_set_matvec_sbt(on ? 64 : 0, on ? 1 << 30 : 0);
-    else backend_cuda_set_matvec_mma(on ? 15 : 0);
+    else backend_cuda_set_matvec_mma(on ? (kind == ALT_MMA8 ? 31 : 15) : 0);
 }
 static void test_alt_kernel(int kind) {
     int old_sb, old_rows, old_mma = backend_cuda_set_matvec_mma(0);
     backend_cuda_get_matvec_sbt(&old_sb, &old_rows);
     backend_cuda_set_matvec_sbt(0, 0);
-    if (kind == ALT_MMA && old_mma < 0) {
+    if (kind != ALT_SBT && old_mma < 0) {
         printf("mma: no tensor-core mat-vec on this backend (HIP): skipped\n");
         return;
     }
@@ -1563,6 +1563,7 @@ int main(int argc, char **argv) {
     if (want("alt_kernel")) {
         test_alt_kernel(ALT_SBT);
         test_alt_kernel(ALT_MMA);
+        test_alt_kernel(ALT_MMA8);
     }
     if (want("nq_fused")) test_nq_fused();
     if (want("invariance")) test_invariance();

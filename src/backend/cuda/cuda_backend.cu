@@ -2224,7 +2224,7 @@ extern "C" int backend_cuda_set_matvec_mma(int mask) {
     return -1; /* no such kernel there */
 #else
     const int old = cu_mm_cfg.mma;
-    cu_mm_cfg.mma = mask & 15;
+    cu_mm_cfg.mma = mask & 31;
     return old;
 #endif
 }

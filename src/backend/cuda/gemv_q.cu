@@ -1922,6 +1922,18 @@ static bool mm_launch_cols(const struct cu_mm_args *args, gpuStream_t s, bool ot
          * bytes spilled): gate + up's 1,152 CTAs in 1.75 rounds where 4 an SM take 2.2. Measured slower (qwen35-4b 558.3
          * against 564.5 tok/s), off */
         if ((cu_mm_cfg.mma & 8) && kt == 1 && sbw == 2 && w == 5) k = mm_kernel_mma<2, 16, 1, 160, 5>;
+        /* bit 16: the Q4_K launches of fewer than rows[0] rows (ssm_out / attn_output: 160 CTAs of 16 rows, 1-2 an SM)
+         * with 8 rows a CTA, twice the CTAs (each row's sum the same ops in the same order); at 4,096 columns bounded to
+         * 3 CTAs of 256 threads an SM (92 -> 85 registers), so the 320 CTAs are one round */
+        const bool rt8 = (cu_mm_cfg.mma & 16) && kt == 1 && sbw == 2 && args->total_rows < cu_mm_cfg.rows[0];
+        if (rt8) {
+            ctas = 0;
+            for (int i = 0; i < a.n_seg; i++) {
+                a.seg[i].cta0 = ctas;
+                ctas += (int)GPU_CEIL_DIV(a.seg[i].n_rows, 8);
+            }
+            k = w == 8 ? mm_kernel_mma<2, 8, 1, 256, 3> : mm_kernel_mma<2, 8, 1>; /* 4,096 columns: 3 CTAs an SM, one round */
+        }
         gpu_launch(k, dim3((unsigned)ctas), dim3(32 * w), 0, s, a);
         cu_mma_launches++;
         return true;
