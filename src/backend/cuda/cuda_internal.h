@@ -164,7 +164,8 @@ struct cu_mm_cfg {
                                   (mm_kernel_mma: the same bits as the column-split kernel), a bit per class: 1 Q4_K rows of
                                   up to cols_sbw2 super-blocks, 2 longer Q4_K rows, 4 launches with Q6_K rows of up to
                                   cols_sbw2 super-blocks, 8 class 1's 2,560-column launches on an instance bounded to 5
-                                  CTAs an SM; 0: none (HIP: always none) */
+                                  CTAs an SM, 16 class 1's launches of fewer than rows[0] rows at 8 rows a CTA; 0: none
+                                  (HIP: always none) */
     int32_t mmr_rows;          /* steps of 2 .. mmr_rows activation rows (not under batch invariance): their Q4_K / Q6_K
                                   rows on the tensor-core kernel mm_kernel_mmrs; 0: none (HIP: always none) */
     int32_t mmr_small_sb;      /* ... but rows of fewer super-blocks than this only from mmr_small_rows activation rows */
