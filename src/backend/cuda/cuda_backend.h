@@ -118,7 +118,8 @@ uint64_t backend_cuda_stream_launches(void);
 /* One activation row whose K-quant weights are all Q4_K or all Q6_K: the warp-streamed mat-vec (each warp walks whole
  * tiles of rows through a ring of units in its registers, the next asked for as one is summed; the column-split
  * kernel's sums and bits), a bit per class: 1 Q4_K rows of up to 16 super-blocks, 2 longer Q4_K rows, 4 Q6_K rows; 8
- * its shorter rings; 0: off. Returns the previous mask. Process-wide; VLLMC_CUDA_WS=mask sets it at backend creation. */
+ * units of one row group, 16 Q4_K units of two; 0: off (measured slower in every form: BENCHMARKS.md). Returns the
+ * previous mask. Process-wide; VLLMC_CUDA_WS="mask[,warps[,min_rows]]" sets it at backend creation. */
 int backend_cuda_set_matvec_ws(int mask);
 /* Launches of the warp-streamed mat-vec so far, process-wide. */
 uint64_t backend_cuda_ws_launches(void);

@@ -173,7 +173,8 @@ struct cu_mm_cfg {
     int32_t moe_rs_rows;       /* grouped MoE ops of up to this many rows: the routing and the sort in one CTA
                                   (cu_launch_moe_route_sort); 0: a launch each */    int32_t ws;                /* one activation row, K-quant segments of one type: the warp-streamed mat-vec (mm_kernel_ws:
                                   the column-split kernel's bits) a bit per class: 1 Q4_K rows of up to cols_sbw2
-                                  super-blocks, 2 longer Q4_K rows, 4 Q6_K rows; 8 its shorter register rings; 0 none */
+                                  super-blocks, 2 longer Q4_K rows, 4 Q6_K rows; 8 units of one row group, 16 Q4_K units of
+                                  two (comparisons); 0 none. Measured slower in every form: off */
     int32_t ws_warps;          /* its warps an SM at most (1..16; 0: 16) */
     int32_t ws_min_rows;       /* ... for launches of at least this many rows (all segments) */
 };

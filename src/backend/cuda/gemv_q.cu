@@ -2161,15 +2161,19 @@ static bool mm_launch_stream(const struct cu_mm_args *args, gpuStream_t s) {
  * The column-split kernel holds a CTA's rows in registers and ends, so a launch of more CTAs than are resident runs in
  * rounds: a round asks for its weights only when the round before has summed and left, and pays their DRAM round trip
  * and its sums in series (~3.5 us a round, BENCHMARKS.md "A norm + quantize folded into the mat-vec"). Here a warp owns
- * a run of whole tiles of RW = 8 / SBW rows and walks their units (a unit: the tile's rows x SBW super-blocks in the
- * column-split lane split, lane (rr, sbl, c) holding chunk c of super-block sbl of row rr) through a ring of D units in
- * its registers: the first D asked for before the dependency wait, each slot asked for again as soon as it is summed,
- * so a warp keeps D - 1 units in flight while it sums, and no barrier follows the activation's staging. A unit is one
- * warp of the column-split kernel (the same terms, the butterfly over its SBW super-blocks) and a row's units are added
- * in order, as that kernel adds its warps' parts, so the two kernels give the same bits. Q8_0 / F32 segments (the GDN's
- * beta / alpha rows) take the first CTAs of the grid through the column-split kernel's path for them. Where a launch
- * adds into the residual or runs the GDN conv, each output has a lane of its warp (lane = tile x RW + row) that loads
- * the residual value after the wait and the conv's state before it, as the column-split kernel's epilogue threads do. */
+ * a run of whole tiles of RW x U rows (RW = 8 / SBW; U row groups, as a column-split CTA holds them) and walks their
+ * units (a unit: the tile's rows x SBW super-blocks in the column-split lane split, lane (rr, sbl, c) holding chunk c
+ * of super-block sbl of rows u x RW + rr) through a ring of D units in its registers: the first D asked for before the
+ * dependency wait, each slot asked for again as soon as it is summed, and no barrier follows the activation's staging.
+ * A unit's U terms share one activation load. A unit is one warp of the column-split kernel (the same terms, the
+ * butterfly over its SBW super-blocks) and a row's units are added in order, as that kernel adds its warps' parts, so
+ * the two kernels give the same bits. Q8_0 / F32 segments (the GDN's beta / alpha rows) take the first CTAs of the
+ * grid through the column-split kernel's path for them. Where a launch adds into the residual or runs the GDN conv,
+ * each output has a lane of its warp (lane = tile x RW x U + row) that loads the residual value after the wait and the
+ * conv's state before it, as the column-split kernel's epilogue threads do.
+ * Measured slower than the column-split / tensor-core kernels in every form, alone and in the decode (BENCHMARKS.md "The
+ * warp-streamed mat-vec": a unit of one row group is a latency chain too few warps cannot hide; units of several take
+ * the registers that would hold bytes in flight), so off (cu_mm_cfg.ws 0). */
 #define WS_MAX_WARPS 16
 #define WS_MAX_COLS 16384
 #define WS_OTHER_ROWS 16
@@ -2340,8 +2344,8 @@ uint64_t cu_ws_launches;
 extern "C" uint64_t backend_cuda_ws_launches(void) { return cu_ws_launches; }
 
 /* The warp-streamed kernel where cu_mm_cfg.ws takes the launch (bit 1 Q4_K rows of up to cols_sbw2 super-blocks, 2
- * longer Q4_K rows, 4 Q6_K rows; 8 the shorter rings): one activation row, its K-quant segments of one type, no fused
- * norm; false (nothing launched) otherwise. */
+ * longer Q4_K rows, 4 Q6_K rows; 8 units of one row group, 16 Q4_K units of two): one activation row, its K-quant
+ * segments of one type, no fused norm; false (nothing launched) otherwise. */
 static bool mm_launch_ws(const struct cu_mm_args *args, gpuStream_t s) {
     const int64_t n = args->a.n;
     if (!cu_mm_cfg.ws || args->n_act != 1 || args->nq.on || n % QK_K != 0 || n > WS_MAX_COLS || args->total_rows < cu_mm_cfg.ws_min_rows)
