@@ -754,9 +754,10 @@ static void test_stream(void) {
 
 /* The warp-streamed mat-vec against the column-split kernel it replaces: the same bits for launches of Q4_K (with a
  * Q8_0 segment beside them, and without) and Q6_K segments of odd row counts (bias on one), at 2 and 4 super-blocks a
- * unit (2,560 / 4,096 and 9,216 columns), with units of a column-split CTA's row groups, of one and of two, and a launch of more tiles than its warps'
- * lanes hold (the outputs stored by the summing lanes); and that it ran. Its residual and conv epilogue (recorded
- * steps only) are checked by test_cuda_model's graph == eager with VLLMC_CUDA_WS set. */
+ * unit (2,560 / 4,096 and 9,216 columns), with units of a column-split CTA's row groups, of one and of two, and a
+ * launch of more tiles than its warps' lanes hold (the outputs stored by the summing lanes); and that it ran. Its
+ * residual and conv epilogue (recorded steps only) are checked by test_cuda_model's graph == eager with VLLMC_CUDA_WS
+ * set. */
 static void poison_dev(float *y, int64_t n);
 static void test_ws(void) {
     const int64_t cols[3] = {2560, 4096, 9216};
