@@ -98,6 +98,12 @@ def test_ws_host_side(stub_env, models):
         for mask in ("7", "15"):
             assert ws(run(stub_env, *args, extra={"VLLMC_CUDA_WS": mask})) > 0
         assert ws(run(stub_env, *args, "--enforce-eager", extra={"VLLMC_CUDA_WS": "7"})) > 0
+        assert ws(run(stub_env, *args, extra={"VLLMC_CUDA_WS": "7,8,1000"})) > 0
+        # a floor above every launch's rows: none taken
+        assert ws(run(stub_env, *args, extra={"VLLMC_CUDA_WS": "7,16,1000000"})) == 0
+        for bad in ("yes", "7,0", "7,8,x", "64", "7,8,0,1", "7,"):
+            out = run(stub_env, *args, extra={"VLLMC_CUDA_WS": bad})
+            assert ws(out) == 0 and f"VLLMC_CUDA_WS={bad}" in out, (bad, out[-1500:])
 
 
 def test_engine_host_side(stub_env, models):

@@ -2093,11 +2093,25 @@ extern "C" vllmc_status backend_cuda_create(const struct backend_cuda_opts *o, s
         if (nv >= 1) backend_cuda_set_matvec_stream(v[0], nv == 2 ? v[1] : 0);
     }
     if ((env = getenv("VLLMC_CUDA_WS"))) { /* "mask[,warps[,min_rows]]": the warp-streamed mat-vec's classes, its warps an SM at most, the
-                                              launches it takes from this many rows */
-        backend_cuda_set_matvec_ws(atoi(env));
-        const char *c = strchr(env, ',');
-        if (c && atoi(c + 1) >= 1 && atoi(c + 1) <= 16) cu_mm_cfg.ws_warps = atoi(c + 1);
-        if (c && (c = strchr(c + 1, ','))) cu_mm_cfg.ws_min_rows = atoi(c + 1) > 0 ? atoi(c + 1) : 0;
+                                              launches it takes from this many rows (comparisons; measured slower) */
+        long v[3] = {0, 16, 0};
+        const long lo[3] = {0, 1, 0}, hi[3] = {31, 16, 1L << 30};
+        const char *p = env;
+        int nv = 0;
+        bool ok = true;
+        for (; nv < 3 && ok; nv++) {
+            char *e;
+            v[nv] = strtol(p, &e, 10);
+            ok = e != p && v[nv] >= lo[nv] && v[nv] <= hi[nv] && (*e == '\0' || *e == ',');
+            if (!ok || *e == '\0') break;
+            p = e + 1;
+        }
+        if (!ok || nv == 3) LOG_WARN("VLLMC_CUDA_WS=%s: not mask (0..31)[,warps (1..16)[,min_rows]]; the warp-streamed mat-vec stays off", env);
+        else {
+            backend_cuda_set_matvec_ws((int)v[0]);
+            cu_mm_cfg.ws_warps = (int32_t)v[1];
+            cu_mm_cfg.ws_min_rows = (int32_t)v[2];
+        }
     }
     if ((env = getenv("VLLMC_CUDA_NQ_EARLY"))) cu_mm_cfg.nq_early = atoi(env) != 0; /* (comparisons) */
     if ((env = getenv("VLLMC_CUDA_COLS_SBW2")) && atoi(env) >= 1 && atoi(env) <= 16) cu_mm_cfg.cols_sbw2 = atoi(env);

@@ -2226,25 +2226,29 @@ static __global__ void __launch_bounds__(32 * WS_WARPS(U), 1) mm_kernel_ws(const
     const int c = lane & 3, sbl = (lane >> 2) % SBW, rr = lane / (4 * SBW);
     const int t0 = (((int)blockIdx.x - n_oc) * W + wid) * tpw, t1 = min(n_tiles, t0 + tpw);
     const int nu = max(0, t1 - t0) * PP;
-    /* the load cursor: tile lt, pass lp; the lane's row u * RW + rr of that tile: lw + u * lstep, valid below lrows */
+    /* the load cursor: tile lt, pass lp; the lane's row u * RW + rr of that tile: lw + u * lstep, valid below lrows.
+     * load_next asks for the cursor's unit into a ring slot and moves the cursor on */
     int lt = t0, lp = 0, lrows = 0;
     const uint8_t *lw = P.seg[0].w;
     size_t lstep = 0;
+    auto load_next = [&](T (&slot)[U]) {
+        if (lp == 0) {
+            const ws_seg g = ws_seg_of(P, n_kseg, lt);
+            const int row = (lt - g.tile0) * RT + rr;
+            lrows = g.n_rows - row;
+            lw = g.w + (size_t)(lrows > 0 ? row : 0) * g.stride;
+            lstep = (size_t)RW * g.stride;
+        }
+        const int sb = lp * SBW + sbl;
+#pragma unroll
+        for (int u = 0; u < U; u++) slot[u] = ws_load((const T *)nullptr, lw + u * lstep, u * RW < lrows && sb < n_sb, n_sb, sb, c);
+        if (++lp == PP) { lp = 0; lt++; }
+    };
     T ring[D][U];
 #pragma unroll
     for (int j = 0; j < D; j++) {
         if (j < nu) {
-            if (lp == 0) {
-                const ws_seg g = ws_seg_of(P, n_kseg, lt);
-                const int row = (lt - g.tile0) * RT + rr;
-                lrows = g.n_rows - row;
-                lw = g.w + (size_t)(lrows > 0 ? row : 0) * g.stride;
-                lstep = (size_t)RW * g.stride;
-            }
-            const int sb = lp * SBW + sbl;
-#pragma unroll
-            for (int u = 0; u < U; u++) ring[j][u] = ws_load((const T *)nullptr, lw + u * lstep, u * RW < lrows && sb < n_sb, n_sb, sb, c);
-            if (++lp == PP) { lp = 0; lt++; }
+            load_next(ring[j]);
         } else {
 #pragma unroll
             for (int u = 0; u < U; u++) ring[j][u] = ws_load((const T *)nullptr, lw, false, n_sb, 0, c);
@@ -2294,19 +2298,7 @@ static __global__ void __launch_bounds__(32 * WS_WARPS(U), 1) mm_kernel_ws(const
                     for (int o = 4; o < 4 * SBW; o <<= 1) t[u] = __fadd_rn(t[u], shfl_xor(t[u], o));
                     acc[u] = cp == 0 ? t[u] : __fadd_rn(acc[u], t[u]);
                 }
-                if (base + j + D < nu) { /* the slot's next unit */
-                    if (lp == 0) {
-                        const ws_seg g = ws_seg_of(P, n_kseg, lt);
-                        const int row = (lt - g.tile0) * RT + rr;
-                        lrows = g.n_rows - row;
-                        lw = g.w + (size_t)(lrows > 0 ? row : 0) * g.stride;
-                        lstep = (size_t)RW * g.stride;
-                    }
-                    const int sbn = lp * SBW + sbl;
-#pragma unroll
-                    for (int u = 0; u < U; u++) ring[j][u] = ws_load((const T *)nullptr, lw + u * lstep, u * RW < lrows && sbn < n_sb, n_sb, sbn, c);
-                    if (++lp == PP) { lp = 0; lt++; }
-                }
+                if (base + j + D < nu) load_next(ring[j]); /* the slot's next unit */
                 if (cp == PP - 1) { /* tile ct summed: row u x RW + rr's sum in acc[u] of lane rr x 4 x SBW */
                     if (LO) {
                         const int ou = (lane % RT) / RW, src = (lane % RW) * 4 * SBW;
