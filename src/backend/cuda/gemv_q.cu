@@ -2091,6 +2091,16 @@ static __global__ void __launch_bounds__(512) mm_kernel_stream(const struct cu_m
 uint64_t cu_stream_launches;
 extern "C" uint64_t backend_cuda_stream_launches(void) { return cu_stream_launches; }
 
+/* The device's SMs (queried once; 132, an H200's, if the query fails). */
+static int mm_sm_count(void) {
+    static int sms = 0;
+    if (!sms) {
+        int dev = 0, n = 0;
+        sms = gpuGetDevice(&dev) == gpuSuccess && gpuDeviceGetSMCount(&n, dev) == gpuSuccess && n > 0 ? n : 132;
+    }
+    return sms;
+}
+
 /* The streaming kernel when every segment is Q4_K / Q6_K, one activation row, and a row of 256-column super-blocks
  * fits 16 warps; false (nothing launched) otherwise. */
 static bool mm_launch(const struct cu_mm_args *args, gpuStream_t s);
@@ -2118,11 +2128,7 @@ static bool mm_launch_stream(const struct cu_mm_args *args, gpuStream_t s) {
     mm_subset(args, kq, &k);
     const int n_sb = (int)(n / QK_K), sbw = n_sb <= cu_mm_cfg.cols_sbw2 ? 2 : 4, w = (n_sb + sbw - 1) / sbw, rw = 8 / sbw;
     if (w > 16 || stride == 0) return false;
-    static int sms = 0;
-    if (!sms) {
-        int dev = 0;
-        if (gpuGetDevice(&dev) != gpuSuccess || gpuDeviceGetSMCount(&sms, dev) != gpuSuccess || sms <= 0) sms = 132;
-    }
+    const int sms = mm_sm_count();
     /* stage: the rows of about stream_bytes, a multiple of rw (at least rw); run: an even share of the rows over
      * stream_cps CTAs an SM, at most 256 rows (the partial sums' shared memory) */
     int sr = (int)(cu_mm_cfg.stream_bytes / (int64_t)stride) / rw * rw;
@@ -2372,11 +2378,7 @@ static bool mm_launch_ws(const struct cu_mm_args *args, gpuStream_t s) {
         a.seg[i].cta0 = n_oc;
         n_oc += (int)GPU_CEIL_DIV(a.seg[i].n_rows, WS_OTHER_ROWS);
     }
-    static int sms = 0;
-    if (!sms) {
-        int dev = 0;
-        if (gpuGetDevice(&dev) != gpuSuccess || gpuDeviceGetSMCount(&sms, dev) != gpuSuccess || sms <= 0) sms = 132;
-    }
+    const int sms = mm_sm_count();
     const int sms_ws = max(1, sms - n_oc);
     const int wmax = cu_mm_cfg.ws_warps >= 1 && cu_mm_cfg.ws_warps <= WS_MAX_WARPS ? cu_mm_cfg.ws_warps : WS_MAX_WARPS;
     /* a unit: U row groups of RW rows (4 Q4_K, 2 Q6_K: a column-split CTA's rows), so each unit's U terms share one
