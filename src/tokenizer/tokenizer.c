@@ -922,9 +922,9 @@ static void tok_cache_put(struct tok_cache *c, const uint8_t *w, size_t n, uint6
         return;
     struct tok_cache_entry *e = &c->ent[c->n_ent];
     *e = (struct tok_cache_entry){h, (uint32_t)c->n_keys, (uint32_t)n, (uint32_t)c->n_ids, (uint32_t)n_ids};
-    memcpy(c->keys + c->n_keys, w, n);
+    if (n) memcpy(c->keys + c->n_keys, w, n); /* (an empty array may still be NULL: no offset on it) */
     c->n_keys += n;
-    memcpy(c->ids + c->n_ids, ids, n_ids * sizeof(int32_t));
+    if (n_ids) memcpy(c->ids + c->n_ids, ids, n_ids * sizeof(int32_t));
     c->n_ids += n_ids;
     size_t i = h & c->mask;
     while (c->slot[i]) i = (i + 1) & c->mask;
