@@ -31,6 +31,8 @@
 # real: a real checkpoint at REAL_MODEL (default /tmp/real/tm.gguf, assembled there from parts carried one call each
 # while the machine stays warm): greedy ids on 4 prompts with graphs / eager / CPU, the perplexity of 4 texts on the
 # CPU and with the prefill GEMM's activation modes (f16 rows, q8 values, GEMM off), and the batch-1 bench.
+# Stage gdnruns (not default) checks and times the GDN's runs side by side in mixed steps (VLLMC_CUDA_GDN_RUNS=1):
+# test_cuda_prefill, test_cuda_engine with it on, then bench serve and the engine bench off and on in turn.
 # Stage timeline (not default) runs the -DVLLMC_MV_TIMELINE build (EXTRA_BUILDS="tl:-DVLLMC_MV_TIMELINE") of TIMELINE_MODELS
 # (default the first of BENCH_MODELS) and summarizes its per-CTA timeline of the tensor-core mat-vec (scripts/mv_timeline.py).
 # Stage trace (not default; TRACE_KEEP=1 also returns the raw kernel records, trace_MODEL.csv.gz) runs a 64-token decode of TRACE_MODELS (default the first of BENCH_MODELS) under Nsight
@@ -372,6 +374,42 @@ if has serve; then # the OpenAI server on the GPU under `vllmc bench serve` (SER
         cat "$OUT/serve_$m.txt"
         note "bench serve $m rc=$rc: $(grep -c '^ *[0-9]' "$OUT/serve_$m.txt") concurrency levels (serve_$m.txt)"
     done
+fi
+
+if has gdnruns; then # the GDN's runs side by side in mixed steps (VLLMC_CUDA_GDN_RUNS, off until this stage passes):
+    # test_cuda_prefill (its mixed batches against the CPU, on and off; short runs bit for bit), test_cuda_engine with it
+    # on (alone = together = eager, the stepped runs), then bench serve on GDNRUNS_MODELS (default the first of
+    # BENCH_MODELS) off and on in turn (GDNRUNS_ARGS), and the engine bench (GDNRUNS_EARGS)
+    timeout 200 "$BIN/test_cuda_prefill" >"$OUT/gdnruns_prefill.txt" 2>&1; rc=$?
+    note "gdnruns test_cuda_prefill rc=$rc: $(grep -m2 'gdn mixed' "$OUT/gdnruns_prefill.txt" | tr '\n' ' ')$(tail -1 "$OUT/gdnruns_prefill.txt")$(grep -m1 FAIL "$OUT/gdnruns_prefill.txt")"
+    wait_models
+    for f in /tmp/models/qwen35-tiny.gguf .carry/moe/*q4_k_m*.gguf; do
+        [ -f "$f" ] || continue
+        n=$(basename "$f" .gguf)
+        VLLMC_CUDA_GDN_RUNS=1 timeout 150 "$BIN/test_cuda_engine" "$f" 64 12 --no-invariant >"$OUT/gdnruns_engine_$n.txt" 2>&1; rc=$?
+        note "gdnruns test_cuda_engine $n rc=$rc: $(grep -m1 'together' "$OUT/gdnruns_engine_$n.txt" | sed 's/test_cuda_engine: //' | cut -c1-150)$(grep -m1 FAIL "$OUT/gdnruns_engine_$n.txt")"
+    done
+    m=${GDNRUNS_MODELS:-${BENCH_MODELS%% *}}
+    f=/tmp/models/$m.gguf
+    if [ -s "$f" ]; then
+        for rep in 1 2; do
+            for v in 0 1; do
+                # shellcheck disable=SC2086
+                VLLMC_CUDA_GDN_RUNS=$v SERVE_LOG="$OUT/gdnruns_server.log" timeout 300 bash scripts/bench-serve.sh "$BIN" "$f" \
+                    ${GDNRUNS_ARGS:---concurrency 16,64 --num-prompts 128 --input-len 512 --output-len 128 --id-max 150000} \
+                    -- --device cuda --max-num-seqs 64 >"$OUT/gdnruns_serve_${v}_$rep.txt" 2>&1; rc=$?
+                note "gdnruns serve $m runs=$v rep $rep rc=$rc: $(grep '^ *[0-9]' "$OUT/gdnruns_serve_${v}_$rep.txt" | awk '{printf "c%s %s tok/s tpot50 %s ttft50 %s; ", $1, $6, $12, $9}')"
+            done
+        done
+        for v in 0 1; do
+            # shellcheck disable=SC2086
+            VLLMC_CUDA_GDN_RUNS=$v timeout 200 "$BIN/vllmc" bench -m "$f" ${GDNRUNS_EARGS:---concurrency 16,64 -p 512 -g 128 -r 2} \
+                >"$OUT/gdnruns_ebench_$v.txt" 2>&1; rc=$?
+            note "gdnruns engine bench $m runs=$v rc=$rc: $(grep '^| [0-9]' "$OUT/gdnruns_ebench_$v.txt" | tr '\n' ' ')"
+        done
+    else
+        note "gdnruns: $m not generated"
+    fi
 fi
 
 if has real; then # a real checkpoint at REAL_MODEL (carried in parts: docs/BENCHMARKS.md "Real checkpoint on the GPU")

@@ -11,7 +11,9 @@
  *    of every length 65 .. 128 (a prompt ending at every offset within a chunk), then a continuation from the
  *    carried state; two sequences in one batch; outputs and state within 1e-4 relative (to max(|ref|, 1% of
  *    max |ref|): the f32 recurrence itself is no closer than ~5e-5 to exact arithmetic on elements near zero),
- *    conv state exact;
+ *    conv state exact; batches that mix decode tokens, short runs and prompt chunks of 40 sequences, with the runs
+ *    side by side (backend_cuda_set_gdn_runs) and without, the same way; short runs only: side by side = one walk, bit
+ *    for bit;
  *  - the prefill attention kernel against the CPU reference: two sequences of several chunks each in one batch,
  *    then a continuation over the cached context; f32 cache within 1e-4, f16 within 5e-2 (the CPU rounds each
  *    probability to f16). */
@@ -249,6 +251,136 @@ static void test_gdn_chunked(int DV) {
     ref->ops->free(ref, rconv); ref->ops->free(ref, rssm); ref->ops->free(ref, rwork);
 }
 
+/* A batch of MS sequences (state slot = sequence index), runs in the order given. */
+#define MS 40
+struct mbatch { struct bk_batch b; struct bk_seq seqs[MS]; int32_t tok[MAXT], pos[MAXT], sidx[MAXT], lrows[1], bt[MS]; };
+static void mbatch_make(struct mbatch *t, int n_runs, const int *seq, const int *len, const int *pos0) {
+    memset(t, 0, sizeof(*t));
+    for (int s = 0; s < MS; s++) {
+        t->bt[s] = s;
+        t->seqs[s].block_table = &t->bt[s];
+        t->seqs[s].n_blocks = 1;
+        t->seqs[s].state_slot = s;
+    }
+    int n = 0;
+    for (int r = 0; r < n_runs; r++)
+        for (int i = 0; i < len[r]; i++, n++) { t->pos[n] = pos0[r] + i; t->sidx[n] = seq[r]; }
+    t->lrows[0] = n - 1;
+    t->b.n_tokens = n; t->b.token_ids = t->tok; t->b.pos = t->pos; t->b.seq_idx = t->sidx;
+    t->b.n_seqs = MS; t->b.seqs = t->seqs; t->b.n_logits = 1; t->b.logit_rows = t->lrows;
+}
+
+/* Batches that mix decode tokens, short runs and prompt chunks (the engine's steps under load), with the runs side by
+ * side (backend_cuda_set_gdn_runs) and without: against the CPU reference as the chunked test above; and a batch of
+ * short runs only, whose runs on and off take the same recurrent arithmetic, bit for bit. */
+static void test_gdn_mixed(int DV) {
+    const int NK = 1, NV = 256 / DV, DK = 128, DC = 4;
+    const int64_t KD = NK * DK, VD = NV * DV, C = 2 * KD + VD, LD = C + VD + 2 * NV;
+    struct bk_rs_cache rrs = {1, MS, C * (DC - 1), VD * DK, NULL, NULL}, grs = rrs;
+    const size_t cf = (size_t)(MS * rrs.conv_floats), sf = (size_t)(MS * rrs.ssm_floats);
+    float *rconv = ref_put(NULL, cf * 4), *rssm = ref_put(NULL, sf * 4), *gconv = dev_put(NULL, cf * 4), *gssm = dev_put(NULL, sf * 4);
+    rrs.conv = &rconv; rrs.ssm = &rssm; grs.conv = &gconv; grs.ssm = &gssm;
+    float *cw = rand_buf((size_t)(C * DC), 0.5f), *dtb = rand_buf(NV, 1.0f), *sa = rand_buf(NV, 0.5f), *nw = rand_buf((size_t)DV, 1.0f);
+    for (int i = 0; i < NV; i++) sa[i] = -fabsf(sa[i]);
+    float *gcw = dev_put(cw, (size_t)(C * DC) * 4), *gdtb = dev_put(dtb, NV * 4), *gsa = dev_put(sa, NV * 4), *gnw = dev_put(nw, (size_t)DV * 4);
+    const struct bk_gdn_weights rw = {cw, dtb, sa, nw}, gw = {gcw, gdtb, gsa, gnw};
+    const struct bk_gdn_params p = {NK, NV, DK, DV, DC, 1e-6f, 0};
+    struct bk_act ra, ga;
+    CHECK(bk_act_alloc(ref, MAXT, VD, BK_ACT_BIT(BK_ACT_Q8_K), &ra) == VLLMC_OK);
+    CHECK(bk_act_alloc(gpu, MAXT, VD, BK_ACT_BIT(BK_ACT_Q8_K), &ga) == VLLMC_OK);
+    const int64_t work = bk_gdn_work_floats(&p, MAXT, 1);
+    float *rwork = ref_put(NULL, (size_t)work * 4), *gwork = dev_put(NULL, (size_t)work * 4);
+    float *h = malloc((size_t)(MAXT * VD) * 4), *hs = malloc(sf * 4), *hc = malloc(cf * 4);
+    double worst_o = 0, worst_s = 0;
+    int pos[MS] = {0}; /* each sequence's next position */
+    for (int on = 1; on >= 0; on--) {
+        backend_cuda_set_gdn_runs(gpu, on);
+        memset(pos, 0, sizeof(pos));
+        /* step 0: prompts for every slot (two long runs, the rest short: fresh states); steps 1-3: decode tokens of
+         * 20-30 sequences, short runs and prompt chunks, in a shuffled order of runs */
+        for (int step = 0; step < 4; step++) {
+            int seq[MS], len[MS], p0[MS], n_runs = 0, total = 0;
+            int order[MS];
+            for (int s = 0; s < MS; s++) order[s] = s;
+            for (int s = MS - 1; s > 0; s--) { const int k = (int)(test_rand_u64() % (uint64_t)(s + 1)), x = order[s]; order[s] = order[k]; order[k] = x; }
+            for (int k = 0; k < MS; k++) {
+                const int s = order[k];
+                int l;
+                if (step == 0) l = s < 2 ? 40 + (int)(test_rand_u64() % 60) : 1 + (int)(test_rand_u64() % 20);
+                else {
+                    const int kind = (int)(test_rand_u64() % 8);
+                    l = kind < 5 ? 1 : kind == 5 ? 2 + (int)(test_rand_u64() % 30) : kind == 6 ? 32 + (int)(test_rand_u64() % 90) : 0;
+                }
+                if (!l || total + l > MAXT) continue;
+                seq[n_runs] = s; len[n_runs] = l; p0[n_runs] = pos[s]; n_runs++;
+                pos[s] += l;
+                total += l;
+            }
+            static struct mbatch tb;
+            mbatch_make(&tb, n_runs, seq, len, p0);
+            CHECK(ref->ops->batch_set(ref, &tb.b) == VLLMC_OK);
+            CHECK(gpu->ops->batch_set(gpu, &tb.b) == VLLMC_OK);
+            const int T = tb.b.n_tokens;
+            float *in = rand_buf((size_t)(T * LD), 1.0f);
+            float *gin = dev_put(in, (size_t)(T * LD) * 4);
+            CHECK(ref->ops->gdn(ref, &rrs, &p, &rw, in, LD, rwork, &ra) == VLLMC_OK);
+            CHECK(gpu->ops->gdn(gpu, &grs, &p, &gw, gin, LD, gwork, &ga) == VLLMC_OK);
+            dev_get(h, ga.x, (size_t)(T * VD) * 4);
+            const double mo = max_rel(h, ra.x, (size_t)(T * VD), -1e-2);
+            dev_get(hs, gssm, sf * 4);
+            const double ms = max_rel(hs, rssm, sf, -1e-2);
+            dev_get(hc, gconv, cf * 4);
+            const size_t cbad = n_diff(hc, rconv, cf);
+            CHECK_MSG(mo < 1e-4, "gdn mixed d_v %d, runs %d, step %d (%d runs, %d rows): out max rel %.3g", DV, on, step, n_runs, T, mo);
+            CHECK_MSG(ms < 1e-4, "gdn mixed d_v %d, runs %d, step %d: state max rel %.3g", DV, on, step, ms);
+            CHECK_MSG(cbad == 0, "gdn mixed d_v %d, runs %d, step %d: %zu conv state values differ", DV, on, step, cbad);
+            worst_o = fmax(worst_o, mo);
+            worst_s = fmax(worst_s, ms);
+            free(in);
+            gpu->ops->free(gpu, gin);
+        }
+    }
+    /* short runs only (every run < 32): the same states in, runs off then on: the same bits out */
+    {
+        int seq[MS], len[MS], p0[MS], n_runs = 0;
+        for (int s = 0; s < MS; s += 2) { seq[n_runs] = s; len[n_runs] = 1 + (int)(test_rand_u64() % 31); p0[n_runs] = pos[s]; n_runs++; }
+        static struct mbatch tb;
+        mbatch_make(&tb, n_runs, seq, len, p0);
+        const int T = tb.b.n_tokens;
+        float *in = rand_buf((size_t)(T * LD), 1.0f), *gin = dev_put(in, (size_t)(T * LD) * 4);
+        float *s0 = malloc(sf * 4), *c0 = malloc(cf * 4), *o1 = malloc((size_t)(T * VD) * 4), *s1 = malloc(sf * 4), *c1 = malloc(cf * 4);
+        dev_get(s0, gssm, sf * 4);
+        dev_get(c0, gconv, cf * 4);
+        for (int on = 0; on < 2; on++) {
+            backend_cuda_set_gdn_runs(gpu, on);
+            CHECK(gpu->ops->copy_to_device(gpu, gssm, s0, sf * 4) == VLLMC_OK);
+            CHECK(gpu->ops->copy_to_device(gpu, gconv, c0, cf * 4) == VLLMC_OK);
+            CHECK(gpu->ops->batch_set(gpu, &tb.b) == VLLMC_OK);
+            CHECK(gpu->ops->gdn(gpu, &grs, &p, &gw, gin, LD, gwork, &ga) == VLLMC_OK);
+            dev_get(on ? h : o1, ga.x, (size_t)(T * VD) * 4);
+            dev_get(on ? hs : s1, gssm, sf * 4);
+            dev_get(on ? hc : c1, gconv, cf * 4);
+        }
+        const size_t bad = n_diff(h, o1, (size_t)(T * VD)) + n_diff(hs, s1, sf) + n_diff(hc, c1, cf);
+        CHECK_MSG(bad == 0, "gdn short runs d_v %d: %zu values differ between the runs side by side and the one walk", DV, bad);
+        struct backend_cuda_stats st;
+        backend_cuda_get_stats(gpu, &st);
+        CHECK_MSG(st.gdn_runs > 0 && st.gdn_split > 0, "gdn mixed: %llu split ops, %llu ops by runs", (unsigned long long)st.gdn_split,
+                  (unsigned long long)st.gdn_runs);
+        free(in); free(s0); free(c0); free(o1); free(s1); free(c1);
+        gpu->ops->free(gpu, gin);
+    }
+    backend_cuda_set_gdn_runs(gpu, false);
+    printf("gdn mixed d_v %d: decode tokens, short runs and prompt chunks of %d sequences, runs side by side and not: worst out "
+           "rel %.3g, state rel %.3g; short runs bit for bit\n", DV, MS, worst_o, worst_s);
+    free(h); free(hs); free(hc);
+    bk_act_free(ref, &ra); bk_act_free(gpu, &ga);
+    free(cw); free(dtb); free(sa); free(nw);
+    gpu->ops->free(gpu, gcw); gpu->ops->free(gpu, gdtb); gpu->ops->free(gpu, gsa); gpu->ops->free(gpu, gnw);
+    gpu->ops->free(gpu, gconv); gpu->ops->free(gpu, gssm); gpu->ops->free(gpu, gwork);
+    ref->ops->free(ref, rconv); ref->ops->free(ref, rssm); ref->ops->free(ref, rwork);
+}
+
 /* Prefill attention: 150 + 70 rows of two sequences (several chunks each), then 90 + 1 rows continuing them. */
 static void test_attn_prefill(void) {
     for (int dt = 0; dt < 2; dt++) {
@@ -298,6 +430,8 @@ int main(void) {
     test_gemm_matmul(true);
     test_gdn_chunked(128);
     test_gdn_chunked(64);
+    test_gdn_mixed(128);
+    test_gdn_mixed(64);
     test_attn_prefill();
     ref->ops->destroy(ref);
     gpu->ops->destroy(gpu);

@@ -155,7 +155,10 @@ struct cu_backend {
     int64_t a16_elems, w16_elems;
     float *gdn_work;
     int64_t gdn_work_floats;
-    std::vector<int32_t> chunks; /* host copy of the chunk list */
+    std::vector<int32_t> chunks; /* host copy of the chunk list (gdn_runs.h) */
+    std::vector<uint8_t> chunk_seen;
+    struct gdn_chunk_info ch;    /* the list's shape: split or not, its long runs, the longest runs */
+    bool gdn_runs;               /* split chunk lists for the GDN (backend_cuda_set_gdn_runs) */
     int32_t max_run;             /* longest run of one sequence in the batch */
     bool runs_unique;            /* no sequence appears in two runs */
     struct backend_cuda_stats stats;
@@ -273,7 +276,7 @@ static void rec_exec(cu_backend *c, int op, const void *args) {
     case CU_OP_GDN: {
         const rec_gdn *r = (const rec_gdn *)args;
         if (r->scratch) cu_launch_gdn_chunked(&r->b, &r->a, r->scratch, s);
-        else cu_launch_gdn(&r->b, &r->a, s);
+        if (!r->scratch || r->a.n_runs > 0) cu_launch_gdn(&r->b, &r->a, s); /* a split list: the short runs */
         break;
     }
     case CU_OP_SIGMUL: { const rec_sigmul *r = (const rec_sigmul *)args; cu_launch_sigmoid_mul(r->x, r->ld_x, r->g, r->ld_g, r->n_rows, r->n_cols, s); break; }
@@ -1053,26 +1056,18 @@ static vllmc_status cu_batch_set(struct backend *be, const struct bk_batch *b) {
         if (b->seqs[s].n_blocks) memcpy(h + 4 * T + 4 * S + off, b->seqs[s].block_table, 4 * (size_t)b->seqs[s].n_blocks);
         off += b->seqs[s].n_blocks;
     }
-    /* runs of one sequence, cut into chunks for the chunked GDN prefill */
-    c->chunks.clear();
-    c->max_run = 0;
-    c->runs_unique = true;
+    /* runs of one sequence, cut into chunks for the chunked GDN prefill and the prefill attention; split (the long
+     * runs first) for the GDN ops of a mixed step when gdn_runs is on (gdn_runs.h) */
     {
-        std::vector<char> seen((size_t)b->n_seqs, 0);
-        for (int32_t t0 = 0; t0 < b->n_tokens;) {
-            const int32_t s = b->seq_idx[t0];
-            int32_t t1 = t0 + 1;
-            while (t1 < b->n_tokens && b->seq_idx[t1] == s) t1++;
-            if (seen[(size_t)s]) c->runs_unique = false;
-            seen[(size_t)s] = 1;
-            c->max_run = VLLMC_MAX(c->max_run, t1 - t0);
-            for (int32_t q = t0; q < t1; q += CU_GDN_CHUNK) {
-                const int32_t e[8] = {q, VLLMC_MIN((int32_t)CU_GDN_CHUNK, t1 - q), b->seqs[s].state_slot, b->pos[t0] == 0,
-                                      t0, t1 - t0, q == t0, q + CU_GDN_CHUNK >= t1};
-                c->chunks.insert(c->chunks.end(), e, e + 8);
-            }
-            t0 = t1;
-        }
+        c->chunks.resize((size_t)CU_CH_WORDS * (size_t)b->n_tokens);
+        c->chunk_seen.resize((size_t)b->n_seqs);
+        std::vector<int32_t> &slots = c->seq_slot; /* the sequences' state slots (set above) */
+        const int32_t min_long = c->gdn_runs && c->gdn_chunked && !c->batch_invariant ? GDN_CHUNK_MIN : 0;
+        gdn_chunk_list(b->seq_idx, b->pos, b->n_tokens, slots.data(), b->n_seqs, min_long, c->chunks.data(), c->chunk_seen.data(),
+                       &c->ch);
+        c->chunks.resize((size_t)CU_CH_WORDS * (size_t)c->ch.n_entries);
+        c->max_run = c->ch.max_run;
+        c->runs_unique = c->ch.unique;
         memcpy(h + 4 * T + 4 * S + c->cap_b, c->chunks.data(), 4 * c->chunks.size());
     }
     const int32_t *d = c->d_batch;
@@ -1083,7 +1078,7 @@ static vllmc_status cu_batch_set(struct backend *be, const struct bk_batch *b) {
         c->sample_dev = d + off;
     }
     c->bd.chunks = d + 4 * T + 4 * S + c->cap_b;
-    c->bd.n_chunks = (int32_t)(c->chunks.size() / 8);
+    c->bd.n_chunks = c->ch.n_entries;
     c->bd.tok = d; c->bd.pos = d + T; c->bd.seq = d + 2 * T; c->bd.logit_rows = d + 3 * T;
     c->bd.seqinfo = d + 4 * T; c->bd.bt = d + 4 * T + 4 * S;
     c->bd.n_tokens = b->n_tokens; c->bd.n_logits = b->n_logits;
@@ -1676,13 +1671,21 @@ static vllmc_status cu_gdn(struct backend *be, struct bk_rs_cache *rs, const str
     if (st) return st;
     const bool chunked = c->gdn_chunked && !c->batch_invariant && c->max_run >= GDN_CHUNK_MIN && c->runs_unique && c->bd.n_chunks > 0 &&
                          p->d_v % 32 == 0 && cu_gdn_chunked_ready();
-    if (chunked && (st = grow_scratch(c, &c->gdn_work, &c->gdn_work_floats,
-                                      cu_gdn_chunk_scratch_floats(p->n_v_head, p->d_v, c->bd.n_chunks), 4)))
+    /* a split list (gdn_runs.h): the chunked kernels take the long runs [0, n_long), the recurrent ones the rest, a
+     * run a CTA; with no long run and every run one entry, the recurrent kernels take the runs side by side (a grid's
+     * y and z take at most 65,535 runs; a split list read whole is still a valid list for the chunked walk) */
+    const bool split = chunked && c->ch.split && c->ch.n_entries <= 65535;
+    const bool runs = !decode_batch(c) && c->runs_unique && c->bd.n_chunks > 0 && c->bd.n_chunks <= 65535 &&
+                      (split ? c->ch.n_entries > c->ch.n_long : c->gdn_runs && !chunked && !c->ch.split && c->max_run <= CU_GDN_CHUNK);
+    const int32_t ch_hi = split ? c->ch.n_long : c->bd.n_chunks;
+    if (chunked && (st = grow_scratch(c, &c->gdn_work, &c->gdn_work_floats, cu_gdn_chunk_scratch_floats(p->n_v_head, p->d_v, ch_hi), 4)))
         return st;
     rec_gdn r;
     memset(&r, 0, sizeof(r));
     r.b = c->bd;
     r.scratch = chunked ? c->gdn_work : NULL;
+    if (split) { r.a.ch_hi = c->ch.n_long; r.a.ch_runs = c->ch.n_long_runs; c->stats.gdn_split++; }
+    if (runs) { r.a.run_lo = split ? c->ch.n_long : 0; r.a.n_runs = c->bd.n_chunks - r.a.run_lo; c->stats.gdn_runs++; }
     r.a.in = in; r.a.ld_in = ld_in; r.a.conv_out = work;
     r.a.conv_state = rs->conv[p->rs_layer]; r.a.ssm_state = rs->ssm[p->rs_layer];
     r.a.conv_floats = rs->conv_floats; r.a.ssm_floats = rs->ssm_floats;
@@ -2149,6 +2152,8 @@ extern "C" vllmc_status backend_cuda_create(const struct backend_cuda_opts *o, s
     env = getenv("VLLMC_CUDA_GEMM_ROWS");
     if (env && *env) c->gemm_min_rows = c->gemm_min_decode_rows = atoi(env); /* one threshold for every batch */
     c->gdn_chunked = env_on("VLLMC_CUDA_GDN_CHUNKED");
+    env = getenv("VLLMC_CUDA_GDN_RUNS");
+    c->gdn_runs = env && !strcmp(env, "1");
     c->attn_prefill = env_on("VLLMC_CUDA_ATTN_PREFILL");
     env = getenv("VLLMC_CUDA_GEMM_ACT");
     c->gemm_act_q8 = env && !strcmp(env, "q8");
@@ -2355,6 +2360,13 @@ extern "C" void backend_cuda_swap_gemm_rows(struct backend *be, int *rows, int *
     c->gemm_min_decode_rows = *decode_rows;
     *rows = r;
     *decode_rows = d;
+}
+extern "C" bool backend_cuda_set_gdn_runs(struct backend *be, bool on) {
+    cu_backend *c = cub(be);
+    flush(c);
+    const bool was = c->gdn_runs;
+    c->gdn_runs = on;
+    return was;
 }
 extern "C" void backend_cuda_set_prefill(struct backend *be, int gemm_min_rows, bool gdn_chunked) {
     cu_backend *c = cub(be);

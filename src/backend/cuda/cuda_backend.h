@@ -47,6 +47,8 @@ struct backend_cuda_stats {
     uint64_t mega2_ffn;               /* dense FFNs recorded as one tiled persistent launch (VLLMC_CUDA_MEGA2) */
     uint64_t mega2_pj;                /* ... of which with the output projection before them inside (VLLMC_CUDA_MEGA2_PJ) */
     uint64_t moe2;                    /* one-row MoE ops recorded as the router and one tiled persistent launch (VLLMC_CUDA_MOE2) */
+    uint64_t gdn_split;               /* GDN ops of a split chunk list: the long runs chunked, one a CTA (backend_cuda_set_gdn_runs) */
+    uint64_t gdn_runs;                /* GDN ops whose recurrent kernels took one run a CTA (split lists and batches of short runs) */
     /* host time of the graph-replayed steps: from the batch to the graph's launch (recording the ops, finding the
      * cached graph, launching it), and waiting for the step's argmax after it; the GPU idles through the first */
     uint64_t host_steps, host_ns, wait_ns;
@@ -176,6 +178,13 @@ bool backend_cuda_has_gemm(struct backend *be);
  * false keeps the token-by-token GDN rule for every run (env VLLMC_CUDA_GDN_CHUNKED=0). The prefill attention
  * kernel is switched off with env VLLMC_CUDA_ATTN_PREFILL=0. A batch_invariant backend uses none of the three. */
 void backend_cuda_set_prefill(struct backend *be, int gemm_min_rows, bool gdn_chunked);
+/* Batches of several sequences that are not decode steps (a prompt chunk beside decode tokens: the engine's steps under
+ * load): on, each GDN op takes its runs side by side, the runs of >= 32 tokens through the chunked kernels (one run a
+ * CTA of the scan) and the shorter ones through the recurrent kernels (one run a CTA); off, the chunked kernels take
+ * every run (a 1-token run costs a 64-row chunk, and the scan walks all the batch's chunks in series) or, with no
+ * run of 32, the recurrent kernels walk the whole batch in one CTA. The same arithmetic per run either way for the
+ * recurrent runs; gdn_runs.h. Default off (env VLLMC_CUDA_GDN_RUNS=1 turns it on); returns the previous value. */
+bool backend_cuda_set_gdn_runs(struct backend *be, bool on);
 /* The GEMM's row thresholds for other batches and for decode steps: *rows and *decode_rows set, the previous values
  * returned in their place (so a second call restores them). */
 void backend_cuda_swap_gemm_rows(struct backend *be, int *rows, int *decode_rows);

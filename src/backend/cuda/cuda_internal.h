@@ -21,6 +21,7 @@
 
 #include <stdint.h>
 #include "backend/cuda/gpu_compat.h"
+#include "backend/cuda/gdn_runs.h"
 extern "C" {
 #include "backend/backend.h"
 }
@@ -204,10 +205,7 @@ struct cu_batch_dev {
     int32_t n_tokens, n_logits;
     int32_t n_chunks, pad;
 };
-/* Chunk list entries (built by batch_set for the chunked GDN prefill). */
-#define CU_GDN_CHUNK 64
-enum { CU_CH_T0 = 0, CU_CH_N, CU_CH_SLOT, CU_CH_ZERO /* run starts at position 0 */, CU_CH_RUN0, CU_CH_RUNLEN,
-       CU_CH_FIRST /* first chunk of its run */, CU_CH_LAST };
+/* Chunk list entries (CU_CH_*, built by batch_set for the chunked GDN prefill and the prefill attention): gdn_runs.h. */
 
 void cu_launch_embed(const struct cu_batch_dev *b, const uint8_t *table, uint32_t type, uint64_t stride,
                      int64_t n_cols, float *out, gpuStream_t s);
@@ -268,6 +266,10 @@ struct cu_gdn_args {
     int32_t conv_done;         /* the matmul that wrote `in` did the conv (cu_mm_conv): conv_out is ready */
     int32_t per_token;         /* every token its own sequence (a decode step): the rule kernel's grid takes a token a
                                   CTA (blockIdx.z), else each CTA walks the tokens in order */
+    int32_t run_lo, n_runs;    /* n_runs > 0 (a split chunk list, gdn_runs.h): the recurrent kernels take one run a CTA,
+                                  the runs of entries run_lo .. run_lo + n_runs - 1 (one entry each) */
+    int32_t ch_hi, ch_runs;    /* the chunked kernels: entries [0, ch_hi) (0: all); ch_runs > 0: the scan takes one of
+                                  those ch_runs runs a CTA (blockIdx.z), else one walk over them all */
     float *out;                /* [n_tokens][n_v_head * d_v] */
     struct cu_nq_fuse nq;      /* nq.on (decode rule kernel): the gated RMSNorm + quantize of out in its epilogue */
 };

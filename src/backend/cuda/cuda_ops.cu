@@ -573,25 +573,29 @@ void cu_launch_attention(const struct cu_batch_dev *b, const struct cu_attn_args
 
 /* ---- Gated DeltaNet ---- */
 
+/* grid (channels / 128, a.n_runs or 1): each thread walks its channel over the batch's tokens in order, or (a split
+ * chunk list) over the tokens of run blockIdx.y. */
 static __global__ void gdn_conv_kernel(struct cu_batch_dev b, struct cu_gdn_args a, int64_t conv_dim) {
     const int64_t ch = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     const int nh = a.d_conv - 1;
     const float *w = a.conv_w + ch * a.d_conv;
+    int32_t t_lo, t_hi;
+    gdn_run_tokens(b.chunks, a.run_lo, a.n_runs, b.n_tokens, (int32_t)blockIdx.y, &t_lo, &t_hi);
     /* before the dependency wait: the weights, and the first token's conv state (as in gdn_rule_kernel: no
      * earlier kernel of this step writes it) */
     float wv[8], st0[8];
-    if (ch < conv_dim && b.n_tokens > 0) {
-        const float *st = a.conv_state + (int64_t)seq_slot_of(b, 0) * a.conv_floats + ch * nh;
+    if (ch < conv_dim && t_hi > t_lo) {
+        const float *st = a.conv_state + (int64_t)seq_slot_of(b, t_lo) * a.conv_floats + ch * nh;
         for (int k = 0; k <= nh; k++) wv[k] = w[k];
         for (int k = 0; k < nh; k++) st0[k] = st[k];
     }
     gpu_pdl_wait();
     gpu_pdl_trigger();
     if (ch >= conv_dim) return;
-    for (int t = 0; t < b.n_tokens; t++) {
+    for (int t = t_lo; t < t_hi; t++) {
         float *st = a.conv_state + (int64_t)seq_slot_of(b, t) * a.conv_floats + ch * nh;
         float win[8];
-        for (int k = 0; k < nh; k++) win[k] = b.pos[t] == 0 ? 0.f : t == 0 ? st0[k] : st[k];
+        for (int k = 0; k < nh; k++) win[k] = b.pos[t] == 0 ? 0.f : t == t_lo ? st0[k] : st[k];
         win[nh] = a.in[(int64_t)t * a.ld_in + ch];
         a.conv_out[(int64_t)t * conv_dim + ch] = gdn_conv_silu(win, wv, nh);
         for (int k = 0; k < nh; k++) st[k] = win[k + 1];
@@ -617,7 +621,8 @@ static __device__ double2 block_sum_d2(double v0, double v1, double *red) {
 #define GDN_DK 128
 #define GDN_ROWS 32 /* value rows per CTA */
 
-/* grid (n_v_head, d_v / GDN_ROWS, per_token ? n_tokens : 1), 4 * GDN_ROWS threads: thread 4r + p holds row j = GDN_ROWS * y + r of
+/* grid (n_v_head, d_v / GDN_ROWS, per_token ? n_tokens : n_runs ? n_runs : 1), 4 * GDN_ROWS threads (a CTA takes a token,
+ * a run of a split chunk list, or walks the whole batch): thread 4r + p holds row j = GDN_ROWS * y + r of
  * the head's state S[j][:] at columns 16 i + 4 p + e (i < 8, e < 4), so each float4 of a warp's state
  * loads is contiguous. Per token: q/k L2 norms (recomputed by each CTA of a head), gates, the delta rule;
  * writes the raw o rows (the gated RMSNorm runs in the quantize that follows, or with a.nq in this kernel's epilogue). */
@@ -633,7 +638,9 @@ static __global__ void __launch_bounds__(4 * GDN_ROWS) gdn_rule_kernel(struct cu
     float S[32];
     int cur_slot = -1;
     float *sp = NULL;
-    const int t_lo = a.per_token ? (int)blockIdx.z : 0, t_hi = a.per_token ? t_lo + 1 : b.n_tokens;
+    int32_t t_lo, t_hi;
+    if (a.per_token) { t_lo = (int32_t)blockIdx.z; t_hi = t_lo + 1; }
+    else gdn_run_tokens(b.chunks, a.run_lo, a.n_runs, b.n_tokens, (int32_t)blockIdx.z, &t_lo, &t_hi);
     if (t_hi > t_lo) {
         /* the first token's state before the dependency wait: no kernel of this step before this one
          * writes it (only this layer's rule kernel does, and earlier steps completed before this step's
@@ -724,8 +731,9 @@ static __global__ void __launch_bounds__(4 * GDN_ROWS) gdn_rule_kernel(struct cu
 
 void cu_launch_gdn(const struct cu_batch_dev *b, const struct cu_gdn_args *a, gpuStream_t s) {
     const int64_t conv_dim = 2 * (int64_t)a->n_k_head * a->d_k + (int64_t)a->n_v_head * a->d_v;
-    if (!a->conv_done) gpu_launch(gdn_conv_kernel, dim3((unsigned)GPU_CEIL_DIV(conv_dim, 128)), dim3(128), 0, s, *b, *a, conv_dim);
-    gpu_launch(gdn_rule_kernel, dim3(a->n_v_head, a->d_v / GDN_ROWS, a->per_token ? (unsigned)b->n_tokens : 1u), dim3(4 * GDN_ROWS), 0,
+    const unsigned runs = a->n_runs > 0 ? (unsigned)a->n_runs : 1u;
+    if (!a->conv_done) gpu_launch(gdn_conv_kernel, dim3((unsigned)GPU_CEIL_DIV(conv_dim, 128), runs), dim3(128), 0, s, *b, *a, conv_dim);
+    gpu_launch(gdn_rule_kernel, dim3(a->n_v_head, a->d_v / GDN_ROWS, a->per_token ? (unsigned)b->n_tokens : runs), dim3(4 * GDN_ROWS), 0,
                s, *b, *a);
 }
 

@@ -8,8 +8,9 @@
  *      matrices A[t][s] = beta_t exp(G_t - G_s) k_t.k_s (s < t) and QK[t][s] = exp(G_t - G_s) q_t.k_s
  *      (s <= t), and the forward substitution (I + A) U = diag(beta) V, (I + A) W = diag(beta exp(G)) K,
  *      one thread per column of [U | W];
- *   4. per (value head, 32 value rows), chunk after chunk in batch order: Vt = U - W S^T,
- *      o = exp(G) Q S^T + QK Vt, S = exp(G_n) S + sum_t exp(G_n - G_t) Vt_t k_t^T.
+ *   4. per (value head, 32 value rows), chunk after chunk in batch order (with a split list, gdn_runs.h: per run,
+ *      the runs side by side): Vt = U - W S^T, o = exp(G) Q S^T + QK Vt, S = exp(G_n) S + sum_t exp(G_n - G_t) Vt_t k_t^T.
+ * With a split list only the entries [0, a.ch_hi) (the long runs) come here; the recurrent kernels take the rest.
  * The gated RMSNorm follows in the quantize (as for the recurrent kernel). */
 #include <math.h>
 #include "backend/cuda/cuda_internal.h"
@@ -74,10 +75,13 @@ GDN_UNROLL(4)
 
 /* ---- 2. q / k L2 norms ---- */
 
-/* grid (n_tokens, 2 n_k_head), GDN_DK threads. */
-static __global__ void __launch_bounds__(GDN_DK) gdn_qk_norm_kernel(struct cu_gdn_args a, int64_t conv_dim) {
+/* grid (n_tokens, 2 n_k_head), GDN_DK threads; with a split list (a.ch_hi > 0) grid (64 a.ch_hi, 2 n_k_head): the
+ * rows of the chunked entries only (the recurrent kernels normalize their own runs' q and k). */
+static __global__ void __launch_bounds__(GDN_DK) gdn_qk_norm_kernel(struct cu_batch_dev b, struct cu_gdn_args a, int64_t conv_dim) {
     __shared__ double red[GDN_DK / 32];
-    const int t = blockIdx.x, h = blockIdx.y, i = threadIdx.x;
+    const int h = blockIdx.y, i = threadIdx.x;
+    int32_t t;
+    if (!gdn_norm_token(b.chunks, a.ch_hi, (int32_t)blockIdx.x, &t)) return;
     float *x = a.conv_out + (int64_t)t * conv_dim + (int64_t)h * GDN_DK;
     const float v = x[i];
     double sq = (double)v * (double)v;
@@ -219,7 +223,7 @@ GDN_UNROLL(8)
 #define SCAN_U (SCAN_QK + GDN_CT * GDN_CT)
 #define SCAN_FLOATS (SCAN_U + GDN_CT * GDN_VR)
 
-/* grid (n_v_head, d_v / GDN_VR), 256 threads: thread (w = tid / 32, l = tid % 32) owns value row j0 + l and,
+/* grid (n_v_head, d_v / GDN_VR, a.ch_runs or 1), 256 threads: thread (w = tid / 32, l = tid % 32) owns value row j0 + l and,
  * for the outputs, chunk rows t = w + 8r; for the state update, state columns 16 w .. 16 w + 15. Every read of
  * the staged operands is a broadcast (all l of a group read one address). */
 static __global__ void __launch_bounds__(256) gdn_chunk_scan_kernel(struct cu_batch_dev b, struct cu_gdn_args a,
@@ -232,7 +236,9 @@ static __global__ void __launch_bounds__(256) gdn_chunk_scan_kernel(struct cu_ba
     const int dv = a.d_v, kh = m % a.n_k_head;
     const int64_t key_dim = (int64_t)a.n_k_head * GDN_DK, value_dim = (int64_t)a.n_v_head * dv;
     const int64_t conv_dim = 2 * key_dim + value_dim;
-    for (int ci = 0; ci < b.n_chunks; ci++) {
+    int32_t c_lo = 0, c_hi = a.ch_hi > 0 ? a.ch_hi : b.n_chunks;
+    if (a.ch_runs > 0) gdn_run_entries(b.chunks, c_hi, (int32_t)blockIdx.z, &c_lo, &c_hi); /* one run a CTA */
+    for (int ci = c_lo; ci < c_hi; ci++) {
         const int32_t *cd = chunk_at(b, ci);
         const int t0 = cd[CU_CH_T0], n = cd[CU_CH_N], slot = cd[CU_CH_SLOT];
         float *sp = a.ssm_state + (int64_t)slot * a.ssm_floats + ((int64_t)m * dv + j0) * GDN_DK;
@@ -332,12 +338,15 @@ bool cu_gdn_chunked_ready(void) {
 }
 
 void cu_launch_gdn_chunked(const struct cu_batch_dev *b, const struct cu_gdn_args *a, float *scratch, gpuStream_t s) {
-    if (b->n_chunks <= 0) return;
+    const int32_t nc = a->ch_hi > 0 ? a->ch_hi : b->n_chunks; /* entries [0, nc): a split list's long runs, or all */
+    if (nc <= 0) return;
     const int64_t conv_dim = 2 * (int64_t)a->n_k_head * a->d_k + (int64_t)a->n_v_head * a->d_v;
-    const dim3 cg((unsigned)GPU_CEIL_DIV(conv_dim, 128), (unsigned)b->n_chunks);
+    const dim3 cg((unsigned)GPU_CEIL_DIV(conv_dim, 128), (unsigned)nc);
     if (a->d_conv == 4) gdn_conv_chunk_kernel<4><<<cg, 128, 0, s>>>(*b, *a, conv_dim);
     else gdn_conv_chunk_kernel<0><<<cg, 128, 0, s>>>(*b, *a, conv_dim);
-    gdn_qk_norm_kernel<<<dim3((unsigned)b->n_tokens, (unsigned)(2 * a->n_k_head)), GDN_DK, 0, s>>>(*a, conv_dim);
-    gdn_chunk_prep_kernel<<<dim3((unsigned)a->n_v_head, (unsigned)b->n_chunks), 256, PREP_SMEM_BYTES, s>>>(*b, *a, scratch);
-    gdn_chunk_scan_kernel<<<dim3((unsigned)a->n_v_head, (unsigned)(a->d_v / GDN_VR)), 256, SCAN_FLOATS * 4, s>>>(*b, *a, scratch);
+    const unsigned nq_rows = a->ch_hi > 0 ? (unsigned)nc * GDN_CT : (unsigned)b->n_tokens;
+    gdn_qk_norm_kernel<<<dim3(nq_rows, (unsigned)(2 * a->n_k_head)), GDN_DK, 0, s>>>(*b, *a, conv_dim);
+    gdn_chunk_prep_kernel<<<dim3((unsigned)a->n_v_head, (unsigned)nc), 256, PREP_SMEM_BYTES, s>>>(*b, *a, scratch);
+    const unsigned runs = a->ch_runs > 0 ? (unsigned)a->ch_runs : 1u;
+    gdn_chunk_scan_kernel<<<dim3((unsigned)a->n_v_head, (unsigned)(a->d_v / GDN_VR), runs), 256, SCAN_FLOATS * 4, s>>>(*b, *a, scratch);
 }
