@@ -392,7 +392,7 @@ if has gdnruns; then # the GDN's runs side by side in mixed steps (VLLMC_CUDA_GD
     m=${GDNRUNS_MODELS:-${BENCH_MODELS%% *}}
     f=/tmp/models/$m.gguf
     if [ -s "$f" ]; then
-        for rep in 1 2; do
+        for rep in $(seq "${GDNRUNS_REPS:-1}"); do
             for v in 0 1; do
                 # shellcheck disable=SC2086
                 VLLMC_CUDA_GDN_RUNS=$v SERVE_LOG="$OUT/gdnruns_server.log" timeout 300 bash scripts/bench-serve.sh "$BIN" "$f" \
@@ -409,7 +409,7 @@ if has gdnruns; then # the GDN's runs side by side in mixed steps (VLLMC_CUDA_GD
         note "gdnruns serve $m runs=1 budget 2048 rc=$rc: $(grep '^ *[0-9]' "$OUT/gdnruns_serve_b2048.txt" | awk '{printf "c%s %s tok/s tpot50 %s ttft50 %s; ", $1, $6, $12, $9}')"
         for v in 0 1; do
             # shellcheck disable=SC2086
-            VLLMC_CUDA_GDN_RUNS=$v timeout 200 "$BIN/vllmc" bench -m "$f" ${GDNRUNS_EARGS:---concurrency 16,64 -p 512 -g 128 -r 2} \
+            VLLMC_CUDA_GDN_RUNS=$v timeout 200 "$BIN/vllmc" bench -m "$f" ${GDNRUNS_EARGS:---concurrency 16,64 -p 512 -g 128 -r 1} \
                 >"$OUT/gdnruns_ebench_$v.txt" 2>&1; rc=$?
             note "gdnruns engine bench $m runs=$v rc=$rc: $(grep '^| [0-9]' "$OUT/gdnruns_ebench_$v.txt" | tr '\n' ' ')"
         done
