@@ -253,13 +253,13 @@ static void test_gdn_chunked(int DV) {
 
 /* A batch of MS sequences (state slot = sequence index), runs in the order given. */
 #define MS 40
-struct mbatch { struct bk_batch b; struct bk_seq seqs[MS]; int32_t tok[MAXT], pos[MAXT], sidx[MAXT], lrows[1], bt[MS]; };
+struct mbatch { struct bk_batch b; struct bk_seq seqs[MS]; int32_t tok[MAXT], pos[MAXT], sidx[MAXT], lrows[1], bt[MS][32]; };
 static void mbatch_make(struct mbatch *t, int n_runs, const int *seq, const int *len, const int *pos0) {
     memset(t, 0, sizeof(*t));
-    for (int s = 0; s < MS; s++) {
-        t->bt[s] = s;
-        t->seqs[s].block_table = &t->bt[s];
-        t->seqs[s].n_blocks = 1;
+    for (int s = 0; s < MS; s++) { /* (positions < 512: the test's sequences stay below 500) */
+        for (int k = 0; k < 32; k++) t->bt[s][k] = s * 32 + k;
+        t->seqs[s].block_table = t->bt[s];
+        t->seqs[s].n_blocks = 32;
         t->seqs[s].state_slot = s;
     }
     int n = 0;
@@ -343,7 +343,9 @@ static void test_gdn_mixed(int DV) {
     /* short runs only (every run < 32): the same states in, runs off then on: the same bits out */
     {
         int seq[MS], len[MS], p0[MS], n_runs = 0;
-        for (int s = 0; s < MS; s += 2) { seq[n_runs] = s; len[n_runs] = 1 + (int)(test_rand_u64() % 31); p0[n_runs] = pos[s]; n_runs++; }
+        for (int s = 0; s < MS; s += 2) { /* 20 runs of 1..12 tokens (<= MAXT rows) */
+            seq[n_runs] = s; len[n_runs] = 1 + (int)(test_rand_u64() % 12); p0[n_runs] = pos[s]; n_runs++;
+        }
         static struct mbatch tb;
         mbatch_make(&tb, n_runs, seq, len, p0);
         const int T = tb.b.n_tokens;
@@ -355,7 +357,7 @@ static void test_gdn_mixed(int DV) {
             backend_cuda_set_gdn_runs(gpu, on);
             CHECK(gpu->ops->copy_to_device(gpu, gssm, s0, sf * 4) == VLLMC_OK);
             CHECK(gpu->ops->copy_to_device(gpu, gconv, c0, cf * 4) == VLLMC_OK);
-            CHECK(gpu->ops->batch_set(gpu, &tb.b) == VLLMC_OK);
+            CHECK_MSG(gpu->ops->batch_set(gpu, &tb.b) == VLLMC_OK, "%s", vllmc_last_error());
             CHECK(gpu->ops->gdn(gpu, &grs, &p, &gw, gin, LD, gwork, &ga) == VLLMC_OK);
             dev_get(on ? h : o1, ga.x, (size_t)(T * VD) * 4);
             dev_get(on ? hs : s1, gssm, sf * 4);
