@@ -27,6 +27,7 @@ static inline __attribute__((always_inline)) void dotz_q4_K_n(int64_t n, const v
     float acc[DOT_MULTI_MAX] = {0};
     for (int64_t s = 0; s < n / QK_K; s++) {
         const block_q4_K *x = &w[s];
+        DOT_PREFETCH(x, sizeof(*x));
         __m128i scm = dot_unpack_k4_scales(x->scales);
         __m512i sc = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(scm));
         /* int16 [m0 m0 m1 m1 .. m7 m7], against bsums [b0 .. b15] */
@@ -80,6 +81,7 @@ static inline __attribute__((always_inline)) void dotz_q5_K_n(int64_t n, const v
     float acc[DOT_MULTI_MAX] = {0};
     for (int64_t s = 0; s < n / QK_K; s++) {
         const block_q5_K *x = &w[s];
+        DOT_PREFETCH(x, sizeof(*x));
         __m128i scm = dot_unpack_k4_scales(x->scales);
         __m512i sc = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(scm));
         /* int16 [m0 m0 m1 m1 .. m7 m7], against bsums [b0 .. b15] */
@@ -138,6 +140,7 @@ static inline __attribute__((always_inline)) void dotz_q6_K_n(int64_t n, const v
     float acc[DOT_MULTI_MAX] = {0};
     for (int64_t s = 0; s < n / QK_K; s++) {
         const block_q6_K *x = &w[s];
+        DOT_PREFETCH(x, sizeof(*x));
         __m128i sc8 = _mm_loadu_si128((const __m128i *)x->scales);
         __m256i sc16 = _mm256_cvtepi8_epi16(sc8);
         __m512i scz = _mm512_castsi256_si512(sc16);
@@ -237,6 +240,7 @@ static inline __m512i dotz_w_mxfp4(const block_mxfp4 *x0, const block_mxfp4 *x1)
         int64_t b = 0;                                                                              \
         for (; b + 8 <= nb; b += 8) {                                                               \
             const wblock *x8 = w + b;                                                               \
+            DOT_PREFETCH(x8, 8 * sizeof(wblock));                                                   \
             __m512i wabs[4];                                                                        \
             __mmask64 wneg[4];                                                                      \
             _Pragma("GCC unroll 8")                                                                 \
@@ -291,6 +295,7 @@ static inline __m512i dotz_w_mxfp4(const block_mxfp4 *x0, const block_mxfp4 *x1)
         int64_t b = 0;                                                                              \
         for (; b + 8 <= nb; b += 8) {                                                               \
             const wblock *x8 = w + b;                                                               \
+            DOT_PREFETCH(x8, 8 * sizeof(wblock));                                                   \
             __m512i wq[4];                                                                          \
             _Pragma("GCC unroll 4")                                                                 \
             for (int k = 0; k < 4; k++) wq[k] = wpair_fn(&x8[k], &x8[k + 4]);                       \
@@ -357,6 +362,7 @@ static inline __attribute__((always_inline)) void dotz_q2_K_n(int64_t n, const v
     float acc[DOT_MULTI_MAX] = {0};
     for (int64_t s = 0; s < n / QK_K; s++) {
         const block_q2_K *x = &w[s];
+        DOT_PREFETCH(x, sizeof(*x));
         __m128i raw = _mm_loadu_si128((const __m128i *)x->scales);
         __m512i scz = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(_mm_and_si128(raw, _mm_set1_epi8(15))));
         __m256i mn16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), _mm_set1_epi8(15)));
@@ -406,6 +412,7 @@ static inline __attribute__((always_inline)) void dotz_q3_K_n(int64_t n, const v
     float acc[DOT_MULTI_MAX] = {0};
     for (int64_t s = 0; s < n / QK_K; s++) {
         const block_q3_K *x = &w[s];
+        DOT_PREFETCH(x, sizeof(*x));
         __m256i sc16 = _mm256_cvtepi8_epi16(_mm_sub_epi8(dot_unpack_q3k_scales(x->scales), _mm_set1_epi8(32)));
         __m512i scz = _mm512_castsi256_si512(sc16);
         /* q = q_u - 4 with q_u = lo + 4*hbit in 0..7: the -4 is sum_b sc_b * (-4) * bsums_b */
@@ -458,6 +465,7 @@ static inline __attribute__((always_inline)) void dotz_iq4_xs_n(int64_t n, const
     float acc[DOT_MULTI_MAX] = {0};
     for (int64_t s = 0; s < n / QK_K; s++) {
         const block_iq4_xs *x = &w[s];
+        DOT_PREFETCH(x, sizeof(*x));
         uint32_t sl;
         memcpy(&sl, x->scales_l, 4);
         /* byte b = 6-bit scale of sub-block b: low nibble from scales_l, bits 4-5 from scales_h */

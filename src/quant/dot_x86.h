@@ -102,6 +102,7 @@ static inline __m256 dot_load8_f16(ggml_half h0, ggml_half h1, ggml_half h2, ggm
         int64_t b = 0;                                                                        \
         for (; b + 8 <= nb; b += 8) {                                                         \
             const wblock *x8 = w + b;                                                         \
+            DOT_PREFETCH(x8, 8 * sizeof(wblock));                                             \
             const block_q8_0 *a8 = a + b;                                                     \
             __m256i s[8];                                                                     \
             _Pragma("GCC unroll 8")                                                           \
@@ -200,6 +201,7 @@ DOT_LEGACY_SYM(mxfp4, block_mxfp4, dot_w_mxfp4(x), dot_mxfp4_d8(x8), dot_isum1_m
         int64_t b = 0;                                                                        \
         for (; b + 8 <= nb; b += 8) {                                                         \
             const wblock *x8 = w + b;                                                         \
+            DOT_PREFETCH(x8, 8 * sizeof(wblock));                                             \
             const block_q8_1 *a8 = a + b;                                                     \
             __m256i s[8];                                                                     \
             _Pragma("GCC unroll 8")                                                           \
@@ -271,6 +273,7 @@ static float DOT_NAME(q4_K)(int64_t n, const void *vw, const void *va) {
     float acc = 0.0f;
     for (int64_t s = 0; s < n / QK_K; s++) {
         const block_q4_K *x = &w[s];
+        DOT_PREFETCH(x, sizeof(*x));
         const int8_t *q8 = a[s].qs;
         __m128i scm = dot_unpack_k4_scales(x->scales);
         __m256i sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(scm));
@@ -299,6 +302,7 @@ static float DOT_NAME(q5_K)(int64_t n, const void *vw, const void *va) {
     float acc = 0.0f;
     for (int64_t s = 0; s < n / QK_K; s++) {
         const block_q5_K *x = &w[s];
+        DOT_PREFETCH(x, sizeof(*x));
         const int8_t *q8 = a[s].qs;
         __m128i scm = dot_unpack_k4_scales(x->scales);
         __m256i sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(scm));
@@ -331,6 +335,7 @@ static float DOT_NAME(q6_K)(int64_t n, const void *vw, const void *va) {
     float acc = 0.0f;
     for (int64_t s = 0; s < n / QK_K; s++) {
         const block_q6_K *x = &w[s];
+        DOT_PREFETCH(x, sizeof(*x));
         const int8_t *q8 = a[s].qs;
         __m128i sc8 = _mm_loadu_si128((const __m128i *)x->scales);
         /* the -32 offset: sum_b sc_b * (-32) * bsums_b */
@@ -379,6 +384,7 @@ static float DOT_NAME(q3_K)(int64_t n, const void *vw, const void *va) {
     float acc = 0.0f;
     for (int64_t s = 0; s < n / QK_K; s++) {
         const block_q3_K *x = &w[s];
+        DOT_PREFETCH(x, sizeof(*x));
         const int8_t *q8 = a[s].qs;
         __m128i sc8 = _mm_sub_epi8(dot_unpack_q3k_scales(x->scales), _mm_set1_epi8(32));
         /* q = q_u - 4 with q_u = lo + 4*hbit in 0..7: the -4 is sum_b sc_b * (-4) * bsums_b */
@@ -410,6 +416,7 @@ static float DOT_NAME(q2_K)(int64_t n, const void *vw, const void *va) {
     float acc = 0.0f;
     for (int64_t s = 0; s < n / QK_K; s++) {
         const block_q2_K *x = &w[s];
+        DOT_PREFETCH(x, sizeof(*x));
         const int8_t *q8 = a[s].qs;
         __m128i raw = _mm_loadu_si128((const __m128i *)x->scales);
         __m128i sc8 = _mm_and_si128(raw, _mm_set1_epi8(15));
@@ -440,6 +447,7 @@ static float DOT_NAME(iq4_xs)(int64_t n, const void *vw, const void *va) {
     float acc = 0.0f;
     for (int64_t s = 0; s < n / QK_K; s++) {
         const block_iq4_xs *x = &w[s];
+        DOT_PREFETCH(x, sizeof(*x));
         const int8_t *q8 = a[s].qs;
         __m256i iacc = _mm256_setzero_si256();
         #pragma GCC unroll 8
@@ -471,10 +479,12 @@ static float DOT_NAME(iq4_xs)(int64_t n, const void *vw, const void *va) {
         const float *a = va;                                                                \
         __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()}; \
         int64_t i = 0;                                                                      \
-        for (; i + 32 <= n; i += 32)                                                        \
+        for (; i + 32 <= n; i += 32) {                                                      \
+            DOT_PREFETCH(w + i, 32 * sizeof(wtype_c));                                      \
             _Pragma("GCC unroll 8")                                                         \
             for (int j = 0; j < 4; j++)                                                     \
                 acc[j] = _mm256_add_ps(acc[j], _mm256_mul_ps(load8(w + i + 8 * j), _mm256_loadu_ps(a + i + 8 * j))); \
+        }                                                                                   \
         float p[32];                                                                        \
         _Pragma("GCC unroll 8")                                                             \
         for (int j = 0; j < 4; j++) _mm256_storeu_ps(p + 8 * j, acc[j]);                    \
