@@ -10,6 +10,7 @@ CFLAGS  += -std=c11 -D_GNU_SOURCE $(OPT) -g -Wall -Wextra -Werror -Iinclude -Isr
 LDLIBS  += -lpcre2-8 -lcjson -lm -pthread
 AVX2_FLAGS   := -mavx2 -mfma -mf16c -mbmi2
 AVX512_FLAGS := $(AVX2_FLAGS) -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni
+AMX_FLAGS    := $(AVX512_FLAGS) -mamx-tile -mamx-int8 -mxsave
 
 LIB_SRC := $(sort $(wildcard src/common/*.c src/gguf/*.c src/quant/*.c src/tokenizer/*.c src/template/*.c \
              src/model/*.c src/backend/*.c src/backend/cpu/*.c src/engine/*.c))
@@ -85,6 +86,10 @@ $(BUILD)/%_avx2.o: %_avx2.c
 $(BUILD)/%_avx512.o: %_avx512.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(AVX512_FLAGS) -c $< -o $@
+
+$(BUILD)/%_amx.o: %_amx.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(AMX_FLAGS) -c $< -o $@
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(@D)

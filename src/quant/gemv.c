@@ -16,8 +16,28 @@ void quant_gemv(uint32_t wtype, int64_t n_cols, const void *w, size_t w_row_byte
  * weight row is streamed from memory once and dotted with all rows of the tile. */
 #define GEMM_ACT_TILE_BYTES (512 * 1024)
 
+static void gemm_dots(uint32_t wtype, int64_t n_cols, const void *w, size_t w_row_bytes, int64_t row0, int64_t n_rows,
+                      const void *act, size_t act_row_bytes, int64_t n_act, float *out, int64_t out_stride);
+
 void quant_gemm(uint32_t wtype, int64_t n_cols, const void *w, size_t w_row_bytes, int64_t row0, int64_t n_rows,
                 const void *act, size_t act_row_bytes, int64_t n_act, float *out, int64_t out_stride) {
+    /* Q4_K on AMX tiles where the CPU has them: whole 16 x 16 tiles there, the edges below (the same bits) */
+    const int64_t nr = n_rows & ~(int64_t)15, na = n_act & ~(int64_t)15;
+    if (wtype == GGML_TYPE_Q4_K && nr > 0 && na > 0 &&
+        quant_gemm_amx_q4_K(n_cols, (const uint8_t *)w + (size_t)row0 * w_row_bytes, w_row_bytes, nr, act, act_row_bytes, na, out,
+                            out_stride)) {
+        if (n_rows > nr)
+            gemm_dots(wtype, n_cols, w, w_row_bytes, row0 + nr, n_rows - nr, act, act_row_bytes, n_act, out + nr, out_stride);
+        if (n_act > na)
+            gemm_dots(wtype, n_cols, w, w_row_bytes, row0, nr, (const uint8_t *)act + (size_t)na * act_row_bytes, act_row_bytes,
+                      n_act - na, out + (size_t)na * (size_t)out_stride, out_stride);
+        return;
+    }
+    gemm_dots(wtype, n_cols, w, w_row_bytes, row0, n_rows, act, act_row_bytes, n_act, out, out_stride);
+}
+
+static void gemm_dots(uint32_t wtype, int64_t n_cols, const void *w, size_t w_row_bytes, int64_t row0, int64_t n_rows,
+                      const void *act, size_t act_row_bytes, int64_t n_act, float *out, int64_t out_stride) {
     vec_dot_fn f = quant_get_vec_dot(wtype);
     VLLMC_ASSERT(f != NULL && n_cols % quant_traits(wtype)->block_size == 0);
     int64_t tile = act_row_bytes ? (int64_t)(GEMM_ACT_TILE_BYTES / act_row_bytes) : n_act;

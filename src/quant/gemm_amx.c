@@ -1,0 +1,182 @@
+/* Q4_K x Q8_K matrix products on AMX-INT8 tiles (Sapphire Rapids and later), for prefill: 16 weight rows x 16
+ * activation rows a tile pass, the same bits as every other kernel (dot_impl.h's contract).
+ *
+ * The integer parts are exact whatever sums them: per super-block, isum = sum_b sc_b sum_l q_l a_l and
+ * msum = sum_b m_b (bsum_2b + bsum_2b+1). AMX's TDPBSUD sums s8 x u8 products into int32, but the 6-bit scale sc_b
+ * changes every 32 elements, and a tile product sums 64. So the weight operand carries the scale folded in:
+ * v = sc_b q (0..945) split into two bytes, lo = v & 255 and hi = v >> 8, and isum = sum lo a + 256 sum hi a over the
+ * super-block's 256 elements: 4 + 4 tile products of K = 64, no sub-block boundaries. |sum lo a| <= 256 * 255 * 127
+ * fits int32. msum comes from the activation's block sums (VPDPWSSD on int16 pairs). The float part is then
+ * dot_term_kmin's, element by element in vectors of 16 weight rows (mul, mul, mul, mul, sub; no FMA), added to each
+ * accumulator in super-block order.
+ *
+ * Operands: A = 16 activation rows x 64 bytes of Q8_K quants, loaded straight from the activation rows (stride = the
+ * row's bytes); B = the weight's lo or hi bytes in the tile's VNNI layout (B[r][4n + t] = row n's byte 4r + t of the
+ * 64), built once per 16 weight rows and used by every activation tile. C[m][n] = activation m, weight row n.
+ *
+ * The kernel needs the OS's permission for the tile data (Linux: arch_prctl(ARCH_REQ_XCOMP_PERM)); quant_amx_ok asks
+ * once. VLLMC_AMX=0 keeps it off. */
+#include <immintrin.h>
+#include <cpuid.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#if defined(__linux__)
+#include <sys/syscall.h>
+#endif
+#include "dot_impl.h"
+#include "gemv.h"
+
+#define AMX_ARCH_REQ_XCOMP_PERM 0x1023
+#define AMX_XFEATURE_XTILEDATA 18
+
+static pthread_once_t g_amx_once = PTHREAD_ONCE_INIT;
+static bool g_amx_ok;
+
+static void amx_init(void) {
+    const char *e = getenv("VLLMC_AMX");
+    if (e && !strcmp(e, "0")) return;
+    if (quant_isa_active() != QUANT_ISA_AVX512) return; /* VLLMC_SIMD below avx512 keeps the tiles off too */
+    unsigned a, b, c, d; /* CPUID.7.0:EDX[24] AMX-TILE, [25] AMX-INT8; XCR0[17:18] the tile state enabled by the OS */
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d & (1u << 24)) || !(d & (1u << 25))) return;
+    if ((_xgetbv(0) & (3ull << 17)) != (3ull << 17)) return;
+#if defined(__linux__) && defined(SYS_arch_prctl)
+    g_amx_ok = syscall(SYS_arch_prctl, AMX_ARCH_REQ_XCOMP_PERM, AMX_XFEATURE_XTILEDATA) == 0;
+#endif
+}
+
+bool quant_amx_ok(void) {
+    pthread_once(&g_amx_once, amx_init);
+    return g_amx_ok;
+}
+
+struct amx_cfg {
+    uint8_t palette, start_row;
+    uint8_t reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+};
+
+/* tmm0 A (activations), tmm1 / tmm2 B lo / hi (weights), tmm3 / tmm4 C lo / hi: all 16 rows x 64 bytes */
+static void amx_config(void) {
+    struct amx_cfg c;
+    memset(&c, 0, sizeof(c));
+    c.palette = 1;
+    for (int t = 0; t < 5; t++) {
+        c.rows[t] = 16;
+        c.colsb[t] = 64;
+    }
+    _tile_loadconfig(&c);
+}
+
+/* One super-block of 16 weight rows: the B tiles (chunk c = elements 64c .. 64c + 63: lo at 2c, hi at 2c + 1, 1 KB
+ * each), d / dmin and the mins as int16 pairs [m_2p | m_2p+1] per row. */
+struct amx_wsb {
+    uint8_t b[8][16][64];
+    float d[16], dmin[16];
+    int32_t mpair[4][16];
+};
+
+static void amx_prep_weights(const uint8_t *w, size_t row_bytes, int64_t n_sb, struct amx_wsb *out) {
+    uint8_t stage[2][16][64] __attribute__((aligned(64))); /* [lo / hi][row][byte] of one chunk */
+    const __m512i idx = _mm512_setr_epi32(0, 16, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 240);
+    for (int64_t s = 0; s < n_sb; s++) {
+        struct amx_wsb *o = &out[s];
+        int sc[16][8];
+        for (int n = 0; n < 16; n++) {
+            const block_q4_K *x = (const block_q4_K *)(w + (size_t)n * row_bytes) + s;
+            int m[8];
+            for (int b = 0; b < 8; b++) dot_scale_min_k4(b, x->scales, &sc[n][b], &m[b]);
+            o->d[n] = fp16_to_fp32(x->d);
+            o->dmin[n] = fp16_to_fp32(x->dmin);
+            for (int p = 0; p < 4; p++) o->mpair[p][n] = (int32_t)(uint32_t)((uint16_t)m[2 * p] | ((uint32_t)(uint16_t)m[2 * p + 1] << 16));
+        }
+        for (int c = 0; c < 4; c++) {
+            for (int n = 0; n < 16; n++) {
+                const block_q4_K *x = (const block_q4_K *)(w + (size_t)n * row_bytes) + s;
+                const __m256i q = _mm256_loadu_si256((const __m256i *)(x->qs + 32 * c));
+                const __m256i m4 = _mm256_set1_epi8(15);
+                /* elements 0..31: low nibbles (sub-block 2c), 32..63: high nibbles (sub-block 2c + 1) */
+                const __m512i v0 = _mm512_cvtepu8_epi16(_mm256_and_si256(q, m4));
+                const __m512i v1 = _mm512_cvtepu8_epi16(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4));
+                const __m512i p0 = _mm512_mullo_epi16(v0, _mm512_set1_epi16((short)sc[n][2 * c]));
+                const __m512i p1 = _mm512_mullo_epi16(v1, _mm512_set1_epi16((short)sc[n][2 * c + 1]));
+                _mm256_store_si256((__m256i *)&stage[0][n][0], _mm512_cvtepi16_epi8(p0));
+                _mm256_store_si256((__m256i *)&stage[0][n][32], _mm512_cvtepi16_epi8(p1));
+                _mm256_store_si256((__m256i *)&stage[1][n][0], _mm512_cvtepi16_epi8(_mm512_srli_epi16(p0, 8)));
+                _mm256_store_si256((__m256i *)&stage[1][n][32], _mm512_cvtepi16_epi8(_mm512_srli_epi16(p1, 8)));
+            }
+            /* VNNI layout: B row r = dword r of each of the 16 rows */
+            for (int h = 0; h < 2; h++)
+                for (int r = 0; r < 16; r++)
+                    _mm512_store_si512((__m512i *)o->b[2 * c + h][r], _mm512_i32gather_epi32(idx, (const int *)&stage[h][0][4 * r], 4));
+        }
+    }
+}
+
+/* Activation tile a0 (16 rows): for each of the 16 weight rows in ws, out[(a0 + m) * out_stride + n] = the dot
+ * product, summed over the super-blocks in order as dot_term_kmin's terms. */
+static void amx_tile(const struct amx_wsb *ws, int64_t n_sb, const uint8_t *act, size_t act_row_bytes, float *out,
+                     int64_t out_stride) {
+    int32_t clo[16][16] __attribute__((aligned(64))), chi[16][16] __attribute__((aligned(64)));
+    __m512 acc[16];
+    for (int m = 0; m < 16; m++) acc[m] = _mm512_setzero_ps();
+    for (int64_t s = 0; s < n_sb; s++) {
+        const struct amx_wsb *o = &ws[s];
+        const uint8_t *a0 = act + (size_t)s * sizeof(block_q8_K) + offsetof(block_q8_K, qs);
+        _tile_zero(3);
+        _tile_zero(4);
+        for (int c = 0; c < 4; c++) {
+            _tile_loadd(0, a0 + 64 * c, (long)act_row_bytes);
+            _tile_loadd(1, o->b[2 * c], 64);
+            _tile_loadd(2, o->b[2 * c + 1], 64);
+            _tile_dpbsud(3, 0, 1);
+            _tile_dpbsud(4, 0, 2);
+        }
+        _tile_stored(3, clo, 64);
+        _tile_stored(4, chi, 64);
+        const __m512 d = _mm512_load_ps(o->d), dmin = _mm512_load_ps(o->dmin);
+        const __m512i mp0 = _mm512_load_si512(o->mpair[0]), mp1 = _mm512_load_si512(o->mpair[1]);
+        const __m512i mp2 = _mm512_load_si512(o->mpair[2]), mp3 = _mm512_load_si512(o->mpair[3]);
+        for (int m = 0; m < 16; m++) {
+            const block_q8_K *am = (const block_q8_K *)(act + (size_t)m * act_row_bytes) + s;
+            const __m512i isum = _mm512_add_epi32(_mm512_load_si512(clo[m]), _mm512_slli_epi32(_mm512_load_si512(chi[m]), 8));
+            /* the activation's sub-block sums bsum_2b + bsum_2b+1 as int16 pairs [P_2p | P_2p+1] */
+            int32_t pp[4];
+            for (int p = 0; p < 4; p++) {
+                const int32_t P0 = am->bsums[4 * p] + am->bsums[4 * p + 1], P1 = am->bsums[4 * p + 2] + am->bsums[4 * p + 3];
+                pp[p] = (int32_t)(uint32_t)((uint16_t)P0 | ((uint32_t)(uint16_t)P1 << 16));
+            }
+            __m512i msum = _mm512_dpwssd_epi32(_mm512_setzero_si512(), mp0, _mm512_set1_epi32(pp[0]));
+            msum = _mm512_dpwssd_epi32(msum, mp1, _mm512_set1_epi32(pp[1]));
+            msum = _mm512_dpwssd_epi32(msum, mp2, _mm512_set1_epi32(pp[2]));
+            msum = _mm512_dpwssd_epi32(msum, mp3, _mm512_set1_epi32(pp[3]));
+            const __m512 da = _mm512_set1_ps(am->d);
+            const __m512 dd = _mm512_mul_ps(da, d), dm = _mm512_mul_ps(da, dmin);
+            const __m512 x = _mm512_mul_ps(dd, _mm512_cvtepi32_ps(isum)), y = _mm512_mul_ps(dm, _mm512_cvtepi32_ps(msum));
+            acc[m] = _mm512_add_ps(acc[m], _mm512_sub_ps(x, y));
+        }
+    }
+    for (int m = 0; m < 16; m++) _mm512_storeu_ps(out + (size_t)m * (size_t)out_stride, acc[m]);
+}
+
+/* Rows [0, n_rows) x activations [0, n_act), both multiples of 16; out[i * out_stride + r]. false: not run. */
+bool quant_gemm_amx_q4_K(int64_t n_cols, const void *w, size_t w_row_bytes, int64_t n_rows, const void *act,
+                         size_t act_row_bytes, int64_t n_act, float *out, int64_t out_stride) {
+    if (!quant_amx_ok() || n_cols % QK_K || n_rows % 16 || n_act % 16 || n_rows <= 0 || n_act <= 0) return false;
+    const int64_t n_sb = n_cols / QK_K;
+    struct amx_wsb *ws = aligned_alloc(64, (size_t)n_sb * sizeof(struct amx_wsb));
+    if (!ws) return false;
+    amx_config();
+    for (int64_t r0 = 0; r0 < n_rows; r0 += 16) {
+        amx_prep_weights((const uint8_t *)w + (size_t)r0 * w_row_bytes, w_row_bytes, n_sb, ws);
+        for (int64_t i0 = 0; i0 < n_act; i0 += 16)
+            amx_tile(ws, n_sb, (const uint8_t *)act + (size_t)i0 * act_row_bytes, act_row_bytes, out + (size_t)i0 * (size_t)out_stride + r0,
+                     out_stride);
+    }
+    _tile_release();
+    free(ws);
+    return true;
+}
