@@ -59,12 +59,12 @@ struct amx_cfg {
     uint8_t rows[16];
 };
 
-/* tmm0 A (activations), tmm1 / tmm2 B lo / hi (weights), tmm3 / tmm4 C lo / hi: all 16 rows x 64 bytes */
+/* tmm0 A (activations), tmm1 B (weights), tmm2..5 C: all 16 rows x 64 bytes */
 static void amx_config(void) {
     struct amx_cfg c;
     memset(&c, 0, sizeof(c));
     c.palette = 1;
-    for (int t = 0; t < 5; t++) {
+    for (int t = 0; t < 6; t++) {
         c.rows[t] = 16;
         c.colsb[t] = 64;
     }
@@ -116,50 +116,76 @@ static void amx_prep_weights(const uint8_t *w, size_t row_bytes, int64_t n_sb, s
     }
 }
 
-/* Activation tile a0 (16 rows): for each of the 16 weight rows in ws, out[(a0 + m) * out_stride + n] = the dot
- * product, summed over the super-blocks in order as dot_term_kmin's terms. */
-static void amx_tile(const struct amx_wsb *ws, int64_t n_sb, const uint8_t *act, size_t act_row_bytes, float *out,
+/* The float part of one super-block for the 16 activation rows of a tile and one group of 16 weight rows: isum from
+ * the lo / hi tile sums, msum from the activation's block sums, dot_term_kmin's terms added to acc. */
+static inline __attribute__((always_inline)) void amx_q4k_terms(const struct amx_wsb *o, const uint8_t *act, size_t act_row_bytes,
+                                                                int64_t s, const int32_t (*clo)[16], const int32_t (*chi)[16], __m512 *acc) {
+    const __m512 d = _mm512_load_ps(o->d), dmin = _mm512_load_ps(o->dmin);
+    const __m512i mp0 = _mm512_load_si512(o->mpair[0]), mp1 = _mm512_load_si512(o->mpair[1]);
+    const __m512i mp2 = _mm512_load_si512(o->mpair[2]), mp3 = _mm512_load_si512(o->mpair[3]);
+#pragma GCC unroll 16
+    for (int m = 0; m < 16; m++) {
+        const block_q8_K *am = (const block_q8_K *)(act + (size_t)m * act_row_bytes) + s;
+        const __m512i isum = _mm512_add_epi32(_mm512_load_si512(clo[m]), _mm512_slli_epi32(_mm512_load_si512(chi[m]), 8));
+        /* the activation's sub-block sums bsum_2b + bsum_2b+1 as int16 pairs [P_2p | P_2p+1]: the 16 bsums summed in
+         * pairs by one madd against ones */
+        const __m128i ps = _mm256_castsi256_si128(_mm256_permute4x64_epi64(
+            _mm256_packs_epi32(_mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)am->bsums), _mm256_set1_epi16(1)), _mm256_setzero_si256()),
+            _MM_SHUFFLE(3, 1, 2, 0)));
+        __m512i msum = _mm512_dpwssd_epi32(_mm512_setzero_si512(), mp0, _mm512_set1_epi32(_mm_extract_epi32(ps, 0)));
+        msum = _mm512_dpwssd_epi32(msum, mp1, _mm512_set1_epi32(_mm_extract_epi32(ps, 1)));
+        msum = _mm512_dpwssd_epi32(msum, mp2, _mm512_set1_epi32(_mm_extract_epi32(ps, 2)));
+        msum = _mm512_dpwssd_epi32(msum, mp3, _mm512_set1_epi32(_mm_extract_epi32(ps, 3)));
+        const __m512 da = _mm512_set1_ps(am->d);
+        const __m512 dd = _mm512_mul_ps(da, d), dm = _mm512_mul_ps(da, dmin);
+        const __m512 x = _mm512_mul_ps(dd, _mm512_cvtepi32_ps(isum)), y = _mm512_mul_ps(dm, _mm512_cvtepi32_ps(msum));
+        acc[m] = _mm512_add_ps(acc[m], _mm512_sub_ps(x, y));
+    }
+}
+
+/* Activation tile act (16 rows) against ng (1 or 2) groups of 16 weight rows (ws[g * n_sb ..]): out[m * out_stride +
+ * 16 g + n] = the dot product of activation m and row n of group g, summed over the super-blocks in order. Tiles: tmm0
+ * A, tmm1 B, tmm2..5 C (group g lo / hi at 2 + 2g, 3 + 2g). */
+static void amx_tile(const struct amx_wsb *ws, int64_t n_sb, int ng, const uint8_t *act, size_t act_row_bytes, float *out,
                      int64_t out_stride) {
-    int32_t clo[16][16] __attribute__((aligned(64))), chi[16][16] __attribute__((aligned(64)));
-    __m512 acc[16];
-    for (int m = 0; m < 16; m++) acc[m] = _mm512_setzero_ps();
+    int32_t c[4][16][16] __attribute__((aligned(64)));
+    __m512 acc0[16], acc1[16];
+    for (int m = 0; m < 16; m++) acc0[m] = acc1[m] = _mm512_setzero_ps();
     for (int64_t s = 0; s < n_sb; s++) {
-        const struct amx_wsb *o = &ws[s];
         const uint8_t *a0 = act + (size_t)s * sizeof(block_q8_K) + offsetof(block_q8_K, qs);
+        const struct amx_wsb *o0 = &ws[s], *o1 = &ws[n_sb + s];
+        _tile_zero(2);
         _tile_zero(3);
-        _tile_zero(4);
-        for (int c = 0; c < 4; c++) {
-            _tile_loadd(0, a0 + 64 * c, (long)act_row_bytes);
-            _tile_loadd(1, o->b[2 * c], 64);
-            _tile_loadd(2, o->b[2 * c + 1], 64);
-            _tile_dpbsud(3, 0, 1);
-            _tile_dpbsud(4, 0, 2);
+        if (ng == 2) {
+            _tile_zero(4);
+            _tile_zero(5);
         }
-        _tile_stored(3, clo, 64);
-        _tile_stored(4, chi, 64);
-        const __m512 d = _mm512_load_ps(o->d), dmin = _mm512_load_ps(o->dmin);
-        const __m512i mp0 = _mm512_load_si512(o->mpair[0]), mp1 = _mm512_load_si512(o->mpair[1]);
-        const __m512i mp2 = _mm512_load_si512(o->mpair[2]), mp3 = _mm512_load_si512(o->mpair[3]);
-        for (int m = 0; m < 16; m++) {
-            const block_q8_K *am = (const block_q8_K *)(act + (size_t)m * act_row_bytes) + s;
-            const __m512i isum = _mm512_add_epi32(_mm512_load_si512(clo[m]), _mm512_slli_epi32(_mm512_load_si512(chi[m]), 8));
-            /* the activation's sub-block sums bsum_2b + bsum_2b+1 as int16 pairs [P_2p | P_2p+1] */
-            int32_t pp[4];
-            for (int p = 0; p < 4; p++) {
-                const int32_t P0 = am->bsums[4 * p] + am->bsums[4 * p + 1], P1 = am->bsums[4 * p + 2] + am->bsums[4 * p + 3];
-                pp[p] = (int32_t)(uint32_t)((uint16_t)P0 | ((uint32_t)(uint16_t)P1 << 16));
+        for (int k = 0; k < 4; k++) {
+            _tile_loadd(0, a0 + 64 * k, (long)act_row_bytes);
+            _tile_loadd(1, o0->b[2 * k], 64);
+            _tile_dpbsud(2, 0, 1);
+            _tile_loadd(1, o0->b[2 * k + 1], 64);
+            _tile_dpbsud(3, 0, 1);
+            if (ng == 2) {
+                _tile_loadd(1, o1->b[2 * k], 64);
+                _tile_dpbsud(4, 0, 1);
+                _tile_loadd(1, o1->b[2 * k + 1], 64);
+                _tile_dpbsud(5, 0, 1);
             }
-            __m512i msum = _mm512_dpwssd_epi32(_mm512_setzero_si512(), mp0, _mm512_set1_epi32(pp[0]));
-            msum = _mm512_dpwssd_epi32(msum, mp1, _mm512_set1_epi32(pp[1]));
-            msum = _mm512_dpwssd_epi32(msum, mp2, _mm512_set1_epi32(pp[2]));
-            msum = _mm512_dpwssd_epi32(msum, mp3, _mm512_set1_epi32(pp[3]));
-            const __m512 da = _mm512_set1_ps(am->d);
-            const __m512 dd = _mm512_mul_ps(da, d), dm = _mm512_mul_ps(da, dmin);
-            const __m512 x = _mm512_mul_ps(dd, _mm512_cvtepi32_ps(isum)), y = _mm512_mul_ps(dm, _mm512_cvtepi32_ps(msum));
-            acc[m] = _mm512_add_ps(acc[m], _mm512_sub_ps(x, y));
+        }
+        _tile_stored(2, c[0], 64);
+        _tile_stored(3, c[1], 64);
+        amx_q4k_terms(o0, act, act_row_bytes, s, c[0], c[1], acc0);
+        if (ng == 2) {
+            _tile_stored(4, c[2], 64);
+            _tile_stored(5, c[3], 64);
+            amx_q4k_terms(o1, act, act_row_bytes, s, c[2], c[3], acc1);
         }
     }
-    for (int m = 0; m < 16; m++) _mm512_storeu_ps(out + (size_t)m * (size_t)out_stride, acc[m]);
+    for (int m = 0; m < 16; m++) {
+        _mm512_storeu_ps(out + (size_t)m * (size_t)out_stride, acc0[m]);
+        if (ng == 2) _mm512_storeu_ps(out + (size_t)m * (size_t)out_stride + 16, acc1[m]);
+    }
 }
 
 /* Rows [0, n_rows) x activations [0, n_act), both multiples of 16; out[i * out_stride + r]. false: not run. */
@@ -167,14 +193,16 @@ bool quant_gemm_amx_q4_K(int64_t n_cols, const void *w, size_t w_row_bytes, int6
                          size_t act_row_bytes, int64_t n_act, float *out, int64_t out_stride) {
     if (!quant_amx_ok() || n_cols % QK_K || n_rows % 16 || n_act % 16 || n_rows <= 0 || n_act <= 0) return false;
     const int64_t n_sb = n_cols / QK_K;
-    struct amx_wsb *ws = aligned_alloc(64, (size_t)n_sb * sizeof(struct amx_wsb));
+    struct amx_wsb *ws = aligned_alloc(64, 2 * (size_t)n_sb * sizeof(struct amx_wsb));
     if (!ws) return false;
     amx_config();
-    for (int64_t r0 = 0; r0 < n_rows; r0 += 16) {
-        amx_prep_weights((const uint8_t *)w + (size_t)r0 * w_row_bytes, w_row_bytes, n_sb, ws);
+    for (int64_t r0 = 0; r0 < n_rows; r0 += 32) { /* two groups of 16 rows a pass (one at an odd end) */
+        const int ng = n_rows - r0 >= 32 ? 2 : 1;
+        for (int g = 0; g < ng; g++)
+            amx_prep_weights((const uint8_t *)w + (size_t)(r0 + 16 * g) * w_row_bytes, w_row_bytes, n_sb, ws + (size_t)g * (size_t)n_sb);
         for (int64_t i0 = 0; i0 < n_act; i0 += 16)
-            amx_tile(ws, n_sb, (const uint8_t *)act + (size_t)i0 * act_row_bytes, act_row_bytes, out + (size_t)i0 * (size_t)out_stride + r0,
-                     out_stride);
+            amx_tile(ws, n_sb, ng, (const uint8_t *)act + (size_t)i0 * act_row_bytes, act_row_bytes,
+                     out + (size_t)i0 * (size_t)out_stride + r0, out_stride);
     }
     _tile_release();
     free(ws);
