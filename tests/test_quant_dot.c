@@ -309,12 +309,11 @@ static void test_gemv(uint32_t t, int64_t n) {
     free(a);
 }
 
-/* (d') Q4_K through quant_gemm at whole 16 x 16 tiles and their edges: the AMX tiles where the CPU has them
+/* (d') Q4_K / Q6_K through quant_gemm at whole 16 x 16 tiles and their edges: the AMX tiles where the CPU has them
  * (quant_amx_ok), the other kernels elsewhere; bit-exact against vec_dot_ref either way, on random activations and on
  * extreme ones (every quant +-127: the tile sums' largest magnitudes). */
-static void test_gemm_amx(void) {
-    const uint32_t t = GGML_TYPE_Q4_K;
-    printf("test_quant_dot: AMX tiles %s\n", quant_amx_ok() ? "on" : "off (no AMX-INT8 here, or VLLMC_AMX=0: Q4_K gemm on the other kernels)");
+static void test_gemm_amx(uint32_t t) {
+    printf("test_quant_dot: AMX tiles %s\n", quant_amx_ok() ? "on" : "off (no AMX-INT8 here, or VLLMC_AMX=0: the gemm on the other kernels)");
     const int64_t cfg[][3] = {{256, 16, 16}, {2560, 37, 21}, {9216, 32, 48}, {512, 64, 33}, {1024, 17, 16}};
     for (size_t k = 0; k < ARRAY_LEN(cfg); k++) {
         const int64_t n = cfg[k][0], n_rows = cfg[k][1], n_act = cfg[k][2], row0 = 1, stride = n_rows + 5;
@@ -332,11 +331,11 @@ static void test_gemm_amx(void) {
                     bad += f2u(out[i * stride + r]) != f2u(vec_dot_ref(t, n, w + (size_t)(row0 + r) * row_bytes, a + (size_t)i * ab));
                 bad += out[i * stride + n_rows] != -1.0f; /* no write past n_rows */
             }
-            CHECK_MSG(bad == 0, "Q4_K gemm %lld x %lld x %lld (%s activations): %lld outputs differ from vec_dot_ref", (long long)n_rows,
-                      (long long)n_act, (long long)n, pass ? "extreme" : "random", (long long)bad);
+            CHECK_MSG(bad == 0, "%s gemm %lld x %lld x %lld (%s activations): %lld outputs differ from vec_dot_ref", quant_traits(t)->name,
+                      (long long)n_rows, (long long)n_act, (long long)n, pass ? "extreme" : "random", (long long)bad);
         }
         if (quant_amx_ok()) /* the tile kernel itself ran (16 x 16 whole tiles) */
-            CHECK(quant_gemm_amx_q4_K(n, w, row_bytes, n_rows & ~15, a, ab, n_act & ~15, out, stride));
+            CHECK(quant_gemm_amx(t, n, w, row_bytes, n_rows & ~15, a, ab, n_act & ~15, out, stride));
         free(w); free(a); free(out);
     }
 }
@@ -520,6 +519,8 @@ int main(void) {
         test_gemv(t, 0);
         if (quant_traits(t)->block_size == 256) test_gemv(t, 19 * 256); /* 4864 columns, as Qwen2.5-0.5B's ffn_down */
     }
-    test_gemm_amx();
+    test_gemm_amx(GGML_TYPE_Q4_K);
+    test_gemm_amx(GGML_TYPE_Q6_K);
+    CHECK(!quant_amx_type(GGML_TYPE_Q8_0));
     return test_finish("test_quant_dot");
 }

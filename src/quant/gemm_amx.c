@@ -1,4 +1,4 @@
-/* Q4_K x Q8_K matrix products on AMX-INT8 tiles (Sapphire Rapids and later), for prefill: 16 weight rows x 16
+/* Q4_K and Q6_K x Q8_K matrix products on AMX-INT8 tiles (Sapphire Rapids and later), for prefill: 16 weight rows x 16
  * activation rows a tile pass, the same bits as every other kernel (dot_impl.h's contract).
  *
  * The integer parts are exact whatever sums them: per super-block, isum = sum_b sc_b sum_l q_l a_l and
@@ -8,7 +8,8 @@
  * super-block's 256 elements: 4 + 4 tile products of K = 64, no sub-block boundaries. |sum lo a| <= 256 * 255 * 127
  * fits int32. msum comes from the activation's block sums (VPDPWSSD on int16 pairs). The float part is then
  * dot_term_kmin's, element by element in vectors of 16 weight rows (mul, mul, mul, mul, sub; no FMA), added to each
- * accumulator in super-block order.
+ * accumulator in super-block order. Q6_K the same way: v = scale_b (q - 32) in -4,064..4,096, lo unsigned and hi
+ * signed (-16..16, TDPBSSD), its float part dot_term_k's.
  *
  * Operands: A = 16 activation rows x 64 bytes of Q8_K quants, loaded straight from the activation rows (stride = the
  * row's bytes); B = the weight's lo or hi bytes in the tile's VNNI layout (B[r][4n + t] = row n's byte 4r + t of the
@@ -79,40 +80,74 @@ struct amx_wsb {
     int32_t mpair[4][16];
 };
 
-static void amx_prep_weights(const uint8_t *w, size_t row_bytes, int64_t n_sb, struct amx_wsb *out) {
-    uint8_t stage[2][16][64] __attribute__((aligned(64))); /* [lo / hi][row][byte] of one chunk */
-    const __m512i idx = _mm512_setr_epi32(0, 16, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 240);
+/* The B tiles of one super-block from its 16 rows' folded values as lo / hi bytes (stage[h][n][e], e < 256): chunk c's
+ * tile h has row r = dword 16c + r of each of the 16 rows (the VNNI layout). */
+static void amx_stage_to_tiles(const uint8_t (*stage)[16][256], struct amx_wsb *o) {
+    const __m512i idx = _mm512_setr_epi32(0, 64, 128, 192, 256, 320, 384, 448, 512, 576, 640, 704, 768, 832, 896, 960);
+    for (int c = 0; c < 4; c++)
+        for (int h = 0; h < 2; h++)
+            for (int r = 0; r < 16; r++)
+                _mm512_store_si512((__m512i *)o->b[2 * c + h][r], _mm512_i32gather_epi32(idx, (const int *)&stage[h][0][64 * c + 4 * r], 4));
+}
+
+/* v (int16, 32 elements) as its low bytes (unsigned) and high bytes (signed) into lo[0..31], hi[0..31] */
+static inline void amx_split(__m512i v, uint8_t *lo, uint8_t *hi) {
+    _mm256_storeu_si256((__m256i *)lo, _mm512_cvtepi16_epi8(v));
+    _mm256_storeu_si256((__m256i *)hi, _mm512_cvtepi16_epi8(_mm512_srai_epi16(v, 8)));
+}
+
+/* Q4_K: v = sc_b q (0..945); d, dmin and the mins as int16 pairs per row */
+static void amx_prep_q4_K(const uint8_t *w, size_t row_bytes, int64_t n_sb, struct amx_wsb *out) {
+    uint8_t stage[2][16][256] __attribute__((aligned(64)));
+    const __m256i m4 = _mm256_set1_epi8(15);
     for (int64_t s = 0; s < n_sb; s++) {
         struct amx_wsb *o = &out[s];
-        int sc[16][8];
         for (int n = 0; n < 16; n++) {
             const block_q4_K *x = (const block_q4_K *)(w + (size_t)n * row_bytes) + s;
-            int m[8];
-            for (int b = 0; b < 8; b++) dot_scale_min_k4(b, x->scales, &sc[n][b], &m[b]);
+            int sc[8], m[8];
+            for (int b = 0; b < 8; b++) dot_scale_min_k4(b, x->scales, &sc[b], &m[b]);
             o->d[n] = fp16_to_fp32(x->d);
             o->dmin[n] = fp16_to_fp32(x->dmin);
             for (int p = 0; p < 4; p++) o->mpair[p][n] = (int32_t)(uint32_t)((uint16_t)m[2 * p] | ((uint32_t)(uint16_t)m[2 * p + 1] << 16));
-        }
-        for (int c = 0; c < 4; c++) {
-            for (int n = 0; n < 16; n++) {
-                const block_q4_K *x = (const block_q4_K *)(w + (size_t)n * row_bytes) + s;
+            for (int c = 0; c < 4; c++) { /* elements 64c..64c+31: low nibbles (sub-block 2c), +32..63: high (2c + 1) */
                 const __m256i q = _mm256_loadu_si256((const __m256i *)(x->qs + 32 * c));
-                const __m256i m4 = _mm256_set1_epi8(15);
-                /* elements 0..31: low nibbles (sub-block 2c), 32..63: high nibbles (sub-block 2c + 1) */
-                const __m512i v0 = _mm512_cvtepu8_epi16(_mm256_and_si256(q, m4));
-                const __m512i v1 = _mm512_cvtepu8_epi16(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4));
-                const __m512i p0 = _mm512_mullo_epi16(v0, _mm512_set1_epi16((short)sc[n][2 * c]));
-                const __m512i p1 = _mm512_mullo_epi16(v1, _mm512_set1_epi16((short)sc[n][2 * c + 1]));
-                _mm256_store_si256((__m256i *)&stage[0][n][0], _mm512_cvtepi16_epi8(p0));
-                _mm256_store_si256((__m256i *)&stage[0][n][32], _mm512_cvtepi16_epi8(p1));
-                _mm256_store_si256((__m256i *)&stage[1][n][0], _mm512_cvtepi16_epi8(_mm512_srli_epi16(p0, 8)));
-                _mm256_store_si256((__m256i *)&stage[1][n][32], _mm512_cvtepi16_epi8(_mm512_srli_epi16(p1, 8)));
+                const __m512i v0 = _mm512_mullo_epi16(_mm512_cvtepu8_epi16(_mm256_and_si256(q, m4)), _mm512_set1_epi16((short)sc[2 * c]));
+                const __m512i v1 = _mm512_mullo_epi16(_mm512_cvtepu8_epi16(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4)),
+                                                      _mm512_set1_epi16((short)sc[2 * c + 1]));
+                amx_split(v0, &stage[0][n][64 * c], &stage[1][n][64 * c]);
+                amx_split(v1, &stage[0][n][64 * c + 32], &stage[1][n][64 * c + 32]);
             }
-            /* VNNI layout: B row r = dword r of each of the 16 rows */
-            for (int h = 0; h < 2; h++)
-                for (int r = 0; r < 16; r++)
-                    _mm512_store_si512((__m512i *)o->b[2 * c + h][r], _mm512_i32gather_epi32(idx, (const int *)&stage[h][0][4 * r], 4));
         }
+        amx_stage_to_tiles((const uint8_t (*)[16][256])stage, o);
+    }
+}
+
+/* Q6_K: v = scale_b (q - 32) (-4,064..4,096); d per row. Element 128h + 32g + l: the low 4 bits from ql[64h + 32(g % 2)
+ * + l] (shifted by 4 (g / 2)), the high 2 from qh[32h + l] (shifted by 2g); sub-block 8h + 2g + (l >= 16). */
+static void amx_prep_q6_K(const uint8_t *w, size_t row_bytes, int64_t n_sb, struct amx_wsb *out) {
+    uint8_t stage[2][16][256] __attribute__((aligned(64)));
+    const __m256i m4 = _mm256_set1_epi8(15), m2 = _mm256_set1_epi8(3);
+    for (int64_t s = 0; s < n_sb; s++) {
+        struct amx_wsb *o = &out[s];
+        for (int n = 0; n < 16; n++) {
+            const block_q6_K *x = (const block_q6_K *)(w + (size_t)n * row_bytes) + s;
+            o->d[n] = fp16_to_fp32(x->d);
+            for (int h = 0; h < 2; h++) {
+                const __m256i qh = _mm256_loadu_si256((const __m256i *)(x->qh + 32 * h));
+                for (int g = 0; g < 4; g++) {
+                    const __m256i ql = _mm256_loadu_si256((const __m256i *)(x->ql + 64 * h + 32 * (g % 2)));
+                    const __m256i lo4 = _mm256_and_si256(g / 2 ? _mm256_srli_epi16(ql, 4) : ql, m4);
+                    const __m256i hi2 = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * g), m2);
+                    const __m256i q = _mm256_or_si256(lo4, _mm256_slli_epi16(hi2, 4)); /* 0..63 (no bit crosses a byte) */
+                    const int b = 8 * h + 2 * g;
+                    const __m512i sc = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16((short)x->scales[b])),
+                                                          _mm256_set1_epi16((short)x->scales[b + 1]), 1);
+                    const __m512i v = _mm512_mullo_epi16(_mm512_sub_epi16(_mm512_cvtepu8_epi16(q), _mm512_set1_epi16(32)), sc);
+                    amx_split(v, &stage[0][n][128 * h + 32 * g], &stage[1][n][128 * h + 32 * g]);
+                }
+            }
+        }
+        amx_stage_to_tiles((const uint8_t (*)[16][256])stage, o);
     }
 }
 
@@ -143,10 +178,23 @@ static inline __attribute__((always_inline)) void amx_q4k_terms(const struct amx
     }
 }
 
+/* Q6_K's float part: dot_term_k's terms (da d) isum added to acc. */
+static inline __attribute__((always_inline)) void amx_q6k_terms(const struct amx_wsb *o, const uint8_t *act, size_t act_row_bytes,
+                                                                int64_t s, const int32_t (*clo)[16], const int32_t (*chi)[16], __m512 *acc) {
+    const __m512 d = _mm512_load_ps(o->d);
+#pragma GCC unroll 16
+    for (int m = 0; m < 16; m++) {
+        const block_q8_K *am = (const block_q8_K *)(act + (size_t)m * act_row_bytes) + s;
+        const __m512i isum = _mm512_add_epi32(_mm512_load_si512(clo[m]), _mm512_slli_epi32(_mm512_load_si512(chi[m]), 8));
+        const __m512 dd = _mm512_mul_ps(_mm512_set1_ps(am->d), d);
+        acc[m] = _mm512_add_ps(acc[m], _mm512_mul_ps(dd, _mm512_cvtepi32_ps(isum)));
+    }
+}
+
 /* Activation tile act (16 rows) against ng (1 or 2) groups of 16 weight rows (ws[g * n_sb ..]): out[m * out_stride +
  * 16 g + n] = the dot product of activation m and row n of group g, summed over the super-blocks in order. Tiles: tmm0
  * A, tmm1 B, tmm2..5 C (group g lo / hi at 2 + 2g, 3 + 2g). */
-static void amx_tile(const struct amx_wsb *ws, int64_t n_sb, int ng, const uint8_t *act, size_t act_row_bytes, float *out,
+static void amx_tile(bool q6, const struct amx_wsb *ws, int64_t n_sb, int ng, const uint8_t *act, size_t act_row_bytes, float *out,
                      int64_t out_stride) {
     int32_t c[4][16][16] __attribute__((aligned(64)));
     __m512 acc0[16], acc1[16];
@@ -165,21 +213,23 @@ static void amx_tile(const struct amx_wsb *ws, int64_t n_sb, int ng, const uint8
             _tile_loadd(1, o0->b[2 * k], 64);
             _tile_dpbsud(2, 0, 1);
             _tile_loadd(1, o0->b[2 * k + 1], 64);
-            _tile_dpbsud(3, 0, 1);
+            _tile_dpbssd(3, 0, 1); /* the high bytes are signed (Q6_K's down to -16; Q4_K's 0..3 read the same) */
             if (ng == 2) {
                 _tile_loadd(1, o1->b[2 * k], 64);
                 _tile_dpbsud(4, 0, 1);
                 _tile_loadd(1, o1->b[2 * k + 1], 64);
-                _tile_dpbsud(5, 0, 1);
+                _tile_dpbssd(5, 0, 1);
             }
         }
         _tile_stored(2, c[0], 64);
         _tile_stored(3, c[1], 64);
-        amx_q4k_terms(o0, act, act_row_bytes, s, c[0], c[1], acc0);
+        if (q6) amx_q6k_terms(o0, act, act_row_bytes, s, c[0], c[1], acc0);
+        else amx_q4k_terms(o0, act, act_row_bytes, s, c[0], c[1], acc0);
         if (ng == 2) {
             _tile_stored(4, c[2], 64);
             _tile_stored(5, c[3], 64);
-            amx_q4k_terms(o1, act, act_row_bytes, s, c[2], c[3], acc1);
+            if (q6) amx_q6k_terms(o1, act, act_row_bytes, s, c[2], c[3], acc1);
+            else amx_q4k_terms(o1, act, act_row_bytes, s, c[2], c[3], acc1);
         }
     }
     for (int m = 0; m < 16; m++) {
@@ -188,10 +238,13 @@ static void amx_tile(const struct amx_wsb *ws, int64_t n_sb, int ng, const uint8
     }
 }
 
+bool quant_amx_type(uint32_t wtype) { return (wtype == GGML_TYPE_Q4_K || wtype == GGML_TYPE_Q6_K) && quant_amx_ok(); }
+
 /* Rows [0, n_rows) x activations [0, n_act), both multiples of 16; out[i * out_stride + r]. false: not run. */
-bool quant_gemm_amx_q4_K(int64_t n_cols, const void *w, size_t w_row_bytes, int64_t n_rows, const void *act,
-                         size_t act_row_bytes, int64_t n_act, float *out, int64_t out_stride) {
-    if (!quant_amx_ok() || n_cols % QK_K || n_rows % 16 || n_act % 16 || n_rows <= 0 || n_act <= 0) return false;
+bool quant_gemm_amx(uint32_t wtype, int64_t n_cols, const void *w, size_t w_row_bytes, int64_t n_rows, const void *act,
+                    size_t act_row_bytes, int64_t n_act, float *out, int64_t out_stride) {
+    if (!quant_amx_type(wtype) || n_cols % QK_K || n_rows % 16 || n_act % 16 || n_rows <= 0 || n_act <= 0) return false;
+    const bool q6 = wtype == GGML_TYPE_Q6_K;
     const int64_t n_sb = n_cols / QK_K;
     struct amx_wsb *ws = aligned_alloc(64, 2 * (size_t)n_sb * sizeof(struct amx_wsb));
     if (!ws) return false;
@@ -199,9 +252,10 @@ bool quant_gemm_amx_q4_K(int64_t n_cols, const void *w, size_t w_row_bytes, int6
     for (int64_t r0 = 0; r0 < n_rows; r0 += 32) { /* two groups of 16 rows a pass (one at an odd end) */
         const int ng = n_rows - r0 >= 32 ? 2 : 1;
         for (int g = 0; g < ng; g++)
-            amx_prep_weights((const uint8_t *)w + (size_t)(r0 + 16 * g) * w_row_bytes, w_row_bytes, n_sb, ws + (size_t)g * (size_t)n_sb);
+            (q6 ? amx_prep_q6_K : amx_prep_q4_K)((const uint8_t *)w + (size_t)(r0 + 16 * g) * w_row_bytes, w_row_bytes, n_sb,
+                                                 ws + (size_t)g * (size_t)n_sb);
         for (int64_t i0 = 0; i0 < n_act; i0 += 16)
-            amx_tile(ws, n_sb, ng, (const uint8_t *)act + (size_t)i0 * act_row_bytes, act_row_bytes,
+            amx_tile(q6, ws, n_sb, ng, (const uint8_t *)act + (size_t)i0 * act_row_bytes, act_row_bytes,
                      out + (size_t)i0 * (size_t)out_stride + r0, out_stride);
     }
     _tile_release();
