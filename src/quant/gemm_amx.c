@@ -202,6 +202,9 @@ static void amx_tile(bool q6, const struct amx_wsb *ws, int64_t n_sb, int ng, co
     for (int64_t s = 0; s < n_sb; s++) {
         const uint8_t *a0 = act + (size_t)s * sizeof(block_q8_K) + offsetof(block_q8_K, qs);
         const struct amx_wsb *o0 = &ws[s], *o1 = &ws[n_sb + s];
+        if (s + 1 < n_sb) /* the next super-block's activation lines (16 rows apart, which the prefetchers do not follow) */
+            for (int m = 0; m < 16; m++)
+                for (int l = 0; l < 5; l++) _mm_prefetch((const char *)(a0 + sizeof(block_q8_K) + (size_t)m * act_row_bytes + 64 * l), _MM_HINT_T0);
         _tile_zero(2);
         _tile_zero(3);
         if (ng == 2) {
