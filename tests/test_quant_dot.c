@@ -309,7 +309,7 @@ static void test_gemv(uint32_t t, int64_t n) {
     free(a);
 }
 
-/* (d') Q4_K / Q6_K through quant_gemm at whole 16 x 16 tiles and their edges: the AMX tiles where the CPU has them
+/* (d') Q4_K / Q5_K / Q6_K through quant_gemm at whole 16 x 16 tiles and their edges: the AMX tiles where the CPU has them
  * (quant_amx_ok), the other kernels elsewhere; bit-exact against vec_dot_ref either way, on random activations and on
  * extreme ones (every quant +-127: the tile sums' largest magnitudes). */
 static void test_gemm_amx(uint32_t t) {
@@ -520,6 +520,7 @@ int main(void) {
         if (quant_traits(t)->block_size == 256) test_gemv(t, 19 * 256); /* 4864 columns, as Qwen2.5-0.5B's ffn_down */
     }
     test_gemm_amx(GGML_TYPE_Q4_K);
+    test_gemm_amx(GGML_TYPE_Q5_K);
     test_gemm_amx(GGML_TYPE_Q6_K);
     CHECK(!quant_amx_type(GGML_TYPE_Q8_0));
     return test_finish("test_quant_dot");

@@ -1,4 +1,4 @@
-/* Q4_K and Q6_K x Q8_K matrix products on AMX-INT8 tiles (Sapphire Rapids and later), for prefill: 16 weight rows x 16
+/* Q4_K, Q5_K and Q6_K x Q8_K matrix products on AMX-INT8 tiles (Sapphire Rapids and later), for prefill: 16 weight rows x 16
  * activation rows a tile pass, the same bits as every other kernel (dot_impl.h's contract).
  *
  * The integer parts are exact whatever sums them: per super-block, isum = sum_b sc_b sum_l q_l a_l and
@@ -8,7 +8,7 @@
  * super-block's 256 elements: 4 + 4 tile products of K = 64, no sub-block boundaries. |sum lo a| <= 256 * 255 * 127
  * fits int32. msum comes from the activation's block sums (VPDPWSSD on int16 pairs). The float part is then
  * dot_term_kmin's, element by element in vectors of 16 weight rows (mul, mul, mul, mul, sub; no FMA), added to each
- * accumulator in super-block order. Q6_K the same way: v = scale_b (q - 32) in -4,064..4,096, lo unsigned and hi
+ * accumulator in super-block order. Q5_K likewise (q up to 31, v up to 1,953). Q6_K the same way: v = scale_b (q - 32) in -4,064..4,096, lo unsigned and hi
  * signed (-16..16, TDPBSSD), its float part dot_term_k's.
  *
  * Operands: A = 16 activation rows x 64 bytes of Q8_K quants, loaded straight from the activation rows (stride = the
@@ -96,24 +96,34 @@ static inline void amx_split(__m512i v, uint8_t *lo, uint8_t *hi) {
     _mm256_storeu_si256((__m256i *)hi, _mm512_cvtepi16_epi8(_mm512_srai_epi16(v, 8)));
 }
 
-/* Q4_K: v = sc_b q (0..945); d, dmin and the mins as int16 pairs per row */
-static void amx_prep_q4_K(const uint8_t *w, size_t row_bytes, int64_t n_sb, struct amx_wsb *out) {
+/* Q4_K: v = sc_b q (0..945); Q5_K (q5): q's fifth bit from qh (bit b of qh[l] for sub-block b), v up to 1,953. d,
+ * dmin and the mins as int16 pairs per row. (block_q5_K is block_q4_K with qh before qs.) */
+static void amx_prep_q45_K(bool q5, const uint8_t *w, size_t row_bytes, int64_t n_sb, struct amx_wsb *out) {
     uint8_t stage[2][16][256] __attribute__((aligned(64)));
-    const __m256i m4 = _mm256_set1_epi8(15);
+    const __m256i m4 = _mm256_set1_epi8(15), sixteen = _mm256_set1_epi8(16);
+    const size_t blk = q5 ? sizeof(block_q5_K) : sizeof(block_q4_K);
     for (int64_t s = 0; s < n_sb; s++) {
         struct amx_wsb *o = &out[s];
         for (int n = 0; n < 16; n++) {
-            const block_q4_K *x = (const block_q4_K *)(w + (size_t)n * row_bytes) + s;
+            const uint8_t *xb = w + (size_t)n * row_bytes + (size_t)s * blk;
+            const block_q4_K *x = (const block_q4_K *)xb;              /* d, dmin, scales: the same offsets in both */
+            const uint8_t *qs = q5 ? ((const block_q5_K *)xb)->qs : x->qs;
+            const __m256i qh = q5 ? _mm256_loadu_si256((const __m256i *)((const block_q5_K *)xb)->qh) : _mm256_setzero_si256();
             int sc[8], m[8];
             for (int b = 0; b < 8; b++) dot_scale_min_k4(b, x->scales, &sc[b], &m[b]);
             o->d[n] = fp16_to_fp32(x->d);
             o->dmin[n] = fp16_to_fp32(x->dmin);
             for (int p = 0; p < 4; p++) o->mpair[p][n] = (int32_t)(uint32_t)((uint16_t)m[2 * p] | ((uint32_t)(uint16_t)m[2 * p + 1] << 16));
             for (int c = 0; c < 4; c++) { /* elements 64c..64c+31: low nibbles (sub-block 2c), +32..63: high (2c + 1) */
-                const __m256i q = _mm256_loadu_si256((const __m256i *)(x->qs + 32 * c));
-                const __m512i v0 = _mm512_mullo_epi16(_mm512_cvtepu8_epi16(_mm256_and_si256(q, m4)), _mm512_set1_epi16((short)sc[2 * c]));
-                const __m512i v1 = _mm512_mullo_epi16(_mm512_cvtepu8_epi16(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4)),
-                                                      _mm512_set1_epi16((short)sc[2 * c + 1]));
+                const __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
+                __m256i q0 = _mm256_and_si256(q, m4), q1 = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+                if (q5) { /* + 16 where bit 2c (2c + 1) of qh[l] is set */
+                    const __m256i b0 = _mm256_set1_epi8((char)(1 << (2 * c))), b1 = _mm256_set1_epi8((char)(1 << (2 * c + 1)));
+                    q0 = _mm256_add_epi8(q0, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, b0), b0), sixteen));
+                    q1 = _mm256_add_epi8(q1, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, b1), b1), sixteen));
+                }
+                const __m512i v0 = _mm512_mullo_epi16(_mm512_cvtepu8_epi16(q0), _mm512_set1_epi16((short)sc[2 * c]));
+                const __m512i v1 = _mm512_mullo_epi16(_mm512_cvtepu8_epi16(q1), _mm512_set1_epi16((short)sc[2 * c + 1]));
                 amx_split(v0, &stage[0][n][64 * c], &stage[1][n][64 * c]);
                 amx_split(v1, &stage[0][n][64 * c + 32], &stage[1][n][64 * c + 32]);
             }
@@ -241,7 +251,9 @@ static void amx_tile(bool q6, const struct amx_wsb *ws, int64_t n_sb, int ng, co
     }
 }
 
-bool quant_amx_type(uint32_t wtype) { return (wtype == GGML_TYPE_Q4_K || wtype == GGML_TYPE_Q6_K) && quant_amx_ok(); }
+bool quant_amx_type(uint32_t wtype) {
+    return (wtype == GGML_TYPE_Q4_K || wtype == GGML_TYPE_Q5_K || wtype == GGML_TYPE_Q6_K) && quant_amx_ok();
+}
 
 /* Rows [0, n_rows) x activations [0, n_act), both multiples of 16; out[i * out_stride + r]. false: not run. */
 bool quant_gemm_amx(uint32_t wtype, int64_t n_cols, const void *w, size_t w_row_bytes, int64_t n_rows, const void *act,
@@ -255,8 +267,11 @@ bool quant_gemm_amx(uint32_t wtype, int64_t n_cols, const void *w, size_t w_row_
     for (int64_t r0 = 0; r0 < n_rows; r0 += 32) { /* two groups of 16 rows a pass (one at an odd end) */
         const int ng = n_rows - r0 >= 32 ? 2 : 1;
         for (int g = 0; g < ng; g++)
-            (q6 ? amx_prep_q6_K : amx_prep_q4_K)((const uint8_t *)w + (size_t)(r0 + 16 * g) * w_row_bytes, w_row_bytes, n_sb,
-                                                 ws + (size_t)g * (size_t)n_sb);
+        {
+            const uint8_t *wg = (const uint8_t *)w + (size_t)(r0 + 16 * g) * w_row_bytes;
+            if (q6) amx_prep_q6_K(wg, w_row_bytes, n_sb, ws + (size_t)g * (size_t)n_sb);
+            else amx_prep_q45_K(wtype == GGML_TYPE_Q5_K, wg, w_row_bytes, n_sb, ws + (size_t)g * (size_t)n_sb);
+        }
         for (int64_t i0 = 0; i0 < n_act; i0 += 16)
             amx_tile(q6, ws, n_sb, ng, (const uint8_t *)act + (size_t)i0 * act_row_bytes, act_row_bytes,
                      out + (size_t)i0 * (size_t)out_stride + r0, out_stride);

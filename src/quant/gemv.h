@@ -43,7 +43,7 @@ void quant_gemm(uint32_t wtype, int64_t n_cols, const void *w, size_t w_row_byte
                 const void *act, size_t act_row_bytes, int64_t n_act, float *out, int64_t out_stride);
 
 /* AMX-INT8 (Sapphire Rapids and later, with the OS's permission; env VLLMC_AMX=0 keeps it off): whether the tile
- * kernels run here, whether they take wtype (Q4_K, Q6_K), and wtype rows x Q8_K activation rows in 16 x 16 tiles
+ * kernels run here, whether they take wtype (Q4_K, Q5_K, Q6_K), and wtype rows x Q8_K activation rows in 16 x 16 tiles
  * (n_rows, n_act multiples of 16; w at the first row; out[i * out_stride + r]), the same bits as the other kernels.
  * false: nothing done (no AMX, another type, no memory). */
 bool quant_amx_ok(void);
