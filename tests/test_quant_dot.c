@@ -314,7 +314,7 @@ static void test_gemv(uint32_t t, int64_t n) {
  * extreme ones (every quant +-127: the tile sums' largest magnitudes). */
 static void test_gemm_amx(uint32_t t) {
     printf("test_quant_dot: AMX tiles %s\n", quant_amx_ok() ? "on" : "off (no AMX-INT8 here, or VLLMC_AMX=0: the gemm on the other kernels)");
-    const int64_t cfg[][3] = {{256, 16, 16}, {2560, 37, 21}, {9216, 32, 48}, {512, 64, 33}, {1024, 17, 16}};
+    const int64_t cfg[][3] = {{256, 16, 32}, {2560, 37, 21}, {9216, 32, 48}, {512, 64, 33}, {1024, 17, 16}, {768, 48, 70}};
     for (size_t k = 0; k < ARRAY_LEN(cfg); k++) {
         const int64_t n = cfg[k][0], n_rows = cfg[k][1], n_act = cfg[k][2], row0 = 1, stride = n_rows + 5;
         const size_t row_bytes = (size_t)quant_row_size(t, n) + 16, ab = act_bytes(t, n);
@@ -334,8 +334,16 @@ static void test_gemm_amx(uint32_t t) {
             CHECK_MSG(bad == 0, "%s gemm %lld x %lld x %lld (%s activations): %lld outputs differ from vec_dot_ref", quant_traits(t)->name,
                       (long long)n_rows, (long long)n_act, (long long)n, pass ? "extreme" : "random", (long long)bad);
         }
-        if (quant_amx_ok()) /* the tile kernel itself ran (16 x 16 whole tiles) */
-            CHECK(quant_gemm_amx(t, n, w, row_bytes, n_rows & ~15, a, ab, n_act & ~15, out, stride));
+        if (quant_amx_ok()) { /* the tile kernel itself on the whole tiles (quant_gemm takes it from QUANT_AMX_MIN_ACT rows) */
+            const int64_t nr = n_rows & ~15, na = n_act & ~15;
+            CHECK(quant_gemm_amx(t, n, w + row_bytes, row_bytes, nr, a, ab, na, out, stride));
+            int64_t bad = 0;
+            for (int64_t i = 0; i < na; i++)
+                for (int64_t r = 0; r < nr; r++)
+                    bad += f2u(out[i * stride + r]) != f2u(vec_dot_ref(t, n, w + (size_t)(1 + r) * row_bytes, a + (size_t)i * ab));
+            CHECK_MSG(bad == 0, "%s tiles %lld x %lld x %lld: %lld outputs differ from vec_dot_ref", quant_traits(t)->name, (long long)nr,
+                      (long long)na, (long long)n, (long long)bad);
+        }
         free(w); free(a); free(out);
     }
 }

@@ -21,9 +21,12 @@ static void gemm_dots(uint32_t wtype, int64_t n_cols, const void *w, size_t w_ro
 
 void quant_gemm(uint32_t wtype, int64_t n_cols, const void *w, size_t w_row_bytes, int64_t row0, int64_t n_rows,
                 const void *act, size_t act_row_bytes, int64_t n_act, float *out, int64_t out_stride) {
-    /* Q4_K / Q5_K / Q6_K on AMX tiles where the CPU has them: whole 16 x 16 tiles there, the edges below (the same bits) */
+    /* Q4_K / Q5_K / Q6_K on AMX tiles where the CPU has them: whole 16 x 16 tiles there, the edges below (the same bits).
+     * From 32 activation rows: the weights' tiles are built once a call, which one tile of 16 rows does not repay when
+     * the weights stream from DRAM (a CPU engine step of 16 sequences: 263 ms a step on the VNNI kernels, 288-293 on the
+     * tiles; 32 sequences: 512 -> 401 ms; BENCHMARKS.md "Prefill on AMX tiles"). */
     const int64_t nr = n_rows & ~(int64_t)15, na = n_act & ~(int64_t)15;
-    if (nr > 0 && na > 0 &&
+    if (nr > 0 && na >= QUANT_AMX_MIN_ACT &&
         quant_gemm_amx(wtype, n_cols, (const uint8_t *)w + (size_t)row0 * w_row_bytes, w_row_bytes, nr, act, act_row_bytes, na, out,
                        out_stride)) {
         if (n_rows > nr)

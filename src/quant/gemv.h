@@ -46,6 +46,7 @@ void quant_gemm(uint32_t wtype, int64_t n_cols, const void *w, size_t w_row_byte
  * kernels run here, whether they take wtype (Q4_K, Q5_K, Q6_K), and wtype rows x Q8_K activation rows in 16 x 16 tiles
  * (n_rows, n_act multiples of 16; w at the first row; out[i * out_stride + r]), the same bits as the other kernels.
  * false: nothing done (no AMX, another type, no memory). */
+#define QUANT_AMX_MIN_ACT 32 /* quant_gemm takes the tiles from this many activation rows */
 bool quant_amx_ok(void);
 bool quant_amx_type(uint32_t wtype);
 bool quant_gemm_amx(uint32_t wtype, int64_t n_cols, const void *w, size_t w_row_bytes, int64_t n_rows, const void *act,
