@@ -35,6 +35,17 @@
 
 static pthread_once_t g_amx_once = PTHREAD_ONCE_INIT;
 static bool g_amx_ok;
+/* Each thread's buffer of weight tiles, kept between calls (a fresh block of this size is fresh pages every call) and
+ * freed when the thread ends. */
+static pthread_key_t g_amx_key;
+static bool g_amx_key_ok;
+struct amx_buf { void *p; size_t bytes; };
+
+static void amx_buf_free(void *v) {
+    struct amx_buf *b = v;
+    if (b) free(b->p);
+    free(b);
+}
 
 static void amx_init(void) {
     const char *e = getenv("VLLMC_AMX");
@@ -44,8 +55,26 @@ static void amx_init(void) {
     if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d & (1u << 24)) || !(d & (1u << 25))) return;
     if ((_xgetbv(0) & (3ull << 17)) != (3ull << 17)) return;
 #if defined(__linux__) && defined(SYS_arch_prctl)
-    g_amx_ok = syscall(SYS_arch_prctl, AMX_ARCH_REQ_XCOMP_PERM, AMX_XFEATURE_XTILEDATA) == 0;
+    g_amx_key_ok = pthread_key_create(&g_amx_key, amx_buf_free) == 0;
+    g_amx_ok = g_amx_key_ok && syscall(SYS_arch_prctl, AMX_ARCH_REQ_XCOMP_PERM, AMX_XFEATURE_XTILEDATA) == 0;
 #endif
+}
+
+/* This thread's tile buffer of at least bytes (64-aligned), or NULL. */
+static void *amx_buf_get(size_t bytes) {
+    struct amx_buf *b = pthread_getspecific(g_amx_key);
+    if (!b) {
+        if (!(b = calloc(1, sizeof(*b)))) return NULL;
+        if (pthread_setspecific(g_amx_key, b)) { free(b); return NULL; }
+    }
+    if (b->bytes < bytes) {
+        void *p = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+        if (!p) return NULL;
+        free(b->p);
+        b->p = p;
+        b->bytes = bytes;
+    }
+    return b->p;
 }
 
 bool quant_amx_ok(void) {
@@ -261,7 +290,7 @@ bool quant_gemm_amx(uint32_t wtype, int64_t n_cols, const void *w, size_t w_row_
     if (!quant_amx_type(wtype) || n_cols % QK_K || n_rows % 16 || n_act % 16 || n_rows <= 0 || n_act <= 0) return false;
     const bool q6 = wtype == GGML_TYPE_Q6_K;
     const int64_t n_sb = n_cols / QK_K;
-    struct amx_wsb *ws = aligned_alloc(64, 2 * (size_t)n_sb * sizeof(struct amx_wsb));
+    struct amx_wsb *ws = amx_buf_get(2 * (size_t)n_sb * sizeof(struct amx_wsb));
     if (!ws) return false;
     amx_config();
     for (int64_t r0 = 0; r0 < n_rows; r0 += 32) { /* two groups of 16 rows a pass (one at an odd end) */
@@ -277,6 +306,5 @@ bool quant_gemm_amx(uint32_t wtype, int64_t n_cols, const void *w, size_t w_row_
                      out + (size_t)i0 * (size_t)out_stride + r0, out_stride);
     }
     _tile_release();
-    free(ws);
     return true;
 }
