@@ -109,14 +109,39 @@ struct amx_wsb {
     int32_t mpair[4][16];
 };
 
+/* The 16 x 16 dword transpose: out[r] = dword r of each of in[0..15] (unpacks, then 128-bit lane shuffles). */
+static inline void amx_transpose16(const __m512i in[16], __m512i out[16]) {
+    __m512i t[16], u[16];
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_epi32(in[2 * i], in[2 * i + 1]);     /* a0 b0 a1 b1 | a4 b4 a5 b5 | .. */
+        t[2 * i + 1] = _mm512_unpackhi_epi32(in[2 * i], in[2 * i + 1]); /* a2 b2 a3 b3 | .. */
+    }
+    for (int q = 0; q < 4; q++) { /* rows 4q .. 4q + 3 */
+        u[4 * q] = _mm512_unpacklo_epi64(t[4 * q], t[4 * q + 2]);      /* dwords 0, 4, 8, 12 of the four rows */
+        u[4 * q + 1] = _mm512_unpackhi_epi64(t[4 * q], t[4 * q + 2]);  /* 1, 5, 9, 13 */
+        u[4 * q + 2] = _mm512_unpacklo_epi64(t[4 * q + 1], t[4 * q + 3]); /* 2, 6, 10, 14 */
+        u[4 * q + 3] = _mm512_unpackhi_epi64(t[4 * q + 1], t[4 * q + 3]); /* 3, 7, 11, 15 */
+    }
+    for (int j = 0; j < 4; j++) { /* u[4q + j]: lane L holds dword j + 4L of rows 4q .. 4q + 3 */
+        const __m512i v0 = _mm512_shuffle_i32x4(u[j], u[4 + j], 0x88), v1 = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0x88);
+        const __m512i w0 = _mm512_shuffle_i32x4(u[j], u[4 + j], 0xdd), w1 = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0xdd);
+        out[j] = _mm512_shuffle_i32x4(v0, v1, 0x88);
+        out[j + 8] = _mm512_shuffle_i32x4(v0, v1, 0xdd);
+        out[j + 4] = _mm512_shuffle_i32x4(w0, w1, 0x88);
+        out[j + 12] = _mm512_shuffle_i32x4(w0, w1, 0xdd);
+    }
+}
+
 /* The B tiles of one super-block from its 16 rows' folded values as lo / hi bytes (stage[h][n][e], e < 256): chunk c's
  * tile h has row r = dword 16c + r of each of the 16 rows (the VNNI layout). */
 static void amx_stage_to_tiles(const uint8_t (*stage)[16][256], struct amx_wsb *o) {
-    const __m512i idx = _mm512_setr_epi32(0, 64, 128, 192, 256, 320, 384, 448, 512, 576, 640, 704, 768, 832, 896, 960);
     for (int c = 0; c < 4; c++)
-        for (int h = 0; h < 2; h++)
-            for (int r = 0; r < 16; r++)
-                _mm512_store_si512((__m512i *)o->b[2 * c + h][r], _mm512_i32gather_epi32(idx, (const int *)&stage[h][0][64 * c + 4 * r], 4));
+        for (int h = 0; h < 2; h++) {
+            __m512i in[16], out[16];
+            for (int n = 0; n < 16; n++) in[n] = _mm512_load_si512((const __m512i *)&stage[h][n][64 * c]);
+            amx_transpose16(in, out);
+            for (int r = 0; r < 16; r++) _mm512_store_si512((__m512i *)o->b[2 * c + h][r], out[r]);
+        }
 }
 
 /* v (int16, 32 elements) as its low bytes (unsigned) and high bytes (signed) into lo[0..31], hi[0..31] */
