@@ -82,6 +82,12 @@ bool quant_amx_ok(void) {
     return g_amx_ok;
 }
 
+/* The weight tiles' preparation reads 16 rows side by side, each a stream the prefetchers follow poorly: each row's
+ * super-block this many ahead is asked for (the bytes of DOT_PREFETCH's span, placed there). */
+#ifndef AMX_PF_SB
+#define AMX_PF_SB 4
+#endif
+
 struct amx_cfg {
     uint8_t palette, start_row;
     uint8_t reserved[14];
@@ -160,6 +166,7 @@ static void amx_prep_q45_K(bool q5, const uint8_t *w, size_t row_bytes, int64_t 
         struct amx_wsb *o = &out[s];
         for (int n = 0; n < 16; n++) {
             const uint8_t *xb = w + (size_t)n * row_bytes + (size_t)s * blk;
+            DOT_PREFETCH(xb + (AMX_PF_SB - 1) * blk - DOT_PF_BYTES, blk); /* this row, AMX_PF_SB super-blocks ahead */
             const block_q4_K *x = (const block_q4_K *)xb;              /* d, dmin, scales: the same offsets in both */
             const uint8_t *qs = q5 ? ((const block_q5_K *)xb)->qs : x->qs;
             const __m256i qh = q5 ? _mm256_loadu_si256((const __m256i *)((const block_q5_K *)xb)->qh) : _mm256_setzero_si256();
@@ -195,6 +202,7 @@ static void amx_prep_q6_K(const uint8_t *w, size_t row_bytes, int64_t n_sb, stru
         struct amx_wsb *o = &out[s];
         for (int n = 0; n < 16; n++) {
             const block_q6_K *x = (const block_q6_K *)(w + (size_t)n * row_bytes) + s;
+            DOT_PREFETCH((const uint8_t *)(x + AMX_PF_SB - 1) - DOT_PF_BYTES, sizeof(*x));
             o->d[n] = fp16_to_fp32(x->d);
             for (int h = 0; h < 2; h++) {
                 const __m256i qh = _mm256_loadu_si256((const __m256i *)(x->qh + 32 * h));
