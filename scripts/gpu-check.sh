@@ -381,7 +381,7 @@ if has gdnruns; then # the GDN's runs side by side in mixed steps (VLLMC_CUDA_GD
     # on (alone = together = eager, the stepped runs), then bench serve on GDNRUNS_MODELS (default the first of
     # BENCH_MODELS) off and on in turn (GDNRUNS_ARGS), and the engine bench (GDNRUNS_EARGS)
     timeout 200 "$BIN/test_cuda_prefill" >"$OUT/gdnruns_prefill.txt" 2>&1; rc=$?
-    note "gdnruns test_cuda_prefill rc=$rc: $(grep -m2 'gdn mixed' "$OUT/gdnruns_prefill.txt" | tr '\n' ' ')$(tail -1 "$OUT/gdnruns_prefill.txt")$(grep -m1 FAIL "$OUT/gdnruns_prefill.txt")"
+    note "gdnruns test_cuda_prefill rc=$rc: $(grep -m2 '^gdn mixed' "$OUT/gdnruns_prefill.txt" | tr '\n' ' ')$(grep 'checks passed' "$OUT/gdnruns_prefill.txt" | tail -1) $(grep -m1 FAIL "$OUT/gdnruns_prefill.txt")"
     wait_models
     for f in /tmp/models/qwen35-tiny.gguf .carry/moe/*q4_k_m*.gguf; do
         [ -f "$f" ] || continue
