@@ -152,7 +152,7 @@ int main(void) {
     uint8_t seen[MAXS];
     struct gdn_chunk_info info;
     gdn_chunk_list(b.seq, b.pos, b.n_tokens, b.slot, b.n_seqs, 32, out, seen, &info);
-    CHECK(info.split && info.n_long == 7 && info.n_long_runs == 1 && info.n_entries == 71 && info.max_short == 1);
+    CHECK(info.split && info.n_long == 7 && info.n_long_runs == 1 && info.n_entries == 71 && info.max_run == 448);
     check_batch(&b, 32, &n_split, &n_runs);
     printf("test_gdn_runs: 12,001 lists, %d split, %d recurrent runs checked\n", n_split, n_runs);
     CHECK(n_split > 1000 && n_runs > 10000);

@@ -49,6 +49,7 @@ static void amx_buf_free(void *v) {
 
 static void amx_init(void) {
     const char *e = getenv("VLLMC_AMX");
+    if (e && *e && strcmp(e, "0") && strcmp(e, "1")) LOG_WARN("VLLMC_AMX=%s: not 0 or 1; the tiles run where the CPU has them", e);
     if (e && !strcmp(e, "0")) return;
     if (quant_isa_active() != QUANT_ISA_AVX512) return; /* VLLMC_SIMD below avx512 keeps the tiles off too */
     unsigned a, b, c, d; /* CPUID.7.0:EDX[24] AMX-TILE, [25] AMX-INT8; XCR0[17:18] the tile state enabled by the OS */

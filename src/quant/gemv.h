@@ -38,7 +38,8 @@ void quant_gemv(uint32_t wtype, int64_t n_cols, const void *w, size_t w_row_byte
 /* Batched form for prefill: out[i * out_stride + r] = dot(weight row row0 + r, activation row i)
  * for i in [0, n_act), r in [0, n_rows). Activation rows are act_row_bytes apart. Each weight row
  * is read from memory once per tile of activation rows (the tile fits in L2); on AVX-512 every
- * quantized type except the float ones unpacks each weight block once for up to 4 activation rows. */
+ * quantized type except the float ones unpacks each weight block once for up to DOT_MULTI_MAX activation rows, and
+ * with AMX-INT8 Q4_K / Q5_K / Q6_K take 16 x 16 tiles from QUANT_AMX_MIN_ACT activation rows (quant_gemm_amx). */
 void quant_gemm(uint32_t wtype, int64_t n_cols, const void *w, size_t w_row_bytes, int64_t row0, int64_t n_rows,
                 const void *act, size_t act_row_bytes, int64_t n_act, float *out, int64_t out_stride);
 

@@ -182,24 +182,73 @@ static void gbatch_make(struct gbatch *t, int n0, int p0, int n1, int p1) {
     t->b.n_seqs = n1 ? 2 : 1; t->b.seqs = t->seqs; t->b.n_logits = 1; t->b.logit_rows = t->lrows;
 }
 
-static void test_gdn_chunked(int DV) {
-    const int NK = 1, NV = 256 / DV, DK = 128, DC = 4; /* n_v_head * d_v = 256: the Q8_K activation's block */
-    const int64_t KD = NK * DK, VD = NV * DV, C = 2 * KD + VD, LD = C + VD + 2 * NV;
-    struct bk_rs_cache rrs = {1, 2, C * (DC - 1), VD * DK, NULL, NULL}, grs = rrs;
-    float *rconv = ref_put(NULL, (size_t)(2 * rrs.conv_floats) * 4), *rssm = ref_put(NULL, (size_t)(2 * rrs.ssm_floats) * 4);
-    float *gconv = dev_put(NULL, (size_t)(2 * rrs.conv_floats) * 4), *gssm = dev_put(NULL, (size_t)(2 * rrs.ssm_floats) * 4);
-    rrs.conv = &rconv; rrs.ssm = &rssm; grs.conv = &gconv; grs.ssm = &gssm;
-    float *cw = rand_buf((size_t)(C * DC), 0.5f), *dtb = rand_buf(NV, 1.0f), *sa = rand_buf(NV, 0.5f), *nw = rand_buf((size_t)DV, 1.0f);
-    for (int i = 0; i < NV; i++) sa[i] = -fabsf(sa[i]);
-    float *gcw = dev_put(cw, (size_t)(C * DC) * 4), *gdtb = dev_put(dtb, NV * 4), *gsa = dev_put(sa, NV * 4), *gnw = dev_put(nw, (size_t)DV * 4);
-    const struct bk_gdn_weights rw = {cw, dtb, sa, nw}, gw = {gcw, gdtb, gsa, gnw};
-    const struct bk_gdn_params p = {NK, NV, DK, DV, DC, 1e-6f, 0};
+/* One Gated DeltaNet layer on both backends: random weights, n_slots state slots (zero), n_v_head * d_v = 256 (the Q8_K
+ * activation's block). gdn_fix_run runs a batch (already set on both) on fresh random inputs and compares: the outputs
+ * and the delta-rule states within a relative error (to max(|ref|, 1% of max |ref|)), the conv states exactly. */
+struct gdn_fix {
+    int64_t VD, LD;
+    size_t cf, sf; /* conv / delta-rule state floats of all slots */
+    struct bk_rs_cache rrs, grs;
+    float *rconv, *rssm, *gconv, *gssm, *cw, *dtb, *sa, *nw, *gcw, *gdtb, *gsa, *gnw, *rwork, *gwork, *h, *hs, *hc;
+    struct bk_gdn_weights rw, gw;
+    struct bk_gdn_params p;
     struct bk_act ra, ga;
-    CHECK(bk_act_alloc(ref, MAXT, VD, BK_ACT_BIT(BK_ACT_Q8_K), &ra) == VLLMC_OK);
-    CHECK(bk_act_alloc(gpu, MAXT, VD, BK_ACT_BIT(BK_ACT_Q8_K), &ga) == VLLMC_OK);
-    const int64_t work = bk_gdn_work_floats(&p, MAXT, 1);
-    float *rwork = ref_put(NULL, (size_t)work * 4), *gwork = dev_put(NULL, (size_t)work * 4);
-    float *h = malloc((size_t)(MAXT * VD) * 4), *hs = malloc((size_t)(2 * rrs.ssm_floats) * 4);
+};
+
+static void gdn_fix_open(struct gdn_fix *f, int DV, int n_slots) {
+    const int NK = 1, NV = 256 / DV, DK = 128, DC = 4;
+    const int64_t KD = NK * DK, VD = NV * DV, C = 2 * KD + VD;
+    memset(f, 0, sizeof(*f));
+    f->VD = VD;
+    f->LD = C + VD + 2 * NV;
+    f->rrs = (struct bk_rs_cache){1, n_slots, C * (DC - 1), VD * DK, NULL, NULL};
+    f->grs = f->rrs;
+    f->cf = (size_t)(n_slots * f->rrs.conv_floats);
+    f->sf = (size_t)(n_slots * f->rrs.ssm_floats);
+    f->rconv = ref_put(NULL, f->cf * 4); f->rssm = ref_put(NULL, f->sf * 4);
+    f->gconv = dev_put(NULL, f->cf * 4); f->gssm = dev_put(NULL, f->sf * 4);
+    f->rrs.conv = &f->rconv; f->rrs.ssm = &f->rssm; f->grs.conv = &f->gconv; f->grs.ssm = &f->gssm;
+    f->cw = rand_buf((size_t)(C * DC), 0.5f); f->dtb = rand_buf(NV, 1.0f); f->sa = rand_buf(NV, 0.5f); f->nw = rand_buf((size_t)DV, 1.0f);
+    for (int i = 0; i < NV; i++) f->sa[i] = -fabsf(f->sa[i]);
+    f->gcw = dev_put(f->cw, (size_t)(C * DC) * 4); f->gdtb = dev_put(f->dtb, NV * 4);
+    f->gsa = dev_put(f->sa, NV * 4); f->gnw = dev_put(f->nw, (size_t)DV * 4);
+    f->rw = (struct bk_gdn_weights){f->cw, f->dtb, f->sa, f->nw};
+    f->gw = (struct bk_gdn_weights){f->gcw, f->gdtb, f->gsa, f->gnw};
+    f->p = (struct bk_gdn_params){NK, NV, DK, DV, DC, 1e-6f, 0};
+    CHECK(bk_act_alloc(ref, MAXT, VD, BK_ACT_BIT(BK_ACT_Q8_K), &f->ra) == VLLMC_OK);
+    CHECK(bk_act_alloc(gpu, MAXT, VD, BK_ACT_BIT(BK_ACT_Q8_K), &f->ga) == VLLMC_OK);
+    const int64_t work = bk_gdn_work_floats(&f->p, MAXT, 1);
+    f->rwork = ref_put(NULL, (size_t)work * 4);
+    f->gwork = dev_put(NULL, (size_t)work * 4);
+    f->h = malloc((size_t)(MAXT * VD) * 4); f->hs = malloc(f->sf * 4); f->hc = malloc(f->cf * 4);
+}
+
+static void gdn_fix_run(struct gdn_fix *f, int T, double *mo, double *ms, size_t *cbad) {
+    float *in = rand_buf((size_t)(T * f->LD), 1.0f), *gin = dev_put(in, (size_t)(T * f->LD) * 4);
+    CHECK(ref->ops->gdn(ref, &f->rrs, &f->p, &f->rw, in, f->LD, f->rwork, &f->ra) == VLLMC_OK);
+    CHECK(gpu->ops->gdn(gpu, &f->grs, &f->p, &f->gw, gin, f->LD, f->gwork, &f->ga) == VLLMC_OK);
+    dev_get(f->h, f->ga.x, (size_t)(T * f->VD) * 4);
+    *mo = max_rel(f->h, f->ra.x, (size_t)(T * f->VD), -1e-2);
+    dev_get(f->hs, f->gssm, f->sf * 4);
+    *ms = max_rel(f->hs, f->rssm, f->sf, -1e-2);
+    dev_get(f->hc, f->gconv, f->cf * 4);
+    *cbad = n_diff(f->hc, f->rconv, f->cf);
+    free(in);
+    gpu->ops->free(gpu, gin);
+}
+
+static void gdn_fix_close(struct gdn_fix *f) {
+    free(f->h); free(f->hs); free(f->hc);
+    bk_act_free(ref, &f->ra); bk_act_free(gpu, &f->ga);
+    free(f->cw); free(f->dtb); free(f->sa); free(f->nw);
+    gpu->ops->free(gpu, f->gcw); gpu->ops->free(gpu, f->gdtb); gpu->ops->free(gpu, f->gsa); gpu->ops->free(gpu, f->gnw);
+    gpu->ops->free(gpu, f->gconv); gpu->ops->free(gpu, f->gssm); gpu->ops->free(gpu, f->gwork);
+    ref->ops->free(ref, f->rconv); ref->ops->free(ref, f->rssm); ref->ops->free(ref, f->rwork);
+}
+
+static void test_gdn_chunked(int DV) {
+    struct gdn_fix f;
+    gdn_fix_open(&f, DV, 2);
     double worst_o = 0, worst_s = 0;
     /* cases: (n0, p0, n1, p1); L = 65..128 fresh, each followed by a 100-row continuation (every 8th L), then two
      * sequences in one batch (the second continuing its slot) */
@@ -220,35 +269,19 @@ static void test_gdn_chunked(int DV) {
             CHECK(ref->ops->batch_set(ref, &tb[b].b) == VLLMC_OK);
             CHECK(gpu->ops->batch_set(gpu, &tb[b].b) == VLLMC_OK);
             const int T = tb[b].b.n_tokens;
-            float *in = rand_buf((size_t)(T * LD), 1.0f);
-            float *gin = dev_put(in, (size_t)(T * LD) * 4);
-            CHECK(ref->ops->gdn(ref, &rrs, &p, &rw, in, LD, rwork, &ra) == VLLMC_OK);
-            CHECK(gpu->ops->gdn(gpu, &grs, &p, &gw, gin, LD, gwork, &ga) == VLLMC_OK);
-            dev_get(h, ga.x, (size_t)(T * VD) * 4);
-            const double mo = max_rel(h, ra.x, (size_t)(T * VD), -1e-2);
-            dev_get(hs, gssm, (size_t)(2 * rrs.ssm_floats) * 4);
-            const double ms = max_rel(hs, rssm, (size_t)(2 * rrs.ssm_floats), -1e-2);
-            float *hc = malloc((size_t)(2 * rrs.conv_floats) * 4);
-            dev_get(hc, gconv, (size_t)(2 * rrs.conv_floats) * 4);
-            const size_t cbad = n_diff(hc, rconv, (size_t)(2 * rrs.conv_floats));
-            free(hc);
+            double mo, ms;
+            size_t cbad;
+            gdn_fix_run(&f, T, &mo, &ms, &cbad);
             CHECK_MSG(mo < 1e-4, "gdn chunked d_v %d, case %d, %d rows at %d: out max rel %.3g", DV, cs, T, tb[b].pos[0], mo);
             CHECK_MSG(ms < 1e-4, "gdn chunked d_v %d, case %d, %d rows at %d: state max rel %.3g", DV, cs, T, tb[b].pos[0], ms);
             CHECK_MSG(cbad == 0, "gdn chunked d_v %d, case %d, %d rows at %d: %zu conv state values differ", DV, cs, T, tb[b].pos[0], cbad);
             worst_o = fmax(worst_o, mo);
             worst_s = fmax(worst_s, ms);
-            free(in);
-            gpu->ops->free(gpu, gin);
         }
     }
     printf("gdn chunked d_v %d: lengths 65..128 (+ continuations, two-sequence batches): worst out rel %.3g, state rel %.3g\n", DV,
            worst_o, worst_s);
-    free(h); free(hs);
-    bk_act_free(ref, &ra); bk_act_free(gpu, &ga);
-    free(cw); free(dtb); free(sa); free(nw);
-    gpu->ops->free(gpu, gcw); gpu->ops->free(gpu, gdtb); gpu->ops->free(gpu, gsa); gpu->ops->free(gpu, gnw);
-    gpu->ops->free(gpu, gconv); gpu->ops->free(gpu, gssm); gpu->ops->free(gpu, gwork);
-    ref->ops->free(ref, rconv); ref->ops->free(ref, rssm); ref->ops->free(ref, rwork);
+    gdn_fix_close(&f);
 }
 
 /* A batch of MS sequences (state slot = sequence index), runs in the order given. */
@@ -274,35 +307,26 @@ static void mbatch_make(struct mbatch *t, int n_runs, const int *seq, const int 
  * side (backend_cuda_set_gdn_runs) and without: against the CPU reference as the chunked test above; and a batch of
  * short runs only, whose runs on and off take the same recurrent arithmetic, bit for bit. */
 static void test_gdn_mixed(int DV) {
-    const int NK = 1, NV = 256 / DV, DK = 128, DC = 4;
-    const int64_t KD = NK * DK, VD = NV * DV, C = 2 * KD + VD, LD = C + VD + 2 * NV;
-    struct bk_rs_cache rrs = {1, MS, C * (DC - 1), VD * DK, NULL, NULL}, grs = rrs;
-    const size_t cf = (size_t)(MS * rrs.conv_floats), sf = (size_t)(MS * rrs.ssm_floats);
-    float *rconv = ref_put(NULL, cf * 4), *rssm = ref_put(NULL, sf * 4), *gconv = dev_put(NULL, cf * 4), *gssm = dev_put(NULL, sf * 4);
-    rrs.conv = &rconv; rrs.ssm = &rssm; grs.conv = &gconv; grs.ssm = &gssm;
-    float *cw = rand_buf((size_t)(C * DC), 0.5f), *dtb = rand_buf(NV, 1.0f), *sa = rand_buf(NV, 0.5f), *nw = rand_buf((size_t)DV, 1.0f);
-    for (int i = 0; i < NV; i++) sa[i] = -fabsf(sa[i]);
-    float *gcw = dev_put(cw, (size_t)(C * DC) * 4), *gdtb = dev_put(dtb, NV * 4), *gsa = dev_put(sa, NV * 4), *gnw = dev_put(nw, (size_t)DV * 4);
-    const struct bk_gdn_weights rw = {cw, dtb, sa, nw}, gw = {gcw, gdtb, gsa, gnw};
-    const struct bk_gdn_params p = {NK, NV, DK, DV, DC, 1e-6f, 0};
-    struct bk_act ra, ga;
-    CHECK(bk_act_alloc(ref, MAXT, VD, BK_ACT_BIT(BK_ACT_Q8_K), &ra) == VLLMC_OK);
-    CHECK(bk_act_alloc(gpu, MAXT, VD, BK_ACT_BIT(BK_ACT_Q8_K), &ga) == VLLMC_OK);
-    const int64_t work = bk_gdn_work_floats(&p, MAXT, 1);
-    float *rwork = ref_put(NULL, (size_t)work * 4), *gwork = dev_put(NULL, (size_t)work * 4);
-    float *h = malloc((size_t)(MAXT * VD) * 4), *hs = malloc(sf * 4), *hc = malloc(cf * 4);
+    struct gdn_fix f;
+    gdn_fix_open(&f, DV, MS);
+    const size_t sf = f.sf, cf = f.cf;
     double worst_o = 0, worst_s = 0;
     int pos[MS] = {0}; /* each sequence's next position */
+    static struct mbatch tb;
     for (int on = 1; on >= 0; on--) {
         backend_cuda_set_gdn_runs(gpu, on);
         memset(pos, 0, sizeof(pos));
-        /* step 0: prompts for every slot (two long runs, the rest short: fresh states); steps 1-3: decode tokens of
-         * 20-30 sequences, short runs and prompt chunks, in a shuffled order of runs */
+        /* step 0: prompts for every slot (sequences 0 and 1 first, 40-99 tokens: two long runs; the rest short: fresh
+         * states); steps 1-3: decode tokens of 20-30 sequences, short runs and prompt chunks, in a shuffled order */
         for (int step = 0; step < 4; step++) {
             int seq[MS], len[MS], p0[MS], n_runs = 0, total = 0;
             int order[MS];
             for (int s = 0; s < MS; s++) order[s] = s;
-            for (int s = MS - 1; s > 0; s--) { const int k = (int)(test_rand_u64() % (uint64_t)(s + 1)), x = order[s]; order[s] = order[k]; order[k] = x; }
+            for (int s = MS - 1; s > 0 && step > 0; s--) {
+                const int k = (int)(test_rand_u64() % (uint64_t)(s + 1)), x = order[s];
+                order[s] = order[k];
+                order[k] = x;
+            }
             for (int k = 0; k < MS; k++) {
                 const int s = order[k];
                 int l;
@@ -316,28 +340,18 @@ static void test_gdn_mixed(int DV) {
                 pos[s] += l;
                 total += l;
             }
-            static struct mbatch tb;
             mbatch_make(&tb, n_runs, seq, len, p0);
             CHECK(ref->ops->batch_set(ref, &tb.b) == VLLMC_OK);
             CHECK(gpu->ops->batch_set(gpu, &tb.b) == VLLMC_OK);
             const int T = tb.b.n_tokens;
-            float *in = rand_buf((size_t)(T * LD), 1.0f);
-            float *gin = dev_put(in, (size_t)(T * LD) * 4);
-            CHECK(ref->ops->gdn(ref, &rrs, &p, &rw, in, LD, rwork, &ra) == VLLMC_OK);
-            CHECK(gpu->ops->gdn(gpu, &grs, &p, &gw, gin, LD, gwork, &ga) == VLLMC_OK);
-            dev_get(h, ga.x, (size_t)(T * VD) * 4);
-            const double mo = max_rel(h, ra.x, (size_t)(T * VD), -1e-2);
-            dev_get(hs, gssm, sf * 4);
-            const double ms = max_rel(hs, rssm, sf, -1e-2);
-            dev_get(hc, gconv, cf * 4);
-            const size_t cbad = n_diff(hc, rconv, cf);
+            double mo, ms;
+            size_t cbad;
+            gdn_fix_run(&f, T, &mo, &ms, &cbad);
             CHECK_MSG(mo < 1e-4, "gdn mixed d_v %d, runs %d, step %d (%d runs, %d rows): out max rel %.3g", DV, on, step, n_runs, T, mo);
             CHECK_MSG(ms < 1e-4, "gdn mixed d_v %d, runs %d, step %d: state max rel %.3g", DV, on, step, ms);
             CHECK_MSG(cbad == 0, "gdn mixed d_v %d, runs %d, step %d: %zu conv state values differ", DV, on, step, cbad);
             worst_o = fmax(worst_o, mo);
             worst_s = fmax(worst_s, ms);
-            free(in);
-            gpu->ops->free(gpu, gin);
         }
     }
     /* short runs only (every run < 32): the same states in, runs off then on: the same bits out */
@@ -346,24 +360,23 @@ static void test_gdn_mixed(int DV) {
         for (int s = 0; s < MS; s += 2) { /* 20 runs of 1..12 tokens (<= MAXT rows) */
             seq[n_runs] = s; len[n_runs] = 1 + (int)(test_rand_u64() % 12); p0[n_runs] = pos[s]; n_runs++;
         }
-        static struct mbatch tb;
         mbatch_make(&tb, n_runs, seq, len, p0);
         const int T = tb.b.n_tokens;
-        float *in = rand_buf((size_t)(T * LD), 1.0f), *gin = dev_put(in, (size_t)(T * LD) * 4);
-        float *s0 = malloc(sf * 4), *c0 = malloc(cf * 4), *o1 = malloc((size_t)(T * VD) * 4), *s1 = malloc(sf * 4), *c1 = malloc(cf * 4);
-        dev_get(s0, gssm, sf * 4);
-        dev_get(c0, gconv, cf * 4);
+        float *in = rand_buf((size_t)(T * f.LD), 1.0f), *gin = dev_put(in, (size_t)(T * f.LD) * 4);
+        float *s0 = malloc(sf * 4), *c0 = malloc(cf * 4), *o1 = malloc((size_t)(T * f.VD) * 4), *s1 = malloc(sf * 4), *c1 = malloc(cf * 4);
+        dev_get(s0, f.gssm, sf * 4);
+        dev_get(c0, f.gconv, cf * 4);
         for (int on = 0; on < 2; on++) {
             backend_cuda_set_gdn_runs(gpu, on);
-            CHECK(gpu->ops->copy_to_device(gpu, gssm, s0, sf * 4) == VLLMC_OK);
-            CHECK(gpu->ops->copy_to_device(gpu, gconv, c0, cf * 4) == VLLMC_OK);
+            CHECK(gpu->ops->copy_to_device(gpu, f.gssm, s0, sf * 4) == VLLMC_OK);
+            CHECK(gpu->ops->copy_to_device(gpu, f.gconv, c0, cf * 4) == VLLMC_OK);
             CHECK_MSG(gpu->ops->batch_set(gpu, &tb.b) == VLLMC_OK, "%s", vllmc_last_error());
-            CHECK(gpu->ops->gdn(gpu, &grs, &p, &gw, gin, LD, gwork, &ga) == VLLMC_OK);
-            dev_get(on ? h : o1, ga.x, (size_t)(T * VD) * 4);
-            dev_get(on ? hs : s1, gssm, sf * 4);
-            dev_get(on ? hc : c1, gconv, cf * 4);
+            CHECK(gpu->ops->gdn(gpu, &f.grs, &f.p, &f.gw, gin, f.LD, f.gwork, &f.ga) == VLLMC_OK);
+            dev_get(on ? f.h : o1, f.ga.x, (size_t)(T * f.VD) * 4);
+            dev_get(on ? f.hs : s1, f.gssm, sf * 4);
+            dev_get(on ? f.hc : c1, f.gconv, cf * 4);
         }
-        const size_t bad = n_diff(h, o1, (size_t)(T * VD)) + n_diff(hs, s1, sf) + n_diff(hc, c1, cf);
+        const size_t bad = n_diff(f.h, o1, (size_t)(T * f.VD)) + n_diff(f.hs, s1, sf) + n_diff(f.hc, c1, cf);
         CHECK_MSG(bad == 0, "gdn short runs d_v %d: %zu values differ between the runs side by side and the one walk", DV, bad);
         struct backend_cuda_stats st;
         backend_cuda_get_stats(gpu, &st);
@@ -375,12 +388,7 @@ static void test_gdn_mixed(int DV) {
     backend_cuda_set_gdn_runs(gpu, false);
     printf("gdn mixed d_v %d: decode tokens, short runs and prompt chunks of %d sequences, runs side by side and not: worst out "
            "rel %.3g, state rel %.3g; short runs bit for bit\n", DV, MS, worst_o, worst_s);
-    free(h); free(hs); free(hc);
-    bk_act_free(ref, &ra); bk_act_free(gpu, &ga);
-    free(cw); free(dtb); free(sa); free(nw);
-    gpu->ops->free(gpu, gcw); gpu->ops->free(gpu, gdtb); gpu->ops->free(gpu, gsa); gpu->ops->free(gpu, gnw);
-    gpu->ops->free(gpu, gconv); gpu->ops->free(gpu, gssm); gpu->ops->free(gpu, gwork);
-    ref->ops->free(ref, rconv); ref->ops->free(ref, rssm); ref->ops->free(ref, rwork);
+    gdn_fix_close(&f);
 }
 
 /* Prefill attention: 150 + 70 rows of two sequences (several chunks each), then 90 + 1 rows continuing them. */

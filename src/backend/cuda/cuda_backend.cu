@@ -157,10 +157,8 @@ struct cu_backend {
     int64_t gdn_work_floats;
     std::vector<int32_t> chunks; /* host copy of the chunk list (gdn_runs.h) */
     std::vector<uint8_t> chunk_seen;
-    struct gdn_chunk_info ch;    /* the list's shape: split or not, its long runs, the longest runs */
+    struct gdn_chunk_info ch;    /* the batch's runs: the longest (max_run), none repeated (unique), the list split or not */
     bool gdn_runs;               /* split chunk lists for the GDN (backend_cuda_set_gdn_runs) */
-    int32_t max_run;             /* longest run of one sequence in the batch */
-    bool runs_unique;            /* no sequence appears in two runs */
     struct backend_cuda_stats stats;
     double t_batch;            /* when the step's batch was set (the host time a replayed step costs) */
     /* pipelined steps (backend_cuda_set_pipelined): two staging / argmax slots used in turn, an event after each
@@ -1066,8 +1064,6 @@ static vllmc_status cu_batch_set(struct backend *be, const struct bk_batch *b) {
         gdn_chunk_list(b->seq_idx, b->pos, b->n_tokens, slots.data(), b->n_seqs, min_long, c->chunks.data(), c->chunk_seen.data(),
                        &c->ch);
         c->chunks.resize((size_t)CU_CH_WORDS * (size_t)c->ch.n_entries);
-        c->max_run = c->ch.max_run;
-        c->runs_unique = c->ch.unique;
         memcpy(h + 4 * T + 4 * S + c->cap_b, c->chunks.data(), 4 * c->chunks.size());
     }
     const int32_t *d = c->d_batch;
@@ -1307,7 +1303,7 @@ template <typename T> static vllmc_status grow_scratch(cu_backend *c, T **p, int
 
 /* The batch is a decode step: every token its own sequence (no run longer than one, no sequence twice), so the
  * tokens are independent (the GDN kernels take them in parallel, the GEMM waits for more rows). */
-static bool decode_batch(const cu_backend *c) { return c->max_run <= 1 && c->runs_unique; }
+static bool decode_batch(const cu_backend *c) { return c->ch.max_run <= 1 && c->ch.unique; }
 
 static bool gemm_rows_ok(const cu_backend *c, const struct bk_act *act) {
     const int32_t min_rows = decode_batch(c) ? c->gemm_min_decode_rows : c->gemm_min_rows;
@@ -1483,7 +1479,7 @@ static vllmc_status cu_attention(struct backend *be, struct bk_kv_cache *kv, con
         return vllmc_errorf(VLLMC_ERR_UNSUPPORTED, "attention: head_dim %d (CUDA: 32, 64, 128 or 256)", p->head_dim);
     const int32_t hd = p->head_dim;
     const int64_t lq = ld_q ? ld_q : (int64_t)p->n_head * hd;
-    const bool prefill = c->attn_prefill && !c->batch_invariant && c->max_run >= ATTN_PREFILL_MIN && (hd == 128 || hd == 256) && lq % 4 == 0 &&
+    const bool prefill = c->attn_prefill && !c->batch_invariant && c->ch.max_run >= ATTN_PREFILL_MIN && (hd == 128 || hd == 256) && lq % 4 == 0 &&
                          ((uintptr_t)q & 15) == 0 && c->bd.n_chunks > 0 && cu_attn_prefill_ready(hd);
     float ks = 1.0f, vs = 1.0f;
     if (kv->dtype == BK_KV_FP8_E4M3) {
@@ -1669,14 +1665,14 @@ static vllmc_status cu_gdn(struct backend *be, struct bk_rs_cache *rs, const str
             return vllmc_errorf(VLLMC_ERR_INVALID, "gdn: sequence %d has state slot %d of %d", s, c->seq_slot[(size_t)s], rs->n_slots);
     vllmc_status st = check_fmts(out, "gdn");
     if (st) return st;
-    const bool chunked = c->gdn_chunked && !c->batch_invariant && c->max_run >= GDN_CHUNK_MIN && c->runs_unique && c->bd.n_chunks > 0 &&
+    const bool chunked = c->gdn_chunked && !c->batch_invariant && c->ch.max_run >= GDN_CHUNK_MIN && c->ch.unique && c->bd.n_chunks > 0 &&
                          p->d_v % 32 == 0 && cu_gdn_chunked_ready();
     /* a split list (gdn_runs.h): the chunked kernels take the long runs [0, n_long), the recurrent ones the rest, a
      * run a CTA; with no long run and every run one entry, the recurrent kernels take the runs side by side (a grid's
      * y and z take at most 65,535 runs; a split list read whole is still a valid list for the chunked walk) */
     const bool split = chunked && c->ch.split && c->ch.n_entries <= 65535;
-    const bool runs = !decode_batch(c) && c->runs_unique && c->bd.n_chunks > 0 && c->bd.n_chunks <= 65535 &&
-                      (split ? c->ch.n_entries > c->ch.n_long : c->gdn_runs && !chunked && !c->ch.split && c->max_run <= CU_GDN_CHUNK);
+    const bool runs = !decode_batch(c) && c->ch.unique && c->bd.n_chunks > 0 && c->bd.n_chunks <= 65535 &&
+                      (split ? c->ch.n_entries > c->ch.n_long : c->gdn_runs && !chunked && !c->ch.split && c->ch.max_run <= CU_GDN_CHUNK);
     const int32_t ch_hi = split ? c->ch.n_long : c->bd.n_chunks;
     if (chunked && (st = grow_scratch(c, &c->gdn_work, &c->gdn_work_floats, cu_gdn_chunk_scratch_floats(p->n_v_head, p->d_v, ch_hi), 4)))
         return st;
@@ -2154,6 +2150,7 @@ extern "C" vllmc_status backend_cuda_create(const struct backend_cuda_opts *o, s
     c->gdn_chunked = env_on("VLLMC_CUDA_GDN_CHUNKED");
     env = getenv("VLLMC_CUDA_GDN_RUNS");
     c->gdn_runs = env && !strcmp(env, "1");
+    if (env && *env && strcmp(env, "0") && strcmp(env, "1")) LOG_WARN("VLLMC_CUDA_GDN_RUNS=%s: not 0 or 1; it stays off", env);
     c->attn_prefill = env_on("VLLMC_CUDA_ATTN_PREFILL");
     env = getenv("VLLMC_CUDA_GEMM_ACT");
     c->gemm_act_q8 = env && !strcmp(env, "q8");

@@ -34,7 +34,6 @@ struct gdn_chunk_info {
     int32_t n_long;      /* split: entries [0, n_long) are the runs of >= min_long tokens; else 0 */
     int32_t n_long_runs; /* runs among them */
     int32_t max_run;     /* longest run */
-    int32_t max_short;   /* longest run outside [0, n_long) */
     bool unique;         /* no sequence in two runs */
     bool split;          /* the list is split (min_long > 0, runs unique, some run >= min_long) */
 };
@@ -81,7 +80,6 @@ static inline void gdn_chunk_list(const int32_t *seq_idx, const int32_t *pos, in
             if (!info->split || is_long == (pass == 0)) {
                 gdn_chunk_emit_run(out, &info->n_entries, t0, t1, slot[s], pos[t0] == 0);
                 if (is_long) info->n_long_runs++;
-                else if (t1 - t0 > info->max_short) info->max_short = t1 - t0;
             }
             t0 = t1;
         }
