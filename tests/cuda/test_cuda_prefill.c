@@ -391,7 +391,8 @@ static void test_gdn_mixed(int DV) {
     gdn_fix_close(&f);
 }
 
-/* Prefill attention: 150 + 70 rows of two sequences (several chunks each), then 90 + 1 rows continuing them. */
+/* Prefill attention: 150 + 70 rows of two sequences (several chunks each), then 90 + 1 rows continuing them, then 40 + 9
+ * (a chunk's rows past n are skipped by warps of 8 rows: 40 ends on a warp's edge, 9 one row into the second warp). */
 static void test_attn_prefill(void) {
     for (int dt = 0; dt < 2; dt++) {
         const int NH = 8, NKV = 2, HD = 256 - 128 * dt;
@@ -399,10 +400,11 @@ static void test_attn_prefill(void) {
         CHECK(ref->ops->kv_create(ref, dt ? BK_KV_F16 : BK_KV_F32, 1, 64, NKV, HD, &rkv) == VLLMC_OK);
         CHECK(gpu->ops->kv_create(gpu, dt ? BK_KV_F16 : BK_KV_F32, 1, 64, NKV, HD, &gkv) == VLLMC_OK);
         const struct bk_attn_params p = {NH, NKV, HD, 1.0f / sqrtf((float)HD), 0};
-        for (int step = 0; step < 2; step++) {
+        for (int step = 0; step < 3; step++) {
             struct gbatch tb;
             if (step == 0) gbatch_make(&tb, 150, 0, 70, 0);
-            else gbatch_make(&tb, 90, 150, 1, 70);
+            else if (step == 1) gbatch_make(&tb, 90, 150, 1, 70);
+            else gbatch_make(&tb, 40, 240, 9, 71);
             CHECK(ref->ops->batch_set(ref, &tb.b) == VLLMC_OK);
             CHECK(gpu->ops->batch_set(gpu, &tb.b) == VLLMC_OK);
             const int T = tb.b.n_tokens;

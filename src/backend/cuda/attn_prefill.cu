@@ -60,6 +60,10 @@ static __global__ void __launch_bounds__(256) attn_prefill_kernel(struct cu_batc
     /* O mapping: rows 8 oq .. 8 oq + 7; dims 4 od + 128 c (c < HD / 128) */
     constexpr int NC = HD / 128;
     const int oq = tid / 32, od = tid % 32;
+    /* rows past the chunk's n are never stored: a warp whose 8 rows (the same 8 in the S and the O mapping) all lie
+     * past n skips its scores, softmax rows and P V, so a short run (a decode token of a mixed step: n = 1) costs an
+     * eighth of a full chunk's arithmetic. Each kept row's operations are unchanged (the same bits). */
+    const bool live = 8 * oq < n;
     float acc[8][4 * NC];
 #pragma unroll
     for (int r = 0; r < 8; r++)
@@ -86,7 +90,7 @@ static __global__ void __launch_bounds__(256) attn_prefill_kernel(struct cu_batc
         }
         __syncthreads();
         /* scores */
-        {
+        if (live) {
             float d[2][4];
 #pragma unroll
             for (int r = 0; r < 2; r++)
@@ -112,7 +116,7 @@ static __global__ void __launch_bounds__(256) attn_prefill_kernel(struct cu_batc
         }
         __syncthreads();
         /* online softmax, one thread per row */
-        if (tid < AP_Q) {
+        if (tid < AP_Q && 8 * (tid / 8) < n) {
             float *srow = Ss + tid * (AP_KT + 1);
             float mx = m_row;
             for (int p = 0; p < AP_KT; p++) mx = fmaxf(mx, srow[p]);
@@ -133,6 +137,7 @@ static __global__ void __launch_bounds__(256) attn_prefill_kernel(struct cu_batc
         }
         __syncthreads();
         /* O = O * corr + P V */
+        if (!live) continue;
 #pragma unroll
         for (int r = 0; r < 8; r++) {
             const float c = corr[8 * oq + r];
