@@ -33,6 +33,8 @@
 # CPU and with the prefill GEMM's activation modes (f16 rows, q8 values, GEMM off), and the batch-1 bench.
 # Stage gdnruns (not default) checks and times the GDN's runs side by side in mixed steps (VLLMC_CUDA_GDN_RUNS=1):
 # test_cuda_prefill, test_cuda_engine with it on, then bench serve and the engine bench off and on in turn.
+# Stage mmrrt (not default) checks mm_kernel_mmrs with 2 / 4 16-row tiles a CTA (VLLMC_CUDA_MMR_RT): test_cuda_ops mmr, then
+# the engine bench with 1 / 2 / 4 tiles in turn.
 # Stage timeline (not default) runs the -DVLLMC_MV_TIMELINE build (EXTRA_BUILDS="tl:-DVLLMC_MV_TIMELINE") of TIMELINE_MODELS
 # (default the first of BENCH_MODELS) and summarizes its per-CTA timeline of the tensor-core mat-vec (scripts/mv_timeline.py).
 # Stage trace (not default; TRACE_KEEP=1 also returns the raw kernel records, trace_MODEL.csv.gz) runs a 64-token decode of TRACE_MODELS (default the first of BENCH_MODELS) under Nsight
@@ -464,6 +466,26 @@ if has timeline; then # per-CTA timeline of the tensor-core mat-vec launches: ne
         note "timeline $m rc=$rc: $(head -1 "$OUT/timeline_$m.txt")"
     done
 fi
+if has mmrrt; then # mm_kernel_mmrs with 2 / 4 16-row tiles a CTA (VLLMC_CUDA_MMR_RT, off until measured): test_cuda_ops mmr
+    # (against the CPU, and the same bits as one tile a CTA), then the engine bench of the first of BENCH_MODELS with 1 / 2 / 4
+    # tiles in turn (MMRRT_TILES, MMRRT_ARGS, MMRRT_REPS)
+    timeout 150 "$BIN/test_cuda_ops" mmr >"$OUT/mmrrt_ops.txt" 2>&1; rc=$?
+    note "mmrrt test_cuda_ops mmr rc=$rc: $(tail -1 "$OUT/mmrrt_ops.txt") $(grep -m2 '^FAIL' "$OUT/mmrrt_ops.txt" | cut -c1-200 | tr '\n' ' ')"
+    wait_models
+    m=${BENCH_MODELS%% *}
+    f=/tmp/models/$m.gguf
+    if [ "$rc" = 0 ] && [ -s "$f" ]; then
+        for rep in $(seq "${MMRRT_REPS:-1}"); do
+            for rt in ${MMRRT_TILES:-1 2 4}; do
+                # shellcheck disable=SC2086
+                VLLMC_CUDA_MMR_RT=$rt timeout 200 "$BIN/vllmc" bench -m "$f" ${MMRRT_ARGS:---concurrency 16,32,64 -p 128 -g 128 -r 1} \
+                    >"$OUT/mmrrt_${rt}_$rep.txt" 2>&1; rc=$?
+                note "mmrrt engine bench $m tiles $rt rep $rep rc=$rc: $(grep '^| [0-9]' "$OUT/mmrrt_${rt}_$rep.txt" | tr '\n' ' ')"
+            done
+        done
+    fi
+fi
+
 if has trace; then # in-graph kernel costs of the decode (nsys, graph nodes traced): scripts/trace_steps.py
     wait_models
     NSYS=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys /usr/local/cuda/nsight-systems*/bin/nsys 2>/dev/null | head -1)

@@ -1288,6 +1288,31 @@ static void test_mmr(void) {
                     }
                 CHECK_MSG(nan == 0, "mmr: %zu outputs of the Q8_0 segment beside it not written", nan);
                 CHECK_MSG(mb8 < 2e-6, "mmr E %lld rows %d: the Q8_0 segment beside it, max |d| / sum |w x| %.3g", (long long)E, rows, mb8);
+                /* 2 and 4 16-row tiles a CTA (in every launch, however few CTAs it keeps): the bits of one tile a CTA, with
+                 * the weight twice in the launch (the second segment's CTAs after the first's, its last tile partial) */
+                {
+                    dev_get(h, gy, (size_t)(rows * ld) * 4);
+                    float *hz = malloc((size_t)(rows * ld) * 4), *pz = nan_buf((size_t)(rows * ld));
+                    for (int rt = 2; rt <= 4; rt *= 2) {
+                        const int rt0 = backend_cuda_set_mmr_tiles(rt, 0);
+                        float *gz[2] = {dev_put(pz, (size_t)(rows * ld) * 4), dev_put(pz, (size_t)(rows * ld) * 4)};
+                        const struct bk_matmul_out gt[2] = {{.w = &w[0].g, .bias = gbias, .y = gz[0], .ld_y = ld},
+                                                            {.w = &w[0].g, .bias = gbias, .y = gz[1], .ld_y = ld}};
+                        CHECK(gpu->ops->matmul(gpu, &ga, 2, gt) == VLLMC_OK);
+                        for (int k = 0; k < 2; k++) {
+                            dev_get(hz, gz[k], (size_t)(rows * ld) * 4);
+                            size_t nd = 0;
+                            for (int r = 0; r < rows; r++)
+                                for (int64_t o = 0; o < NOUT; o++) nd += memcmp(&hz[r * ld + o], &h[r * ld + o], 4) != 0;
+                            CHECK_MSG(nd == 0, "mmr %s E %lld rows %d, %d tiles a CTA, segment %d: %zu outputs differ from one tile a CTA",
+                                      quant_traits(types[0])->name, (long long)E, rows, rt, k, nd);
+                            gpu->ops->free(gpu, gz[k]);
+                        }
+                        backend_cuda_set_mmr_tiles(rt0, 0);
+                    }
+                    free(hz);
+                    free(pz);
+                }
                 free(h);
                 ref->ops->free(ref, ry);
                 ref->ops->free(ref, ry8);

@@ -2127,6 +2127,11 @@ extern "C" vllmc_status backend_cuda_create(const struct backend_cuda_opts *o, s
         if (nv >= 1) backend_cuda_set_matvec_mmr(v[0]);
         if (nv == 3 && v[1] >= 0 && v[2] >= 2) { cu_mm_cfg.mmr_small_sb = v[1]; cu_mm_cfg.mmr_small_rows = v[2]; }
     }
+    if ((env = getenv("VLLMC_CUDA_MMR_RT"))) { /* "tiles[,min CTAs]": mm_kernel_mmrs's 16-row tiles a CTA (comparisons) */
+        int v[2] = {0, 0};
+        const int nv = sscanf(env, "%d,%d", &v[0], &v[1]);
+        backend_cuda_set_mmr_tiles(nv >= 1 ? v[0] : 1, nv >= 2 ? v[1] : 132);
+    }
     if ((env = getenv("VLLMC_CUDA_DEC"))) backend_cuda_set_decode_rows(atoi(env));
     if ((env = getenv("VLLMC_CUDA_MOE_COLS"))) backend_cuda_set_moe_cols(atoi(env)); /* MoE ops of up to N rows on the
                                                                                    column-split expert kernels; 0 off */
@@ -2196,6 +2201,12 @@ extern "C" int backend_cuda_set_matvec_mmr(int rows) {
 #else
     (void)rows; /* no such kernel */
 #endif
+    return old;
+}
+extern "C" int backend_cuda_set_mmr_tiles(int tiles, int min_ctas) {
+    const int old = cu_mm_cfg.mmr_rt > 1 ? cu_mm_cfg.mmr_rt : 1;
+    cu_mm_cfg.mmr_rt = tiles >= 4 ? 4 : tiles >= 2 ? 2 : 1;
+    cu_mm_cfg.mmr_rt_ctas = min_ctas > 0 ? min_ctas : 0;
     return old;
 }
 extern "C" void backend_cuda_get_matvec_sbt(int *max_sb, int *max_rows) {

@@ -84,6 +84,10 @@ uint64_t backend_cuda_sbt_launches(void);
  * (mm_kernel_mmrs; 0: never; default 32 on CUDA, 0 on HIP); returns the previous value. Process-wide;
  * VLLMC_CUDA_MMR=rows[,small_sb,small_rows] sets it at backend creation. */
 int backend_cuda_set_matvec_mmr(int rows);
+/* mm_kernel_mmrs's 16-row tiles a CTA (1, 2 or 4: each activation load met with that many weight tiles; the same bits),
+ * taken where a launch keeps at least min_ctas CTAs; returns the previous count. Process-wide;
+ * VLLMC_CUDA_MMR_RT=tiles[,min_ctas] (default min_ctas 132) sets it at backend creation. Default 1. */
+int backend_cuda_set_mmr_tiles(int tiles, int min_ctas);
 /* Launches of mm_kernel_mmrs so far, process-wide. */
 uint64_t backend_cuda_mmr_launches(void);
 /* Pipelined steps: a step's argmax does not wait for it. With it on, a step whose logits op is given an argmax pointer

@@ -178,6 +178,9 @@ struct cu_mm_cfg {
                                   two (comparisons); 0 none. Measured slower in every form: off */
     int32_t ws_warps;          /* its warps an SM at most (1..16; 0: 16) */
     int32_t ws_min_rows;       /* ... for launches of at least this many rows (all segments) */
+    int32_t mmr_rt;            /* mm_kernel_mmrs: 16-row tiles a CTA (1, 2 or 4; the same bits), where a launch keeps at
+                                  least mmr_rt_ctas CTAs (else fewer tiles a CTA); 0 / 1: one (default until measured) */
+    int32_t mmr_rt_ctas;
 };
 extern struct cu_mm_cfg cu_mm_cfg;
 void cu_launch_matmul(const struct cu_mm_args *args, gpuStream_t s);

@@ -2505,15 +2505,70 @@ static __device__ __forceinline__ void mmr_act_sums(const cu_act_view &a, int sb
     for (int k = 0; k < 2; k++) da[k] = 2 * t + k < na ? a.k_d[(int64_t)(ag + 2 * t + k) * (n / QK_K) + sb] : 0.f;
 }
 
-/* The Q4_K super-block sb's float terms of (row g, act 2t), (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1), added to y, for
- * activation rows ag .. ag + na - 1 of a. */
-static __device__ __forceinline__ void mmr_term_q4(const mmr_q4 &w, const cu_act_view &a, int sb, int ag, int na, int g, int t,
-                                                   float (&y)[4]) {
-    const bool bon = g < na;
-    const int8_t *aq = a.k_qs + (int64_t)(ag + (bon ? g : 0)) * a.n + (int64_t)sb * QK_K + 8 * t;
+/* The activation side of super-block sb for lane (g, t): Q4_K the quants of activation row ag + g, elements 64c + 8t ..
+ * + 7 (xl) and 64c + 32 + 8t .. + 7 (xh); Q6_K elements 128nh + 32wq + 16j + 4t .. + 3 (x); both with mmr_act_sums's
+ * block sums and scales; zeros past na. mmr_act_at reads the quants where the terms use them (one weight tile a warp);
+ * mmr_act4 / mmr_act6 hold them, loaded once and met with each of a warp's R weight tiles. */
+struct mmr_act_at {
+    const int8_t *aq;
+    bool bon;
     int bw[2][8];
     float da[2];
-    mmr_act_sums(a, sb, ag, na, t, bw, da);
+    __device__ __forceinline__ uint2 xl(int c) const { return bon ? *(const uint2 *)(aq + 64 * c) : make_uint2(0, 0); }
+    __device__ __forceinline__ uint2 xh(int c) const { return bon ? *(const uint2 *)(aq + 64 * c + 32) : make_uint2(0, 0); }
+    __device__ __forceinline__ uint32_t x(int nh, int wq, int j) const { return bon ? *(const uint32_t *)(aq + 128 * nh + 32 * wq + 16 * j) : 0u; }
+};
+struct mmr_act4 {
+    uint2 l[4], h[4];
+    int bw[2][8];
+    float da[2];
+    __device__ __forceinline__ uint2 xl(int c) const { return l[c]; }
+    __device__ __forceinline__ uint2 xh(int c) const { return h[c]; }
+};
+struct mmr_act6 {
+    uint32_t q[2][4][2];
+    int bw[2][8];
+    float da[2];
+    __device__ __forceinline__ uint32_t x(int nh, int wq, int j) const { return q[nh][wq][j]; }
+};
+template <int KT> struct mmr_at { typedef mmr_act4 type; };
+template <> struct mmr_at<GGML_TYPE_Q6_K> { typedef mmr_act6 type; };
+static __device__ __forceinline__ void mmr_act_init(const cu_act_view &a, int KT, int sb, int ag, int na, int g, int t, mmr_act_at &A) {
+    A.bon = g < na;
+    A.aq = a.k_qs + (int64_t)(ag + (A.bon ? g : 0)) * a.n + (int64_t)sb * QK_K + (KT == GGML_TYPE_Q6_K ? 4 : 8) * t;
+    mmr_act_sums(a, sb, ag, na, t, A.bw, A.da);
+}
+static __device__ __forceinline__ void mmr_load_act(const cu_act_view &a, int sb, int ag, int na, int g, int t, mmr_act4 &A) {
+    mmr_act_at L;
+    mmr_act_init(a, GGML_TYPE_Q4_K, sb, ag, na, g, t, L);
+#pragma unroll
+    for (int c = 0; c < 4; c++) { A.l[c] = L.xl(c); A.h[c] = L.xh(c); }
+#pragma unroll
+    for (int k = 0; k < 2; k++) {
+        A.da[k] = L.da[k];
+#pragma unroll
+        for (int j = 0; j < 8; j++) A.bw[k][j] = L.bw[k][j];
+    }
+}
+static __device__ __forceinline__ void mmr_load_act(const cu_act_view &a, int sb, int ag, int na, int g, int t, mmr_act6 &A) {
+    mmr_act_at L;
+    mmr_act_init(a, GGML_TYPE_Q6_K, sb, ag, na, g, t, L);
+#pragma unroll
+    for (int nh = 0; nh < 2; nh++)
+#pragma unroll
+        for (int wq = 0; wq < 4; wq++)
+#pragma unroll
+            for (int j = 0; j < 2; j++) A.q[nh][wq][j] = L.x(nh, wq, j);
+#pragma unroll
+    for (int k = 0; k < 2; k++) {
+        A.da[k] = L.da[k];
+#pragma unroll
+        for (int j = 0; j < 8; j++) A.bw[k][j] = L.bw[k][j];
+    }
+}
+
+/* The Q4_K super-block's float terms of (row g, act 2t), (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1), added to y. */
+template <class A_t> static __device__ __forceinline__ void mmr_term(const mmr_q4 &w, const A_t &A, float (&y)[4]) {
     /* scales and mins of the tile's two rows: bytes sc0..3 = s0 & 63, m0..3 = s1 & 63, sc4..7 = (s2 & 15) | (s0 >> 6) << 4,
      * m4..7 = (s2 >> 4) | (s1 >> 6) << 4; the mins' term sum_j m[j] (bs[2j] + bs[2j + 1]) by dp2a (exact), m[j] in both
      * low bytes */
@@ -2529,15 +2584,14 @@ static __device__ __forceinline__ void mmr_term_q4(const mmr_q4 &w, const cu_act
         for (int k = 0; k < 2; k++) {
             int m = 0;
 #pragma unroll
-            for (int j = 0; j < 8; j++) m = __dp2a_lo(bw[k][j], (int)__byte_perm(j < 4 ? mA : mB, 0u, (j & 3) | ((j & 3) << 4)), m);
+            for (int j = 0; j < 8; j++) m = __dp2a_lo(A.bw[k][j], (int)__byte_perm(j < 4 ? mA : mB, 0u, (j & 3) | ((j & 3) << 4)), m);
             M[2 * r + k] = m;
             I[2 * r + k] = 0;
         }
     }
 #pragma unroll
     for (int c = 0; c < 4; c++) {
-        uint2 xl = make_uint2(0, 0), xh = make_uint2(0, 0);
-        if (bon) { xl = *(const uint2 *)(aq + 64 * c); xh = *(const uint2 *)(aq + 64 * c + 32); }
+        const uint2 xl = A.xl(c), xh = A.xh(c);
         const uint32_t m = 0x0F0F0F0Fu;
         const int j0 = (2 * c) & 3, sh0 = 8 * j0, sh1 = 8 * (j0 + 1);
         int cl[4] = {0, 0, 0, 0}, ch[4] = {0, 0, 0, 0};
@@ -2553,20 +2607,14 @@ static __device__ __forceinline__ void mmr_term_q4(const mmr_q4 &w, const cu_act
 #pragma unroll
     for (int k = 0; k < 4; k++) {
         const int r = k >> 1;
-        y[k] = __fadd_rn(y[k], term_kmin(da[k & 1], sb_h2f<true>((uint16_t)(w.dm[r] & 0xffff)), sb_h2f<true>((uint16_t)(w.dm[r] >> 16)),
+        y[k] = __fadd_rn(y[k], term_kmin(A.da[k & 1], sb_h2f<true>((uint16_t)(w.dm[r] & 0xffff)), sb_h2f<true>((uint16_t)(w.dm[r] >> 16)),
                                          I[k], M[k]));
     }
 }
 
 /* The same for Q6_K: 16 MMAs of k16 a super-block, the -32 offset's term sum_idx sc[idx] * bs[idx] from the 16-element
  * sums by dp2a (exact). */
-static __device__ __forceinline__ void mmr_term_q6(const mmr_q6 &w, const cu_act_view &a, int sb, int ag, int na, int g, int t,
-                                                   float (&y)[4]) {
-    const bool bon = g < na;
-    const int8_t *aq = a.k_qs + (int64_t)(ag + (bon ? g : 0)) * a.n + (int64_t)sb * QK_K + 4 * t;
-    int bw[2][8];
-    float da[2];
-    mmr_act_sums(a, sb, ag, na, t, bw, da);
+template <class A_t> static __device__ __forceinline__ void mmr_term(const mmr_q6 &w, const A_t &A, float (&y)[4]) {
     int I[4];
 #pragma unroll
     for (int k = 0; k < 4; k++) {
@@ -2574,7 +2622,7 @@ static __device__ __forceinline__ void mmr_term_q6(const mmr_q6 &w, const cu_act
         int b2 = 0;
 #pragma unroll
         for (int j = 0; j < 8; j++)
-            b2 = (j & 1) ? __dp2a_hi(bw[ak][j], (int)w.sc[r][j >> 1], b2) : __dp2a_lo(bw[ak][j], (int)w.sc[r][j >> 1], b2);
+            b2 = (j & 1) ? __dp2a_hi(A.bw[ak][j], (int)w.sc[r][j >> 1], b2) : __dp2a_lo(A.bw[ak][j], (int)w.sc[r][j >> 1], b2);
         I[k] = -32 * b2;
     }
 #pragma unroll
@@ -2585,7 +2633,7 @@ static __device__ __forceinline__ void mmr_term_q6(const mmr_q6 &w, const cu_act
             for (int j = 0; j < 2; j++) {
                 /* sub-block 8 nh + 2 wq + j: elements 128 nh + 32 wq + 16 j + (0 .. 15) */
                 const int idx = 8 * nh + 2 * wq + j, qi = 2 * (wq & 1) + j, lsh = wq >= 2 ? 4 : 0, hsh = 2 * wq;
-                const uint32_t x = bon ? *(const uint32_t *)(aq + 128 * nh + 32 * wq + 16 * j) : 0u;
+                const uint32_t x = A.x(nh, wq, j);
                 const uint32_t q0 = ((w.ql[nh][qi][0] >> lsh) & 0x0F0F0F0Fu) | (((w.qh[nh][j][0] >> hsh) & 0x03030303u) << 4);
                 const uint32_t q1 = ((w.ql[nh][qi][1] >> lsh) & 0x0F0F0F0Fu) | (((w.qh[nh][j][1] >> hsh) & 0x03030303u) << 4);
                 int cc[4] = {0, 0, 0, 0};
@@ -2597,7 +2645,7 @@ static __device__ __forceinline__ void mmr_term_q6(const mmr_q6 &w, const cu_act
                 }
             }
 #pragma unroll
-    for (int k = 0; k < 4; k++) y[k] = __fadd_rn(y[k], term_k(da[k & 1], sb_h2f<true>((uint16_t)w.d[k >> 1]), I[k]));
+    for (int k = 0; k < 4; k++) y[k] = __fadd_rn(y[k], term_k(A.da[k & 1], sb_h2f<true>((uint16_t)w.d[k >> 1]), I[k]));
 }
 
 /* The weights are staged in shared memory: before the dependency wait the lanes of a warp copy the 16 rows' bytes of
@@ -2672,38 +2720,48 @@ static __device__ __forceinline__ void mmrs_read_q6(mmr_q6 &w, const uint8_t *ba
     }
 }
 
-/* grid: the 16-row tiles of the segments (seg.cta0 in tiles), every segment of type KT; ceil(n_sb / SBW) warps; dynamic
- * shared memory: warps x SBW x MMRS_Q4 / MMRS_Q6 */
-template <int SBW, int KT>
+/* grid: the 16R-row tiles of the segments (seg.cta0 in them), every segment of type KT; ceil(n_sb / SBW) warps; dynamic
+ * shared memory: mmrs_smem_bytes. With R > 1 each warp stages and sums R 16-row tiles for its super-blocks, meeting each
+ * activation load with all R (the activation is read once a CTA of 16R rows, not once a 16 rows); a row's float order
+ * (its warp's super-blocks in order, then the warps in order) is that of R = 1, so the bits are the same. */
+template <int SBW, int KT, int R>
 static __global__ void __launch_bounds__(32 * MMR_WARPS) mm_kernel_mmrs(const struct cu_mm_args P) {
     extern __shared__ __align__(16) uint8_t mmrs_smem[];
-    __shared__ float part[MMR_WARPS][16][8];
+    __shared__ float part1[R == 1 ? MMR_WARPS * 16 * 8 : 1];
     constexpr int WS = KT == GGML_TYPE_Q6_K ? MMRS_Q6 : MMRS_Q4;
     typedef typename mmr_wt<KT>::type wt;
+    typedef typename mmr_at<KT>::type at;
     const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, W = blockDim.x >> 5, g = lane >> 2, t = lane & 3;
     int si = 0;
 #pragma unroll
     for (int i = 1; i < CU_MM_MAX_SEG; i++)
         if (i < P.n_seg && (int)blockIdx.x >= P.seg[i].cta0) si = i;
     const cu_mm_seg &S = P.seg[si];
-    const int r0 = ((int)blockIdx.x - S.cta0) * 16, rows = min(16, S.n_rows - r0);
+    const int r0 = ((int)blockIdx.x - S.cta0) * 16 * R, rows = min(16 * R, S.n_rows - r0);
     const int n_sb = (int)(P.a.n / QK_K);
     const uint8_t *w0 = S.w + (size_t)r0 * S.stride;
-    uint8_t *mine = mmrs_smem + (size_t)wid * SBW * WS;
-    uint32_t d6[SBW][2];
+    uint8_t *mine = mmrs_smem + (size_t)wid * SBW * R * WS;
+    /* [warp][16 R rows][8 activation rows] */
+    float *part = R == 1 ? part1 : (float *)(mmrs_smem + (size_t)W * SBW * R * WS);
+    uint32_t d6[R][SBW][2];
 #pragma unroll
-    for (int s = 0; s < SBW; s++) {
-        const int sb = wid * SBW + s;
-        if (sb >= n_sb) continue;
-        if constexpr (KT == GGML_TYPE_Q6_K) {
-            mmrs_stage_q6(mine + s * WS, w0, S.stride, rows, n_sb, sb, lane);
+    for (int i = 0; i < R; i++) {
+        const int ri = rows - 16 * i; /* this tile's rows (<= 0: none, staged as zeros) */
+        const uint8_t *wi = w0 + (size_t)(ri > 0 ? 16 * i : 0) * S.stride;
 #pragma unroll
-            for (int r = 0; r < 2; r++)
-                d6[s][r] = g + 8 * r < rows ? gpu_ldg((const unsigned short *)(w0 + (size_t)(g + 8 * r) * S.stride + 208 * (size_t)n_sb +
-                                                                                2 * (size_t)sb))
-                                            : 0u;
-        } else {
-            mmrs_stage_q4(mine + s * WS, w0, S.stride, rows, n_sb, sb, lane);
+        for (int s = 0; s < SBW; s++) {
+            const int sb = wid * SBW + s;
+            if (sb >= n_sb) continue;
+            if constexpr (KT == GGML_TYPE_Q6_K) {
+                mmrs_stage_q6(mine + (i * SBW + s) * WS, wi, S.stride, ri, n_sb, sb, lane);
+#pragma unroll
+                for (int r = 0; r < 2; r++)
+                    d6[i][s][r] = g + 8 * r < ri ? gpu_ldg((const unsigned short *)(wi + (size_t)(g + 8 * r) * S.stride + 208 * (size_t)n_sb +
+                                                                                     2 * (size_t)sb))
+                                                 : 0u;
+            } else {
+                mmrs_stage_q4(mine + (i * SBW + s) * WS, wi, S.stride, ri, n_sb, sb, lane);
+            }
         }
     }
     gpu_cp_commit();
@@ -2713,37 +2771,57 @@ static __global__ void __launch_bounds__(32 * MMR_WARPS) mm_kernel_mmrs(const st
     __syncwarp(); /* the warp's copies, to all its lanes */
     for (int ag = 0; ag < P.n_act; ag += 8) {
         const int na = min(8, P.n_act - ag);
-        float y[4] = {0.f, 0.f, 0.f, 0.f};
+        float y[R][4];
+#pragma unroll
+        for (int i = 0; i < R; i++) y[i][0] = y[i][1] = y[i][2] = y[i][3] = 0.f;
 #pragma unroll
         for (int s = 0; s < SBW; s++) {
             const int sb = wid * SBW + s;
             if (sb >= n_sb) continue;
-            wt w;
-            if constexpr (KT == GGML_TYPE_Q6_K) {
-                mmrs_read_q6(w, mine + s * WS, d6[s], g, t);
-                mmr_term_q6(w, P.a, sb, ag, na, g, t, y);
+            if constexpr (R == 1) { /* the quants read where the terms use them (fewer registers) */
+                wt w;
+                if constexpr (KT == GGML_TYPE_Q6_K) mmrs_read_q6(w, mine + s * WS, d6[0][s], g, t);
+                else mmrs_read_q4(w, mine + s * WS, g, t);
+                mmr_act_at A;
+                mmr_act_init(P.a, KT, sb, ag, na, g, t, A);
+                mmr_term(w, A, y[0]);
             } else {
-                mmrs_read_q4(w, mine + s * WS, g, t);
-                mmr_term_q4(w, P.a, sb, ag, na, g, t, y);
+                at A;
+                mmr_load_act(P.a, sb, ag, na, g, t, A);
+#pragma unroll
+                for (int i = 0; i < R; i++) {
+                    wt w;
+                    if constexpr (KT == GGML_TYPE_Q6_K) mmrs_read_q6(w, mine + (i * SBW + s) * WS, d6[i][s], g, t);
+                    else mmrs_read_q4(w, mine + (i * SBW + s) * WS, g, t);
+                    mmr_term(w, A, y[i]);
+                }
             }
         }
         if (ag) __syncthreads(); /* the last group's partial sums have been read */
-        part[wid][g][2 * t] = y[0];
-        part[wid][g][2 * t + 1] = y[1];
-        part[wid][g + 8][2 * t] = y[2];
-        part[wid][g + 8][2 * t + 1] = y[3];
+#pragma unroll
+        for (int i = 0; i < R; i++) {
+            float *pw = part + ((size_t)wid * 16 * R + 16 * i) * 8;
+            pw[g * 8 + 2 * t] = y[i][0];
+            pw[g * 8 + 2 * t + 1] = y[i][1];
+            pw[(g + 8) * 8 + 2 * t] = y[i][2];
+            pw[(g + 8) * 8 + 2 * t + 1] = y[i][3];
+        }
         __syncthreads();
-        for (int i = threadIdx.x; i < 16 * na; i += blockDim.x) {
-            const int j = i & 15, r = i >> 4;
+        for (int i = threadIdx.x; i < 16 * R * na; i += blockDim.x) {
+            const int j = i % (16 * R), r = i / (16 * R);
             if (j >= rows) continue;
-            float v = part[0][j][r];
-            for (int k = 1; k < W; k++) v = __fadd_rn(v, part[k][j][r]);
+            float v = part[j * 8 + r];
+            for (int k = 1; k < W; k++) v = __fadd_rn(v, part[((size_t)k * 16 * R + j) * 8 + r]);
             const int64_t o = (int64_t)(ag + r) * S.ld_y + r0 + j;
             if (S.bias) v = __fadd_rn(v, S.bias[r0 + j]);
             S.y[o] = v;
             if (S.res) S.res[o] = __fadd_rn(S.res[o], v);
         }
     }
+}
+/* a launch's dynamic shared memory: the warps' staged tiles, and with R > 1 the partial sums (R = 1: static) */
+static inline size_t mmrs_smem_bytes(int warps, int sbw, int r, bool q6) {
+    return (size_t)warps * sbw * r * (q6 ? MMRS_Q6 : MMRS_Q4) + (r > 1 ? (size_t)warps * 16 * r * 8 * sizeof(float) : 0);
 }
 #endif
 
@@ -2791,15 +2869,23 @@ static bool mm_launch_mmr(const struct cu_mm_args *args, gpuStream_t s) {
     }
     const int n_sb = (int)(n / QK_K), sbw = n_sb <= 2 * MMR_WARPS ? 2 : 4, w = (n_sb + sbw - 1) / sbw;
     if (!(k4 | k6) || (n_sb < cu_mm_cfg.mmr_small_sb && args->n_act < cu_mm_cfg.mmr_small_rows)) return false;
+    typedef void (*fn_t)(const struct cu_mm_args);
+    /* [type][sbw 2 / 4][R 1 / 2 / 4] */
+    static const fn_t kfs[2][2][3] = {
+        {{mm_kernel_mmrs<2, GGML_TYPE_Q4_K, 1>, mm_kernel_mmrs<2, GGML_TYPE_Q4_K, 2>, mm_kernel_mmrs<2, GGML_TYPE_Q4_K, 4>},
+         {mm_kernel_mmrs<4, GGML_TYPE_Q4_K, 1>, mm_kernel_mmrs<4, GGML_TYPE_Q4_K, 2>, mm_kernel_mmrs<4, GGML_TYPE_Q4_K, 4>}},
+        {{mm_kernel_mmrs<2, GGML_TYPE_Q6_K, 1>, mm_kernel_mmrs<2, GGML_TYPE_Q6_K, 2>, mm_kernel_mmrs<2, GGML_TYPE_Q6_K, 4>},
+         {mm_kernel_mmrs<4, GGML_TYPE_Q6_K, 1>, mm_kernel_mmrs<4, GGML_TYPE_Q6_K, 2>, mm_kernel_mmrs<4, GGML_TYPE_Q6_K, 4>}}};
     static int smem_ok = -1; /* once: the instances' shared memory past 48 KB */
     if (smem_ok < 0) {
-        smem_ok = gpuFuncSetMaxDynamicSmem((const void *)(mm_kernel_mmrs<2, GGML_TYPE_Q4_K>), MMRS_SMEM_MAX) == gpuSuccess &&
-                  gpuFuncSetMaxDynamicSmem((const void *)(mm_kernel_mmrs<4, GGML_TYPE_Q4_K>), MMRS_SMEM_MAX) == gpuSuccess &&
-                  gpuFuncSetMaxDynamicSmem((const void *)(mm_kernel_mmrs<2, GGML_TYPE_Q6_K>), MMRS_SMEM_MAX) == gpuSuccess &&
-                  gpuFuncSetMaxDynamicSmem((const void *)(mm_kernel_mmrs<4, GGML_TYPE_Q6_K>), MMRS_SMEM_MAX) == gpuSuccess;
+        smem_ok = 1;
+        for (int a = 0; a < 2; a++)
+            for (int b = 0; b < 2; b++)
+                for (int c = 0; c < 3; c++) smem_ok &= gpuFuncSetMaxDynamicSmem((const void *)kfs[a][b][c], MMRS_SMEM_MAX) == gpuSuccess;
         (void)gpuGetLastError();
     }
-    if (w > MMR_WARPS || w * sbw * (k6 ? MMRS_Q6 : MMRS_Q4) > (smem_ok ? MMRS_SMEM_MAX : 48 * 1024)) return false;
+    const size_t smem_max = smem_ok ? MMRS_SMEM_MAX : 48 * 1024;
+    if (w > MMR_WARPS || mmrs_smem_bytes(w, sbw, 1, k6 != 0) > smem_max) return false;
     if ((k4 | k6) != (1u << args->n_seg) - 1) { /* the Q8_0 / F32 segments first */
         struct cu_mm_args o;
         mm_subset(args, ~(k4 | k6), &o);
@@ -2812,20 +2898,26 @@ static bool mm_launch_mmr(const struct cu_mm_args *args, gpuStream_t s) {
         }
         gpu_launch(mm_kernel_other, dim3((unsigned)ctas, (unsigned)args->n_act), dim3(32 * MMO_WARPS), 0, s, o);
     }
-    typedef void (*fn_t)(const struct cu_mm_args);
     for (int ty = 0; ty < 2; ty++) { /* a launch for each type present */
         const unsigned mask = ty ? k6 : k4;
         if (!mask) continue;
         struct cu_mm_args k;
         mm_subset(args, mask, &k);
+        /* R 16-row tiles a CTA (cu_mm_cfg.mmr_rt, 1 by default): the largest of R, R / 2, .. whose CTAs still number
+         * mmr_rt_ctas and whose tiles fit the shared memory */
+        int ri = 0;
+        for (int r = cu_mm_cfg.mmr_rt >= 4 ? 4 : cu_mm_cfg.mmr_rt >= 2 ? 2 : 1; r > 1; r /= 2) {
+            int n = 0;
+            for (int i = 0; i < k.n_seg; i++) n += (int)GPU_CEIL_DIV(k.seg[i].n_rows, 16 * r);
+            if (n >= cu_mm_cfg.mmr_rt_ctas && mmrs_smem_bytes(w, sbw, r, ty != 0) <= smem_max) { ri = r == 4 ? 2 : 1; break; }
+        }
+        const int R = 1 << ri;
         int ctas = 0;
         for (int i = 0; i < k.n_seg; i++) {
             k.seg[i].cta0 = ctas;
-            ctas += (int)GPU_CEIL_DIV(k.seg[i].n_rows, 16);
+            ctas += (int)GPU_CEIL_DIV(k.seg[i].n_rows, 16 * R);
         }
-        const fn_t kf = ty ? (sbw == 2 ? mm_kernel_mmrs<2, GGML_TYPE_Q6_K> : mm_kernel_mmrs<4, GGML_TYPE_Q6_K>)
-                           : (sbw == 2 ? mm_kernel_mmrs<2, GGML_TYPE_Q4_K> : mm_kernel_mmrs<4, GGML_TYPE_Q4_K>);
-        gpu_launch(kf, dim3((unsigned)ctas), dim3(32 * w), (size_t)(w * sbw * (ty ? MMRS_Q6 : MMRS_Q4)), s, k);
+        gpu_launch(kfs[ty][sbw == 2 ? 0 : 1][ri], dim3((unsigned)ctas), dim3(32 * w), mmrs_smem_bytes(w, sbw, R, ty != 0), s, k);
         cu_mmr_launches++;
     }
     return true;
@@ -2857,7 +2949,7 @@ static bool mm_launch_mmr(const struct cu_mm_args *args, gpuStream_t s) {
 #else
 #define MM_MMR 64
 #endif
-struct cu_mm_cfg cu_mm_cfg = {{8192, 65536}, {1, 4, 4}, {0, 2, 1}, {0, 0, 0}, 0, {1, 1, 1}, 64, 0, 3, 1, MS_CPS, 24 * 1024, 0, 16, MM_COLS_LB, 0, 16384, MM_MMA, MM_MMR, 10, 8, 32, 0, 16, 0};
+struct cu_mm_cfg cu_mm_cfg = {{8192, 65536}, {1, 4, 4}, {0, 2, 1}, {0, 0, 0}, 0, {1, 1, 1}, 64, 0, 3, 1, MS_CPS, 24 * 1024, 0, 16, MM_COLS_LB, 0, 16384, MM_MMA, MM_MMR, 10, 8, 32, 0, 16, 0, 1, 132};
 
 static bool mm_launch_dec(const struct cu_mm_args *args, gpuStream_t s);
 
