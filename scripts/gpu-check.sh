@@ -403,13 +403,13 @@ if has gdnruns; then # the GDN's runs side by side in mixed steps (VLLMC_CUDA_GD
                 note "gdnruns serve $m runs=$v rep $rep rc=$rc: $(grep '^ *[0-9]' "$OUT/gdnruns_serve_${v}_$rep.txt" | awk '{printf "c%s %s tok/s tpot50 %s ttft50 %s; ", $1, $6, $12, $9}')"
             done
         done
-        # the step's token budget (serve's default 512) with it on: 2,048 (vLLM's serve default)
-        # shellcheck disable=SC2086
-        VLLMC_CUDA_GDN_RUNS=1 SERVE_LOG="$OUT/gdnruns_server.log" timeout 300 bash scripts/bench-serve.sh "$BIN" "$f" \
+        # the step's token budget (serve's default 512) with it on: 2,048 (vLLM's serve default); GDNRUNS_SHORT=1 skips
+        # this and the engine bench (a short call)
+        [ "${GDNRUNS_SHORT:-0}" = 1 ] || VLLMC_CUDA_GDN_RUNS=1 SERVE_LOG="$OUT/gdnruns_server.log" timeout 300 bash scripts/bench-serve.sh "$BIN" "$f" \
             ${GDNRUNS_ARGS:---concurrency 16,64 --num-prompts 128 --input-len 512 --output-len 128 --id-max 150000} \
             -- --device cuda --max-num-seqs 64 --max-num-batched-tokens 2048 >"$OUT/gdnruns_serve_b2048.txt" 2>&1; rc=$?
-        note "gdnruns serve $m runs=1 budget 2048 rc=$rc: $(grep '^ *[0-9]' "$OUT/gdnruns_serve_b2048.txt" | awk '{printf "c%s %s tok/s tpot50 %s ttft50 %s; ", $1, $6, $12, $9}')"
-        for v in 0 1; do
+        [ "${GDNRUNS_SHORT:-0}" = 1 ] || note "gdnruns serve $m runs=1 budget 2048 rc=$rc: $(grep '^ *[0-9]' "$OUT/gdnruns_serve_b2048.txt" | awk '{printf "c%s %s tok/s tpot50 %s ttft50 %s; ", $1, $6, $12, $9}')"
+        for v in $([ "${GDNRUNS_SHORT:-0}" = 1 ] || echo 0 1); do
             # shellcheck disable=SC2086
             VLLMC_CUDA_GDN_RUNS=$v timeout 200 "$BIN/vllmc" bench -m "$f" ${GDNRUNS_EARGS:---concurrency 16,64 -p 512 -g 128 -r 1} \
                 >"$OUT/gdnruns_ebench_$v.txt" 2>&1; rc=$?
