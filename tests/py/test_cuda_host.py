@@ -107,15 +107,17 @@ def test_ws_host_side(stub_env, models):
 
 
 def test_engine_host_side(stub_env, models):
-    """The engine's batched, pipelined steps (bench --concurrency) run through on both hybrid kinds; with the GDN's runs
-    side by side (VLLMC_CUDA_GDN_RUNS=1) too, on prompts of 16 (every run short) and 40 tokens (split lists)."""
+    """The engine's batched, pipelined steps (bench --concurrency) run through on both hybrid kinds, with the GDN's runs
+    side by side (the default) and without them (VLLMC_CUDA_GDN_RUNS=0), on prompts of 16 (every run short) and 40 tokens
+    (split lists)."""
     for shape in ("qwen35", "qwen35moe"):
         out = run(stub_env, "bench", "-m", models[shape], "--concurrency", "1,4", "-p", "16", "-g", "8", "-r", "1")
         assert re.search(r"^\| 4 \| 4 \|", out, re.M), out[-2000:]
         for p in ("16", "40"):
-            out = run(stub_env, "bench", "-m", models[shape], "--concurrency", "4,9", "-p", p, "-g", "8", "-r", "1",
-                      extra={"VLLMC_CUDA_GDN_RUNS": "1"})
-            assert re.search(r"^\| 9 \| 9 \|", out, re.M), out[-2000:]
+            for runs in ("1", "0"):
+                out = run(stub_env, "bench", "-m", models[shape], "--concurrency", "4,9", "-p", p, "-g", "8", "-r", "1",
+                          extra={"VLLMC_CUDA_GDN_RUNS": runs})
+                assert re.search(r"^\| 9 \| 9 \|", out, re.M), out[-2000:]
 
 
 def folds(text):

@@ -2154,8 +2154,8 @@ extern "C" vllmc_status backend_cuda_create(const struct backend_cuda_opts *o, s
     if (env && *env) c->gemm_min_rows = c->gemm_min_decode_rows = atoi(env); /* one threshold for every batch */
     c->gdn_chunked = env_on("VLLMC_CUDA_GDN_CHUNKED");
     env = getenv("VLLMC_CUDA_GDN_RUNS");
-    c->gdn_runs = env && !strcmp(env, "1");
-    if (env && *env && strcmp(env, "0") && strcmp(env, "1")) LOG_WARN("VLLMC_CUDA_GDN_RUNS=%s: not 0 or 1; it stays off", env);
+    c->gdn_runs = !(env && !strcmp(env, "0")); /* on by default: serve at 64 sequences +34% (BENCHMARKS.md "Mixed steps") */
+    if (env && *env && strcmp(env, "0") && strcmp(env, "1")) LOG_WARN("VLLMC_CUDA_GDN_RUNS=%s: not 0 or 1; it stays on", env);
     c->attn_prefill = env_on("VLLMC_CUDA_ATTN_PREFILL");
     env = getenv("VLLMC_CUDA_GEMM_ACT");
     c->gemm_act_q8 = env && !strcmp(env, "q8");

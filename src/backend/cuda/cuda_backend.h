@@ -187,7 +187,7 @@ void backend_cuda_set_prefill(struct backend *be, int gemm_min_rows, bool gdn_ch
  * CTA of the scan) and the shorter ones through the recurrent kernels (one run a CTA); off, the chunked kernels take
  * every run (a 1-token run costs a 64-row chunk, and the scan walks all the batch's chunks in series) or, with no
  * run of 32, the recurrent kernels walk the whole batch in one CTA. The same arithmetic per run either way for the
- * recurrent runs; gdn_runs.h. Default off (env VLLMC_CUDA_GDN_RUNS=1 turns it on); returns the previous value. */
+ * recurrent runs; gdn_runs.h. Default on (env VLLMC_CUDA_GDN_RUNS=0 turns it off); returns the previous value. */
 bool backend_cuda_set_gdn_runs(struct backend *be, bool on);
 /* The GEMM's row thresholds for other batches and for decode steps: *rows and *decode_rows set, the previous values
  * returned in their place (so a second call restores them). */
