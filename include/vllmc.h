@@ -59,7 +59,7 @@ typedef enum { VLLMC_DEVICE_AUTO = 0, VLLMC_DEVICE_CPU = 1, VLLMC_DEVICE_CUDA = 
 typedef struct {
     int32_t max_model_len;          /* prompt + output tokens per request; 0 = min(model context, 4096) */
     int32_t max_num_seqs;           /* requests running at once; 0 = 16 */
-    int32_t max_num_batched_tokens; /* tokens per step (decodes + prefill chunks); 0 = 512 */
+    int32_t max_num_batched_tokens; /* tokens per step (decodes + prefill chunks); 0 = 2048 on the GPU, 512 on the CPU */
     int32_t kv_blocks;              /* > 0: exactly this many KV blocks of 16 tokens */
     uint64_t kv_memory_bytes;       /* kv_blocks == 0: KV pool budget; 0 = enough for max_num_seqs full
                                        requests, at most 4 GiB */

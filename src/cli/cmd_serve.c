@@ -21,7 +21,7 @@ static void serve_usage(void) {
             "  --served-model-name NAME         model name in the API (default: the model path)\n"
             "  --max-model-len N, -c N          tokens per request, prompt + output (default min(training context, 4096))\n"
             "  --max-num-seqs N, -np N          requests running at once (default 16)\n"
-            "  --max-num-batched-tokens N       tokens per engine step (default 512)\n"
+            "  --max-num-batched-tokens N       tokens per engine step (default 2048 on the GPU, 512 on the CPU)\n"
             "  --num-gpu-blocks-override N      exactly N KV blocks of 16 tokens\n"
             "  --device cuda|cpu                where the model runs (default: cuda when built with CUDA and a GPU is present)\n"
             "  --gpu-memory-utilization F       fraction (0, 1] of the device's memory (the host's on cpu) for weights,\n"

@@ -149,7 +149,9 @@ vllmc_status engine_model_create(const char *model_path, const vllmc_engine_opts
     struct engine_config c = {0};
     c.max_model_len = o.max_model_len ? o.max_model_len : VLLMC_MIN(hp->n_ctx_train, 4096);
     c.max_num_seqs = o.max_num_seqs ? o.max_num_seqs : 16;
-    c.max_num_batched_tokens = o.max_num_batched_tokens ? o.max_num_batched_tokens : 512;
+    /* the step's token budget: 2,048 on the GPU (vllmc serve on qwen35-4b at 64 requests: +21% output tok/s and a lower
+     * TTFT than at 512; BENCHMARKS.md "Mixed steps, continued"), 512 on the CPU, where a step's time grows with its rows */
+    c.max_num_batched_tokens = o.max_num_batched_tokens ? o.max_num_batched_tokens : dev == VLLMC_DEVICE_CUDA ? 2048 : 512;
     c.prefix_caching = o.enable_prefix_caching != 0;
     c.seed = o.seed;
     c.device = dev;
