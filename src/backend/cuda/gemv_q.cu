@@ -2464,8 +2464,8 @@ static int split_resident(int ks) {
  * the 6-bit quants as u8; the -32 through the Q8_K 16-element sums). An MMA's k slots may hold the sub-block's elements
  * in any order, the same for A and B: lane (g, t) gives elements 8t .. 8t + 7 (Q4_K; a0 / a2 the first / last four,
  * the low and the high nibbles two sub-blocks) or 4t .. 4t + 3 (Q6_K), so each of its reads is one contiguous piece
- * of a row. A CTA takes 16 weight rows of one segment; warp w super-blocks w SBW .. w SBW + SBW - 1 of them, for every
- * group of 8 activation rows in turn. Lane (g, t) then holds the sub-block sums of weight rows g, g + 8 with
+ * of a row. A CTA takes 16 (R x 16) weight rows of one segment; warp w super-blocks w SBW .. w SBW + SBW - 1 of
+ * them, for every group of 8 activation rows in turn. Lane (g, t) then holds the sub-block sums of weight rows g, g + 8 with
  * activation rows 2t, 2t + 1 (C's layout) and forms each super-block's integer sums and float term as the reference
  * does (term_kmin / term_k); the terms are summed over the warp's super-blocks, then the warps in order. That float
  * order is not the one-row kernels', so a row's outputs may differ in the last bits between a one-row and a several-
