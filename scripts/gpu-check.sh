@@ -31,8 +31,8 @@
 # real: a real checkpoint at REAL_MODEL (default /tmp/real/tm.gguf, assembled there from parts carried one call each
 # while the machine stays warm): greedy ids on 4 prompts with graphs / eager / CPU, the perplexity of 4 texts on the
 # CPU and with the prefill GEMM's activation modes (f16 rows, q8 values, GEMM off), and the batch-1 bench.
-# Stage gdnruns (not default) checks and times the GDN's runs side by side in mixed steps (VLLMC_CUDA_GDN_RUNS=1):
-# test_cuda_prefill, test_cuda_engine with it on, then bench serve and the engine bench off and on in turn.
+# Stage gdnruns (not default) checks and times the GDN's runs side by side in mixed steps (VLLMC_CUDA_GDN_RUNS, on by
+# default): test_cuda_prefill, test_cuda_engine with it on, then bench serve and the engine bench off and on in turn.
 # Stage mmrrt (not default) checks mm_kernel_mmrs with 2 / 4 16-row tiles a CTA (VLLMC_CUDA_MMR_RT): test_cuda_ops mmr, then
 # the engine bench with 1 / 2 / 4 tiles in turn.
 # Stage timeline (not default) runs the -DVLLMC_MV_TIMELINE build (EXTRA_BUILDS="tl:-DVLLMC_MV_TIMELINE") of TIMELINE_MODELS
@@ -399,12 +399,12 @@ if has gdnruns; then # the GDN's runs side by side in mixed steps (VLLMC_CUDA_GD
                 # shellcheck disable=SC2086
                 VLLMC_CUDA_GDN_RUNS=$v SERVE_LOG="$OUT/gdnruns_server.log" timeout 300 bash scripts/bench-serve.sh "$BIN" "$f" \
                     ${GDNRUNS_ARGS:---concurrency 16,64 --num-prompts 128 --input-len 512 --output-len 128 --id-max 150000} \
-                    -- --device cuda --max-num-seqs 64 >"$OUT/gdnruns_serve_${v}_$rep.txt" 2>&1; rc=$?
+                    -- --device cuda --max-num-seqs 64 --max-num-batched-tokens 512 >"$OUT/gdnruns_serve_${v}_$rep.txt" 2>&1; rc=$?
                 note "gdnruns serve $m runs=$v rep $rep rc=$rc: $(grep '^ *[0-9]' "$OUT/gdnruns_serve_${v}_$rep.txt" | awk '{printf "c%s %s tok/s tpot50 %s ttft50 %s; ", $1, $6, $12, $9}')"
             done
         done
-        # the step's token budget (serve's default 512) with it on: 2,048 (vLLM's serve default); GDNRUNS_SHORT=1 skips
-        # this and the engine bench (a short call)
+        # the off / on runs above at a 512-token step budget (the GPU's default before 2,048); this one at the default
+        # 2,048 with it on; GDNRUNS_SHORT=1 skips this and the engine bench (a short call)
         [ "${GDNRUNS_SHORT:-0}" = 1 ] || VLLMC_CUDA_GDN_RUNS=1 SERVE_LOG="$OUT/gdnruns_server.log" timeout 300 bash scripts/bench-serve.sh "$BIN" "$f" \
             ${GDNRUNS_ARGS:---concurrency 16,64 --num-prompts 128 --input-len 512 --output-len 128 --id-max 150000} \
             -- --device cuda --max-num-seqs 64 --max-num-batched-tokens 2048 >"$OUT/gdnruns_serve_b2048.txt" 2>&1; rc=$?

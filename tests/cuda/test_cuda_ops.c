@@ -1298,7 +1298,12 @@ static void test_mmr(void) {
                         float *gz[2] = {dev_put(pz, (size_t)(rows * ld) * 4), dev_put(pz, (size_t)(rows * ld) * 4)};
                         const struct bk_matmul_out gt[2] = {{.w = &w[0].g, .bias = gbias, .y = gz[0], .ld_y = ld},
                                                             {.w = &w[0].g, .bias = gbias, .y = gz[1], .ld_y = ld}};
+                        const uint64_t nt = backend_cuda_mmr_tiled_launches();
                         CHECK(gpu->ops->matmul(gpu, &ga, 2, gt) == VLLMC_OK);
+                        /* at 2,560 columns every form fits (5 warps of 2 super-blocks): the tiles were taken, not one */
+                        if (E == 2560)
+                            CHECK_MSG(backend_cuda_mmr_tiled_launches() > nt, "mmr %s rows %d: %d tiles a CTA not taken",
+                                      quant_traits(types[0])->name, rows, rt);
                         for (int k = 0; k < 2; k++) {
                             dev_get(hz, gz[k], (size_t)(rows * ld) * 4);
                             size_t nd = 0;

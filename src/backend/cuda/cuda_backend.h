@@ -88,8 +88,9 @@ int backend_cuda_set_matvec_mmr(int rows);
  * taken where a launch keeps at least min_ctas CTAs; returns the previous count. Process-wide;
  * VLLMC_CUDA_MMR_RT=tiles[,min_ctas] (default min_ctas 132) sets it at backend creation. Default 1. */
 int backend_cuda_set_mmr_tiles(int tiles, int min_ctas);
-/* Launches of mm_kernel_mmrs so far, process-wide. */
+/* Launches of mm_kernel_mmrs so far, process-wide; those of them with more than one 16-row tile a CTA. */
 uint64_t backend_cuda_mmr_launches(void);
+uint64_t backend_cuda_mmr_tiled_launches(void);
 /* Pipelined steps: a step's argmax does not wait for it. With it on, a step whose logits op is given an argmax pointer
  * returns once its work is queued (the pointer is not written); backend_cuda_fetch_argmax(be, ids, n) waits for the
  * oldest such step and gives its n ids. backend_cuda_tokens_from_argmax(be) before a batch_set makes that batch's

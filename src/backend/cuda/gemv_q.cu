@@ -2465,8 +2465,8 @@ static int split_resident(int ks) {
  * in any order, the same for A and B: lane (g, t) gives elements 8t .. 8t + 7 (Q4_K; a0 / a2 the first / last four,
  * the low and the high nibbles two sub-blocks) or 4t .. 4t + 3 (Q6_K), so each of its reads is one contiguous piece
  * of a row. A CTA takes 16 (R x 16) weight rows of one segment; warp w super-blocks w SBW .. w SBW + SBW - 1 of
- * them, for every group of 8 activation rows in turn. Lane (g, t) then holds the sub-block sums of weight rows g, g + 8 with
- * activation rows 2t, 2t + 1 (C's layout) and forms each super-block's integer sums and float term as the reference
+ * them, for every group of 8 activation rows in turn. Lane (g, t) then holds the sub-block sums of weight rows g,
+ * g + 8 with activation rows 2t, 2t + 1 (C's layout) and forms each super-block's integer sums and float term as the reference
  * does (term_kmin / term_k); the terms are summed over the warp's super-blocks, then the warps in order. That float
  * order is not the one-row kernels', so a row's outputs may differ in the last bits between a one-row and a several-
  * row step (batch invariance keeps the mm_row-order kernels). */
@@ -2533,38 +2533,30 @@ struct mmr_act6 {
 };
 template <int KT> struct mmr_at { typedef mmr_act4 type; };
 template <> struct mmr_at<GGML_TYPE_Q6_K> { typedef mmr_act6 type; };
-static __device__ __forceinline__ void mmr_act_init(const cu_act_view &a, int KT, int sb, int ag, int na, int g, int t, mmr_act_at &A) {
+/* lane (g, t)'s quants of super-block sb (mmr_act_at's address); with sums, also the block sums and scales */
+static __device__ __forceinline__ void mmr_act_init(const cu_act_view &a, int KT, int sb, int ag, int na, int g, int t, mmr_act_at &A,
+                                                    bool sums = false) {
     A.bon = g < na;
     A.aq = a.k_qs + (int64_t)(ag + (A.bon ? g : 0)) * a.n + (int64_t)sb * QK_K + (KT == GGML_TYPE_Q6_K ? 4 : 8) * t;
-    mmr_act_sums(a, sb, ag, na, t, A.bw, A.da);
+    if (sums) mmr_act_sums(a, sb, ag, na, t, A.bw, A.da);
 }
 static __device__ __forceinline__ void mmr_load_act(const cu_act_view &a, int sb, int ag, int na, int g, int t, mmr_act4 &A) {
     mmr_act_at L;
     mmr_act_init(a, GGML_TYPE_Q4_K, sb, ag, na, g, t, L);
+    mmr_act_sums(a, sb, ag, na, t, A.bw, A.da);
 #pragma unroll
     for (int c = 0; c < 4; c++) { A.l[c] = L.xl(c); A.h[c] = L.xh(c); }
-#pragma unroll
-    for (int k = 0; k < 2; k++) {
-        A.da[k] = L.da[k];
-#pragma unroll
-        for (int j = 0; j < 8; j++) A.bw[k][j] = L.bw[k][j];
-    }
 }
 static __device__ __forceinline__ void mmr_load_act(const cu_act_view &a, int sb, int ag, int na, int g, int t, mmr_act6 &A) {
     mmr_act_at L;
     mmr_act_init(a, GGML_TYPE_Q6_K, sb, ag, na, g, t, L);
+    mmr_act_sums(a, sb, ag, na, t, A.bw, A.da);
 #pragma unroll
     for (int nh = 0; nh < 2; nh++)
 #pragma unroll
         for (int wq = 0; wq < 4; wq++)
 #pragma unroll
             for (int j = 0; j < 2; j++) A.q[nh][wq][j] = L.x(nh, wq, j);
-#pragma unroll
-    for (int k = 0; k < 2; k++) {
-        A.da[k] = L.da[k];
-#pragma unroll
-        for (int j = 0; j < 8; j++) A.bw[k][j] = L.bw[k][j];
-    }
 }
 
 /* The Q4_K super-block's float terms of (row g, act 2t), (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1), added to y. */
@@ -2783,7 +2775,7 @@ static __global__ void __launch_bounds__(32 * MMR_WARPS) mm_kernel_mmrs(const st
                 if constexpr (KT == GGML_TYPE_Q6_K) mmrs_read_q6(w, mine + s * WS, d6[0][s], g, t);
                 else mmrs_read_q4(w, mine + s * WS, g, t);
                 mmr_act_at A;
-                mmr_act_init(P.a, KT, sb, ag, na, g, t, A);
+                mmr_act_init(P.a, KT, sb, ag, na, g, t, A, true);
                 mmr_term(w, A, y[0]);
             } else {
                 at A;
@@ -2844,8 +2836,9 @@ static __global__ void __launch_bounds__(32 * MMO_WARPS) mm_kernel_other(const s
 }
 #endif
 
-uint64_t cu_mmr_launches;
+uint64_t cu_mmr_launches, cu_mmr_tiled_launches;
 extern "C" uint64_t backend_cuda_mmr_launches(void) { return cu_mmr_launches; }
+extern "C" uint64_t backend_cuda_mmr_tiled_launches(void) { return cu_mmr_tiled_launches; }
 
 /* The Q4_K / Q6_K segments of a several-row launch on mm_kernel_mmrs (the others first, in a launch of their own on the
  * column-split kernel), a launch a type. Rows of fewer than mmr_small_sb super-blocks only from mmr_small_rows
@@ -2919,6 +2912,7 @@ static bool mm_launch_mmr(const struct cu_mm_args *args, gpuStream_t s) {
         }
         gpu_launch(kfs[ty][sbw == 2 ? 0 : 1][ri], dim3((unsigned)ctas), dim3(32 * w), mmrs_smem_bytes(w, sbw, R, ty != 0), s, k);
         cu_mmr_launches++;
+        cu_mmr_tiled_launches += R > 1;
     }
     return true;
 #endif
