@@ -1258,12 +1258,18 @@ static void test_mmr(void) {
                 const struct bk_matmul_out ro8 = {.w = &w[1].r, .y = ry8, .ld_y = ld};
                 CHECK(ref->ops->matmul(ref, &ra, 1, &ro) == VLLMC_OK);
                 CHECK(ref->ops->matmul(ref, &ra, 1, &ro8) == VLLMC_OK);
-                const uint64_t n0 = backend_cuda_mmr_launches();
+                const uint64_t n0 = backend_cuda_mmr_launches(), q0 = backend_cuda_mmq_launches(), qs0 = backend_cuda_mmq_split_launches();
                 CHECK(gpu->ops->matmul(gpu, &ga, 2, go) == VLLMC_OK);
                 /* (rows of fewer than 10 super-blocks take it from 8 activation rows) */
                 if (E >= 2560 || rows >= 8)
                     CHECK_MSG(backend_cuda_mmr_launches() > n0, "mmr %s E %lld rows %d: the kernel was not taken",
                               quant_traits(types[0])->name, (long long)E, rows);
+                /* from 16 activation rows by default: mm_kernel_mmq, its 53 rows a tile split along K into as many
+                 * super-blocks as fill the SMs */
+                if (rows >= 16)
+                    CHECK_MSG(backend_cuda_mmq_launches() > q0 && backend_cuda_mmq_split_launches() > qs0,
+                              "mmq %s E %lld rows %d: the kernel was not taken, or not split", quant_traits(types[0])->name,
+                              (long long)E, rows);
                 float *h = malloc((size_t)(rows * ld) * 4);
                 dev_get(h, gy, (size_t)(rows * ld) * 4);
                 double mb = 0;
@@ -1288,10 +1294,21 @@ static void test_mmr(void) {
                     }
                 CHECK_MSG(nan == 0, "mmr: %zu outputs of the Q8_0 segment beside it not written", nan);
                 CHECK_MSG(mb8 < 2e-6, "mmr E %lld rows %d: the Q8_0 segment beside it, max |d| / sum |w x| %.3g", (long long)E, rows, mb8);
-                /* 2 and 4 16-row tiles a CTA (in every launch, however few CTAs it keeps): the bits of one tile a CTA, with
-                 * the weight twice in the launch (the second segment's CTAs after the first's, its last tile partial) */
+                /* mm_kernel_mmrs at 2 and 4 16-row tiles a CTA (in every launch, however few CTAs it keeps): the bits of one
+                 * tile a CTA, with the weight twice in the launch (the second segment's CTAs after the first's, its last tile
+                 * partial); then mm_kernel_mmq unsplit on the same launch: the CPU reference's bits */
                 {
-                    dev_get(h, gy, (size_t)(rows * ld) * 4);
+                    const int mq0 = backend_cuda_set_mmq_rows(0);
+                    if (rows >= mq0 && mq0 > 0) { /* h: mm_kernel_mmrs at one tile a CTA */
+                        float *p1 = nan_buf((size_t)(rows * ld)), *g1 = dev_put(p1, (size_t)(rows * ld) * 4);
+                        const struct bk_matmul_out g1o = {.w = &w[0].g, .bias = gbias, .y = g1, .ld_y = ld};
+                        CHECK(gpu->ops->matmul(gpu, &ga, 1, &g1o) == VLLMC_OK);
+                        dev_get(h, g1, (size_t)(rows * ld) * 4);
+                        gpu->ops->free(gpu, g1);
+                        free(p1);
+                    } else {
+                        dev_get(h, gy, (size_t)(rows * ld) * 4);
+                    }
                     float *hz = malloc((size_t)(rows * ld) * 4), *pz = nan_buf((size_t)(rows * ld));
                     for (int rt = 2; rt <= 4; rt *= 2) {
                         const int rt0 = backend_cuda_set_mmr_tiles(rt, 0);
@@ -1301,7 +1318,7 @@ static void test_mmr(void) {
                         const uint64_t nt = backend_cuda_mmr_tiled_launches();
                         CHECK(gpu->ops->matmul(gpu, &ga, 2, gt) == VLLMC_OK);
                         /* at 2,560 columns every form fits (5 warps of 2 super-blocks): the tiles were taken, not one */
-                        if (E == 2560)
+                        if (E == 2560 && rt > 1)
                             CHECK_MSG(backend_cuda_mmr_tiled_launches() > nt, "mmr %s rows %d: %d tiles a CTA not taken",
                                       quant_traits(types[0])->name, rows, rt);
                         for (int k = 0; k < 2; k++) {
@@ -1314,6 +1331,29 @@ static void test_mmr(void) {
                             gpu->ops->free(gpu, gz[k]);
                         }
                         backend_cuda_set_mmr_tiles(rt0, 0);
+                    }
+                    backend_cuda_set_mmq_rows(mq0);
+                    if (rows >= mq0 && mq0 > 0) {
+                        const int sp0 = backend_cuda_set_mmq_split(0);
+                        float *gz[2] = {dev_put(pz, (size_t)(rows * ld) * 4), dev_put(pz, (size_t)(rows * ld) * 4)};
+                        const struct bk_matmul_out gt[2] = {{.w = &w[0].g, .bias = gbias, .y = gz[0], .ld_y = ld},
+                                                            {.w = &w[0].g, .bias = gbias, .y = gz[1], .ld_y = ld}};
+                        const uint64_t nq = backend_cuda_mmq_launches(), nqs = backend_cuda_mmq_split_launches();
+                        CHECK(gpu->ops->matmul(gpu, &ga, 2, gt) == VLLMC_OK);
+                        CHECK_MSG(backend_cuda_mmq_launches() > nq && backend_cuda_mmq_split_launches() == nqs,
+                                  "mmq %s rows %d: the unsplit kernel not taken", quant_traits(types[0])->name, rows);
+                        for (int k = 0; k < 2; k++) {
+                            dev_get(hz, gz[k], (size_t)(rows * ld) * 4);
+                            size_t nd = 0;
+                            for (int r = 0; r < rows; r++)
+                                for (int64_t o = 0; o < NOUT; o++) nd += memcmp(&hz[r * ld + o], &ry[r * ld + o], 4) != 0;
+                            CHECK_MSG(nd == 0, "mmq %s E %lld rows %d, one split, segment %d: %zu outputs differ from the CPU's",
+                                      quant_traits(types[0])->name, (long long)E, rows, k, nd);
+                            gpu->ops->free(gpu, gz[k]);
+                        }
+                        backend_cuda_set_mmq_split(sp0);
+                        if (ri == 6) printf("mmq %s E %lld: rows 16 .. 64 unsplit, the CPU's bits; split, max |d| / sum |w x| as above\n",
+                                            quant_traits(types[0])->name, (long long)E);
                     }
                     free(hz);
                     free(pz);

@@ -2132,6 +2132,13 @@ extern "C" vllmc_status backend_cuda_create(const struct backend_cuda_opts *o, s
         const int nv = sscanf(env, "%d,%d", &v[0], &v[1]);
         backend_cuda_set_mmr_tiles(nv >= 1 ? v[0] : 1, nv >= 2 ? v[1] : 132);
     }
+    if ((env = getenv("VLLMC_CUDA_MMQ"))) { /* "rows[,ctas]": several-row steps of rows or more on mm_kernel_mmq (0 off), K
+                                                split to about ctas CTAs */
+        int v[2] = {0, 0};
+        const int nv = sscanf(env, "%d,%d", &v[0], &v[1]);
+        if (nv >= 1) backend_cuda_set_mmq_rows(v[0]);
+        if (nv >= 2) backend_cuda_set_mmq_split(v[1]);
+    }
     if ((env = getenv("VLLMC_CUDA_DEC"))) backend_cuda_set_decode_rows(atoi(env));
     if ((env = getenv("VLLMC_CUDA_MOE_COLS"))) backend_cuda_set_moe_cols(atoi(env)); /* MoE ops of up to N rows on the
                                                                                    column-split expert kernels; 0 off */
@@ -2201,6 +2208,20 @@ extern "C" int backend_cuda_set_matvec_mmr(int rows) {
 #else
     (void)rows; /* no such kernel */
 #endif
+    return old;
+}
+extern "C" int backend_cuda_set_mmq_rows(int rows) {
+    const int old = cu_mm_cfg.mmq_rows;
+#if !defined(VLLMC_HIP)
+    cu_mm_cfg.mmq_rows = rows > 0 ? rows : 0;
+#else
+    (void)rows; /* no such kernel */
+#endif
+    return old;
+}
+extern "C" int backend_cuda_set_mmq_split(int ctas) {
+    const int old = cu_mm_cfg.mmq_ctas;
+    cu_mm_cfg.mmq_ctas = ctas > 0 ? ctas : 0;
     return old;
 }
 extern "C" int backend_cuda_set_mmr_tiles(int tiles, int min_ctas) {

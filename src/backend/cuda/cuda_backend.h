@@ -88,9 +88,19 @@ int backend_cuda_set_matvec_mmr(int rows);
  * taken where a launch keeps at least min_ctas CTAs; returns the previous count. Process-wide;
  * VLLMC_CUDA_MMR_RT=tiles[,min_ctas] (default min_ctas 132) sets it at backend creation. Default 1. */
 int backend_cuda_set_mmr_tiles(int tiles, int min_ctas);
-/* Launches of mm_kernel_mmrs so far, process-wide; those of them with more than one 16-row tile a CTA. */
+/* Steps of rows .. the several-row limit above take mm_kernel_mmq for their Q4_K / Q6_K rows instead (tiles of 128 weight
+ * rows x 64 activation rows, the activation staged in shared memory, the weights unpacked once a super-block); 0: never;
+ * default 16 on CUDA, 0 on HIP; returns the previous value. Its launches split K until they have about `ctas` CTAs
+ * (backend_cuda_set_mmq_split; default 264; <= 1 never: then a row's sums are the CPU reference's bits). Process-wide;
+ * VLLMC_CUDA_MMQ=rows[,ctas] sets them at backend creation. */
+int backend_cuda_set_mmq_rows(int rows);
+int backend_cuda_set_mmq_split(int ctas);
+/* Launches of mm_kernel_mmrs or mm_kernel_mmq so far, process-wide; those of mm_kernel_mmrs with more than one 16-row
+ * tile a CTA; those of mm_kernel_mmq. */
 uint64_t backend_cuda_mmr_launches(void);
 uint64_t backend_cuda_mmr_tiled_launches(void);
+uint64_t backend_cuda_mmq_launches(void);
+uint64_t backend_cuda_mmq_split_launches(void);
 /* Pipelined steps: a step's argmax does not wait for it. With it on, a step whose logits op is given an argmax pointer
  * returns once its work is queued (the pointer is not written); backend_cuda_fetch_argmax(be, ids, n) waits for the
  * oldest such step and gives its n ids. backend_cuda_tokens_from_argmax(be) before a batch_set makes that batch's

@@ -181,6 +181,9 @@ struct cu_mm_cfg {
     int32_t mmr_rt;            /* mm_kernel_mmrs: 16-row tiles a CTA (1, 2 or 4; the same bits), where a launch keeps at
                                   least mmr_rt_ctas CTAs (else fewer tiles a CTA); 0 / 1: one (default until measured) */
     int32_t mmr_rt_ctas;
+    int32_t mmq_rows;          /* several-row steps of at least this many activation rows: their Q4_K / Q6_K rows on
+                                  mm_kernel_mmq (tiles of 128 weight rows x 64 activation rows on the tensor cores); 0: none */
+    int32_t mmq_ctas;          /* ... its launches split K until they have about this many CTAs (<= 1: never split) */
 };
 extern struct cu_mm_cfg cu_mm_cfg;
 void cu_launch_matmul(const struct cu_mm_args *args, gpuStream_t s);

@@ -2815,6 +2815,314 @@ static __global__ void __launch_bounds__(32 * MMR_WARPS) mm_kernel_mmrs(const st
 static inline size_t mmrs_smem_bytes(int warps, int sbw, int r, bool q6) {
     return (size_t)warps * sbw * r * (q6 ? MMRS_Q6 : MMRS_Q4) + (r > 1 ? (size_t)warps * 16 * r * 8 * sizeof(float) : 0);
 }
+
+/* ---- several activation rows, every activation row of a CTA in each warp (mm_kernel_mmq) ----
+ * mm_kernel_mmrs meets each 16-row weight tile with one group of 8 activation rows at a time: for every group it
+ * reads the weights back from shared memory, unpacks the nibbles and the scales again and forms the mins' term with
+ * 32 dp2a a lane, so at 16-64 activation rows its terms are issue-bound (qwen35-4b at 64 sequences: 62 launches of
+ * 2,560 rows 60 us each, gate + up 82 us: ~9 ms of a 13.7 ms step; BENCHMARKS.md). Here a warp loads its super-
+ * blocks' weights of the CTA's 16 rows into registers once, unpacks them once (the A fragments and the sub-block
+ * scales as integers), and meets them with up to MMQ_NT groups of 8 activation rows in turn; the mins' term (Q4_K)
+ * and the -32 offset's term (Q6_K) become two MMAs a group over the activation's 16-element block sums split into
+ * their low (u8) and high (s8) bytes. The integer sums are the same integers as mm_kernel_mmrs's, each super-block's
+ * float term its term_kmin / term_k, and a row's terms are added in its order (a warp's super-blocks, then the warps
+ * in order), so the outputs are its bits (test_cuda_ops test_mmr). blockIdx.y: groups of 8 MMQ_NT activation rows. */
+#define MMQ_NT 8
+#define MMQ_WM 8   /* warps a CTA: 16 weight rows each */
+#define MMQ_WS_FLOATS (4 << 20) /* the K splits' workspace (16 MB) */
+#define MMQ_TILES 16384         /* ... and its counters: tiles of a launch at most */
+static __device__ __forceinline__ void mma_k16(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t b0, int ta, int tb) {
+    /* m16n8k16 on 8-bit integers: ta / tb 0 unsigned, 1 signed (the four combinations) */
+    if (!ta && !tb)
+        asm("mma.sync.aligned.m16n8k16.row.col.s32.u8.u8.s32 {%0, %1, %2, %3}, {%4, %5}, {%6}, {%0, %1, %2, %3};"
+            : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]) : "r"(a0), "r"(a1), "r"(b0));
+    else if (!ta && tb)
+        asm("mma.sync.aligned.m16n8k16.row.col.s32.u8.s8.s32 {%0, %1, %2, %3}, {%4, %5}, {%6}, {%0, %1, %2, %3};"
+            : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]) : "r"(a0), "r"(a1), "r"(b0));
+    else if (ta && !tb)
+        asm("mma.sync.aligned.m16n8k16.row.col.s32.s8.u8.s32 {%0, %1, %2, %3}, {%4, %5}, {%6}, {%0, %1, %2, %3};"
+            : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]) : "r"(a0), "r"(a1), "r"(b0));
+    else
+        asm("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5}, {%6}, {%0, %1, %2, %3};"
+            : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]) : "r"(a0), "r"(a1), "r"(b0));
+}
+/* sum_i A[r][i] * bs[a][i] over the super-block's 16 block sums (int16), for lane (g, t)'s C entries: the B fragment is
+ * activation row ag + g's sums 4t .. 4t + 3, split into low bytes (unsigned) and high bytes (signed), bs = 256 hi + lo */
+template <int TA> static __device__ __forceinline__ void mmq_bsum(int (&m)[4], uint32_t a0, uint32_t a1, uint2 bb) {
+    const uint32_t lo = __byte_perm(bb.x, bb.y, 0x6420), hi = __byte_perm(bb.x, bb.y, 0x7531);
+    int ml[4] = {0, 0, 0, 0}, mh[4] = {0, 0, 0, 0};
+    mma_k16(ml, a0, a1, lo, TA, 0);
+    mma_k16(mh, a0, a1, hi, TA, 1);
+#pragma unroll
+    for (int k = 0; k < 4; k++) m[k] = ml[k] + 256 * mh[k];
+}
+
+/* a lane's prepared weights of one super-block (rows g, g + 8) */
+struct mmq_q4 {
+    uint32_t lo[4][4], hi[4][4]; /* chunk c's A fragments: low nibbles (sub-block 2c), high (2c + 1) */
+    uint32_t sc[2][2];           /* the sub-blocks' scale bytes, rows g and g + 8: sub-blocks 0-3, 4-7 */
+    uint32_t mf[2];              /* the mins' A fragment over the 16 block sums: m[2t], m[2t], m[2t + 1], m[2t + 1] */
+    float d[2], dmin[2];
+};
+struct mmq_q6 {
+    uint32_t q[16][2];           /* sub-block idx's A fragment (rows g, g + 8): the 6-bit quants, unsigned */
+    int sc[2][16];
+    uint32_t sw[2];              /* scale bytes 4t .. 4t + 3 (the offset term's A fragment) */
+    float d[2];
+};
+template <int KT> struct mmq_wt { typedef mmq_q4 type; };
+template <> struct mmq_wt<GGML_TYPE_Q6_K> { typedef mmq_q6 type; };
+
+static __device__ __forceinline__ void mmq_load(mmr_q4 &w, const uint8_t *wr0, const uint8_t *wr1, int n_sb, int sb, int t) {
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const uint8_t *row = r ? wr1 : wr0;
+#pragma unroll
+        for (int c = 0; c < 4; c++) w.q[c][r] = gpu_ldg((const uint2 *)(row + 128 * (size_t)sb + 32 * c + 8 * t));
+#pragma unroll
+        for (int i = 0; i < 3; i++) w.s[r][i] = gpu_ldg((const uint32_t *)(row + k4_sc_off(n_sb) + 12 * (size_t)sb + 4 * i));
+        w.dm[r] = gpu_ldg((const uint32_t *)(row + k4_dm_off(n_sb) + 4 * (size_t)sb));
+    }
+}
+static __device__ __forceinline__ void mmq_load(mmr_q6 &w, const uint8_t *wr0, const uint8_t *wr1, int n_sb, int sb, int t) {
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const uint8_t *row = r ? wr1 : wr0;
+#pragma unroll
+        for (int n = 0; n < 2; n++) {
+#pragma unroll
+            for (int i = 0; i < 4; i++) w.ql[n][i][r] = gpu_ldg((const uint32_t *)(row + 128 * (size_t)sb + 64 * n + 16 * i + 4 * t));
+#pragma unroll
+            for (int j = 0; j < 2; j++)
+                w.qh[n][j][r] = gpu_ldg((const uint32_t *)(row + 128 * (size_t)n_sb + 64 * (size_t)sb + 32 * n + 16 * j + 4 * t));
+        }
+        const uint4 s4 = gpu_ldg((const uint4 *)(row + 192 * (size_t)n_sb + 16 * (size_t)sb));
+        w.sc[r][0] = s4.x; w.sc[r][1] = s4.y; w.sc[r][2] = s4.z; w.sc[r][3] = s4.w;
+        w.d[r] = gpu_ldg((const unsigned short *)(row + 208 * (size_t)n_sb + 2 * (size_t)sb));
+    }
+}
+static __device__ __forceinline__ void mmq_prep(mmq_q4 &p, const mmr_q4 &w, int t) {
+    const uint32_t m = 0x0F0F0F0Fu;
+#pragma unroll
+    for (int c = 0; c < 4; c++) {
+        p.lo[c][0] = w.q[c][0].x & m; p.lo[c][1] = w.q[c][1].x & m; p.lo[c][2] = w.q[c][0].y & m; p.lo[c][3] = w.q[c][1].y & m;
+        p.hi[c][0] = (w.q[c][0].x >> 4) & m; p.hi[c][1] = (w.q[c][1].x >> 4) & m;
+        p.hi[c][2] = (w.q[c][0].y >> 4) & m; p.hi[c][3] = (w.q[c][1].y >> 4) & m;
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const uint32_t scA = w.s[r][0] & 0x3F3F3F3Fu, scB = (w.s[r][2] & 0x0F0F0F0Fu) | ((w.s[r][0] >> 2) & 0x30303030u);
+        const uint32_t mA = w.s[r][1] & 0x3F3F3F3Fu, mB = ((w.s[r][2] >> 4) & 0x0F0F0F0Fu) | ((w.s[r][1] >> 2) & 0x30303030u);
+        p.sc[r][0] = scA;
+        p.sc[r][1] = scB;
+        p.mf[r] = __byte_perm(t < 2 ? mA : mB, 0u, (t & 1) ? 0x3322 : 0x1100);
+        p.d[r] = sb_h2f<true>((uint16_t)(w.dm[r] & 0xffff));
+        p.dmin[r] = sb_h2f<true>((uint16_t)(w.dm[r] >> 16));
+    }
+}
+static __device__ __forceinline__ void mmq_prep(mmq_q6 &p, const mmr_q6 &w, int t) {
+#pragma unroll
+    for (int nh = 0; nh < 2; nh++)
+#pragma unroll
+        for (int wq = 0; wq < 4; wq++)
+#pragma unroll
+            for (int j = 0; j < 2; j++) {
+                const int idx = 8 * nh + 2 * wq + j, qi = 2 * (wq & 1) + j, lsh = wq >= 2 ? 4 : 0, hsh = 2 * wq;
+#pragma unroll
+                for (int r = 0; r < 2; r++)
+                    p.q[idx][r] = ((w.ql[nh][qi][r] >> lsh) & 0x0F0F0F0Fu) | (((w.qh[nh][j][r] >> hsh) & 0x03030303u) << 4);
+            }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+#pragma unroll
+        for (int i = 0; i < 16; i++) p.sc[r][i] = (int)(int8_t)((w.sc[r][i >> 2] >> (8 * (i & 3))) & 0xff);
+        /* t is a lane's quarter: its scale word (selects, so the words stay in registers) */
+        p.sw[r] = t == 0 ? w.sc[r][0] : t == 1 ? w.sc[r][1] : t == 2 ? w.sc[r][2] : w.sc[r][3];
+        p.d[r] = sb_h2f<true>((uint16_t)w.d[r]);
+    }
+}
+
+/* The activation of one super-block in shared memory (a stage): 8 MMQ_NT rows of quants at a row stride that keeps
+ * a warp's reads off each other's banks (Q4_K: 8-byte reads at 8t, 288; Q6_K: 4-byte reads at 4t, 272), then the rows'
+ * 16 block sums (32 bytes a row) and their scales. */
+template <int KT> struct mmq_st {
+    static constexpr int QS = KT == GGML_TYPE_Q6_K ? 272 : 288;
+    static constexpr int BS = 8 * MMQ_NT * QS, DS = BS + 8 * MMQ_NT * 32, BYTES = DS + 8 * MMQ_NT * 4;
+};
+/* one group of 8 activation rows (stage row a = 8j + g for lane g's B fragments; da: rows 2t, 2t + 1's scales) against
+ * the prepared super-block: the terms added to y */
+static __device__ __forceinline__ void mmq_group(const mmq_q4 &p, const uint8_t *st, int a, const float (&da)[2], int t, float (&y)[4]) {
+    typedef mmq_st<GGML_TYPE_Q4_K> L;
+    const uint8_t *aq = st + a * L::QS + 8 * t;
+    const uint2 bb = *(const uint2 *)(st + L::BS + a * 32 + 8 * t);
+    int I[4] = {0, 0, 0, 0}, M[4];
+#pragma unroll
+    for (int c = 0; c < 4; c++) {
+        const uint2 xl = *(const uint2 *)(aq + 64 * c), xh = *(const uint2 *)(aq + 64 * c + 32);
+        int cl[4] = {0, 0, 0, 0}, ch[4] = {0, 0, 0, 0};
+        mma_u8s8(cl, p.lo[c][0], p.lo[c][1], p.lo[c][2], p.lo[c][3], xl.x, xl.y);
+        mma_u8s8(ch, p.hi[c][0], p.hi[c][1], p.hi[c][2], p.hi[c][3], xh.x, xh.y);
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const uint32_t sw = p.sc[k >> 1][c >> 1];
+            I[k] += (int)__byte_perm(sw, 0u, 0x4440 + 2 * (c & 1)) * cl[k] + (int)__byte_perm(sw, 0u, 0x4441 + 2 * (c & 1)) * ch[k];
+        }
+    }
+    mmq_bsum<0>(M, p.mf[0], p.mf[1], bb);
+#pragma unroll
+    for (int k = 0; k < 4; k++) y[k] = __fadd_rn(y[k], term_kmin(da[k & 1], p.d[k >> 1], p.dmin[k >> 1], I[k], M[k]));
+}
+static __device__ __forceinline__ void mmq_group(const mmq_q6 &p, const uint8_t *st, int a, const float (&da)[2], int t, float (&y)[4]) {
+    typedef mmq_st<GGML_TYPE_Q6_K> L;
+    const uint8_t *aq = st + a * L::QS + 4 * t;
+    const uint2 bb = *(const uint2 *)(st + L::BS + a * 32 + 8 * t);
+    int I[4];
+    mmq_bsum<1>(I, p.sw[0], p.sw[1], bb);
+#pragma unroll
+    for (int k = 0; k < 4; k++) I[k] *= -32;
+#pragma unroll
+    for (int nh = 0; nh < 2; nh++)
+#pragma unroll
+        for (int wq = 0; wq < 4; wq++)
+#pragma unroll
+            for (int j = 0; j < 2; j++) {
+                const int idx = 8 * nh + 2 * wq + j;
+                const uint32_t x = *(const uint32_t *)(aq + 128 * nh + 32 * wq + 16 * j);
+                int cc[4] = {0, 0, 0, 0};
+                mma_k16_u8s8(cc, p.q[idx][0], p.q[idx][1], x);
+#pragma unroll
+                for (int k = 0; k < 4; k++) I[k] += p.sc[k >> 1][idx] * cc[k];
+            }
+#pragma unroll
+    for (int k = 0; k < 4; k++) y[k] = __fadd_rn(y[k], term_k(da[k & 1], p.d[k >> 1], I[k]));
+}
+/* the activation rows ag .. ag + na - 1 of super-block sb into a stage (asynchronous copies; rows past na not copied) */
+template <int KT> static __device__ __forceinline__ void mmq_stage(uint8_t *st, const cu_act_view &a, int ag, int na, int sb) {
+    typedef mmq_st<KT> L;
+    const int64_t n = a.n, n_sb = n / QK_K;
+    for (int i = threadIdx.x; i < na * 16; i += blockDim.x) { /* quants: 16 pieces of 16 bytes a row */
+        const int r = i >> 4, k = i & 15;
+        gpu_cp16(st + r * L::QS + 16 * k, a.k_qs + (int64_t)(ag + r) * n + (int64_t)sb * QK_K + 16 * k);
+    }
+    for (int i = threadIdx.x; i < na * 2; i += blockDim.x) { /* block sums: 2 pieces a row */
+        const int r = i >> 1, k = i & 1;
+        gpu_cp16(st + L::BS + r * 32 + 16 * k, a.k_bs + (int64_t)(ag + r) * (n / 16) + (int64_t)sb * 16 + 8 * k);
+    }
+    for (int r = threadIdx.x; r < na; r += blockDim.x) mmrs_cp4(st + L::DS + 4 * r, a.k_d + (int64_t)(ag + r) * n_sb + sb);
+}
+
+/* grid: (the launch's tiles of 16 MMQ_WM rows over its segments, seg.cta0 in them; the K splits; the groups of 8 MMQ_NT
+ * activation rows); MMQ_WM warps, warp w rows 16 w .. 16 w + 15 of the tile. Split s takes super-blocks
+ * [s kc, min((s + 1) kc, n_sb)) in order; with one split a row's terms are added in the CPU reference's order (from
+ * 0, each super-block in turn: its bits), with several each split's sum goes to the workspace and the split that
+ * finishes last adds them in split order (then the bias and the residual). Dynamic shared memory: two stages. */
+static __device__ float mmq_ws[MMQ_WS_FLOATS];
+static __device__ unsigned mmq_cnt[MMQ_TILES];
+template <int KT>
+static __global__ void __launch_bounds__(32 * MMQ_WM, 2) mm_kernel_mmq(const struct cu_mm_args P, int kc) {
+    float *ws = mmq_ws;
+    unsigned *cnt = mmq_cnt;
+    extern __shared__ __align__(16) uint8_t mmq_smem[];
+    typedef typename mmr_wt<KT>::type raw_t;
+    typedef typename mmq_wt<KT>::type prep_t;
+    typedef mmq_st<KT> L;
+    __shared__ unsigned last;
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    int si = 0;
+#pragma unroll
+    for (int i = 1; i < CU_MM_MAX_SEG; i++)
+        if (i < P.n_seg && (int)blockIdx.x >= P.seg[i].cta0) si = i;
+    const cu_mm_seg &S = P.seg[si];
+    const int tr0 = ((int)blockIdx.x - S.cta0) * 16 * MMQ_WM, r0 = tr0 + 16 * wid, rows = min(16, S.n_rows - r0);
+    const int n_sb = (int)(P.a.n / QK_K), nsplit = (int)gridDim.y, k0 = (int)blockIdx.y * kc, k1 = min(n_sb, k0 + kc);
+    /* rows past the segment read its last row (their sums are not stored) */
+    const int rl = S.n_rows - 1;
+    const uint8_t *wr0 = S.w + (size_t)min(r0 + g, rl) * S.stride, *wr1 = S.w + (size_t)min(r0 + g + 8, rl) * S.stride;
+    raw_t w;
+    mmq_load(w, wr0, wr1, n_sb, k0, t);
+    /* the split's later super-blocks of the warp's rows to L2 (4 lanes a row pair: the quant and the high / scale bytes) */
+    for (int sb = k0 + 1; sb < k1; sb++) {
+        const uint8_t *row = (t >> 1) ? wr1 : wr0;
+        if constexpr (KT == GGML_TYPE_Q6_K) gpu_prefetch_l2(row + ((t & 1) ? 128 * (size_t)n_sb + 64 * (size_t)sb : 128 * (size_t)sb));
+        else gpu_prefetch_l2(row + ((t & 1) ? k4_sc_off(n_sb) + 12 * (size_t)sb : 128 * (size_t)sb));
+    }
+    gpu_pdl_wait();
+    gpu_pdl_trigger();
+    const int ag0 = (int)blockIdx.z * 8 * MMQ_NT, na = min(8 * MMQ_NT, P.n_act - ag0), nt = (na + 7) / 8;
+    float y[MMQ_NT][4];
+#pragma unroll
+    for (int j = 0; j < MMQ_NT; j++) y[j][0] = y[j][1] = y[j][2] = y[j][3] = 0.f;
+    mmq_stage<KT>(mmq_smem, P.a, ag0, na, k0);
+    gpu_cp_commit();
+    for (int sb = k0; sb < k1; sb++) {
+        const uint8_t *st = mmq_smem + ((sb - k0) & 1) * L::BYTES;
+        if (sb + 1 < k1) {
+            mmq_stage<KT>(mmq_smem + ((sb + 1 - k0) & 1) * L::BYTES, P.a, ag0, na, sb + 1);
+            gpu_cp_commit();
+            gpu_cp_wait_group<1>();
+        } else {
+            gpu_cp_wait_group<0>();
+        }
+        __syncthreads(); /* the stage of sb, from every thread's copies */
+        if (sb > k0) mmq_load(w, wr0, wr1, n_sb, sb, t);
+        prep_t p;
+        mmq_prep(p, w, t);
+#pragma unroll
+        for (int j = 0; j < MMQ_NT; j++) {
+            if (j < nt) {
+                const float *dd = (const float *)(st + L::DS);
+                const float da[2] = {dd[8 * j + 2 * t], dd[8 * j + 2 * t + 1]};
+                mmq_group(p, st, 8 * j + g, da, t, y[j]);
+            }
+        }
+        __syncthreads(); /* the stage is read before the copies of sb + 2 overwrite it */
+    }
+    if (nsplit == 1) {
+        if (rows <= 0) return;
+#pragma unroll
+        for (int j = 0; j < MMQ_NT; j++)
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                const int row = g + 8 * (k >> 1), act = 8 * j + 2 * t + (k & 1);
+                if (row >= rows || act >= na) continue;
+                float v = y[j][k];
+                const int64_t o = (int64_t)(ag0 + act) * S.ld_y + r0 + row;
+                if (S.bias) v = __fadd_rn(v, S.bias[r0 + row]);
+                S.y[o] = v;
+                if (S.res) S.res[o] = __fadd_rn(S.res[o], v);
+            }
+        return;
+    }
+    /* the split's sums to the workspace: [tile][split][activation row][tile row] */
+    const int64_t tile = (int64_t)blockIdx.z * gridDim.x + blockIdx.x;
+    float *wt = ws + (tile * nsplit + blockIdx.y) * (8 * MMQ_NT) * (16 * MMQ_WM);
+#pragma unroll
+    for (int j = 0; j < MMQ_NT; j++)
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const int row = 16 * wid + g + 8 * (k >> 1), act = 8 * j + 2 * t + (k & 1);
+            if (act < na) wt[act * (16 * MMQ_WM) + row] = y[j][k];
+        }
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(&cnt[tile], 1u) == (unsigned)nsplit - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    const float *w0 = ws + tile * nsplit * (8 * MMQ_NT) * (16 * MMQ_WM);
+    for (int i = threadIdx.x; i < na * 16 * MMQ_WM; i += blockDim.x) {
+        const int row = i % (16 * MMQ_WM), act = i / (16 * MMQ_WM);
+        if (tr0 + row >= S.n_rows) continue;
+        float v = __ldcg(w0 + i);
+        for (int k = 1; k < nsplit; k++) v = __fadd_rn(v, __ldcg(w0 + (size_t)k * (8 * MMQ_NT) * (16 * MMQ_WM) + i));
+        const int64_t o = (int64_t)(ag0 + act) * S.ld_y + tr0 + row;
+        if (S.bias) v = __fadd_rn(v, S.bias[tr0 + row]);
+        S.y[o] = v;
+        if (S.res) S.res[o] = __fadd_rn(S.res[o], v);
+    }
+    if (threadIdx.x == 0) cnt[tile] = 0; /* for the next launch (after this grid's end) */
+}
+template <int KT> static inline size_t mmq_smem_bytes(void) { return 2 * (size_t)mmq_st<KT>::BYTES; }
 #endif
 
 #if !defined(VLLMC_HIP)
@@ -2836,8 +3144,10 @@ static __global__ void __launch_bounds__(32 * MMO_WARPS) mm_kernel_other(const s
 }
 #endif
 
-uint64_t cu_mmr_launches, cu_mmr_tiled_launches;
+uint64_t cu_mmr_launches, cu_mmr_tiled_launches, cu_mmq_launches, cu_mmq_split_launches;
 extern "C" uint64_t backend_cuda_mmr_launches(void) { return cu_mmr_launches; }
+extern "C" uint64_t backend_cuda_mmq_launches(void) { return cu_mmq_launches; }
+extern "C" uint64_t backend_cuda_mmq_split_launches(void) { return cu_mmq_split_launches; }
 extern "C" uint64_t backend_cuda_mmr_tiled_launches(void) { return cu_mmr_tiled_launches; }
 
 /* The Q4_K / Q6_K segments of a several-row launch on mm_kernel_mmrs (the others first, in a launch of their own on the
@@ -2904,6 +3214,30 @@ static bool mm_launch_mmr(const struct cu_mm_args *args, gpuStream_t s) {
             for (int i = 0; i < k.n_seg; i++) n += (int)GPU_CEIL_DIV(k.seg[i].n_rows, 16 * r);
             if (n >= cu_mm_cfg.mmr_rt_ctas && mmrs_smem_bytes(w, sbw, r, ty != 0) <= smem_max) { ri = r == 4 ? 2 : 1; break; }
         }
+        if (cu_mm_cfg.mmq_rows > 0 && args->n_act >= cu_mm_cfg.mmq_rows) {
+            /* tiles of 16 MMQ_WM rows x 8 MMQ_NT activation rows (mm_kernel_mmq), split along K where the tiles alone
+             * would leave SMs idle (fewer than mmq_ctas CTAs), the splits' sums through the workspace */
+            int tiles = 0;
+            for (int i = 0; i < k.n_seg; i++) {
+                k.seg[i].cta0 = tiles;
+                tiles += (int)GPU_CEIL_DIV(k.seg[i].n_rows, 16 * MMQ_WM);
+            }
+            const int groups = (int)GPU_CEIL_DIV(args->n_act, 8 * MMQ_NT);
+            int ns = 1;
+            if (cu_mm_cfg.mmq_ctas > tiles * groups && tiles * groups <= MMQ_TILES) {
+                ns = std::min(n_sb, (int)GPU_CEIL_DIV(cu_mm_cfg.mmq_ctas, tiles * groups));
+                while (ns > 1 && (int64_t)tiles * groups * ns * (8 * MMQ_NT) * (16 * MMQ_WM) > MMQ_WS_FLOATS) ns--;
+            }
+            const int kc = (int)GPU_CEIL_DIV(n_sb, ns);
+            ns = (int)GPU_CEIL_DIV(n_sb, kc);
+            const dim3 grid((unsigned)tiles, (unsigned)ns, (unsigned)groups);
+            if (ty) gpu_launch(mm_kernel_mmq<GGML_TYPE_Q6_K>, grid, dim3(32 * MMQ_WM), mmq_smem_bytes<GGML_TYPE_Q6_K>(), s, k, kc);
+            else gpu_launch(mm_kernel_mmq<GGML_TYPE_Q4_K>, grid, dim3(32 * MMQ_WM), mmq_smem_bytes<GGML_TYPE_Q4_K>(), s, k, kc);
+            cu_mmr_launches++;
+            cu_mmq_launches++;
+            cu_mmq_split_launches += ns > 1;
+            continue;
+        }
         const int R = 1 << ri;
         int ctas = 0;
         for (int i = 0; i < k.n_seg; i++) {
@@ -2943,7 +3277,13 @@ static bool mm_launch_mmr(const struct cu_mm_args *args, gpuStream_t s) {
 #else
 #define MM_MMR 64
 #endif
-struct cu_mm_cfg cu_mm_cfg = {{8192, 65536}, {1, 4, 4}, {0, 2, 1}, {0, 0, 0}, 0, {1, 1, 1}, 64, 0, 3, 1, MS_CPS, 24 * 1024, 0, 16, MM_COLS_LB, 0, 16384, MM_MMA, MM_MMR, 10, 8, 32, 0, 16, 0, 1, 132};
+/* mm_kernel_mmq from this many activation rows (of the several-row steps above); 0: none (HIP: none) */
+#if defined(VLLMC_HIP)
+#define MM_MMQ 0
+#else
+#define MM_MMQ 16
+#endif
+struct cu_mm_cfg cu_mm_cfg = {{8192, 65536}, {1, 4, 4}, {0, 2, 1}, {0, 0, 0}, 0, {1, 1, 1}, 64, 0, 3, 1, MS_CPS, 24 * 1024, 0, 16, MM_COLS_LB, 0, 16384, MM_MMA, MM_MMR, 10, 8, 32, 0, 16, 0, 1, 132, MM_MMQ, 264};
 
 static bool mm_launch_dec(const struct cu_mm_args *args, gpuStream_t s);
 
