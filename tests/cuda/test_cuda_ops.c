@@ -1264,9 +1264,9 @@ static void test_mmr(void) {
                 if (E >= 2560 || rows >= 8)
                     CHECK_MSG(backend_cuda_mmr_launches() > n0, "mmr %s E %lld rows %d: the kernel was not taken",
                               quant_traits(types[0])->name, (long long)E, rows);
-                /* from 16 activation rows by default: mm_kernel_mmq, its 53 rows a tile split along K into as many
+                /* from 32 activation rows by default: mm_kernel_mmq, its 53 rows a tile split along K into as many
                  * super-blocks as fill the SMs */
-                if (rows >= 16)
+                if (rows >= 32)
                     CHECK_MSG(backend_cuda_mmq_launches() > q0 && backend_cuda_mmq_split_launches() > qs0,
                               "mmq %s E %lld rows %d: the kernel was not taken, or not split", quant_traits(types[0])->name,
                               (long long)E, rows);
@@ -1298,8 +1298,8 @@ static void test_mmr(void) {
                  * tile a CTA, with the weight twice in the launch (the second segment's CTAs after the first's, its last tile
                  * partial); then mm_kernel_mmq unsplit on the same launch: the CPU reference's bits */
                 {
-                    const int mq0 = backend_cuda_set_mmq_rows(0);
-                    if (rows >= mq0 && mq0 > 0) { /* h: mm_kernel_mmrs at one tile a CTA */
+                    const int mq0 = backend_cuda_set_mmq_rows(0), mq_test = 16; /* mm_kernel_mmq checked from 16 rows */
+                    if (rows >= mq0 && mq0 > 0) { /* h: mm_kernel_mmrs at one tile a CTA (the default took mm_kernel_mmq) */
                         float *p1 = nan_buf((size_t)(rows * ld)), *g1 = dev_put(p1, (size_t)(rows * ld) * 4);
                         const struct bk_matmul_out g1o = {.w = &w[0].g, .bias = gbias, .y = g1, .ld_y = ld};
                         CHECK(gpu->ops->matmul(gpu, &ga, 1, &g1o) == VLLMC_OK);
@@ -1332,8 +1332,8 @@ static void test_mmr(void) {
                         }
                         backend_cuda_set_mmr_tiles(rt0, 0);
                     }
-                    backend_cuda_set_mmq_rows(mq0);
-                    if (rows >= mq0 && mq0 > 0) {
+                    backend_cuda_set_mmq_rows(mq_test);
+                    if (rows >= mq_test && mq0 > 0) {
                         const int sp0 = backend_cuda_set_mmq_split(0);
                         float *gz[2] = {dev_put(pz, (size_t)(rows * ld) * 4), dev_put(pz, (size_t)(rows * ld) * 4)};
                         const struct bk_matmul_out gt[2] = {{.w = &w[0].g, .bias = gbias, .y = gz[0], .ld_y = ld},
@@ -1351,10 +1351,32 @@ static void test_mmr(void) {
                                       quant_traits(types[0])->name, (long long)E, rows, k, nd);
                             gpu->ops->free(gpu, gz[k]);
                         }
+                        /* four splits of several super-blocks each (the default's splits above are one super-block
+                         * each at these 53 rows, whose sum in split order is the CPU's): within the bound */
+                        backend_cuda_set_mmq_split(4);
+                        float *g4 = dev_put(pz, (size_t)(rows * ld) * 4);
+                        const struct bk_matmul_out g4o = {.w = &w[0].g, .bias = gbias, .y = g4, .ld_y = ld};
+                        const uint64_t ns4 = backend_cuda_mmq_split_launches();
+                        CHECK(gpu->ops->matmul(gpu, &ga, 1, &g4o) == VLLMC_OK);
+                        CHECK_MSG(backend_cuda_mmq_split_launches() > ns4, "mmq %s rows %d: four splits not taken",
+                                  quant_traits(types[0])->name, rows);
+                        dev_get(hz, g4, (size_t)(rows * ld) * 4);
+                        double mb4 = 0;
+                        for (int r = 0; r < rows; r++)
+                            for (int64_t o = 0; o < NOUT; o++) {
+                                const double d = fabs((double)hz[r * ld + o] - ry[r * ld + o]);
+                                mb4 = fmax(mb4, isnan(d) ? INFINITY : d / fmax(bound[r * NOUT + o], 1e-30));
+                            }
+                        CHECK_MSG(mb4 < 2e-6, "mmq %s E %lld rows %d, four splits: max |d| / sum |w x| %.3g",
+                                  quant_traits(types[0])->name, (long long)E, rows, mb4);
+                        gpu->ops->free(gpu, g4);
                         backend_cuda_set_mmq_split(sp0);
-                        if (ri == 6) printf("mmq %s E %lld: rows 16 .. 64 unsplit, the CPU's bits; split, max |d| / sum |w x| as above\n",
-                                            quant_traits(types[0])->name, (long long)E);
+                        if (ri == 6) printf("mmq %s E %lld: four splits, max |d| / sum |w x| %.3g\n", quant_traits(types[0])->name,
+                                            (long long)E, mb4);
+                        if (ri == 6) printf("mmq %s E %lld: rows 16 .. 64 unsplit, the CPU's bits\n", quant_traits(types[0])->name,
+                                            (long long)E);
                     }
+                    backend_cuda_set_mmq_rows(mq0);
                     free(hz);
                     free(pz);
                 }

@@ -90,7 +90,7 @@ int backend_cuda_set_matvec_mmr(int rows);
 int backend_cuda_set_mmr_tiles(int tiles, int min_ctas);
 /* Steps of rows .. the several-row limit above take mm_kernel_mmq for their Q4_K / Q6_K rows instead (tiles of 128 weight
  * rows x 64 activation rows, the activation staged in shared memory, the weights unpacked once a super-block); 0: never;
- * default 16 on CUDA, 0 on HIP; returns the previous value. Its launches split K until they have about `ctas` CTAs
+ * default 32 on CUDA, 0 on HIP; returns the previous value. Its launches split K until they have about `ctas` CTAs
  * (backend_cuda_set_mmq_split; default 264; <= 1 never: then a row's sums are the CPU reference's bits). Process-wide;
  * VLLMC_CUDA_MMQ=rows[,ctas] sets them at backend creation. */
 int backend_cuda_set_mmq_rows(int rows);

@@ -2846,6 +2846,12 @@ static __device__ __forceinline__ void mma_k16(int (&d)[4], uint32_t a0, uint32_
         asm("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5}, {%6}, {%0, %1, %2, %3};"
             : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]) : "r"(a0), "r"(a1), "r"(b0));
 }
+/* byte i of w, sign-extended: one permute with the sign-replicating selectors (prmt's msb mode) */
+static __device__ __forceinline__ int mmq_sext8(uint32_t w, int i) {
+    int r;
+    asm("prmt.b32 %0, %1, 0, %2;" : "=r"(r) : "r"(w), "r"(0x8880u | (0x1110u * (uint32_t)i) | (uint32_t)i));
+    return r;
+}
 /* sum_i A[r][i] * bs[a][i] over the super-block's 16 block sums (int16), for lane (g, t)'s C entries: the B fragment is
  * activation row ag + g's sums 4t .. 4t + 3, split into low bytes (unsigned) and high bytes (signed), bs = 256 hi + lo */
 template <int TA> static __device__ __forceinline__ void mmq_bsum(int (&m)[4], uint32_t a0, uint32_t a1, uint2 bb) {
@@ -2856,22 +2862,6 @@ template <int TA> static __device__ __forceinline__ void mmq_bsum(int (&m)[4], u
 #pragma unroll
     for (int k = 0; k < 4; k++) m[k] = ml[k] + 256 * mh[k];
 }
-
-/* a lane's prepared weights of one super-block (rows g, g + 8) */
-struct mmq_q4 {
-    uint32_t lo[4][4], hi[4][4]; /* chunk c's A fragments: low nibbles (sub-block 2c), high (2c + 1) */
-    uint32_t sc[2][2];           /* the sub-blocks' scale bytes, rows g and g + 8: sub-blocks 0-3, 4-7 */
-    uint32_t mf[2];              /* the mins' A fragment over the 16 block sums: m[2t], m[2t], m[2t + 1], m[2t + 1] */
-    float d[2], dmin[2];
-};
-struct mmq_q6 {
-    uint32_t q[16][2];           /* sub-block idx's A fragment (rows g, g + 8): the 6-bit quants, unsigned */
-    int sc[2][16];
-    uint32_t sw[2];              /* scale bytes 4t .. 4t + 3 (the offset term's A fragment) */
-    float d[2];
-};
-template <int KT> struct mmq_wt { typedef mmq_q4 type; };
-template <> struct mmq_wt<GGML_TYPE_Q6_K> { typedef mmq_q6 type; };
 
 static __device__ __forceinline__ void mmq_load(mmr_q4 &w, const uint8_t *wr0, const uint8_t *wr1, int n_sb, int sb, int t) {
 #pragma unroll
@@ -2884,64 +2874,6 @@ static __device__ __forceinline__ void mmq_load(mmr_q4 &w, const uint8_t *wr0, c
         w.dm[r] = gpu_ldg((const uint32_t *)(row + k4_dm_off(n_sb) + 4 * (size_t)sb));
     }
 }
-static __device__ __forceinline__ void mmq_load(mmr_q6 &w, const uint8_t *wr0, const uint8_t *wr1, int n_sb, int sb, int t) {
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const uint8_t *row = r ? wr1 : wr0;
-#pragma unroll
-        for (int n = 0; n < 2; n++) {
-#pragma unroll
-            for (int i = 0; i < 4; i++) w.ql[n][i][r] = gpu_ldg((const uint32_t *)(row + 128 * (size_t)sb + 64 * n + 16 * i + 4 * t));
-#pragma unroll
-            for (int j = 0; j < 2; j++)
-                w.qh[n][j][r] = gpu_ldg((const uint32_t *)(row + 128 * (size_t)n_sb + 64 * (size_t)sb + 32 * n + 16 * j + 4 * t));
-        }
-        const uint4 s4 = gpu_ldg((const uint4 *)(row + 192 * (size_t)n_sb + 16 * (size_t)sb));
-        w.sc[r][0] = s4.x; w.sc[r][1] = s4.y; w.sc[r][2] = s4.z; w.sc[r][3] = s4.w;
-        w.d[r] = gpu_ldg((const unsigned short *)(row + 208 * (size_t)n_sb + 2 * (size_t)sb));
-    }
-}
-static __device__ __forceinline__ void mmq_prep(mmq_q4 &p, const mmr_q4 &w, int t) {
-    const uint32_t m = 0x0F0F0F0Fu;
-#pragma unroll
-    for (int c = 0; c < 4; c++) {
-        p.lo[c][0] = w.q[c][0].x & m; p.lo[c][1] = w.q[c][1].x & m; p.lo[c][2] = w.q[c][0].y & m; p.lo[c][3] = w.q[c][1].y & m;
-        p.hi[c][0] = (w.q[c][0].x >> 4) & m; p.hi[c][1] = (w.q[c][1].x >> 4) & m;
-        p.hi[c][2] = (w.q[c][0].y >> 4) & m; p.hi[c][3] = (w.q[c][1].y >> 4) & m;
-    }
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const uint32_t scA = w.s[r][0] & 0x3F3F3F3Fu, scB = (w.s[r][2] & 0x0F0F0F0Fu) | ((w.s[r][0] >> 2) & 0x30303030u);
-        const uint32_t mA = w.s[r][1] & 0x3F3F3F3Fu, mB = ((w.s[r][2] >> 4) & 0x0F0F0F0Fu) | ((w.s[r][1] >> 2) & 0x30303030u);
-        p.sc[r][0] = scA;
-        p.sc[r][1] = scB;
-        p.mf[r] = __byte_perm(t < 2 ? mA : mB, 0u, (t & 1) ? 0x3322 : 0x1100);
-        p.d[r] = sb_h2f<true>((uint16_t)(w.dm[r] & 0xffff));
-        p.dmin[r] = sb_h2f<true>((uint16_t)(w.dm[r] >> 16));
-    }
-}
-static __device__ __forceinline__ void mmq_prep(mmq_q6 &p, const mmr_q6 &w, int t) {
-#pragma unroll
-    for (int nh = 0; nh < 2; nh++)
-#pragma unroll
-        for (int wq = 0; wq < 4; wq++)
-#pragma unroll
-            for (int j = 0; j < 2; j++) {
-                const int idx = 8 * nh + 2 * wq + j, qi = 2 * (wq & 1) + j, lsh = wq >= 2 ? 4 : 0, hsh = 2 * wq;
-#pragma unroll
-                for (int r = 0; r < 2; r++)
-                    p.q[idx][r] = ((w.ql[nh][qi][r] >> lsh) & 0x0F0F0F0Fu) | (((w.qh[nh][j][r] >> hsh) & 0x03030303u) << 4);
-            }
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-#pragma unroll
-        for (int i = 0; i < 16; i++) p.sc[r][i] = (int)(int8_t)((w.sc[r][i >> 2] >> (8 * (i & 3))) & 0xff);
-        /* t is a lane's quarter: its scale word (selects, so the words stay in registers) */
-        p.sw[r] = t == 0 ? w.sc[r][0] : t == 1 ? w.sc[r][1] : t == 2 ? w.sc[r][2] : w.sc[r][3];
-        p.d[r] = sb_h2f<true>((uint16_t)w.d[r]);
-    }
-}
-
 /* The activation of one super-block in shared memory (a stage): 8 MMQ_NT rows of quants at a row stride that keeps
  * a warp's reads off each other's banks (Q4_K: 8-byte reads at 8t, 288; Q6_K: 4-byte reads at 4t, 272), then the rows'
  * 16 block sums (32 bytes a row) and their scales. */
@@ -2949,52 +2881,138 @@ template <int KT> struct mmq_st {
     static constexpr int QS = KT == GGML_TYPE_Q6_K ? 272 : 288;
     static constexpr int BS = 8 * MMQ_NT * QS, DS = BS + 8 * MMQ_NT * 32, BYTES = DS + 8 * MMQ_NT * 4;
 };
-/* one group of 8 activation rows (stage row a = 8j + g for lane g's B fragments; da: rows 2t, 2t + 1's scales) against
- * the prepared super-block: the terms added to y */
-static __device__ __forceinline__ void mmq_group(const mmq_q4 &p, const uint8_t *st, int a, const float (&da)[2], int t, float (&y)[4]) {
+/* One super-block against the stage's nt groups of 8 activation rows, the terms added to y[group]. The weights are
+ * unpacked a quarter of the super-block at a time (a Q4_K chunk: sub-blocks 2c and 2c + 1; a Q6_K quarter: 4
+ * sub-blocks) and met with every group before the next quarter, the integer sums of every group held (I): one unpack
+ * of each weight byte a super-block, and few enough registers that none is unpacked again. Lane (g, t)'s B fragments
+ * are stage row 8 j + g; its C entries rows g, g + 8 x activation rows 8 j + 2t, + 1 (k = 2 (row) + (activation)). */
+static __device__ __forceinline__ void mmq_sb(const mmr_q4 &w, const uint8_t *st, int nt, int g, int t, float (&y)[MMQ_NT][4]) {
     typedef mmq_st<GGML_TYPE_Q4_K> L;
-    const uint8_t *aq = st + a * L::QS + 8 * t;
-    const uint2 bb = *(const uint2 *)(st + L::BS + a * 32 + 8 * t);
-    int I[4] = {0, 0, 0, 0}, M[4];
+    const uint32_t m = 0x0F0F0F0Fu;
+    uint32_t scA[2], scB[2], mf[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        scA[r] = w.s[r][0] & 0x3F3F3F3Fu;
+        scB[r] = (w.s[r][2] & 0x0F0F0F0Fu) | ((w.s[r][0] >> 2) & 0x30303030u);
+        const uint32_t mA = w.s[r][1] & 0x3F3F3F3Fu, mB = ((w.s[r][2] >> 4) & 0x0F0F0F0Fu) | ((w.s[r][1] >> 2) & 0x30303030u);
+        mf[r] = __byte_perm(t < 2 ? mA : mB, 0u, (t & 1) ? 0x3322 : 0x1100); /* m[2t], m[2t], m[2t + 1], m[2t + 1] */
+    }
+    int I[MMQ_NT][4];
+#pragma unroll
+    for (int j = 0; j < MMQ_NT; j++) I[j][0] = I[j][1] = I[j][2] = I[j][3] = 0;
 #pragma unroll
     for (int c = 0; c < 4; c++) {
-        const uint2 xl = *(const uint2 *)(aq + 64 * c), xh = *(const uint2 *)(aq + 64 * c + 32);
-        int cl[4] = {0, 0, 0, 0}, ch[4] = {0, 0, 0, 0};
-        mma_u8s8(cl, p.lo[c][0], p.lo[c][1], p.lo[c][2], p.lo[c][3], xl.x, xl.y);
-        mma_u8s8(ch, p.hi[c][0], p.hi[c][1], p.hi[c][2], p.hi[c][3], xh.x, xh.y);
+        const uint32_t lo0 = w.q[c][0].x & m, lo1 = w.q[c][1].x & m, lo2 = w.q[c][0].y & m, lo3 = w.q[c][1].y & m;
+        const uint32_t hi0 = (w.q[c][0].x >> 4) & m, hi1 = (w.q[c][1].x >> 4) & m, hi2 = (w.q[c][0].y >> 4) & m, hi3 = (w.q[c][1].y >> 4) & m;
+        int sl[2], sh[2];
 #pragma unroll
-        for (int k = 0; k < 4; k++) {
-            const uint32_t sw = p.sc[k >> 1][c >> 1];
-            I[k] += (int)__byte_perm(sw, 0u, 0x4440 + 2 * (c & 1)) * cl[k] + (int)__byte_perm(sw, 0u, 0x4441 + 2 * (c & 1)) * ch[k];
+        for (int r = 0; r < 2; r++) {
+            const uint32_t sw = c < 2 ? scA[r] : scB[r];
+            sl[r] = (int)((sw >> (16 * (c & 1))) & 0xff);
+            sh[r] = (int)((sw >> (16 * (c & 1) + 8)) & 0xff);
+        }
+#pragma unroll
+        for (int j = 0; j < MMQ_NT; j++) {
+            if (j < nt) {
+                const uint8_t *aq = st + (8 * j + g) * L::QS + 8 * t + 64 * c;
+                const uint2 xl = *(const uint2 *)aq, xh = *(const uint2 *)(aq + 32);
+                int cl[4] = {0, 0, 0, 0}, ch[4] = {0, 0, 0, 0};
+                mma_u8s8(cl, lo0, lo1, lo2, lo3, xl.x, xl.y);
+                mma_u8s8(ch, hi0, hi1, hi2, hi3, xh.x, xh.y);
+#pragma unroll
+                for (int k = 0; k < 4; k++) I[j][k] += sl[k >> 1] * cl[k] + sh[k >> 1] * ch[k];
+            }
         }
     }
-    mmq_bsum<0>(M, p.mf[0], p.mf[1], bb);
+    float d[2], dmin[2];
 #pragma unroll
-    for (int k = 0; k < 4; k++) y[k] = __fadd_rn(y[k], term_kmin(da[k & 1], p.d[k >> 1], p.dmin[k >> 1], I[k], M[k]));
+    for (int r = 0; r < 2; r++) {
+        d[r] = sb_h2f<true>((uint16_t)(w.dm[r] & 0xffff));
+        dmin[r] = sb_h2f<true>((uint16_t)(w.dm[r] >> 16));
+    }
+    const float *dd = (const float *)(st + L::DS);
+#pragma unroll
+    for (int j = 0; j < MMQ_NT; j++) {
+        if (j < nt) {
+            const uint2 bb = *(const uint2 *)(st + L::BS + (8 * j + g) * 32 + 8 * t);
+            int M[4];
+            mmq_bsum<0>(M, mf[0], mf[1], bb);
+            const float da[2] = {dd[8 * j + 2 * t], dd[8 * j + 2 * t + 1]};
+#pragma unroll
+            for (int k = 0; k < 4; k++) y[j][k] = __fadd_rn(y[j][k], term_kmin(da[k & 1], d[k >> 1], dmin[k >> 1], I[j][k], M[k]));
+        }
+    }
 }
-static __device__ __forceinline__ void mmq_group(const mmq_q6 &p, const uint8_t *st, int a, const float (&da)[2], int t, float (&y)[4]) {
+/* Q6_K: the rows' bytes of each half of the super-block (128 elements) loaded when it is reached (ql 4 words and qh 2 a
+ * row; the split's super-blocks were sent to L2 before the dependency wait) */
+static __device__ __forceinline__ void mmq_sb(const uint8_t *wr0, const uint8_t *wr1, int n_sb, int sb, const uint8_t *st, int nt, int g, int t,
+                                              float (&y)[MMQ_NT][4]) {
     typedef mmq_st<GGML_TYPE_Q6_K> L;
-    const uint8_t *aq = st + a * L::QS + 4 * t;
-    const uint2 bb = *(const uint2 *)(st + L::BS + a * 32 + 8 * t);
-    int I[4];
-    mmq_bsum<1>(I, p.sw[0], p.sw[1], bb);
+    /* a row's 16 scale bytes: word i the sub-blocks 4i .. 4i + 3 (read where they are used: fewer registers held) */
+    const uint32_t *scw0 = (const uint32_t *)(wr0 + 192 * (size_t)n_sb + 16 * (size_t)sb), *scw1 = (const uint32_t *)(wr1 + 192 * (size_t)n_sb + 16 * (size_t)sb);
+    int I[MMQ_NT][4];
 #pragma unroll
-    for (int k = 0; k < 4; k++) I[k] *= -32;
+    for (int j = 0; j < MMQ_NT; j++) I[j][0] = I[j][1] = I[j][2] = I[j][3] = 0;
 #pragma unroll
-    for (int nh = 0; nh < 2; nh++)
+    for (int nh = 0; nh < 2; nh++) {
+        uint32_t ql[4][2], qh[2][2];
 #pragma unroll
-        for (int wq = 0; wq < 4; wq++)
+        for (int r = 0; r < 2; r++) {
+            const uint8_t *row = r ? wr1 : wr0;
 #pragma unroll
-            for (int j = 0; j < 2; j++) {
-                const int idx = 8 * nh + 2 * wq + j;
-                const uint32_t x = *(const uint32_t *)(aq + 128 * nh + 32 * wq + 16 * j);
-                int cc[4] = {0, 0, 0, 0};
-                mma_k16_u8s8(cc, p.q[idx][0], p.q[idx][1], x);
+            for (int i = 0; i < 4; i++) ql[i][r] = gpu_ldg((const uint32_t *)(row + 128 * (size_t)sb + 64 * nh + 16 * i + 4 * t));
 #pragma unroll
-                for (int k = 0; k < 4; k++) I[k] += p.sc[k >> 1][idx] * cc[k];
+            for (int j = 0; j < 2; j++)
+                qh[j][r] = gpu_ldg((const uint32_t *)(row + 128 * (size_t)n_sb + 64 * (size_t)sb + 32 * nh + 16 * j + 4 * t));
+        }
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            /* sub-blocks 8 nh + 2 wq + j, wq = 2h, 2h + 1: the scale bytes of word 2 nh + h, in order */
+            uint32_t q[4][2];
+            int scv[4][2];
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int wq = 2 * h + (i >> 1), j = i & 1, qi = 2 * (wq & 1) + j, lsh = 4 * h, hsh = 2 * wq;
+#pragma unroll
+                for (int r = 0; r < 2; r++) {
+                    q[i][r] = ((ql[qi][r] >> lsh) & 0x0F0F0F0Fu) | (((qh[j][r] >> hsh) & 0x03030303u) << 4);
+                    /* byte i, sign-extended (the permute's sign-replicating selectors) */
+                    scv[i][r] = mmq_sext8(gpu_ldg((r ? scw1 : scw0) + 2 * nh + h), i);
+                }
             }
 #pragma unroll
-    for (int k = 0; k < 4; k++) y[k] = __fadd_rn(y[k], term_k(da[k & 1], p.d[k >> 1], I[k]));
+            for (int jt = 0; jt < MMQ_NT; jt++) {
+                if (jt < nt) {
+                    const uint8_t *aq = st + (8 * jt + g) * L::QS + 4 * t + 128 * nh + 64 * h;
+#pragma unroll
+                    for (int i = 0; i < 4; i++) {
+                        const uint32_t x = *(const uint32_t *)(aq + 32 * (i >> 1) + 16 * (i & 1));
+                        int cc[4] = {0, 0, 0, 0};
+                        mma_k16_u8s8(cc, q[i][0], q[i][1], x);
+#pragma unroll
+                        for (int k = 0; k < 4; k++) I[jt][k] += scv[i][k >> 1] * cc[k];
+                    }
+                }
+            }
+        }
+    }
+    /* the -32 offset: sum_i sc[i] bs[i], the scale bytes 4t .. 4t + 3 the A fragment */
+    const uint32_t sw0 = gpu_ldg(scw0 + t), sw1 = gpu_ldg(scw1 + t);
+    float d[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) d[r] = sb_h2f<true>(gpu_ldg((const unsigned short *)((r ? wr1 : wr0) + 208 * (size_t)n_sb + 2 * (size_t)sb)));
+    const float *dd = (const float *)(st + L::DS);
+#pragma unroll
+    for (int j = 0; j < MMQ_NT; j++) {
+        if (j < nt) {
+            const uint2 bb = *(const uint2 *)(st + L::BS + (8 * j + g) * 32 + 8 * t);
+            int B[4];
+            mmq_bsum<1>(B, sw0, sw1, bb);
+            const float da[2] = {dd[8 * j + 2 * t], dd[8 * j + 2 * t + 1]};
+#pragma unroll
+            for (int k = 0; k < 4; k++) y[j][k] = __fadd_rn(y[j][k], term_k(da[k & 1], d[k >> 1], I[j][k] - 32 * B[k]));
+        }
+    }
 }
 /* the activation rows ag .. ag + na - 1 of super-block sb into a stage (asynchronous copies; rows past na not copied) */
 template <int KT> static __device__ __forceinline__ void mmq_stage(uint8_t *st, const cu_act_view &a, int ag, int na, int sb) {
@@ -3023,8 +3041,6 @@ static __global__ void __launch_bounds__(32 * MMQ_WM, 2) mm_kernel_mmq(const str
     float *ws = mmq_ws;
     unsigned *cnt = mmq_cnt;
     extern __shared__ __align__(16) uint8_t mmq_smem[];
-    typedef typename mmr_wt<KT>::type raw_t;
-    typedef typename mmq_wt<KT>::type prep_t;
     typedef mmq_st<KT> L;
     __shared__ unsigned last;
     const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
@@ -3038,10 +3054,10 @@ static __global__ void __launch_bounds__(32 * MMQ_WM, 2) mm_kernel_mmq(const str
     /* rows past the segment read its last row (their sums are not stored) */
     const int rl = S.n_rows - 1;
     const uint8_t *wr0 = S.w + (size_t)min(r0 + g, rl) * S.stride, *wr1 = S.w + (size_t)min(r0 + g + 8, rl) * S.stride;
-    raw_t w;
-    mmq_load(w, wr0, wr1, n_sb, k0, t);
-    /* the split's later super-blocks of the warp's rows to L2 (4 lanes a row pair: the quant and the high / scale bytes) */
-    for (int sb = k0 + 1; sb < k1; sb++) {
+    mmr_q4 w; /* Q4_K: the first super-block's bytes before the wait, each later one after its stage's barrier */
+    if constexpr (KT == GGML_TYPE_Q4_K) mmq_load(w, wr0, wr1, n_sb, k0, t);
+    /* the split's super-blocks of the warp's rows to L2 (4 lanes a row pair: the quant and the high / scale bytes) */
+    for (int sb = KT == GGML_TYPE_Q4_K ? k0 + 1 : k0; sb < k1; sb++) {
         const uint8_t *row = (t >> 1) ? wr1 : wr0;
         if constexpr (KT == GGML_TYPE_Q6_K) gpu_prefetch_l2(row + ((t & 1) ? 128 * (size_t)n_sb + 64 * (size_t)sb : 128 * (size_t)sb));
         else gpu_prefetch_l2(row + ((t & 1) ? k4_sc_off(n_sb) + 12 * (size_t)sb : 128 * (size_t)sb));
@@ -3064,16 +3080,11 @@ static __global__ void __launch_bounds__(32 * MMQ_WM, 2) mm_kernel_mmq(const str
             gpu_cp_wait_group<0>();
         }
         __syncthreads(); /* the stage of sb, from every thread's copies */
-        if (sb > k0) mmq_load(w, wr0, wr1, n_sb, sb, t);
-        prep_t p;
-        mmq_prep(p, w, t);
-#pragma unroll
-        for (int j = 0; j < MMQ_NT; j++) {
-            if (j < nt) {
-                const float *dd = (const float *)(st + L::DS);
-                const float da[2] = {dd[8 * j + 2 * t], dd[8 * j + 2 * t + 1]};
-                mmq_group(p, st, 8 * j + g, da, t, y[j]);
-            }
+        if constexpr (KT == GGML_TYPE_Q4_K) {
+            if (sb > k0) mmq_load(w, wr0, wr1, n_sb, sb, t);
+            mmq_sb(w, st, nt, g, t, y);
+        } else {
+            mmq_sb(wr0, wr1, n_sb, sb, st, nt, g, t, y);
         }
         __syncthreads(); /* the stage is read before the copies of sb + 2 overwrite it */
     }
@@ -3277,11 +3288,12 @@ static bool mm_launch_mmr(const struct cu_mm_args *args, gpuStream_t s) {
 #else
 #define MM_MMR 64
 #endif
-/* mm_kernel_mmq from this many activation rows (of the several-row steps above); 0: none (HIP: none) */
+/* mm_kernel_mmq from this many activation rows (of the several-row steps above; qwen35-4b on an H100: 64 sequences 3,747.5
+ * -> 4,282.6 output tok/s, 32 3,388.6 -> 3,492.3, 16 2,756.2 -> 2,567.5, so from 32); 0: none (HIP: none) */
 #if defined(VLLMC_HIP)
 #define MM_MMQ 0
 #else
-#define MM_MMQ 16
+#define MM_MMQ 32
 #endif
 struct cu_mm_cfg cu_mm_cfg = {{8192, 65536}, {1, 4, 4}, {0, 2, 1}, {0, 0, 0}, 0, {1, 1, 1}, 64, 0, 3, 1, MS_CPS, 24 * 1024, 0, 16, MM_COLS_LB, 0, 16384, MM_MMA, MM_MMR, 10, 8, 32, 0, 16, 0, 1, 132, MM_MMQ, 264};
 
