@@ -56,9 +56,12 @@ def check_level(lv, n, in_len, out_len, stream=True):
         assert lv["count_mismatches"] == 0       # chunk-by-chunk count == usage
         assert lv["mean_ttft_ms"] <= lv["mean_e2el_ms"]
         # tpot = (e2e - ttft) / (n - 1) per request (n equal for all: the means relate the same way); a request's
-        # ITLs add up to (last token - first token) <= e2e - ttft (the end of the stream comes after the last token)
+        # ITLs add up to (last token - first token) <= e2e - ttft (the end of the stream comes after the last token).
+        # They may all be 0: a server that sends several tokens in one chunk (the tiny model on one thread can have a
+        # request's 4 tokens ready before its first chunk goes out) gives the chunk's later tokens a gap of 0, as
+        # vLLM's benchmark counts them; n_itl above says every gap was recorded.
         assert lv["mean_tpot_ms"] == pytest.approx((lv["mean_e2el_ms"] - lv["mean_ttft_ms"]) / (out_len - 1), rel=1e-6, abs=1e-6)
-        assert 0 < lv["mean_itl_ms"] <= lv["mean_tpot_ms"] * (1 + 1e-9) + 1e-9
+        assert 0 <= lv["mean_itl_ms"] <= lv["mean_tpot_ms"] * (1 + 1e-9) + 1e-9
 
 
 def test_levels_consistent(server, tmp_path):
