@@ -1202,6 +1202,24 @@ static void test_cols_rows(void) {
            "columns)\n");
 }
 
+/* test_mmr's comparisons over rows x nout outputs at row stride ld: the largest |got - want| / bound (bound [row][out],
+ * INFINITY for a NaN), and the count of outputs whose bits differ */
+static double mmr_max_rel(const float *got, const float *want, const double *bound, int rows, int64_t ld, int64_t nout) {
+    double mb = 0;
+    for (int r = 0; r < rows; r++)
+        for (int64_t o = 0; o < nout; o++) {
+            const double d = fabs((double)got[r * ld + o] - want[r * ld + o]);
+            mb = fmax(mb, isnan(d) ? INFINITY : d / fmax(bound[r * nout + o], 1e-30));
+        }
+    return mb;
+}
+static size_t mmr_bits_differ(const float *got, const float *want, int rows, int64_t ld, int64_t nout) {
+    size_t nd = 0;
+    for (int r = 0; r < rows; r++)
+        for (int64_t o = 0; o < nout; o++) nd += memcmp(&got[r * ld + o], &want[r * ld + o], 4) != 0;
+    return nd;
+}
+
 /* Several activation rows on the tensor cores (mm_kernel_mmrs): Q4_K and Q6_K rows (53: a partial 16-row tile) beside a
  * Q8_0 segment (its own launch) against the CPU reference at 2 .. 64 activation rows, 2,048 / 2,560 / 4,096 / 9,216 columns
  * (2, 2, 2 and 4 super-blocks a warp; the 2,048-column rows from 8 activation rows), with a bias; every output
@@ -1272,12 +1290,7 @@ static void test_mmr(void) {
                               (long long)E, rows);
                 float *h = malloc((size_t)(rows * ld) * 4);
                 dev_get(h, gy, (size_t)(rows * ld) * 4);
-                double mb = 0;
-                for (int r = 0; r < rows; r++)
-                    for (int64_t o = 0; o < NOUT; o++) {
-                        const double d = fabs((double)h[r * ld + o] - ry[r * ld + o]);
-                        mb = fmax(mb, isnan(d) ? INFINITY : d / fmax(bound[r * NOUT + o], 1e-30));
-                    }
+                const double mb = mmr_max_rel(h, ry, bound, rows, ld, NOUT);
                 CHECK_MSG(mb < 2e-6, "mmr %s E %lld rows %d: max |d| / sum |w x| %.3g", quant_traits(types[0])->name, (long long)E,
                           rows, mb);
                 if (ri == 6) printf("mmr %s E %lld: rows 2 .. 64 against the CPU, max |d| / sum |w x| %.3g (rows %d)\n",
@@ -1285,13 +1298,9 @@ static void test_mmr(void) {
                 /* the Q8_0 segment beside it (its own launch, mm_kernel_other): every output written, against the CPU */
                 dev_get(h, gy8, (size_t)(rows * ld) * 4);
                 size_t nan = 0;
-                double mb8 = 0;
                 for (int r = 0; r < rows; r++)
-                    for (int64_t o = 0; o < NOUT; o++) {
-                        nan += isnan(h[r * ld + o]);
-                        const double d = fabs((double)h[r * ld + o] - ry8[r * ld + o]);
-                        mb8 = fmax(mb8, isnan(d) ? INFINITY : d / fmax(bound[(RM + r) * NOUT + o], 1e-30));
-                    }
+                    for (int64_t o = 0; o < NOUT; o++) nan += isnan(h[r * ld + o]);
+                const double mb8 = mmr_max_rel(h, ry8, bound + RM * NOUT, rows, ld, NOUT);
                 CHECK_MSG(nan == 0, "mmr: %zu outputs of the Q8_0 segment beside it not written", nan);
                 CHECK_MSG(mb8 < 2e-6, "mmr E %lld rows %d: the Q8_0 segment beside it, max |d| / sum |w x| %.3g", (long long)E, rows, mb8);
                 /* mm_kernel_mmrs at 2 and 4 16-row tiles a CTA (in every launch, however few CTAs it keeps): the bits of one
@@ -1318,14 +1327,12 @@ static void test_mmr(void) {
                         const uint64_t nt = backend_cuda_mmr_tiled_launches();
                         CHECK(gpu->ops->matmul(gpu, &ga, 2, gt) == VLLMC_OK);
                         /* at 2,560 columns every form fits (5 warps of 2 super-blocks): the tiles were taken, not one */
-                        if (E == 2560 && rt > 1)
+                        if (E == 2560)
                             CHECK_MSG(backend_cuda_mmr_tiled_launches() > nt, "mmr %s rows %d: %d tiles a CTA not taken",
                                       quant_traits(types[0])->name, rows, rt);
                         for (int k = 0; k < 2; k++) {
                             dev_get(hz, gz[k], (size_t)(rows * ld) * 4);
-                            size_t nd = 0;
-                            for (int r = 0; r < rows; r++)
-                                for (int64_t o = 0; o < NOUT; o++) nd += memcmp(&hz[r * ld + o], &h[r * ld + o], 4) != 0;
+                            const size_t nd = mmr_bits_differ(hz, h, rows, ld, NOUT);
                             CHECK_MSG(nd == 0, "mmr %s E %lld rows %d, %d tiles a CTA, segment %d: %zu outputs differ from one tile a CTA",
                                       quant_traits(types[0])->name, (long long)E, rows, rt, k, nd);
                             gpu->ops->free(gpu, gz[k]);
@@ -1344,9 +1351,7 @@ static void test_mmr(void) {
                                   "mmq %s rows %d: the unsplit kernel not taken", quant_traits(types[0])->name, rows);
                         for (int k = 0; k < 2; k++) {
                             dev_get(hz, gz[k], (size_t)(rows * ld) * 4);
-                            size_t nd = 0;
-                            for (int r = 0; r < rows; r++)
-                                for (int64_t o = 0; o < NOUT; o++) nd += memcmp(&hz[r * ld + o], &ry[r * ld + o], 4) != 0;
+                            const size_t nd = mmr_bits_differ(hz, ry, rows, ld, NOUT);
                             CHECK_MSG(nd == 0, "mmq %s E %lld rows %d, one split, segment %d: %zu outputs differ from the CPU's",
                                       quant_traits(types[0])->name, (long long)E, rows, k, nd);
                             gpu->ops->free(gpu, gz[k]);
@@ -1361,12 +1366,7 @@ static void test_mmr(void) {
                         CHECK_MSG(backend_cuda_mmq_split_launches() > ns4, "mmq %s rows %d: four splits not taken",
                                   quant_traits(types[0])->name, rows);
                         dev_get(hz, g4, (size_t)(rows * ld) * 4);
-                        double mb4 = 0;
-                        for (int r = 0; r < rows; r++)
-                            for (int64_t o = 0; o < NOUT; o++) {
-                                const double d = fabs((double)hz[r * ld + o] - ry[r * ld + o]);
-                                mb4 = fmax(mb4, isnan(d) ? INFINITY : d / fmax(bound[r * NOUT + o], 1e-30));
-                            }
+                        const double mb4 = mmr_max_rel(hz, ry, bound, rows, ld, NOUT);
                         CHECK_MSG(mb4 < 2e-6, "mmq %s E %lld rows %d, four splits: max |d| / sum |w x| %.3g",
                                   quant_traits(types[0])->name, (long long)E, rows, mb4);
                         gpu->ops->free(gpu, g4);

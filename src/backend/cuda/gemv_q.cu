@@ -2837,8 +2837,7 @@ static __device__ __forceinline__ void mma_k16(int (&d)[4], uint32_t a0, uint32_
         asm("mma.sync.aligned.m16n8k16.row.col.s32.u8.u8.s32 {%0, %1, %2, %3}, {%4, %5}, {%6}, {%0, %1, %2, %3};"
             : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]) : "r"(a0), "r"(a1), "r"(b0));
     else if (!ta && tb)
-        asm("mma.sync.aligned.m16n8k16.row.col.s32.u8.s8.s32 {%0, %1, %2, %3}, {%4, %5}, {%6}, {%0, %1, %2, %3};"
-            : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]) : "r"(a0), "r"(a1), "r"(b0));
+        mma_k16_u8s8(d, a0, a1, b0);
     else if (ta && !tb)
         asm("mma.sync.aligned.m16n8k16.row.col.s32.s8.u8.s32 {%0, %1, %2, %3}, {%4, %5}, {%6}, {%0, %1, %2, %3};"
             : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]) : "r"(a0), "r"(a1), "r"(b0));
@@ -3038,8 +3037,6 @@ static __device__ float mmq_ws[MMQ_WS_FLOATS];
 static __device__ unsigned mmq_cnt[MMQ_TILES];
 template <int KT>
 static __global__ void __launch_bounds__(32 * MMQ_WM, 2) mm_kernel_mmq(const struct cu_mm_args P, int kc) {
-    float *ws = mmq_ws;
-    unsigned *cnt = mmq_cnt;
     extern __shared__ __align__(16) uint8_t mmq_smem[];
     typedef mmq_st<KT> L;
     __shared__ unsigned last;
@@ -3106,7 +3103,7 @@ static __global__ void __launch_bounds__(32 * MMQ_WM, 2) mm_kernel_mmq(const str
     }
     /* the split's sums to the workspace: [tile][split][activation row][tile row] */
     const int64_t tile = (int64_t)blockIdx.z * gridDim.x + blockIdx.x;
-    float *wt = ws + (tile * nsplit + blockIdx.y) * (8 * MMQ_NT) * (16 * MMQ_WM);
+    float *wt = mmq_ws + (tile * nsplit + blockIdx.y) * (8 * MMQ_NT) * (16 * MMQ_WM);
 #pragma unroll
     for (int j = 0; j < MMQ_NT; j++)
 #pragma unroll
@@ -3116,11 +3113,11 @@ static __global__ void __launch_bounds__(32 * MMQ_WM, 2) mm_kernel_mmq(const str
         }
     __threadfence();
     __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(&cnt[tile], 1u) == (unsigned)nsplit - 1;
+    if (threadIdx.x == 0) last = atomicAdd(&mmq_cnt[tile], 1u) == (unsigned)nsplit - 1;
     __syncthreads();
     if (!last) return;
     __threadfence();
-    const float *w0 = ws + tile * nsplit * (8 * MMQ_NT) * (16 * MMQ_WM);
+    const float *w0 = mmq_ws + tile * nsplit * (8 * MMQ_NT) * (16 * MMQ_WM);
     for (int i = threadIdx.x; i < na * 16 * MMQ_WM; i += blockDim.x) {
         const int row = i % (16 * MMQ_WM), act = i / (16 * MMQ_WM);
         if (tr0 + row >= S.n_rows) continue;
@@ -3131,7 +3128,7 @@ static __global__ void __launch_bounds__(32 * MMQ_WM, 2) mm_kernel_mmq(const str
         S.y[o] = v;
         if (S.res) S.res[o] = __fadd_rn(S.res[o], v);
     }
-    if (threadIdx.x == 0) cnt[tile] = 0; /* for the next launch (after this grid's end) */
+    if (threadIdx.x == 0) mmq_cnt[tile] = 0; /* for the next launch (after this grid's end) */
 }
 template <int KT> static inline size_t mmq_smem_bytes(void) { return 2 * (size_t)mmq_st<KT>::BYTES; }
 #endif
@@ -3217,14 +3214,6 @@ static bool mm_launch_mmr(const struct cu_mm_args *args, gpuStream_t s) {
         if (!mask) continue;
         struct cu_mm_args k;
         mm_subset(args, mask, &k);
-        /* R 16-row tiles a CTA (cu_mm_cfg.mmr_rt, 1 by default): the largest of R, R / 2, .. whose CTAs still number
-         * mmr_rt_ctas and whose tiles fit the shared memory */
-        int ri = 0;
-        for (int r = cu_mm_cfg.mmr_rt >= 4 ? 4 : cu_mm_cfg.mmr_rt >= 2 ? 2 : 1; r > 1; r /= 2) {
-            int n = 0;
-            for (int i = 0; i < k.n_seg; i++) n += (int)GPU_CEIL_DIV(k.seg[i].n_rows, 16 * r);
-            if (n >= cu_mm_cfg.mmr_rt_ctas && mmrs_smem_bytes(w, sbw, r, ty != 0) <= smem_max) { ri = r == 4 ? 2 : 1; break; }
-        }
         if (cu_mm_cfg.mmq_rows > 0 && args->n_act >= cu_mm_cfg.mmq_rows) {
             /* tiles of 16 MMQ_WM rows x 8 MMQ_NT activation rows (mm_kernel_mmq), split along K where the tiles alone
              * would leave SMs idle (fewer than mmq_ctas CTAs), the splits' sums through the workspace */
@@ -3248,6 +3237,14 @@ static bool mm_launch_mmr(const struct cu_mm_args *args, gpuStream_t s) {
             cu_mmq_launches++;
             cu_mmq_split_launches += ns > 1;
             continue;
+        }
+        /* R 16-row tiles a CTA (cu_mm_cfg.mmr_rt, 1 by default): the largest of R, R / 2, .. whose CTAs still number
+         * mmr_rt_ctas and whose tiles fit the shared memory */
+        int ri = 0;
+        for (int r = cu_mm_cfg.mmr_rt >= 4 ? 4 : cu_mm_cfg.mmr_rt >= 2 ? 2 : 1; r > 1; r /= 2) {
+            int n = 0;
+            for (int i = 0; i < k.n_seg; i++) n += (int)GPU_CEIL_DIV(k.seg[i].n_rows, 16 * r);
+            if (n >= cu_mm_cfg.mmr_rt_ctas && mmrs_smem_bytes(w, sbw, r, ty != 0) <= smem_max) { ri = r == 4 ? 2 : 1; break; }
         }
         const int R = 1 << ri;
         int ctas = 0;
