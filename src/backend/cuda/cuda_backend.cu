@@ -2132,12 +2132,13 @@ extern "C" vllmc_status backend_cuda_create(const struct backend_cuda_opts *o, s
         const int nv = sscanf(env, "%d,%d", &v[0], &v[1]);
         backend_cuda_set_mmr_tiles(nv >= 1 ? v[0] : 1, nv >= 2 ? v[1] : 132);
     }
-    if ((env = getenv("VLLMC_CUDA_MMQ"))) { /* "rows[,ctas]": several-row steps of rows or more on mm_kernel_mmq (0 off), K
-                                                split to about ctas CTAs */
-        int v[2] = {0, 0};
-        const int nv = sscanf(env, "%d,%d", &v[0], &v[1]);
+    if ((env = getenv("VLLMC_CUDA_MMQ"))) { /* "rows[,ctas[,fill]]": several-row steps of rows or more on mm_kernel_mmq
+                                                (0 off), K split into at most (fill 1, default) or at least (0) ctas CTAs */
+        int v[3] = {0, 0, 1};
+        const int nv = sscanf(env, "%d,%d,%d", &v[0], &v[1], &v[2]);
         if (nv >= 1) backend_cuda_set_mmq_rows(v[0]);
         if (nv >= 2) backend_cuda_set_mmq_split(v[1]);
+        if (nv >= 3) cu_mm_cfg.mmq_fill = v[2] != 0;
     }
     if ((env = getenv("VLLMC_CUDA_DEC"))) backend_cuda_set_decode_rows(atoi(env));
     if ((env = getenv("VLLMC_CUDA_MOE_COLS"))) backend_cuda_set_moe_cols(atoi(env)); /* MoE ops of up to N rows on the

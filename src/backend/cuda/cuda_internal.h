@@ -183,7 +183,9 @@ struct cu_mm_cfg {
     int32_t mmr_rt_ctas;
     int32_t mmq_rows;          /* several-row steps of at least this many activation rows: their Q4_K / Q6_K rows on
                                   mm_kernel_mmq (tiles of 128 weight rows x 64 activation rows on the tensor cores); 0: none */
-    int32_t mmq_ctas;          /* ... its launches split K until they have about this many CTAs (<= 1: never split) */
+    int32_t mmq_ctas;          /* ... its launches split K into as many CTAs as fit this many (<= 1: never split) */
+    int32_t mmq_fill;          /* 1: at most mmq_ctas CTAs (the splits a tile: mmq_ctas / tiles, rounded down; default);
+                                  0: at least (rounded up: a second round of CTAs where they do not divide) */
 };
 extern struct cu_mm_cfg cu_mm_cfg;
 void cu_launch_matmul(const struct cu_mm_args *args, gpuStream_t s);

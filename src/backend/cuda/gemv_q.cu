@@ -2880,15 +2880,22 @@ template <int KT> struct mmq_st {
     static constexpr int QS = KT == GGML_TYPE_Q6_K ? 272 : 288;
     static constexpr int BS = 8 * MMQ_NT * QS, DS = BS + 8 * MMQ_NT * 32, BYTES = DS + 8 * MMQ_NT * 4;
 };
-/* One super-block against the stage's nt groups of 8 activation rows, the terms added to y[group]. The weights are
+/* One super-block against the stage's NT groups of 8 activation rows, the terms added to y[group]. The weights are
  * unpacked a quarter of the super-block at a time (a Q4_K chunk: sub-blocks 2c and 2c + 1; a Q6_K quarter: 4
  * sub-blocks) and met with every group before the next quarter, the integer sums of every group held (I): one unpack
  * of each weight byte a super-block, and few enough registers that none is unpacked again. Lane (g, t)'s B fragments
- * are stage row 8 j + g; its C entries rows g, g + 8 x activation rows 8 j + 2t, + 1 (k = 2 (row) + (activation)). */
-static __device__ __forceinline__ void mmq_sb(const mmr_q4 &w, const uint8_t *st, int nt, int g, int t, float (&y)[MMQ_NT][4]) {
+ * are stage row 8 j + g; its C entries rows g, g + 8 x activation rows 8 j + 2t, + 1 (k = 2 (row) + (activation)).
+ * NT is the launch's group count (an instance each: no guard between the groups, so the compiler interleaves their
+ * shared-memory loads, MMAs and scale multiplies; stage rows past the launch's activation rows are zeros). Q4_K: w
+ * holds super-block sb's bytes; each word is asked for again for super-block sbn (when nx) as soon as it is unpacked,
+ * so the next super-block's loads are in flight during this one's MMAs. */
+template <int NT>
+static __device__ __forceinline__ void mmq_sb(mmr_q4 &w, bool nx, const uint8_t *wr0, const uint8_t *wr1, int n_sb, int sbn, const uint8_t *st,
+                                              int g, int t, float (&y)[NT][4]) {
     typedef mmq_st<GGML_TYPE_Q4_K> L;
     const uint32_t m = 0x0F0F0F0Fu;
     uint32_t scA[2], scB[2], mf[2];
+    float d[2], dmin[2];
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         scA[r] = w.s[r][0] & 0x3F3F3F3Fu;
@@ -2896,13 +2903,17 @@ static __device__ __forceinline__ void mmq_sb(const mmr_q4 &w, const uint8_t *st
         const uint32_t mA = w.s[r][1] & 0x3F3F3F3Fu, mB = ((w.s[r][2] >> 4) & 0x0F0F0F0Fu) | ((w.s[r][1] >> 2) & 0x30303030u);
         mf[r] = __byte_perm(t < 2 ? mA : mB, 0u, (t & 1) ? 0x3322 : 0x1100); /* m[2t], m[2t], m[2t + 1], m[2t + 1] */
     }
-    int I[MMQ_NT][4];
+    int I[NT][4];
 #pragma unroll
-    for (int j = 0; j < MMQ_NT; j++) I[j][0] = I[j][1] = I[j][2] = I[j][3] = 0;
+    for (int j = 0; j < NT; j++) I[j][0] = I[j][1] = I[j][2] = I[j][3] = 0;
 #pragma unroll
     for (int c = 0; c < 4; c++) {
         const uint32_t lo0 = w.q[c][0].x & m, lo1 = w.q[c][1].x & m, lo2 = w.q[c][0].y & m, lo3 = w.q[c][1].y & m;
         const uint32_t hi0 = (w.q[c][0].x >> 4) & m, hi1 = (w.q[c][1].x >> 4) & m, hi2 = (w.q[c][0].y >> 4) & m, hi3 = (w.q[c][1].y >> 4) & m;
+        if (NT <= 4 && nx) { /* (8 groups: no registers for it; the caller loads the next super-block's words) */
+#pragma unroll
+            for (int r = 0; r < 2; r++) w.q[c][r] = gpu_ldg((const uint2 *)((r ? wr1 : wr0) + 128 * (size_t)sbn + 32 * c + 8 * t));
+        }
         int sl[2], sh[2];
 #pragma unroll
         for (int r = 0; r < 2; r++) {
@@ -2911,59 +2922,79 @@ static __device__ __forceinline__ void mmq_sb(const mmr_q4 &w, const uint8_t *st
             sh[r] = (int)((sw >> (16 * (c & 1) + 8)) & 0xff);
         }
 #pragma unroll
-        for (int j = 0; j < MMQ_NT; j++) {
-            if (j < nt) {
-                const uint8_t *aq = st + (8 * j + g) * L::QS + 8 * t + 64 * c;
-                const uint2 xl = *(const uint2 *)aq, xh = *(const uint2 *)(aq + 32);
-                int cl[4] = {0, 0, 0, 0}, ch[4] = {0, 0, 0, 0};
-                mma_u8s8(cl, lo0, lo1, lo2, lo3, xl.x, xl.y);
-                mma_u8s8(ch, hi0, hi1, hi2, hi3, xh.x, xh.y);
+        for (int j = 0; j < NT; j++) {
+            const uint8_t *aq = st + (8 * j + g) * L::QS + 8 * t + 64 * c;
+            const uint2 xl = *(const uint2 *)aq, xh = *(const uint2 *)(aq + 32);
+            int cl[4] = {0, 0, 0, 0}, ch[4] = {0, 0, 0, 0};
+            mma_u8s8(cl, lo0, lo1, lo2, lo3, xl.x, xl.y);
+            mma_u8s8(ch, hi0, hi1, hi2, hi3, xh.x, xh.y);
 #pragma unroll
-                for (int k = 0; k < 4; k++) I[j][k] += sl[k >> 1] * cl[k] + sh[k >> 1] * ch[k];
-            }
+            for (int k = 0; k < 4; k++) I[j][k] += sl[k >> 1] * cl[k] + sh[k >> 1] * ch[k];
         }
     }
-    float d[2], dmin[2];
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         d[r] = sb_h2f<true>((uint16_t)(w.dm[r] & 0xffff));
         dmin[r] = sb_h2f<true>((uint16_t)(w.dm[r] >> 16));
     }
-    const float *dd = (const float *)(st + L::DS);
-#pragma unroll
-    for (int j = 0; j < MMQ_NT; j++) {
-        if (j < nt) {
-            const uint2 bb = *(const uint2 *)(st + L::BS + (8 * j + g) * 32 + 8 * t);
-            int M[4];
-            mmq_bsum<0>(M, mf[0], mf[1], bb);
-            const float da[2] = {dd[8 * j + 2 * t], dd[8 * j + 2 * t + 1]};
-#pragma unroll
-            for (int k = 0; k < 4; k++) y[j][k] = __fadd_rn(y[j][k], term_kmin(da[k & 1], d[k >> 1], dmin[k >> 1], I[j][k], M[k]));
-        }
-    }
-}
-/* Q6_K: the rows' bytes of each half of the super-block (128 elements) loaded when it is reached (ql 4 words and qh 2 a
- * row; the split's super-blocks were sent to L2 before the dependency wait) */
-static __device__ __forceinline__ void mmq_sb(const uint8_t *wr0, const uint8_t *wr1, int n_sb, int sb, const uint8_t *st, int nt, int g, int t,
-                                              float (&y)[MMQ_NT][4]) {
-    typedef mmq_st<GGML_TYPE_Q6_K> L;
-    /* a row's 16 scale bytes: word i the sub-blocks 4i .. 4i + 3 (read where they are used: fewer registers held) */
-    const uint32_t *scw0 = (const uint32_t *)(wr0 + 192 * (size_t)n_sb + 16 * (size_t)sb), *scw1 = (const uint32_t *)(wr1 + 192 * (size_t)n_sb + 16 * (size_t)sb);
-    int I[MMQ_NT][4];
-#pragma unroll
-    for (int j = 0; j < MMQ_NT; j++) I[j][0] = I[j][1] = I[j][2] = I[j][3] = 0;
-#pragma unroll
-    for (int nh = 0; nh < 2; nh++) {
-        uint32_t ql[4][2], qh[2][2];
+    if (NT <= 4 && nx) { /* the next scale words after the chunks (held through them, they would take registers the groups use) */
 #pragma unroll
         for (int r = 0; r < 2; r++) {
             const uint8_t *row = r ? wr1 : wr0;
 #pragma unroll
-            for (int i = 0; i < 4; i++) ql[i][r] = gpu_ldg((const uint32_t *)(row + 128 * (size_t)sb + 64 * nh + 16 * i + 4 * t));
-#pragma unroll
-            for (int j = 0; j < 2; j++)
-                qh[j][r] = gpu_ldg((const uint32_t *)(row + 128 * (size_t)n_sb + 64 * (size_t)sb + 32 * nh + 16 * j + 4 * t));
+            for (int i = 0; i < 3; i++) w.s[r][i] = gpu_ldg((const uint32_t *)(row + k4_sc_off(n_sb) + 12 * (size_t)sbn + 4 * i));
+            w.dm[r] = gpu_ldg((const uint32_t *)(row + k4_dm_off(n_sb) + 4 * (size_t)sbn));
         }
+    }
+    const float *dd = (const float *)(st + L::DS);
+#pragma unroll
+    for (int j = 0; j < NT; j++) {
+        const uint2 bb = *(const uint2 *)(st + L::BS + (8 * j + g) * 32 + 8 * t);
+        int M[4];
+        mmq_bsum<0>(M, mf[0], mf[1], bb);
+        const float da[2] = {dd[8 * j + 2 * t], dd[8 * j + 2 * t + 1]};
+#pragma unroll
+        for (int k = 0; k < 4; k++) y[j][k] = __fadd_rn(y[j][k], term_kmin(da[k & 1], d[k >> 1], dmin[k >> 1], I[j][k], M[k]));
+    }
+}
+/* Q6_K: the words of one half of a super-block (128 elements) of the lane's two rows: ql 4 words and qh 2 a row. The
+ * kernel holds the half being summed; the next half (or the next super-block's first, when nx) is asked for as soon as
+ * the current one is unpacked, so its loads are in flight during the second quarter's MMAs (the split's super-blocks
+ * were sent to L2 before the dependency wait). */
+struct mmq_q6h { uint32_t ql[4][2], qh[2][2], sc[2][4]; unsigned short d[2]; };
+/* the half's quant words; with nh 0 also the super-block's scale words (word i: the sub-blocks 4i .. 4i + 3) and d */
+static __device__ __forceinline__ void mmq_q6_load(mmq_q6h &q, const uint8_t *wr0, const uint8_t *wr1, int n_sb, int sb, int nh, int t) {
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const uint8_t *row = r ? wr1 : wr0;
+#pragma unroll
+        for (int i = 0; i < 4; i++) q.ql[i][r] = gpu_ldg((const uint32_t *)(row + 128 * (size_t)sb + 64 * nh + 16 * i + 4 * t));
+#pragma unroll
+        for (int j = 0; j < 2; j++) q.qh[j][r] = gpu_ldg((const uint32_t *)(row + 128 * (size_t)n_sb + 64 * (size_t)sb + 32 * nh + 16 * j + 4 * t));
+        if (nh == 0) {
+#pragma unroll
+            for (int i = 0; i < 4; i++) q.sc[r][i] = gpu_ldg((const uint32_t *)(row + 192 * (size_t)n_sb + 16 * (size_t)sb) + i);
+            q.d[r] = gpu_ldg((const unsigned short *)(row + 208 * (size_t)n_sb + 2 * (size_t)sb));
+        }
+    }
+}
+template <int NT>
+static __device__ __forceinline__ void mmq_sb(mmq_q6h &hw, bool nx, const uint8_t *wr0, const uint8_t *wr1, int n_sb, int sb, int sbn,
+                                              const uint8_t *st, int g, int t, float (&y)[NT][4]) {
+    typedef mmq_st<GGML_TYPE_Q6_K> L;
+    /* the -32 offset's A fragment (the scale bytes 4t .. 4t + 3: word t) and d, taken before the words are asked for again */
+    uint32_t sw[2];
+    float d[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        sw[r] = t == 0 ? hw.sc[r][0] : t == 1 ? hw.sc[r][1] : t == 2 ? hw.sc[r][2] : hw.sc[r][3];
+        d[r] = sb_h2f<true>(hw.d[r]);
+    }
+    int I[NT][4];
+#pragma unroll
+    for (int j = 0; j < NT; j++) I[j][0] = I[j][1] = I[j][2] = I[j][3] = 0;
+#pragma unroll
+    for (int nh = 0; nh < 2; nh++) {
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             /* sub-blocks 8 nh + 2 wq + j, wq = 2h, 2h + 1: the scale bytes of word 2 nh + h, in order */
@@ -2974,43 +3005,38 @@ static __device__ __forceinline__ void mmq_sb(const uint8_t *wr0, const uint8_t 
                 const int wq = 2 * h + (i >> 1), j = i & 1, qi = 2 * (wq & 1) + j, lsh = 4 * h, hsh = 2 * wq;
 #pragma unroll
                 for (int r = 0; r < 2; r++) {
-                    q[i][r] = ((ql[qi][r] >> lsh) & 0x0F0F0F0Fu) | (((qh[j][r] >> hsh) & 0x03030303u) << 4);
+                    q[i][r] = ((hw.ql[qi][r] >> lsh) & 0x0F0F0F0Fu) | (((hw.qh[j][r] >> hsh) & 0x03030303u) << 4);
                     /* byte i, sign-extended (the permute's sign-replicating selectors) */
-                    scv[i][r] = mmq_sext8(gpu_ldg((r ? scw1 : scw0) + 2 * nh + h), i);
+                    scv[i][r] = mmq_sext8(hw.sc[r][2 * nh + h], i);
                 }
             }
+            if (h == 1) { /* the half's words are unpacked: the next half's loads */
+                if (nh == 0) mmq_q6_load(hw, wr0, wr1, n_sb, sb, 1, t);
+                else if (nx) mmq_q6_load(hw, wr0, wr1, n_sb, sbn, 0, t);
+            }
 #pragma unroll
-            for (int jt = 0; jt < MMQ_NT; jt++) {
-                if (jt < nt) {
-                    const uint8_t *aq = st + (8 * jt + g) * L::QS + 4 * t + 128 * nh + 64 * h;
+            for (int jt = 0; jt < NT; jt++) {
+                const uint8_t *aq = st + (8 * jt + g) * L::QS + 4 * t + 128 * nh + 64 * h;
 #pragma unroll
-                    for (int i = 0; i < 4; i++) {
-                        const uint32_t x = *(const uint32_t *)(aq + 32 * (i >> 1) + 16 * (i & 1));
-                        int cc[4] = {0, 0, 0, 0};
-                        mma_k16_u8s8(cc, q[i][0], q[i][1], x);
+                for (int i = 0; i < 4; i++) {
+                    const uint32_t x = *(const uint32_t *)(aq + 32 * (i >> 1) + 16 * (i & 1));
+                    int cc[4] = {0, 0, 0, 0};
+                    mma_k16_u8s8(cc, q[i][0], q[i][1], x);
 #pragma unroll
-                        for (int k = 0; k < 4; k++) I[jt][k] += scv[i][k >> 1] * cc[k];
-                    }
+                    for (int k = 0; k < 4; k++) I[jt][k] += scv[i][k >> 1] * cc[k];
                 }
             }
         }
     }
-    /* the -32 offset: sum_i sc[i] bs[i], the scale bytes 4t .. 4t + 3 the A fragment */
-    const uint32_t sw0 = gpu_ldg(scw0 + t), sw1 = gpu_ldg(scw1 + t);
-    float d[2];
-#pragma unroll
-    for (int r = 0; r < 2; r++) d[r] = sb_h2f<true>(gpu_ldg((const unsigned short *)((r ? wr1 : wr0) + 208 * (size_t)n_sb + 2 * (size_t)sb)));
     const float *dd = (const float *)(st + L::DS);
 #pragma unroll
-    for (int j = 0; j < MMQ_NT; j++) {
-        if (j < nt) {
-            const uint2 bb = *(const uint2 *)(st + L::BS + (8 * j + g) * 32 + 8 * t);
-            int B[4];
-            mmq_bsum<1>(B, sw0, sw1, bb);
-            const float da[2] = {dd[8 * j + 2 * t], dd[8 * j + 2 * t + 1]};
+    for (int j = 0; j < NT; j++) {
+        const uint2 bb = *(const uint2 *)(st + L::BS + (8 * j + g) * 32 + 8 * t);
+        int B[4];
+        mmq_bsum<1>(B, sw[0], sw[1], bb);
+        const float da[2] = {dd[8 * j + 2 * t], dd[8 * j + 2 * t + 1]};
 #pragma unroll
-            for (int k = 0; k < 4; k++) y[j][k] = __fadd_rn(y[j][k], term_k(da[k & 1], d[k >> 1], I[j][k] - 32 * B[k]));
-        }
+        for (int k = 0; k < 4; k++) y[j][k] = __fadd_rn(y[j][k], term_k(da[k & 1], d[k >> 1], I[j][k] - 32 * B[k]));
     }
 }
 /* the activation rows ag .. ag + na - 1 of super-block sb into a stage (asynchronous copies; rows past na not copied) */
@@ -3035,7 +3061,7 @@ template <int KT> static __device__ __forceinline__ void mmq_stage(uint8_t *st, 
  * finishes last adds them in split order (then the bias and the residual). Dynamic shared memory: two stages. */
 static __device__ float mmq_ws[MMQ_WS_FLOATS];
 static __device__ unsigned mmq_cnt[MMQ_TILES];
-template <int KT>
+template <int KT, int NT>
 static __global__ void __launch_bounds__(32 * MMQ_WM, 2) mm_kernel_mmq(const struct cu_mm_args P, int kc) {
     extern __shared__ __align__(16) uint8_t mmq_smem[];
     typedef mmq_st<KT> L;
@@ -3051,20 +3077,30 @@ static __global__ void __launch_bounds__(32 * MMQ_WM, 2) mm_kernel_mmq(const str
     /* rows past the segment read its last row (their sums are not stored) */
     const int rl = S.n_rows - 1;
     const uint8_t *wr0 = S.w + (size_t)min(r0 + g, rl) * S.stride, *wr1 = S.w + (size_t)min(r0 + g + 8, rl) * S.stride;
-    mmr_q4 w; /* Q4_K: the first super-block's bytes before the wait, each later one after its stage's barrier */
+    /* the first super-block's bytes before the wait, each later one during the super-block before it */
+    typename std::conditional<KT == GGML_TYPE_Q4_K, mmr_q4, mmq_q6h>::type w;
     if constexpr (KT == GGML_TYPE_Q4_K) mmq_load(w, wr0, wr1, n_sb, k0, t);
+    else mmq_q6_load(w, wr0, wr1, n_sb, k0, 0, t);
     /* the split's super-blocks of the warp's rows to L2 (4 lanes a row pair: the quant and the high / scale bytes) */
-    for (int sb = KT == GGML_TYPE_Q4_K ? k0 + 1 : k0; sb < k1; sb++) {
+    for (int sb = k0 + 1; sb < k1; sb++) {
         const uint8_t *row = (t >> 1) ? wr1 : wr0;
         if constexpr (KT == GGML_TYPE_Q6_K) gpu_prefetch_l2(row + ((t & 1) ? 128 * (size_t)n_sb + 64 * (size_t)sb : 128 * (size_t)sb));
         else gpu_prefetch_l2(row + ((t & 1) ? k4_sc_off(n_sb) + 12 * (size_t)sb : 128 * (size_t)sb));
     }
+    const int ag0 = (int)blockIdx.z * 8 * MMQ_NT, na = min(8 * NT, P.n_act - ag0);
+    /* the stage rows na .. 8 NT - 1 (read by the last group, never stored): zeros in both stages */
+    for (int i = threadIdx.x; i < 2 * (8 * NT - na); i += blockDim.x) {
+        uint8_t *sr = mmq_smem + (i & 1) * L::BYTES;
+        const int r = na + (i >> 1);
+        for (int k = 0; k < L::QS; k += 4) *(uint32_t *)(sr + r * L::QS + k) = 0u;
+        for (int k = 0; k < 32; k += 4) *(uint32_t *)(sr + L::BS + r * 32 + k) = 0u;
+        *(float *)(sr + L::DS + 4 * r) = 0.f;
+    }
     gpu_pdl_wait();
     gpu_pdl_trigger();
-    const int ag0 = (int)blockIdx.z * 8 * MMQ_NT, na = min(8 * MMQ_NT, P.n_act - ag0), nt = (na + 7) / 8;
-    float y[MMQ_NT][4];
+    float y[NT][4];
 #pragma unroll
-    for (int j = 0; j < MMQ_NT; j++) y[j][0] = y[j][1] = y[j][2] = y[j][3] = 0.f;
+    for (int j = 0; j < NT; j++) y[j][0] = y[j][1] = y[j][2] = y[j][3] = 0.f;
     mmq_stage<KT>(mmq_smem, P.a, ag0, na, k0);
     gpu_cp_commit();
     for (int sb = k0; sb < k1; sb++) {
@@ -3078,17 +3114,16 @@ static __global__ void __launch_bounds__(32 * MMQ_WM, 2) mm_kernel_mmq(const str
         }
         __syncthreads(); /* the stage of sb, from every thread's copies */
         if constexpr (KT == GGML_TYPE_Q4_K) {
-            if (sb > k0) mmq_load(w, wr0, wr1, n_sb, sb, t);
-            mmq_sb(w, st, nt, g, t, y);
-        } else {
-            mmq_sb(wr0, wr1, n_sb, sb, st, nt, g, t, y);
+            if (NT > 4 && sb > k0) mmq_load(w, wr0, wr1, n_sb, sb, t);
+            mmq_sb<NT>(w, sb + 1 < k1, wr0, wr1, n_sb, sb + 1, st, g, t, y);
         }
+        else mmq_sb<NT>(w, sb + 1 < k1, wr0, wr1, n_sb, sb, sb + 1, st, g, t, y);
         __syncthreads(); /* the stage is read before the copies of sb + 2 overwrite it */
     }
     if (nsplit == 1) {
         if (rows <= 0) return;
 #pragma unroll
-        for (int j = 0; j < MMQ_NT; j++)
+        for (int j = 0; j < NT; j++)
 #pragma unroll
             for (int k = 0; k < 4; k++) {
                 const int row = g + 8 * (k >> 1), act = 8 * j + 2 * t + (k & 1);
@@ -3101,32 +3136,67 @@ static __global__ void __launch_bounds__(32 * MMQ_WM, 2) mm_kernel_mmq(const str
             }
         return;
     }
-    /* the split's sums to the workspace: [tile][split][activation row][tile row] */
+    /* the split's sums to the workspace: [tile][split][activation row][tile row], 16 MMQ_WM floats a row */
+    constexpr int TR = 16 * MMQ_WM, TO = 8 * NT * TR, PT = TO / 4 / (32 * MMQ_WM); /* PT float4 a thread in the tail */
     const int64_t tile = (int64_t)blockIdx.z * gridDim.x + blockIdx.x;
-    float *wt = mmq_ws + (tile * nsplit + blockIdx.y) * (8 * MMQ_NT) * (16 * MMQ_WM);
+    float *wt = mmq_ws + (tile * nsplit + blockIdx.y) * TO;
 #pragma unroll
-    for (int j = 0; j < MMQ_NT; j++)
+    for (int j = 0; j < NT; j++)
 #pragma unroll
-        for (int k = 0; k < 4; k++) {
-            const int row = 16 * wid + g + 8 * (k >> 1), act = 8 * j + 2 * t + (k & 1);
-            if (act < na) wt[act * (16 * MMQ_WM) + row] = y[j][k];
-        }
+        for (int k = 0; k < 4; k++) wt[(8 * j + 2 * t + (k & 1)) * TR + 16 * wid + g + 8 * (k >> 1)] = y[j][k];
     __threadfence();
     __syncthreads();
     if (threadIdx.x == 0) last = atomicAdd(&mmq_cnt[tile], 1u) == (unsigned)nsplit - 1;
     __syncthreads();
     if (!last) return;
     __threadfence();
-    const float *w0 = mmq_ws + tile * nsplit * (8 * MMQ_NT) * (16 * MMQ_WM);
-    for (int i = threadIdx.x; i < na * 16 * MMQ_WM; i += blockDim.x) {
-        const int row = i % (16 * MMQ_WM), act = i / (16 * MMQ_WM);
-        if (tr0 + row >= S.n_rows) continue;
-        float v = __ldcg(w0 + i);
-        for (int k = 1; k < nsplit; k++) v = __fadd_rn(v, __ldcg(w0 + (size_t)k * (8 * MMQ_NT) * (16 * MMQ_WM) + i));
-        const int64_t o = (int64_t)(ag0 + act) * S.ld_y + tr0 + row;
-        if (S.bias) v = __fadd_rn(v, S.bias[tr0 + row]);
-        S.y[o] = v;
-        if (S.res) S.res[o] = __fadd_rn(S.res[o], v);
+    /* the last split adds the tile's partials in split order: each thread PT float4 of every split, all of a split's
+     * loads in flight at once (one L2 round trip a split), then the residual's and the bias's loads, then the stores */
+    const float4 *w0 = (const float4 *)(mmq_ws + tile * nsplit * TO);
+    float4 v[PT];
+#pragma unroll
+    for (int q = 0; q < PT; q++) v[q] = __ldcg(w0 + threadIdx.x + q * 32 * MMQ_WM);
+    for (int k = 1; k < nsplit; k++) {
+        float4 p[PT];
+#pragma unroll
+        for (int q = 0; q < PT; q++) p[q] = __ldcg(w0 + (size_t)k * (TO / 4) + threadIdx.x + q * 32 * MMQ_WM);
+#pragma unroll
+        for (int q = 0; q < PT; q++) {
+            v[q].x = __fadd_rn(v[q].x, p[q].x);
+            v[q].y = __fadd_rn(v[q].y, p[q].y);
+            v[q].z = __fadd_rn(v[q].z, p[q].z);
+            v[q].w = __fadd_rn(v[q].w, p[q].w);
+        }
+    }
+    float rv[PT][4];
+#pragma unroll
+    for (int q = 0; q < PT; q++) {
+        const int i = 4 * ((int)threadIdx.x + q * 32 * MMQ_WM), row = i % TR, act = i / TR;
+        const float ve[4] = {v[q].x, v[q].y, v[q].z, v[q].w};
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const bool ok = act < na && tr0 + row + e < S.n_rows;
+            rv[q][e] = ok && S.bias ? __fadd_rn(ve[e], S.bias[tr0 + row + e]) : ve[e];
+        }
+    }
+    float xv[PT][4];
+#pragma unroll
+    for (int q = 0; q < PT; q++) {
+        const int i = 4 * ((int)threadIdx.x + q * 32 * MMQ_WM), row = i % TR, act = i / TR;
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            xv[q][e] = act < na && tr0 + row + e < S.n_rows && S.res ? S.res[(int64_t)(ag0 + act) * S.ld_y + tr0 + row + e] : 0.f;
+    }
+#pragma unroll
+    for (int q = 0; q < PT; q++) {
+        const int i = 4 * ((int)threadIdx.x + q * 32 * MMQ_WM), row = i % TR, act = i / TR;
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            if (act >= na || tr0 + row + e >= S.n_rows) continue;
+            const int64_t o = (int64_t)(ag0 + act) * S.ld_y + tr0 + row + e;
+            S.y[o] = rv[q][e];
+            if (S.res) S.res[o] = __fadd_rn(xv[q][e], rv[q][e]);
+        }
     }
     if (threadIdx.x == 0) mmq_cnt[tile] = 0; /* for the next launch (after this grid's end) */
 }
@@ -3216,7 +3286,8 @@ static bool mm_launch_mmr(const struct cu_mm_args *args, gpuStream_t s) {
         mm_subset(args, mask, &k);
         if (cu_mm_cfg.mmq_rows > 0 && args->n_act >= cu_mm_cfg.mmq_rows) {
             /* tiles of 16 MMQ_WM rows x 8 MMQ_NT activation rows (mm_kernel_mmq), split along K where the tiles alone
-             * would leave SMs idle (fewer than mmq_ctas CTAs), the splits' sums through the workspace */
+             * would leave SMs idle (fewer than mmq_ctas CTAs: 2 an SM) into as many splits as still fit mmq_ctas (one
+             * round of CTAs), the splits' sums through the workspace */
             int tiles = 0;
             for (int i = 0; i < k.n_seg; i++) {
                 k.seg[i].cta0 = tiles;
@@ -3225,14 +3296,19 @@ static bool mm_launch_mmr(const struct cu_mm_args *args, gpuStream_t s) {
             const int groups = (int)GPU_CEIL_DIV(args->n_act, 8 * MMQ_NT);
             int ns = 1;
             if (cu_mm_cfg.mmq_ctas > tiles * groups && tiles * groups <= MMQ_TILES) {
-                ns = std::min(n_sb, (int)GPU_CEIL_DIV(cu_mm_cfg.mmq_ctas, tiles * groups));
+                ns = std::min(n_sb, cu_mm_cfg.mmq_fill ? cu_mm_cfg.mmq_ctas / (tiles * groups)
+                                                       : (int)GPU_CEIL_DIV(cu_mm_cfg.mmq_ctas, tiles * groups));
                 while (ns > 1 && (int64_t)tiles * groups * ns * (8 * MMQ_NT) * (16 * MMQ_WM) > MMQ_WS_FLOATS) ns--;
             }
             const int kc = (int)GPU_CEIL_DIV(n_sb, ns);
             ns = (int)GPU_CEIL_DIV(n_sb, kc);
             const dim3 grid((unsigned)tiles, (unsigned)ns, (unsigned)groups);
-            if (ty) gpu_launch(mm_kernel_mmq<GGML_TYPE_Q6_K>, grid, dim3(32 * MMQ_WM), mmq_smem_bytes<GGML_TYPE_Q6_K>(), s, k, kc);
-            else gpu_launch(mm_kernel_mmq<GGML_TYPE_Q4_K>, grid, dim3(32 * MMQ_WM), mmq_smem_bytes<GGML_TYPE_Q4_K>(), s, k, kc);
+            /* the instance for the launch's groups of 8 activation rows (2, 4 or 8; the rows past n_act are zeros) */
+            const int nt = groups > 1 ? MMQ_NT : (int)GPU_CEIL_DIV(args->n_act, 8), ni = nt <= 2 ? 0 : nt <= 4 ? 1 : 2;
+            static void (*const kq[2][3])(const struct cu_mm_args, int) = {
+                {mm_kernel_mmq<GGML_TYPE_Q4_K, 2>, mm_kernel_mmq<GGML_TYPE_Q4_K, 4>, mm_kernel_mmq<GGML_TYPE_Q4_K, 8>},
+                {mm_kernel_mmq<GGML_TYPE_Q6_K, 2>, mm_kernel_mmq<GGML_TYPE_Q6_K, 4>, mm_kernel_mmq<GGML_TYPE_Q6_K, 8>}};
+            gpu_launch(kq[ty][ni], grid, dim3(32 * MMQ_WM), ty ? mmq_smem_bytes<GGML_TYPE_Q6_K>() : mmq_smem_bytes<GGML_TYPE_Q4_K>(), s, k, kc);
             cu_mmr_launches++;
             cu_mmq_launches++;
             cu_mmq_split_launches += ns > 1;
@@ -3292,7 +3368,7 @@ static bool mm_launch_mmr(const struct cu_mm_args *args, gpuStream_t s) {
 #else
 #define MM_MMQ 32
 #endif
-struct cu_mm_cfg cu_mm_cfg = {{8192, 65536}, {1, 4, 4}, {0, 2, 1}, {0, 0, 0}, 0, {1, 1, 1}, 64, 0, 3, 1, MS_CPS, 24 * 1024, 0, 16, MM_COLS_LB, 0, 16384, MM_MMA, MM_MMR, 10, 8, 32, 0, 16, 0, 1, 132, MM_MMQ, 264};
+struct cu_mm_cfg cu_mm_cfg = {{8192, 65536}, {1, 4, 4}, {0, 2, 1}, {0, 0, 0}, 0, {1, 1, 1}, 64, 0, 3, 1, MS_CPS, 24 * 1024, 0, 16, MM_COLS_LB, 0, 16384, MM_MMA, MM_MMR, 10, 8, 32, 0, 16, 0, 1, 132, MM_MMQ, 264, 1};
 
 static bool mm_launch_dec(const struct cu_mm_args *args, gpuStream_t s);
 
