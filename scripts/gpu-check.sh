@@ -674,6 +674,25 @@ if has moe2; then # the tiled persistent MoE experts in the decode: test_cuda_mo
     done
 fi
 
+if has ncu; then # Nsight Compute on a few launches of the first of BENCH_MODELS's engine bench: NCU_KERNEL (regex, default
+    # mm_kernel_mmq), NCU_SKIP / NCU_COUNT launches, NCU_BENCH the bench's arguments, NCU_ENV variables for it; the
+    # sections' details and the warps' stall reasons (cycles a warp spends in each state per issued instruction)
+    wait_models
+    m=${BENCH_MODELS%% *}; f=/tmp/models/$m.gguf
+    NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+    if [ -s "$f" ] && [ -n "$NCU" ]; then
+        # shellcheck disable=SC2086
+        env ${NCU_ENV:-} timeout 300 "$NCU" --clock-control none --graph-profiling node -k "regex:${NCU_KERNEL:-mm_kernel_mmq}" \
+            --launch-skip "${NCU_SKIP:-40}" --launch-count "${NCU_COUNT:-6}" --section SpeedOfLight --section WarpStateStats \
+            --section SchedulerStats --section Occupancy --section ComputeWorkloadAnalysis --section LaunchStats \
+            --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active.ratio" \
+            "$BIN/vllmc" bench -m "$f" ${NCU_BENCH:---concurrency 64 -p 32 -g 8 -r 1} >"$OUT/ncu_$m.txt" 2>&1; rc=$?
+        note "ncu $m rc=$rc ($(grep -c 'mm_kernel\|_kernel' "$OUT/ncu_$m.txt") kernel lines, ncu_$m.txt)"
+    else
+        note "ncu: no model or no ncu"
+    fi
+fi
+
 if has binvar; then # the vllmc_<name> builds carried beside vllmc (gpu-carry.sh EXTRA_BUILDS), same bench each
     wait_models
     for m in $BENCH_MODELS; do

@@ -1282,9 +1282,9 @@ static void test_mmr(void) {
                 if (E >= 2560 || rows >= 8)
                     CHECK_MSG(backend_cuda_mmr_launches() > n0, "mmr %s E %lld rows %d: the kernel was not taken",
                               quant_traits(types[0])->name, (long long)E, rows);
-                /* from 32 activation rows by default: mm_kernel_mmq, its 53 rows a tile split along K into as many
-                 * super-blocks as fill the SMs */
-                if (rows >= 32)
+                /* from 16 activation rows by default: mm_kernel_mmq, its 53 rows a tile cut into runs of super-blocks
+                 * that fill the SMs */
+                if (rows >= 16)
                     CHECK_MSG(backend_cuda_mmq_launches() > q0 && backend_cuda_mmq_split_launches() > qs0,
                               "mmq %s E %lld rows %d: the kernel was not taken, or not split", quant_traits(types[0])->name,
                               (long long)E, rows);
@@ -1307,7 +1307,7 @@ static void test_mmr(void) {
                  * tile a CTA, with the weight twice in the launch (the second segment's CTAs after the first's, its last tile
                  * partial); then mm_kernel_mmq unsplit on the same launch: the CPU reference's bits */
                 {
-                    const int mq0 = backend_cuda_set_mmq_rows(0), mq_test = 16; /* mm_kernel_mmq checked from 16 rows */
+                    const int mq0 = backend_cuda_set_mmq_rows(0), mq_test = 8; /* mm_kernel_mmq checked from 8 rows */
                     if (rows >= mq0 && mq0 > 0) { /* h: mm_kernel_mmrs at one tile a CTA (the default took mm_kernel_mmq) */
                         float *p1 = nan_buf((size_t)(rows * ld)), *g1 = dev_put(p1, (size_t)(rows * ld) * 4);
                         const struct bk_matmul_out g1o = {.w = &w[0].g, .bias = gbias, .y = g1, .ld_y = ld};
@@ -1345,36 +1345,71 @@ static void test_mmr(void) {
                         float *gz[2] = {dev_put(pz, (size_t)(rows * ld) * 4), dev_put(pz, (size_t)(rows * ld) * 4)};
                         const struct bk_matmul_out gt[2] = {{.w = &w[0].g, .bias = gbias, .y = gz[0], .ld_y = ld},
                                                             {.w = &w[0].g, .bias = gbias, .y = gz[1], .ld_y = ld}};
-                        const uint64_t nq = backend_cuda_mmq_launches(), nqs = backend_cuda_mmq_split_launches();
-                        CHECK(gpu->ops->matmul(gpu, &ga, 2, gt) == VLLMC_OK);
-                        CHECK_MSG(backend_cuda_mmq_launches() > nq && backend_cuda_mmq_split_launches() == nqs,
-                                  "mmq %s rows %d: the unsplit kernel not taken", quant_traits(types[0])->name, rows);
-                        for (int k = 0; k < 2; k++) {
-                            dev_get(hz, gz[k], (size_t)(rows * ld) * 4);
-                            const size_t nd = mmr_bits_differ(hz, ry, rows, ld, NOUT);
-                            CHECK_MSG(nd == 0, "mmq %s E %lld rows %d, one split, segment %d: %zu outputs differ from the CPU's",
-                                      quant_traits(types[0])->name, (long long)E, rows, k, nd);
-                            gpu->ops->free(gpu, gz[k]);
+                        /* every instance: 8, 4 and 2 groups of 8 activation rows a CTA (the rows past the launch's zeros) */
+                        for (int gn = 8; gn >= 2; gn /= 2) {
+                            const int gn0 = backend_cuda_set_mmq_groups(gn);
+                            const uint64_t nq = backend_cuda_mmq_launches(), nqs = backend_cuda_mmq_split_launches();
+                            CHECK(gpu->ops->matmul(gpu, &ga, 2, gt) == VLLMC_OK);
+                            CHECK_MSG(backend_cuda_mmq_launches() > nq && backend_cuda_mmq_split_launches() == nqs,
+                                      "mmq %s rows %d: the unsplit kernel not taken", quant_traits(types[0])->name, rows);
+                            for (int k = 0; k < 2; k++) {
+                                dev_get(hz, gz[k], (size_t)(rows * ld) * 4);
+                                const size_t nd = mmr_bits_differ(hz, ry, rows, ld, NOUT);
+                                CHECK_MSG(nd == 0, "mmq %s E %lld rows %d, %d groups a CTA, one split, segment %d: %zu outputs differ from the CPU's",
+                                          quant_traits(types[0])->name, (long long)E, rows, gn, k, nd);
+                                CHECK(gpu->ops->copy_to_device(gpu, gz[k], pz, (size_t)(rows * ld) * 4) == VLLMC_OK);
+                            }
+                            backend_cuda_set_mmq_groups(gn0);
                         }
-                        /* four splits of several super-blocks each (the default's splits above are one super-block
-                         * each at these 53 rows, whose sum in split order is the CPU's): within the bound */
-                        backend_cuda_set_mmq_split(4);
-                        float *g4 = dev_put(pz, (size_t)(rows * ld) * 4);
-                        const struct bk_matmul_out g4o = {.w = &w[0].g, .bias = gbias, .y = g4, .ld_y = ld};
-                        const uint64_t ns4 = backend_cuda_mmq_split_launches();
-                        CHECK(gpu->ops->matmul(gpu, &ga, 1, &g4o) == VLLMC_OK);
-                        CHECK_MSG(backend_cuda_mmq_split_launches() > ns4, "mmq %s rows %d: four splits not taken",
-                                  quant_traits(types[0])->name, rows);
-                        dev_get(hz, g4, (size_t)(rows * ld) * 4);
-                        const double mb4 = mmr_max_rel(hz, ry, bound, rows, ld, NOUT);
-                        CHECK_MSG(mb4 < 2e-6, "mmq %s E %lld rows %d, four splits: max |d| / sum |w x| %.3g",
-                                  quant_traits(types[0])->name, (long long)E, rows, mb4);
-                        gpu->ops->free(gpu, g4);
+                        for (int k = 0; k < 2; k++) gpu->ops->free(gpu, gz[k]);
+                        /* four fragments of several super-blocks each (the default's above are one or two super-blocks
+                         * each at these 53 rows): K split in four (stream off), then four even runs of the units
+                         * (stream, the default): within the bound */
+                        double mb4 = 0;
+                        for (int sv = 0; sv < 4; sv++) { /* stream off / on, 4 then 8 groups a CTA */
+                            const int sm = sv & 1, gn = sv < 2 ? 4 : 8, gn0 = backend_cuda_set_mmq_groups(gn);
+                            const int st0 = backend_cuda_set_mmq_stream(sm);
+                            backend_cuda_set_mmq_split(4 * ((rows + 8 * gn - 1) / (8 * gn))); /* 4 a CTA's rows */
+                            float *g4 = dev_put(pz, (size_t)(rows * ld) * 4);
+                            const struct bk_matmul_out g4o = {.w = &w[0].g, .bias = gbias, .y = g4, .ld_y = ld};
+                            const uint64_t ns4 = backend_cuda_mmq_split_launches(), nst = backend_cuda_mmq_stream_launches();
+                            CHECK(gpu->ops->matmul(gpu, &ga, 1, &g4o) == VLLMC_OK);
+                            CHECK_MSG(backend_cuda_mmq_split_launches() > ns4 && (backend_cuda_mmq_stream_launches() > nst) == sm,
+                                      "mmq %s rows %d: four fragments (stream %d) not taken", quant_traits(types[0])->name, rows, sm);
+                            dev_get(hz, g4, (size_t)(rows * ld) * 4);
+                            const double mb = mmr_max_rel(hz, ry, bound, rows, ld, NOUT);
+                            CHECK_MSG(mb < 2e-6, "mmq %s E %lld rows %d, four fragments (stream %d): max |d| / sum |w x| %.3g",
+                                      quant_traits(types[0])->name, (long long)E, rows, sm, mb);
+                            mb4 = mb > mb4 ? mb : mb4;
+                            gpu->ops->free(gpu, g4);
+                            backend_cuda_set_mmq_stream(st0);
+                            backend_cuda_set_mmq_groups(gn0);
+                        }
+                        /* stream, three runs over the launch's two tiles (the weight twice): the middle run ends the
+                         * first tile and begins the second; both within the bound */
+                        backend_cuda_set_mmq_split(3 * ((rows + 31) / 32)); /* 3 a CTA's rows (4 groups by default) */
+                        {
+                            float *g3[2] = {dev_put(pz, (size_t)(rows * ld) * 4), dev_put(pz, (size_t)(rows * ld) * 4)};
+                            const struct bk_matmul_out g3o[2] = {{.w = &w[0].g, .bias = gbias, .y = g3[0], .ld_y = ld},
+                                                                 {.w = &w[0].g, .bias = gbias, .y = g3[1], .ld_y = ld}};
+                            const uint64_t nst = backend_cuda_mmq_stream_launches();
+                            CHECK(gpu->ops->matmul(gpu, &ga, 2, g3o) == VLLMC_OK);
+                            CHECK_MSG(backend_cuda_mmq_stream_launches() > nst, "mmq %s rows %d: three runs over two tiles not taken",
+                                      quant_traits(types[0])->name, rows);
+                            for (int k = 0; k < 2; k++) {
+                                dev_get(hz, g3[k], (size_t)(rows * ld) * 4);
+                                const double mb = mmr_max_rel(hz, ry, bound, rows, ld, NOUT);
+                                CHECK_MSG(mb < 2e-6, "mmq %s E %lld rows %d, three runs over two tiles, segment %d: max |d| / sum |w x| %.3g",
+                                          quant_traits(types[0])->name, (long long)E, rows, k, mb);
+                                mb4 = mb > mb4 ? mb : mb4;
+                                gpu->ops->free(gpu, g3[k]);
+                            }
+                        }
                         backend_cuda_set_mmq_split(sp0);
-                        if (ri == 6) printf("mmq %s E %lld: four splits, max |d| / sum |w x| %.3g\n", quant_traits(types[0])->name,
-                                            (long long)E, mb4);
-                        if (ri == 6) printf("mmq %s E %lld: rows 16 .. 64 unsplit, the CPU's bits\n", quant_traits(types[0])->name,
-                                            (long long)E);
+                        if (ri == 6) printf("mmq %s E %lld: four fragments (split, stream), three runs over two tiles, max |d| / sum |w x| %.3g\n",
+                                            quant_traits(types[0])->name, (long long)E, mb4);
+                        if (ri == 6) printf("mmq %s E %lld: rows 8 .. 64 unsplit, 8 / 4 / 2 groups a CTA, the CPU's bits\n",
+                                            quant_traits(types[0])->name, (long long)E);
                     }
                     backend_cuda_set_mmq_rows(mq0);
                     free(hz);

@@ -2132,13 +2132,16 @@ extern "C" vllmc_status backend_cuda_create(const struct backend_cuda_opts *o, s
         const int nv = sscanf(env, "%d,%d", &v[0], &v[1]);
         backend_cuda_set_mmr_tiles(nv >= 1 ? v[0] : 1, nv >= 2 ? v[1] : 132);
     }
-    if ((env = getenv("VLLMC_CUDA_MMQ"))) { /* "rows[,ctas[,fill]]": several-row steps of rows or more on mm_kernel_mmq
-                                                (0 off), K split into at most (fill 1, default) or at least (0) ctas CTAs */
-        int v[3] = {0, 0, 1};
-        const int nv = sscanf(env, "%d,%d,%d", &v[0], &v[1], &v[2]);
+    if ((env = getenv("VLLMC_CUDA_MMQ"))) { /* "rows[,ctas[,fill[,stream[,nt]]]]": several-row steps of rows or more on
+                                                mm_kernel_mmq (0 off); launches of few tiles cut into ctas even runs
+                                                (stream 1, default) or K split into at most (fill 1) or at least (0) ctas */
+        int v[5] = {0, 0, 1, 1, 4};
+        const int nv = sscanf(env, "%d,%d,%d,%d,%d", &v[0], &v[1], &v[2], &v[3], &v[4]);
         if (nv >= 1) backend_cuda_set_mmq_rows(v[0]);
         if (nv >= 2) backend_cuda_set_mmq_split(v[1]);
         if (nv >= 3) cu_mm_cfg.mmq_fill = v[2] != 0;
+        if (nv >= 4) cu_mm_cfg.mmq_stream = v[3] != 0;
+        if (nv >= 5) backend_cuda_set_mmq_groups(v[4]); /* activation rows a CTA / 8 (4 default, 8 or 2) */
     }
     if ((env = getenv("VLLMC_CUDA_DEC"))) backend_cuda_set_decode_rows(atoi(env));
     if ((env = getenv("VLLMC_CUDA_MOE_COLS"))) backend_cuda_set_moe_cols(atoi(env)); /* MoE ops of up to N rows on the
@@ -2223,6 +2226,16 @@ extern "C" int backend_cuda_set_mmq_rows(int rows) {
 extern "C" int backend_cuda_set_mmq_split(int ctas) {
     const int old = cu_mm_cfg.mmq_ctas;
     cu_mm_cfg.mmq_ctas = ctas > 0 ? ctas : 0;
+    return old;
+}
+extern "C" int backend_cuda_set_mmq_groups(int nt) {
+    const int old = cu_mm_cfg.mmq_nt;
+    cu_mm_cfg.mmq_nt = nt <= 2 ? 2 : nt <= 4 ? 4 : 8;
+    return old;
+}
+extern "C" int backend_cuda_set_mmq_stream(int on) {
+    const int old = cu_mm_cfg.mmq_stream;
+    cu_mm_cfg.mmq_stream = on != 0;
     return old;
 }
 extern "C" int backend_cuda_set_mmr_tiles(int tiles, int min_ctas) {

@@ -90,17 +90,23 @@ int backend_cuda_set_matvec_mmr(int rows);
 int backend_cuda_set_mmr_tiles(int tiles, int min_ctas);
 /* Steps of rows .. the several-row limit above take mm_kernel_mmq for their Q4_K / Q6_K rows instead (tiles of 128 weight
  * rows x 64 activation rows, the activation staged in shared memory, the weights unpacked once a super-block); 0: never;
- * default 32 on CUDA, 0 on HIP; returns the previous value. Its launches split K until they have about `ctas` CTAs
- * (backend_cuda_set_mmq_split; default 264; <= 1 never: then a row's sums are the CPU reference's bits). Process-wide;
- * VLLMC_CUDA_MMQ=rows[,ctas] sets them at backend creation. */
+ * default 32 on CUDA, 0 on HIP; returns the previous value. A launch of fewer tiles than `ctas` CTAs
+ * (backend_cuda_set_mmq_split; default 264: 2 an SM; <= 1 never: then a row's sums are the CPU reference's bits) is cut
+ * into `ctas` even runs of (tile, super-block) units (at least 2 units a run), or with backend_cuda_set_mmq_stream(0)
+ * its K is split into as many splits as fit `ctas`. Process-wide; VLLMC_CUDA_MMQ=rows[,ctas[,fill[,stream]]] sets them
+ * at backend creation. */
 int backend_cuda_set_mmq_rows(int rows);
 int backend_cuda_set_mmq_split(int ctas);
+int backend_cuda_set_mmq_stream(int on);
+/* mm_kernel_mmq's activation rows a CTA / 8: 4 (default; 64 rows over 2 CTAs), 8 or 2; returns the previous value */
+int backend_cuda_set_mmq_groups(int nt);
 /* Launches of mm_kernel_mmrs or mm_kernel_mmq so far, process-wide; those of mm_kernel_mmrs with more than one 16-row
  * tile a CTA; those of mm_kernel_mmq. */
 uint64_t backend_cuda_mmr_launches(void);
 uint64_t backend_cuda_mmr_tiled_launches(void);
 uint64_t backend_cuda_mmq_launches(void);
 uint64_t backend_cuda_mmq_split_launches(void);
+uint64_t backend_cuda_mmq_stream_launches(void); /* of those, cut into even runs of (tile, super-block) units */
 /* Pipelined steps: a step's argmax does not wait for it. With it on, a step whose logits op is given an argmax pointer
  * returns once its work is queued (the pointer is not written); backend_cuda_fetch_argmax(be, ids, n) waits for the
  * oldest such step and gives its n ids. backend_cuda_tokens_from_argmax(be) before a batch_set makes that batch's

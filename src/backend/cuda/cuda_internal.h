@@ -186,6 +186,9 @@ struct cu_mm_cfg {
     int32_t mmq_ctas;          /* ... its launches split K into as many CTAs as fit this many (<= 1: never split) */
     int32_t mmq_fill;          /* 1: at most mmq_ctas CTAs (the splits a tile: mmq_ctas / tiles, rounded down; default);
                                   0: at least (rounded up: a second round of CTAs where they do not divide) */
+    int32_t mmq_stream;        /* 1: such launches as mmq_ctas even runs of (tile, super-block) units instead (default) */
+    int32_t mmq_nt;            /* activation rows a CTA / 8: 4 (default: 64 rows over 2 CTAs, the 4-group instance holds no
+                                  spill and asks for the next super-block's words early), 8 or 2 */
 };
 extern struct cu_mm_cfg cu_mm_cfg;
 void cu_launch_matmul(const struct cu_mm_args *args, gpuStream_t s);

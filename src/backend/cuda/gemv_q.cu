@@ -2910,7 +2910,7 @@ static __device__ __forceinline__ void mmq_sb(mmr_q4 &w, bool nx, const uint8_t 
     for (int c = 0; c < 4; c++) {
         const uint32_t lo0 = w.q[c][0].x & m, lo1 = w.q[c][1].x & m, lo2 = w.q[c][0].y & m, lo3 = w.q[c][1].y & m;
         const uint32_t hi0 = (w.q[c][0].x >> 4) & m, hi1 = (w.q[c][1].x >> 4) & m, hi2 = (w.q[c][0].y >> 4) & m, hi3 = (w.q[c][1].y >> 4) & m;
-        if (NT <= 4 && nx) { /* (8 groups: no registers for it; the caller loads the next super-block's words) */
+        if (NT <= 4 && nx) { /* (8 groups: after the chunks, below) */
 #pragma unroll
             for (int r = 0; r < 2; r++) w.q[c][r] = gpu_ldg((const uint2 *)((r ? wr1 : wr0) + 128 * (size_t)sbn + 32 * c + 8 * t));
         }
@@ -2937,7 +2937,14 @@ static __device__ __forceinline__ void mmq_sb(mmr_q4 &w, bool nx, const uint8_t 
         d[r] = sb_h2f<true>((uint16_t)(w.dm[r] & 0xffff));
         dmin[r] = sb_h2f<true>((uint16_t)(w.dm[r] >> 16));
     }
-    if (NT <= 4 && nx) { /* the next scale words after the chunks (held through them, they would take registers the groups use) */
+    if (NT > 4 && nx) { /* 8 groups: no registers for the words during the chunks; asked for after them, in flight
+                         * during the groups' mins terms and the barrier */
+#pragma unroll
+        for (int c = 0; c < 4; c++)
+#pragma unroll
+            for (int r = 0; r < 2; r++) w.q[c][r] = gpu_ldg((const uint2 *)((r ? wr1 : wr0) + 128 * (size_t)sbn + 32 * c + 8 * t));
+    }
+    if (nx) { /* the next scale words after the chunks (held through them, they would take registers the groups use) */
 #pragma unroll
         for (int r = 0; r < 2; r++) {
             const uint8_t *row = r ? wr1 : wr0;
@@ -3054,40 +3061,36 @@ template <int KT> static __device__ __forceinline__ void mmq_stage(uint8_t *st, 
     for (int r = threadIdx.x; r < na; r += blockDim.x) mmrs_cp4(st + L::DS + 4 * r, a.k_d + (int64_t)(ag + r) * n_sb + sb);
 }
 
-/* grid: (the launch's tiles of 16 MMQ_WM rows over its segments, seg.cta0 in them; the K splits; the groups of 8 MMQ_NT
- * activation rows); MMQ_WM warps, warp w rows 16 w .. 16 w + 15 of the tile. Split s takes super-blocks
- * [s kc, min((s + 1) kc, n_sb)) in order; with one split a row's terms are added in the CPU reference's order (from
- * 0, each super-block in turn: its bits), with several each split's sum goes to the workspace and the split that
- * finishes last adds them in split order (then the bias and the residual). Dynamic shared memory: two stages. */
+/* A CTA sums fragments: a tile (16 MMQ_WM weight rows of a segment, seg.cta0 the segment's first tile) over a run of
+ * its super-blocks [k0, k1), added from 0 in order. Two ways to cut a launch into fragments:
+ * - split (sf 0): grid (tiles, splits, groups of 8 MMQ_NT activation rows); fragment (blockIdx.x, blockIdx.y) takes
+ *   super-blocks [y kc, min((y + 1) kc, n_sb));
+ * - stream (sf > 0; kc the launch's tiles, sf the workspace's slots a tile): grid (N CTAs, 1, groups); the launch's
+ *   units (tile, super-block), tile-major, are cut into N runs as even as integers allow, CTA c taking units
+ *   [c U / N, (c + 1) U / N) (U = tiles n_sb) in order, so a run may end one tile and begin the next: every SM busy
+ *   with the same share of the work whatever the tile count (the split form leaves SMs idle or runs a second round).
+ * A tile of one fragment is stored at once: the CPU reference's bits. A tile of several writes each fragment's sums to
+ * the workspace (slot: its place among the tile's fragments), and the fragment that finishes last adds them in order
+ * (then the bias and the residual). Dynamic shared memory: two stages. */
 static __device__ float mmq_ws[MMQ_WS_FLOATS];
 static __device__ unsigned mmq_cnt[MMQ_TILES];
+/* the CTA whose run holds unit u (N runs over U units) */
+static __device__ __forceinline__ int mmq_cta_of(int64_t u, int N, int64_t U) { return (int)(((u + 1) * N - 1) / U); }
+/* CTAs an SM the instances of up to 4 groups are bounded for (registers: 2 -> 128, 3 -> 80) */
+#ifndef VLLMC_MMQ_MINB4
+#define VLLMC_MMQ_MINB4 2
+#endif
 template <int KT, int NT>
-static __global__ void __launch_bounds__(32 * MMQ_WM, 2) mm_kernel_mmq(const struct cu_mm_args P, int kc) {
+static __global__ void __launch_bounds__(32 * MMQ_WM, NT <= 4 ? VLLMC_MMQ_MINB4 : 2) mm_kernel_mmq(const struct cu_mm_args P, int kc, int sf) {
     extern __shared__ __align__(16) uint8_t mmq_smem[];
     typedef mmq_st<KT> L;
     __shared__ unsigned last;
     const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-    int si = 0;
-#pragma unroll
-    for (int i = 1; i < CU_MM_MAX_SEG; i++)
-        if (i < P.n_seg && (int)blockIdx.x >= P.seg[i].cta0) si = i;
-    const cu_mm_seg &S = P.seg[si];
-    const int tr0 = ((int)blockIdx.x - S.cta0) * 16 * MMQ_WM, r0 = tr0 + 16 * wid, rows = min(16, S.n_rows - r0);
-    const int n_sb = (int)(P.a.n / QK_K), nsplit = (int)gridDim.y, k0 = (int)blockIdx.y * kc, k1 = min(n_sb, k0 + kc);
-    /* rows past the segment read its last row (their sums are not stored) */
-    const int rl = S.n_rows - 1;
-    const uint8_t *wr0 = S.w + (size_t)min(r0 + g, rl) * S.stride, *wr1 = S.w + (size_t)min(r0 + g + 8, rl) * S.stride;
-    /* the first super-block's bytes before the wait, each later one during the super-block before it */
-    typename std::conditional<KT == GGML_TYPE_Q4_K, mmr_q4, mmq_q6h>::type w;
-    if constexpr (KT == GGML_TYPE_Q4_K) mmq_load(w, wr0, wr1, n_sb, k0, t);
-    else mmq_q6_load(w, wr0, wr1, n_sb, k0, 0, t);
-    /* the split's super-blocks of the warp's rows to L2 (4 lanes a row pair: the quant and the high / scale bytes) */
-    for (int sb = k0 + 1; sb < k1; sb++) {
-        const uint8_t *row = (t >> 1) ? wr1 : wr0;
-        if constexpr (KT == GGML_TYPE_Q6_K) gpu_prefetch_l2(row + ((t & 1) ? 128 * (size_t)n_sb + 64 * (size_t)sb : 128 * (size_t)sb));
-        else gpu_prefetch_l2(row + ((t & 1) ? k4_sc_off(n_sb) + 12 * (size_t)sb : 128 * (size_t)sb));
-    }
-    const int ag0 = (int)blockIdx.z * 8 * MMQ_NT, na = min(8 * NT, P.n_act - ag0);
+    const int n_sb = (int)(P.a.n / QK_K), N = (int)gridDim.x;
+    const int64_t U = sf ? (int64_t)kc * n_sb : 0;
+    int64_t u = sf ? (int64_t)blockIdx.x * U / N : 0;
+    const int64_t u1 = sf ? ((int64_t)blockIdx.x + 1) * U / N : 0;
+    const int ag0 = (int)blockIdx.z * 8 * NT, na = min(8 * NT, P.n_act - ag0);
     /* the stage rows na .. 8 NT - 1 (read by the last group, never stored): zeros in both stages */
     for (int i = threadIdx.x; i < 2 * (8 * NT - na); i += blockDim.x) {
         uint8_t *sr = mmq_smem + (i & 1) * L::BYTES;
@@ -3096,109 +3099,154 @@ static __global__ void __launch_bounds__(32 * MMQ_WM, 2) mm_kernel_mmq(const str
         for (int k = 0; k < 32; k += 4) *(uint32_t *)(sr + L::BS + r * 32 + k) = 0u;
         *(float *)(sr + L::DS + 4 * r) = 0.f;
     }
-    gpu_pdl_wait();
-    gpu_pdl_trigger();
-    float y[NT][4];
-#pragma unroll
-    for (int j = 0; j < NT; j++) y[j][0] = y[j][1] = y[j][2] = y[j][3] = 0.f;
-    mmq_stage<KT>(mmq_smem, P.a, ag0, na, k0);
-    gpu_cp_commit();
-    for (int sb = k0; sb < k1; sb++) {
-        const uint8_t *st = mmq_smem + ((sb - k0) & 1) * L::BYTES;
-        if (sb + 1 < k1) {
-            mmq_stage<KT>(mmq_smem + ((sb + 1 - k0) & 1) * L::BYTES, P.a, ag0, na, sb + 1);
-            gpu_cp_commit();
-            gpu_cp_wait_group<1>();
+    for (bool first = true;; first = false) {
+        int tile, k0, k1, frag, nfrag, slots;
+        if (sf) {
+            tile = (int)(u / n_sb);
+            k0 = (int)(u - (int64_t)tile * n_sb);
+            k1 = (int)min((int64_t)n_sb, k0 + (u1 - u));
+            const int c0 = mmq_cta_of((int64_t)tile * n_sb, N, U);
+            frag = (int)blockIdx.x - c0;
+            nfrag = mmq_cta_of((int64_t)tile * n_sb + n_sb - 1, N, U) - c0 + 1;
+            slots = sf;
         } else {
-            gpu_cp_wait_group<0>();
+            tile = (int)blockIdx.x;
+            k0 = (int)blockIdx.y * kc;
+            k1 = min(n_sb, k0 + kc);
+            frag = (int)blockIdx.y;
+            nfrag = slots = (int)gridDim.y;
         }
-        __syncthreads(); /* the stage of sb, from every thread's copies */
-        if constexpr (KT == GGML_TYPE_Q4_K) {
-            if (NT > 4 && sb > k0) mmq_load(w, wr0, wr1, n_sb, sb, t);
-            mmq_sb<NT>(w, sb + 1 < k1, wr0, wr1, n_sb, sb + 1, st, g, t, y);
+        int si = 0;
+#pragma unroll
+        for (int i = 1; i < CU_MM_MAX_SEG; i++)
+            if (i < P.n_seg && tile >= P.seg[i].cta0) si = i;
+        const cu_mm_seg &S = P.seg[si];
+        const int tr0 = (tile - S.cta0) * 16 * MMQ_WM, r0 = tr0 + 16 * wid, rows = min(16, S.n_rows - r0);
+        /* rows past the segment read its last row (their sums are not stored) */
+        const int rl = S.n_rows - 1;
+        const uint8_t *wr0 = S.w + (size_t)min(r0 + g, rl) * S.stride, *wr1 = S.w + (size_t)min(r0 + g + 8, rl) * S.stride;
+        /* the first super-block's bytes (before the dependency wait in the first fragment), each later one during the
+         * super-block before it */
+        typename std::conditional<KT == GGML_TYPE_Q4_K, mmr_q4, mmq_q6h>::type w;
+        if constexpr (KT == GGML_TYPE_Q4_K) mmq_load(w, wr0, wr1, n_sb, k0, t);
+        else mmq_q6_load(w, wr0, wr1, n_sb, k0, 0, t);
+        /* the fragment's super-blocks of the warp's rows to L2 (4 lanes a row pair: the quant and the high / scale bytes) */
+        for (int sb = k0 + 1; sb < k1; sb++) {
+            const uint8_t *row = (t >> 1) ? wr1 : wr0;
+            if constexpr (KT == GGML_TYPE_Q6_K) gpu_prefetch_l2(row + ((t & 1) ? 128 * (size_t)n_sb + 64 * (size_t)sb : 128 * (size_t)sb));
+            else gpu_prefetch_l2(row + ((t & 1) ? k4_sc_off(n_sb) + 12 * (size_t)sb : 128 * (size_t)sb));
         }
-        else mmq_sb<NT>(w, sb + 1 < k1, wr0, wr1, n_sb, sb, sb + 1, st, g, t, y);
-        __syncthreads(); /* the stage is read before the copies of sb + 2 overwrite it */
-    }
-    if (nsplit == 1) {
-        if (rows <= 0) return;
+        if (first) {
+            gpu_pdl_wait();
+            gpu_pdl_trigger();
+        }
+        float y[NT][4];
 #pragma unroll
-        for (int j = 0; j < NT; j++)
-#pragma unroll
-            for (int k = 0; k < 4; k++) {
-                const int row = g + 8 * (k >> 1), act = 8 * j + 2 * t + (k & 1);
-                if (row >= rows || act >= na) continue;
-                float v = y[j][k];
-                const int64_t o = (int64_t)(ag0 + act) * S.ld_y + r0 + row;
-                if (S.bias) v = __fadd_rn(v, S.bias[r0 + row]);
-                S.y[o] = v;
-                if (S.res) S.res[o] = __fadd_rn(S.res[o], v);
+        for (int j = 0; j < NT; j++) y[j][0] = y[j][1] = y[j][2] = y[j][3] = 0.f;
+        mmq_stage<KT>(mmq_smem, P.a, ag0, na, k0);
+        gpu_cp_commit();
+        for (int sb = k0; sb < k1; sb++) {
+            const uint8_t *st = mmq_smem + ((sb - k0) & 1) * L::BYTES;
+            if (sb + 1 < k1) {
+                mmq_stage<KT>(mmq_smem + ((sb + 1 - k0) & 1) * L::BYTES, P.a, ag0, na, sb + 1);
+                gpu_cp_commit();
+                gpu_cp_wait_group<1>();
+            } else {
+                gpu_cp_wait_group<0>();
             }
-        return;
-    }
-    /* the split's sums to the workspace: [tile][split][activation row][tile row], 16 MMQ_WM floats a row */
-    constexpr int TR = 16 * MMQ_WM, TO = 8 * NT * TR, PT = TO / 4 / (32 * MMQ_WM); /* PT float4 a thread in the tail */
-    const int64_t tile = (int64_t)blockIdx.z * gridDim.x + blockIdx.x;
-    float *wt = mmq_ws + (tile * nsplit + blockIdx.y) * TO;
-#pragma unroll
-    for (int j = 0; j < NT; j++)
-#pragma unroll
-        for (int k = 0; k < 4; k++) wt[(8 * j + 2 * t + (k & 1)) * TR + 16 * wid + g + 8 * (k >> 1)] = y[j][k];
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(&mmq_cnt[tile], 1u) == (unsigned)nsplit - 1;
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    /* the last split adds the tile's partials in split order: each thread PT float4 of every split, all of a split's
-     * loads in flight at once (one L2 round trip a split), then the residual's and the bias's loads, then the stores */
-    const float4 *w0 = (const float4 *)(mmq_ws + tile * nsplit * TO);
-    float4 v[PT];
-#pragma unroll
-    for (int q = 0; q < PT; q++) v[q] = __ldcg(w0 + threadIdx.x + q * 32 * MMQ_WM);
-    for (int k = 1; k < nsplit; k++) {
-        float4 p[PT];
-#pragma unroll
-        for (int q = 0; q < PT; q++) p[q] = __ldcg(w0 + (size_t)k * (TO / 4) + threadIdx.x + q * 32 * MMQ_WM);
-#pragma unroll
-        for (int q = 0; q < PT; q++) {
-            v[q].x = __fadd_rn(v[q].x, p[q].x);
-            v[q].y = __fadd_rn(v[q].y, p[q].y);
-            v[q].z = __fadd_rn(v[q].z, p[q].z);
-            v[q].w = __fadd_rn(v[q].w, p[q].w);
+            __syncthreads(); /* the stage of sb, from every thread's copies */
+            if constexpr (KT == GGML_TYPE_Q4_K) {
+                mmq_sb<NT>(w, sb + 1 < k1, wr0, wr1, n_sb, sb + 1, st, g, t, y);
+            } else {
+                mmq_sb<NT>(w, sb + 1 < k1, wr0, wr1, n_sb, sb, sb + 1, st, g, t, y);
+            }
+            __syncthreads(); /* the stage is read before the copies of sb + 2 (or the next fragment's) overwrite it */
         }
-    }
-    float rv[PT][4];
+        if (nfrag == 1) {
 #pragma unroll
-    for (int q = 0; q < PT; q++) {
-        const int i = 4 * ((int)threadIdx.x + q * 32 * MMQ_WM), row = i % TR, act = i / TR;
-        const float ve[4] = {v[q].x, v[q].y, v[q].z, v[q].w};
+            for (int j = 0; j < NT; j++)
 #pragma unroll
-        for (int e = 0; e < 4; e++) {
-            const bool ok = act < na && tr0 + row + e < S.n_rows;
-            rv[q][e] = ok && S.bias ? __fadd_rn(ve[e], S.bias[tr0 + row + e]) : ve[e];
+                for (int k = 0; k < 4; k++) {
+                    const int row = g + 8 * (k >> 1), act = 8 * j + 2 * t + (k & 1);
+                    if (row >= rows || act >= na) continue;
+                    float v = y[j][k];
+                    const int64_t o = (int64_t)(ag0 + act) * S.ld_y + r0 + row;
+                    if (S.bias) v = __fadd_rn(v, S.bias[r0 + row]);
+                    S.y[o] = v;
+                    if (S.res) S.res[o] = __fadd_rn(S.res[o], v);
+                }
+        } else {
+            /* the fragment's sums to the workspace: [tile][slot][activation row][tile row], 16 MMQ_WM floats a row */
+            constexpr int TR = 16 * MMQ_WM, TO = 8 * NT * TR, PT = TO / 4 / (32 * MMQ_WM); /* PT float4 a thread in the tail */
+            const int64_t wtile = (int64_t)blockIdx.z * (sf ? kc : (int)gridDim.x) + tile;
+            float *wt = mmq_ws + (wtile * slots + frag) * TO;
+#pragma unroll
+            for (int j = 0; j < NT; j++)
+#pragma unroll
+                for (int k = 0; k < 4; k++) wt[(8 * j + 2 * t + (k & 1)) * TR + 16 * wid + g + 8 * (k >> 1)] = y[j][k];
+            __threadfence();
+            __syncthreads();
+            if (threadIdx.x == 0) last = atomicAdd(&mmq_cnt[wtile], 1u) == (unsigned)nfrag - 1;
+            __syncthreads();
+            if (last) {
+                __threadfence();
+                /* the last fragment adds the tile's partials in order: each thread PT float4 of every fragment, all of
+                 * a fragment's loads in flight at once (one L2 round trip a fragment), then the residual's and the
+                 * bias's loads, then the stores */
+                const float4 *w0 = (const float4 *)(mmq_ws + wtile * slots * TO);
+                float4 v[PT];
+#pragma unroll
+                for (int q = 0; q < PT; q++) v[q] = __ldcg(w0 + threadIdx.x + q * 32 * MMQ_WM);
+                for (int k = 1; k < nfrag; k++) {
+                    float4 p[PT];
+#pragma unroll
+                    for (int q = 0; q < PT; q++) p[q] = __ldcg(w0 + (size_t)k * (TO / 4) + threadIdx.x + q * 32 * MMQ_WM);
+#pragma unroll
+                    for (int q = 0; q < PT; q++) {
+                        v[q].x = __fadd_rn(v[q].x, p[q].x);
+                        v[q].y = __fadd_rn(v[q].y, p[q].y);
+                        v[q].z = __fadd_rn(v[q].z, p[q].z);
+                        v[q].w = __fadd_rn(v[q].w, p[q].w);
+                    }
+                }
+                float rv[PT][4];
+#pragma unroll
+                for (int q = 0; q < PT; q++) {
+                    const int i = 4 * ((int)threadIdx.x + q * 32 * MMQ_WM), row = i % TR, act = i / TR;
+                    const float ve[4] = {v[q].x, v[q].y, v[q].z, v[q].w};
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const bool ok = act < na && tr0 + row + e < S.n_rows;
+                        rv[q][e] = ok && S.bias ? __fadd_rn(ve[e], S.bias[tr0 + row + e]) : ve[e];
+                    }
+                }
+                float xv[PT][4];
+#pragma unroll
+                for (int q = 0; q < PT; q++) {
+                    const int i = 4 * ((int)threadIdx.x + q * 32 * MMQ_WM), row = i % TR, act = i / TR;
+#pragma unroll
+                    for (int e = 0; e < 4; e++)
+                        xv[q][e] = act < na && tr0 + row + e < S.n_rows && S.res ? S.res[(int64_t)(ag0 + act) * S.ld_y + tr0 + row + e] : 0.f;
+                }
+#pragma unroll
+                for (int q = 0; q < PT; q++) {
+                    const int i = 4 * ((int)threadIdx.x + q * 32 * MMQ_WM), row = i % TR, act = i / TR;
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        if (act >= na || tr0 + row + e >= S.n_rows) continue;
+                        const int64_t o = (int64_t)(ag0 + act) * S.ld_y + tr0 + row + e;
+                        S.y[o] = rv[q][e];
+                        if (S.res) S.res[o] = __fadd_rn(xv[q][e], rv[q][e]);
+                    }
+                }
+                if (threadIdx.x == 0) mmq_cnt[wtile] = 0; /* for the next launch (after this grid's end) */
+            }
         }
+        if (!sf) break;
+        u = (int64_t)tile * n_sb + k1;
+        if (u >= u1) break;
+        __syncthreads(); /* last, read above, is written again by the next fragment */
     }
-    float xv[PT][4];
-#pragma unroll
-    for (int q = 0; q < PT; q++) {
-        const int i = 4 * ((int)threadIdx.x + q * 32 * MMQ_WM), row = i % TR, act = i / TR;
-#pragma unroll
-        for (int e = 0; e < 4; e++)
-            xv[q][e] = act < na && tr0 + row + e < S.n_rows && S.res ? S.res[(int64_t)(ag0 + act) * S.ld_y + tr0 + row + e] : 0.f;
-    }
-#pragma unroll
-    for (int q = 0; q < PT; q++) {
-        const int i = 4 * ((int)threadIdx.x + q * 32 * MMQ_WM), row = i % TR, act = i / TR;
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-            if (act >= na || tr0 + row + e >= S.n_rows) continue;
-            const int64_t o = (int64_t)(ag0 + act) * S.ld_y + tr0 + row + e;
-            S.y[o] = rv[q][e];
-            if (S.res) S.res[o] = __fadd_rn(xv[q][e], rv[q][e]);
-        }
-    }
-    if (threadIdx.x == 0) mmq_cnt[tile] = 0; /* for the next launch (after this grid's end) */
 }
 template <int KT> static inline size_t mmq_smem_bytes(void) { return 2 * (size_t)mmq_st<KT>::BYTES; }
 #endif
@@ -3222,10 +3270,11 @@ static __global__ void __launch_bounds__(32 * MMO_WARPS) mm_kernel_other(const s
 }
 #endif
 
-uint64_t cu_mmr_launches, cu_mmr_tiled_launches, cu_mmq_launches, cu_mmq_split_launches;
+uint64_t cu_mmr_launches, cu_mmr_tiled_launches, cu_mmq_launches, cu_mmq_split_launches, cu_mmq_stream_launches;
 extern "C" uint64_t backend_cuda_mmr_launches(void) { return cu_mmr_launches; }
 extern "C" uint64_t backend_cuda_mmq_launches(void) { return cu_mmq_launches; }
 extern "C" uint64_t backend_cuda_mmq_split_launches(void) { return cu_mmq_split_launches; }
+extern "C" uint64_t backend_cuda_mmq_stream_launches(void) { return cu_mmq_stream_launches; }
 extern "C" uint64_t backend_cuda_mmr_tiled_launches(void) { return cu_mmr_tiled_launches; }
 
 /* The Q4_K / Q6_K segments of a several-row launch on mm_kernel_mmrs (the others first, in a launch of their own on the
@@ -3285,33 +3334,61 @@ static bool mm_launch_mmr(const struct cu_mm_args *args, gpuStream_t s) {
         struct cu_mm_args k;
         mm_subset(args, mask, &k);
         if (cu_mm_cfg.mmq_rows > 0 && args->n_act >= cu_mm_cfg.mmq_rows) {
-            /* tiles of 16 MMQ_WM rows x 8 MMQ_NT activation rows (mm_kernel_mmq), split along K where the tiles alone
-             * would leave SMs idle (fewer than mmq_ctas CTAs: 2 an SM) into as many splits as still fit mmq_ctas (one
-             * round of CTAs), the splits' sums through the workspace */
+            /* tiles of 16 MMQ_WM rows x up to 8 MMQ_NT activation rows (mm_kernel_mmq). Where the tiles would run in
+             * fewer than 4 rounds of mmq_ctas CTAs (2 an SM), leaving SMs idle or a last round part-empty, the
+             * launch's (tile, super-block) units are cut into mmq_ctas even runs (stream; mmq_stream 0: where the
+             * tiles are fewer than mmq_ctas, K split into as many splits as still fit, or at least mmq_ctas with
+             * mmq_fill 0), the fragments' sums through the workspace */
             int tiles = 0;
             for (int i = 0; i < k.n_seg; i++) {
                 k.seg[i].cta0 = tiles;
                 tiles += (int)GPU_CEIL_DIV(k.seg[i].n_rows, 16 * MMQ_WM);
             }
-            const int groups = (int)GPU_CEIL_DIV(args->n_act, 8 * MMQ_NT);
-            int ns = 1;
-            if (cu_mm_cfg.mmq_ctas > tiles * groups && tiles * groups <= MMQ_TILES) {
-                ns = std::min(n_sb, cu_mm_cfg.mmq_fill ? cu_mm_cfg.mmq_ctas / (tiles * groups)
-                                                       : (int)GPU_CEIL_DIV(cu_mm_cfg.mmq_ctas, tiles * groups));
-                while (ns > 1 && (int64_t)tiles * groups * ns * (8 * MMQ_NT) * (16 * MMQ_WM) > MMQ_WS_FLOATS) ns--;
-            }
-            const int kc = (int)GPU_CEIL_DIV(n_sb, ns);
-            ns = (int)GPU_CEIL_DIV(n_sb, kc);
-            const dim3 grid((unsigned)tiles, (unsigned)ns, (unsigned)groups);
-            /* the instance for the launch's groups of 8 activation rows (2, 4 or 8; the rows past n_act are zeros) */
-            const int nt = groups > 1 ? MMQ_NT : (int)GPU_CEIL_DIV(args->n_act, 8), ni = nt <= 2 ? 0 : nt <= 4 ? 1 : 2;
-            static void (*const kq[2][3])(const struct cu_mm_args, int) = {
+            /* a CTA's activation rows: 8 gnt (gnt 8 groups of 8 by default; 4 or 2: 64 rows in 2 or 4 CTAs, the
+             * weights unpacked in each); the instance for its groups (2, 4 or 8; the rows past n_act are zeros) */
+            const int ctas = cu_mm_cfg.mmq_ctas;
+            /* (launches of many tiles, the LM head: 8 groups, the weights unpacked once for 64 rows; they run in
+             * rounds whatever the cut) */
+            const int gnt = tiles >= 4 * ctas || cu_mm_cfg.mmq_nt > 4 ? MMQ_NT : cu_mm_cfg.mmq_nt <= 2 ? 2 : 4;
+            const int groups = (int)GPU_CEIL_DIV(args->n_act, 8 * gnt);
+            const int nt = groups > 1 ? gnt : (int)GPU_CEIL_DIV(args->n_act, 8), ni = nt <= 2 ? 0 : nt <= 4 ? 1 : 2;
+            static void (*const kq[2][3])(const struct cu_mm_args, int, int) = {
                 {mm_kernel_mmq<GGML_TYPE_Q4_K, 2>, mm_kernel_mmq<GGML_TYPE_Q4_K, 4>, mm_kernel_mmq<GGML_TYPE_Q4_K, 8>},
                 {mm_kernel_mmq<GGML_TYPE_Q6_K, 2>, mm_kernel_mmq<GGML_TYPE_Q6_K, 4>, mm_kernel_mmq<GGML_TYPE_Q6_K, 8>}};
-            gpu_launch(kq[ty][ni], grid, dim3(32 * MMQ_WM), ty ? mmq_smem_bytes<GGML_TYPE_Q6_K>() : mmq_smem_bytes<GGML_TYPE_Q4_K>(), s, k, kc);
+            const size_t smem = ty ? mmq_smem_bytes<GGML_TYPE_Q6_K>() : mmq_smem_bytes<GGML_TYPE_Q4_K>();
+            const int64_t TO = (int64_t)(8 * (2 << ni)) * (16 * MMQ_WM); /* a workspace slot (the instance's tile) */
+            bool done = false;
+            if (cu_mm_cfg.mmq_stream && ctas > 1 && 4 * ctas > tiles * groups && tiles * groups <= MMQ_TILES) {
+                /* stream (launches of up to 4 rounds of tiles): N runs of at least 2 units (tile, super-block) each;
+                 * the slots a tile: its most fragments */
+                const int64_t U = (int64_t)tiles * n_sb;
+                const int N = (int)std::min<int64_t>(ctas / groups, U / 2);
+                int sf = 1;
+                for (int T = 0; N > 1 && T < tiles; T++) {
+                    const int64_t f0 = ((int64_t)T * n_sb + 1) * N - 1, f1 = ((int64_t)T * n_sb + n_sb) * N - 1;
+                    sf = std::max(sf, (int)(f1 / U - f0 / U + 1));
+                }
+                if (N > 1 && (int64_t)groups * tiles * sf * TO <= MMQ_WS_FLOATS) {
+                    gpu_launch(kq[ty][ni], dim3((unsigned)N, 1u, (unsigned)groups), dim3(32 * MMQ_WM), smem, s, k, tiles, sf);
+                    cu_mmq_stream_launches++;
+                    cu_mmq_split_launches++;
+                    done = true;
+                }
+            }
+            if (!done) {
+                int ns = 1;
+                if (cu_mm_cfg.mmq_ctas > tiles * groups && tiles * groups <= MMQ_TILES) {
+                    ns = std::min(n_sb, cu_mm_cfg.mmq_fill ? cu_mm_cfg.mmq_ctas / (tiles * groups)
+                                                           : (int)GPU_CEIL_DIV(cu_mm_cfg.mmq_ctas, tiles * groups));
+                    while (ns > 1 && (int64_t)tiles * groups * ns * TO > MMQ_WS_FLOATS) ns--;
+                }
+                const int kc = (int)GPU_CEIL_DIV(n_sb, ns);
+                ns = (int)GPU_CEIL_DIV(n_sb, kc);
+                gpu_launch(kq[ty][ni], dim3((unsigned)tiles, (unsigned)ns, (unsigned)groups), dim3(32 * MMQ_WM), smem, s, k, kc, 0);
+                cu_mmq_split_launches += ns > 1;
+            }
             cu_mmr_launches++;
             cu_mmq_launches++;
-            cu_mmq_split_launches += ns > 1;
             continue;
         }
         /* R 16-row tiles a CTA (cu_mm_cfg.mmr_rt, 1 by default): the largest of R, R / 2, .. whose CTAs still number
@@ -3361,14 +3438,15 @@ static bool mm_launch_mmr(const struct cu_mm_args *args, gpuStream_t s) {
 #else
 #define MM_MMR 64
 #endif
-/* mm_kernel_mmq from this many activation rows (of the several-row steps above; qwen35-4b on an H100: 64 sequences 3,747.5
- * -> 4,282.6 output tok/s, 32 3,388.6 -> 3,492.3, 16 2,756.2 -> 2,567.5, so from 32); 0: none (HIP: none) */
+/* mm_kernel_mmq from this many activation rows (of the several-row steps above; qwen35-4b on an H100, the decode's token
+ * gap against mm_kernel_mmrs: 16 sequences 4.96 -> 4.30 ms, 32 7.89 -> 5.81, 64 12.67 -> 9.10; BENCHMARKS.md);
+ * 0: none (HIP: none) */
 #if defined(VLLMC_HIP)
 #define MM_MMQ 0
 #else
-#define MM_MMQ 32
+#define MM_MMQ 16
 #endif
-struct cu_mm_cfg cu_mm_cfg = {{8192, 65536}, {1, 4, 4}, {0, 2, 1}, {0, 0, 0}, 0, {1, 1, 1}, 64, 0, 3, 1, MS_CPS, 24 * 1024, 0, 16, MM_COLS_LB, 0, 16384, MM_MMA, MM_MMR, 10, 8, 32, 0, 16, 0, 1, 132, MM_MMQ, 264, 1};
+struct cu_mm_cfg cu_mm_cfg = {{8192, 65536}, {1, 4, 4}, {0, 2, 1}, {0, 0, 0}, 0, {1, 1, 1}, 64, 0, 3, 1, MS_CPS, 24 * 1024, 0, 16, MM_COLS_LB, 0, 16384, MM_MMA, MM_MMR, 10, 8, 32, 0, 16, 0, 1, 132, MM_MMQ, 264, 1, 1, 4};
 
 static bool mm_launch_dec(const struct cu_mm_args *args, gpuStream_t s);
 
