@@ -36,7 +36,9 @@
 # Stage mmrrt (not default) checks mm_kernel_mmrs with 2 / 4 16-row tiles a CTA (VLLMC_CUDA_MMR_RT): test_cuda_ops mmr, then
 # the engine bench with 1 / 2 / 4 tiles in turn.
 # Stage mmq (not default) checks mm_kernel_mmq: test_cuda_ops mmr, then the engine bench with VLLMC_CUDA_MMQ at each of
-# MMQ_ROWS (default "0 32": off, then from 32 rows, the default) in turn.
+# MMQ_ROWS (default "0 16": off, then from 16 rows, the default) in turn. Stage ncu (not default) runs Nsight Compute on
+# a few launches (NCU_KERNEL, default mm_kernel_mmq) of the engine bench of the first of BENCH_MODELS: its sections and
+# the warps' stall reasons.
 # Stage timeline (not default) runs the -DVLLMC_MV_TIMELINE build (EXTRA_BUILDS="tl:-DVLLMC_MV_TIMELINE") of TIMELINE_MODELS
 # (default the first of BENCH_MODELS) and summarizes its per-CTA timeline of the tensor-core mat-vec (scripts/mv_timeline.py).
 # Stage trace (not default; TRACE_KEEP=1 also returns the raw kernel records, trace_MODEL.csv.gz) runs a 64-token decode of TRACE_MODELS (default the first of BENCH_MODELS) under Nsight
@@ -488,7 +490,7 @@ if has mmrrt; then # mm_kernel_mmrs with 2 / 4 16-row tiles a CTA (VLLMC_CUDA_MM
     fi
 fi
 
-if has mmq; then # mm_kernel_mmq (several-row steps from VLLMC_CUDA_MMQ rows, default 32): test_cuda_ops mmr (unsplit: the
+if has mmq; then # mm_kernel_mmq (several-row steps from VLLMC_CUDA_MMQ rows, default 16): test_cuda_ops mmr (unsplit: the
     # CPU's bits), then the engine bench of the first of BENCH_MODELS with each of MMQ_ROWS in turn (0: off; MMQ_ARGS, MMQ_REPS)
     timeout 150 "$BIN/test_cuda_ops" mmr >"$OUT/mmq_ops.txt" 2>&1; rc=$?
     note "mmq test_cuda_ops mmr rc=$rc: $(tail -1 "$OUT/mmq_ops.txt") $(grep -m2 '^FAIL' "$OUT/mmq_ops.txt" | cut -c1-200 | tr '\n' ' ')"
@@ -497,7 +499,7 @@ if has mmq; then # mm_kernel_mmq (several-row steps from VLLMC_CUDA_MMQ rows, de
     f=/tmp/models/$m.gguf
     if [ "$rc" = 0 ] && [ -s "$f" ]; then
         for rep in $(seq "${MMQ_REPS:-1}"); do
-            for q in ${MMQ_ROWS:-0 32}; do
+            for q in ${MMQ_ROWS:-0 16}; do
                 # shellcheck disable=SC2086
                 VLLMC_CUDA_MMQ=$q timeout 200 "$BIN/vllmc" bench -m "$f" ${MMQ_ARGS:---concurrency 16,32,64 -p 128 -g 128 -r 1} \
                     >"$OUT/mmq_${q}_$rep.txt" 2>&1; rc=$?

@@ -89,12 +89,12 @@ int backend_cuda_set_matvec_mmr(int rows);
  * VLLMC_CUDA_MMR_RT=tiles[,min_ctas] (default min_ctas 132) sets it at backend creation. Default 1. */
 int backend_cuda_set_mmr_tiles(int tiles, int min_ctas);
 /* Steps of rows .. the several-row limit above take mm_kernel_mmq for their Q4_K / Q6_K rows instead (tiles of 128 weight
- * rows x 64 activation rows, the activation staged in shared memory, the weights unpacked once a super-block); 0: never;
- * default 32 on CUDA, 0 on HIP; returns the previous value. A launch of fewer tiles than `ctas` CTAs
- * (backend_cuda_set_mmq_split; default 264: 2 an SM; <= 1 never: then a row's sums are the CPU reference's bits) is cut
- * into `ctas` even runs of (tile, super-block) units (at least 2 units a run), or with backend_cuda_set_mmq_stream(0)
- * its K is split into as many splits as fit `ctas`. Process-wide; VLLMC_CUDA_MMQ=rows[,ctas[,fill[,stream]]] sets them
- * at backend creation. */
+ * rows x 32 activation rows by default, the activation staged in shared memory, the weights unpacked once a
+ * super-block); 0: never; default 16 on CUDA, 0 on HIP; returns the previous value. A launch whose tiles would run in
+ * fewer than 4 rounds of `ctas` CTAs (backend_cuda_set_mmq_split; default 264: 2 an SM; <= 1 never: then a row's sums
+ * are the CPU reference's bits) is cut into `ctas` even runs of (tile, super-block) units (at least 2 units a run), or
+ * with backend_cuda_set_mmq_stream(0), where its tiles are fewer than `ctas`, its K is split into as many splits as fit.
+ * Process-wide; VLLMC_CUDA_MMQ=rows[,ctas[,fill[,stream[,groups]]]] sets them at backend creation. */
 int backend_cuda_set_mmq_rows(int rows);
 int backend_cuda_set_mmq_split(int ctas);
 int backend_cuda_set_mmq_stream(int on);

@@ -182,7 +182,7 @@ struct cu_mm_cfg {
                                   least mmr_rt_ctas CTAs (else fewer tiles a CTA); 0 / 1: one (default until measured) */
     int32_t mmr_rt_ctas;
     int32_t mmq_rows;          /* several-row steps of at least this many activation rows: their Q4_K / Q6_K rows on
-                                  mm_kernel_mmq (tiles of 128 weight rows x 64 activation rows on the tensor cores); 0: none */
+                                  mm_kernel_mmq (tiles of 128 weight rows x 32 / 64 activation rows on the tensor cores); 0: none */
     int32_t mmq_ctas;          /* ... its launches split K into as many CTAs as fit this many (<= 1: never split) */
     int32_t mmq_fill;          /* 1: at most mmq_ctas CTAs (the splits a tile: mmq_ctas / tiles, rounded down; default);
                                   0: at least (rounded up: a second round of CTAs where they do not divide) */
