@@ -2828,6 +2828,11 @@ static inline size_t mmrs_smem_bytes(int warps, int sbw, int r, bool q6) {
  * float term its term_kmin / term_k, and a row's terms are added in its order (a warp's super-blocks, then the warps
  * in order), so the outputs are its bits (test_cuda_ops test_mmr). blockIdx.y: groups of 8 MMQ_NT activation rows. */
 #define MMQ_NT 8
+/* CTAs an SM the instances of up to 4 groups are bounded for (registers: 2 -> 128, 3 -> 80; the default runs target
+ * that many an SM of 132 SMs) */
+#ifndef VLLMC_MMQ_MINB4
+#define VLLMC_MMQ_MINB4 2
+#endif
 #define MMQ_WM 8   /* warps a CTA: 16 weight rows each */
 #define MMQ_WS_FLOATS (4 << 20) /* the K splits' workspace (16 MB) */
 #define MMQ_TILES 16384         /* ... and its counters: tiles of a launch at most */
@@ -3076,10 +3081,7 @@ static __device__ float mmq_ws[MMQ_WS_FLOATS];
 static __device__ unsigned mmq_cnt[MMQ_TILES];
 /* the CTA whose run holds unit u (N runs over U units) */
 static __device__ __forceinline__ int mmq_cta_of(int64_t u, int N, int64_t U) { return (int)(((u + 1) * N - 1) / U); }
-/* CTAs an SM the instances of up to 4 groups are bounded for (registers: 2 -> 128, 3 -> 80) */
-#ifndef VLLMC_MMQ_MINB4
-#define VLLMC_MMQ_MINB4 2
-#endif
+
 template <int KT, int NT>
 static __global__ void __launch_bounds__(32 * MMQ_WM, NT <= 4 ? VLLMC_MMQ_MINB4 : 2) mm_kernel_mmq(const struct cu_mm_args P, int kc, int sf) {
     extern __shared__ __align__(16) uint8_t mmq_smem[];
@@ -3446,7 +3448,10 @@ static bool mm_launch_mmr(const struct cu_mm_args *args, gpuStream_t s) {
 #else
 #define MM_MMQ 16
 #endif
-struct cu_mm_cfg cu_mm_cfg = {{8192, 65536}, {1, 4, 4}, {0, 2, 1}, {0, 0, 0}, 0, {1, 1, 1}, 64, 0, 3, 1, MS_CPS, 24 * 1024, 0, 16, MM_COLS_LB, 0, 16384, MM_MMA, MM_MMR, 10, 8, 32, 0, 16, 0, 1, 132, MM_MMQ, 264, 1, 1, 4};
+#ifndef VLLMC_MMQ_MINB4 /* (HIP: no such kernel) */
+#define VLLMC_MMQ_MINB4 2
+#endif
+struct cu_mm_cfg cu_mm_cfg = {{8192, 65536}, {1, 4, 4}, {0, 2, 1}, {0, 0, 0}, 0, {1, 1, 1}, 64, 0, 3, 1, MS_CPS, 24 * 1024, 0, 16, MM_COLS_LB, 0, 16384, MM_MMA, MM_MMR, 10, 8, 32, 0, 16, 0, 1, 132, MM_MMQ, 132 * (VLLMC_MMQ_MINB4 > 2 ? VLLMC_MMQ_MINB4 : 2), 1, 1, 4};
 
 static bool mm_launch_dec(const struct cu_mm_args *args, gpuStream_t s);
 
