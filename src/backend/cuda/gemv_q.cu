@@ -2824,17 +2824,17 @@ static inline size_t mmrs_smem_bytes(int warps, int sbw, int r, bool q6) {
  * blocks' weights of the CTA's 16 rows into registers once, unpacks them once (the A fragments and the sub-block
  * scales as integers), and meets them with up to MMQ_NT groups of 8 activation rows in turn; the mins' term (Q4_K)
  * and the -32 offset's term (Q6_K) become two MMAs a group over the activation's 16-element block sums split into
- * their low (u8) and high (s8) bytes. The integer sums are the same integers as mm_kernel_mmrs's, each super-block's
- * float term its term_kmin / term_k, and a row's terms are added in its order (a warp's super-blocks, then the warps
- * in order), so the outputs are its bits (test_cuda_ops test_mmr). blockIdx.y: groups of 8 MMQ_NT activation rows. */
-#define MMQ_NT 8
+ * their low (u8) and high (s8) bytes. The integer sums are the same integers as the CPU reference's, each
+ * super-block's float term its term_kmin / term_k, and a tile of one fragment adds a row's terms from 0 in super-block
+ * order, so its outputs are the CPU's bits (test_cuda_ops test_mmr). blockIdx.z: the CTA's activation rows (8 NT). */
+#define MMQ_NT 8 /* groups of 8 activation rows a CTA at most */
 /* CTAs an SM the instances of up to 4 groups are bounded for (registers: 2 -> 128, 3 -> 80; the default runs target
  * that many an SM of 132 SMs) */
 #ifndef VLLMC_MMQ_MINB4
 #define VLLMC_MMQ_MINB4 2
 #endif
 #define MMQ_WM 8   /* warps a CTA: 16 weight rows each */
-#define MMQ_WS_FLOATS (4 << 20) /* the K splits' workspace (16 MB) */
+#define MMQ_WS_FLOATS (4 << 20) /* the fragments' workspace (16 MB) */
 #define MMQ_TILES 16384         /* ... and its counters: tiles of a launch at most */
 static __device__ __forceinline__ void mma_k16(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t b0, int ta, int tb) {
     /* m16n8k16 on 8-bit integers: ta / tb 0 unsigned, 1 signed (the four combinations) */
