@@ -35,6 +35,7 @@
 # default): test_cuda_prefill, test_cuda_engine with it on, then bench serve and the engine bench off and on in turn.
 # Stage mmrrt (not default) checks mm_kernel_mmrs with 2 / 4 16-row tiles a CTA (VLLMC_CUDA_MMR_RT): test_cuda_ops mmr, then
 # the engine bench with 1 / 2 / 4 tiles in turn.
+# Stage mmqsan (not default): compute-sanitizer memcheck of test_cuda_ops mmr and of test_cuda_engine on the tiny qwen35.
 # Stage mmq (not default) checks mm_kernel_mmq: test_cuda_ops mmr, then the engine bench with VLLMC_CUDA_MMQ at each of
 # MMQ_ROWS (default "0 16": off, then from 16 rows, the default) in turn. Stage ncu (not default) runs Nsight Compute on
 # a few launches (NCU_KERNEL, default mm_kernel_mmq) of the engine bench of the first of BENCH_MODELS: its sections and
@@ -291,6 +292,19 @@ if has sanitize; then
             /tmp/models/qwen35-tiny.gguf 20 6 >"$OUT/sanitizer.txt" 2>&1; rc=$?
         tail -6 "$OUT/sanitizer.txt"
         note "memcheck (tiny qwen35: prefill 20 + decode 6, graph and eager) rc=$rc: $(grep -c 'Invalid\|ERROR SUMMARY: [1-9]' "$OUT/sanitizer.txt") error lines; $(grep 'ERROR SUMMARY' "$OUT/sanitizer.txt" | head -1)"
+    else
+        note "compute-sanitizer not found"
+    fi
+fi
+
+if has mmqsan; then # compute-sanitizer memcheck of mm_kernel_mmq: test_cuda_ops mmr (every instance, split, runs) and the
+    # engine on the tiny qwen35 (64 requests: several-row steps of 16-64 rows take it)
+    if command -v compute-sanitizer >/dev/null; then
+        timeout 400 compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN/test_cuda_ops" mmr >"$OUT/mmqsan_ops.txt" 2>&1; rc=$?
+        note "memcheck test_cuda_ops mmr rc=$rc: $(grep -c 'Invalid\|ERROR SUMMARY: [1-9]' "$OUT/mmqsan_ops.txt") error lines; $(grep 'ERROR SUMMARY' "$OUT/mmqsan_ops.txt" | head -1); $(grep 'checks passed' "$OUT/mmqsan_ops.txt" | tail -1)"
+        timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN/test_cuda_engine" /tmp/models/qwen35-tiny.gguf 64 12 --no-invariant \
+            >"$OUT/mmqsan_engine.txt" 2>&1; rc=$?
+        note "memcheck test_cuda_engine tiny qwen35 rc=$rc: $(grep -c 'Invalid\|ERROR SUMMARY: [1-9]' "$OUT/mmqsan_engine.txt") error lines; $(grep 'ERROR SUMMARY' "$OUT/mmqsan_engine.txt" | head -1); $(grep -m1 'together = alone' "$OUT/mmqsan_engine.txt")"
     else
         note "compute-sanitizer not found"
     fi
