@@ -1225,14 +1225,15 @@ static size_t mmr_bits_differ(const float *got, const float *want, int rows, int
  * (2, 2, 2 and 4 super-blocks a warp; the 2,048-column rows from 8 activation rows), with a bias; every output
  * written (NaN poison). */
 static void test_mmr(void) {
-    const int mmr0 = backend_cuda_set_matvec_mmr(64);
-    if (backend_cuda_set_matvec_mmr(64) != 64) { printf("mmr: no such kernel on this target, skipped\n"); return; }
+    const int mmr0 = backend_cuda_set_matvec_mmr(128);
+    if (backend_cuda_set_matvec_mmr(128) != 128) { printf("mmr: no such kernel on this target, skipped\n"); return; }
     /* no f16 GEMM here (which batch the backend last saw decides its row threshold); the thresholds back after */
     int gemm_rows = 0, gemm_dec_rows = 0;
     backend_cuda_swap_gemm_rows(gpu, &gemm_rows, &gemm_dec_rows);
     const int64_t Es[4] = {2048, 2560, 4096, 9216};
-    /* up to 64: decode steps of up to 64 sequences take it (the f16 GEMM from 65 decode rows) */
-    const int rows_l[7] = {2, 8, 9, 16, 27, 40, 64}, RM = 64;
+    /* up to 128 (decode steps of up to 64 sequences take it by default, the f16 GEMM from 65 decode rows; with
+     * VLLMC_CUDA_MMR=128 up to 128; mm_kernel_mmrs up to 64, mm_kernel_mmq from 16) */
+    const int rows_l[9] = {2, 8, 9, 16, 27, 40, 64, 96, 128}, RM = 128, NR = 9;
     const uint32_t fmts = BK_ACT_BIT(BK_ACT_Q8_K) | BK_ACT_BIT(BK_ACT_Q8_0);
     for (int ei = 0; ei < 4; ei++) {
         const int64_t E = Es[ei], NOUT = 53, ld = 64;
@@ -1261,7 +1262,7 @@ static void test_mmr(void) {
             CHECK(bk_act_alloc(gpu, RM, E, fmts, &ga) == VLLMC_OK);
             memcpy(ra.x, x, (size_t)(RM * E) * 4);
             CHECK(gpu->ops->copy_to_device(gpu, ga.x, x, (size_t)(RM * E) * 4) == VLLMC_OK);
-            for (int ri = 0; ri < 7; ri++) {
+            for (int ri = 0; ri < NR; ri++) {
                 const int rows = rows_l[ri];
                 ra.n_rows = ga.n_rows = rows;
                 CHECK(ref->ops->quantize(ref, &ra) == VLLMC_OK);
@@ -1293,7 +1294,7 @@ static void test_mmr(void) {
                 const double mb = mmr_max_rel(h, ry, bound, rows, ld, NOUT);
                 CHECK_MSG(mb < 2e-6, "mmr %s E %lld rows %d: max |d| / sum |w x| %.3g", quant_traits(types[0])->name, (long long)E,
                           rows, mb);
-                if (ri == 6) printf("mmr %s E %lld: rows 2 .. 64 against the CPU, max |d| / sum |w x| %.3g (rows %d)\n",
+                if (ri == NR - 1) printf("mmr %s E %lld: rows 2 .. 128 against the CPU, max |d| / sum |w x| %.3g (rows %d)\n",
                                     quant_traits(types[0])->name, (long long)E, mb, rows);
                 /* the Q8_0 segment beside it (its own launch, mm_kernel_other): every output written, against the CPU */
                 dev_get(h, gy8, (size_t)(rows * ld) * 4);
@@ -1319,7 +1320,7 @@ static void test_mmr(void) {
                         dev_get(h, gy, (size_t)(rows * ld) * 4);
                     }
                     float *hz = malloc((size_t)(rows * ld) * 4), *pz = nan_buf((size_t)(rows * ld));
-                    for (int rt = 2; rt <= 4; rt *= 2) {
+                    for (int rt = 2; rows <= 64 && rt <= 4; rt *= 2) { /* (mm_kernel_mmrs: up to 64 rows) */
                         const int rt0 = backend_cuda_set_mmr_tiles(rt, 0);
                         float *gz[2] = {dev_put(pz, (size_t)(rows * ld) * 4), dev_put(pz, (size_t)(rows * ld) * 4)};
                         const struct bk_matmul_out gt[2] = {{.w = &w[0].g, .bias = gbias, .y = gz[0], .ld_y = ld},
@@ -1406,9 +1407,9 @@ static void test_mmr(void) {
                             }
                         }
                         backend_cuda_set_mmq_split(sp0);
-                        if (ri == 6) printf("mmq %s E %lld: four fragments (split, stream), three runs over two tiles, max |d| / sum |w x| %.3g\n",
+                        if (ri == NR - 1) printf("mmq %s E %lld: four fragments (split, stream), three runs over two tiles, max |d| / sum |w x| %.3g\n",
                                             quant_traits(types[0])->name, (long long)E, mb4);
-                        if (ri == 6) printf("mmq %s E %lld: rows 8 .. 64 unsplit, 8 / 4 / 2 groups a CTA, the CPU's bits\n",
+                        if (ri == NR - 1) printf("mmq %s E %lld: rows 8 .. 128 unsplit, 8 / 4 / 2 groups a CTA, the CPU's bits\n",
                                             quant_traits(types[0])->name, (long long)E);
                     }
                     backend_cuda_set_mmq_rows(mq0);

@@ -37,7 +37,9 @@
 #define GEMM_MIN_ROWS 32
 /* Decode steps (every token its own sequence) keep the quantized kernels (and their graphs) up to this many rows: the
  * GEMM dequantizes every weight to f16 each step (qwen35-4b at 32 sequences: 3 ms of dequant a step, ITL 10.5 ms against
- * 7.7 on the several-row tensor-core kernel; at 64: 15.9 against 13.9; BENCHMARKS.md "A step of 16 sequences") */
+ * 7.7 on the several-row tensor-core kernel; at 64: 15.9 against 13.9; BENCHMARKS.md "A step of 16 sequences"; with
+ * mm_kernel_mmq up to 128 rows on an H100, 96 sequences 32.4 -> 12.1 ms, 128 41.0 -> 15.4: "The 64-sequence step,
+ * continued"; gemv_q.cu MM_MMR) */
 #define GEMM_MIN_DECODE_ROWS 65
 #define GEMM_MAX_ELEMS ((int64_t)64 << 20)
 #define GDN_CHUNK_MIN 32

@@ -81,7 +81,8 @@ void backend_cuda_get_matvec_sbt(int *max_sb, int *max_rows);
 /* Launches that took the kernel of one super-block a thread so far, process-wide. */
 uint64_t backend_cuda_sbt_launches(void);
 /* Steps of 2 .. rows activation rows (not under batch invariance) take the tensor-core kernel for their Q4_K / Q6_K rows
- * (mm_kernel_mmrs; 0: never; default 32 on CUDA, 0 on HIP); returns the previous value. Process-wide;
+ * (mm_kernel_mmrs up to 64 rows, mm_kernel_mmq from its rows; 0: never; default 64 on CUDA, 0 on HIP); returns the
+ * previous value. Process-wide;
  * VLLMC_CUDA_MMR=rows[,small_sb,small_rows] sets it at backend creation. */
 int backend_cuda_set_matvec_mmr(int rows);
 /* mm_kernel_mmrs's 16-row tiles a CTA (1, 2 or 4: each activation load met with that many weight tiles; the same bits),

@@ -2471,6 +2471,7 @@ static int split_resident(int ks) {
  * order is not the one-row kernels', so a row's outputs may differ in the last bits between a one-row and a several-
  * row step (batch invariance keeps the mm_row-order kernels). */
 #define MMR_WARPS 16
+#define MMRS_MAX_ROWS 64 /* mm_kernel_mmrs's activation rows at most (more: mm_kernel_mmq or nothing) */
 static __device__ __forceinline__ void mma_k16_u8s8(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t b0) {
     asm("mma.sync.aligned.m16n8k16.row.col.s32.u8.s8.s32 {%0, %1, %2, %3}, {%4, %5}, {%6}, {%0, %1, %2, %3};"
         : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
@@ -3292,6 +3293,7 @@ static bool mm_launch_mmr(const struct cu_mm_args *args, gpuStream_t s) {
     const int64_t n = args->a.n;
     if (args->n_act < 2 || args->n_act > cu_mm_cfg.mmr_rows || args->row_order || args->nq.on || n % QK_K != 0 || !args->a.k_qs)
         return false;
+    if (args->n_act > MMRS_MAX_ROWS && !(cu_mm_cfg.mmq_rows > 0 && args->n_act >= cu_mm_cfg.mmq_rows)) return false;
     unsigned k4 = 0, k6 = 0;
     for (int i = 0; i < args->n_seg; i++) {
         const int t = args->seg[i].type;
@@ -3432,9 +3434,11 @@ static bool mm_launch_mmr(const struct cu_mm_args *args, gpuStream_t s) {
 #else
 #define MM_MMA 1
 #endif
-/* several activation rows on the tensor cores (mm_kernel_mmrs) up to this many rows (decode steps of more than 64
- * sequences and other batches of 32 rows and more take the f16 GEMM: cuda_backend.cu gemm_rows_ok); rows of fewer than
- * 10 super-blocks from 8 activation rows. HIP: none */
+/* several activation rows on the tensor cores (mm_kernel_mmrs, mm_kernel_mmq from mmq_rows) up to this many rows
+ * (decode steps of more than 64 sequences and other batches of 32 rows and more take the f16 GEMM: cuda_backend.cu
+ * gemm_rows_ok); rows of fewer than 10 super-blocks from 8 activation rows. HIP: none. Measured, not yet the default
+ * (its parity above 64 rows not yet run on a GPU): VLLMC_CUDA_MMR=128 VLLMC_CUDA_GEMM_ROWS=129, qwen35-4b on an H100
+ * at 96 sequences ITL 32.4 -> 12.1 ms, 128 41.0 -> 15.4 (BENCHMARKS.md "The 64-sequence step, continued") */
 #if defined(VLLMC_HIP)
 #define MM_MMR 0
 #else
