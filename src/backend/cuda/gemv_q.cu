@@ -3348,11 +3348,11 @@ static bool mm_launch_mmr(const struct cu_mm_args *args, gpuStream_t s) {
                 k.seg[i].cta0 = tiles;
                 tiles += (int)GPU_CEIL_DIV(k.seg[i].n_rows, 16 * MMQ_WM);
             }
-            /* a CTA's activation rows: 8 gnt (gnt 8 groups of 8 by default; 4 or 2: 64 rows in 2 or 4 CTAs, the
-             * weights unpacked in each); the instance for its groups (2, 4 or 8; the rows past n_act are zeros) */
+            /* a CTA's activation rows: 8 gnt (mmq_nt: 4 groups of 8 by default, 64 rows in 2 CTAs, the weights
+             * unpacked in each; launches of many tiles, the LM head, 8 groups: the weights unpacked once for 64 rows,
+             * and they run in rounds whatever the cut); the instance for its groups (2, 4 or 8; the rows past n_act
+             * are zeros) */
             const int ctas = cu_mm_cfg.mmq_ctas;
-            /* (launches of many tiles, the LM head: 8 groups, the weights unpacked once for 64 rows; they run in
-             * rounds whatever the cut) */
             const int gnt = tiles >= 4 * ctas || cu_mm_cfg.mmq_nt > 4 ? MMQ_NT : cu_mm_cfg.mmq_nt <= 2 ? 2 : 4;
             const int groups = (int)GPU_CEIL_DIV(args->n_act, 8 * gnt);
             const int nt = groups > 1 ? gnt : (int)GPU_CEIL_DIV(args->n_act, 8), ni = nt <= 2 ? 0 : nt <= 4 ? 1 : 2;
