@@ -36,6 +36,8 @@
 # Stage mmrrt (not default) checks mm_kernel_mmrs with 2 / 4 16-row tiles a CTA (VLLMC_CUDA_MMR_RT): test_cuda_ops mmr, then
 # the engine bench with 1 / 2 / 4 tiles in turn.
 # Stage mmqsan (not default): compute-sanitizer memcheck of test_cuda_ops mmr and of test_cuda_engine on the tiny qwen35.
+# Stage mmr128 (not default): decode steps of 65-128 sequences on the several-row kernels (VLLMC_CUDA_MMR=128,
+# VLLMC_CUDA_GEMM_ROWS=32,129): test_cuda_ops mmr, test_cuda_engine with 128 requests (and under memcheck), the bench.
 # Stage mmq (not default) checks mm_kernel_mmq: test_cuda_ops mmr, then the engine bench with VLLMC_CUDA_MMQ at each of
 # MMQ_ROWS (default "0 16": off, then from 16 rows, the default) in turn. Stage ncu (not default) runs Nsight Compute on
 # a few launches (NCU_KERNEL, default mm_kernel_mmq) of the engine bench of the first of BENCH_MODELS: its sections and
@@ -294,6 +296,36 @@ if has sanitize; then
         note "memcheck (tiny qwen35: prefill 20 + decode 6, graph and eager) rc=$rc: $(grep -c 'Invalid\|ERROR SUMMARY: [1-9]' "$OUT/sanitizer.txt") error lines; $(grep 'ERROR SUMMARY' "$OUT/sanitizer.txt" | head -1)"
     else
         note "compute-sanitizer not found"
+    fi
+fi
+
+if has mmr128; then # decode steps of 65-128 sequences on the several-row kernels (VLLMC_CUDA_MMR=128, the decode GEMM from
+    # 129 rows; not yet the default): test_cuda_ops mmr (96 / 128 rows), test_cuda_engine with 128 requests on the tiny
+    # models (alone = together = eager), the same under memcheck, then the engine bench of the first of BENCH_MODELS
+    # both ways (MMR128_ARGS)
+    timeout 200 "$BIN/test_cuda_ops" mmr >"$OUT/mmr128_ops.txt" 2>&1; rc=$?
+    note "mmr128 test_cuda_ops mmr rc=$rc: $(tail -1 "$OUT/mmr128_ops.txt") $(grep -m2 '^FAIL' "$OUT/mmr128_ops.txt" | cut -c1-200 | tr '\n' ' ')"
+    for f in /tmp/models/qwen35-tiny.gguf .carry/moe/qwen35moe-tiny-q4_k_m.gguf; do
+        [ -s "$f" ] || continue
+        n=$(basename "$f" .gguf)
+        VLLMC_CUDA_MMR=128 VLLMC_CUDA_GEMM_ROWS=32,129 timeout 200 "$BIN/test_cuda_engine" "$f" 128 12 --no-invariant \
+            >"$OUT/mmr128_engine_$n.txt" 2>&1; rc=$?
+        note "mmr128 test_cuda_engine $n 128 requests rc=$rc: $(grep -m1 'together = alone' "$OUT/mmr128_engine_$n.txt")"
+    done
+    if command -v compute-sanitizer >/dev/null; then
+        VLLMC_CUDA_MMR=128 VLLMC_CUDA_GEMM_ROWS=32,129 timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 \
+            "$BIN/test_cuda_engine" /tmp/models/qwen35-tiny.gguf 128 12 --no-invariant >"$OUT/mmr128_san.txt" 2>&1; rc=$?
+        note "mmr128 memcheck rc=$rc: $(grep 'ERROR SUMMARY' "$OUT/mmr128_san.txt" | head -1)"
+    fi
+    wait_models
+    m=${BENCH_MODELS%% *}; f=/tmp/models/$m.gguf
+    if [ -s "$f" ]; then
+        for v in "" "VLLMC_CUDA_MMR=128 VLLMC_CUDA_GEMM_ROWS=32,129"; do
+            # shellcheck disable=SC2086
+            env $v timeout 200 "$BIN/vllmc" bench -m "$f" ${MMR128_ARGS:---concurrency 64,96,128 -p 128 -g 64 -r 1} \
+                >"$OUT/mmr128_bench_${v:+on}.txt" 2>&1; rc=$?
+            note "mmr128 bench $m ${v:-default} rc=$rc: $(grep '^| [0-9]' "$OUT/mmr128_bench_${v:+on}.txt" | tr '\n' ' ')"
+        done
     fi
 fi
 

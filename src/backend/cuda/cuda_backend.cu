@@ -2163,8 +2163,13 @@ extern "C" vllmc_status backend_cuda_create(const struct backend_cuda_opts *o, s
      * override for measurements */
     c->gemm_min_rows = GEMM_MIN_ROWS;
     c->gemm_min_decode_rows = GEMM_MIN_DECODE_ROWS;
-    env = getenv("VLLMC_CUDA_GEMM_ROWS");
-    if (env && *env) c->gemm_min_rows = c->gemm_min_decode_rows = atoi(env); /* one threshold for every batch */
+    env = getenv("VLLMC_CUDA_GEMM_ROWS"); /* "rows[,decode_rows]": one threshold for every batch, or the decode steps' apart */
+    if (env && *env) {
+        int v[2] = {0, 0};
+        const int nv = sscanf(env, "%d,%d", &v[0], &v[1]);
+        if (nv >= 1) c->gemm_min_rows = c->gemm_min_decode_rows = v[0];
+        if (nv >= 2) c->gemm_min_decode_rows = v[1];
+    }
     c->gdn_chunked = env_on("VLLMC_CUDA_GDN_CHUNKED");
     env = getenv("VLLMC_CUDA_GDN_RUNS");
     c->gdn_runs = !(env && !strcmp(env, "0")); /* on by default: serve at 64 sequences +34% (BENCHMARKS.md "Mixed steps") */
