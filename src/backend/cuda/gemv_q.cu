@@ -2455,6 +2455,11 @@ static int split_resident(int ks) {
     return n[ks];
 }
 
+/* CTAs an SM the instances of up to 4 groups are bounded for (mm_kernel_mmq; registers: 2 -> 128, 3 -> 80;
+ * the default runs target that many an SM of 132 SMs) */
+#ifndef VLLMC_MMQ_MINB4
+#define VLLMC_MMQ_MINB4 2
+#endif
 #if !defined(VLLMC_HIP)
 /* ---- several activation rows on the tensor cores (mm_kernel_mmrs) ----
  * A decode step of 2 .. cu_mm_cfg.mmr_rows sequences, Q4_K / Q6_K rows. The column-split kernel's several-row form
@@ -2829,11 +2834,6 @@ static inline size_t mmrs_smem_bytes(int warps, int sbw, int r, bool q6) {
  * super-block's float term its term_kmin / term_k, and a tile of one fragment adds a row's terms from 0 in super-block
  * order, so its outputs are the CPU's bits (test_cuda_ops test_mmr). blockIdx.z: the CTA's activation rows (8 NT). */
 #define MMQ_NT 8 /* groups of 8 activation rows a CTA at most */
-/* CTAs an SM the instances of up to 4 groups are bounded for (registers: 2 -> 128, 3 -> 80; the default runs target
- * that many an SM of 132 SMs) */
-#ifndef VLLMC_MMQ_MINB4
-#define VLLMC_MMQ_MINB4 2
-#endif
 #define MMQ_WM 8   /* warps a CTA: 16 weight rows each */
 #define MMQ_WS_FLOATS (4 << 20) /* the fragments' workspace (16 MB) */
 #define MMQ_TILES 16384         /* ... and its counters: tiles of a launch at most */
@@ -3451,9 +3451,6 @@ static bool mm_launch_mmr(const struct cu_mm_args *args, gpuStream_t s) {
 #define MM_MMQ 0
 #else
 #define MM_MMQ 16
-#endif
-#ifndef VLLMC_MMQ_MINB4 /* (HIP: no such kernel) */
-#define VLLMC_MMQ_MINB4 2
 #endif
 struct cu_mm_cfg cu_mm_cfg = {{8192, 65536}, {1, 4, 4}, {0, 2, 1}, {0, 0, 0}, 0, {1, 1, 1}, 64, 0, 3, 1, MS_CPS, 24 * 1024, 0, 16, MM_COLS_LB, 0, 16384, MM_MMA, MM_MMR, 10, 8, 32, 0, 16, 0, 1, 132, MM_MMQ, 132 * (VLLMC_MMQ_MINB4 > 2 ? VLLMC_MMQ_MINB4 : 2), 1, 1, 4};
 
