@@ -36,8 +36,10 @@
 # Stage mmrrt (not default) checks mm_kernel_mmrs with 2 / 4 16-row tiles a CTA (VLLMC_CUDA_MMR_RT): test_cuda_ops mmr, then
 # the engine bench with 1 / 2 / 4 tiles in turn.
 # Stage mmqsan (not default): compute-sanitizer memcheck of test_cuda_ops mmr and of test_cuda_engine on the tiny qwen35.
-# Stage mmr128 (not default): decode steps of 65-128 sequences on the several-row kernels (VLLMC_CUDA_MMR=128,
-# VLLMC_CUDA_GEMM_ROWS=32,129): test_cuda_ops mmr, test_cuda_engine with 128 requests (and under memcheck), the bench.
+# Stage tma (not default): the bulk-copy ring mat-vec (VLLMC_CUDA_TMA): its bits, the launches alone, the decode off / on.
+# Stage mmr128 (not default): decode steps of 65-128 sequences on the several-row kernels (the default since MM_MMR 128):
+# test_cuda_ops mmr, test_cuda_engine with 128 requests (and under memcheck), the bench against the f16 GEMM from 65 rows
+# (VLLMC_CUDA_MMR=64 VLLMC_CUDA_GEMM_ROWS=32,65, the previous default).
 # Stage mmq (not default) checks mm_kernel_mmq: test_cuda_ops mmr, then the engine bench with VLLMC_CUDA_MMQ at each of
 # MMQ_ROWS (default "0 16": off, then from 16 rows, the default) in turn. Stage ncu (not default) runs Nsight Compute on
 # a few launches (NCU_KERNEL, default mm_kernel_mmq) of the engine bench of the first of BENCH_MODELS: its sections and
@@ -299,32 +301,56 @@ if has sanitize; then
     fi
 fi
 
-if has mmr128; then # decode steps of 65-128 sequences on the several-row kernels (VLLMC_CUDA_MMR=128, the decode GEMM from
-    # 129 rows; not yet the default): test_cuda_ops mmr (96 / 128 rows), test_cuda_engine with 128 requests on the tiny
+if has tma; then # the bulk-copy ring mat-vec (mm_kernel_tma, off by default): its bits against the tensor-core kernel's
+    # (test_cuda_ops alt_kernel), the launches alone (bench_gemv l2: cold / hot, and the outputs' bits), the model with it
+    # on (test_cuda_model on the first of BENCH_MODELS: graph == eager, CPU parity), then the decode with it off and on in
+    # turn (TMA_VARIANTS, TMA_REPS times)
+    timeout 200 "$BIN/test_cuda_ops" alt_kernel >"$OUT/tma_ops.txt" 2>&1; rc=$?
+    note "tma test_cuda_ops alt_kernel rc=$rc: $(tail -1 "$OUT/tma_ops.txt") $(grep -m2 '^FAIL' "$OUT/tma_ops.txt" | cut -c1-200 | tr '\n' ' ')"
+    while read -r line; do note "  ${line:0:150}"; done < <(grep '^tma' "$OUT/tma_ops.txt")
+    timeout 240 "$BIN/bench_gemv" l2 ${TMA_GEMV_REPS:-5} >"$OUT/tma_gemv.txt" 2>&1; rc=$?
+    note "tma bench_gemv l2 rc=$rc"
+    while read -r line; do note "  ${line:0:200}"; done < <(grep ' MB  cold' "$OUT/tma_gemv.txt" | grep -v 'LM head\|Q8_0\|Q6_K' | sed 's/  */ /g')
+    wait_models
+    m=${BENCH_MODELS%% *}; f=/tmp/models/$m.gguf
+    if [ -s "$f" ]; then
+        VLLMC_CUDA_TMA=1 timeout 200 "$BIN/test_cuda_model" "$f" 16 8 >"$OUT/tma_model.txt" 2>&1; rc=$?
+        note "tma test_cuda_model $m rc=$rc: $(grep 'worst' "$OUT/tma_model.txt" | head -1 | cut -c1-160) $(grep -m1 FAIL "$OUT/tma_model.txt" | cut -c1-150)"
+        for r in $(seq 1 "${TMA_REPS:-2}"); do
+            for v in ${TMA_VARIANTS:-off:0 t1:1 t9:9 t8s:8,100}; do
+                VLLMC_CUDA_TMA=${v#*:} timeout 150 "$BIN/vllmc" bench -m "$f" ${VAR_ARGS:--p 512 -g 256 -r 5} >"$OUT/tma_bench_${v%%:*}_$r.txt" 2>&1; rc=$?
+                note "tma bench $m ${v%%:*} rc=$rc: $(grep -m1 '^output tok/s' "$OUT/tma_bench_${v%%:*}_$r.txt")"
+            done
+        done
+    fi
+fi
+
+if has mmr128; then # decode steps of 65-128 sequences on the several-row kernels (the default: MM_MMR 128, the decode GEMM from
+    # 129 rows): test_cuda_ops mmr (96 / 128 rows), test_cuda_engine with 128 requests on the tiny
     # models (alone = together = eager), the same under memcheck, then the engine bench of the first of BENCH_MODELS
-    # both ways (MMR128_ARGS)
+    # against the previous default, the f16 GEMM from 65 rows (MMR128_ARGS)
     timeout 200 "$BIN/test_cuda_ops" mmr >"$OUT/mmr128_ops.txt" 2>&1; rc=$?
     note "mmr128 test_cuda_ops mmr rc=$rc: $(tail -1 "$OUT/mmr128_ops.txt") $(grep -m2 '^FAIL' "$OUT/mmr128_ops.txt" | cut -c1-200 | tr '\n' ' ')"
     for f in /tmp/models/qwen35-tiny.gguf .carry/moe/qwen35moe-tiny-q4_k_m.gguf; do
         [ -s "$f" ] || continue
         n=$(basename "$f" .gguf)
-        VLLMC_CUDA_MMR=128 VLLMC_CUDA_GEMM_ROWS=32,129 timeout 200 "$BIN/test_cuda_engine" "$f" 128 12 --no-invariant \
+        timeout 200 "$BIN/test_cuda_engine" "$f" 128 12 --no-invariant \
             >"$OUT/mmr128_engine_$n.txt" 2>&1; rc=$?
         note "mmr128 test_cuda_engine $n 128 requests rc=$rc: $(grep -m1 'together = alone' "$OUT/mmr128_engine_$n.txt")"
     done
     if command -v compute-sanitizer >/dev/null; then
-        VLLMC_CUDA_MMR=128 VLLMC_CUDA_GEMM_ROWS=32,129 timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 \
+        timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 \
             "$BIN/test_cuda_engine" /tmp/models/qwen35-tiny.gguf 128 12 --no-invariant >"$OUT/mmr128_san.txt" 2>&1; rc=$?
         note "mmr128 memcheck rc=$rc: $(grep 'ERROR SUMMARY' "$OUT/mmr128_san.txt" | head -1)"
     fi
     wait_models
     m=${BENCH_MODELS%% *}; f=/tmp/models/$m.gguf
     if [ -s "$f" ]; then
-        for v in "" "VLLMC_CUDA_MMR=128 VLLMC_CUDA_GEMM_ROWS=32,129"; do
+        for v in "VLLMC_CUDA_MMR=64 VLLMC_CUDA_GEMM_ROWS=32,65" ""; do
             # shellcheck disable=SC2086
             env $v timeout 200 "$BIN/vllmc" bench -m "$f" ${MMR128_ARGS:---concurrency 64,96,128 -p 128 -g 64 -r 1} \
-                >"$OUT/mmr128_bench_${v:+on}.txt" 2>&1; rc=$?
-            note "mmr128 bench $m ${v:-default} rc=$rc: $(grep '^| [0-9]' "$OUT/mmr128_bench_${v:+on}.txt" | tr '\n' ' ')"
+                >"$OUT/mmr128_bench_${v:+gemm}.txt" 2>&1; rc=$?
+            note "mmr128 bench $m ${v:-default} rc=$rc: $(grep '^| [0-9]' "$OUT/mmr128_bench_${v:+gemm}.txt" | tr '\n' ' ')"
         done
     fi
 fi

@@ -39,8 +39,12 @@
  * GEMM dequantizes every weight to f16 each step (qwen35-4b at 32 sequences: 3 ms of dequant a step, ITL 10.5 ms against
  * 7.7 on the several-row tensor-core kernel; at 64: 15.9 against 13.9; BENCHMARKS.md "A step of 16 sequences"; with
  * mm_kernel_mmq up to 128 rows on an H100, 96 sequences 32.4 -> 12.1 ms, 128 41.0 -> 15.4: "The 64-sequence step,
- * continued"; gemv_q.cu MM_MMR) */
+ * continued"; gemv_q.cu MM_MMR). HIP has no several-row tensor-core kernel: its decode steps keep the GEMM from 65. */
+#if defined(VLLMC_HIP)
 #define GEMM_MIN_DECODE_ROWS 65
+#else
+#define GEMM_MIN_DECODE_ROWS 129
+#endif
 #define GEMM_MAX_ELEMS ((int64_t)64 << 20)
 #define GDN_CHUNK_MIN 32
 #define ATTN_PREFILL_MIN 32
@@ -2145,6 +2149,13 @@ extern "C" vllmc_status backend_cuda_create(const struct backend_cuda_opts *o, s
         if (nv >= 4) cu_mm_cfg.mmq_stream = v[3] != 0;
         if (nv >= 5) backend_cuda_set_mmq_groups(v[4]); /* activation rows a CTA / 8 (4 default, 8 or 2) */
     }
+    if ((env = getenv("VLLMC_CUDA_TMA"))) { /* "mode[,KB]": the bulk-copy ring mat-vec (mode 1, or its tile rows 8 / 16;
+                                                0 off) with at most KB of shared memory a CTA (comparisons) */
+        int v[2] = {0, 0};
+        const int nv = sscanf(env, "%d,%d", &v[0], &v[1]);
+        if (nv >= 1) backend_cuda_set_matvec_tma(v[0]);
+        if (nv >= 2 && v[1] >= 16 && v[1] <= 227) cu_mm_cfg.tma_smem = v[1] * 1024;
+    }
     if ((env = getenv("VLLMC_CUDA_DEC"))) backend_cuda_set_decode_rows(atoi(env));
     if ((env = getenv("VLLMC_CUDA_MOE_COLS"))) backend_cuda_set_moe_cols(atoi(env)); /* MoE ops of up to N rows on the
                                                                                    column-split expert kernels; 0 off */
@@ -2219,6 +2230,11 @@ extern "C" int backend_cuda_set_matvec_mmr(int rows) {
 #else
     (void)rows; /* no such kernel */
 #endif
+    return old;
+}
+extern "C" int backend_cuda_set_matvec_tma(int mode) {
+    const int old = cu_mm_cfg.tma;
+    cu_mm_cfg.tma = mode == 1 || mode == 8 || mode == 9 || mode == 16 ? mode : 0;
     return old;
 }
 extern "C" int backend_cuda_set_mmq_rows(int rows) {
