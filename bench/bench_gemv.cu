@@ -218,9 +218,8 @@ int main(int argc, char **argv) {
         if (l2) {
             /* "l2": the default kernel with PDL, its weights cold (the copies in turn) and hot (one copy launched again
              * and again: from L2 where it fits) */
-            /* the default kernels, then the bulk-copy ring: (mode, KB of shared memory a CTA) = auto, 8 / 16 rows a tile,
-             * 8 rows and 8 warps, at 200 KB; 8 rows at 100 KB (two launches' CTAs an SM) */
-            const int tv[][2] = {{0, 0}, {1, 200}, {8, 200}, {9, 200}, {16, 200}, {8, 100}, {9, 100}};
+            /* the default kernels, then the bulk-copy ring with rings of at most 100 (the default), 64 and 150 KB a CTA */
+            const int tv[][2] = {{0, 0}, {1, 100}, {1, 64}, {1, 150}};
             for (const auto &tvi : tv) {
                 const int ws = -tvi[0];
                 cu_mm_cfg = keep;
@@ -254,7 +253,7 @@ int main(int argc, char **argv) {
                     CK(gpuEventElapsedTime(&ms, e0, e1)); th.push_back(ms * 1000.f / 64);
                 }
                 const double uc = median_us(tc), uh = median_us(th);
-                printf("%-32s %-15s %8.2f MB  cold %8.2f us (%5.0f GB/s)  hot %8.2f us (%5.0f GB/s)  off the reference %zu, bits != default %zu\n", s.what, ws == 0 ? "default" : ws == -1 ? "tma" : ws == -8 ? (tvi[1] == 100 ? "tma 8 r 100K" : "tma 8 rows") : ws == -9 ? (tvi[1] == 100 ? "tma 8 r 8 w 100K" : "tma 8 rows 8 w") : "tma 16 rows",
+                printf("%-32s %-15s %8.2f MB  cold %8.2f us (%5.0f GB/s)  hot %8.2f us (%5.0f GB/s)  off the reference %zu, bits != default %zu\n", s.what, ws == 0 ? "default" : tvi[1] == 100 ? "tma" : tvi[1] == 64 ? "tma 64 KB" : "tma 150 KB",
                        set_bytes / 1e6, uc, set_bytes / (uc * 1e3), uh, set_bytes / (uh * 1e3), nbad, ndiff);
             }
             cu_mm_cfg = keep;

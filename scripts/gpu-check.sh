@@ -317,7 +317,7 @@ if has tma; then # the bulk-copy ring mat-vec (mm_kernel_tma, off by default): i
         VLLMC_CUDA_TMA=1 timeout 200 "$BIN/test_cuda_model" "$f" 16 8 >"$OUT/tma_model.txt" 2>&1; rc=$?
         note "tma test_cuda_model $m rc=$rc: $(grep 'worst' "$OUT/tma_model.txt" | head -1 | cut -c1-160) $(grep -m1 FAIL "$OUT/tma_model.txt" | cut -c1-150)"
         for r in $(seq 1 "${TMA_REPS:-2}"); do
-            for v in ${TMA_VARIANTS:-off:0 t1:1 t9:9 t8s:8,100}; do
+            for v in ${TMA_VARIANTS:-off:0 t100:1 t64:1,64 t150:1,150}; do
                 VLLMC_CUDA_TMA=${v#*:} timeout 150 "$BIN/vllmc" bench -m "$f" ${VAR_ARGS:--p 512 -g 256 -r 5} >"$OUT/tma_bench_${v%%:*}_$r.txt" 2>&1; rc=$?
                 note "tma bench $m ${v%%:*} rc=$rc: $(grep -m1 '^output tok/s' "$OUT/tma_bench_${v%%:*}_$r.txt")"
             done

@@ -898,15 +898,15 @@ static void test_cols_lb(void) {
  * Q8_0 segment beside the Q4_K ones (the GDN in-proj's shape), a bias. */
 /* The kernels that give the column-split kernel's bits for one activation row of Q4_K weights: ALT_SBT one super-block a
  * thread (mm_kernel_sbt), ALT_MMA the tensor-core kernel (mm_kernel_mma). */
-enum { ALT_SBT, ALT_MMA, ALT_MMA8, ALT_TMA, ALT_TMA8, ALT_TMA16, ALT_TMA8W };
-static const char *alt_name[] = {"sbt", "mma", "mma 8 rows a CTA", "tma", "tma 8 rows a tile", "tma 16 rows a tile", "tma 8 rows a tile, 8 warps"};
+enum { ALT_SBT, ALT_MMA, ALT_MMA8, ALT_TMA };
+static const char *alt_name[] = {"sbt", "mma", "mma 8 rows a CTA", "tma"};
 static bool alt_tma(int kind) { return kind >= ALT_TMA; }
 static uint64_t alt_launches(int kind) {
     return kind == ALT_SBT ? backend_cuda_sbt_launches() : alt_tma(kind) ? backend_cuda_tma_launches() : backend_cuda_mma_launches();
 }
 static void alt_on(int kind, bool on) {
     if (kind == ALT_SBT) backend_cuda_set_matvec_sbt(on ? 64 : 0, on ? 1 << 30 : 0);
-    else if (alt_tma(kind)) backend_cuda_set_matvec_tma(on ? (kind == ALT_TMA ? 1 : kind == ALT_TMA8 ? 8 : kind == ALT_TMA8W ? 9 : 16) : 0);
+    else if (alt_tma(kind)) backend_cuda_set_matvec_tma(on ? 1 : 0);
     else backend_cuda_set_matvec_mma(on ? (kind == ALT_MMA8 ? 31 : 15) : 0);
 }
 static void test_alt_kernel(int kind) {
@@ -940,7 +940,6 @@ static void test_alt_kernel(int kind) {
         bool q8 = false;
         for (int k = 0; k < cs[ci].n; k++) q8 |= cs[ci].t[k] == GGML_TYPE_Q8_0;
         if (alt_tma(kind) && (q8 || (E / 256) % 2 || E / 256 > 16)) continue; /* all Q4_K, an even number of super-blocks, <= 16 */
-        if ((kind == ALT_TMA16 || kind == ALT_TMA8W) && E > 2560) continue; /* 16-row tiles, or 8 warps: their stages do not fit 200 KB past 2,560 columns */
         float *x = rand_buf((size_t)E, 1.0f);
         struct bk_act a;
         CHECK(bk_act_alloc(gpu, 1, E, BK_ACT_BIT(BK_ACT_Q8_K) | BK_ACT_BIT(BK_ACT_Q8_0), &a) == VLLMC_OK);
@@ -1692,9 +1691,6 @@ int main(int argc, char **argv) {
         test_alt_kernel(ALT_MMA);
         test_alt_kernel(ALT_MMA8);
         test_alt_kernel(ALT_TMA);
-        test_alt_kernel(ALT_TMA8);
-        test_alt_kernel(ALT_TMA16);
-        test_alt_kernel(ALT_TMA8W);
     }
     if (want("nq_fused")) test_nq_fused();
     if (want("invariance")) test_invariance();

@@ -1800,29 +1800,17 @@ static __global__ void __launch_bounds__(LBT, LBM) mm_kernel_mma(const struct cu
 
 /* ---- the bulk-copy ring mat-vec (mm_kernel_tma; cu_mm_cfg.tma, off) ----
  * One activation row, every segment Q4_K of an even number of super-blocks, at most 16 (2,560 / 4,096 columns). The
- * launch's rows are tiles of RT consecutive rows of a segment (a tile: RT x the row stride, contiguous). Each warp of
- * the grid owns the tiles slot, slot + slots, ... and streams them through its own ring of `ns` shared-memory stages
- * with bulk asynchronous copies (cp.async.bulk, completing on the stage's mbarrier): its first ns tiles are asked for
- * before the dependency wait, and a stage is asked for again as soon as the warp has summed it. So the bytes in flight
- * an SM are bounded by shared memory (ns x 4 warps x RT rows), not by registers or the L1, no CTA waits for a round
- * of CTAs to leave, and no warp waits for another (no barrier after the activation's staging). A tile's rows are summed
- * with mm_kernel_mma's ops in its order (mma_q4k_sb, pairs of super-blocks, the pairs in turn), so the outputs are that
- * kernel's bits. The activation (Q8_K: quants, 16-element sums, scales) is staged in shared memory once a CTA. */
-/* MT_W: warps a CTA (one CTA an SM: the ring takes most of the shared memory), 4 or 8 */
+ * launch's rows are tiles of 16 consecutive rows of a segment (16 x the row stride, contiguous); CTA b takes tiles b,
+ * b + G, ... A producer warp streams them through a ring of `ns` shared-memory stages with bulk asynchronous copies
+ * (cp.async.bulk, completing on the stage's `full` mbarrier): the first ns before the dependency wait, each later one
+ * as soon as every consumer has released its stage (`empty`). The bytes in flight an SM are bounded by shared memory,
+ * not by registers or the L1, and no CTA waits for a round of CTAs to leave. The W = n_sb / 2 consumer warps split a
+ * tile's super-blocks as mm_kernel_mma's warps do (warp w: super-blocks 2w, 2w + 1, whose activation it holds in
+ * registers for the whole launch), and the last warp to post its part of a tile adds the parts in warp order: that
+ * kernel's ops in its order, so its bits. */
+#define MT_RT 16    /* rows a tile */
+#define MT_MAX_NS 6 /* stages at most */
 static __device__ __forceinline__ uint32_t mt_saddr(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
-static __device__ __forceinline__ void mt_issue(const struct cu_mm_args &P, int t, int RT, uint8_t *dst, uint64_t *bar) {
-    int si = 0;
-#pragma unroll
-    for (int i = 1; i < CU_MM_MAX_SEG; i++)
-        if (i < P.n_seg && t >= P.seg[i].tile0) si = i;
-    const cu_mm_seg &S = P.seg[si];
-    const int r0 = (t - S.tile0) * RT, rows = min(RT, S.n_rows - r0);
-    const uint32_t bytes = (uint32_t)((uint64_t)rows * S.stride);
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(mt_saddr(bar)), "r"(bytes) : "memory");
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(mt_saddr(dst)),
-                 "l"(S.w + (size_t)r0 * S.stride), "r"(bytes), "r"(mt_saddr(bar))
-                 : "memory");
-}
 static __device__ __forceinline__ void mt_wait(uint64_t *b, uint32_t parity) {
     uint32_t ok = 0;
     while (!ok)
@@ -1831,84 +1819,119 @@ static __device__ __forceinline__ void mt_wait(uint64_t *b, uint32_t parity) {
                      : "r"(mt_saddr(b)), "r"(parity)
                      : "memory");
 }
+static __device__ __forceinline__ void mt_arrive(uint64_t *b) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(mt_saddr(b)) : "memory");
+}
+/* The segment of tile t and its rows r0 .. r0 + rows - 1. */
+static __device__ __forceinline__ int mt_tile(const struct cu_mm_args &P, int t, int &r0, int &rows) {
+    int si = 0;
+#pragma unroll
+    for (int i = 1; i < CU_MM_MAX_SEG; i++)
+        if (i < P.n_seg && t >= P.seg[i].tile0) si = i;
+    r0 = (t - P.seg[si].tile0) * MT_RT;
+    rows = min(MT_RT, P.seg[si].n_rows - r0);
+    return si;
+}
 /* Lane (g, c)'s words of super-block sb of a row in shared memory (k4s_load's). */
 static __device__ __forceinline__ k4s_w k4s_lds(const uint8_t *wr, int n_sb, int sb, int c) {
     const uint4 *qp = (const uint4 *)(wr + 128 * (size_t)sb + 32 * c);
     const uint32_t *wp = (const uint32_t *)(wr + (c < 3 ? k4_sc_off(n_sb) + 12 * (size_t)sb + 4 * (size_t)c : k4_dm_off(n_sb) + 4 * (size_t)sb));
     return k4s_w{qp[0], qp[1], *wp};
 }
-/* dynamic shared memory: MT_W x ns stages of tile_bytes, the stages' mbarriers, then the activation (n quants, n / 16
- * sums, n / 256 scales). */
-template <int RT, int MT_W>
-static __global__ void __launch_bounds__(32 * MT_W, 1) mm_kernel_tma(const struct cu_mm_args P, int ns, int tile_bytes) {
+/* blockDim 32 (W + 1): W consumer warps, then the producer; dynamic shared memory: ns stages of tile_bytes. */
+static __global__ void __launch_bounds__(32 * 9) mm_kernel_tma(const struct cu_mm_args P, int ns, int tile_bytes) {
     extern __shared__ __align__(128) uint8_t mt_smem[];
-    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
-    const int n = (int)P.a.n, n_sb = n / QK_K;
-    uint8_t *ring = mt_smem + (size_t)wid * ns * tile_bytes;
-    uint64_t *bars = (uint64_t *)(mt_smem + (size_t)MT_W * ns * tile_bytes) + wid * ns;
-    int8_t *aqs = (int8_t *)(mt_smem + (size_t)MT_W * ns * tile_bytes + ((MT_W * ns * 8 + 15) & ~15));
-    int16_t *abs_ = (int16_t *)(aqs + n);
-    float *ad = (float *)(abs_ + n / 16);
-    const int G = gridDim.x, NSL = G * MT_W, slot = wid * G + (int)blockIdx.x, T = P.total_tiles;
-    if (lane == 0) {
-        for (int k = 0; k < ns; k++) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(mt_saddr(&bars[k])) : "memory");
+    __shared__ uint64_t full[MT_MAX_NS], empty[MT_MAX_NS];
+    __shared__ int cnt[MT_MAX_NS];
+    __shared__ float part[MT_MAX_NS][8][MT_RT];
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, W = (int)(blockDim.x >> 5) - 1;
+    const int n_sb = (int)(P.a.n / QK_K), G = gridDim.x, T = P.total_tiles;
+    const int nk = (int)blockIdx.x < T ? (T - (int)blockIdx.x + G - 1) / G : 0; /* the CTA's tiles */
+    if (threadIdx.x == 0) {
+        for (int k = 0; k < ns; k++) {
+            asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(mt_saddr(&full[k])) : "memory");
+            asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(mt_saddr(&empty[k])), "r"(W) : "memory");
+            cnt[k] = 0;
+        }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-        for (int k = 0; k < ns; k++)
-            if (slot + k * NSL < T) mt_issue(P, slot + k * NSL, RT, ring + (size_t)k * tile_bytes, &bars[k]);
     }
-    gpu_pdl_wait();
-    gpu_pdl_trigger();
-    for (int i = threadIdx.x; i < n / 16; i += blockDim.x) ((uint4 *)aqs)[i] = ((const uint4 *)P.a.k_qs)[i];
-    for (int i = threadIdx.x; i < n / 128; i += blockDim.x) ((uint4 *)abs_)[i] = ((const uint4 *)P.a.k_bs)[i];
-    for (int i = threadIdx.x; i < n_sb; i += blockDim.x) ad[i] = P.a.k_d[i];
     __syncthreads();
+    if (wid == W) { /* the producer: weights only, which no kernel writes, so no dependency wait */
+        gpu_pdl_trigger();
+        if (lane == 0)
+            for (int k = 0; k < nk; k++) {
+                const int s = k % ns;
+                if (k >= ns) mt_wait(&empty[s], (uint32_t)((k / ns - 1) & 1));
+                int r0, rows;
+                const cu_mm_seg &S = P.seg[mt_tile(P, (int)blockIdx.x + k * G, r0, rows)];
+                const uint32_t bytes = (uint32_t)((uint64_t)rows * S.stride);
+                asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(mt_saddr(&full[s])), "r"(bytes) : "memory");
+                asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                                 mt_saddr(mt_smem + (size_t)s * tile_bytes)),
+                             "l"(S.w + (size_t)r0 * S.stride), "r"(bytes), "r"(mt_saddr(&full[s]))
+                             : "memory");
+            }
+        return;
+    }
     const int g = lane >> 2, c = lane & 3, b = lane & ~3;
     const k4_sel ks = k4_sel_make(c);
     const k4s_w zw{make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0), 0};
-    for (int k = 0;; k++) {
-        const int t = slot + k * NSL;
-        if (t >= T) break;
-        const int st = k % ns;
-        mt_wait(&bars[st], (uint32_t)((k / ns) & 1));
-        int si = 0;
+    gpu_pdl_wait();
+    gpu_pdl_trigger();
+    /* the warp's activation: super-blocks 2 wid, 2 wid + 1 */
+    uint4 x0[2], x1[2];
+    int2 bs[2];
+    float da[2];
 #pragma unroll
-        for (int i = 1; i < CU_MM_MAX_SEG; i++)
-            if (i < P.n_seg && t >= P.seg[i].tile0) si = i;
-        const cu_mm_seg &S = P.seg[si];
-        const int r0 = (t - S.tile0) * RT, rows = min(RT, S.n_rows - r0);
-        const uint8_t *wb = ring + (size_t)st * tile_bytes;
-        float y0 = 0.f, y1 = 0.f;
-        for (int p = 0; p < n_sb; p += 2) {
-            float t0[2], t1[2] = {0.f, 0.f};
-#pragma unroll
-            for (int s2 = 0; s2 < 2; s2++) {
-                const int sb = p + s2;
-                const k4s_w w0 = g < rows ? k4s_lds(wb + (size_t)g * S.stride, n_sb, sb, c) : zw;
-                const k4s_w w1 = RT == 16 && g + 8 < rows ? k4s_lds(wb + (size_t)(g + 8) * S.stride, n_sb, sb, c) : zw;
-                uint4 x0 = make_uint4(0, 0, 0, 0), x1 = x0;
-                if ((g >> 1) == c) {
-                    const uint4 *xp = (const uint4 *)(aqs + sb * QK_K + 32 * g);
-                    x0 = xp[0]; x1 = xp[1];
-                }
-                const int2 bs = *(const int2 *)(abs_ + sb * 16 + 4 * c);
-                mma_q4k_sb<RT == 16>(w0.q0, w0.q1, w1.q0, w1.q1, w0.sw, w1.sw, x0, x1, bs, ad[sb], ks, b, t0[s2], t1[s2]);
-            }
-            const float q0 = __fadd_rn(t0[0], t0[1]), q1 = __fadd_rn(t1[0], t1[1]);
-            y0 = p == 0 ? q0 : __fadd_rn(y0, q0);
-            if (RT == 16) y1 = p == 0 ? q1 : __fadd_rn(y1, q1);
+    for (int s2 = 0; s2 < 2; s2++) {
+        const int sb = 2 * wid + s2;
+        x0[s2] = x1[s2] = make_uint4(0, 0, 0, 0);
+        if ((g >> 1) == c) {
+            const uint4 *xp = (const uint4 *)(P.a.k_qs + (int64_t)sb * QK_K + 32 * g);
+            x0[s2] = xp[0]; x1[s2] = xp[1];
         }
-        __syncwarp(); /* every lane has read the stage */
-        if (lane == 0 && t + ns * NSL < T) mt_issue(P, t + ns * NSL, RT, ring + (size_t)st * tile_bytes, &bars[st]);
-        if (c == 0) /* mv_out's ops: the bias, the store, the residual add */
+        bs[s2] = *(const int2 *)(P.a.k_bs + (int64_t)sb * 16 + 4 * c);
+        da[s2] = P.a.k_d[sb];
+    }
+    for (int k = 0; k < nk; k++) {
+        const int s = k % ns;
+        int r0, rows;
+        const cu_mm_seg &S = P.seg[mt_tile(P, (int)blockIdx.x + k * G, r0, rows)];
+        mt_wait(&full[s], (uint32_t)((k / ns) & 1));
+        const uint8_t *wb = mt_smem + (size_t)s * tile_bytes;
+        float t0[2], t1[2];
 #pragma unroll
-            for (int h = 0; h < (RT == 16 ? 2 : 1); h++) {
-                const int j = g + 8 * h;
-                if (j >= rows) continue;
-                float y = h ? y1 : y0;
-                if (S.bias) y = __fadd_rn(y, S.bias[r0 + j]);
-                S.y[r0 + j] = y;
-                if (S.res) S.res[r0 + j] = __fadd_rn(S.res[r0 + j], y);
+        for (int s2 = 0; s2 < 2; s2++) {
+            const int sb = 2 * wid + s2;
+            const k4s_w w0 = g < rows ? k4s_lds(wb + (size_t)g * S.stride, n_sb, sb, c) : zw;
+            const k4s_w w1 = g + 8 < rows ? k4s_lds(wb + (size_t)(g + 8) * S.stride, n_sb, sb, c) : zw;
+            mma_q4k_sb<true>(w0.q0, w0.q1, w1.q0, w1.q1, w0.sw, w1.sw, x0[s2], x1[s2], bs[s2], da[s2], ks, b, t0[s2], t1[s2]);
+        }
+        if (c == 0) {
+            part[s][wid][g] = __fadd_rn(t0[0], t0[1]);
+            part[s][wid][g + 8] = __fadd_rn(t1[0], t1[1]);
+        }
+        __syncwarp();
+        int last = 0;
+        if (lane == 0) {
+            __threadfence_block();
+            last = atomicAdd(&cnt[s], 1) == W - 1;
+        }
+        last = __shfl_sync(0xffffffffu, last, 0);
+        if (last) { /* the tile's parts in warp order, mv_out's ops */
+            __threadfence_block();
+            if (lane < rows) {
+                float y = part[s][0][lane];
+                for (int w = 1; w < W; w++) y = __fadd_rn(y, part[s][w][lane]);
+                if (S.bias) y = __fadd_rn(y, S.bias[r0 + lane]);
+                S.y[r0 + lane] = y;
+                if (S.res) S.res[r0 + lane] = __fadd_rn(S.res[r0 + lane], y);
             }
+            __syncwarp();
+            if (lane == 0) cnt[s] = 0;
+        }
+        __syncwarp();
+        if (lane == 0) mt_arrive(&empty[s]); /* the stage's weights and parts are free */
     }
 }
 #endif
@@ -1966,8 +1989,9 @@ extern "C" uint64_t backend_cuda_cols_lb_launches(void) { return cu_cols_lb_laun
 
 static int mm_sm_count(void);
 /* mm_kernel_tma for a launch of one activation row whose segments are all Q4_K rows of an even number of super-blocks,
- * at most 16 (the caller checks the rest: no conv, no fused norm, no row order); false: nothing launched. Tiles of 16
- * rows where their stages fit and every warp of the grid gets a tile, else 8 (cu_mm_cfg.tma 8 / 16 forces one). */
+ * at most 16 (the caller checks the rest: no conv, no fused norm, no row order); false: nothing launched. Stages: as
+ * many tiles as fit cu_mm_cfg.tma_smem (at most MT_MAX_NS, at least 2); the grid: the CTAs that fit an SM by their
+ * shared memory (at most 4) on every SM, at most one a tile. */
 static bool mm_launch_tma(const struct cu_mm_args *in, gpuStream_t s) {
 #if defined(VLLMC_HIP)
     (void)in; (void)s;
@@ -1979,36 +2003,23 @@ static bool mm_launch_tma(const struct cu_mm_args *in, gpuStream_t s) {
     for (int i = 0; i < in->n_seg; i++)
         if (in->seg[i].type != GGML_TYPE_Q4_K || in->seg[i].stride != in->seg[0].stride) return false;
     static int smem_ok = -1;
-    if (smem_ok < 0)
-        smem_ok = gpuFuncSetMaxDynamicSmem((const void *)(mm_kernel_tma<16, 4>), 227 * 1024) == gpuSuccess &&
-                  gpuFuncSetMaxDynamicSmem((const void *)(mm_kernel_tma<8, 4>), 227 * 1024) == gpuSuccess &&
-                  gpuFuncSetMaxDynamicSmem((const void *)(mm_kernel_tma<8, 8>), 227 * 1024) == gpuSuccess;
+    if (smem_ok < 0) smem_ok = gpuFuncSetMaxDynamicSmem((const void *)mm_kernel_tma, 200 * 1024) == gpuSuccess;
     (void)gpuGetLastError();
     if (!smem_ok) return false;
-    const int sms = mm_sm_count();
-    const size_t act = (size_t)n + (size_t)n / 8 + 4 * (size_t)n_sb, cap = (size_t)cu_mm_cfg.tma_smem;
-    int t16 = 0;
-    for (int i = 0; i < in->n_seg; i++) t16 += (int)GPU_CEIL_DIV(in->seg[i].n_rows, 16);
-    const size_t tb16 = 16 * in->seg[0].stride;
-    const int MT_W = cu_mm_cfg.tma == 9 ? 8 : 4;
-    int RT = cu_mm_cfg.tma == 8 || cu_mm_cfg.tma == 9 || cu_mm_cfg.tma == 16 ? (cu_mm_cfg.tma == 16 ? 16 : 8)
-             : (2 * MT_W * tb16 + act + 128 <= cap && t16 >= sms * MT_W) ? 16 : 8;
-    const size_t tb = (size_t)RT * in->seg[0].stride;
-    int ns = (int)((cap - act - 128) / (MT_W * tb));
-    if (cap < act + 128 || ns < 2) return false;
-    ns = min(ns, 4);
+    const size_t tb = MT_RT * in->seg[0].stride;
+    const int ns = min(MT_MAX_NS, (int)((size_t)cu_mm_cfg.tma_smem / tb));
+    if (ns < 2) return false;
+    const size_t smem = (size_t)ns * tb;
     struct cu_mm_args a = *in;
     int T = 0;
     for (int i = 0; i < a.n_seg; i++) {
         a.seg[i].tile0 = T;
-        T += (int)GPU_CEIL_DIV(a.seg[i].n_rows, RT);
+        T += (int)GPU_CEIL_DIV(a.seg[i].n_rows, MT_RT);
     }
     a.total_tiles = T;
-    const size_t smem = (size_t)MT_W * ns * tb + ((MT_W * ns * 8 + 15) & ~15) + act;
-    const int G = min(sms, T);
-    if (RT == 16) gpu_launch(mm_kernel_tma<16, 4>, dim3((unsigned)G), dim3(32 * MT_W), smem, s, a, ns, (int)tb);
-    else if (MT_W == 8) gpu_launch(mm_kernel_tma<8, 8>, dim3((unsigned)G), dim3(32 * MT_W), smem, s, a, ns, (int)tb);
-    else gpu_launch(mm_kernel_tma<8, 4>, dim3((unsigned)G), dim3(32 * MT_W), smem, s, a, ns, (int)tb);
+    const int per_sm = max(1, min(4, (int)((228 * 1024) / (smem + 2048))));
+    const int G = min(T, per_sm * mm_sm_count());
+    gpu_launch(mm_kernel_tma, dim3((unsigned)G), dim3(32 * (n_sb / 2 + 1)), smem, s, a, ns, (int)tb);
     cu_tma_launches++;
     return true;
 #endif
@@ -3622,7 +3633,7 @@ static bool mm_launch_mmr(const struct cu_mm_args *args, gpuStream_t s) {
 #else
 #define MM_MMQ 16
 #endif
-struct cu_mm_cfg cu_mm_cfg = {{8192, 65536}, {1, 4, 4}, {0, 2, 1}, {0, 0, 0}, 0, {1, 1, 1}, 64, 0, 3, 1, MS_CPS, 24 * 1024, 0, 16, MM_COLS_LB, 0, 16384, MM_MMA, MM_MMR, 10, 8, 32, 0, 16, 0, 1, 132, MM_MMQ, 132 * (VLLMC_MMQ_MINB4 > 2 ? VLLMC_MMQ_MINB4 : 2), 1, 1, 4, 0, 200 * 1024};
+struct cu_mm_cfg cu_mm_cfg = {{8192, 65536}, {1, 4, 4}, {0, 2, 1}, {0, 0, 0}, 0, {1, 1, 1}, 64, 0, 3, 1, MS_CPS, 24 * 1024, 0, 16, MM_COLS_LB, 0, 16384, MM_MMA, MM_MMR, 10, 8, 32, 0, 16, 0, 1, 132, MM_MMQ, 132 * (VLLMC_MMQ_MINB4 > 2 ? VLLMC_MMQ_MINB4 : 2), 1, 1, 4, 0, 100 * 1024};
 
 static bool mm_launch_dec(const struct cu_mm_args *args, gpuStream_t s);
 
