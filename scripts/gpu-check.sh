@@ -36,7 +36,6 @@
 # Stage mmrrt (not default) checks mm_kernel_mmrs with 2 / 4 16-row tiles a CTA (VLLMC_CUDA_MMR_RT): test_cuda_ops mmr, then
 # the engine bench with 1 / 2 / 4 tiles in turn.
 # Stage mmqsan (not default): compute-sanitizer memcheck of test_cuda_ops mmr and of test_cuda_engine on the tiny qwen35.
-# Stage tma (not default): the bulk-copy ring mat-vec (VLLMC_CUDA_TMA): its bits, the launches alone, the decode off / on.
 # Stage mmr128 (not default): decode steps of 65-128 sequences on the several-row kernels (the default since MM_MMR 128):
 # test_cuda_ops mmr, test_cuda_engine with 128 requests (and under memcheck), the bench against the f16 GEMM from 65 rows
 # (VLLMC_CUDA_MMR=64 VLLMC_CUDA_GEMM_ROWS=32,65, the previous default).
@@ -298,30 +297,6 @@ if has sanitize; then
         note "memcheck (tiny qwen35: prefill 20 + decode 6, graph and eager) rc=$rc: $(grep -c 'Invalid\|ERROR SUMMARY: [1-9]' "$OUT/sanitizer.txt") error lines; $(grep 'ERROR SUMMARY' "$OUT/sanitizer.txt" | head -1)"
     else
         note "compute-sanitizer not found"
-    fi
-fi
-
-if has tma; then # the bulk-copy ring mat-vec (mm_kernel_tma, off by default): its bits against the tensor-core kernel's
-    # (test_cuda_ops alt_kernel), the launches alone (bench_gemv l2: cold / hot, and the outputs' bits), the model with it
-    # on (test_cuda_model on the first of BENCH_MODELS: graph == eager, CPU parity), then the decode with it off and on in
-    # turn (TMA_VARIANTS, TMA_REPS times)
-    timeout 200 "$BIN/test_cuda_ops" alt_kernel >"$OUT/tma_ops.txt" 2>&1; rc=$?
-    note "tma test_cuda_ops alt_kernel rc=$rc: $(tail -1 "$OUT/tma_ops.txt") $(grep -m2 '^FAIL' "$OUT/tma_ops.txt" | cut -c1-200 | tr '\n' ' ')"
-    while read -r line; do note "  ${line:0:150}"; done < <(grep '^tma' "$OUT/tma_ops.txt")
-    timeout 240 "$BIN/bench_gemv" l2 ${TMA_GEMV_REPS:-5} >"$OUT/tma_gemv.txt" 2>&1; rc=$?
-    note "tma bench_gemv l2 rc=$rc"
-    while read -r line; do note "  ${line:0:200}"; done < <(grep ' MB  cold' "$OUT/tma_gemv.txt" | grep -v 'LM head\|Q8_0\|Q6_K' | sed 's/  */ /g')
-    wait_models
-    m=${BENCH_MODELS%% *}; f=/tmp/models/$m.gguf
-    if [ -s "$f" ]; then
-        VLLMC_CUDA_TMA=1 timeout 200 "$BIN/test_cuda_model" "$f" 16 8 >"$OUT/tma_model.txt" 2>&1; rc=$?
-        note "tma test_cuda_model $m rc=$rc: $(grep 'worst' "$OUT/tma_model.txt" | head -1 | cut -c1-160) $(grep -m1 FAIL "$OUT/tma_model.txt" | cut -c1-150)"
-        for r in $(seq 1 "${TMA_REPS:-2}"); do
-            for v in ${TMA_VARIANTS:-off:0 t100:1 t64:1,64 t150:1,150}; do
-                VLLMC_CUDA_TMA=${v#*:} timeout 150 "$BIN/vllmc" bench -m "$f" ${VAR_ARGS:--p 512 -g 256 -r 5} >"$OUT/tma_bench_${v%%:*}_$r.txt" 2>&1; rc=$?
-                note "tma bench $m ${v%%:*} rc=$rc: $(grep -m1 '^output tok/s' "$OUT/tma_bench_${v%%:*}_$r.txt")"
-            done
-        done
     fi
 fi
 

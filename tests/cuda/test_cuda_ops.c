@@ -898,15 +898,11 @@ static void test_cols_lb(void) {
  * Q8_0 segment beside the Q4_K ones (the GDN in-proj's shape), a bias. */
 /* The kernels that give the column-split kernel's bits for one activation row of Q4_K weights: ALT_SBT one super-block a
  * thread (mm_kernel_sbt), ALT_MMA the tensor-core kernel (mm_kernel_mma). */
-enum { ALT_SBT, ALT_MMA, ALT_MMA8, ALT_TMA };
-static const char *alt_name[] = {"sbt", "mma", "mma 8 rows a CTA", "tma"};
-static bool alt_tma(int kind) { return kind >= ALT_TMA; }
-static uint64_t alt_launches(int kind) {
-    return kind == ALT_SBT ? backend_cuda_sbt_launches() : alt_tma(kind) ? backend_cuda_tma_launches() : backend_cuda_mma_launches();
-}
+enum { ALT_SBT, ALT_MMA, ALT_MMA8 };
+static const char *alt_name[] = {"sbt", "mma", "mma 8 rows a CTA"};
+static uint64_t alt_launches(int kind) { return kind == ALT_SBT ? backend_cuda_sbt_launches() : backend_cuda_mma_launches(); }
 static void alt_on(int kind, bool on) {
     if (kind == ALT_SBT) backend_cuda_set_matvec_sbt(on ? 64 : 0, on ? 1 << 30 : 0);
-    else if (alt_tma(kind)) backend_cuda_set_matvec_tma(on ? 1 : 0);
     else backend_cuda_set_matvec_mma(on ? (kind == ALT_MMA8 ? 31 : 15) : 0);
 }
 static void test_alt_kernel(int kind) {
@@ -924,8 +920,6 @@ static void test_alt_kernel(int kind) {
         {2560, 3, {GGML_TYPE_Q4_K, GGML_TYPE_Q4_K, GGML_TYPE_Q8_0}, {777, 300, 32}},
         {4096, 1, {GGML_TYPE_Q4_K}, {301}},
         {9216, 1, {GGML_TYPE_Q4_K}, {299}},
-        {2560, 2, {GGML_TYPE_Q4_K, GGML_TYPE_Q4_K}, {1201, 579}}, /* gate + up's shape (the bulk-copy ring's tiles a warp) */
-        {4096, 1, {GGML_TYPE_Q4_K}, {2560}},
         /* Q6_K rows (the tensor-core kernel only) */
         {2560, 1, {GGML_TYPE_Q6_K}, {333}},
         {2560, 3, {GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, GGML_TYPE_Q8_0}, {100, 77, 32}},
@@ -936,10 +930,7 @@ static void test_alt_kernel(int kind) {
         const int64_t E = cs[ci].E;
         bool q6 = false;
         for (int k = 0; k < cs[ci].n; k++) q6 |= cs[ci].t[k] == GGML_TYPE_Q6_K;
-        if (q6 && (kind == ALT_SBT || alt_tma(kind))) continue; /* Q4_K rows only */
-        bool q8 = false;
-        for (int k = 0; k < cs[ci].n; k++) q8 |= cs[ci].t[k] == GGML_TYPE_Q8_0;
-        if (alt_tma(kind) && (q8 || (E / 256) % 2 || E / 256 > 16)) continue; /* all Q4_K, an even number of super-blocks, <= 16 */
+        if (q6 && kind == ALT_SBT) continue; /* Q4_K rows only */
         float *x = rand_buf((size_t)E, 1.0f);
         struct bk_act a;
         CHECK(bk_act_alloc(gpu, 1, E, BK_ACT_BIT(BK_ACT_Q8_K) | BK_ACT_BIT(BK_ACT_Q8_0), &a) == VLLMC_OK);
@@ -1690,7 +1681,6 @@ int main(int argc, char **argv) {
         test_alt_kernel(ALT_SBT);
         test_alt_kernel(ALT_MMA);
         test_alt_kernel(ALT_MMA8);
-        test_alt_kernel(ALT_TMA);
     }
     if (want("nq_fused")) test_nq_fused();
     if (want("invariance")) test_invariance();

@@ -2149,13 +2149,6 @@ extern "C" vllmc_status backend_cuda_create(const struct backend_cuda_opts *o, s
         if (nv >= 4) cu_mm_cfg.mmq_stream = v[3] != 0;
         if (nv >= 5) backend_cuda_set_mmq_groups(v[4]); /* activation rows a CTA / 8 (4 default, 8 or 2) */
     }
-    if ((env = getenv("VLLMC_CUDA_TMA"))) { /* "on[,KB]": the bulk-copy ring mat-vec (1 on, 0 off) with a ring of at most
-                                                KB a CTA (comparisons) */
-        int v[2] = {0, 0};
-        const int nv = sscanf(env, "%d,%d", &v[0], &v[1]);
-        if (nv >= 1) backend_cuda_set_matvec_tma(v[0]);
-        if (nv >= 2 && v[1] >= 16 && v[1] <= 200) cu_mm_cfg.tma_smem = v[1] * 1024;
-    }
     if ((env = getenv("VLLMC_CUDA_DEC"))) backend_cuda_set_decode_rows(atoi(env));
     if ((env = getenv("VLLMC_CUDA_MOE_COLS"))) backend_cuda_set_moe_cols(atoi(env)); /* MoE ops of up to N rows on the
                                                                                    column-split expert kernels; 0 off */
@@ -2230,11 +2223,6 @@ extern "C" int backend_cuda_set_matvec_mmr(int rows) {
 #else
     (void)rows; /* no such kernel */
 #endif
-    return old;
-}
-extern "C" int backend_cuda_set_matvec_tma(int mode) {
-    const int old = cu_mm_cfg.tma;
-    cu_mm_cfg.tma = mode == 1;
     return old;
 }
 extern "C" int backend_cuda_set_mmq_rows(int rows) {

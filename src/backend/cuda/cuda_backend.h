@@ -128,11 +128,6 @@ vllmc_status backend_cuda_fetch_argmax(struct backend *be, int32_t *ids, int32_t
 int backend_cuda_set_matvec_mma(int mask);
 /* Launches that took the tensor-core kernel so far, process-wide. */
 uint64_t backend_cuda_mma_launches(void);
-/* The bulk-copy ring mat-vec (mm_kernel_tma: one activation row, Q4_K rows of up to 16 super-blocks): 1 on, 0 off (the
- * default); returns the previous mode. VLLMC_CUDA_TMA=on[,KB] sets it at backend creation (KB: its ring a CTA at most,
- * default 100). */
-int backend_cuda_set_matvec_tma(int mode);
-uint64_t backend_cuda_tma_launches(void);
 /* Matmuls of 2..max_rows activation rows (Q4_K / Q6_K / Q8_0 / F32 weights) through the few-row kernel (a warp per
  * (weight row, activation row), the same bits as the multi-row kernel); 0 (default): off. Process-wide;
  * VLLMC_CUDA_DEC=N sets it at backend creation. Not yet measured: for comparisons. */

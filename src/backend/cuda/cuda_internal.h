@@ -189,9 +189,6 @@ struct cu_mm_cfg {
     int32_t mmq_stream;        /* 1: such launches as mmq_ctas even runs of (tile, super-block) units instead (default) */
     int32_t mmq_nt;            /* activation rows a CTA / 8: 4 (default: 64 rows over 2 CTAs, the 4-group instance holds no
                                   spill and asks for the next super-block's words early), 8 or 2 */
-    int32_t tma;               /* one activation row, every segment Q4_K of up to 16 super-blocks: the bulk-copy ring
-                                  mat-vec (mm_kernel_tma); 0 off (default), 1 on */
-    int32_t tma_smem;          /* ... its ring a CTA at most (bytes; default 100 KB: 2 CTAs an SM at 2,560 columns) */
 };
 extern struct cu_mm_cfg cu_mm_cfg;
 void cu_launch_matmul(const struct cu_mm_args *args, gpuStream_t s);

@@ -1797,149 +1797,9 @@ static __global__ void __launch_bounds__(LBT, LBM) mm_kernel_mma(const struct cu
     tl_store(tl);
 #endif
 }
-
-/* ---- the bulk-copy ring mat-vec (mm_kernel_tma; cu_mm_cfg.tma, off) ----
- * One activation row, every segment Q4_K of an even number of super-blocks, at most 16 (2,560 / 4,096 columns). The
- * launch's rows are tiles of 16 consecutive rows of a segment (16 x the row stride, contiguous); CTA b takes tiles b,
- * b + G, ... A producer warp streams them through a ring of `ns` shared-memory stages with bulk asynchronous copies
- * (cp.async.bulk, completing on the stage's `full` mbarrier): the first ns before the dependency wait, each later one
- * as soon as every consumer has released its stage (`empty`). The bytes in flight an SM are bounded by shared memory,
- * not by registers or the L1, and no CTA waits for a round of CTAs to leave. The W = n_sb / 2 consumer warps split a
- * tile's super-blocks as mm_kernel_mma's warps do (warp w: super-blocks 2w, 2w + 1, whose activation it holds in
- * registers for the whole launch), and the last warp to post its part of a tile adds the parts in warp order: that
- * kernel's ops in its order, so its bits. */
-#define MT_RT 16    /* rows a tile */
-#define MT_MAX_NS 6 /* stages at most */
-static __device__ __forceinline__ uint32_t mt_saddr(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
-static __device__ __forceinline__ void mt_wait(uint64_t *b, uint32_t parity) {
-    uint32_t ok = 0;
-    while (!ok)
-        asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
-                     : "=r"(ok)
-                     : "r"(mt_saddr(b)), "r"(parity)
-                     : "memory");
-}
-static __device__ __forceinline__ void mt_arrive(uint64_t *b) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(mt_saddr(b)) : "memory");
-}
-/* The segment of tile t and its rows r0 .. r0 + rows - 1. */
-static __device__ __forceinline__ int mt_tile(const struct cu_mm_args &P, int t, int &r0, int &rows) {
-    int si = 0;
-#pragma unroll
-    for (int i = 1; i < CU_MM_MAX_SEG; i++)
-        if (i < P.n_seg && t >= P.seg[i].tile0) si = i;
-    r0 = (t - P.seg[si].tile0) * MT_RT;
-    rows = min(MT_RT, P.seg[si].n_rows - r0);
-    return si;
-}
-/* Lane (g, c)'s words of super-block sb of a row in shared memory (k4s_load's). */
-static __device__ __forceinline__ k4s_w k4s_lds(const uint8_t *wr, int n_sb, int sb, int c) {
-    const uint4 *qp = (const uint4 *)(wr + 128 * (size_t)sb + 32 * c);
-    const uint32_t *wp = (const uint32_t *)(wr + (c < 3 ? k4_sc_off(n_sb) + 12 * (size_t)sb + 4 * (size_t)c : k4_dm_off(n_sb) + 4 * (size_t)sb));
-    return k4s_w{qp[0], qp[1], *wp};
-}
-/* blockDim 32 (W + 1): W consumer warps, then the producer; dynamic shared memory: ns stages of tile_bytes. */
-static __global__ void __launch_bounds__(32 * 9) mm_kernel_tma(const struct cu_mm_args P, int ns, int tile_bytes) {
-    extern __shared__ __align__(128) uint8_t mt_smem[];
-    __shared__ uint64_t full[MT_MAX_NS], empty[MT_MAX_NS];
-    __shared__ int cnt[MT_MAX_NS];
-    __shared__ float part[MT_MAX_NS][8][MT_RT];
-    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, W = (int)(blockDim.x >> 5) - 1;
-    const int n_sb = (int)(P.a.n / QK_K), G = gridDim.x, T = P.total_tiles;
-    const int nk = (int)blockIdx.x < T ? (T - (int)blockIdx.x + G - 1) / G : 0; /* the CTA's tiles */
-    if (threadIdx.x == 0) {
-        for (int k = 0; k < ns; k++) {
-            asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(mt_saddr(&full[k])) : "memory");
-            asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(mt_saddr(&empty[k])), "r"(W) : "memory");
-            cnt[k] = 0;
-        }
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
-    __syncthreads();
-    if (wid == W) { /* the producer: weights only, which no kernel writes, so no dependency wait */
-        gpu_pdl_trigger();
-        if (lane == 0)
-            for (int k = 0; k < nk; k++) {
-                const int s = k % ns;
-                if (k >= ns) mt_wait(&empty[s], (uint32_t)((k / ns - 1) & 1));
-                int r0, rows;
-                const cu_mm_seg &S = P.seg[mt_tile(P, (int)blockIdx.x + k * G, r0, rows)];
-                const uint32_t bytes = (uint32_t)((uint64_t)rows * S.stride);
-                asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(mt_saddr(&full[s])), "r"(bytes) : "memory");
-                asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                                 mt_saddr(mt_smem + (size_t)s * tile_bytes)),
-                             "l"(S.w + (size_t)r0 * S.stride), "r"(bytes), "r"(mt_saddr(&full[s]))
-                             : "memory");
-            }
-        return;
-    }
-    const int g = lane >> 2, c = lane & 3, b = lane & ~3;
-    const k4_sel ks = k4_sel_make(c);
-    const k4s_w zw{make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0), 0};
-    gpu_pdl_wait();
-    gpu_pdl_trigger();
-    /* the warp's activation: super-blocks 2 wid, 2 wid + 1 */
-    uint4 x0[2], x1[2];
-    int2 bs[2];
-    float da[2];
-#pragma unroll
-    for (int s2 = 0; s2 < 2; s2++) {
-        const int sb = 2 * wid + s2;
-        x0[s2] = x1[s2] = make_uint4(0, 0, 0, 0);
-        if ((g >> 1) == c) {
-            const uint4 *xp = (const uint4 *)(P.a.k_qs + (int64_t)sb * QK_K + 32 * g);
-            x0[s2] = xp[0]; x1[s2] = xp[1];
-        }
-        bs[s2] = *(const int2 *)(P.a.k_bs + (int64_t)sb * 16 + 4 * c);
-        da[s2] = P.a.k_d[sb];
-    }
-    for (int k = 0; k < nk; k++) {
-        const int s = k % ns;
-        int r0, rows;
-        const cu_mm_seg &S = P.seg[mt_tile(P, (int)blockIdx.x + k * G, r0, rows)];
-        mt_wait(&full[s], (uint32_t)((k / ns) & 1));
-        const uint8_t *wb = mt_smem + (size_t)s * tile_bytes;
-        float t0[2], t1[2];
-#pragma unroll
-        for (int s2 = 0; s2 < 2; s2++) {
-            const int sb = 2 * wid + s2;
-            const k4s_w w0 = g < rows ? k4s_lds(wb + (size_t)g * S.stride, n_sb, sb, c) : zw;
-            const k4s_w w1 = g + 8 < rows ? k4s_lds(wb + (size_t)(g + 8) * S.stride, n_sb, sb, c) : zw;
-            mma_q4k_sb<true>(w0.q0, w0.q1, w1.q0, w1.q1, w0.sw, w1.sw, x0[s2], x1[s2], bs[s2], da[s2], ks, b, t0[s2], t1[s2]);
-        }
-        if (c == 0) {
-            part[s][wid][g] = __fadd_rn(t0[0], t0[1]);
-            part[s][wid][g + 8] = __fadd_rn(t1[0], t1[1]);
-        }
-        __syncwarp();
-        int last = 0;
-        if (lane == 0) {
-            __threadfence_block();
-            last = atomicAdd(&cnt[s], 1) == W - 1;
-        }
-        last = __shfl_sync(0xffffffffu, last, 0);
-        if (last) { /* the tile's parts in warp order, mv_out's ops */
-            __threadfence_block();
-            if (lane < rows) {
-                float y = part[s][0][lane];
-                for (int w = 1; w < W; w++) y = __fadd_rn(y, part[s][w][lane]);
-                if (S.bias) y = __fadd_rn(y, S.bias[r0 + lane]);
-                S.y[r0 + lane] = y;
-                if (S.res) S.res[r0 + lane] = __fadd_rn(S.res[r0 + lane], y);
-            }
-            __syncwarp();
-            if (lane == 0) cnt[s] = 0;
-        }
-        __syncwarp();
-        if (lane == 0) mt_arrive(&empty[s]); /* the stage's weights and parts are free */
-    }
-}
 #endif
 uint64_t cu_mma_launches;
 extern "C" uint64_t backend_cuda_mma_launches(void) { return cu_mma_launches; }
-uint64_t cu_tma_launches;
-extern "C" uint64_t backend_cuda_tma_launches(void) { return cu_tma_launches; }
-
 
 /* Rows a CTA of mm_kernel_sbt for rows of n_sb super-blocks (n_sb x R threads, a multiple of 32, at most
  * SBT_MAX_THREADS); 0 where none fits. */
@@ -1986,44 +1846,6 @@ static void mm_subset(const struct cu_mm_args *args, unsigned mask, struct cu_mm
 
 uint64_t cu_cols_lb_launches;
 extern "C" uint64_t backend_cuda_cols_lb_launches(void) { return cu_cols_lb_launches; }
-
-static int mm_sm_count(void);
-/* mm_kernel_tma for a launch of one activation row whose segments are all Q4_K rows of an even number of super-blocks,
- * at most 16 (the caller checks the rest: no conv, no fused norm, no row order); false: nothing launched. Stages: as
- * many tiles as fit cu_mm_cfg.tma_smem (at most MT_MAX_NS, at least 2); the grid: the CTAs that fit an SM by their
- * shared memory (at most 4) on every SM, at most one a tile. */
-static bool mm_launch_tma(const struct cu_mm_args *in, gpuStream_t s) {
-#if defined(VLLMC_HIP)
-    (void)in; (void)s;
-    return false;
-#else
-    const int64_t n = in->a.n;
-    const int n_sb = (int)(n / QK_K);
-    if (n % QK_K || n_sb % 2 || n_sb > 16 || in->n_act != 1 || !in->a.k_qs) return false;
-    for (int i = 0; i < in->n_seg; i++)
-        if (in->seg[i].type != GGML_TYPE_Q4_K || in->seg[i].stride != in->seg[0].stride) return false;
-    static int smem_ok = -1;
-    if (smem_ok < 0) smem_ok = gpuFuncSetMaxDynamicSmem((const void *)mm_kernel_tma, 200 * 1024) == gpuSuccess;
-    (void)gpuGetLastError();
-    if (!smem_ok) return false;
-    const size_t tb = MT_RT * in->seg[0].stride;
-    const int ns = min(MT_MAX_NS, (int)((size_t)cu_mm_cfg.tma_smem / tb));
-    if (ns < 2) return false;
-    const size_t smem = (size_t)ns * tb;
-    struct cu_mm_args a = *in;
-    int T = 0;
-    for (int i = 0; i < a.n_seg; i++) {
-        a.seg[i].tile0 = T;
-        T += (int)GPU_CEIL_DIV(a.seg[i].n_rows, MT_RT);
-    }
-    a.total_tiles = T;
-    const int per_sm = max(1, min(4, (int)((228 * 1024) / (smem + 2048))));
-    const int G = min(T, per_sm * mm_sm_count());
-    gpu_launch(mm_kernel_tma, dim3((unsigned)G), dim3(32 * (n_sb / 2 + 1)), smem, s, a, ns, (int)tb);
-    cu_tma_launches++;
-    return true;
-#endif
-}
 
 /* The column-split kernel (NA = MV_NA for several activation rows) when every segment is Q4_K, Q6_K, Q8_0 or
  * F32 (one of them K-quant) and a row of 256-column super-blocks fits 16 warps; false (nothing launched) otherwise. */
@@ -2082,8 +1904,6 @@ static bool mm_launch_cols(const struct cu_mm_args *args, gpuStream_t s, bool ot
         cu_sbt_launches++;
         return true;
     }
-    /* the bulk-copy ring (cu_mm_cfg.tma, off): every segment Q4_K, one activation row, no conv, no fused norm */
-    if (cu_mm_cfg.tma && !mr && kt == 1 && !args->nq.on && !args->row_order && !args->conv.on && mm_launch_tma(args, s)) return true;
 #if !defined(VLLMC_HIP)
     /* the Q4_K terms on the tensor cores where every K-quant row is Q4_K (one activation row, no fused norm; the same
      * bits as the column-split kernel): cu_mm_cfg.mma, bit 1 rows of up to cols_sbw2 super-blocks (16 rows a CTA), bit 2
@@ -3633,7 +3453,7 @@ static bool mm_launch_mmr(const struct cu_mm_args *args, gpuStream_t s) {
 #else
 #define MM_MMQ 16
 #endif
-struct cu_mm_cfg cu_mm_cfg = {{8192, 65536}, {1, 4, 4}, {0, 2, 1}, {0, 0, 0}, 0, {1, 1, 1}, 64, 0, 3, 1, MS_CPS, 24 * 1024, 0, 16, MM_COLS_LB, 0, 16384, MM_MMA, MM_MMR, 10, 8, 32, 0, 16, 0, 1, 132, MM_MMQ, 132 * (VLLMC_MMQ_MINB4 > 2 ? VLLMC_MMQ_MINB4 : 2), 1, 1, 4, 0, 100 * 1024};
+struct cu_mm_cfg cu_mm_cfg = {{8192, 65536}, {1, 4, 4}, {0, 2, 1}, {0, 0, 0}, 0, {1, 1, 1}, 64, 0, 3, 1, MS_CPS, 24 * 1024, 0, 16, MM_COLS_LB, 0, 16384, MM_MMA, MM_MMR, 10, 8, 32, 0, 16, 0, 1, 132, MM_MMQ, 132 * (VLLMC_MMQ_MINB4 > 2 ? VLLMC_MMQ_MINB4 : 2), 1, 1, 4};
 
 static bool mm_launch_dec(const struct cu_mm_args *args, gpuStream_t s);
 
