@@ -52,6 +52,9 @@ typedef struct vllmc_engine vllmc_engine;
 typedef struct vllmc_request vllmc_request;
 
 typedef enum { VLLMC_KV_F16 = 0, VLLMC_KV_F32 = 1, VLLMC_KV_BF16 = 2, VLLMC_KV_FP8_E4M3 = 3 } vllmc_kv_dtype;
+/* The element type of a hybrid model's Gated DeltaNet state (vLLM's --mamba-ssm-cache-dtype): F32 (default) or
+ * BF16 (half the state memory and its traffic; the state is rounded once a step per sequence). */
+typedef enum { VLLMC_SSM_F32 = 0, VLLMC_SSM_BF16 = 1 } vllmc_ssm_dtype;
 /* Where the model runs. AUTO: the GPU when the library was built with CUDA (or HIP) and a device is
  * present, else the CPU. */
 typedef enum { VLLMC_DEVICE_AUTO = 0, VLLMC_DEVICE_CPU = 1, VLLMC_DEVICE_CUDA = 2 } vllmc_device;
@@ -83,6 +86,7 @@ typedef struct {
                                        tokens do not depend on what runs next to it; off by default on cuda
                                        (it keeps prefill off the GEMM / chunked-GDN / flash paths: >10x slower
                                        prefill); the CPU backend is batch-invariant always */
+    vllmc_ssm_dtype mamba_ssm_cache_dtype; /* hybrid models (qwen35): the delta-rule state's type; default F32 */
 } vllmc_engine_opts;
 
 void vllmc_engine_opts_default(vllmc_engine_opts *o);

@@ -36,6 +36,8 @@
 # Stage mmrrt (not default) checks mm_kernel_mmrs with 2 / 4 16-row tiles a CTA (VLLMC_CUDA_MMR_RT): test_cuda_ops mmr, then
 # the engine bench with 1 / 2 / 4 tiles in turn.
 # Stage mmqsan (not default): compute-sanitizer memcheck of test_cuda_ops mmr and of test_cuda_engine on the tiny qwen35.
+# Stage ssm (not default): the GDN state in bf16 (--mamba-ssm-cache-dtype bfloat16): test_cuda_ops gdn (and memcheck),
+# the bench both ways at batch 1 and in the engine.
 # Stage mmr128 (not default): decode steps of 65-128 sequences on the several-row kernels (the default since MM_MMR 128):
 # test_cuda_ops mmr, test_cuda_engine with 128 requests (and under memcheck), the bench against the f16 GEMM from 65 rows
 # (VLLMC_CUDA_MMR=64 VLLMC_CUDA_GEMM_ROWS=32,65, the previous default).
@@ -297,6 +299,33 @@ if has sanitize; then
         note "memcheck (tiny qwen35: prefill 20 + decode 6, graph and eager) rc=$rc: $(grep -c 'Invalid\|ERROR SUMMARY: [1-9]' "$OUT/sanitizer.txt") error lines; $(grep 'ERROR SUMMARY' "$OUT/sanitizer.txt" | head -1)"
     else
         note "compute-sanitizer not found"
+    fi
+fi
+
+if has ssm; then # the Gated DeltaNet state in bf16 (--mamba-ssm-cache-dtype bfloat16): test_cuda_ops gdn (f32 and bf16
+    # state against the CPU backend, the bf16 run with a 40-row prefill on the chunked kernels), the same under memcheck,
+    # then the first of BENCH_MODELS both ways: batch 1 (SSM_ARGS1) and the engine (SSM_ARGS)
+    timeout 200 "$BIN/test_cuda_ops" gdn >"$OUT/ssm_ops.txt" 2>&1; rc=$?
+    note "ssm test_cuda_ops gdn rc=$rc: $(tail -1 "$OUT/ssm_ops.txt") $(grep -m2 '^FAIL' "$OUT/ssm_ops.txt" | cut -c1-200 | tr '\n' ' ')"
+    while read -r line; do note "  ${line:0:170}"; done < <(grep '^gdn' "$OUT/ssm_ops.txt")
+    if command -v compute-sanitizer >/dev/null; then
+        timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN/test_cuda_ops" gdn >"$OUT/ssm_san.txt" 2>&1; rc=$?
+        note "ssm memcheck rc=$rc: $(grep 'ERROR SUMMARY' "$OUT/ssm_san.txt" | head -1)"
+    fi
+    wait_models
+    m=${BENCH_MODELS%% *}; f=/tmp/models/$m.gguf
+    if [ -s "$f" ]; then
+        for r in 1 2; do
+            for d in float32 bfloat16; do
+                timeout 150 "$BIN/vllmc" bench -m "$f" --mamba-ssm-cache-dtype $d ${SSM_ARGS1:--p 512 -g 256 -r 5} >"$OUT/ssm_b1_${d}_$r.txt" 2>&1; rc=$?
+                note "ssm bench $m batch 1 $d rc=$rc: $(grep -m1 '^output tok/s' "$OUT/ssm_b1_${d}_$r.txt")"
+            done
+        done
+        for d in float32 bfloat16; do
+            timeout 200 "$BIN/vllmc" bench -m "$f" --mamba-ssm-cache-dtype $d ${SSM_ARGS:---concurrency 16,64,128 -p 128 -g 64 -r 1} \
+                >"$OUT/ssm_eng_$d.txt" 2>&1; rc=$?
+            note "ssm bench $m engine $d rc=$rc: $(grep '^| [0-9]' "$OUT/ssm_eng_$d.txt" | tr '\n' ' ')"
+        done
     fi
 fi
 

@@ -375,6 +375,26 @@ static void test_kv_dtypes(const char *path) {
     printf("  kv dtypes f32, bf16, fp8_e4m3 (shifted and plain): batched with preemption equals alone\n");
 }
 
+/* The Gated DeltaNet state in bf16 (vllmc_engine_opts.mamba_ssm_cache_dtype; dense models have none): a bad value is
+ * refused; the engine serves with it, and greedy runs repeat exactly. (Batched with preemption need not equal alone:
+ * the state is rounded at the end of each step's run, so another prefill chunking rounds it at other places.) */
+static void test_ssm_bf16(const char *path) {
+    static int32_t a[NP][NGEN], b[NP][NGEN];
+    int all[NP];
+    for (int p = 0; p < NP; p++) all[p] = p;
+    vllmc_engine_opts o;
+    vllmc_engine *e = NULL;
+    engine_opts(&o, 2, 64, 0, 1);
+    o.mamba_ssm_cache_dtype = (vllmc_ssm_dtype)7;
+    CHECK(vllmc_engine_create(path, &o, &e) == VLLMC_ERR_INVALID && !e && strstr(vllmc_last_error(), "mamba_ssm_cache_dtype"));
+    engine_opts(&o, NP, 40, 8, 1);
+    o.mamba_ssm_cache_dtype = VLLMC_SSM_BF16;
+    CHECK(run_engine(path, &o, all, NP, a, NULL) == 0);
+    CHECK(run_engine(path, &o, all, NP, b, NULL) == 0);
+    for (int p = 0; p < NP; p++) CHECK_MSG(same_tokens(a, b, p), "bf16 state prompt %d: a second run differs", p);
+    printf("  bf16 state: served, greedy runs repeat\n");
+}
+
 /* Device and memory options: bad values are refused with a message, a plan over the utilization limit too;
  * the stats name the device the engine runs on. */
 static void test_device_opts(const char *path) {
@@ -424,6 +444,7 @@ int main(int argc, char **argv) {
     test_device_opts(argv[1]);
     for (int i = 1; i < argc; i++) {
         test_kv_dtypes(argv[i]); /* every family: the fp8 key shift is derived per family at cache creation */
+        test_ssm_bf16(argv[i]);
         test_model(argv[i]);
         test_text_stops_logprobs(argv[i]);
     }

@@ -223,6 +223,42 @@ static void check_model(const char *path, bool moe) {
     /* Slot 0 now holds the state of a finished sequence; a run from position 0 must not see it. */
     CHECK(run(mf, kvf, 1, ids, len, 0, &again) == VLLMC_OK);
     CHECK_MSG(memcmp(again, whole, sizeof(float) * nl) == 0, "%s: rerun from position 0 differs", arch);
+    /* The delta-rule state in bf16 (--mamba-ssm-cache-dtype bfloat16): half the bytes a slot. A run of a sequence's
+     * tokens keeps its state in f32 and rounds it once at its end, so the whole prompt in one run gives the f32 state's
+     * logits exactly, and token by token (a rounding after every token) gives logits near them but not equal (the bf16
+     * path is taken); the reference backend token by token near the fast one; one thread the same bits as two. */
+    {
+        mf->ssm_bf16 = mr->ssm_bf16 = true;
+        struct bk_kv_cache *kb = NULL, *kbr = NULL;
+        VLLMC_ASSERT(model_kv_create(mf, BK_KV_F32, 32, &kb) == VLLMC_OK && model_kv_create(mr, BK_KV_F32, 32, &kbr) == VLLMC_OK);
+        CHECK(kb->rs->ssm_bf16 && 2 * bk_rs_ssm_bytes(kb->rs) == bk_rs_ssm_bytes(kvf->rs));
+        float *bw = malloc(sizeof(float) * nl), *bs = malloc(sizeof(float) * nl), *br = malloc(sizeof(float) * nl);
+        CHECK(run(mf, kb, 1, ids, len, 0, &bw) == VLLMC_OK);
+        CHECK(run(mf, kb, 1, ids, len, 1, &bs) == VLLMC_OK);
+        CHECK(run(mr, kbr, 1, ids, len, 1, &br) == VLLMC_OK);
+        const double b1 = rel_err(bw, whole, nl), b2 = rel_err(bs, whole, nl), b3 = rel_err(br, bs, nl);
+        printf("%s: bf16 state: whole prompt vs f32 %.2e, token by token vs f32 %.2e, reference vs fast (token by token) %.2e\n",
+               arch, b1, b2, b3);
+        CHECK_MSG(b1 == 0, "%s: bf16 state, whole prompt (one run) vs f32 state %g", arch, b1);
+        /* (the MoE model's top-k routing can flip on the rounding: a bound there would measure the router) */
+        CHECK_MSG(b2 > 0 && (moe || b2 < 2e-2), "%s: bf16 state, token by token vs f32 state %g", arch, b2);
+        CHECK_MSG(b3 < 1e-3, "%s: bf16 state, reference vs fast %g", arch, b3);
+        struct backend *one = NULL;
+        struct model *m1 = NULL;
+        struct bk_kv_cache *kv1 = NULL;
+        VLLMC_ASSERT(backend_cpu_create(1, false, &one) == VLLMC_OK && model_load(path, one, &m1) == VLLMC_OK);
+        m1->ssm_bf16 = true;
+        VLLMC_ASSERT(model_reserve(m1, 128, 128) == VLLMC_OK && model_kv_create(m1, BK_KV_F32, 32, &kv1) == VLLMC_OK);
+        CHECK(run(m1, kv1, 1, ids, len, 1, &br) == VLLMC_OK);
+        CHECK_MSG(memcmp(br, bs, sizeof(float) * nl) == 0, "%s: bf16 state, 1 thread vs 2 threads differ", arch);
+        model_kv_destroy(m1, kv1);
+        model_destroy(m1);
+        one->ops->destroy(one);
+        free(bw); free(bs); free(br);
+        model_kv_destroy(mf, kb);
+        model_kv_destroy(mr, kbr);
+        mf->ssm_bf16 = mr->ssm_bf16 = false;
+    }
     /* The model refuses a KV cache without state slots. */
     struct bk_rs_cache *keep = kvf->rs;
     kvf->rs = NULL;

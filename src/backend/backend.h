@@ -157,14 +157,23 @@ struct bk_attn_params {
 
 /* Recurrent state of a hybrid model's Gated DeltaNet layers (qwen35 / qwen35moe), owned by the caller
  * like the KV cache. Per layer and sequence slot: the conv state [conv_dim][d_conv-1] (last raw inputs,
- * oldest first) and the delta-rule state [n_v_head][d_v][d_k] (v-major), both f32. */
+ * oldest first, f32) and the delta-rule state [n_v_head][d_v][d_k] (v-major), f32 or, with ssm_bf16, bf16
+ * (vLLM's --mamba-ssm-cache-dtype): the gdn op then loads a sequence's state to f32 at the start of its
+ * run of tokens in the batch, computes in f32, and stores it rounded to bf16 (nearest even) at the run's end,
+ * so the rounding happens once a step per sequence, not once a token. */
 struct bk_rs_cache {
     int32_t n_layers;          /* recurrent layers only */
     int32_t n_slots;           /* bk_seq.state_slot indexes these */
     int64_t conv_floats;       /* per (layer, slot) */
-    int64_t ssm_floats;        /* per (layer, slot) */
-    float **conv, **ssm;       /* [n_layers] host array of backend pointers to [n_slots][*_floats] */
+    int64_t ssm_floats;        /* per (layer, slot): elements, f32 or bf16 */
+    float **conv;              /* [n_layers] host array of backend pointers to [n_slots][conv_floats] */
+    void **ssm;                /* [n_layers] host array of backend pointers to [n_slots][ssm_floats] */
+    int32_t ssm_bf16;          /* 1: the delta-rule state is bf16 (uint16_t) */
 };
+/* Bytes of one (layer, slot) delta-rule state. */
+static inline size_t bk_rs_ssm_bytes(const struct bk_rs_cache *rs) {
+    return (size_t)rs->ssm_floats * (rs->ssm_bf16 ? 2u : 4u);
+}
 
 struct bk_gdn_params {
     int32_t n_k_head, n_v_head;  /* value head m reads query/key head m % n_k_head */

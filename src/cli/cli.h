@@ -20,6 +20,8 @@ int cmd_template(int argc, char **argv);
 enum cli_device { CLI_DEVICE_AUTO, CLI_DEVICE_CPU, CLI_DEVICE_CUDA };
 bool cli_device_parse(const char *s, enum cli_device *out);
 enum cli_device cli_device_resolve(enum cli_device d); /* AUTO to CPU or CUDA */
+/* --mamba-ssm-cache-dtype: auto (= float32), float32 / fp32 / f32, bfloat16 / bf16 -> *bf16 */
+bool cli_ssm_dtype_parse(const char *s, bool *bf16);
 struct cli_backend_opts {
     enum cli_device device;
     int threads;    /* cpu: 0 = all */

@@ -15,6 +15,13 @@ bool cli_device_parse(const char *s, enum cli_device *out) {
     return true;
 }
 
+bool cli_ssm_dtype_parse(const char *s, bool *bf16) {
+    if (!strcmp(s, "auto") || !strcmp(s, "float32") || !strcmp(s, "fp32") || !strcmp(s, "f32")) *bf16 = false;
+    else if (!strcmp(s, "bfloat16") || !strcmp(s, "bf16")) *bf16 = true;
+    else return false;
+    return true;
+}
+
 enum cli_device cli_device_resolve(enum cli_device d) {
 #ifdef VLLMC_CUDA
     if (d == CLI_DEVICE_AUTO) d = backend_cuda_device_count() > 0 ? CLI_DEVICE_CUDA : CLI_DEVICE_CPU;

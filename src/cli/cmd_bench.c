@@ -33,6 +33,7 @@ struct bench_opts {
     int n_prompt, n_gen, reps, threads;
     bool json, eager, profile, cpu, invariant, pipe;
     enum bk_kv_dtype kv;
+    bool ssm_bf16; /* --mamba-ssm-cache-dtype bfloat16 */
     int conc[16], n_conc;
     float temperature, top_p; /* engine mode: the requests' sampling (0 greedy; top_p 1 off) */
     int top_k;
@@ -77,6 +78,7 @@ static void usage(void) {
             "  --device D      auto (default: cuda when built with CUDA=1 and a GPU is present), cuda or cpu\n"
             "  --enforce-eager no CUDA graphs\n"
             "  --kv-cache-dtype D  auto (= f16), f16, bf16, f32, fp8 / fp8_e4m3\n"
+            "  --mamba-ssm-cache-dtype D  hybrid models: the Gated DeltaNet state, auto (= float32), float32, bfloat16\n"
             "  --concurrency N,..  engine mode: keep N requests in flight (continuous batching) for each N\n"
             "  --temperature T, --top-p P, --top-k K  engine mode: the requests sample (default greedy)\n"
             "  --batch-invariant engine mode, cuda: every row computed the same way whatever the batch (the\n"
@@ -173,6 +175,7 @@ static vllmc_status load(const struct bench_opts *o, bool profile, struct backen
     vllmc_status st;
     if ((st = make_backend(o, profile, be))) return st;
     if ((st = model_load(o->model, *be, m))) return st;
+    (*m)->ssm_bf16 = o->ssm_bf16;
     if ((st = model_reserve(*m, o->n_prompt, 1))) return st;
     const int32_t n_blocks = (o->n_prompt + o->n_gen + BK_KV_BLOCK) / BK_KV_BLOCK + 1;
     return model_kv_create(*m, o->kv, n_blocks, kv);
@@ -237,6 +240,7 @@ static int bench_engine(const struct bench_opts *o) {
     eo.batch_invariant = o->invariant;
     eo.threads = o->threads;
     eo.kv_dtype = o->kv == BK_KV_F32 ? VLLMC_KV_F32 : o->kv == BK_KV_BF16 ? VLLMC_KV_BF16 : o->kv == BK_KV_FP8_E4M3 ? VLLMC_KV_FP8_E4M3 : VLLMC_KV_F16;
+    eo.mamba_ssm_cache_dtype = o->ssm_bf16 ? VLLMC_SSM_BF16 : VLLMC_SSM_F32;
     if (!o->pipe) setenv("VLLMC_ENGINE_PIPELINE", "0", 1); /* the engine's decode steps waited step by step */
     const char *pe = getenv("VLLMC_ENGINE_PIPELINE");
     const bool engine_pipe = !(pe && !strcmp(pe, "0"));
@@ -344,7 +348,7 @@ out:
 }
 
 int cmd_bench(int argc, char **argv) {
-    struct bench_opts o = {NULL, 512, 256, 5, 0, false, false, false, false, false, true, BK_KV_F16, {0}, 0, 0.0f, 1.0f, 0};
+    struct bench_opts o = {NULL, 512, 256, 5, 0, false, false, false, false, false, true, BK_KV_F16, false, {0}, 0, 0.0f, 1.0f, 0};
     o.cpu = cli_device_resolve(CLI_DEVICE_AUTO) == CLI_DEVICE_CPU;
     if (argc > 1 && !strcmp(argv[1], "serve")) return cmd_bench_serve(argc - 1, argv + 1);
     for (int i = 1; i < argc; i++) {
@@ -374,6 +378,12 @@ int cmd_bench(int argc, char **argv) {
         } else if (!strcmp(a, "--kv-cache-dtype") && has) {
             const char *d = argv[++i];
             if (!bk_kv_dtype_parse(d, &o.kv)) { fprintf(stderr, "vllmc bench: KV dtype '%s' (auto, f16, bf16, f32, fp8)\n", d); return 2; }
+        } else if (!strcmp(a, "--mamba-ssm-cache-dtype") && has) {
+            const char *d = argv[++i];
+            if (!cli_ssm_dtype_parse(d, &o.ssm_bf16)) {
+                fprintf(stderr, "vllmc bench: --mamba-ssm-cache-dtype '%s' (auto, float32, bfloat16)\n", d);
+                return 2;
+            }
         } else if ((!strcmp(a, "--temperature") || !strcmp(a, "--top-p")) && has) {
             char *end;
             const double v = strtod(argv[++i], &end);

@@ -26,7 +26,7 @@
 struct gen_opts {
     const char *model_path, *prompt, *prompt_ids, *dump_logits, *system, *perplexity;
     int32_t n_predict, n_threads, batch, ctx;
-    bool ids, ignore_eos, reference, verbose, kv_fp8_plain, eager, profile, no_pipeline;
+    bool ids, ignore_eos, reference, verbose, kv_fp8_plain, eager, profile, no_pipeline, ssm_bf16;
     enum bk_kv_dtype kv_dtype;
     enum cli_device device;
     struct sampler_params sp;
@@ -52,6 +52,7 @@ static void gen_usage(const char *cmd) {
             "  --kv-cache-dtype T        KV cache type: auto (= f16) | f16 | bf16 | fp8 (e4m3, scaled) | f32\n"
             "  --kv-f32                  same as --kv-cache-dtype f32\n"
             "  --kv-fp8-plain            fp8 cache without the key shift (vLLM's fp8 cache as is)\n"
+            "  --mamba-ssm-cache-dtype T hybrid models: the Gated DeltaNet state, auto (= float32) | float32 | bfloat16\n"
             "  --reference               plain scalar reference ops (slow; for testing)\n"
             "%s",
             cmd, strcmp(cmd, "chat") ? "-p TEXT " : "",
@@ -132,6 +133,7 @@ static int parse_opts(int argc, char **argv, bool chat, struct gen_opts *o) {
         else if (!strcmp(a, "--kv-f32")) o->kv_dtype = BK_KV_F32;
         else if (!strcmp(a, "--kv-fp8-plain")) o->kv_fp8_plain = true;
         else if (!strcmp(a, "--kv-cache-dtype")) { NEED_ARG(); if (!bk_kv_dtype_parse(v, &o->kv_dtype)) BAD(v); }
+        else if (!strcmp(a, "--mamba-ssm-cache-dtype")) { NEED_ARG(); if (!cli_ssm_dtype_parse(v, &o->ssm_bf16)) BAD(v); }
         else if (!chat && !strcmp(a, "--perplexity")) { NEED_ARG(); o->perplexity = v; }
         else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) o->verbose = true;
         else { fprintf(stderr, "vllmc: unknown option '%s' (see vllmc %s --help)\n", a, chat ? "chat" : "generate"); return 2; }
@@ -339,6 +341,7 @@ static int gen_env_init(struct gen_env *e, const struct gen_opts *o, bool need_t
         return 1;
     }
     e->m->kv_fp8_plain = o->kv_fp8_plain;
+    e->m->ssm_bf16 = o->ssm_bf16;
     if (o->verbose)
         fprintf(stderr, "loaded %s (%s, %d layers, n_embd %d, vocab %d, %.1f MB of weights) in %.2f s on %s with %d threads\n", o->model_path,
                 e->m->hp.arch, e->m->hp.n_layer, e->m->hp.n_embd, e->m->hp.n_vocab, (double)model_weight_bytes(e->m) / 1e6,

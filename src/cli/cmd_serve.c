@@ -27,6 +27,8 @@ static void serve_usage(void) {
             "  --gpu-memory-utilization F       fraction (0, 1] of the device's memory (the host's on cpu) for weights,\n"
             "                                   activations, KV cache and state; the KV cache takes what is left\n"
             "  --kv-cache-dtype DTYPE           KV cache element type: auto (= fp16), fp16, bf16, fp32, or fp8 / fp8_e4m3\n"
+            "  --mamba-ssm-cache-dtype DTYPE    hybrid models (qwen35): the Gated DeltaNet state, auto (= float32), float32,\n"
+            "                                   or bfloat16 (half its memory and traffic; rounded once a step)\n"
             "                                   (e4m3 with a per-tensor K and V scale, 1.0 as in vLLM)\n"
             "  --enable-prefix-caching / --no-enable-prefix-caching   (default on)\n"
             "  --seed N                         seed for requests that give none (default 0)\n"
@@ -96,6 +98,11 @@ int cmd_serve(int argc, char **argv) {
             if (!bk_kv_dtype_parse(v, &kd)) BAD("auto, fp16, bf16, fp8, fp8_e4m3 or fp32");
             o.eng.kv_dtype = kd == BK_KV_F32 ? VLLMC_KV_F32 : kd == BK_KV_BF16 ? VLLMC_KV_BF16
                            : kd == BK_KV_FP8_E4M3 ? VLLMC_KV_FP8_E4M3 : VLLMC_KV_F16;
+        } else if (!strcmp(a, "--mamba-ssm-cache-dtype")) {
+            NEED_ARG();
+            bool bf;
+            if (!cli_ssm_dtype_parse(v, &bf)) BAD("auto, float32 or bfloat16");
+            o.eng.mamba_ssm_cache_dtype = bf ? VLLMC_SSM_BF16 : VLLMC_SSM_F32;
         } else if (!strcmp(a, "--enable-prefix-caching")) o.eng.enable_prefix_caching = 1;
         else if (!strcmp(a, "--no-enable-prefix-caching")) o.eng.enable_prefix_caching = 0;
         else if (!strcmp(a, "--seed")) { INT_ARG(0, INT64_MAX, "a non-negative integer"); o.eng.seed = (uint64_t)n; }

@@ -27,17 +27,18 @@ static vllmc_status engm_state_copy(void *ctx, int32_t src, int32_t dst) {
     const struct backend_ops *op = g->be->ops;
     vllmc_status st;
     for (int32_t l = 0; l < rs->n_layers; l++) {
-        const size_t cf = (size_t)rs->conv_floats, sf = (size_t)rs->ssm_floats;
+        const size_t cf = (size_t)rs->conv_floats, sb = bk_rs_ssm_bytes(rs);
+        uint8_t *ssm = rs->ssm[l];
         if (op->copy_within) {
             if ((st = op->copy_within(g->be, rs->conv[l] + (size_t)dst * cf, rs->conv[l] + (size_t)src * cf, cf * 4)) ||
-                (st = op->copy_within(g->be, rs->ssm[l] + (size_t)dst * sf, rs->ssm[l] + (size_t)src * sf, sf * 4)))
+                (st = op->copy_within(g->be, ssm + (size_t)dst * sb, ssm + (size_t)src * sb, sb)))
                 return st;
             continue;
         }
         if ((st = op->copy_to_host(g->be, g->host_tmp, rs->conv[l] + (size_t)src * cf, cf * 4)) ||
             (st = op->copy_to_device(g->be, rs->conv[l] + (size_t)dst * cf, g->host_tmp, cf * 4)) ||
-            (st = op->copy_to_host(g->be, g->host_tmp, rs->ssm[l] + (size_t)src * sf, sf * 4)) ||
-            (st = op->copy_to_device(g->be, rs->ssm[l] + (size_t)dst * sf, g->host_tmp, sf * 4)))
+            (st = op->copy_to_host(g->be, g->host_tmp, ssm + (size_t)src * sb, sb)) ||
+            (st = op->copy_to_device(g->be, ssm + (size_t)dst * sb, g->host_tmp, sb)))
             return st;
     }
     return VLLMC_OK;
@@ -132,15 +133,18 @@ vllmc_status engine_model_create(const char *model_path, const vllmc_engine_opts
     if (o.max_model_len < 0 || o.max_num_seqs < 0 || o.max_num_batched_tokens < 0 || o.kv_blocks < 0 ||
         (o.kv_dtype != VLLMC_KV_F16 && o.kv_dtype != VLLMC_KV_F32 && o.kv_dtype != VLLMC_KV_BF16 && o.kv_dtype != VLLMC_KV_FP8_E4M3) ||
         (o.device != VLLMC_DEVICE_AUTO && o.device != VLLMC_DEVICE_CPU && o.device != VLLMC_DEVICE_CUDA) ||
-        !(o.gpu_memory_utilization >= 0.0f && o.gpu_memory_utilization <= 1.0f))
+        !(o.gpu_memory_utilization >= 0.0f && o.gpu_memory_utilization <= 1.0f) ||
+        (o.mamba_ssm_cache_dtype != VLLMC_SSM_F32 && o.mamba_ssm_cache_dtype != VLLMC_SSM_BF16))
         return vllmc_errorf(VLLMC_ERR_INVALID, "engine options: max_model_len %d, max_num_seqs %d, max_num_batched_tokens %d, "
-                            "kv_blocks %d, kv_dtype %d, device %d, gpu_memory_utilization %g", o.max_model_len, o.max_num_seqs,
-                            o.max_num_batched_tokens, o.kv_blocks, (int)o.kv_dtype, (int)o.device, (double)o.gpu_memory_utilization);
+                            "kv_blocks %d, kv_dtype %d, device %d, gpu_memory_utilization %g, mamba_ssm_cache_dtype %d",
+                            o.max_model_len, o.max_num_seqs, o.max_num_batched_tokens, o.kv_blocks, (int)o.kv_dtype, (int)o.device,
+                            (double)o.gpu_memory_utilization, (int)o.mamba_ssm_cache_dtype);
     struct engm *g = calloc(1, sizeof(*g));
     if (!g) return vllmc_errorf(VLLMC_ERR_OOM, "engine");
     vllmc_status st;
     vllmc_device dev = VLLMC_DEVICE_CPU;
     if ((st = engm_backend(&o, &dev, &g->be)) || (st = model_load(model_path, g->be, &g->m))) goto fail;
+    g->m->ssm_bf16 = o.mamba_ssm_cache_dtype == VLLMC_SSM_BF16;
     if (tokenizer_load_gguf(g->m->gguf, &g->tok) != VLLMC_OK) {
         LOG_WARN("engine: %s has no usable tokenizer (%s): no text output, no stop strings", model_path, vllmc_last_error());
         g->tok = NULL;
@@ -170,7 +174,8 @@ vllmc_status engine_model_create(const char *model_path, const vllmc_engine_opts
     {
         struct bk_kv_cache *probe = NULL;
         if ((st = model_kv_create(g->m, kdt, 1, &probe))) goto fail;
-        if (probe->rs) state_slot_bytes = 4ull * (uint64_t)probe->rs->n_layers * (uint64_t)(probe->rs->conv_floats + probe->rs->ssm_floats);
+        if (probe->rs)
+            state_slot_bytes = (uint64_t)probe->rs->n_layers * (4ull * (uint64_t)probe->rs->conv_floats + bk_rs_ssm_bytes(probe->rs));
         model_kv_destroy(g->m, probe);
     }
     const bool has_state = state_slot_bytes > 0;
@@ -248,7 +253,7 @@ vllmc_status engine_model_create(const char *model_path, const vllmc_engine_opts
     g->kv->max_ctx = c.max_model_len;
     if (has_state && !g->be->ops->copy_within) {
         const struct bk_rs_cache *rs = g->kv->rs;
-        g->host_tmp = malloc((size_t)VLLMC_MAX(rs->conv_floats, rs->ssm_floats) * sizeof(float));
+        g->host_tmp = malloc(VLLMC_MAX((size_t)rs->conv_floats * sizeof(float), bk_rs_ssm_bytes(rs)));
         if (!g->host_tmp) { st = vllmc_errorf(VLLMC_ERR_OOM, "engine: state copy buffer"); goto fail; }
     }
     if (o.print_plan)

@@ -83,6 +83,9 @@ struct model {
      * with no key shift (vLLM's fp8 cache as is). */
     int32_t kv_max_len;
     bool kv_fp8_plain;
+    /* hybrid models (qwen35): the caches' delta-rule state in bf16 instead of f32 (model_kv_create and
+     * model_kv_set_state_slots read it; vLLM's --mamba-ssm-cache-dtype bfloat16) */
+    bool ssm_bf16;
     struct bk_tensor **bound;   /* every tensor model_bind filled (freed by model_destroy) */
     int32_t n_bound, cap_bound;
 };

@@ -344,7 +344,7 @@ static vllmc_status qwen35_forward(struct model *m, const struct bk_batch *b, st
     return VLLMC_OK;
 }
 
-/* Recurrent-state slots: one conv and one delta-rule state per (GDN layer, slot), zeroed. */
+/* Recurrent-state slots: one conv and one delta-rule state (f32, or bf16 with m->ssm_bf16) per (GDN layer, slot). */
 static void qwen35_kv_detach(struct model *m, struct bk_kv_cache *kv) {
     struct bk_rs_cache *rs = kv ? kv->rs : NULL;
     if (!rs) return;
@@ -369,13 +369,14 @@ static vllmc_status qwen35_kv_attach(struct model *m, struct bk_kv_cache *kv, in
     rs->n_slots = n_slots;
     rs->conv_floats = d->conv_dim * (d->d_conv - 1);
     rs->ssm_floats = d->value_dim * d->d_state;
+    rs->ssm_bf16 = m->ssm_bf16;
     rs->conv = calloc((size_t)VLLMC_MAX(rs->n_layers, 1), sizeof(float *));
-    rs->ssm = calloc((size_t)VLLMC_MAX(rs->n_layers, 1), sizeof(float *));
+    rs->ssm = calloc((size_t)VLLMC_MAX(rs->n_layers, 1), sizeof(void *));
     if (!rs->conv || !rs->ssm) { qwen35_kv_detach(m, kv); return vllmc_errorf(VLLMC_ERR_OOM, "state cache"); }
     for (int32_t i = 0; i < rs->n_layers; i++) {
         vllmc_status st;
         if ((st = m->be->ops->alloc(m->be, (size_t)n_slots * (size_t)rs->conv_floats * 4, (void **)&rs->conv[i])) ||
-            (st = m->be->ops->alloc(m->be, (size_t)n_slots * (size_t)rs->ssm_floats * 4, (void **)&rs->ssm[i]))) {
+            (st = m->be->ops->alloc(m->be, (size_t)n_slots * bk_rs_ssm_bytes(rs), &rs->ssm[i]))) {
             qwen35_kv_detach(m, kv);
             return st;
         }

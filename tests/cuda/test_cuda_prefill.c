@@ -201,13 +201,13 @@ static void gdn_fix_open(struct gdn_fix *f, int DV, int n_slots) {
     memset(f, 0, sizeof(*f));
     f->VD = VD;
     f->LD = C + VD + 2 * NV;
-    f->rrs = (struct bk_rs_cache){1, n_slots, C * (DC - 1), VD * DK, NULL, NULL};
+    f->rrs = (struct bk_rs_cache){1, n_slots, C * (DC - 1), VD * DK, NULL, NULL, 0};
     f->grs = f->rrs;
     f->cf = (size_t)(n_slots * f->rrs.conv_floats);
     f->sf = (size_t)(n_slots * f->rrs.ssm_floats);
     f->rconv = ref_put(NULL, f->cf * 4); f->rssm = ref_put(NULL, f->sf * 4);
     f->gconv = dev_put(NULL, f->cf * 4); f->gssm = dev_put(NULL, f->sf * 4);
-    f->rrs.conv = &f->rconv; f->rrs.ssm = &f->rssm; f->grs.conv = &f->gconv; f->grs.ssm = &f->gssm;
+    f->rrs.conv = &f->rconv; f->rrs.ssm = (void **)&f->rssm; f->grs.conv = &f->gconv; f->grs.ssm = (void **)&f->gssm;
     f->cw = rand_buf((size_t)(C * DC), 0.5f); f->dtb = rand_buf(NV, 1.0f); f->sa = rand_buf(NV, 0.5f); f->nw = rand_buf((size_t)DV, 1.0f);
     for (int i = 0; i < NV; i++) f->sa[i] = -fabsf(f->sa[i]);
     f->gcw = dev_put(f->cw, (size_t)(C * DC) * 4); f->gdtb = dev_put(f->dtb, NV * 4);

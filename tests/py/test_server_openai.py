@@ -404,6 +404,7 @@ def test_reasoning_split(model, tmp_path):
                                       (["--max-model-len", "abc"], "--max-model-len"),
                                       (["--gpu-memory-utilization", "1.5"], "--gpu-memory-utilization"),
                                       (["--device", "tpu"], "--device"),
+                                      (["--mamba-ssm-cache-dtype", "float16"], "--mamba-ssm-cache-dtype"),
                                       (["--bogus"], "unknown option")])
 def test_bad_flags(model, args, msg):
     import subprocess

@@ -9,6 +9,7 @@
 #include <stdatomic.h>
 #include <string.h>
 #include "backend/cpu/cpu_internal.h"
+#include "quant/blocks.h"
 #include "quant/gemv.h"
 
 /* Dot product with 8 independent partial sums so the compiler can vectorize it without reassociation. */
@@ -353,13 +354,20 @@ struct gdn_fused_ctx {
     int64_t z_stride;
     const float *norm_w;
     float eps;
+    uint16_t *state_bf16;    /* or NULL: the slot's bf16 state, which rule->state (f32 scratch) holds for the run */
 };
 
-/* Value head m: the delta rule over the run, then the gated RMSNorm of that head's outputs. */
+/* Value head m: the delta rule over the run, then the gated RMSNorm of that head's outputs. A bf16 state is
+ * widened into the f32 scratch before the run and rounded back (nearest even) after it. */
 static void gdn_rule_norm_task(void *vctx, int m, int i_thread) {
     const struct gdn_fused_ctx *f = vctx;
     const struct gdn_rule_ctx *c = f->rule;
+    const int64_t hs = (int64_t)c->d->d_v * c->d->d_k;
+    if (f->state_bf16)
+        for (int64_t i = 0; i < hs; i++) c->state[m * hs + i] = bf16_to_fp32(f->state_bf16[m * hs + i]);
     f->rule_task((void *)c, m, i_thread);
+    if (f->state_bf16)
+        for (int64_t i = 0; i < hs; i++) f->state_bf16[m * hs + i] = fp32_to_bf16(c->state[m * hs + i]);
     const int dv = c->d->d_v;
     for (int t = 0; t < c->n_tokens; t++) {
         float *o = c->o + (int64_t)t * c->o_stride + (int64_t)m * dv;
@@ -373,8 +381,10 @@ static void gdn_rule_norm_task(void *vctx, int m, int i_thread) {
 int64_t bk_gdn_work_floats(const struct bk_gdn_params *p, int64_t max_tokens, int n_threads) {
     const struct gdn_dims d = {p->n_k_head, p->n_v_head, p->d_k, p->d_v};
     const int64_t conv_dim = 2 * (int64_t)p->n_k_head * p->d_k + (int64_t)p->n_v_head * p->d_v;
+    /* conv outputs, beta, g; the chunked rule's scratch a thread; a run's f32 state where the cache is bf16 */
     return max_tokens * conv_dim + 2 * max_tokens * p->n_v_head +
-           (int64_t)VLLMC_MAX(n_threads, 1) * gdn_chunked_scratch_floats(&d, GDN_CHUNK) + 64;
+           (int64_t)VLLMC_MAX(n_threads, 1) * gdn_chunked_scratch_floats(&d, GDN_CHUNK) +
+           (int64_t)p->n_v_head * p->d_v * p->d_k + 64;
 }
 
 vllmc_status cpu_gdn(struct backend *be, struct bk_rs_cache *rs, const struct bk_gdn_params *p,
@@ -398,6 +408,7 @@ vllmc_status cpu_gdn(struct backend *be, struct bk_rs_cache *rs, const struct bk
     float *conv_out = work, *beta = conv_out + T * conv_dim, *g = beta + T * nv;
     float *scratch = g + T * nv;
     scratch += (16 - ((uintptr_t)scratch / sizeof(float)) % 16) % 16; /* 64-byte aligned */
+    float *state32 = scratch + (int64_t)VLLMC_MAX(be->n_threads, 1) * gdn_chunked_scratch_floats(&d, GDN_CHUNK);
     struct threadpool *tp = c->tp;
     for (int64_t t0 = 0; t0 < T;) {
         const int32_t s = c->seq_idx[t0];
@@ -407,10 +418,11 @@ vllmc_status cpu_gdn(struct backend *be, struct bk_rs_cache *rs, const struct bk
         if (slot < 0 || slot >= rs->n_slots)
             return vllmc_errorf(VLLMC_ERR_INVALID, "gdn: sequence %d has state slot %d of %d", s, slot, rs->n_slots);
         float *cst = rs->conv[p->rs_layer] + (int64_t)slot * rs->conv_floats;
-        float *sst = rs->ssm[p->rs_layer] + (int64_t)slot * rs->ssm_floats;
+        uint8_t *sslot = (uint8_t *)rs->ssm[p->rs_layer] + (size_t)slot * bk_rs_ssm_bytes(rs);
+        float *sst = rs->ssm_bf16 ? state32 : (float *)sslot; /* bf16: the run's f32 state (gdn_rule_norm_task) */
         if (c->pos[t0] == 0) { /* a new sequence starts from zero state */
             memset(cst, 0, sizeof(float) * (size_t)rs->conv_floats);
-            memset(sst, 0, sizeof(float) * (size_t)rs->ssm_floats);
+            memset(sslot, 0, bk_rs_ssm_bytes(rs));
         }
         const int n = (int)(t1 - t0);
         const float *x = in + t0 * ld_in;
@@ -430,7 +442,7 @@ vllmc_status cpu_gdn(struct backend *be, struct bk_rs_cache *rs, const struct bk
                                   conv_dim, conv_dim, value_dim, sst, o, scratch,
                                   chunked ? gdn_chunked_scratch_floats(&d, GDN_CHUNK) : 0};
         struct gdn_fused_ctx fc = {&rc, chunked ? gdn_chunked_task : gdn_recurrent_task, x + conv_dim, ld_in, w->norm,
-                                   p->eps};
+                                   p->eps, rs->ssm_bf16 ? (uint16_t *)sslot : NULL};
         gdn_parallel_for(tp, gdn_rule_norm_task, &fc, d.n_v_head);
         t0 = t1;
     }

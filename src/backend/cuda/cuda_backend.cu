@@ -1690,7 +1690,7 @@ static vllmc_status cu_gdn(struct backend *be, struct bk_rs_cache *rs, const str
     if (runs) { r.a.run_lo = split ? c->ch.n_long : 0; r.a.n_runs = c->bd.n_chunks - r.a.run_lo; c->stats.gdn_runs++; }
     r.a.in = in; r.a.ld_in = ld_in; r.a.conv_out = work;
     r.a.conv_state = rs->conv[p->rs_layer]; r.a.ssm_state = rs->ssm[p->rs_layer];
-    r.a.conv_floats = rs->conv_floats; r.a.ssm_floats = rs->ssm_floats;
+    r.a.conv_floats = rs->conv_floats; r.a.ssm_floats = rs->ssm_floats; r.a.ssm_bf16 = rs->ssm_bf16;
     r.a.conv_w = w->conv; r.a.dt_bias = w->dt_bias; r.a.ssm_a = w->ssm_a; r.a.norm = w->norm;
     r.a.n_k_head = p->n_k_head; r.a.n_v_head = p->n_v_head; r.a.d_k = p->d_k; r.a.d_v = p->d_v; r.a.d_conv = p->d_conv;
     r.a.eps = p->eps; r.a.out = out->x;

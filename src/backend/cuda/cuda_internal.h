@@ -269,8 +269,10 @@ struct cu_gdn_args {
     const float *in;
     int64_t ld_in;
     float *conv_out;           /* [n_tokens][conv_dim] */
-    float *conv_state, *ssm_state;
+    float *conv_state;
+    void *ssm_state;           /* f32, or bf16 (uint16_t) with ssm_bf16: loaded to f32 at a run's start, stored at its end */
     int64_t conv_floats, ssm_floats;
+    int32_t ssm_bf16, pad_;
     const float *conv_w, *dt_bias, *ssm_a, *norm;
     int32_t n_k_head, n_v_head, d_k, d_v, d_conv;
     float eps;

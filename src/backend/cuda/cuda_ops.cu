@@ -621,6 +621,40 @@ static __device__ double2 block_sum_d2(double v0, double v1, double *red) {
 #define GDN_DK 128
 #define GDN_ROWS 32 /* value rows per CTA */
 
+/* Thread part's 32 state values of a row (columns 16 i + 4 part + e) at element offset o (the row's start + 4 part):
+ * f32, or bf16 widened / rounded to nearest even (fp32_to_bf16, the CPU backend's conversion). */
+static __device__ __forceinline__ void gdn_state_load(const void *base, bool bf, int64_t o, float (&S)[32]) {
+    if (bf) {
+        const uint16_t *p = (const uint16_t *)base + o;
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            const uint2 u = *(const uint2 *)(p + 16 * i);
+            S[4 * i] = bf16_to_fp32((uint16_t)(u.x & 0xffff)); S[4 * i + 1] = bf16_to_fp32((uint16_t)(u.x >> 16));
+            S[4 * i + 2] = bf16_to_fp32((uint16_t)(u.y & 0xffff)); S[4 * i + 3] = bf16_to_fp32((uint16_t)(u.y >> 16));
+        }
+        return;
+    }
+    const float *p = (const float *)base + o;
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        const float4 f = *(const float4 *)(p + 16 * i);
+        S[4 * i] = f.x; S[4 * i + 1] = f.y; S[4 * i + 2] = f.z; S[4 * i + 3] = f.w;
+    }
+}
+static __device__ __forceinline__ void gdn_state_store(void *base, bool bf, int64_t o, const float (&S)[32]) {
+    if (bf) {
+        uint16_t *p = (uint16_t *)base + o;
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+            *(uint2 *)(p + 16 * i) = make_uint2((uint32_t)fp32_to_bf16(S[4 * i]) | (uint32_t)fp32_to_bf16(S[4 * i + 1]) << 16,
+                                                (uint32_t)fp32_to_bf16(S[4 * i + 2]) | (uint32_t)fp32_to_bf16(S[4 * i + 3]) << 16);
+        return;
+    }
+    float *p = (float *)base + o;
+#pragma unroll
+    for (int i = 0; i < 8; i++) *(float4 *)(p + 16 * i) = make_float4(S[4 * i], S[4 * i + 1], S[4 * i + 2], S[4 * i + 3]);
+}
+
 /* grid (n_v_head, d_v / GDN_ROWS, per_token ? n_tokens : n_runs ? n_runs : 1), 4 * GDN_ROWS threads (a CTA takes a token,
  * a run of a split chunk list, or walks the whole batch): thread 4r + p holds row j = GDN_ROWS * y + r of
  * the head's state S[j][:] at columns 16 i + 4 p + e (i < 8, e < 4), so each float4 of a warp's state
@@ -637,7 +671,8 @@ static __global__ void __launch_bounds__(4 * GDN_ROWS) gdn_rule_kernel(struct cu
     const int64_t conv_dim = 2 * key_dim + value_dim;
     float S[32];
     int cur_slot = -1;
-    float *sp = NULL;
+    int64_t so = 0; /* the state's element offset for this thread */
+    const bool bf = a.ssm_bf16 != 0;
     int32_t t_lo, t_hi;
     if (a.per_token) { t_lo = (int32_t)blockIdx.z; t_hi = t_lo + 1; }
     else gdn_run_tokens(b.chunks, a.run_lo, a.n_runs, b.n_tokens, (int32_t)blockIdx.z, &t_lo, &t_hi);
@@ -646,12 +681,8 @@ static __global__ void __launch_bounds__(4 * GDN_ROWS) gdn_rule_kernel(struct cu
          * writes it (only this layer's rule kernel does, and earlier steps completed before this step's
          * batch upload), and the batch upload completed before the step's first kernel started */
         cur_slot = seq_slot_of(b, t_lo);
-        sp = a.ssm_state + (int64_t)cur_slot * a.ssm_floats + ((int64_t)m * dv + j) * dk + 4 * part;
-#pragma unroll
-        for (int i = 0; i < 8; i++) {
-            const float4 f = *(const float4 *)(sp + 16 * i);
-            S[4 * i] = f.x; S[4 * i + 1] = f.y; S[4 * i + 2] = f.z; S[4 * i + 3] = f.w;
-        }
+        so = (int64_t)cur_slot * a.ssm_floats + ((int64_t)m * dv + j) * dk + 4 * part;
+        gdn_state_load(a.ssm_state, bf, so, S);
     }
     float dtb = 0.f, sa = 0.f; /* the head's dt bias and A: weights, so before the wait (out of the DRAM round trip) */
     if (tid == 0) { dtb = a.dt_bias[m]; sa = a.ssm_a[m]; }
@@ -661,16 +692,10 @@ static __global__ void __launch_bounds__(4 * GDN_ROWS) gdn_rule_kernel(struct cu
     for (int t = t_lo; t < t_hi; t++) {
         const int slot = seq_slot_of(b, t);
         if (slot != cur_slot) {
-            if (cur_slot >= 0)
-#pragma unroll
-                for (int i = 0; i < 8; i++) *(float4 *)(sp + 16 * i) = make_float4(S[4 * i], S[4 * i + 1], S[4 * i + 2], S[4 * i + 3]);
+            if (cur_slot >= 0) gdn_state_store(a.ssm_state, bf, so, S);
             cur_slot = slot;
-            sp = a.ssm_state + (int64_t)slot * a.ssm_floats + ((int64_t)m * dv + j) * dk + 4 * part;
-#pragma unroll
-            for (int i = 0; i < 8; i++) {
-                const float4 f = *(const float4 *)(sp + 16 * i);
-                S[4 * i] = f.x; S[4 * i + 1] = f.y; S[4 * i + 2] = f.z; S[4 * i + 3] = f.w;
-            }
+            so = (int64_t)slot * a.ssm_floats + ((int64_t)m * dv + j) * dk + 4 * part;
+            gdn_state_load(a.ssm_state, bf, so, S);
         }
         if (b.pos[t] == 0)
 #pragma unroll
@@ -720,9 +745,7 @@ static __global__ void __launch_bounds__(4 * GDN_ROWS) gdn_rule_kernel(struct cu
         if (part == 0) a.out[(int64_t)t * value_dim + (int64_t)m * dv + j] = o;
         __syncthreads(); /* qs, ks, gate are rewritten by the next token */
     }
-    if (cur_slot >= 0)
-#pragma unroll
-        for (int i = 0; i < 8; i++) *(float4 *)(sp + 16 * i) = make_float4(S[4 * i], S[4 * i + 1], S[4 * i + 2], S[4 * i + 3]);
+    if (cur_slot >= 0) gdn_state_store(a.ssm_state, bf, so, S);
     if (a.nq.on) { /* the gated RMSNorm + quantize of the output, by the CTAs that complete its 256-column units */
         const nq_cols pc = {(int64_t)m * dv + (int64_t)blockIdx.y * GDN_ROWS, GDN_ROWS};
         nq_fuse_finish(a.nq, &pc, 1, 0, 0, b.n_tokens);

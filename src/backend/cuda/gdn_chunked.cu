@@ -14,6 +14,7 @@
  * The gated RMSNorm follows in the quantize (as for the recurrent kernel). */
 #include <math.h>
 #include "backend/cuda/cuda_internal.h"
+#include "quant/blocks.h"
 
 /* Partial unrolls of loops with run-time trip counts: hipcc (clang) cannot always perform them and warns. */
 #if defined(VLLMC_HIP)
@@ -241,11 +242,13 @@ static __global__ void __launch_bounds__(256) gdn_chunk_scan_kernel(struct cu_ba
     for (int ci = c_lo; ci < c_hi; ci++) {
         const int32_t *cd = chunk_at(b, ci);
         const int t0 = cd[CU_CH_T0], n = cd[CU_CH_N], slot = cd[CU_CH_SLOT];
-        float *sp = a.ssm_state + (int64_t)slot * a.ssm_floats + ((int64_t)m * dv + j0) * GDN_DK;
+        const int64_t so = (int64_t)slot * a.ssm_floats + ((int64_t)m * dv + j0) * GDN_DK; /* the state's element offset */
         if (cd[CU_CH_FIRST]) {
             for (int idx = tid; idx < GDN_VR * GDN_DK; idx += blockDim.x) {
                 const int j = idx / GDN_DK, i = idx % GDN_DK;
-                S[j * (GDN_DK + 1) + i] = cd[CU_CH_ZERO] ? 0.f : sp[idx];
+                S[j * (GDN_DK + 1) + i] = cd[CU_CH_ZERO] ? 0.f
+                                          : a.ssm_bf16 ? bf16_to_fp32(((const uint16_t *)a.ssm_state)[so + idx])
+                                                       : ((const float *)a.ssm_state)[so + idx];
             }
         }
         const float *sc = scratch + ((int64_t)ci * a.n_v_head + m) * prep_floats(dv);
@@ -320,10 +323,18 @@ GDN_UNROLL(4)
         }
 #pragma unroll
         for (int e = 0; e < 16; e++) S[l * (GDN_DK + 1) + 16 * w + e] = acc[e];
-        if (cd[CU_CH_LAST])
+        if (cd[CU_CH_LAST] && a.ssm_bf16) { /* rounded to nearest even, as the CPU backend stores it */
+            uint16_t *hp = (uint16_t *)a.ssm_state + so + (int64_t)l * GDN_DK + 16 * w;
 #pragma unroll
             for (int q = 0; q < 4; q++)
-                *(float4 *)(sp + (int64_t)l * GDN_DK + 16 * w + 4 * q) = make_float4(acc[4 * q], acc[4 * q + 1], acc[4 * q + 2], acc[4 * q + 3]);
+                *(uint2 *)(hp + 4 * q) = make_uint2((uint32_t)fp32_to_bf16(acc[4 * q]) | (uint32_t)fp32_to_bf16(acc[4 * q + 1]) << 16,
+                                                    (uint32_t)fp32_to_bf16(acc[4 * q + 2]) | (uint32_t)fp32_to_bf16(acc[4 * q + 3]) << 16);
+        } else if (cd[CU_CH_LAST]) {
+            float *sp = (float *)a.ssm_state + so + (int64_t)l * GDN_DK + 16 * w;
+#pragma unroll
+            for (int q = 0; q < 4; q++)
+                *(float4 *)(sp + 4 * q) = make_float4(acc[4 * q], acc[4 * q + 1], acc[4 * q + 2], acc[4 * q + 3]);
+        }
         __syncthreads(); /* S, Vt, the staged operands are rewritten by the next chunk */
     }
 }
