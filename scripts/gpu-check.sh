@@ -310,21 +310,26 @@ if has ssm; then # the Gated DeltaNet state in bf16 (--mamba-ssm-cache-dtype bfl
     while read -r line; do note "  ${line:0:170}"; done < <(grep '^gdn' "$OUT/ssm_ops.txt")
     if command -v compute-sanitizer >/dev/null; then
         timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN/test_cuda_ops" gdn >"$OUT/ssm_san.txt" 2>&1; rc=$?
-        note "ssm memcheck rc=$rc: $(grep 'ERROR SUMMARY' "$OUT/ssm_san.txt" | head -1)"
+        note "ssm memcheck rc=$rc: $(grep 'ERROR SUMMARY' "$OUT/ssm_san.txt" | head -1) $(grep -m3 'FAIL\|seed' "$OUT/ssm_san.txt" | cut -c1-220 | tr '\n' ' ')"
     fi
+    for r in $(seq 1 "${SSM_OPS_REPS:-0}"); do # fresh seeds
+        timeout 100 "$BIN/test_cuda_ops" gdn >"$OUT/ssm_ops_$r.txt" 2>&1; rc=$?
+        note "ssm test_cuda_ops gdn run $r rc=$rc: $(tail -1 "$OUT/ssm_ops_$r.txt") $(grep -m3 'FAIL\|seed' "$OUT/ssm_ops_$r.txt" | cut -c1-220 | tr '\n' ' ')"
+    done
     wait_models
     m=${BENCH_MODELS%% *}; f=/tmp/models/$m.gguf
-    if [ -s "$f" ]; then
+    if [ -s "$f" ] && [ "${SSM_BENCH:-1}" = 1 ]; then
         for r in 1 2; do
             for d in float32 bfloat16; do
                 timeout 150 "$BIN/vllmc" bench -m "$f" --mamba-ssm-cache-dtype $d ${SSM_ARGS1:--p 512 -g 256 -r 5} >"$OUT/ssm_b1_${d}_$r.txt" 2>&1; rc=$?
                 note "ssm bench $m batch 1 $d rc=$rc: $(grep -m1 '^output tok/s' "$OUT/ssm_b1_${d}_$r.txt")"
             done
         done
-        for d in float32 bfloat16; do
-            timeout 200 "$BIN/vllmc" bench -m "$f" --mamba-ssm-cache-dtype $d ${SSM_ARGS:---concurrency 16,64,128 -p 128 -g 64 -r 1} \
-                >"$OUT/ssm_eng_$d.txt" 2>&1; rc=$?
-            note "ssm bench $m engine $d rc=$rc: $(grep '^| [0-9]' "$OUT/ssm_eng_$d.txt" | tr '\n' ' ')"
+        for v in float32:-1 float32:2 bfloat16:-1 bfloat16:1; do # the state's type : the rule kernel's rows a thread
+            d=${v%%:*}; r=${v#*:}
+            VLLMC_CUDA_GDN_R=$r timeout 200 "$BIN/vllmc" bench -m "$f" --mamba-ssm-cache-dtype $d ${SSM_ARGS:---concurrency 16,64,128 -p 128 -g 64 -r 1} \
+                >"$OUT/ssm_eng_${d}_$r.txt" 2>&1; rc=$?
+            note "ssm bench $m engine $d rows $r rc=$rc: $(grep '^| [0-9]' "$OUT/ssm_eng_${d}_$r.txt" | tr '\n' ' ')"
         done
     fi
 fi

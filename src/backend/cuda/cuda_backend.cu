@@ -2149,6 +2149,7 @@ extern "C" vllmc_status backend_cuda_create(const struct backend_cuda_opts *o, s
         if (nv >= 4) cu_mm_cfg.mmq_stream = v[3] != 0;
         if (nv >= 5) backend_cuda_set_mmq_groups(v[4]); /* activation rows a CTA / 8 (4 default, 8 or 2) */
     }
+    if ((env = getenv("VLLMC_CUDA_GDN_R"))) backend_cuda_set_gdn_rows(atoi(env)); /* 1 or 2 rows a thread (comparisons) */
     if ((env = getenv("VLLMC_CUDA_DEC"))) backend_cuda_set_decode_rows(atoi(env));
     if ((env = getenv("VLLMC_CUDA_MOE_COLS"))) backend_cuda_set_moe_cols(atoi(env)); /* MoE ops of up to N rows on the
                                                                                    column-split expert kernels; 0 off */
@@ -2223,6 +2224,11 @@ extern "C" int backend_cuda_set_matvec_mmr(int rows) {
 #else
     (void)rows; /* no such kernel */
 #endif
+    return old;
+}
+extern "C" int backend_cuda_set_gdn_rows(int rows) {
+    const int old = cu_gdn_rows2;
+    cu_gdn_rows2 = rows == 1 || rows == 2 ? rows : -1;
     return old;
 }
 extern "C" int backend_cuda_set_mmq_rows(int rows) {

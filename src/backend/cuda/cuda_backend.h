@@ -128,6 +128,11 @@ vllmc_status backend_cuda_fetch_argmax(struct backend *be, int32_t *ids, int32_t
 int backend_cuda_set_matvec_mma(int mask);
 /* Launches that took the tensor-core kernel so far, process-wide. */
 uint64_t backend_cuda_mma_launches(void);
+/* The Gated DeltaNet rule kernel's value rows a thread: 1, 2, or -1 (the default: 2 for a decode step of several
+ * sequences with a bf16 state, where the per-CTA norms and barriers set the kernel's time; else 1); the same bits
+ * either way. Returns the previous value.
+ * Process-wide; VLLMC_CUDA_GDN_R sets it at backend creation. */
+int backend_cuda_set_gdn_rows(int rows);
 /* Matmuls of 2..max_rows activation rows (Q4_K / Q6_K / Q8_0 / F32 weights) through the few-row kernel (a warp per
  * (weight row, activation row), the same bits as the multi-row kernel); 0 (default): off. Process-wide;
  * VLLMC_CUDA_DEC=N sets it at backend creation. Not yet measured: for comparisons. */

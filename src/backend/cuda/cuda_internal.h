@@ -287,6 +287,7 @@ struct cu_gdn_args {
     struct cu_nq_fuse nq;      /* nq.on (decode rule kernel): the gated RMSNorm + quantize of out in its epilogue */
 };
 void cu_launch_gdn(const struct cu_batch_dev *b, const struct cu_gdn_args *a, gpuStream_t s);
+extern int cu_gdn_rows2; /* the rule kernel's rows a thread: -1 by the step (2 for a bf16 decode of several sequences), 1 or 2 */
 /* Chunked prefill of the same op (gdn_chunked.cu): every run of the batch in chunks (b->chunks), each state slot
  * in one run only; d_k 128, d_v 64 or 128. scratch: cu_gdn_chunk_scratch_floats() floats. */
 void cu_launch_gdn_chunked(const struct cu_batch_dev *b, const struct cu_gdn_args *a, float *scratch, gpuStream_t s);

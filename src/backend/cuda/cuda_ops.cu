@@ -655,23 +655,27 @@ static __device__ __forceinline__ void gdn_state_store(void *base, bool bf, int6
     for (int i = 0; i < 8; i++) *(float4 *)(p + 16 * i) = make_float4(S[4 * i], S[4 * i + 1], S[4 * i + 2], S[4 * i + 3]);
 }
 
-/* grid (n_v_head, d_v / GDN_ROWS, per_token ? n_tokens : n_runs ? n_runs : 1), 4 * GDN_ROWS threads (a CTA takes a token,
- * a run of a split chunk list, or walks the whole batch): thread 4r + p holds row j = GDN_ROWS * y + r of
- * the head's state S[j][:] at columns 16 i + 4 p + e (i < 8, e < 4), so each float4 of a warp's state
+/* grid (n_v_head, d_v / (R GDN_ROWS), per_token ? n_tokens : n_runs ? n_runs : 1), 4 * GDN_ROWS threads (a CTA takes a
+ * token, a run of a split chunk list, or walks the whole batch): thread 4r + p holds rows j = R GDN_ROWS y + r + GDN_ROWS h
+ * (h < R) of the head's state S[j][:] at columns 16 i + 4 p + e (i < 8, e < 4), so each float4 of a warp's state
  * loads is contiguous. Per token: q/k L2 norms (recomputed by each CTA of a head), gates, the delta rule;
- * writes the raw o rows (the gated RMSNorm runs in the quantize that follows, or with a.nq in this kernel's epilogue). */
+ * writes the raw o rows (the gated RMSNorm runs in the quantize that follows, or with a.nq in this kernel's epilogue).
+ * Each row's sums are the same ops in the same order for R 1 or 2; R 2 halves the CTAs, and with them the norms, gates
+ * and barriers a row (the default for a bf16 state's decode step of several sequences: there those, not the state's
+ * bytes, set the kernel's time). */
+template <int R>
 static __global__ void __launch_bounds__(4 * GDN_ROWS) gdn_rule_kernel(struct cu_batch_dev b, struct cu_gdn_args a) {
     __shared__ float qs[GDN_DK], ks[GDN_DK];
     __shared__ double red[64];
     __shared__ float gate[2];
     const int m = blockIdx.x, tid = threadIdx.x, part = tid % 4;
     const int dk = GDN_DK, dv = a.d_v, kh = m % a.n_k_head;
-    const int j = blockIdx.y * GDN_ROWS + tid / 4;
+    const int j0 = blockIdx.y * (R * GDN_ROWS) + tid / 4; /* row h: j0 + GDN_ROWS h */
     const int64_t key_dim = (int64_t)a.n_k_head * dk, value_dim = (int64_t)a.n_v_head * dv;
     const int64_t conv_dim = 2 * key_dim + value_dim;
-    float S[32];
+    float S[R][32];
     int cur_slot = -1;
-    int64_t so = 0; /* the state's element offset for this thread */
+    int64_t so = 0; /* the state's element offset for this thread's row 0 (row h: + GDN_ROWS h dk) */
     const bool bf = a.ssm_bf16 != 0;
     int32_t t_lo, t_hi;
     if (a.per_token) { t_lo = (int32_t)blockIdx.z; t_hi = t_lo + 1; }
@@ -681,8 +685,9 @@ static __global__ void __launch_bounds__(4 * GDN_ROWS) gdn_rule_kernel(struct cu
          * writes it (only this layer's rule kernel does, and earlier steps completed before this step's
          * batch upload), and the batch upload completed before the step's first kernel started */
         cur_slot = seq_slot_of(b, t_lo);
-        so = (int64_t)cur_slot * a.ssm_floats + ((int64_t)m * dv + j) * dk + 4 * part;
-        gdn_state_load(a.ssm_state, bf, so, S);
+        so = (int64_t)cur_slot * a.ssm_floats + ((int64_t)m * dv + j0) * dk + 4 * part;
+#pragma unroll
+        for (int h = 0; h < R; h++) gdn_state_load(a.ssm_state, bf, so + (int64_t)GDN_ROWS * h * dk, S[h]);
     }
     float dtb = 0.f, sa = 0.f; /* the head's dt bias and A: weights, so before the wait (out of the DRAM round trip) */
     if (tid == 0) { dtb = a.dt_bias[m]; sa = a.ssm_a[m]; }
@@ -692,21 +697,28 @@ static __global__ void __launch_bounds__(4 * GDN_ROWS) gdn_rule_kernel(struct cu
     for (int t = t_lo; t < t_hi; t++) {
         const int slot = seq_slot_of(b, t);
         if (slot != cur_slot) {
-            if (cur_slot >= 0) gdn_state_store(a.ssm_state, bf, so, S);
+            if (cur_slot >= 0)
+#pragma unroll
+                for (int h = 0; h < R; h++) gdn_state_store(a.ssm_state, bf, so + (int64_t)GDN_ROWS * h * dk, S[h]);
             cur_slot = slot;
-            so = (int64_t)slot * a.ssm_floats + ((int64_t)m * dv + j) * dk + 4 * part;
-            gdn_state_load(a.ssm_state, bf, so, S);
+            so = (int64_t)slot * a.ssm_floats + ((int64_t)m * dv + j0) * dk + 4 * part;
+#pragma unroll
+            for (int h = 0; h < R; h++) gdn_state_load(a.ssm_state, bf, so + (int64_t)GDN_ROWS * h * dk, S[h]);
         }
         if (b.pos[t] == 0)
 #pragma unroll
-            for (int i = 0; i < 32; i++) S[i] = 0.f;
+            for (int h = 0; h < R; h++)
+#pragma unroll
+                for (int i = 0; i < 32; i++) S[h][i] = 0.f;
         const float *row = a.conv_out + (int64_t)t * conv_dim;
         const float *gin = a.in + (int64_t)t * a.ld_in + conv_dim + value_dim; /* beta, dt inputs (loaded early) */
         const float g_b = gin[m], g_x = gin[a.n_v_head + m];
         /* L2 norms of q and k (sums in double), q scaled by 1/sqrt(d_k) after */
         const float qv = row[(int64_t)kh * dk + tid], kv = row[key_dim + (int64_t)kh * dk + tid];
         /* v with q and k: after the barrier below it would be a second L2 round trip */
-        const float vj = row[2 * key_dim + (int64_t)m * dv + j];
+        float vj[R];
+#pragma unroll
+        for (int h = 0; h < R; h++) vj[h] = row[2 * key_dim + (int64_t)m * dv + j0 + GDN_ROWS * h];
         const double2 sqk = block_sum_d2((double)qv * (double)qv, (double)kv * (double)kv, red);
         const float scq = __fdiv_rn(1.0f, fmaxf(sqrtf((float)sqk.x), a.eps));
         const float sck = __fdiv_rn(1.0f, fmaxf(sqrtf((float)sqk.y), a.eps));
@@ -721,43 +733,52 @@ static __global__ void __launch_bounds__(4 * GDN_ROWS) gdn_rule_kernel(struct cu
         }
         __syncthreads();
         const float beta = gate[0], decay = gate[1];
-        float kS = 0.f;
 #pragma unroll
-        for (int i = 0; i < 8; i++)
+        for (int h = 0; h < R; h++) {
+            float kS = 0.f;
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                S[4 * i + e] = __fmul_rn(S[4 * i + e], decay);
-                kS = __fadd_rn(kS, __fmul_rn(S[4 * i + e], ks[16 * i + 4 * part + e]));
-            }
-        kS = __fadd_rn(kS, shfl_xor(kS, 1));
-        kS = __fadd_rn(kS, shfl_xor(kS, 2));
-        const float delta = __fmul_rn(beta, __fsub_rn(vj, kS));
-        float o = 0.f;
+            for (int i = 0; i < 8; i++)
 #pragma unroll
-        for (int i = 0; i < 8; i++)
+                for (int e = 0; e < 4; e++) {
+                    S[h][4 * i + e] = __fmul_rn(S[h][4 * i + e], decay);
+                    kS = __fadd_rn(kS, __fmul_rn(S[h][4 * i + e], ks[16 * i + 4 * part + e]));
+                }
+            kS = __fadd_rn(kS, shfl_xor(kS, 1));
+            kS = __fadd_rn(kS, shfl_xor(kS, 2));
+            const float delta = __fmul_rn(beta, __fsub_rn(vj[h], kS));
+            float o = 0.f;
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                S[4 * i + e] = __fadd_rn(S[4 * i + e], __fmul_rn(delta, ks[16 * i + 4 * part + e]));
-                o = __fadd_rn(o, __fmul_rn(S[4 * i + e], qs[16 * i + 4 * part + e]));
-            }
-        o = __fadd_rn(o, shfl_xor(o, 1));
-        o = __fadd_rn(o, shfl_xor(o, 2));
-        if (part == 0) a.out[(int64_t)t * value_dim + (int64_t)m * dv + j] = o;
+            for (int i = 0; i < 8; i++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    S[h][4 * i + e] = __fadd_rn(S[h][4 * i + e], __fmul_rn(delta, ks[16 * i + 4 * part + e]));
+                    o = __fadd_rn(o, __fmul_rn(S[h][4 * i + e], qs[16 * i + 4 * part + e]));
+                }
+            o = __fadd_rn(o, shfl_xor(o, 1));
+            o = __fadd_rn(o, shfl_xor(o, 2));
+            if (part == 0) a.out[(int64_t)t * value_dim + (int64_t)m * dv + j0 + GDN_ROWS * h] = o;
+        }
         __syncthreads(); /* qs, ks, gate are rewritten by the next token */
     }
-    if (cur_slot >= 0) gdn_state_store(a.ssm_state, bf, so, S);
+    if (cur_slot >= 0)
+#pragma unroll
+        for (int h = 0; h < R; h++) gdn_state_store(a.ssm_state, bf, so + (int64_t)GDN_ROWS * h * dk, S[h]);
     if (a.nq.on) { /* the gated RMSNorm + quantize of the output, by the CTAs that complete its 256-column units */
-        const nq_cols pc = {(int64_t)m * dv + (int64_t)blockIdx.y * GDN_ROWS, GDN_ROWS};
+        const nq_cols pc = {(int64_t)m * dv + (int64_t)blockIdx.y * (R * GDN_ROWS), R * GDN_ROWS};
         nq_fuse_finish(a.nq, &pc, 1, 0, 0, b.n_tokens);
     }
 }
 
+int cu_gdn_rows2 = -1; /* rows a thread of the rule kernel: -1 by the step (2 for a bf16 state's decode of several
+                          sequences), 1 or 2 (comparisons) */
 void cu_launch_gdn(const struct cu_batch_dev *b, const struct cu_gdn_args *a, gpuStream_t s) {
     const int64_t conv_dim = 2 * (int64_t)a->n_k_head * a->d_k + (int64_t)a->n_v_head * a->d_v;
     const unsigned runs = a->n_runs > 0 ? (unsigned)a->n_runs : 1u;
     if (!a->conv_done) gpu_launch(gdn_conv_kernel, dim3((unsigned)GPU_CEIL_DIV(conv_dim, 128), runs), dim3(128), 0, s, *b, *a, conv_dim);
-    gpu_launch(gdn_rule_kernel, dim3(a->n_v_head, a->d_v / GDN_ROWS, a->per_token ? (unsigned)b->n_tokens : runs), dim3(4 * GDN_ROWS), 0,
-               s, *b, *a);
+    const bool r2 = (cu_gdn_rows2 < 0 ? a->ssm_bf16 && a->per_token : cu_gdn_rows2 == 2) && a->d_v % (2 * GDN_ROWS) == 0;
+    const dim3 grid(a->n_v_head, a->d_v / (r2 ? 2 * GDN_ROWS : GDN_ROWS), a->per_token ? (unsigned)b->n_tokens : runs);
+    if (r2) gpu_launch(gdn_rule_kernel<2>, grid, dim3(4 * GDN_ROWS), 0, s, *b, *a);
+    else gpu_launch(gdn_rule_kernel<1>, grid, dim3(4 * GDN_ROWS), 0, s, *b, *a);
 }
 
 /* ---- argmax ---- */
