@@ -1250,6 +1250,73 @@ static size_t mmr_bits_differ(const float *got, const float *want, int rows, int
  * Q8_0 segment (its own launch) against the CPU reference at 2 .. 64 activation rows, 2,048 / 2,560 / 4,096 / 9,216 columns
  * (2, 2, 2 and 4 super-blocks a warp; the 2,048-column rows from 8 activation rows), with a bias; every output
  * written (NaN poison). */
+/* Two CUDA backends (two streams) running several-row launches at once: mm_kernel_mmq's split workspace and tile
+ * counters are each backend's own (cu_mm_args.mmq_ws), so neither disturbs the other; with one workspace a process the
+ * fragments of two concurrent launches would mix. 64 activation rows x 128 outputs: one tile x 2 groups of rows, its
+ * 10 super-blocks cut into 5 runs through the workspace, so a launch takes a few CTAs and the two streams' launches
+ * run side by side on the same tile's slots and counter; each backend its own activation (shared slots would then
+ * mix their sums). */
+static void test_mmq_two_backends(void) {
+    const int mmr0 = backend_cuda_set_matvec_mmr(128);
+    if (backend_cuda_set_matvec_mmr(128) != 128) { printf("mmq two backends: no such kernel on this target, skipped\n"); return; }
+    struct backend_cuda_opts o = {0, false, false, false};
+    struct backend *g2 = NULL;
+    CHECK(backend_cuda_create(&o, &g2) == VLLMC_OK);
+    if (!g2) return;
+    struct backend *bs[2] = {gpu, g2};
+    int gr[2][2] = {{0, 0}, {0, 0}}; /* no f16 GEMM on either (the thresholds back after) */
+    for (int b = 0; b < 2; b++) backend_cuda_swap_gemm_rows(bs[b], &gr[b][0], &gr[b][1]);
+    const int64_t E = 2560, NOUT = 128, R = 64;
+    const size_t wbytes = quant_row_size(GGML_TYPE_Q4_K, E) * (size_t)NOUT;
+    uint8_t *host = malloc(wbytes);
+    fill_weight(GGML_TYPE_Q4_K, host, wbytes);
+    const int64_t ne[2] = {E, NOUT};
+    struct bk_tensor w[2];
+    struct bk_act a[2];
+    float *y[2], *alone[2];
+    float *h = malloc((size_t)(R * NOUT) * 4);
+    for (int b = 0; b < 2; b++) {
+        float *x = rand_buf((size_t)(R * E), 1.0f);
+        CHECK(bs[b]->ops->weight_upload(bs[b], host, GGML_TYPE_Q4_K, 2, ne, &w[b]) == VLLMC_OK);
+        CHECK(bk_act_alloc(bs[b], R, E, BK_ACT_BIT(BK_ACT_Q8_K), &a[b]) == VLLMC_OK);
+        CHECK(bs[b]->ops->copy_to_device(bs[b], a[b].x, x, (size_t)(R * E) * 4) == VLLMC_OK);
+        a[b].n_rows = R;
+        CHECK(bs[b]->ops->quantize(bs[b], &a[b]) == VLLMC_OK);
+        CHECK(bs[b]->ops->alloc(bs[b], (size_t)(R * NOUT) * 4, (void **)&y[b]) == VLLMC_OK);
+        free(x);
+        /* alone first: the result this backend must give */
+        const struct bk_matmul_out o0 = {.w = &w[b], .y = y[b]};
+        const uint64_t s0 = backend_cuda_mmq_split_launches();
+        CHECK(bs[b]->ops->matmul(bs[b], &a[b], 1, &o0) == VLLMC_OK);
+        CHECK_MSG(backend_cuda_mmq_split_launches() > s0, "mmq two backends: the launch did not use the workspace");
+        alone[b] = malloc((size_t)(R * NOUT) * 4);
+        CHECK(bs[b]->ops->copy_to_host(bs[b], alone[b], y[b], (size_t)(R * NOUT) * 4) == VLLMC_OK);
+    }
+    size_t bad[2] = {0, 0};
+    for (int it = 0; it < 8; it++) {
+        for (int k = 0; k < 64; k++) /* queued on both streams, no wait between */
+            for (int b = 0; b < 2; b++) {
+                const struct bk_matmul_out ob = {.w = &w[b], .y = y[b]};
+                CHECK(bs[b]->ops->matmul(bs[b], &a[b], 1, &ob) == VLLMC_OK);
+            }
+        for (int b = 0; b < 2; b++) {
+            CHECK(bs[b]->ops->copy_to_host(bs[b], h, y[b], (size_t)(R * NOUT) * 4) == VLLMC_OK);
+            bad[b] += n_diff(h, alone[b], (size_t)(R * NOUT));
+        }
+    }
+    printf("mmq two backends at once: %zu / %zu outputs differ from the launch alone\n", bad[0], bad[1]);
+    CHECK_MSG(bad[0] == 0 && bad[1] == 0, "mmq two backends at once: %zu / %zu outputs differ from the launch alone", bad[0], bad[1]);
+    for (int b = 0; b < 2; b++) {
+        bs[b]->ops->free(bs[b], y[b]);
+        bk_act_free(bs[b], &a[b]);
+        bs[b]->ops->weight_free(bs[b], &w[b]);
+        backend_cuda_swap_gemm_rows(bs[b], &gr[b][0], &gr[b][1]);
+    }
+    g2->ops->destroy(g2);
+    free(host); free(h); free(alone[0]); free(alone[1]);
+    backend_cuda_set_matvec_mmr(mmr0);
+}
+
 static void test_mmr(void) {
     const int mmr0 = backend_cuda_set_matvec_mmr(128);
     if (backend_cuda_set_matvec_mmr(128) != 128) { printf("mmr: no such kernel on this target, skipped\n"); return; }
@@ -1699,7 +1766,10 @@ int main(int argc, char **argv) {
     if (want("attention")) test_attention();
     if (want("kv_dtypes")) test_kv_dtypes();
     if (want("cols_rows")) test_cols_rows();
-    if (want("mmr")) test_mmr();
+    if (want("mmr")) {
+        test_mmr();
+        test_mmq_two_backends();
+    }
     if (want("stream")) test_stream();
     if (want("ws")) test_ws();
     if (want("cols_lb")) test_cols_lb();

@@ -119,6 +119,8 @@ struct cu_backend {
     unsigned fuse_nq;          /* BACKEND_CUDA_FUSE_*: a norm + quantize into the launch that writes its input (cu_nq_fuse),
                                   the MoE mix into the down launch */
     unsigned *nq_cnt;          /* CU_NQ_FUSE_COUNTERS counters for it, zero between launches */
+    float *mmq_ws;             /* mm_kernel_mmq's split workspace and tile counters (cu_mm_args.mmq_ws); NULL: unsplit */
+    unsigned *mmq_cnt;
     /* the tiled persistent FFN chain in recorded batch-1 steps (mega2_ffn; VLLMC_CUDA_MEGA2=ps, off by default): its
      * tiles by weight (packed on the device at first use), its scratch and counters */
     int mega2_ps, n_sms;
@@ -1378,6 +1380,7 @@ static vllmc_status cu_matmul(struct backend *be, const struct bk_act *act, int 
         r.a.a = act_view(act);
         r.a.n_act = (int32_t)act->n_rows;
         r.a.row_order = c->batch_invariant;
+        r.a.mmq_ws = c->mmq_ws; r.a.mmq_cnt = c->mmq_cnt;
         int ctas = 0;
         for (int i = i0; i < VLLMC_MIN(n_out, i0 + CU_MM_MAX_SEG); i++) {
             const struct bk_tensor *w = outs[i].w;
@@ -1988,6 +1991,8 @@ static void cu_destroy(struct backend *be) {
     dev_free(c, c->mg_h); dev_free(c, c->mg_pd); dev_free(c, c->mg_xs); dev_free(c, c->mg_cnt);
     dev_free(c, c->m2_h); dev_free(c, c->m2_cnt);
     if (c->nq_cnt) (void)gpuFree(c->nq_cnt);
+    if (c->mmq_ws) (void)gpuFree(c->mmq_ws);
+    if (c->mmq_cnt) (void)gpuFree(c->mmq_cnt);
     if (c->gemm) gpu_gemm_destroy(c->gemm);
     if (c->ev0) (void)gpuEventDestroy(c->ev0);
     if (c->ev1) (void)gpuEventDestroy(c->ev1);
@@ -2164,6 +2169,16 @@ extern "C" vllmc_status backend_cuda_create(const struct backend_cuda_opts *o, s
         if (c->nq_cnt) (void)gpuFree(c->nq_cnt);
         c->nq_cnt = NULL; /* no fused norm + quantize */
     }
+#if !defined(VLLMC_HIP) /* (HIP has no mm_kernel_mmq) */
+    if (gpuMalloc((void **)&c->mmq_ws, CU_MMQ_WS_FLOATS * sizeof(float)) != gpuSuccess ||
+        gpuMalloc((void **)&c->mmq_cnt, CU_MMQ_TILES * sizeof(unsigned)) != gpuSuccess ||
+        gpuMemset(c->mmq_cnt, 0, CU_MMQ_TILES * sizeof(unsigned)) != gpuSuccess) {
+        (void)gpuGetLastError();
+        if (c->mmq_ws) (void)gpuFree(c->mmq_ws);
+        if (c->mmq_cnt) (void)gpuFree(c->mmq_cnt);
+        c->mmq_ws = NULL; c->mmq_cnt = NULL; /* mm_kernel_mmq unsplit only */
+    }
+#endif
     /* prefill paths; VLLMC_CUDA_GEMM_ROWS (0: never), VLLMC_CUDA_GDN_CHUNKED=0 and VLLMC_CUDA_ATTN_PREFILL=0
      * override for measurements */
     c->gemm_min_rows = GEMM_MIN_ROWS;

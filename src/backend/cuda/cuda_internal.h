@@ -123,7 +123,13 @@ struct cu_mm_args {
     struct cu_mm_conv conv;    /* conv.on: the GDN conv in the epilogue (or a kernel right after, where the launch
                                   does not take the column-split kernel) */
     struct cu_nq_fuse nq;      /* nq.on: the norm + quantize that reads the outputs, in the launch (or right after) */
+    float *mmq_ws;             /* mm_kernel_mmq's fragments workspace (CU_MMQ_WS_FLOATS) and tile counters (CU_MMQ_TILES,
+                                  zero between launches): the backend's own, so backends on other streams do not share
+                                  them; NULL: that kernel's launches are not split */
+    unsigned *mmq_cnt;
 };
+#define CU_MMQ_WS_FLOATS (4 << 20) /* 16 MB */
+#define CU_MMQ_TILES 16384         /* a launch's tiles at most */
 #define CU_MM_WARPS 4          /* rows per CTA (one warp per row) */
 /* Decode mat-vec kernel choice by the rows of a launch (all segments): class 0 below rows[0], class 1
  * below rows[1], class 2 the rest. ks[c] 0: one warp per row (class 0) or per 4-row tile (else), a grid

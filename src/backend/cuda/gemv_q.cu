@@ -2835,8 +2835,8 @@ static inline size_t mmrs_smem_bytes(int warps, int sbw, int r, bool q6) {
  * order, so its outputs are the CPU's bits (test_cuda_ops test_mmr). blockIdx.z: the CTA's activation rows (8 NT). */
 #define MMQ_NT 8 /* groups of 8 activation rows a CTA at most */
 #define MMQ_WM 8   /* warps a CTA: 16 weight rows each */
-#define MMQ_WS_FLOATS (4 << 20) /* the fragments' workspace (16 MB) */
-#define MMQ_TILES 16384         /* ... and its counters: tiles of a launch at most */
+#define MMQ_WS_FLOATS CU_MMQ_WS_FLOATS /* the fragments' workspace (16 MB, the backend's: cu_mm_args.mmq_ws) */
+#define MMQ_TILES CU_MMQ_TILES         /* ... and its counters: tiles of a launch at most */
 static __device__ __forceinline__ void mma_k16(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t b0, int ta, int tb) {
     /* m16n8k16 on 8-bit integers: ta / tb 0 unsigned, 1 signed (the four combinations) */
     if (!ta && !tb)
@@ -3077,9 +3077,8 @@ template <int KT> static __device__ __forceinline__ void mmq_stage(uint8_t *st, 
  *   with the same share of the work whatever the tile count (the split form leaves SMs idle or runs a second round).
  * A tile of one fragment is stored at once: the CPU reference's bits. A tile of several writes each fragment's sums to
  * the workspace (slot: its place among the tile's fragments), and the fragment that finishes last adds them in order
- * (then the bias and the residual). Dynamic shared memory: two stages. */
-static __device__ float mmq_ws[MMQ_WS_FLOATS];
-static __device__ unsigned mmq_cnt[MMQ_TILES];
+ * (then the bias and the residual), through the backend's workspace and counters (P.mmq_ws, P.mmq_cnt). Dynamic shared
+ * memory: two stages. */
 /* the CTA whose run holds unit u (N runs over U units) */
 static __device__ __forceinline__ int mmq_cta_of(int64_t u, int N, int64_t U) { return (int)(((u + 1) * N - 1) / U); }
 
@@ -3182,21 +3181,21 @@ static __global__ void __launch_bounds__(32 * MMQ_WM, NT <= 4 ? VLLMC_MMQ_MINB4 
             /* the fragment's sums to the workspace: [tile][slot][activation row][tile row], 16 MMQ_WM floats a row */
             constexpr int TR = 16 * MMQ_WM, TO = 8 * NT * TR, PT = TO / 4 / (32 * MMQ_WM); /* PT float4 a thread in the tail */
             const int64_t wtile = (int64_t)blockIdx.z * (sf ? kc : (int)gridDim.x) + tile;
-            float *wt = mmq_ws + (wtile * slots + frag) * TO;
+            float *wt = P.mmq_ws + (wtile * slots + frag) * TO;
 #pragma unroll
             for (int j = 0; j < NT; j++)
 #pragma unroll
                 for (int k = 0; k < 4; k++) wt[(8 * j + 2 * t + (k & 1)) * TR + 16 * wid + g + 8 * (k >> 1)] = y[j][k];
             __threadfence();
             __syncthreads();
-            if (threadIdx.x == 0) last = atomicAdd(&mmq_cnt[wtile], 1u) == (unsigned)nfrag - 1;
+            if (threadIdx.x == 0) last = atomicAdd(&P.mmq_cnt[wtile], 1u) == (unsigned)nfrag - 1;
             __syncthreads();
             if (last) {
                 __threadfence();
                 /* the last fragment adds the tile's partials in order: each thread PT float4 of every fragment, all of
                  * a fragment's loads in flight at once (one L2 round trip a fragment), then the residual's and the
                  * bias's loads, then the stores */
-                const float4 *w0 = (const float4 *)(mmq_ws + wtile * slots * TO);
+                const float4 *w0 = (const float4 *)(P.mmq_ws + wtile * slots * TO);
                 float4 v[PT];
 #pragma unroll
                 for (int q = 0; q < PT; q++) v[q] = __ldcg(w0 + threadIdx.x + q * 32 * MMQ_WM);
@@ -3242,7 +3241,7 @@ static __global__ void __launch_bounds__(32 * MMQ_WM, NT <= 4 ? VLLMC_MMQ_MINB4 
                         if (S.res) S.res[o] = __fadd_rn(xv[q][e], rv[q][e]);
                     }
                 }
-                if (threadIdx.x == 0) mmq_cnt[wtile] = 0; /* for the next launch (after this grid's end) */
+                if (threadIdx.x == 0) P.mmq_cnt[wtile] = 0; /* for the next launch (after this grid's end) */
             }
         }
         if (!sf) break;
@@ -3362,7 +3361,8 @@ static bool mm_launch_mmr(const struct cu_mm_args *args, gpuStream_t s) {
             const size_t smem = ty ? mmq_smem_bytes<GGML_TYPE_Q6_K>() : mmq_smem_bytes<GGML_TYPE_Q4_K>();
             const int64_t TO = (int64_t)(8 * (2 << ni)) * (16 * MMQ_WM); /* a workspace slot (the instance's tile) */
             bool done = false;
-            if (cu_mm_cfg.mmq_stream && ctas > 1 && 4 * ctas > tiles * groups && tiles * groups <= MMQ_TILES) {
+            const bool ws = args->mmq_ws && args->mmq_cnt; /* split and stream forms: the backend's workspace */
+            if (ws && cu_mm_cfg.mmq_stream && ctas > 1 && 4 * ctas > tiles * groups && tiles * groups <= MMQ_TILES) {
                 /* stream (launches of up to 4 rounds of tiles): N runs of at least 2 units (tile, super-block) each;
                  * the slots a tile: its most fragments */
                 const int64_t U = (int64_t)tiles * n_sb;
@@ -3381,7 +3381,7 @@ static bool mm_launch_mmr(const struct cu_mm_args *args, gpuStream_t s) {
             }
             if (!done) {
                 int ns = 1;
-                if (cu_mm_cfg.mmq_ctas > tiles * groups && tiles * groups <= MMQ_TILES) {
+                if (ws && cu_mm_cfg.mmq_ctas > tiles * groups && tiles * groups <= MMQ_TILES) {
                     ns = std::min(n_sb, cu_mm_cfg.mmq_fill ? cu_mm_cfg.mmq_ctas / (tiles * groups)
                                                            : (int)GPU_CEIL_DIV(cu_mm_cfg.mmq_ctas, tiles * groups));
                     while (ns > 1 && (int64_t)tiles * groups * ns * TO > MMQ_WS_FLOATS) ns--;
