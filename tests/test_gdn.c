@@ -5,6 +5,8 @@
 #include <string.h>
 
 #include "backend/cpu/ops_gdn.h"
+#include "quant/blocks.h"
+#include "quant/gemv.h"
 #include "test.h"
 
 static float *rand_vec(int64_t n, float scale) {
@@ -357,8 +359,48 @@ static void test_chunked_pieces(struct threadpool *tp) {
     free_inputs(&in);
 }
 
+/* ---- the bf16 state's conversions: every vector form gives the scalar rule's bits ---- */
+
+static void test_bf16_conv(void) {
+    const int64_t n = 4096 + 13; /* a tail past every vector width */
+    float *f = malloc(sizeof(float) * (size_t)n), *w = malloc(sizeof(float) * (size_t)n);
+    uint16_t *h = malloc(2 * (size_t)n), *ref = malloc(2 * (size_t)n), *src = malloc(2 * (size_t)n);
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t u = (uint32_t)test_rand_u64();
+        if (i % 7 == 1) u = (u & 0xffff0000u) | 0x8000u;        /* ties, both parities of the kept bit */
+        if (i % 11 == 2) u = (u & 0x807fffffu) | 0x7f800000u;   /* NaNs (and an infinity where the mantissa is 0) */
+        if (i % 13 == 3) u = (u & 0x80000000u) | 0x7f800000u;   /* infinities */
+        if (i % 17 == 4) u &= 0x807fffffu;                      /* subnormals and zeros */
+        if (i % 19 == 5) u = (u & 0x80000000u) | 0x7f7fffffu;   /* the largest finite: rounds to infinity */
+        memcpy(f + i, &u, 4);
+        ref[i] = fp32_to_bf16(f[i]);
+        src[i] = (uint16_t)test_rand_u64();
+    }
+    size_t bad = 0;
+    for (int form = 0; form < 3; form++) {
+        const int isa = quant_isa_active();
+        if ((form == 1 && isa < QUANT_ISA_AVX2) || (form == 2 && isa < QUANT_ISA_AVX512)) continue;
+        memset(h, 0, 2 * (size_t)n);
+        memset(w, 0, sizeof(float) * (size_t)n);
+        if (form == 0) { gdn_bf16_narrow(h, f, n); gdn_bf16_widen(w, src, n); }
+        else if (form == 1) { gdn_bf16_narrow_avx2(h, f, n); gdn_bf16_widen_avx2(w, src, n); }
+        else { gdn_bf16_narrow_avx512(h, f, n); gdn_bf16_widen_avx512(w, src, n); }
+        size_t bn = 0, bw = 0;
+        for (int64_t i = 0; i < n; i++) {
+            bn += h[i] != ref[i];
+            const float e = bf16_to_fp32(src[i]);
+            bw += memcmp(&w[i], &e, 4) != 0;
+        }
+        CHECK_MSG(bn == 0 && bw == 0, "bf16 state conversions, form %d: %zu narrowed, %zu widened differ from the scalar rule", form, bn, bw);
+        bad += bn + bw;
+    }
+    printf("bf16 state conversions: %zu of %lld elements differ from the scalar rule\n", bad, (long long)n);
+    free(f); free(w); free(h); free(ref); free(src);
+}
+
 int main(void) {
     test_seed_auto("test_gdn");
+    test_bf16_conv();
     struct threadpool *tp = threadpool_create(2);
     test_conv(tp);
     test_norms_gates();

@@ -357,17 +357,28 @@ struct gdn_fused_ctx {
     uint16_t *state_bf16;    /* or NULL: the slot's bf16 state, which rule->state (f32 scratch) holds for the run */
 };
 
+void gdn_bf16_widen(float *dst, const uint16_t *src, int64_t n) {
+    const int isa = quant_isa_active();
+    if (isa == QUANT_ISA_AVX512) gdn_bf16_widen_avx512(dst, src, n);
+    else if (isa >= QUANT_ISA_AVX2) gdn_bf16_widen_avx2(dst, src, n);
+    else for (int64_t i = 0; i < n; i++) dst[i] = bf16_to_fp32(src[i]);
+}
+void gdn_bf16_narrow(uint16_t *dst, const float *src, int64_t n) {
+    const int isa = quant_isa_active();
+    if (isa == QUANT_ISA_AVX512) gdn_bf16_narrow_avx512(dst, src, n);
+    else if (isa >= QUANT_ISA_AVX2) gdn_bf16_narrow_avx2(dst, src, n);
+    else for (int64_t i = 0; i < n; i++) dst[i] = fp32_to_bf16(src[i]);
+}
+
 /* Value head m: the delta rule over the run, then the gated RMSNorm of that head's outputs. A bf16 state is
  * widened into the f32 scratch before the run and rounded back (nearest even) after it. */
 static void gdn_rule_norm_task(void *vctx, int m, int i_thread) {
     const struct gdn_fused_ctx *f = vctx;
     const struct gdn_rule_ctx *c = f->rule;
     const int64_t hs = (int64_t)c->d->d_v * c->d->d_k;
-    if (f->state_bf16)
-        for (int64_t i = 0; i < hs; i++) c->state[m * hs + i] = bf16_to_fp32(f->state_bf16[m * hs + i]);
+    if (f->state_bf16) gdn_bf16_widen(c->state + m * hs, f->state_bf16 + m * hs, hs);
     f->rule_task((void *)c, m, i_thread);
-    if (f->state_bf16)
-        for (int64_t i = 0; i < hs; i++) f->state_bf16[m * hs + i] = fp32_to_bf16(c->state[m * hs + i]);
+    if (f->state_bf16) gdn_bf16_narrow(f->state_bf16 + m * hs, c->state + m * hs, hs);
     const int dv = c->d->d_v;
     for (int t = 0; t < c->n_tokens; t++) {
         float *o = c->o + (int64_t)t * c->o_stride + (int64_t)m * dv;

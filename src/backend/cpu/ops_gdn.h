@@ -83,4 +83,13 @@ vllmc_status cpu_gdn(struct backend *be, struct bk_rs_cache *rs, const struct bk
 vllmc_status cpu_sigmoid_mul(struct backend *be, float *x, int64_t ld_x, const float *gate, int64_t ld_gate,
                              int64_t n_rows, int64_t n_cols);
 
+/* bf16 state conversions (ops_gdn_simd.h): widen n bf16 to f32 / round n f32 to bf16 (fp32_to_bf16's bits), by the
+ * CPU's widest vectors; gdn_bf16_* pick the ISA at run time. */
+void gdn_bf16_widen(float *dst, const uint16_t *src, int64_t n);
+void gdn_bf16_narrow(uint16_t *dst, const float *src, int64_t n);
+void gdn_bf16_widen_avx2(float *dst, const uint16_t *src, int64_t n);
+void gdn_bf16_narrow_avx2(uint16_t *dst, const float *src, int64_t n);
+void gdn_bf16_widen_avx512(float *dst, const uint16_t *src, int64_t n);
+void gdn_bf16_narrow_avx512(uint16_t *dst, const float *src, int64_t n);
+
 #endif

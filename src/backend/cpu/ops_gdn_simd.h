@@ -4,6 +4,7 @@
  * ops_gdn_avx512.c each include this file once with GDN_AVX512 0 or 1 (their build flags pick the ISA);
  * ops_gdn.c chooses between them at run time. d_k must be a multiple of GDN_W. */
 #include <immintrin.h>
+#include <string.h>
 #include "backend/cpu/ops_gdn.h"
 
 #if GDN_AVX512
@@ -84,5 +85,63 @@ void GDN_FN(float *S, int d_k, int d_v, int n_tokens, const float *q, const floa
             }
             ot[j] = gdn_hsum(gdn_add(a0, a1));
         }
+    }
+}
+
+/* The bf16 delta-rule state (--mamba-ssm-cache-dtype bfloat16): n elements widened to f32, and f32 rounded back to bf16
+ * by fp32_to_bf16's rule (nearest even; a NaN keeps its top bits and turns quiet), GDN_W at a time; the scalar tail
+ * takes the rest. The same bits as the scalar loops (tests/test_gdn.c). */
+#if GDN_AVX512
+#define GDN_WIDEN gdn_bf16_widen_avx512
+#define GDN_NARROW gdn_bf16_narrow_avx512
+#else
+#define GDN_WIDEN gdn_bf16_widen_avx2
+#define GDN_NARROW gdn_bf16_narrow_avx2
+#endif
+void GDN_WIDEN(float *dst, const uint16_t *src, int64_t n);
+void GDN_NARROW(uint16_t *dst, const float *src, int64_t n);
+void GDN_WIDEN(float *dst, const uint16_t *src, int64_t n) {
+    int64_t i = 0;
+#if GDN_AVX512
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_si512((void *)(dst + i), _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(src + i))), 16));
+#else
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_si256((__m256i *)(dst + i), _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(src + i))), 16));
+#endif
+    for (; i < n; i++) {
+        const uint32_t b = (uint32_t)src[i] << 16;
+        memcpy(dst + i, &b, 4);
+    }
+}
+void GDN_NARROW(uint16_t *dst, const float *src, int64_t n) {
+    int64_t i = 0;
+#if GDN_AVX512
+    const __m512i one = _mm512_set1_epi32(1), bias = _mm512_set1_epi32(0x7fff), absm = _mm512_set1_epi32(0x7fffffff);
+    const __m512i inf = _mm512_set1_epi32(0x7f800000), q = _mm512_set1_epi32(0x40);
+    for (; i + 16 <= n; i += 16) {
+        const __m512i u = _mm512_loadu_si512((const void *)(src + i));
+        const __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(bias, _mm512_and_si512(_mm512_srli_epi32(u, 16), one))), 16);
+        const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, absm), inf);
+        const __m512i v = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(_mm512_srli_epi32(u, 16), q));
+        _mm256_storeu_si256((__m256i *)(dst + i), _mm512_cvtepi32_epi16(v));
+    }
+#else
+    const __m256i one = _mm256_set1_epi32(1), bias = _mm256_set1_epi32(0x7fff), absm = _mm256_set1_epi32(0x7fffffff);
+    const __m256i inf = _mm256_set1_epi32(0x7f800000), q = _mm256_set1_epi32(0x40);
+    for (; i + 8 <= n; i += 8) {
+        const __m256i u = _mm256_loadu_si256((const __m256i *)(src + i));
+        const __m256i r = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(bias, _mm256_and_si256(_mm256_srli_epi32(u, 16), one))), 16);
+        /* |u| > inf as signed compares: both sides are below 2^31 */
+        const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, absm), inf);
+        const __m256i v = _mm256_blendv_epi8(r, _mm256_or_si256(_mm256_srli_epi32(u, 16), q), nan);
+        const __m256i p = _mm256_permute4x64_epi64(_mm256_packus_epi32(v, v), 0xD8); /* values <= 0xffff: no saturation */
+        _mm_storeu_si128((__m128i *)(dst + i), _mm256_castsi256_si128(p));
+    }
+#endif
+    for (; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, src + i, 4);
+        dst[i] = (u & 0x7fffffffu) > 0x7f800000u ? (uint16_t)((u >> 16) | 0x40) : (uint16_t)((u + (0x7fff + ((u >> 16) & 1))) >> 16);
     }
 }
