@@ -396,6 +396,33 @@ static void test_bf16_conv(void) {
     }
     printf("bf16 state conversions: %zu of %lld elements differ from the scalar rule\n", bad, (long long)n);
     free(f); free(w); free(h); free(ref); free(src);
+    /* a decode token on a bf16 head, row by row, against the head widened, the f32 recurrence and the rounding back */
+    for (int form = 1; form < 3; form++) {
+        const int isa = quant_isa_active();
+        if ((form == 1 && isa < QUANT_ISA_AVX2) || (form == 2 && isa < QUANT_ISA_AVX512)) continue;
+        const int dk = 128, dv = 64;
+        float *s32 = rand_vec((int64_t)dk * dv, 0.5f), *q = rand_vec(dk, 0.3f), *k = rand_vec(dk, 0.3f), *v = rand_vec(dv, 1.0f);
+        uint16_t *a = malloc(2 * (size_t)(dk * dv)), *b = malloc(2 * (size_t)(dk * dv));
+        for (int64_t i = 0; i < (int64_t)dk * dv; i++) a[i] = b[i] = fp32_to_bf16(s32[i]);
+        float oa[64], ob[64];
+        const float g = -0.05f, beta = 0.7f;
+        for (int t = 0; t < 3; t++) { /* three tokens in turn, each rounded */
+            gdn_bf16_widen(s32, b, (int64_t)dk * dv);
+            if (form == 2) {
+                gdn_recurrent_head_bf16_avx512(a, dk, dv, q, k, v, g, beta, oa);
+                gdn_recurrent_head_avx512(s32, dk, dv, 1, q, k, dk, v, dv, &g, &beta, 1, ob, dv);
+            } else {
+                gdn_recurrent_head_bf16_avx2(a, dk, dv, q, k, v, g, beta, oa);
+                gdn_recurrent_head_avx2(s32, dk, dv, 1, q, k, dk, v, dv, &g, &beta, 1, ob, dv);
+            }
+            gdn_bf16_narrow(b, s32, (int64_t)dk * dv);
+        }
+        size_t ds = 0, dout = 0;
+        for (int64_t i = 0; i < (int64_t)dk * dv; i++) ds += a[i] != b[i];
+        for (int j = 0; j < dv; j++) dout += memcmp(&oa[j], &ob[j], 4) != 0;
+        CHECK_MSG(ds == 0 && dout == 0, "bf16 head by rows, form %d: %zu state words, %zu outputs differ", form, ds, dout);
+        free(s32); free(q); free(k); free(v); free(a); free(b);
+    }
 }
 
 int main(void) {

@@ -192,13 +192,6 @@ struct gdn_rule_ctx {
     int64_t scratch_per_thread;
 };
 
-/* ops_gdn_avx512.c, ops_gdn_avx2.c */
-void gdn_recurrent_head_avx2(float *S, int d_k, int d_v, int n_tokens, const float *q, const float *k,
-                             int64_t qk_stride, const float *v, int64_t v_stride, const float *g,
-                             const float *beta, int64_t gb_stride, float *o, int64_t o_stride);
-void gdn_recurrent_head_avx512(float *S, int d_k, int d_v, int n_tokens, const float *q, const float *k,
-                               int64_t qk_stride, const float *v, int64_t v_stride, const float *g,
-                               const float *beta, int64_t gb_stride, float *o, int64_t o_stride);
 
 static void gdn_recurrent_task(void *vctx, int m, int i_thread) {
     (void)i_thread;
@@ -376,9 +369,21 @@ static void gdn_rule_norm_task(void *vctx, int m, int i_thread) {
     const struct gdn_fused_ctx *f = vctx;
     const struct gdn_rule_ctx *c = f->rule;
     const int64_t hs = (int64_t)c->d->d_v * c->d->d_k;
-    if (f->state_bf16) gdn_bf16_widen(c->state + m * hs, f->state_bf16 + m * hs, hs);
-    f->rule_task((void *)c, m, i_thread);
-    if (f->state_bf16) gdn_bf16_narrow(f->state_bf16 + m * hs, c->state + m * hs, hs);
+    const int dk = c->d->d_k, isa = quant_isa_active();
+    /* a decode token on the vector recurrence: each row widened and rounded on the stack (the same bits) */
+    const bool rows16 = f->state_bf16 && c->n_tokens == 1 && f->rule_task == gdn_recurrent_task && dk <= 512 &&
+                        ((dk % 16 == 0 && isa == QUANT_ISA_AVX512) || (dk % 8 == 0 && isa >= QUANT_ISA_AVX2));
+    if (rows16) {
+        const int kh = m % c->d->n_k_head, dv = c->d->d_v;
+        void (*fn)(uint16_t *, int, int, const float *, const float *, const float *, float, float, float *) =
+            dk % 16 == 0 && isa == QUANT_ISA_AVX512 ? gdn_recurrent_head_bf16_avx512 : gdn_recurrent_head_bf16_avx2;
+        fn(f->state_bf16 + m * hs, dk, dv, c->q + (int64_t)kh * dk, c->k + (int64_t)kh * dk, c->v + (int64_t)m * dv, c->g[m],
+           c->beta[m], c->o + (int64_t)m * dv);
+    } else {
+        if (f->state_bf16) gdn_bf16_widen(c->state + m * hs, f->state_bf16 + m * hs, hs);
+        f->rule_task((void *)c, m, i_thread);
+        if (f->state_bf16) gdn_bf16_narrow(f->state_bf16 + m * hs, c->state + m * hs, hs);
+    }
     const int dv = c->d->d_v;
     for (int t = 0; t < c->n_tokens; t++) {
         float *o = c->o + (int64_t)t * c->o_stride + (int64_t)m * dv;

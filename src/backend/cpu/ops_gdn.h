@@ -91,5 +91,19 @@ void gdn_bf16_widen_avx2(float *dst, const uint16_t *src, int64_t n);
 void gdn_bf16_narrow_avx2(uint16_t *dst, const float *src, int64_t n);
 void gdn_bf16_widen_avx512(float *dst, const uint16_t *src, int64_t n);
 void gdn_bf16_narrow_avx512(uint16_t *dst, const float *src, int64_t n);
+/* The vector recurrence of one value head over n_tokens (ops_gdn_simd.h; S f32 [d_v][d_k]). */
+void gdn_recurrent_head_avx2(float *S, int d_k, int d_v, int n_tokens, const float *q, const float *k, int64_t qk_stride,
+                             const float *v, int64_t v_stride, const float *g, const float *beta, int64_t gb_stride, float *o,
+                             int64_t o_stride);
+void gdn_recurrent_head_avx512(float *S, int d_k, int d_v, int n_tokens, const float *q, const float *k, int64_t qk_stride,
+                               const float *v, int64_t v_stride, const float *g, const float *beta, int64_t gb_stride,
+                               float *o, int64_t o_stride);
+/* One token of one value head on a bf16 state [d_v][d_k] (decode): q, k [d_k], v, o [d_v], g the log-decay, beta the
+ * gate. The same bits as widening the head, the f32 recurrence over the token and rounding it back. d_k <= 512, a
+ * multiple of 16 (AVX-512) or 8 (AVX2). */
+void gdn_recurrent_head_bf16_avx2(uint16_t *S, int d_k, int d_v, const float *q, const float *k, const float *v, float g,
+                                  float beta, float *o);
+void gdn_recurrent_head_bf16_avx512(uint16_t *S, int d_k, int d_v, const float *q, const float *k, const float *v, float g,
+                                    float beta, float *o);
 
 #endif
