@@ -193,19 +193,26 @@ struct gdn_rule_ctx {
 };
 
 
+/* The vector recurrence a head of d_k columns takes on this CPU: QUANT_ISA_AVX512, QUANT_ISA_AVX2 or (none) SCALAR. */
+static int gdn_rule_isa(int dk) {
+    const int isa = quant_isa_active();
+    return dk % 16 == 0 && isa == QUANT_ISA_AVX512 ? QUANT_ISA_AVX512 : dk % 8 == 0 && isa >= QUANT_ISA_AVX2 ? QUANT_ISA_AVX2
+                                                                                                          : QUANT_ISA_SCALAR;
+}
+
 static void gdn_recurrent_task(void *vctx, int m, int i_thread) {
     (void)i_thread;
     const struct gdn_rule_ctx *c = vctx;
     const int dk = c->d->d_k, dv = c->d->d_v, nv = c->d->n_v_head, kh = m % c->d->n_k_head;
     float *S = c->state + (int64_t)m * dv * dk;
-    const int isa = quant_isa_active();
-    if (dk % 16 == 0 && isa == QUANT_ISA_AVX512) {
+    const int isa = gdn_rule_isa(dk);
+    if (isa == QUANT_ISA_AVX512) {
         gdn_recurrent_head_avx512(S, dk, dv, c->n_tokens, c->q + (int64_t)kh * dk, c->k + (int64_t)kh * dk,
                                   c->qk_stride, c->v + (int64_t)m * dv, c->v_stride, c->g + m, c->beta + m, nv,
                                   c->o + (int64_t)m * dv, c->o_stride);
         return;
     }
-    if (dk % 8 == 0 && isa >= QUANT_ISA_AVX2) {
+    if (isa == QUANT_ISA_AVX2) {
         gdn_recurrent_head_avx2(S, dk, dv, c->n_tokens, c->q + (int64_t)kh * dk, c->k + (int64_t)kh * dk,
                                 c->qk_stride, c->v + (int64_t)m * dv, c->v_stride, c->g + m, c->beta + m, nv,
                                 c->o + (int64_t)m * dv, c->o_stride);
@@ -369,14 +376,13 @@ static void gdn_rule_norm_task(void *vctx, int m, int i_thread) {
     const struct gdn_fused_ctx *f = vctx;
     const struct gdn_rule_ctx *c = f->rule;
     const int64_t hs = (int64_t)c->d->d_v * c->d->d_k;
-    const int dk = c->d->d_k, isa = quant_isa_active();
-    /* a decode token on the vector recurrence: each row widened and rounded on the stack (the same bits) */
-    const bool rows16 = f->state_bf16 && c->n_tokens == 1 && f->rule_task == gdn_recurrent_task && dk <= 512 &&
-                        ((dk % 16 == 0 && isa == QUANT_ISA_AVX512) || (dk % 8 == 0 && isa >= QUANT_ISA_AVX2));
-    if (rows16) {
+    const int dk = c->d->d_k, isa = gdn_rule_isa(dk);
+    /* a decode token on the vector recurrence (the ISA gdn_recurrent_task would take): each row widened and rounded on
+     * the stack (the same bits) */
+    if (f->state_bf16 && c->n_tokens == 1 && f->rule_task == gdn_recurrent_task && dk <= GDN_BF16_MAX_DK && isa != QUANT_ISA_SCALAR) {
         const int kh = m % c->d->n_k_head, dv = c->d->d_v;
         void (*fn)(uint16_t *, int, int, const float *, const float *, const float *, float, float, float *) =
-            dk % 16 == 0 && isa == QUANT_ISA_AVX512 ? gdn_recurrent_head_bf16_avx512 : gdn_recurrent_head_bf16_avx2;
+            isa == QUANT_ISA_AVX512 ? gdn_recurrent_head_bf16_avx512 : gdn_recurrent_head_bf16_avx2;
         fn(f->state_bf16 + m * hs, dk, dv, c->q + (int64_t)kh * dk, c->k + (int64_t)kh * dk, c->v + (int64_t)m * dv, c->g[m],
            c->beta[m], c->o + (int64_t)m * dv);
     } else {

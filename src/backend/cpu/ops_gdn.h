@@ -99,8 +99,9 @@ void gdn_recurrent_head_avx512(float *S, int d_k, int d_v, int n_tokens, const f
                                const float *v, int64_t v_stride, const float *g, const float *beta, int64_t gb_stride,
                                float *o, int64_t o_stride);
 /* One token of one value head on a bf16 state [d_v][d_k] (decode): q, k [d_k], v, o [d_v], g the log-decay, beta the
- * gate. The same bits as widening the head, the f32 recurrence over the token and rounding it back. d_k <= 512, a
- * multiple of 16 (AVX-512) or 8 (AVX2). */
+ * gate. The same bits as widening the head, the f32 recurrence over the token and rounding it back. d_k <=
+ * GDN_BF16_MAX_DK (its row buffer on the stack), a multiple of 16 (AVX-512) or 8 (AVX2). */
+#define GDN_BF16_MAX_DK 512
 void gdn_recurrent_head_bf16_avx2(uint16_t *S, int d_k, int d_v, const float *q, const float *k, const float *v, float g,
                                   float beta, float *o);
 void gdn_recurrent_head_bf16_avx512(uint16_t *S, int d_k, int d_v, const float *q, const float *k, const float *v, float g,

@@ -4,8 +4,8 @@
  * ops_gdn_avx512.c each include this file once with GDN_AVX512 0 or 1 (their build flags pick the ISA);
  * ops_gdn.c chooses between them at run time. d_k must be a multiple of GDN_W. */
 #include <immintrin.h>
-#include <string.h>
 #include "backend/cpu/ops_gdn.h"
+#include "quant/blocks.h"
 
 #if GDN_AVX512
 #define GDN_W 16
@@ -123,10 +123,7 @@ void GDN_WIDEN(float *dst, const uint16_t *src, int64_t n) {
     for (; i + 8 <= n; i += 8)
         _mm256_storeu_si256((__m256i *)(dst + i), _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(src + i))), 16));
 #endif
-    for (; i < n; i++) {
-        const uint32_t b = (uint32_t)src[i] << 16;
-        memcpy(dst + i, &b, 4);
-    }
+    for (; i < n; i++) dst[i] = bf16_to_fp32(src[i]);
 }
 void GDN_NARROW(uint16_t *dst, const float *src, int64_t n) {
     int64_t i = 0;
@@ -153,17 +150,12 @@ void GDN_NARROW(uint16_t *dst, const float *src, int64_t n) {
         _mm_storeu_si128((__m128i *)(dst + i), _mm256_castsi256_si128(p));
     }
 #endif
-    for (; i < n; i++) {
-        uint32_t u;
-        memcpy(&u, src + i, 4);
-        dst[i] = (u & 0x7fffffffu) > 0x7f800000u ? (uint16_t)((u >> 16) | 0x40) : (uint16_t)((u + (0x7fff + ((u >> 16) & 1))) >> 16);
-    }
+    for (; i < n; i++) dst[i] = fp32_to_bf16(src[i]);
 }
 
 /* One token of one value head on a bf16 state (a decode step): each row widened into a buffer on the stack, GDN_ROW's
  * ops, rounded back, so the state never passes through a scratch of the whole head; the same bits as widening the
- * head, GDN_FN over one token and rounding it back. d_k <= GDN_BF16_MAX_DK. */
-#define GDN_BF16_MAX_DK 512
+ * head, GDN_FN over one token and rounding it back. d_k <= GDN_BF16_MAX_DK (ops_gdn.h). */
 void GDN_FN_BF16(uint16_t *S, int d_k, int d_v, const float *q, const float *k, const float *v, float g, float beta, float *o);
 void GDN_FN_BF16(uint16_t *S, int d_k, int d_v, const float *q, const float *k, const float *v, float g, float beta, float *o) {
     float row[GDN_BF16_MAX_DK] __attribute__((aligned(64)));
