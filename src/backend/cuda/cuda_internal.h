@@ -22,8 +22,15 @@
 #include <stdint.h>
 #include "backend/cuda/gpu_compat.h"
 #include "backend/cuda/gdn_runs.h"
+#include "quant/blocks.h"
 extern "C" {
 #include "backend/backend.h"
+}
+
+/* Four floats as bf16 (blocks.h's fp32_to_bf16: rounded to nearest even, the CPU backend's conversion), packed in element
+ * order into 8 bytes: the stores of a bf16 GDN state (the rule kernel, the chunked kernel's last chunk). */
+static __device__ __forceinline__ uint2 bf16x4_pack(float a, float b, float c, float d) {
+    return make_uint2((uint32_t)fp32_to_bf16(a) | (uint32_t)fp32_to_bf16(b) << 16, (uint32_t)fp32_to_bf16(c) | (uint32_t)fp32_to_bf16(d) << 16);
 }
 
 /* ---- weights ---- */
@@ -127,6 +134,8 @@ struct cu_mm_args {
                                   zero between launches): the backend's own, so backends on other streams do not share
                                   them; NULL: that kernel's launches are not split */
     unsigned *mmq_cnt;
+    int32_t act_pf;            /* mm_kernel_mma: the activation lines of a warp's later super-blocks asked into L1 right
+                                  after the dependency wait (mma_act_prefetch; cu_mm_cfg.mma bit 32) */
 };
 #define CU_MMQ_WS_FLOATS (4 << 20) /* 16 MB */
 #define CU_MMQ_TILES 16384         /* a launch's tiles at most */
@@ -171,7 +180,8 @@ struct cu_mm_cfg {
                                   (mm_kernel_mma: the same bits as the column-split kernel), a bit per class: 1 Q4_K rows of
                                   up to cols_sbw2 super-blocks, 2 longer Q4_K rows, 4 launches with Q6_K rows of up to
                                   cols_sbw2 super-blocks, 8 class 1's 2,560-column launches on an instance bounded to 5
-                                  CTAs an SM, 16 class 1's launches of fewer than rows[0] rows at 8 rows a CTA; 0: none
+                                  CTAs an SM, 16 class 1's launches of fewer than rows[0] rows at 8 rows a CTA, 32 the
+                                  activation of a warp's later super-blocks prefetched into L1 (cu_mm_args.act_pf); 0: none
                                   (HIP: always none) */
     int32_t mmr_rows;          /* steps of 2 .. mmr_rows activation rows (not under batch invariance): their Q4_K / Q6_K
                                   rows on the tensor-core kernel mm_kernel_mmrs; 0: none (HIP: always none) */

@@ -646,8 +646,7 @@ static __device__ __forceinline__ void gdn_state_store(void *base, bool bf, int6
         uint16_t *p = (uint16_t *)base + o;
 #pragma unroll
         for (int i = 0; i < 8; i++)
-            *(uint2 *)(p + 16 * i) = make_uint2((uint32_t)fp32_to_bf16(S[4 * i]) | (uint32_t)fp32_to_bf16(S[4 * i + 1]) << 16,
-                                                (uint32_t)fp32_to_bf16(S[4 * i + 2]) | (uint32_t)fp32_to_bf16(S[4 * i + 3]) << 16);
+            *(uint2 *)(p + 16 * i) = bf16x4_pack(S[4 * i], S[4 * i + 1], S[4 * i + 2], S[4 * i + 3]);
         return;
     }
     float *p = (float *)base + o;

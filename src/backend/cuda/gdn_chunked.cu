@@ -327,8 +327,7 @@ GDN_UNROLL(4)
             uint16_t *hp = (uint16_t *)a.ssm_state + so + (int64_t)l * GDN_DK + 16 * w;
 #pragma unroll
             for (int q = 0; q < 4; q++)
-                *(uint2 *)(hp + 4 * q) = make_uint2((uint32_t)fp32_to_bf16(acc[4 * q]) | (uint32_t)fp32_to_bf16(acc[4 * q + 1]) << 16,
-                                                    (uint32_t)fp32_to_bf16(acc[4 * q + 2]) | (uint32_t)fp32_to_bf16(acc[4 * q + 3]) << 16);
+                *(uint2 *)(hp + 4 * q) = bf16x4_pack(acc[4 * q], acc[4 * q + 1], acc[4 * q + 2], acc[4 * q + 3]);
         } else if (cd[CU_CH_LAST]) {
             float *sp = (float *)a.ssm_state + so + (int64_t)l * GDN_DK + 16 * w;
 #pragma unroll
