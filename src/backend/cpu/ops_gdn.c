@@ -456,8 +456,7 @@ vllmc_status cpu_gdn(struct backend *be, struct bk_rs_cache *rs, const struct bk
         float *o = out->x + t0 * value_dim;
         /* Long runs take the chunked rule, except where a SIMD recurrence runs: on a CPU the state of a
          * head stays in L1/L2 and the recurrence does fewer flops, so it is faster there (BENCHMARKS.md). */
-        const bool simd_rule = (p->d_k % 16 == 0 && quant_isa_active() == QUANT_ISA_AVX512) ||
-                               (p->d_k % 8 == 0 && quant_isa_active() == QUANT_ISA_AVX2);
+        const bool simd_rule = gdn_rule_isa((int)p->d_k) != QUANT_ISA_SCALAR; /* the recurrence's own choice */
         const bool chunked = !c->reference && n >= GDN_CHUNKED_MIN && !simd_rule;
         /* The rule and then the gated norm of the same head in one task: the norm runs on every thread. */
         struct gdn_rule_ctx rc = {&d, n, GDN_CHUNK, y, y + key_dim, y + 2 * key_dim, g + t0 * nv, beta + t0 * nv,

@@ -1619,6 +1619,19 @@ static __device__ __forceinline__ void mma_q4k_sb(const uint4 &q0a, const uint4 
         t1 = k4_term_sums<true>(ks, shfl_idx(sw1, b), shfl_idx(sw1, b + 1), shfl_idx(sw1, b + 2), shfl_idx(sw1, b + 3), clo[2],
                                 chi[3] >> 4, b0, b1, da);
 }
+/* The activation lines of the warp's super-blocks after its first (sb0 + 1 .. sb0 + SBW - 1: the quants' two 128-byte
+ * lines, the 16-element sums' line and the scale's), asked into L1 by lanes 0 .. 4 (SBW - 1) - 1 right after the
+ * dependency wait. The loop over a warp's super-blocks loads each one's activation after the previous one's terms (the
+ * compiler keeps them there: registers), so without it every super-block after the first waits one more L2 round trip
+ * in turn (SASS: 1 for SBW 2, 3 for SBW 4); with it those loads find L1. A hint: nothing read changes, so the bits do
+ * not. (cu_mm_args.act_pf, cu_mm_cfg.mma bit 32) */
+template <int SBW>
+static __device__ __forceinline__ void mma_act_prefetch(const cu_act_view &a, int sb0, int n_sb, int lane) {
+    const int s = 1 + (lane >> 2), q = lane & 3, sb = sb0 + s;
+    if (s < SBW && sb < n_sb)
+        gpu_prefetch_l1(q < 2 ? (const void *)(a.k_qs + (int64_t)sb * QK_K + 128 * q)
+                              : q == 2 ? (const void *)(a.k_bs + (int64_t)sb * 16) : (const void *)(a.k_d + sb));
+}
 /* The warp's 16 (RT 8: 8) rows of its SBW super-blocks, Q4_K: the loads before the dependency wait, the MMAs after
  * it; y0, y1: the partial sums of rows g and g + 8 (in every lane of the row). */
 template <int SBW, int RT>
@@ -1637,6 +1650,7 @@ static __device__ __forceinline__ void mma_rows_q4_K(const struct cu_mm_args &P,
     cv.load(P, rows);
     gpu_pdl_wait();
     gpu_pdl_trigger();
+    if (P.act_pf) mma_act_prefetch<SBW>(P.a, wid * SBW, n_sb, lane);
     TL_MARK(tl, 1);
     const k4_sel ks = k4_sel_make(c);
     const int b = lane & ~3;
@@ -1733,6 +1747,7 @@ static __device__ __forceinline__ void mma_rows_q6_K(const struct cu_mm_args &P,
     cv.load(P, rows);
     gpu_pdl_wait();
     gpu_pdl_trigger();
+    if (P.act_pf) mma_act_prefetch<SBW>(P.a, wid * SBW, n_sb, lane);
     const int shl = 4 - 2 * k, shr = 2 * k;
     const bool own = (g >> 1) == c, odd = g & 1;
     float t[SBW];
@@ -1935,6 +1950,7 @@ static bool mm_launch_cols(const struct cu_mm_args *args, gpuStream_t s, bool ot
             }
             k = w == 8 ? mm_kernel_mma<2, 8, 1, 256, 3> : mm_kernel_mma<2, 8, 1>; /* 4,096 columns: 3 CTAs an SM, one round */
         }
+        a.act_pf = (cu_mm_cfg.mma & 32) != 0;
         gpu_launch(k, dim3((unsigned)ctas), dim3(32 * w), 0, s, a);
         cu_mma_launches++;
         return true;

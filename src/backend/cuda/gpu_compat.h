@@ -289,6 +289,14 @@ static __device__ __forceinline__ void gpu_pdl_trigger(void) {
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
+/* Hint: bring the 128-byte line at p into this SM's L1 (no register written, nothing to wait on). HIP: nothing. */
+static __device__ __forceinline__ void gpu_prefetch_l1(const void *p) {
+#if !defined(VLLMC_HIP)
+    asm volatile("prefetch.global.L1 [%0];" ::"l"(p));
+#else
+    (void)p;
+#endif
+}
 /* Hint: bring the 128-byte line at p into L2 (no register written, no fault on a valid address). */
 static __device__ __forceinline__ void gpu_prefetch_l2(const void *p) {
 #if !defined(VLLMC_HIP)
