@@ -924,13 +924,14 @@ static void test_cols_lb(void) {
  * Q8_0 segment beside the Q4_K ones (the GDN in-proj's shape), a bias. */
 /* The kernels that give the column-split kernel's bits for one activation row of Q4_K weights: ALT_SBT one super-block a
  * thread (mm_kernel_sbt), ALT_MMA the tensor-core kernel (mm_kernel_mma), ALT_MMA8 the same at 8 rows a CTA, ALT_MMA_PF
- * the same with the later super-blocks' activation prefetched into L1 (bit 32: a hint, so the same bits). */
-enum { ALT_SBT, ALT_MMA, ALT_MMA8, ALT_MMA_PF };
-static const char *alt_name[] = {"sbt", "mma", "mma 8 rows a CTA", "mma, activation prefetched"};
+ * the same with the later super-blocks' activation prefetched into L1 (bit 32: a hint), ALT_MMA_ST with it copied into
+ * shared memory and read from there (bit 64). */
+enum { ALT_SBT, ALT_MMA, ALT_MMA8, ALT_MMA_PF, ALT_MMA_ST };
+static const char *alt_name[] = {"sbt", "mma", "mma 8 rows a CTA", "mma, activation prefetched", "mma, activation staged"};
 static uint64_t alt_launches(int kind) { return kind == ALT_SBT ? backend_cuda_sbt_launches() : backend_cuda_mma_launches(); }
 static void alt_on(int kind, bool on) {
     if (kind == ALT_SBT) backend_cuda_set_matvec_sbt(on ? 64 : 0, on ? 1 << 30 : 0);
-    else backend_cuda_set_matvec_mma(on ? (kind == ALT_MMA8 ? 31 : kind == ALT_MMA_PF ? 15 | 32 : 15) : 0);
+    else backend_cuda_set_matvec_mma(on ? (kind == ALT_MMA8 ? 31 : kind == ALT_MMA_PF ? 15 | 32 : kind == ALT_MMA_ST ? 15 | 64 : 15) : 0);
 }
 static void test_alt_kernel(int kind) {
     int old_sb, old_rows, old_mma = backend_cuda_set_matvec_mma(0);
@@ -1779,6 +1780,7 @@ int main(int argc, char **argv) {
         test_alt_kernel(ALT_MMA);
         test_alt_kernel(ALT_MMA8);
         test_alt_kernel(ALT_MMA_PF);
+        test_alt_kernel(ALT_MMA_ST);
     }
     if (want("nq_fused")) test_nq_fused();
     if (want("invariance")) test_invariance();

@@ -2131,7 +2131,7 @@ extern "C" vllmc_status backend_cuda_create(const struct backend_cuda_opts *o, s
         const char *c = strchr(env, ',');
         if (c && atoi(c + 1) > 0) cu_mm_cfg.sbt_rows = atoi(c + 1);
     }
-    if ((env = getenv("VLLMC_CUDA_MMA"))) cu_mm_cfg.mma = atoi(env) & 63; /* the tensor-core mat-vec's classes */
+    if ((env = getenv("VLLMC_CUDA_MMA"))) cu_mm_cfg.mma = atoi(env) & 127; /* the tensor-core mat-vec's classes */
     if ((env = getenv("VLLMC_CUDA_MMR"))) { /* "rows[,small_sb,small_rows]": several-row steps on the tensor cores */
         int v[3] = {0, 0, 0};
         const int nv = sscanf(env, "%d,%d,%d", &v[0], &v[1], &v[2]);
@@ -2318,7 +2318,7 @@ extern "C" int backend_cuda_set_matvec_mma(int mask) {
     return -1; /* no such kernel there */
 #else
     const int old = cu_mm_cfg.mma;
-    cu_mm_cfg.mma = mask & 63;
+    cu_mm_cfg.mma = mask & 127;
     return old;
 #endif
 }

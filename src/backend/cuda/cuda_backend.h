@@ -124,8 +124,9 @@ vllmc_status backend_cuda_fetch_argmax(struct backend *be, int32_t *ids, int32_t
  * column-split kernel), a bit per class: 1 Q4_K rows of up to 16 super-blocks, 2 longer Q4_K rows, 4 launches with Q6_K
  * rows of up to 16 super-blocks; 8 puts class 1's 2,560-column launches on an instance bounded to 5 CTAs an SM; 16 class
  * 1's launches of fewer than 8,192 rows at 8 rows a CTA (both measured level or slower, off); 32 the activation of a
- * warp's later super-blocks asked into L1 after the dependency wait (a hint: the same bits); 0: none. Returns the
- * previous mask (-1 on HIP, which has no such kernel). Process-wide; VLLMC_CUDA_MMA sets it at backend creation. */
+ * warp's later super-blocks asked into L1 after the dependency wait, 64 copied into shared memory then (the same bits
+ * either way); 0: none. Returns the previous mask (-1 on HIP, which has no such kernel). Process-wide; VLLMC_CUDA_MMA
+ * sets it at backend creation. */
 int backend_cuda_set_matvec_mma(int mask);
 /* Launches that took the tensor-core kernel so far, process-wide. */
 uint64_t backend_cuda_mma_launches(void);

@@ -134,8 +134,6 @@ struct cu_mm_args {
                                   zero between launches): the backend's own, so backends on other streams do not share
                                   them; NULL: that kernel's launches are not split */
     unsigned *mmq_cnt;
-    int32_t act_pf;            /* mm_kernel_mma: the activation lines of a warp's later super-blocks asked into L1 right
-                                  after the dependency wait (mma_act_prefetch; cu_mm_cfg.mma bit 32) */
 };
 #define CU_MMQ_WS_FLOATS (4 << 20) /* 16 MB */
 #define CU_MMQ_TILES 16384         /* a launch's tiles at most */
@@ -181,7 +179,8 @@ struct cu_mm_cfg {
                                   up to cols_sbw2 super-blocks, 2 longer Q4_K rows, 4 launches with Q6_K rows of up to
                                   cols_sbw2 super-blocks, 8 class 1's 2,560-column launches on an instance bounded to 5
                                   CTAs an SM, 16 class 1's launches of fewer than rows[0] rows at 8 rows a CTA, 32 the
-                                  activation of a warp's later super-blocks prefetched into L1 (cu_mm_args.act_pf); 0: none
+                                  activation of a warp's later super-blocks prefetched into L1, 64 copied into shared
+                                  memory instead (mm_kernel_mma's AP); 0: none
                                   (HIP: always none) */
     int32_t mmr_rows;          /* steps of 2 .. mmr_rows activation rows (not under batch invariance): their Q4_K / Q6_K
                                   rows on the tensor-core kernel mm_kernel_mmrs; 0: none (HIP: always none) */

@@ -1624,7 +1624,7 @@ static __device__ __forceinline__ void mma_q4k_sb(const uint4 &q0a, const uint4 
  * dependency wait. The loop over a warp's super-blocks loads each one's activation after the previous one's terms (the
  * compiler keeps them there: registers), so without it every super-block after the first waits one more L2 round trip
  * in turn (SASS: 1 for SBW 2, 3 for SBW 4); with it those loads find L1. A hint: nothing read changes, so the bits do
- * not. (cu_mm_args.act_pf, cu_mm_cfg.mma bit 32) */
+ * not. (mm_kernel_mma's AP 1, cu_mm_cfg.mma bit 32) */
 template <int SBW>
 static __device__ __forceinline__ void mma_act_prefetch(const cu_act_view &a, int sb0, int n_sb, int lane) {
     const int s = 1 + (lane >> 2), q = lane & 3, sb = sb0 + s;
@@ -1632,12 +1632,51 @@ static __device__ __forceinline__ void mma_act_prefetch(const cu_act_view &a, in
         gpu_prefetch_l1(q < 2 ? (const void *)(a.k_qs + (int64_t)sb * QK_K + 128 * q)
                               : q == 2 ? (const void *)(a.k_bs + (int64_t)sb * 16) : (const void *)(a.k_d + sb));
 }
+/* The same super-blocks' activation copied into the warp's shared-memory stage instead (AP 2, cu_mm_cfg.mma bit 64), by asynchronous copies issued right after the wait (no register held while in flight): a
+ * certain form where the L1 prefetch is a hint. Stage slot s - 1 (MMA_STAGE_SB bytes) holds super-block sb0 + s's 256
+ * quants (lanes 0-15), its 16 16-element sums (lanes 16, 17) and the aligned 16-byte chunk of the scales that holds
+ * its scale (lane 18; a row's scales need not start 16-aligned, but the chunk lies between the quants and the sums of
+ * the act's buffer). The terms of sb0 + s read their activation from there (mma_act_at) after the warp's copies are
+ * waited for (mma_act_wait). The same bytes, so the same bits. */
+#define MMA_STAGE_SB 304
+template <int SBW>
+static __device__ __forceinline__ void mma_act_stage(const cu_act_view &a, int sb0, int n_sb, int lane, uint8_t *stg) {
+#pragma unroll
+    for (int s = 1; s < SBW; s++) {
+        const int sb = sb0 + s;
+        if (sb >= n_sb || lane > 18) continue;
+        uint8_t *d = stg + (s - 1) * MMA_STAGE_SB;
+        if (lane < 16) gpu_cp16(d + 16 * lane, a.k_qs + (int64_t)sb * QK_K + 16 * lane);
+        else if (lane < 18) gpu_cp16(d + 256 + 16 * (lane - 16), a.k_bs + (int64_t)sb * 16 + 8 * (lane - 16));
+        else gpu_cp16(d + 288, (const void *)((uintptr_t)(a.k_d + sb) & ~(uintptr_t)15));
+    }
+    gpu_cp_commit();
+}
+static __device__ __forceinline__ void mma_act_wait(void) {
+    gpu_cp_wait_group<0>();
+    __syncwarp();
+}
+/* Where super-block sb's activation is read from: the act itself (index sb), or its stage slot (index 0; the scale at
+ * its place in the staged 16-byte chunk). */
+struct mma_act_src {
+    const int8_t *qs;
+    const int16_t *bs;
+    const float *d;
+    int64_t i;
+};
+template <int AP>
+static __device__ __forceinline__ mma_act_src mma_act_at(const cu_act_view &a, const uint8_t *stg, int s, int sb) {
+    if (AP != 2 || s == 0) return mma_act_src{a.k_qs, a.k_bs, a.k_d, sb};
+    const uint8_t *d = stg + (s - 1) * MMA_STAGE_SB;
+    return mma_act_src{(const int8_t *)d, (const int16_t *)(d + 256), (const float *)(d + 288) + (((uintptr_t)(a.k_d + sb) & 15) >> 2), 0};
+}
 /* The warp's 16 (RT 8: 8) rows of its SBW super-blocks, Q4_K: the loads before the dependency wait, the MMAs after
- * it; y0, y1: the partial sums of rows g and g + 8 (in every lane of the row). */
-template <int SBW, int RT>
+ * it; y0, y1: the partial sums of rows g and g + 8 (in every lane of the row). stg: the warp's stage (AP 2), else
+ * NULL. */
+template <int SBW, int RT, int AP>
 static __device__ __forceinline__ void mma_rows_q4_K(const struct cu_mm_args &P, const cu_mm_seg &S, const uint8_t *wb, int rows,
-                                                     int n_sb, int wid, int lane, const mma_conv &cv, float &y0, float &y1,
-                                                     unsigned long long *tl = NULL) {
+                                                     int n_sb, int wid, int lane, const mma_conv &cv, uint8_t *stg, float &y0,
+                                                     float &y1, unsigned long long *tl = NULL) {
     const int g = lane >> 2, c = lane & 3;
     const k4s_w zw{make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0), 0};
     k4s_w w0[SBW], w1[SBW]; /* rows g and g + 8 */
@@ -1650,7 +1689,8 @@ static __device__ __forceinline__ void mma_rows_q4_K(const struct cu_mm_args &P,
     cv.load(P, rows);
     gpu_pdl_wait();
     gpu_pdl_trigger();
-    if (P.act_pf) mma_act_prefetch<SBW>(P.a, wid * SBW, n_sb, lane);
+    if constexpr (AP == 2) mma_act_stage<SBW>(P.a, wid * SBW, n_sb, lane, stg);
+    if constexpr (AP == 1) mma_act_prefetch<SBW>(P.a, wid * SBW, n_sb, lane);
     TL_MARK(tl, 1);
     const k4_sel ks = k4_sel_make(c);
     const int b = lane & ~3;
@@ -1663,7 +1703,18 @@ static __device__ __forceinline__ void mma_rows_q4_K(const struct cu_mm_args &P,
         uint4 x0 = make_uint4(0, 0, 0, 0), x1 = x0;
         int2 bs = make_int2(0, 0);
         float da = 0.f;
-        if (on) {
+        if constexpr (AP == 2) {
+            if (s == 1) mma_act_wait();
+            const mma_act_src A = mma_act_at<AP>(P.a, stg, s, sb);
+            if (on) {
+                if ((g >> 1) == c) {
+                    const uint4 *xp = (const uint4 *)(A.qs + A.i * QK_K + 32 * g);
+                    x0 = xp[0]; x1 = xp[1];
+                }
+                bs = *(const int2 *)(A.bs + A.i * 16 + 4 * c);
+                da = A.d[A.i];
+            }
+        } else if (on) {
             if ((g >> 1) == c) {
                 const uint4 *xp = (const uint4 *)(P.a.k_qs + (int64_t)sb * QK_K + 32 * g);
                 x0 = xp[0]; x1 = xp[1];
@@ -1733,9 +1784,9 @@ static __device__ __forceinline__ float mma_q6k_sb(const q6_w &w0, const q6_w &w
  * for t >= 2 the next group, from lane (2c + 1, c) (column 2c + 1); the high quants the same against e0 + 64. So
  * lane (g, c) with g / 2 == c holds activation words 4 (g % 2) .. + 3 of each half, zeros in the others, and the two
  * accumulators' columns 2c, 2c + 1 are the column-split lane's four sums (sl0, sl1; sh0, sh1). */
-template <int SBW>
+template <int SBW, int AP>
 static __device__ __forceinline__ void mma_rows_q6_K(const struct cu_mm_args &P, const cu_mm_seg &S, const uint8_t *wb, int rows,
-                                                     int n_sb, int wid, int lane, const mma_conv &cv, float &y0) {
+                                                     int n_sb, int wid, int lane, const mma_conv &cv, uint8_t *stg, float &y0) {
     const int g = lane >> 2, c = lane & 3, h = c >> 1, k = c & 1;
     const uint4 z = make_uint4(0, 0, 0, 0);
     q6_w w[SBW];
@@ -1747,7 +1798,8 @@ static __device__ __forceinline__ void mma_rows_q6_K(const struct cu_mm_args &P,
     cv.load(P, rows);
     gpu_pdl_wait();
     gpu_pdl_trigger();
-    if (P.act_pf) mma_act_prefetch<SBW>(P.a, wid * SBW, n_sb, lane);
+    if constexpr (AP == 2) mma_act_stage<SBW>(P.a, wid * SBW, n_sb, lane, stg);
+    if constexpr (AP == 1) mma_act_prefetch<SBW>(P.a, wid * SBW, n_sb, lane);
     const int shl = 4 - 2 * k, shr = 2 * k;
     const bool own = (g >> 1) == c, odd = g & 1;
     float t[SBW];
@@ -1758,15 +1810,22 @@ static __device__ __forceinline__ void mma_rows_q6_K(const struct cu_mm_args &P,
         uint4 xl = z, xh = z;
         int bb[4] = {0, 0, 0, 0};
         float da = 0.f;
-        if (on) mma_q6k_act(P.a.k_qs, P.a.k_bs, P.a.k_d, sb, h, k, odd, own, xl, xh, bb, da);
+        if constexpr (AP == 2) {
+            if (s == 1) mma_act_wait();
+            const mma_act_src A = mma_act_at<AP>(P.a, stg, s, sb);
+            if (on) mma_q6k_act(A.qs, A.bs, A.d, A.i, h, k, odd, own, xl, xh, bb, da);
+        } else if (on) mma_q6k_act(P.a.k_qs, P.a.k_bs, P.a.k_d, sb, h, k, odd, own, xl, xh, bb, da);
         t[s] = mma_q6k_sb<false>(w[s], w[s], xl, xh, odd, shl, shr, bb, da, NULL);
     }
     if constexpr (SBW == 2) y0 = __fadd_rn(t[0], t[1]);
     else y0 = __fadd_rn(__fadd_rn(t[0], t[1]), __fadd_rn(t[2], t[3]));
 }
 
-/* KT: the K-quant types of the launch (1 Q4_K, 2 Q6_K, 3 both); RT: rows a CTA (16 for Q4_K alone at SBW 2, else 8). */
-template <int SBW, int RT, int KT, int LBT = 512, int LBM = 1>
+/* KT: the K-quant types of the launch (1 Q4_K, 2 Q6_K, 3 both); RT: rows a CTA (16 for Q4_K alone at SBW 2, else 8); AP:
+ * the activation of a warp's later super-blocks after the wait, 0 as the loop loads it, 1 prefetched into L1
+ * (mma_act_prefetch), 2 staged in shared memory (mma_act_stage: W x (SBW - 1) x MMA_STAGE_SB bytes of dynamic shared
+ * memory) (cu_mm_cfg.mma bits 32, 64). */
+template <int SBW, int RT, int KT, int LBT = 512, int LBM = 1, int AP = 0>
 static __global__ void __launch_bounds__(LBT, LBM) mm_kernel_mma(const struct cu_mm_args P) {
     static_assert(RT == 16 || RT == 8, "rows a CTA: 16 (rows g and g + 8) or 8");
     static_assert(KT == 1 || RT == 8, "Q6_K: 8 rows a CTA");
@@ -1792,8 +1851,10 @@ static __global__ void __launch_bounds__(LBT, LBM) mm_kernel_mma(const struct cu
     tl = tlv;
     TL_MARK(tl, 0);
 #endif
-    if (KT == 1 || (KT == 3 && S.type == GGML_TYPE_Q4_K)) mma_rows_q4_K<SBW, RT>(P, S, wb, rows, n_sb, wid, lane, cv, y0, y1, tl);
-    else mma_rows_q6_K<SBW>(P, S, wb, rows, n_sb, wid, lane, cv, y0);
+    extern __shared__ __align__(16) uint8_t mma_stage[];
+    uint8_t *stg = AP == 2 ? mma_stage + (size_t)wid * (SBW - 1) * MMA_STAGE_SB : NULL;
+    if (KT == 1 || (KT == 3 && S.type == GGML_TYPE_Q4_K)) mma_rows_q4_K<SBW, RT, AP>(P, S, wb, rows, n_sb, wid, lane, cv, stg, y0, y1, tl);
+    else mma_rows_q6_K<SBW, AP>(P, S, wb, rows, n_sb, wid, lane, cv, stg, y0);
     TL_MARK(tl, 2);
     const float resv = mv_res_load<1>(S, r0, rows);
     const int g = lane >> 2;
@@ -1950,8 +2011,16 @@ static bool mm_launch_cols(const struct cu_mm_args *args, gpuStream_t s, bool ot
             }
             k = w == 8 ? mm_kernel_mma<2, 8, 1, 256, 3> : mm_kernel_mma<2, 8, 1>; /* 4,096 columns: 3 CTAs an SM, one round */
         }
-        a.act_pf = (cu_mm_cfg.mma & 32) != 0;
-        gpu_launch(k, dim3((unsigned)ctas), dim3(32 * w), 0, s, a);
+        /* bits 32 / 64: the activation of a warp's later super-blocks prefetched into L1 / staged in shared memory (the
+         * unbounded instances; off until measured) */
+        const int ap = (cu_mm_cfg.mma & 64) ? 2 : (cu_mm_cfg.mma & 32) ? 1 : 0;
+        if (ap && k == mm_kernel_mma<2, 16, 1>) k = ap == 1 ? mm_kernel_mma<2, 16, 1, 512, 1, 1> : mm_kernel_mma<2, 16, 1, 512, 1, 2>;
+        else if (ap && k == mm_kernel_mma<4, 8, 1>) k = ap == 1 ? mm_kernel_mma<4, 8, 1, 512, 1, 1> : mm_kernel_mma<4, 8, 1, 512, 1, 2>;
+        else if (ap && k == mm_kernel_mma<2, 8, 2>) k = ap == 1 ? mm_kernel_mma<2, 8, 2, 512, 1, 1> : mm_kernel_mma<2, 8, 2, 512, 1, 2>;
+        else if (ap && k == mm_kernel_mma<2, 8, 3>) k = ap == 1 ? mm_kernel_mma<2, 8, 3, 512, 1, 1> : mm_kernel_mma<2, 8, 3, 512, 1, 2>;
+        else if (ap && k == mm_kernel_mma<2, 8, 1>) k = ap == 1 ? mm_kernel_mma<2, 8, 1, 512, 1, 1> : mm_kernel_mma<2, 8, 1, 512, 1, 2>;
+        const bool staged = ap == 2 && k != mm_kernel_mma<2, 16, 1, 160, 5> && k != mm_kernel_mma<2, 8, 1, 256, 3>;
+        gpu_launch(k, dim3((unsigned)ctas), dim3(32 * w), staged ? (size_t)w * (sbw - 1) * MMA_STAGE_SB : 0, s, a);
         cu_mma_launches++;
         return true;
     }
