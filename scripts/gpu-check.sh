@@ -66,7 +66,9 @@
 # test_cuda_model on BENCH_MODELS (graph == eager: its bits), then the decode off and on, MEGA2_REPS times in turn;
 # MEGA2_SAN=1 adds a memcheck run of a few decode steps with it. Stage moe2 (not default) does the same for the tiled MoE
 # experts (VLLMC_CUDA_MOE2=1) on the MoE models of BENCH_MODELS (e.g. BENCH_MODELS="qwen36-14b-a3b"): test_cuda_model
-# (graph == eager: its bits), MOE2_SAN=1 memcheck, then the decode off and on, MOE2_REPS times in turn.
+# (graph == eager: its bits), MOE2_SAN=1 memcheck, then the decode off and on, MOE2_REPS times in turn. Stage actpf (not
+# default) checks and times the tensor-core mat-vec's later super-blocks' activation prefetched / staged after the wait
+# (VLLMC_CUDA_MMA bits 32 / 64; ACTPF_GEMV, ACTPF_CFGS, ACTPF_REPS, ACTPF_SAN=1 a memcheck run).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu-out}
@@ -726,6 +728,51 @@ if has ws; then # the warp-streamed mat-vec (VLLMC_CUDA_WS): its bits against th
                 # shellcheck disable=SC2086
                 VLLMC_CUDA_WS=$ws timeout 150 "$BIN/vllmc" bench -m "$f" ${VAR_ARGS:--p 512 -g 256 -r 5} >"$OUT/ws_${m}_${ws}_$rep.txt" 2>&1; rc=$?
                 note "ws $m $ws run $rep rc=$rc: $(grep '^output tok/s' "$OUT/ws_${m}_${ws}_$rep.txt" | head -1)"
+            done
+        done
+    done
+fi
+
+if has actpf; then # the tensor-core mat-vec's later super-blocks' activation after the wait (VLLMC_CUDA_MMA bit 32: prefetched
+    # into L1, bit 64: staged in shared memory): its bits (test_cuda_ops alt_kernel against the column-split kernel; the
+    # tiny qwen35 and BENCH_MODELS graph == eager; generate's greedy ids against the default), the launches alone
+    # (bench_gemv l2) and the decode for each of ACTPF_CFGS (default "1 33 65": the default mask, then each form),
+    # ACTPF_REPS (default 2) times in turn
+    timeout 300 "$BIN/test_cuda_ops" alt_kernel >"$OUT/actpf_ops.txt" 2>&1; rc=$?
+    note "actpf test_cuda_ops alt_kernel rc=$rc: $(grep -c 'mma, activation [a-z]* E .*: 0 of' "$OUT/actpf_ops.txt") prefetched / staged launches with 0 outputs different; $(grep -m2 'FAIL' "$OUT/actpf_ops.txt" | cut -c1-200 | tr '\n' ' ')"
+    [ $rc = 0 ] || ACTPF_BAD=1
+    for mm in ${ACTPF_GEMV:-1 33 65 3 35 67}; do
+        VLLMC_CUDA_MMA=$mm timeout 120 "$BIN/bench_gemv" l2 5 >"$OUT/actpf_gemv_$mm.txt" 2>&1; rc=$?
+        note "actpf bench_gemv l2 VLLMC_CUDA_MMA=$mm rc=$rc"
+        while read -r l; do note "  $l"; done < <(grep 'cold' "$OUT/actpf_gemv_$mm.txt" | sed 's/  */ /g')
+    done
+    for mm in 33 65; do
+        VLLMC_CUDA_MMA=$mm timeout 150 "$BIN/test_cuda_model" /tmp/models/qwen35-tiny.gguf 40 24 >"$OUT/actpf_model_tiny_$mm.txt" 2>&1; rc=$?
+        note "actpf $mm test_cuda_model tiny rc=$rc: $(grep 'worst' "$OUT/actpf_model_tiny_$mm.txt" | head -1 | cut -c1-120)$(grep -m1 FAIL "$OUT/actpf_model_tiny_$mm.txt" | cut -c1-200)"
+        [ $rc = 0 ] || ACTPF_BAD=1
+    done
+    wait_models
+    P="[11,22,33,44,55,66,77,88,99,111,222,333,444,555,666,777]"
+    for m in $BENCH_MODELS; do
+        f=/tmp/models/$m.gguf
+        [ -s "$f" ] || { note "actpf $m: model not generated"; continue; }
+        ref=$(timeout 120 "$BIN/vllmc" generate -m "$f" --prompt-ids "$P" --ids --ignore-eos -n 128 2>/dev/null)
+        for mm in 33 65; do
+            got=$(VLLMC_CUDA_MMA=$mm timeout 120 "$BIN/vllmc" generate -m "$f" --prompt-ids "$P" --ids --ignore-eos -n 128 2>/dev/null)
+            if [ -n "$ref" ] && [ "$ref" = "$got" ]; then r=SAME; else r=DIFF; ACTPF_BAD=1; fi
+            note "actpf $mm $m generate 128 greedy ids against the default: $r"
+        done
+        if [ "${ACTPF_SAN:-0}" = 1 ] && command -v compute-sanitizer >/dev/null; then
+            VLLMC_CUDA_MMA=65 timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN/vllmc" generate -m "$f" \
+                --prompt-ids "[11,22,33,44,55,66,77,88]" --ids --ignore-eos -n 4 >"$OUT/actpf_san_$m.txt" 2>&1; rc=$?
+            note "actpf 65 $m under memcheck (generate, 4 steps) rc=$rc: $(grep -m1 'ERROR SUMMARY' "$OUT/actpf_san_$m.txt")"
+        fi
+        [ -n "${ACTPF_BAD:-}" ] && { note "actpf: a check failed, no timing"; continue; }
+        for rep in $(seq 1 "${ACTPF_REPS:-2}"); do
+            for mm in ${ACTPF_CFGS:-1 33 65}; do
+                # shellcheck disable=SC2086
+                VLLMC_CUDA_MMA=$mm timeout 150 "$BIN/vllmc" bench -m "$f" ${VAR_ARGS:--p 512 -g 256 -r 5} >"$OUT/actpf_${m}_${mm}_$rep.txt" 2>&1; rc=$?
+                note "actpf $m VLLMC_CUDA_MMA=$mm run $rep rc=$rc: $(grep '^output tok/s' "$OUT/actpf_${m}_${mm}_$rep.txt" | head -1)"
             done
         done
     done
