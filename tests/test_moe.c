@@ -11,6 +11,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/ops_moe.h"
+#include "backend/cuda/moe_route.h"
 #include "quant/blocks.h"
 #include "quant/quant.h"
 #include "test.h"
@@ -312,8 +313,39 @@ static void test_concurrent(void) {
     free_wmat(&gs); free_wmat(&us); free_wmat(&ds); free_wmat(&sg);
 }
 
+/* The GPU router's quotient (backend/cuda/moe_route.h: one remainder step from the row's reciprocal) against the division
+ * it replaces, bit for bit in double: e = a float in [0, 1] (expf of a non-positive number), sums in [1, 257) uniform,
+ * with significands near all ones, near powers of two, and sums of floats. Without the remainder step about a quarter
+ * of the quotients differ. */
+static void test_route_quot(void) {
+    long bad = 0, n = 0;
+    for (int i = 0; i < 2000000; i++) {
+        const uint32_t fb = (uint32_t)(test_rand_u64() % 0x3f800001u);
+        float ef;
+        memcpy(&ef, &fb, 4);
+        const double e = ef;
+        double sum;
+        const int kind = i % 4;
+        if (kind == 0) sum = 1.0 + (double)(test_rand_u64() >> 11) * 0x1.0p-53 * 256.0;
+        else if (kind == 3) {
+            sum = 1.0;
+            for (int k = 0; k < 8; k++) sum += (double)(float)((double)(test_rand_u64() >> 40) * 0x1.0p-24);
+        } else {
+            const uint64_t lo = test_rand_u64() % 64, bits = ((uint64_t)(1023 + test_rand_u64() % 9) << 52) |
+                                                             (kind == 1 ? 0xfffffffffffffull - lo : lo);
+            memcpy(&sum, &bits, 8);
+        }
+        const double rs = 1.0 / sum, q = moe_quot(e, sum, rs), ref = e / sum;
+        const float p = moe_prob(e, sum, rs), pref = (float)(e / sum);
+        bad += memcmp(&q, &ref, 8) != 0 || memcmp(&p, &pref, 4) != 0;
+        n++;
+    }
+    CHECK_MSG(bad == 0, "router quotient: %ld of %ld differ from the division", bad, n);
+}
+
 int main(void) {
     test_seed_auto("test_moe");
+    test_route_quot();
     test_concurrent();
     test_route();
     struct backend *be_fast = NULL, *be_ref = NULL;

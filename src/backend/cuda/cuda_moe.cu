@@ -18,6 +18,7 @@
 #include "backend/cuda/norm_quant.h"
 #include "backend/cuda/moe_mix.h"
 #include "backend/cuda/moe_sort.h"
+#include "backend/cuda/moe_route.h"
 #include "quant/quant.h"
 
 /* One 32-lane group per row. Lane l owns experts l, l + 32, ... */
@@ -37,8 +38,9 @@ static __global__ void __launch_bounds__(32) moe_route_kernel(const float *logit
     for (int e = lane; e < E; e += 32) sum += (double)expf(l[e] - mx);
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) sum += shfl_xor(sum, off);
+    const double rs = 1.0 / sum;
     for (int e = lane; e < E; e += 32) {
-        p[e] = (float)((double)expf(l[e] - mx) / sum);
+        p[e] = moe_prob((double)expf(l[e] - mx), sum, rs);
         taken[e] = 0;
     }
     __syncthreads(); /* the block is one 32-lane group */

@@ -16,6 +16,7 @@
 #include "backend/cuda/norm_quant.h"
 #include "backend/cuda/moe_mix.h"
 #include "backend/cuda/moe_sort.h"
+#include "backend/cuda/moe_route.h"
 #include "quant/blocks.h"
 #include "quant/quant.h"
 #include "backend/cuda/gdn_conv.h"
@@ -3770,18 +3771,24 @@ static __device__ int moe_route_warp(const float *l, int E, int k, int norm, int
         if (lane + 32 * i < E) mx = fmaxf(mx, l[lane + 32 * i]);
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, shfl_xor(mx, off));
+    /* each expert's expf once, kept for its probability (the same values: the logits were read again and expf formed
+     * again after the sum's shuffles) */
+    float ex[MOE_RT_PL];
     double sum = 0.0;
 #pragma unroll
-    for (int i = 0; i < MOE_RT_PL; i++)
-        if (lane + 32 * i < E) sum += (double)expf(l[lane + 32 * i] - mx);
+    for (int i = 0; i < MOE_RT_PL; i++) {
+        ex[i] = lane + 32 * i < E ? expf(l[lane + 32 * i] - mx) : 0.f;
+        if (lane + 32 * i < E) sum += (double)ex[i];
+    }
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) sum += shfl_xor(sum, off);
+    const double rs = 1.0 / sum;
     float p[MOE_RT_PL];
     unsigned taken = 0;
 #pragma unroll
     for (int i = 0; i < MOE_RT_PL; i++) {
         const int e = lane + 32 * i;
-        p[i] = e < E ? (float)((double)expf(l[e] - mx) / sum) : 0.f;
+        p[i] = e < E ? moe_prob((double)ex[i], sum, rs) : 0.f;
         if (e >= E) taken |= 1u << i;
     }
     int want_id = 0, my_id = 0;
