@@ -3760,6 +3760,23 @@ void cu_launch_moe_matmul(const struct cu_moe_mm_args *a, gpuStream_t s) {
 #endif
 #define MOE_SWI_MAX 2048 /* widest hidden row the down launch quantizes into shared memory */
 
+#if MOE_RT_REDUX
+/* The lane's largest key m and the lowest slot that holds it: a tree whose every pair keeps its lower slot on a tie (depth
+ * 3 where a chain over the 8 slots was 8 deep). */
+static __device__ __forceinline__ void moe_rt_best(const unsigned (&key)[MOE_RT_PL], unsigned &m, int &slot) {
+    unsigned v[MOE_RT_PL];
+    int ix[MOE_RT_PL];
+#pragma unroll
+    for (int i = 0; i < MOE_RT_PL; i++) { v[i] = key[i]; ix[i] = i; }
+#pragma unroll
+    for (int w = 1; w < MOE_RT_PL; w *= 2)
+#pragma unroll
+        for (int i = 0; i + w < MOE_RT_PL; i += 2 * w)
+            if (v[i + w] > v[i]) { v[i] = v[i + w]; ix[i] = ix[i + w]; }
+    m = v[0];
+    slot = ix[0];
+}
+#endif
 /* Softmax over the E logits l (max, then the sum of exp in double, lane-strided and butterfly-reduced), then the
  * k largest probabilities with ties to the lower id, renormalised when norm: moe_route_kernel's ops in its order.
  * Every lane returns the expert of slot want; with write, lane j < k stores slot j's id and weight. */
@@ -3799,26 +3816,25 @@ static __device__ int moe_route_warp(const float *l, int E, int k, int norm, int
     unsigned key[MOE_RT_PL];
 #pragma unroll
     for (int i = 0; i < MOE_RT_PL; i++) key[i] = (taken >> i) & 1 ? 0u : p[i] == p[i] ? __float_as_uint(p[i]) + 1u : 1u;
+    /* the lane's largest key and its lowest slot, kept across the rounds (formed again after each round's clear) */
+    unsigned lm;
+    int li;
+    moe_rt_best(key, lm, li);
 #endif
     for (int j = 0; j < k; j++) {
         float bv = -INFINITY;
         int be = 0x7fffffff;
 #if MOE_RT_REDUX
         /* the largest key by a warp reduction, then the lowest expert that has it by another: the butterfly's choice
-         * (the largest p, ties to the lower id) in two reductions where it took five levels of two shuffles */
-        unsigned km = 0;
-#pragma unroll
-        for (int i = 0; i < MOE_RT_PL; i++) km = max(km, key[i]);
-        km = __reduce_max_sync(0xffffffffu, km);
-        unsigned cand = 0xffffffffu;
-#pragma unroll
-        for (int i = 0; i < MOE_RT_PL; i++)
-            if (key[i] == km) cand = min(cand, (unsigned)(lane + 32 * i));
+         * (the largest p, ties to the lower id) in two reductions where it took five levels of two shuffles. A lane
+         * holds the round's key km only if its own largest is km, and then its lowest expert with km is slot li's */
+        const unsigned km = __reduce_max_sync(0xffffffffu, lm);
+        const unsigned cand = lm == km ? (unsigned)(lane + 32 * li) : 0xffffffffu;
         be = km ? (int)__reduce_min_sync(0xffffffffu, cand) : 0; /* (km 0: k > E, refused before a launch) */
         bv = km > 1u ? __uint_as_float(km - 1u) : 0.f;
 #pragma unroll
-        for (int i = 0; i < MOE_RT_PL; i++)
-            if ((be & 31) == lane && (be >> 5) == i) key[i] = 0;
+        for (int i = 0; i < MOE_RT_PL; i++) key[i] = be == lane + 32 * i ? 0u : key[i];
+        moe_rt_best(key, lm, li);
 #else
 #pragma unroll
         for (int i = 0; i < MOE_RT_PL; i++)
