@@ -584,16 +584,17 @@ static __global__ void gdn_conv_kernel(struct cu_batch_dev b, struct cu_gdn_args
     /* before the dependency wait: the weights, and the first token's conv state (as in gdn_rule_kernel: no
      * earlier kernel of this step writes it) */
     float wv[8], st0[8];
+    float *st_lo = NULL; /* the first token's state row (its slot read once, before the wait, as in gdn_rule_kernel) */
     if (ch < conv_dim && t_hi > t_lo) {
-        const float *st = a.conv_state + (int64_t)seq_slot_of(b, t_lo) * a.conv_floats + ch * nh;
+        st_lo = a.conv_state + (int64_t)seq_slot_of(b, t_lo) * a.conv_floats + ch * nh;
         for (int k = 0; k <= nh; k++) wv[k] = w[k];
-        for (int k = 0; k < nh; k++) st0[k] = st[k];
+        for (int k = 0; k < nh; k++) st0[k] = st_lo[k];
     }
     gpu_pdl_wait();
     gpu_pdl_trigger();
     if (ch >= conv_dim) return;
     for (int t = t_lo; t < t_hi; t++) {
-        float *st = a.conv_state + (int64_t)seq_slot_of(b, t) * a.conv_floats + ch * nh;
+        float *st = t == t_lo ? st_lo : a.conv_state + (int64_t)seq_slot_of(b, t) * a.conv_floats + ch * nh;
         float win[8];
         for (int k = 0; k < nh; k++) win[k] = b.pos[t] == 0 ? 0.f : t == t_lo ? st0[k] : st[k];
         win[nh] = a.in[(int64_t)t * a.ld_in + ch];
@@ -694,7 +695,9 @@ static __global__ void __launch_bounds__(4 * GDN_ROWS) gdn_rule_kernel(struct cu
     gpu_pdl_wait();
     gpu_pdl_trigger();
     for (int t = t_lo; t < t_hi; t++) {
-        const int slot = seq_slot_of(b, t);
+        /* the first token's slot is the one read before the wait (the batch does not change within a step): reading it
+         * again here put two dependent L2 round trips (seq, then seqinfo) before the token's loads (SASS) */
+        const int slot = t == t_lo ? cur_slot : seq_slot_of(b, t);
         if (slot != cur_slot) {
             if (cur_slot >= 0)
 #pragma unroll
