@@ -736,12 +736,13 @@ fi
 if has actpf; then # the tensor-core mat-vec's later super-blocks' activation after the wait (VLLMC_CUDA_MMA bit 32: prefetched
     # into L1, bit 64: staged in shared memory): its bits (test_cuda_ops alt_kernel against the column-split kernel; the
     # tiny qwen35 and BENCH_MODELS graph == eager; generate's greedy ids against the default), the launches alone
-    # (bench_gemv l2) and the decode for each of ACTPF_CFGS (default "1 33 65": the default mask, then each form),
+    # (bench_gemv l2 for each mask of ACTPF_GEMV: the default class, the 9,216-column class, the Q6_K class, each plain,
+    # prefetched and staged) and the decode for each of ACTPF_CFGS (default "1 33 65": the default mask, then each form),
     # ACTPF_REPS (default 2) times in turn
     timeout 300 "$BIN/test_cuda_ops" alt_kernel >"$OUT/actpf_ops.txt" 2>&1; rc=$?
     note "actpf test_cuda_ops alt_kernel rc=$rc: $(grep -c 'mma, activation [a-z]* E .*: 0 of' "$OUT/actpf_ops.txt") prefetched / staged launches with 0 outputs different; $(grep -m2 'FAIL' "$OUT/actpf_ops.txt" | cut -c1-200 | tr '\n' ' ')"
     [ $rc = 0 ] || ACTPF_BAD=1
-    for mm in ${ACTPF_GEMV:-1 33 65 3 35 67}; do
+    for mm in ${ACTPF_GEMV:-1 33 65 3 35 67 5 37 69}; do
         VLLMC_CUDA_MMA=$mm timeout 120 "$BIN/bench_gemv" l2 5 >"$OUT/actpf_gemv_$mm.txt" 2>&1; rc=$?
         note "actpf bench_gemv l2 VLLMC_CUDA_MMA=$mm rc=$rc"
         while read -r l; do note "  $l"; done < <(grep 'cold' "$OUT/actpf_gemv_$mm.txt" | sed 's/  */ /g')
