@@ -735,7 +735,7 @@ fi
 
 if has actpf; then # the tensor-core mat-vec's later super-blocks' activation after the wait (VLLMC_CUDA_MMA bit 32: prefetched
     # into L1, bit 64: staged in shared memory): its bits (test_cuda_ops alt_kernel against the column-split kernel; the
-    # tiny qwen35 and BENCH_MODELS graph == eager; generate's greedy ids against the default), the launches alone
+    # tiny qwen35's graph == eager; BENCH_MODELS' greedy ids against the default), the launches alone
     # (bench_gemv l2 for each mask of ACTPF_GEMV: the default class, the 9,216-column class, the Q6_K class, each plain,
     # prefetched and staged) and the decode for each of ACTPF_CFGS (default "1 33 65": the default mask, then each form),
     # ACTPF_REPS (default 2) times in turn
