@@ -1633,12 +1633,13 @@ static __device__ __forceinline__ void mma_act_prefetch(const cu_act_view &a, in
         gpu_prefetch_l1(q < 2 ? (const void *)(a.k_qs + (int64_t)sb * QK_K + 128 * q)
                               : q == 2 ? (const void *)(a.k_bs + (int64_t)sb * 16) : (const void *)(a.k_d + sb));
 }
-/* The same super-blocks' activation copied into the warp's shared-memory stage instead (AP 2, cu_mm_cfg.mma bit 64), by asynchronous copies issued right after the wait (no register held while in flight): a
- * certain form where the L1 prefetch is a hint. Stage slot s - 1 (MMA_STAGE_SB bytes) holds super-block sb0 + s's 256
- * quants (lanes 0-15), its 16 16-element sums (lanes 16, 17) and the aligned 16-byte chunk of the scales that holds
- * its scale (lane 18; a row's scales need not start 16-aligned, but the chunk lies between the quants and the sums of
- * the act's buffer). The terms of sb0 + s read their activation from there (mma_act_at) after the warp's copies are
- * waited for (mma_act_wait). The same bytes, so the same bits. */
+/* The same super-blocks' activation copied into the warp's shared-memory stage instead (AP 2, cu_mm_cfg.mma bit 64), by
+ * asynchronous copies issued right after the wait (no register held while they are in flight): where the L1 prefetch
+ * is a hint, this form is sure to take the round trips out. Stage slot s - 1 (MMA_STAGE_SB bytes) holds super-block
+ * sb0 + s's 256 quants (lanes 0-15), its 16 16-element sums (lanes 16, 17) and the aligned 16-byte chunk of the scales
+ * that holds its scale (lane 18; a row's scales need not start 16-aligned, but the chunk lies between the quants and
+ * the sums of the act's buffer). The terms of sb0 + s read their activation from there (mma_act_at) after the warp's
+ * copies are waited for (mma_act_wait). The same bytes, so the same bits. */
 #define MMA_STAGE_SB 304
 template <int SBW>
 static __device__ __forceinline__ void mma_act_stage(const cu_act_view &a, int sb0, int n_sb, int lane, uint8_t *stg) {
