@@ -83,6 +83,24 @@ wait_models() { for i in $(seq 1 240); do [ -f /tmp/models/done ] && break; slee
 summary=()
 # each line also goes to $OUT/summary.txt as it is made: a call cut off by its time limit still brings back what ran
 note() { summary+=("$1"); echo "== $1"; echo "$1" >>"$OUT/summary.txt"; }
+# A/B of a kernel switch (stages ws, actpf): the 128 greedy ids `generate` gives on model file $1 with the environment
+# "$2..." (VAR=value; none: the default), and the decode of model $2 (file $3) with variable $4 at each value of $5, $6
+# times in turn (logs $OUT/TAG_MODEL_VALUE_REP.txt, TAG = $1)
+greedy_ids() {
+    local f=$1; shift
+    env "$@" timeout 120 "$BIN/vllmc" generate -m "$f" --prompt-ids "[11,22,33,44,55,66,77,88,99,111,222,333,444,555,666,777]" \
+        --ids --ignore-eos -n 128 2>/dev/null
+}
+decode_ab() {
+    local tag=$1 m=$2 f=$3 var=$4 vals=$5 reps=$6 rep v rc
+    for rep in $(seq 1 "$reps"); do
+        for v in $vals; do
+            # shellcheck disable=SC2086
+            env "$var=$v" timeout 150 "$BIN/vllmc" bench -m "$f" ${VAR_ARGS:--p 512 -g 256 -r 5} >"$OUT/${tag}_${m}_${v}_$rep.txt" 2>&1; rc=$?
+            note "$tag $m $var=$v run $rep rc=$rc: $(grep '^output tok/s' "$OUT/${tag}_${m}_${v}_$rep.txt" | head -1)"
+        done
+    done
+}
 
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,memory.total,driver_version --format=csv | tee "$OUT/gpu.txt"
 # models in the background while the tests run
@@ -702,7 +720,6 @@ if has ws; then # the warp-streamed mat-vec (VLLMC_CUDA_WS): its bits against th
         [ $rc = 0 ] || WS_BAD=1
     done
     wait_models
-    P="[11,22,33,44,55,66,77,88,99,111,222,333,444,555,666,777]"
     for m in $BENCH_MODELS; do
         f=/tmp/models/$m.gguf
         [ -s "$f" ] || { note "ws $m: model not generated"; continue; }
@@ -711,9 +728,9 @@ if has ws; then # the warp-streamed mat-vec (VLLMC_CUDA_WS): its bits against th
             note "ws 7 test_cuda_model $m rc=$rc: $(grep 'worst' "$OUT/ws_model_$m.txt" | head -1 | sed 's/.*steps, //' | cut -c1-110); $(grep -o 'warp-streamed mat-vec launches [0-9]*' "$OUT/ws_model_$m.txt")$(grep -m1 FAIL "$OUT/ws_model_$m.txt" | cut -c1-200)"
             [ $rc = 0 ] || WS_BAD=1
         fi
-        ref=$(timeout 120 "$BIN/vllmc" generate -m "$f" --prompt-ids "$P" --ids --ignore-eos -n 128 2>/dev/null)
+        ref=$(greedy_ids "$f")
         for ws in 7 15; do
-            got=$(VLLMC_CUDA_WS=$ws timeout 120 "$BIN/vllmc" generate -m "$f" --prompt-ids "$P" --ids --ignore-eos -n 128 2>/dev/null)
+            got=$(greedy_ids "$f" VLLMC_CUDA_WS=$ws)
             if [ -n "$ref" ] && [ "$ref" = "$got" ]; then r=SAME; else r=DIFF; fi
             note "ws $ws $m generate 128 greedy ids against off: $r"
         done
@@ -723,13 +740,7 @@ if has ws; then # the warp-streamed mat-vec (VLLMC_CUDA_WS): its bits against th
             note "ws 7 $m under memcheck (generate, 4 steps) rc=$rc: $(grep -m1 'ERROR SUMMARY' "$OUT/ws_san_$m.txt")"
         fi
         [ -n "${WS_BAD:-}" ] && { note "ws: a check failed, no timing"; continue; }
-        for rep in $(seq 1 "${WS_REPS:-2}"); do
-            for ws in ${WS_CFGS:-0 7 15}; do
-                # shellcheck disable=SC2086
-                VLLMC_CUDA_WS=$ws timeout 150 "$BIN/vllmc" bench -m "$f" ${VAR_ARGS:--p 512 -g 256 -r 5} >"$OUT/ws_${m}_${ws}_$rep.txt" 2>&1; rc=$?
-                note "ws $m $ws run $rep rc=$rc: $(grep '^output tok/s' "$OUT/ws_${m}_${ws}_$rep.txt" | head -1)"
-            done
-        done
+        decode_ab ws "$m" "$f" VLLMC_CUDA_WS "${WS_CFGS:-0 7 15}" "${WS_REPS:-2}"
     done
 fi
 
@@ -753,13 +764,12 @@ if has actpf; then # the tensor-core mat-vec's later super-blocks' activation af
         [ $rc = 0 ] || ACTPF_BAD=1
     done
     wait_models
-    P="[11,22,33,44,55,66,77,88,99,111,222,333,444,555,666,777]"
     for m in $BENCH_MODELS; do
         f=/tmp/models/$m.gguf
         [ -s "$f" ] || { note "actpf $m: model not generated"; continue; }
-        ref=$(timeout 120 "$BIN/vllmc" generate -m "$f" --prompt-ids "$P" --ids --ignore-eos -n 128 2>/dev/null)
+        ref=$(greedy_ids "$f")
         for mm in 33 65; do
-            got=$(VLLMC_CUDA_MMA=$mm timeout 120 "$BIN/vllmc" generate -m "$f" --prompt-ids "$P" --ids --ignore-eos -n 128 2>/dev/null)
+            got=$(greedy_ids "$f" VLLMC_CUDA_MMA=$mm)
             if [ -n "$ref" ] && [ "$ref" = "$got" ]; then r=SAME; else r=DIFF; ACTPF_BAD=1; fi
             note "actpf $mm $m generate 128 greedy ids against the default: $r"
         done
@@ -769,13 +779,7 @@ if has actpf; then # the tensor-core mat-vec's later super-blocks' activation af
             note "actpf 65 $m under memcheck (generate, 4 steps) rc=$rc: $(grep -m1 'ERROR SUMMARY' "$OUT/actpf_san_$m.txt")"
         fi
         [ -n "${ACTPF_BAD:-}" ] && { note "actpf: a check failed, no timing"; continue; }
-        for rep in $(seq 1 "${ACTPF_REPS:-2}"); do
-            for mm in ${ACTPF_CFGS:-1 33 65}; do
-                # shellcheck disable=SC2086
-                VLLMC_CUDA_MMA=$mm timeout 150 "$BIN/vllmc" bench -m "$f" ${VAR_ARGS:--p 512 -g 256 -r 5} >"$OUT/actpf_${m}_${mm}_$rep.txt" 2>&1; rc=$?
-                note "actpf $m VLLMC_CUDA_MMA=$mm run $rep rc=$rc: $(grep '^output tok/s' "$OUT/actpf_${m}_${mm}_$rep.txt" | head -1)"
-            done
-        done
+        decode_ab actpf "$m" "$f" VLLMC_CUDA_MMA "${ACTPF_CFGS:-1 33 65}" "${ACTPF_REPS:-2}"
     done
 fi
 

@@ -928,10 +928,16 @@ static void test_cols_lb(void) {
  * shared memory and read from there (bit 64). */
 enum { ALT_SBT, ALT_MMA, ALT_MMA8, ALT_MMA_PF, ALT_MMA_ST };
 static const char *alt_name[] = {"sbt", "mma", "mma 8 rows a CTA", "mma, activation prefetched", "mma, activation staged"};
-static uint64_t alt_launches(int kind) { return kind == ALT_SBT ? backend_cuda_sbt_launches() : backend_cuda_mma_launches(); }
+static uint64_t alt_launches(int kind) {
+    return kind == ALT_SBT      ? backend_cuda_sbt_launches()
+           : kind == ALT_MMA_PF ? backend_cuda_mma_ap_launches(1) /* the form's own instance, not the plain one */
+           : kind == ALT_MMA_ST ? backend_cuda_mma_ap_launches(2)
+                                : backend_cuda_mma_launches();
+}
 static void alt_on(int kind, bool on) {
     if (kind == ALT_SBT) backend_cuda_set_matvec_sbt(on ? 64 : 0, on ? 1 << 30 : 0);
-    else backend_cuda_set_matvec_mma(on ? (kind == ALT_MMA8 ? 31 : kind == ALT_MMA_PF ? 15 | 32 : kind == ALT_MMA_ST ? 15 | 64 : 15) : 0);
+    /* (the prefetched / staged forms without bit 8: its bounded instance has neither form) */
+    else backend_cuda_set_matvec_mma(on ? (kind == ALT_MMA8 ? 31 : kind == ALT_MMA_PF ? 7 | 32 : kind == ALT_MMA_ST ? 7 | 64 : 15) : 0);
 }
 static void test_alt_kernel(int kind) {
     int old_sb, old_rows, old_mma = backend_cuda_set_matvec_mma(0);

@@ -128,8 +128,10 @@ vllmc_status backend_cuda_fetch_argmax(struct backend *be, int32_t *ids, int32_t
  * either way); 0: none. Returns the previous mask (-1 on HIP, which has no such kernel). Process-wide; VLLMC_CUDA_MMA
  * sets it at backend creation. */
 int backend_cuda_set_matvec_mma(int mask);
-/* Launches that took the tensor-core kernel so far, process-wide. */
+/* Launches that took the tensor-core kernel so far, process-wide; of them, those on the instances with the later
+ * super-blocks' activation prefetched (ap 1: bit 32) or staged (ap 2: bit 64). */
 uint64_t backend_cuda_mma_launches(void);
+uint64_t backend_cuda_mma_ap_launches(int ap);
 /* The Gated DeltaNet rule kernel's value rows a thread: 1, 2, or -1 (the default: 2 for a decode step of several
  * sequences with a bf16 state, where the per-CTA norms and barriers set the kernel's time; else 1); the same bits
  * either way. Returns the previous value.

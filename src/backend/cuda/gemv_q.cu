@@ -1658,17 +1658,16 @@ static __device__ __forceinline__ void mma_act_wait(void) {
     gpu_cp_wait_group<0>();
     __syncwarp();
 }
-/* Where super-block sb's activation is read from: the act itself (index sb), or its stage slot (index 0; the scale at
- * its place in the staged 16-byte chunk). */
+/* Where the staged form reads super-block sb0 + s's activation: the act itself for s 0 (index sb), its stage slot after
+ * (index 0; the scale at its place in the staged 16-byte chunk). */
 struct mma_act_src {
     const int8_t *qs;
     const int16_t *bs;
     const float *d;
     int64_t i;
 };
-template <int AP>
 static __device__ __forceinline__ mma_act_src mma_act_at(const cu_act_view &a, const uint8_t *stg, int s, int sb) {
-    if (AP != 2 || s == 0) return mma_act_src{a.k_qs, a.k_bs, a.k_d, sb};
+    if (s == 0) return mma_act_src{a.k_qs, a.k_bs, a.k_d, sb};
     const uint8_t *d = stg + (s - 1) * MMA_STAGE_SB;
     return mma_act_src{(const int8_t *)d, (const int16_t *)(d + 256), (const float *)(d + 288) + (((uintptr_t)(a.k_d + sb) & 15) >> 2), 0};
 }
@@ -1707,7 +1706,7 @@ static __device__ __forceinline__ void mma_rows_q4_K(const struct cu_mm_args &P,
         float da = 0.f;
         if constexpr (AP == 2) {
             if (s == 1) mma_act_wait();
-            const mma_act_src A = mma_act_at<AP>(P.a, stg, s, sb);
+            const mma_act_src A = mma_act_at(P.a, stg, s, sb);
             if (on) {
                 if ((g >> 1) == c) {
                     const uint4 *xp = (const uint4 *)(A.qs + A.i * QK_K + 32 * g);
@@ -1814,7 +1813,7 @@ static __device__ __forceinline__ void mma_rows_q6_K(const struct cu_mm_args &P,
         float da = 0.f;
         if constexpr (AP == 2) {
             if (s == 1) mma_act_wait();
-            const mma_act_src A = mma_act_at<AP>(P.a, stg, s, sb);
+            const mma_act_src A = mma_act_at(P.a, stg, s, sb);
             if (on) mma_q6k_act(A.qs, A.bs, A.d, A.i, h, k, odd, own, xl, xh, bb, da);
         } else if (on) mma_q6k_act(P.a.k_qs, P.a.k_bs, P.a.k_d, sb, h, k, odd, own, xl, xh, bb, da);
         t[s] = mma_q6k_sb<false>(w[s], w[s], xl, xh, odd, shl, shr, bb, da, NULL);
@@ -1876,8 +1875,9 @@ static __global__ void __launch_bounds__(LBT, LBM) mm_kernel_mma(const struct cu
 #endif
 }
 #endif
-uint64_t cu_mma_launches;
+uint64_t cu_mma_launches, cu_mma_ap_launches[3];
 extern "C" uint64_t backend_cuda_mma_launches(void) { return cu_mma_launches; }
+extern "C" uint64_t backend_cuda_mma_ap_launches(int ap) { return ap == 1 || ap == 2 ? cu_mma_ap_launches[ap] : 0; }
 
 /* Rows a CTA of mm_kernel_sbt for rows of n_sb super-blocks (n_sb x R threads, a multiple of 32, at most
  * SBT_MAX_THREADS); 0 where none fits. */
@@ -1891,6 +1891,12 @@ extern "C" uint64_t backend_cuda_sbt_launches(void) { return cu_sbt_launches; }
 
 /* The instance for super-blocks a warp and the K-quant types present (1 Q4_K, 2 Q6_K, 3 both). */
 typedef void (*mm_cols_fn)(const struct cu_mm_args);
+#if !defined(VLLMC_HIP)
+/* The instance with the later super-blocks' activation prefetched (ap 1) or staged (ap 2). */
+template <int SBW, int RT, int KT> static mm_cols_fn mma_ap(int ap) {
+    return ap == 1 ? mm_kernel_mma<SBW, RT, KT, 512, 1, 1> : mm_kernel_mma<SBW, RT, KT, 512, 1, 2>;
+}
+#endif
 template <int U, int NA>
 static mm_cols_fn mm_cols_pick(int sbw, int kt) {
     if (sbw == 2) return kt == 1 ? mm_kernel_cols<2, 1, U, NA> : kt == 2 ? mm_kernel_cols<2, 2, U, NA> : mm_kernel_cols<2, 3, U, NA>;
@@ -2016,14 +2022,12 @@ static bool mm_launch_cols(const struct cu_mm_args *args, gpuStream_t s, bool ot
         /* bits 32 / 64: the activation of a warp's later super-blocks prefetched into L1 / staged in shared memory (the
          * unbounded instances; off until measured) */
         const int ap = (cu_mm_cfg.mma & 64) ? 2 : (cu_mm_cfg.mma & 32) ? 1 : 0;
-        if (ap && k == mm_kernel_mma<2, 16, 1>) k = ap == 1 ? mm_kernel_mma<2, 16, 1, 512, 1, 1> : mm_kernel_mma<2, 16, 1, 512, 1, 2>;
-        else if (ap && k == mm_kernel_mma<4, 8, 1>) k = ap == 1 ? mm_kernel_mma<4, 8, 1, 512, 1, 1> : mm_kernel_mma<4, 8, 1, 512, 1, 2>;
-        else if (ap && k == mm_kernel_mma<2, 8, 2>) k = ap == 1 ? mm_kernel_mma<2, 8, 2, 512, 1, 1> : mm_kernel_mma<2, 8, 2, 512, 1, 2>;
-        else if (ap && k == mm_kernel_mma<2, 8, 3>) k = ap == 1 ? mm_kernel_mma<2, 8, 3, 512, 1, 1> : mm_kernel_mma<2, 8, 3, 512, 1, 2>;
-        else if (ap && k == mm_kernel_mma<2, 8, 1>) k = ap == 1 ? mm_kernel_mma<2, 8, 1, 512, 1, 1> : mm_kernel_mma<2, 8, 1, 512, 1, 2>;
-        const bool staged = ap == 2 && k != mm_kernel_mma<2, 16, 1, 160, 5> && k != mm_kernel_mma<2, 8, 1, 256, 3>;
-        gpu_launch(k, dim3((unsigned)ctas), dim3(32 * w), staged ? (size_t)w * (sbw - 1) * MMA_STAGE_SB : 0, s, a);
+        const mm_cols_fn ka = !ap ? NULL : k == mm_kernel_mma<2, 16, 1> ? mma_ap<2, 16, 1>(ap) : k == mm_kernel_mma<4, 8, 1> ? mma_ap<4, 8, 1>(ap)
+                            : k == mm_kernel_mma<2, 8, 2> ? mma_ap<2, 8, 2>(ap) : k == mm_kernel_mma<2, 8, 3> ? mma_ap<2, 8, 3>(ap)
+                            : k == mm_kernel_mma<2, 8, 1> ? mma_ap<2, 8, 1>(ap) : NULL;
+        gpu_launch(ka ? ka : k, dim3((unsigned)ctas), dim3(32 * w), ka && ap == 2 ? (size_t)w * (sbw - 1) * MMA_STAGE_SB : 0, s, a);
         cu_mma_launches++;
+        if (ka) cu_mma_ap_launches[ap]++;
         return true;
     }
 #endif
