@@ -68,7 +68,8 @@
 # experts (VLLMC_CUDA_MOE2=1) on the MoE models of BENCH_MODELS (e.g. BENCH_MODELS="qwen36-14b-a3b"): test_cuda_model
 # (graph == eager: its bits), MOE2_SAN=1 memcheck, then the decode off and on, MOE2_REPS times in turn. Stage actpf (not
 # default) checks and times the tensor-core mat-vec's later super-blocks' activation prefetched / staged after the wait
-# (VLLMC_CUDA_MMA bits 32 / 64; ACTPF_GEMV, ACTPF_CFGS, ACTPF_REPS, ACTPF_SAN=1 a memcheck run).
+# (VLLMC_CUDA_MMA bits 32 / 64; ACTPF_GEMV, ACTPF_CFGS, ACTPF_REPS, ACTPF_SAN=1 a memcheck run). Stage moepre (not default)
+# does the same for the MoE down launch routing before its wait (VLLMC_CUDA_MOE_PRE=1; MOEPRE_REPS, MOEPRE_SAN=1).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu-out}
@@ -780,6 +781,37 @@ if has actpf; then # the tensor-core mat-vec's later super-blocks' activation af
         fi
         [ -n "${ACTPF_BAD:-}" ] && { note "actpf: a check failed, no timing"; continue; }
         decode_ab actpf "$m" "$f" VLLMC_CUDA_MMA "${ACTPF_CFGS:-1 33 65}" "${ACTPF_REPS:-2}"
+    done
+fi
+
+if has moepre; then # the MoE down launch routing before its dependency wait (VLLMC_CUDA_MOE_PRE=1): its bits (test_cuda_ops moe's
+    # path 5 against the column-split path; the tiny qwen35moe files' graph == eager and CPU parity; the MoE models of
+    # BENCH_MODELS' greedy ids against the default), then the decode off and on, MOEPRE_REPS (default 2) times in turn
+    timeout 200 "$BIN/test_cuda_ops" moe >"$OUT/moepre_ops.txt" 2>&1; rc=$?
+    note "moepre test_cuda_ops moe rc=$rc: $(grep -c 'down routing before its wait' "$OUT/moepre_ops.txt") such runs; $(tail -1 "$OUT/moepre_ops.txt") $(grep -m2 'FAIL' "$OUT/moepre_ops.txt" | cut -c1-200 | tr '\n' ' ')"
+    [ $rc = 0 ] || MOEPRE_BAD=1
+    for f in .carry/moe/*.gguf; do
+        [ -f "$f" ] || continue
+        n=$(basename "$f" .gguf)
+        VLLMC_CUDA_MOE_PRE=1 timeout 120 "$BIN/test_cuda_model" "$f" 24 12 >"$OUT/moepre_model_$n.txt" 2>&1; rc=$?
+        note "moepre test_cuda_model $n rc=$rc: $(grep 'worst' "$OUT/moepre_model_$n.txt" | head -1 | sed 's/.*steps, //' | cut -c1-120)$(grep -m1 FAIL "$OUT/moepre_model_$n.txt" | cut -c1-200)"
+        [ $rc = 0 ] || MOEPRE_BAD=1
+    done
+    wait_models
+    for m in $BENCH_MODELS; do
+        [[ $m == qwen36* ]] || continue
+        f=/tmp/models/$m.gguf
+        [ -s "$f" ] || { note "moepre $m: model not generated"; continue; }
+        ref=$(greedy_ids "$f"); got=$(greedy_ids "$f" VLLMC_CUDA_MOE_PRE=1)
+        if [ -n "$ref" ] && [ "$ref" = "$got" ]; then r=SAME; else r=DIFF; MOEPRE_BAD=1; fi
+        note "moepre $m generate 128 greedy ids against the default: $r"
+        if [ "${MOEPRE_SAN:-0}" = 1 ] && command -v compute-sanitizer >/dev/null; then
+            VLLMC_CUDA_MOE_PRE=1 timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN/vllmc" generate -m "$f" \
+                --prompt-ids "[11,22,33,44,55,66,77,88]" --ids --ignore-eos -n 4 >"$OUT/moepre_san_$m.txt" 2>&1; rc=$?
+            note "moepre $m under memcheck (generate, 4 steps) rc=$rc: $(grep -m1 'ERROR SUMMARY' "$OUT/moepre_san_$m.txt")"
+        fi
+        [ -n "${MOEPRE_BAD:-}" ] && { note "moepre: a check failed, no timing"; continue; }
+        decode_ab moepre "$m" "$f" VLLMC_CUDA_MOE_PRE "0 1" "${MOEPRE_REPS:-2}"
     done
 fi
 

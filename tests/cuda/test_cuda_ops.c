@@ -538,9 +538,12 @@ static void test_moe_case(char name, uint32_t tg, uint32_t tu, uint32_t td, int 
         float *rout = nan_buf((size_t)(rows * NE)), *hc = NULL;
         CHECK_MSG(ref->ops->moe(ref, &ra, &rw, &mp, rout) == VLLMC_OK, "%s", vllmc_last_error());
         /* path 3: the column-split kernels with the mix in the down launch (backend_cuda_set_fuse_nq): the bits of path 0;
-         * path 4: grouped with the routing and the sort in a launch each (path 2 has them in one): the same bits */
-        for (int path = 0; path < (cols ? 5 : 3); path++) {
-            const int old_cols = backend_cuda_set_moe_cols(path == 0 || path == 3 ? 64 : 0);
+         * path 4: grouped with the routing and the sort in a launch each (path 2 has them in one): the same bits;
+         * path 5: the column-split kernels with the down launch routing before its wait (backend_cuda_set_moe_pre) */
+        for (int path = 0; path < (cols ? 6 : 3); path++) {
+            const int old_cols = backend_cuda_set_moe_cols(path == 0 || path == 3 || path == 5 ? 64 : 0);
+            const int old_pre = backend_cuda_set_moe_pre(path == 5);
+            const uint64_t pre0 = backend_cuda_moe_pre_launches();
             const int old_grp = backend_cuda_set_moe_group(path == 2 || path == 4 ? 1 : 0);
             const int old_rs = backend_cuda_set_moe_route_sort(path == 4 ? 0 : 64);
             backend_cuda_set_fuse_nq(gpu, path == 3 ? BACKEND_CUDA_FUSE_MOE_MIX : 0);
@@ -551,7 +554,7 @@ static void test_moe_case(char name, uint32_t tg, uint32_t tu, uint32_t td, int 
             CHECK_MSG(gpu->ops->moe(gpu, &ga, &gw, &mp, gout) == VLLMC_OK, "%s", vllmc_last_error());
             backend_cuda_get_stats(gpu, &s1);
             /* the path the case is meant to take: the column-split or grouped kernels only where the types allow */
-            CHECK_MSG(s1.moe_cols - s0.moe_cols == (uint64_t)((path == 0 || path == 3) && cols), "moe %c rows %d: column-split path %s", name, rows,
+            CHECK_MSG(s1.moe_cols - s0.moe_cols == (uint64_t)((path == 0 || path == 3 || path == 5) && cols), "moe %c rows %d: column-split path %s", name, rows,
                       s1.moe_cols > s0.moe_cols ? "taken" : "not taken");
             CHECK_MSG(s1.moe_grouped - s0.moe_grouped == (uint64_t)((path == 2 || path == 4) && cols), "moe %c rows %d: grouped path %s",
                       name, rows, s1.moe_grouped > s0.moe_grouped ? "taken" : "not taken");
@@ -560,6 +563,9 @@ static void test_moe_case(char name, uint32_t tg, uint32_t tu, uint32_t td, int 
             /* path 3 must have mixed in the down launch (else it would equal path 0 trivially) */
             CHECK_MSG(s1.moe_mix_down - s0.moe_mix_down == (uint64_t)(path == 3), "moe %c rows %d: mix in the down launch %s", name,
                       rows, s1.moe_mix_down > s0.moe_mix_down ? "taken" : "not taken");
+            /* path 5 must have routed in the down launch (else it would equal path 0 trivially), and only path 5 */
+            CHECK_MSG(backend_cuda_moe_pre_launches() - pre0 == (uint64_t)(path == 5), "moe %c rows %d: down launch routing before its wait %s",
+                      name, rows, backend_cuda_moe_pre_launches() > pre0 ? "taken" : "not taken");
             dev_get(h, gout, (size_t)(rows * NE) * 4);
             CHECK(gpu->ops->moe(gpu, &ga, &gw, &mp, gout) == VLLMC_OK);
             dev_get(h2, gout, (size_t)(rows * NE) * 4);
@@ -571,19 +577,22 @@ static void test_moe_case(char name, uint32_t tg, uint32_t tu, uint32_t td, int 
             const double rel = dmax / fmax(amax, 1e-12), mr = max_rel(h, rout, (size_t)(rows * NE), 1e-2 * amax);
             printf("moe %c (%s), %lld experts, %d rows: max |d| / max |ref| %.3g, max rel (floor 1%% of max) %.3g, %zu of %lld bit-equal\n",
                    name, path == 0 ? "column-split where eligible" : path == 1 ? "general" : path == 2 ? "grouped where eligible"
-                   : path == 3 ? "column-split, mix in the down launch" : "grouped, routing and sort apart", (long long)E, rows,
+                   : path == 3 ? "column-split, mix in the down launch" : path == 4 ? "grouped, routing and sort apart"
+                   : "column-split, down routing before its wait", (long long)E, rows,
                    rel, mr, (size_t)(rows * NE) - n_diff(h, rout, (size_t)(rows * NE)), (long long)(rows * NE));
             CHECK_MSG(amax > 0 && rel < 2e-3, "moe %c rows %d: max |d| / max |ref| = %.3g", name, rows, rel);
             CHECK_MSG(n_diff(h, h2, (size_t)(rows * NE)) == 0, "moe %c rows %d: two runs differ", name, rows);
             if (path == 0 && cols) { hc = h; h = NULL; } /* the column-split output, for the grouped one */
             if (path >= 2 && hc)
                 CHECK_MSG(n_diff(h, hc, (size_t)(rows * NE)) == 0, "moe %c rows %d: %s output differs from the column-split one in %zu values",
-                          name, rows, path == 2 ? "grouped" : path == 3 ? "mix-in-down" : "grouped (apart)", n_diff(h, hc, (size_t)(rows * NE)));
+                          name, rows, path == 2 ? "grouped" : path == 3 ? "mix-in-down" : path == 4 ? "grouped (apart)" : "down routing before its wait",
+                          n_diff(h, hc, (size_t)(rows * NE)));
             free(h); free(h2);
             gpu->ops->free(gpu, gout);
             backend_cuda_set_moe_cols(old_cols);
             backend_cuda_set_moe_group(old_grp);
             backend_cuda_set_moe_route_sort(old_rs);
+            backend_cuda_set_moe_pre(old_pre);
             backend_cuda_set_fuse_nq(gpu, 0);
         }
         free(x); free(rout); free(hc);

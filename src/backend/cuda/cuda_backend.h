@@ -185,6 +185,13 @@ int backend_cuda_set_moe_group(int min_rows);
 /* Grouped MoE ops of up to max_rows rows (default 32) route their tokens and sort the entries in one CTA (a launch
  * where there were two; the same ids, weights, order and groups); 0: a launch each. Returns the previous value. */
 int backend_cuda_set_moe_route_sort(int max_rows);
+/* The column-split MoE down launch's routed CTAs route their token again before the dependency wait (from the router's
+ * logits, as the gate+up launch does after it) and ask for their expert's rows before it (on, 1) or read the gate+up
+ * launch's ids after the wait (off, 0: the default until measured); the same ids, so the same bits. Not with the mix in
+ * the down launch. Returns the previous value; VLLMC_CUDA_MOE_PRE sets it at backend creation. */
+int backend_cuda_set_moe_pre(int on);
+/* Down launches that took the routing before the wait so far, process-wide. */
+uint64_t backend_cuda_moe_pre_launches(void);
 
 /* Per op-family profile (profile = true): calls, GPU milliseconds, bytes of weights read. */
 #define BACKEND_CUDA_PROF_MAX 24

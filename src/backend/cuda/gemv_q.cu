@@ -3544,7 +3544,7 @@ static bool mm_launch_mmr(const struct cu_mm_args *args, gpuStream_t s) {
 #else
 #define MM_MMQ 16
 #endif
-struct cu_mm_cfg cu_mm_cfg = {{8192, 65536}, {1, 4, 4}, {0, 2, 1}, {0, 0, 0}, 0, {1, 1, 1}, 64, 0, 3, 1, MS_CPS, 24 * 1024, 0, 16, MM_COLS_LB, 0, 16384, MM_MMA, MM_MMR, 10, 8, 32, 0, 16, 0, 1, 132, MM_MMQ, 132 * (VLLMC_MMQ_MINB4 > 2 ? VLLMC_MMQ_MINB4 : 2), 1, 1, 4};
+struct cu_mm_cfg cu_mm_cfg = {{8192, 65536}, {1, 4, 4}, {0, 2, 1}, {0, 0, 0}, 0, {1, 1, 1}, 64, 0, 3, 1, MS_CPS, 24 * 1024, 0, 16, MM_COLS_LB, 0, 16384, MM_MMA, MM_MMR, 10, 8, 32, 0, 16, 0, 1, 132, MM_MMQ, 132 * (VLLMC_MMQ_MINB4 > 2 ? VLLMC_MMQ_MINB4 : 2), 1, 1, 4, 0};
 
 static bool mm_launch_dec(const struct cu_mm_args *args, gpuStream_t s);
 
@@ -3785,12 +3785,16 @@ static __device__ __forceinline__ void moe_rt_best(const unsigned (&key)[MOE_RT_
 /* Softmax over the E logits l (max, then the sum of exp in double, lane-strided and butterfly-reduced), then the
  * k largest probabilities with ties to the lower id, renormalised when norm: moe_route_kernel's ops in its order.
  * Every lane returns the expert of slot want; with write, lane j < k stores slot j's id and weight. */
+template <bool CG = false> /* CG: the logits through L2 (read before the dependency wait: another grid wrote them) */
 static __device__ int moe_route_warp(const float *l, int E, int k, int norm, int want, bool write, int32_t *ids, float *wts,
                                      int lane) {
     float mx = -INFINITY;
+    float lg[MOE_RT_PL];
+#pragma unroll
+    for (int i = 0; i < MOE_RT_PL; i++) lg[i] = lane + 32 * i < E ? ldf<CG>(l + lane + 32 * i) : 0.f;
 #pragma unroll
     for (int i = 0; i < MOE_RT_PL; i++)
-        if (lane + 32 * i < E) mx = fmaxf(mx, l[lane + 32 * i]);
+        if (lane + 32 * i < E) mx = fmaxf(mx, lg[i]);
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, shfl_xor(mx, off));
     /* each expert's expf once, kept for its probability (the same values: the logits were read again and expf formed
@@ -3799,7 +3803,7 @@ static __device__ int moe_route_warp(const float *l, int E, int k, int norm, int
     double sum = 0.0;
 #pragma unroll
     for (int i = 0; i < MOE_RT_PL; i++) {
-        ex[i] = lane + 32 * i < E ? expf(l[lane + 32 * i] - mx) : 0.f;
+        ex[i] = lane + 32 * i < E ? expf(lg[i] - mx) : 0.f;
         if (lane + 32 * i < E) sum += (double)ex[i];
     }
 #pragma unroll
@@ -3980,8 +3984,10 @@ static __device__ __noinline__ void moe_mix_tail(const struct cu_moe_cols_args &
     if (M.nq.on) nq_fuse_finish(M.nq, pc, nd, t, t, 1); /* a counter per row, as in moe_mix_kernel */
 }
 
-template <int SBW, int KT, int U, bool DOWN, bool MIX = false> /* MIX: the down launch mixes (instances of their own, so the
-                                                                  others' registers stay as they were) */
+template <int SBW, int KT, int U, bool DOWN, bool MIX = false, bool PRE = false> /* MIX: the down launch mixes (instances of
+                                                                  their own, so the others' registers stay as they were); PRE:
+                                                                  the down launch's routed CTAs route before the wait
+                                                                  (cu_mm_cfg.moe_pre) */
 static __global__ void __launch_bounds__(256) moe_cols_kernel(const struct cu_moe_cols_args P) {
     constexpr int RW = 8 / SBW, RS = RW * U; /* rows a row set */
     __shared__ float part[16][RS];
@@ -3996,7 +4002,13 @@ static __global__ void __launch_bounds__(256) moe_cols_kernel(const struct cu_mo
     if (!q.ok) return; /* the whole CTA: this group has fewer row blocks */
     const int arow = ent / G.act_div + G.act_off;
     int64_t e = 0;
-    if (G.ids) { /* routed: the expert comes from this step's router (after the wait) */
+    if (PRE && G.ids) { /* down, routed: the gate+up launch's routing again, before the wait. The logits were written by the
+                           launch before gate+up, which every gate+up CTA waited for before it let this launch start (its
+                           trigger follows its wait); read through L2. The next writer of the logits (the next MoE op's
+                           router) starts only after this launch's triggers, which follow these reads. */
+        const int t = ent / P.k, j = ent - t * P.k;
+        e = moe_route_warp<true>(P.logits + (int64_t)t * P.E, P.E, P.k, P.norm, j, false, NULL, NULL, lane);
+    } else if (G.ids) { /* routed: the expert comes from this step's router (after the wait) */
         gpu_pdl_wait();
         if (DOWN) e = G.ids[ent];
         else {
@@ -4010,7 +4022,7 @@ static __global__ void __launch_bounds__(256) moe_cols_kernel(const struct cu_mo
     q6_w w6[KT & 2 ? U : 1];
     (void)w4; (void)w6;
     moe_w_load<SBW, KT, U>(G, q, e, k4, w4, w6);
-    if (!G.ids) gpu_pdl_wait(); /* the shared expert: its weights were loaded while the kernel before finished */
+    if (!G.ids || PRE) gpu_pdl_wait(); /* the shared expert (or PRE): its weights were loaded while the kernel before finished */
     gpu_pdl_trigger();
     cu_act_view av = act_row(G.a, arow);
     if (DOWN) { /* the entry's hidden row: SwiGLU(gate, up) as norm_quant forms it, Q8_K into shared memory */
@@ -4072,8 +4084,13 @@ static bool moe_cols_shape_of(const struct cu_moe_mm_args &mm, moe_cols_shape &s
     return true;
 }
 
+static uint64_t cu_moe_pre_launches; /* down launches on the PRE instances (tests: the switch took) */
+extern "C" uint64_t backend_cuda_moe_pre_launches(void) { return cu_moe_pre_launches; }
+
+/* pre: the down launch's routed CTAs route before the wait (PRE; not with the mix in the launch) */
 template <bool DOWN>
-static void moe_cols_launch(const struct cu_moe_cols_args &a, const struct cu_moe_mm_args &mm, const moe_cols_shape &sh, gpuStream_t s) {
+static void moe_cols_launch(const struct cu_moe_cols_args &a, const struct cu_moe_mm_args &mm, const moe_cols_shape &sh, bool pre,
+                            gpuStream_t s) {
     struct cu_moe_cols_args p = a;
     p.g[0] = mm.g[0];
     if (mm.n_grp > 1) p.g[1] = mm.g[1];
@@ -4087,7 +4104,11 @@ static void moe_cols_launch(const struct cu_moe_cols_args &a, const struct cu_mo
         else f = kt == 1 ? moe_cols_kernel<4, 1, 4, true, true> : kt == 2 ? moe_cols_kernel<4, 2, 2, true, true> : moe_cols_kernel<4, 3, 2, true, true>;
     } else
 #endif
-    if (sh.sbw == 2) {
+    if (DOWN && pre) {
+        if (sh.sbw == 2) f = kt == 1 ? moe_cols_kernel<2, 1, 4, true, false, true> : kt == 2 ? moe_cols_kernel<2, 2, 2, true, false, true> : moe_cols_kernel<2, 3, 2, true, false, true>;
+        else f = kt == 1 ? moe_cols_kernel<4, 1, 4, true, false, true> : kt == 2 ? moe_cols_kernel<4, 2, 2, true, false, true> : moe_cols_kernel<4, 3, 2, true, false, true>;
+        cu_moe_pre_launches++;
+    } else if (sh.sbw == 2) {
         f = kt == 1 ? moe_cols_kernel<2, 1, 4, DOWN> : kt == 2 ? moe_cols_kernel<2, 2, 2, DOWN> : moe_cols_kernel<2, 3, 2, DOWN>;
     } else {
         f = kt == 1 ? moe_cols_kernel<4, 1, 4, DOWN> : kt == 2 ? moe_cols_kernel<4, 2, 2, DOWN> : moe_cols_kernel<4, 3, 2, DOWN>;
@@ -4106,7 +4127,7 @@ bool cu_launch_moe_cols(const struct cu_moe_args *a, gpuStream_t s) {
     struct cu_moe_cols_args p;
     memset(&p, 0, sizeof(p));
     p.logits = a->logits; p.E = a->E; p.k = a->k; p.norm = a->norm; p.ids = a->ids; p.wts = a->wts;
-    moe_cols_launch<false>(p, a->gu, gu, s);
+    moe_cols_launch<false>(p, a->gu, gu, false, s);
     /* the hidden rows: routed then (merged: same buffer) shared */
     p.swi[0] = a->gu_buf[0]; p.swi_ld[0] = 2 * a->n_ff[0];
     p.swi[1] = a->merged ? a->gu_buf[0] : a->gu_buf[1]; p.swi_ld[1] = a->merged ? 2 * a->n_ff[0] : 2 * a->n_ff[1];
@@ -4115,7 +4136,9 @@ bool cu_launch_moe_cols(const struct cu_moe_args *a, gpuStream_t s) {
         m.Y = a->Y; m.Ys = a->shared ? a->Ys : NULL; m.wts = a->wts; m.glog = a->sgate ? a->glog : NULL;
         m.out = a->out; m.res = a->res; m.cnt = a->mix_cnt; m.n = a->n_embd; m.nq = a->nq; m.on = 1;
     }
-    moe_cols_launch<true>(p, a->down, dn, s);
+    /* the down launch may route again only where its ids are the ones the gate+up launch writes from these logits */
+    const bool pre = cu_mm_cfg.moe_pre && !p.mix.on && a->logits && a->down.g[0].ids == a->ids && a->gu.g[0].ids == a->ids;
+    moe_cols_launch<true>(p, a->down, dn, pre, s);
     return true;
 }
 
