@@ -68,7 +68,8 @@
 # experts (VLLMC_CUDA_MOE2=1) on the MoE models of BENCH_MODELS (e.g. BENCH_MODELS="qwen36-14b-a3b"): test_cuda_model
 # (graph == eager: its bits), MOE2_SAN=1 memcheck, then the decode off and on, MOE2_REPS times in turn. Stage actpf (not
 # default) checks and times the tensor-core mat-vec's later super-blocks' activation prefetched / staged after the wait
-# (VLLMC_CUDA_MMA bits 32 / 64; ACTPF_GEMV, ACTPF_CFGS, ACTPF_REPS, ACTPF_SAN=1 a memcheck run). Stage moepre (not default)
+# (VLLMC_CUDA_MMA bits 32 / 64; ACTPF_GEMV, ACTPF_CFGS, ACTPF_REPS, ACTPF_MODELS (default BENCH_MODELS), ACTPF_SAN=1 a
+# memcheck run). Stage moepre (not default)
 # does the same for the MoE down launch routing before its wait (VLLMC_CUDA_MOE_PRE=1; MOEPRE_REPS, MOEPRE_SAN=1).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -765,7 +766,7 @@ if has actpf; then # the tensor-core mat-vec's later super-blocks' activation af
         [ $rc = 0 ] || ACTPF_BAD=1
     done
     wait_models
-    for m in $BENCH_MODELS; do
+    for m in ${ACTPF_MODELS:-$BENCH_MODELS}; do
         f=/tmp/models/$m.gguf
         [ -s "$f" ] || { note "actpf $m: model not generated"; continue; }
         ref=$(greedy_ids "$f")
