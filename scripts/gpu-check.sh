@@ -106,7 +106,9 @@ decode_ab() {
 
 # the test_cuda_model run of log $1 (exit status $2) broke what a same-bits switch must keep: it crashed or timed out, or a
 # recorded step differs from its eager one (graph == eager n/m with n < m). Its CPU bound alone does not count: some
-# seeds of the tiny models exceed it with every switch off (BENCHMARKS "A failing seed of test_cuda_model").
+# seeds of the tiny models exceed it with every switch off (BENCHMARKS "A failing seed of test_cuda_model"). The
+# switch's values are held to the default's by the stage's other checks: test_cuda_ops bit for bit against the default
+# kernels, and the greedy ids of the real-shape models.
 model_broke() {
     local ge
     ge=$(grep -o 'graph == eager in [0-9]*/[0-9]*' "$1" | head -1 | sed 's/.* //')
