@@ -104,6 +104,26 @@ decode_ab() {
     done
 }
 
+# A same-bits switch on model $2 (file $3), tag $1: the 128 greedy ids with $4 at each value of $5 against the default
+# (a note each; false if any differ)
+ids_same() {
+    local tag=$1 m=$2 f=$3 var=$4 vals=$5 ref got r v ok=0
+    ref=$(greedy_ids "$f")
+    for v in $vals; do
+        got=$(greedy_ids "$f" "$var=$v")
+        if [ -n "$ref" ] && [ "$ref" = "$got" ]; then r=SAME; else r=DIFF; ok=1; fi
+        note "$tag $v $m generate 128 greedy ids against the default: $r"
+    done
+    return $ok
+}
+# ... and a 4-step generate under compute-sanitizer memcheck with $4 (VAR=value), where there is one
+san_generate() {
+    local tag=$1 m=$2 f=$3 rc
+    command -v compute-sanitizer >/dev/null || return 0
+    env "$4" timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN/vllmc" generate -m "$f" \
+        --prompt-ids "[11,22,33,44,55,66,77,88]" --ids --ignore-eos -n 4 >"$OUT/${tag}_san_$m.txt" 2>&1; rc=$?
+    note "$tag $4 $m under memcheck (generate, 4 steps) rc=$rc: $(grep -m1 'ERROR SUMMARY' "$OUT/${tag}_san_$m.txt")"
+}
 # the test_cuda_model run of log $1 (exit status $2) broke what a same-bits switch must keep: it crashed or timed out, or a
 # recorded step differs from its eager one (graph == eager n/m with n < m). Its CPU bound alone does not count: some
 # seeds of the tiny models exceed it with every switch off (BENCHMARKS "A failing seed of test_cuda_model"). The
@@ -745,17 +765,8 @@ if has ws; then # the warp-streamed mat-vec (VLLMC_CUDA_WS): its bits against th
             note "ws 7 test_cuda_model $m rc=$rc: $(grep 'worst' "$OUT/ws_model_$m.txt" | head -1 | sed 's/.*steps, //' | cut -c1-110); $(grep -o 'warp-streamed mat-vec launches [0-9]*' "$OUT/ws_model_$m.txt")$(grep -m1 FAIL "$OUT/ws_model_$m.txt" | cut -c1-200)"
             [ $rc = 0 ] || WS_BAD=1
         fi
-        ref=$(greedy_ids "$f")
-        for ws in 7 15; do
-            got=$(greedy_ids "$f" VLLMC_CUDA_WS=$ws)
-            if [ -n "$ref" ] && [ "$ref" = "$got" ]; then r=SAME; else r=DIFF; fi
-            note "ws $ws $m generate 128 greedy ids against off: $r"
-        done
-        if [ "${WS_SAN:-0}" = 1 ] && command -v compute-sanitizer >/dev/null; then
-            VLLMC_CUDA_WS=7 timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN/vllmc" generate -m "$f" \
-                --prompt-ids "[11,22,33,44,55,66,77,88]" --ids --ignore-eos -n 4 >"$OUT/ws_san_$m.txt" 2>&1; rc=$?
-            note "ws 7 $m under memcheck (generate, 4 steps) rc=$rc: $(grep -m1 'ERROR SUMMARY' "$OUT/ws_san_$m.txt")"
-        fi
+        ids_same ws "$m" "$f" VLLMC_CUDA_WS "7 15" || true
+        [ "${WS_SAN:-0}" = 1 ] && san_generate ws "$m" "$f" VLLMC_CUDA_WS=7
         [ -n "${WS_BAD:-}" ] && { note "ws: a check failed, no timing"; continue; }
         decode_ab ws "$m" "$f" VLLMC_CUDA_WS "${WS_CFGS:-0 7 15}" "${WS_REPS:-2}"
     done
@@ -784,17 +795,8 @@ if has actpf; then # the tensor-core mat-vec's later super-blocks' activation af
     for m in ${ACTPF_MODELS:-$BENCH_MODELS}; do
         f=/tmp/models/$m.gguf
         [ -s "$f" ] || { note "actpf $m: model not generated"; continue; }
-        ref=$(greedy_ids "$f")
-        for mm in 33 65; do
-            got=$(greedy_ids "$f" VLLMC_CUDA_MMA=$mm)
-            if [ -n "$ref" ] && [ "$ref" = "$got" ]; then r=SAME; else r=DIFF; ACTPF_BAD=1; fi
-            note "actpf $mm $m generate 128 greedy ids against the default: $r"
-        done
-        if [ "${ACTPF_SAN:-0}" = 1 ] && command -v compute-sanitizer >/dev/null; then
-            VLLMC_CUDA_MMA=65 timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN/vllmc" generate -m "$f" \
-                --prompt-ids "[11,22,33,44,55,66,77,88]" --ids --ignore-eos -n 4 >"$OUT/actpf_san_$m.txt" 2>&1; rc=$?
-            note "actpf 65 $m under memcheck (generate, 4 steps) rc=$rc: $(grep -m1 'ERROR SUMMARY' "$OUT/actpf_san_$m.txt")"
-        fi
+        ids_same actpf "$m" "$f" VLLMC_CUDA_MMA "33 65" || ACTPF_BAD=1
+        [ "${ACTPF_SAN:-0}" = 1 ] && san_generate actpf "$m" "$f" VLLMC_CUDA_MMA=65
         [ -n "${ACTPF_BAD:-}" ] && { note "actpf: a check failed, no timing"; continue; }
         decode_ab actpf "$m" "$f" VLLMC_CUDA_MMA "${ACTPF_CFGS:-1 33 65}" "${ACTPF_REPS:-2}"
     done
@@ -818,14 +820,8 @@ if has moepre; then # the MoE down launch routing before its dependency wait (VL
         [[ $m == qwen36* ]] || continue
         f=/tmp/models/$m.gguf
         [ -s "$f" ] || { note "moepre $m: model not generated"; continue; }
-        ref=$(greedy_ids "$f"); got=$(greedy_ids "$f" VLLMC_CUDA_MOE_PRE=1)
-        if [ -n "$ref" ] && [ "$ref" = "$got" ]; then r=SAME; else r=DIFF; MOEPRE_BAD=1; fi
-        note "moepre $m generate 128 greedy ids against the default: $r"
-        if [ "${MOEPRE_SAN:-0}" = 1 ] && command -v compute-sanitizer >/dev/null; then
-            VLLMC_CUDA_MOE_PRE=1 timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN/vllmc" generate -m "$f" \
-                --prompt-ids "[11,22,33,44,55,66,77,88]" --ids --ignore-eos -n 4 >"$OUT/moepre_san_$m.txt" 2>&1; rc=$?
-            note "moepre $m under memcheck (generate, 4 steps) rc=$rc: $(grep -m1 'ERROR SUMMARY' "$OUT/moepre_san_$m.txt")"
-        fi
+        ids_same moepre "$m" "$f" VLLMC_CUDA_MOE_PRE 1 || MOEPRE_BAD=1
+        [ "${MOEPRE_SAN:-0}" = 1 ] && san_generate moepre "$m" "$f" VLLMC_CUDA_MOE_PRE=1
         [ -n "${MOEPRE_BAD:-}" ] && { note "moepre: a check failed, no timing"; continue; }
         decode_ab moepre "$m" "$f" VLLMC_CUDA_MOE_PRE "0 1" "${MOEPRE_REPS:-2}"
     done

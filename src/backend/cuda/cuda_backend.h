@@ -125,8 +125,8 @@ vllmc_status backend_cuda_fetch_argmax(struct backend *be, int32_t *ids, int32_t
  * rows of up to 16 super-blocks; 8 puts class 1's 2,560-column launches on an instance bounded to 5 CTAs an SM; 16 class
  * 1's launches of fewer than 8,192 rows at 8 rows a CTA (both measured level or slower, off); 32 the activation of a
  * warp's later super-blocks asked into L1 after the dependency wait, 64 copied into shared memory then (the same bits
- * either way; measured 12% / 2% slower a qwen35-4b token, off); 0: none. Returns the previous mask (-1 on HIP, which has no such kernel). Process-wide; VLLMC_CUDA_MMA
- * sets it at backend creation. */
+ * either way; measured 12% / 2% slower a qwen35-4b token, off); 0: none. Returns the previous mask (-1 on HIP, which
+ * has no such kernel). Process-wide; VLLMC_CUDA_MMA sets it at backend creation. */
 int backend_cuda_set_matvec_mma(int mask);
 /* Launches that took the tensor-core kernel so far, process-wide; of them, those on the instances with the later
  * super-blocks' activation prefetched (ap 1: bit 32) or staged (ap 2: bit 64). */
@@ -188,7 +188,8 @@ int backend_cuda_set_moe_route_sort(int max_rows);
 /* The column-split MoE down launch's routed CTAs route their token again before the dependency wait (from the router's
  * logits, as the gate+up launch does after it) and ask for their expert's rows before it (on, 1) or read the gate+up
  * launch's ids after the wait (off, 0: the default; on measured 2-3% slower a qwen36-14b-a3b token); the same ids, so
- * the same bits. Not with the mix in the down launch. Returns the previous value; VLLMC_CUDA_MOE_PRE sets it at backend creation. */
+ * the same bits. Not with the mix in the down launch. Returns the previous value; VLLMC_CUDA_MOE_PRE sets it at
+ * backend creation. */
 int backend_cuda_set_moe_pre(int on);
 /* Down launches that took the routing before the wait so far, process-wide. */
 uint64_t backend_cuda_moe_pre_launches(void);

@@ -203,7 +203,8 @@ struct cu_mm_cfg {
                                   0: at least (rounded up: a second round of CTAs where they do not divide) */
     int32_t mmq_stream;        /* 1: such launches as mmq_ctas even runs of (tile, super-block) units instead (default) */
     int32_t mmq_nt;            /* activation rows a CTA / 8: 4 (default: 64 rows over 2 CTAs, the 4-group instance holds no
-                                  spill and asks for the next super-block's words early), 8 or 2 */    int32_t moe_pre;           /* 1: the column-split MoE down launch's routed CTAs route their token themselves before the
+                                  spill and asks for the next super-block's words early), 8 or 2 */
+    int32_t moe_pre;           /* 1: the column-split MoE down launch's routed CTAs route their token themselves before the
                                   dependency wait (moe_route_warp on the router's logits, written two launches back) and ask
                                   for their expert's rows before it, as the dense mat-vecs do; the same ids, so the same
                                   bits. 0: they read the gate+up launch's ids after the wait (default: on measured
