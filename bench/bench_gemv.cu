@@ -114,6 +114,10 @@ static void boundary_floor(gpuStream_t st) {
 int main(int argc, char **argv) {
     const bool l2 = argc > 1 && !strcmp(argv[1], "l2");
     if (l2) { argv++; argc--; }
+    /* the backend's switches this tool's launches follow (vllmc reads them at backend creation) */
+    if (getenv("VLLMC_CUDA_MMA")) cu_mm_cfg.mma = atoi(getenv("VLLMC_CUDA_MMA")) & 511;
+    if (getenv("VLLMC_CUDA_MMX_ROWS")) cu_mmx_rows = atoi(getenv("VLLMC_CUDA_MMX_ROWS"));
+    if (getenv("VLLMC_CUDA_CARVEOUT")) gpu_carveout = atoi(getenv("VLLMC_CUDA_CARVEOUT"));
     const int reps = argc > 1 ? atoi(argv[1]) : 30;
     const shape shapes[] = {
         {GGML_TYPE_Q4_K, 2560, 9216, 1, "ffn_gate (qwen35-4b)"},
@@ -218,6 +222,7 @@ int main(int argc, char **argv) {
             /* "l2": the default kernel with PDL, its weights cold (the copies in turn) and hot (one copy launched again
              * and again: from L2 where it fits) */
             for (int ws : {0, 7, 15, 23}) { /* the default kernels, then the warp-streamed one's units of several row groups / one */
+                if (ws && getenv("BENCH_GEMV_NO_WS")) continue;
                 cu_mm_cfg = keep;
                 cu_mm_cfg.ws = ws;
                 gpu_pdl.on = true;

@@ -71,6 +71,8 @@
 # (VLLMC_CUDA_MMA bits 32 / 64; ACTPF_GEMV, ACTPF_CFGS, ACTPF_REPS, ACTPF_MODELS (default BENCH_MODELS), ACTPF_SAN=1 a
 # memcheck run). Stage moepre (not default)
 # does the same for the MoE down launch routing before its wait (VLLMC_CUDA_MOE_PRE=1; MOEPRE_REPS, MOEPRE_SAN=1).
+# Stage mmx (not default) checks and times the tensor-core mat-vec with more rows a CTA in shared memory (VLLMC_CUDA_MMA
+# bits 128 / 256; MMX_GEMV, MMX_CFGS, MMX_REPS, MMX_MODELS).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu-out}
@@ -116,13 +118,13 @@ ids_same() {
     done
     return $ok
 }
-# ... and a 4-step generate under compute-sanitizer memcheck with $4 (VAR=value), where there is one
+# ... and a 4-step generate under compute-sanitizer memcheck with $4... (VAR=value), where there is one
 san_generate() {
     local tag=$1 m=$2 f=$3 rc
     command -v compute-sanitizer >/dev/null || return 0
-    env "$4" timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN/vllmc" generate -m "$f" \
+    env "${@:4}" timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN/vllmc" generate -m "$f" \
         --prompt-ids "[11,22,33,44,55,66,77,88]" --ids --ignore-eos -n 4 >"$OUT/${tag}_san_$m.txt" 2>&1; rc=$?
-    note "$tag $4 $m under memcheck (generate, 4 steps) rc=$rc: $(grep -m1 'ERROR SUMMARY' "$OUT/${tag}_san_$m.txt")"
+    note "$tag ${*:4} $m under memcheck (generate, 4 steps) rc=$rc: $(grep -m1 'ERROR SUMMARY' "$OUT/${tag}_san_$m.txt")"
 }
 # the test_cuda_model run of log $1 (exit status $2) broke what a same-bits switch must keep: it crashed or timed out, or a
 # recorded step differs from its eager one (graph == eager n/m with n < m). Its CPU bound alone does not count: some
@@ -799,6 +801,43 @@ if has actpf; then # the tensor-core mat-vec's later super-blocks' activation af
         [ "${ACTPF_SAN:-0}" = 1 ] && san_generate actpf "$m" "$f" VLLMC_CUDA_MMA=65
         [ -n "${ACTPF_BAD:-}" ] && { note "actpf: a check failed, no timing"; continue; }
         decode_ab actpf "$m" "$f" VLLMC_CUDA_MMA "${ACTPF_CFGS:-1 33 65}" "${ACTPF_REPS:-2}"
+    done
+fi
+
+if has mmx; then # the tensor-core mat-vec with 16 / 8 more rows a CTA in shared memory (VLLMC_CUDA_MMA bits 128 / 256,
+    # mm_kernel_mmx): its bits (test_cuda_ops alt_kernel against the column-split kernel; the tiny qwen35's graph == eager
+    # with it on every launch size; MMX_MODELS' greedy ids against the default), memcheck of a tiny generate, the launches
+    # alone (bench_gemv l2, MMX_GEMV: "VAR=v,VAR2=w ..." per run), then the decode of MMX_MODELS (default BENCH_MODELS) for
+    # each of MMX_CFGS ("name:VAR=v,VAR2=w ...", as stage var's VARIANTS), MMX_REPS (default 2) times in turn
+    timeout 300 "$BIN/test_cuda_ops" alt_kernel >"$OUT/mmx_ops.txt" 2>&1; rc=$?
+    note "mmx test_cuda_ops alt_kernel rc=$rc: $(grep -c 'rows more in shared memory E .*: 0 of' "$OUT/mmx_ops.txt") launches with 0 outputs different; $(grep -m2 'FAIL' "$OUT/mmx_ops.txt" | cut -c1-200 | tr '\n' ' ')"
+    [ $rc = 0 ] || MMX_BAD=1
+    for mm in 129 257; do
+        VLLMC_CUDA_MMA=$mm VLLMC_CUDA_MMX_ROWS=1 timeout 150 "$BIN/test_cuda_model" /tmp/models/qwen35-tiny.gguf 40 24 >"$OUT/mmx_model_tiny_$mm.txt" 2>&1; rc=$?
+        note "mmx $mm test_cuda_model tiny rc=$rc: $(grep 'worst' "$OUT/mmx_model_tiny_$mm.txt" | head -1 | cut -c1-120)$(grep -m1 FAIL "$OUT/mmx_model_tiny_$mm.txt" | cut -c1-200)"
+        model_broke "$OUT/mmx_model_tiny_$mm.txt" $rc && MMX_BAD=1
+    done
+    san_generate mmx tiny /tmp/models/qwen35-tiny.gguf VLLMC_CUDA_MMA=129 VLLMC_CUDA_MMX_ROWS=1
+    for e in ${MMX_GEMV-VLLMC_CUDA_MMA=1 VLLMC_CUDA_MMA=129 VLLMC_CUDA_MMA=257 VLLMC_CUDA_MMA=257,VLLMC_CUDA_CARVEOUT=28}; do
+        # shellcheck disable=SC2046
+        env BENCH_GEMV_NO_WS=1 $(echo "$e" | tr ',' ' ') timeout 120 "$BIN/bench_gemv" l2 5 >"$OUT/mmx_gemv_$e.txt" 2>&1; rc=$?
+        note "mmx bench_gemv l2 $e rc=$rc"
+        while read -r l; do note "  $l"; done < <(grep 'cold' "$OUT/mmx_gemv_$e.txt" | head -6 | sed 's/  */ /g')
+    done
+    wait_models
+    for m in ${MMX_MODELS:-$BENCH_MODELS}; do
+        f=/tmp/models/$m.gguf
+        [ -s "$f" ] || { note "mmx $m: model not generated"; continue; }
+        ids_same mmx "$m" "$f" VLLMC_CUDA_MMA "129 257" || MMX_BAD=1
+        [ -n "${MMX_BAD:-}" ] && { note "mmx: a check failed, no timing"; continue; }
+        for rep in $(seq 1 "${MMX_REPS:-2}"); do
+            for v in ${MMX_CFGS:-base:VLLMC_CUDA_MMA=1 x16:VLLMC_CUDA_MMA=129 x8:VLLMC_CUDA_MMA=257 co28:VLLMC_CUDA_CARVEOUT=28 x8co28:VLLMC_CUDA_MMA=257,VLLMC_CUDA_CARVEOUT=28 x16co58:VLLMC_CUDA_MMA=129,VLLMC_CUDA_CARVEOUT=58}; do
+                name=${v%%:*}; envs=${v#*:}
+                # shellcheck disable=SC2046,SC2086
+                env $(echo "$envs" | tr ',' ' ') timeout 150 "$BIN/vllmc" bench -m "$f" ${VAR_ARGS:--p 512 -g 256 -r 5} >"$OUT/mmx_${m}_${name}_$rep.txt" 2>&1; rc=$?
+                note "mmx $m $name run $rep rc=$rc: $(grep '^output tok/s' "$OUT/mmx_${m}_${name}_$rep.txt" | head -1)"
+            done
+        done
     done
 fi
 

@@ -935,18 +935,25 @@ static void test_cols_lb(void) {
  * thread (mm_kernel_sbt), ALT_MMA the tensor-core kernel (mm_kernel_mma), ALT_MMA8 the same at 8 rows a CTA, ALT_MMA_PF
  * the same with the later super-blocks' activation prefetched into L1 (bit 32: a hint), ALT_MMA_ST with it copied into
  * shared memory and read from there (bit 64). */
-enum { ALT_SBT, ALT_MMA, ALT_MMA8, ALT_MMA_PF, ALT_MMA_ST };
-static const char *alt_name[] = {"sbt", "mma", "mma 8 rows a CTA", "mma, activation prefetched", "mma, activation staged"};
+/* ALT_MMX16 / ALT_MMX8: 16 / 8 more rows a CTA in shared memory (mm_kernel_mmx, bits 128 / 256; Q4_K rows of up to 16
+ * super-blocks), taken at every launch size here. */
+enum { ALT_SBT, ALT_MMA, ALT_MMA8, ALT_MMA_PF, ALT_MMA_ST, ALT_MMX16, ALT_MMX8 };
+static const char *alt_name[] = {"sbt", "mma", "mma 8 rows a CTA", "mma, activation prefetched", "mma, activation staged",
+                                 "mma, 16 rows more in shared memory", "mma, 8 rows more in shared memory"};
 static uint64_t alt_launches(int kind) {
     return kind == ALT_SBT      ? backend_cuda_sbt_launches()
            : kind == ALT_MMA_PF ? backend_cuda_mma_ap_launches(1) /* the form's own instance, not the plain one */
            : kind == ALT_MMA_ST ? backend_cuda_mma_ap_launches(2)
+           : kind == ALT_MMX16 || kind == ALT_MMX8 ? backend_cuda_mmx_launches()
                                 : backend_cuda_mma_launches();
 }
 static void alt_on(int kind, bool on) {
     if (kind == ALT_SBT) backend_cuda_set_matvec_sbt(on ? 64 : 0, on ? 1 << 30 : 0);
     /* (the prefetched / staged forms without bit 8: its bounded instance has neither form) */
-    else backend_cuda_set_matvec_mma(on ? (kind == ALT_MMA8 ? 31 : kind == ALT_MMA_PF ? 7 | 32 : kind == ALT_MMA_ST ? 7 | 64 : 15) : 0);
+    else if (kind == ALT_MMX16 || kind == ALT_MMX8) {
+        backend_cuda_set_matvec_mma(on ? (kind == ALT_MMX16 ? 7 | 128 : 7 | 256) : 0);
+        backend_cuda_set_mmx_rows(on ? 1 : 8192);
+    } else backend_cuda_set_matvec_mma(on ? (kind == ALT_MMA8 ? 31 : kind == ALT_MMA_PF ? 7 | 32 : kind == ALT_MMA_ST ? 7 | 64 : 15) : 0);
 }
 static void test_alt_kernel(int kind) {
     int old_sb, old_rows, old_mma = backend_cuda_set_matvec_mma(0);
@@ -973,7 +980,8 @@ static void test_alt_kernel(int kind) {
         const int64_t E = cs[ci].E;
         bool q6 = false;
         for (int k = 0; k < cs[ci].n; k++) q6 |= cs[ci].t[k] == GGML_TYPE_Q6_K;
-        if (q6 && kind == ALT_SBT) continue; /* Q4_K rows only */
+        if (q6 && (kind == ALT_SBT || kind == ALT_MMX16 || kind == ALT_MMX8)) continue; /* Q4_K rows only */
+        if ((kind == ALT_MMX16 || kind == ALT_MMX8) && E / 256 > 16) continue; /* two super-blocks a warp only */
         float *x = rand_buf((size_t)E, 1.0f);
         struct bk_act a;
         CHECK(bk_act_alloc(gpu, 1, E, BK_ACT_BIT(BK_ACT_Q8_K) | BK_ACT_BIT(BK_ACT_Q8_0), &a) == VLLMC_OK);
@@ -1796,6 +1804,8 @@ int main(int argc, char **argv) {
         test_alt_kernel(ALT_MMA8);
         test_alt_kernel(ALT_MMA_PF);
         test_alt_kernel(ALT_MMA_ST);
+        test_alt_kernel(ALT_MMX16);
+        test_alt_kernel(ALT_MMX8);
     }
     if (want("nq_fused")) test_nq_fused();
     if (want("invariance")) test_invariance();

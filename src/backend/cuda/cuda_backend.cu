@@ -185,6 +185,20 @@ struct cu_backend {
 static inline cu_backend *cub(struct backend *be) { return (cu_backend *)be; }
 
 thread_local struct gpu_pdl_state gpu_pdl;
+int gpu_carveout = -1;
+/* Once a kernel (a thread's table of those it set): its preferred carve-out to gpu_carveout. */
+void gpu_apply_carveout(const void *k) {
+#if !defined(VLLMC_HIP)
+    static thread_local const void *done[1024];
+    static thread_local int n;
+    for (int i = 0; i < n; i++)
+        if (done[i] == k) return;
+    if (cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout, gpu_carveout) != cudaSuccess) (void)cudaGetLastError();
+    if (n < 1024) done[n++] = k;
+#else
+    (void)k;
+#endif
+}
 
 static vllmc_status gpu_err(gpuError_t e, const char *what) {
     if (e == gpuSuccess) return VLLMC_OK;
@@ -2131,7 +2145,9 @@ extern "C" vllmc_status backend_cuda_create(const struct backend_cuda_opts *o, s
         const char *c = strchr(env, ',');
         if (c && atoi(c + 1) > 0) cu_mm_cfg.sbt_rows = atoi(c + 1);
     }
-    if ((env = getenv("VLLMC_CUDA_MMA"))) cu_mm_cfg.mma = atoi(env) & 127; /* the tensor-core mat-vec's classes */
+    if ((env = getenv("VLLMC_CUDA_MMX_ROWS")) && atoi(env) >= 0) cu_mmx_rows = atoi(env); /* (tests: every launch size) */
+    if ((env = getenv("VLLMC_CUDA_CARVEOUT")) && atoi(env) >= 0 && atoi(env) <= 100) gpu_carveout = atoi(env); /* (comparisons) */
+    if ((env = getenv("VLLMC_CUDA_MMA"))) cu_mm_cfg.mma = atoi(env) & 511; /* the tensor-core mat-vec's classes */
     if ((env = getenv("VLLMC_CUDA_MMR"))) { /* "rows[,small_sb,small_rows]": several-row steps on the tensor cores */
         int v[3] = {0, 0, 0};
         const int nv = sscanf(env, "%d,%d,%d", &v[0], &v[1], &v[2]);
@@ -2319,9 +2335,14 @@ extern "C" int backend_cuda_set_matvec_mma(int mask) {
     return -1; /* no such kernel there */
 #else
     const int old = cu_mm_cfg.mma;
-    cu_mm_cfg.mma = mask & 127;
+    cu_mm_cfg.mma = mask & 511;
     return old;
 #endif
+}
+extern "C" int backend_cuda_set_mmx_rows(int rows) {
+    const int old = cu_mmx_rows;
+    if (rows >= 0) cu_mmx_rows = rows;
+    return old;
 }
 extern "C" int backend_cuda_set_matvec_lb(int mask) {
     const int old = cu_mm_cfg.cols_lb;

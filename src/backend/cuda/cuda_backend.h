@@ -132,6 +132,11 @@ int backend_cuda_set_matvec_mma(int mask);
  * super-blocks' activation prefetched (ap 1: bit 32) or staged (ap 2: bit 64). */
 uint64_t backend_cuda_mma_launches(void);
 uint64_t backend_cuda_mma_ap_launches(int ap);
+/* Bits 128 / 256 of the tensor-core mask: its Q4_K launches of at least backend_cuda_set_mmx_rows rows (8,192) take 16 /
+ * 8 more rows a CTA, copied into shared memory by bulk copies before the dependency wait (mm_kernel_mmx: the same bits).
+ * The setter returns the previous bound (a negative argument only reads it); the count is process-wide. */
+int backend_cuda_set_mmx_rows(int rows);
+uint64_t backend_cuda_mmx_launches(void);
 /* The Gated DeltaNet rule kernel's value rows a thread: 1, 2, or -1 (the default: 2 for a decode step of several
  * sequences with a bf16 state, where the per-CTA norms and barriers set the kernel's time; else 1); the same bits
  * either way. Returns the previous value.

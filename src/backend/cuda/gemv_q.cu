@@ -1878,6 +1878,14 @@ static __global__ void __launch_bounds__(LBT, LBM) mm_kernel_mma(const struct cu
 uint64_t cu_mma_launches, cu_mma_ap_launches[3];
 extern "C" uint64_t backend_cuda_mma_launches(void) { return cu_mma_launches; }
 extern "C" uint64_t backend_cuda_mma_ap_launches(int ap) { return ap == 1 || ap == 2 ? cu_mma_ap_launches[ap] : 0; }
+#if !defined(VLLMC_HIP)
+/* The tensor-core mat-vec with a second tile a CTA in shared memory (mm_kernel_mmx, defined with the bulk-copy helpers
+ * below; cu_mm_cfg.mma bits 128 / 256). */
+template <int XR> static __global__ void __launch_bounds__(512, 1) mm_kernel_mmx(const struct cu_mm_args P);
+#endif
+uint64_t cu_mmx_launches;
+int cu_mmx_rows = 8192;
+extern "C" uint64_t backend_cuda_mmx_launches(void) { return cu_mmx_launches; }
 
 /* Rows a CTA of mm_kernel_sbt for rows of n_sb super-blocks (n_sb x R threads, a multiple of 32, at most
  * SBT_MAX_THREADS); 0 where none fits. */
@@ -2011,6 +2019,41 @@ static bool mm_launch_cols(const struct cu_mm_args *args, gpuStream_t s, bool ot
          * 3 CTAs of 256 threads an SM (92 -> 76 registers), so the 320 CTAs are one round. Measured level (qwen35-4b
          * 1.739 / 1.740 ms against 1.739 / 1.739), off */
         const bool rt8 = (cu_mm_cfg.mma & 16) && kt == 1 && sbw == 2 && args->total_rows < cu_mm_cfg.rows[0];
+        /* bits 128 / 256: the Q4_K launches of cu_mmx_rows rows or more (qwen35-4b: the GDN in-proj, the attention
+         * q / k / v, gate + up) with 16 (bit 128) or 8 (bit 256) more rows a CTA in shared memory (mm_kernel_mmx) */
+        const int xr = (cu_mm_cfg.mma & 128) ? 16 : (cu_mm_cfg.mma & 256) ? 8 : 0;
+        if (xr && kt == 1 && sbw == 2 && args->total_rows >= cu_mmx_rows) {
+            bool ok = true;
+            for (int i = 0; i < a.n_seg; i++) ok = ok && a.seg[i].stride % 16 == 0 && (uintptr_t)a.seg[i].w % 16 == 0;
+            if (ok) {
+                ctas = 0;
+                uint64_t pitch = 0;
+                for (int i = 0; i < a.n_seg; i++) {
+                    a.seg[i].cta0 = ctas;
+                    ctas += (int)GPU_CEIL_DIV(a.seg[i].n_rows, 16 + xr);
+                    if (a.seg[i].type == GGML_TYPE_Q4_K && a.seg[i].stride + 16 > pitch) pitch = a.seg[i].stride + 16;
+                }
+                const mm_cols_fn kx = xr == 16 ? mm_kernel_mmx<16> : mm_kernel_mmx<8>;
+                /* the shared-memory carve-out 4 CTAs an SM need (their tiles, the static arrays, 1 KB the system keeps
+                 * a CTA), once an instance: else the driver may pick a split that holds fewer */
+                static bool carve_set[2];
+                if (!carve_set[xr == 16]) {
+                    carve_set[xr == 16] = true;
+                    cudaFuncAttributes fa;
+                    int dev = 0, sm_smem = 0;
+                    if (cudaFuncGetAttributes(&fa, kx) == cudaSuccess && cudaGetDevice(&dev) == cudaSuccess &&
+                        cudaDeviceGetAttribute(&sm_smem, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) == cudaSuccess && sm_smem > 0) {
+                        const size_t need = 4 * ((size_t)xr * pitch + fa.sharedSizeBytes + 1024);
+                        const int pct = (int)((need * 100 + (size_t)sm_smem - 1) / (size_t)sm_smem);
+                        if (cudaFuncSetAttribute(kx, cudaFuncAttributePreferredSharedMemoryCarveout, pct < 100 ? pct : 100) != cudaSuccess)
+                            (void)cudaGetLastError();
+                    } else (void)cudaGetLastError();
+                }
+                gpu_launch(kx, dim3((unsigned)ctas), dim3(32 * w), (size_t)xr * pitch, s, a);
+                cu_mmx_launches++;
+                return true;
+            }
+        }
         if (rt8) {
             ctas = 0;
             for (int i = 0; i < a.n_seg; i++) {
@@ -4276,6 +4319,122 @@ static __device__ __forceinline__ unsigned mg_ld_acquire(const unsigned *p) {
     unsigned v;
     asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
     return v;
+}
+
+/* ---- the tensor-core mat-vec with a second tile in shared memory (cu_mm_cfg.mma bit 128: XR 16, bit 256: XR 8) ----
+ * mm_kernel_mma<2, 16, 1> holds a CTA's 16 rows in registers (4 CTAs of 160 threads an SM: the register file), so a
+ * launch of more rows than 64 an SM runs in rounds, and only the first round's weights are asked for while the kernels
+ * before it run: each later round pays a DRAM round trip after the round before has summed and left. Here a CTA also
+ * takes the next XR rows, which one bulk copy a row (cp.async.bulk, completing on an mbarrier) writes into shared memory
+ * before the dependency wait: no register and no L1 line is held while they are in flight, so 4 CTAs an SM ask for
+ * 64 + 4 XR rows (the GDN in-proj and the attention q / k / v of qwen35-4b in one round, gate + up in two where it took
+ * three). The shared rows are read back in the register rows' lane split (a row pitch of stride + 16 bytes keeps a
+ * quarter warp's 16-byte reads on distinct banks) and meet the same activation fragments, which a warp loads once for
+ * both tiles. Each row's sum is mm_kernel_mma's ops in its order (the warp's two super-blocks, then the warps), so the
+ * outputs are its bits. Q8_0 / F32 segments: mv_other_cta over the CTA's 16 + XR rows, as there. */
+static __device__ __forceinline__ k4s_w k4s_load_sh(const uint8_t *wr, int n_sb, int sb, int c) {
+    const size_t sc_off = k4_sc_off(n_sb), dm_off = k4_dm_off(n_sb);
+    const uint4 *qp = (const uint4 *)(wr + 128 * (size_t)sb + 32 * c);
+    const uint32_t *wp = (const uint32_t *)(wr + (c < 3 ? sc_off + 12 * (size_t)sb + 4 * (size_t)c : dm_off + 4 * (size_t)sb));
+    return k4s_w{qp[0], qp[1], *wp};
+}
+template <int XR>
+static __global__ void __launch_bounds__(512, 1) mm_kernel_mmx(const struct cu_mm_args P) {
+    static_assert(XR == 8 || XR == 16, "shared rows a CTA: 8 (rows g) or 16 (rows g and g + 8)");
+    constexpr int RC = 16 + XR, SBW = 2;
+    __shared__ float part[16][RC];
+    __shared__ float conv_pre[RC][CU_CONV_PRE];
+    __shared__ int conv_slot[RC];
+    __shared__ __align__(8) uint64_t xbar;
+    extern __shared__ __align__(128) uint8_t xtile[]; /* XR rows, pitch S.stride + 16 */
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, W = blockDim.x >> 5;
+    const int si = mv_seg_of(P);
+    const cu_mm_seg &S = P.seg[si];
+    const int r0 = ((int)blockIdx.x - S.cta0) * RC, rows = min(RC, S.n_rows - r0);
+    const bool conv = P.conv.on && si == P.conv.seg;
+    const int n_sb = (int)(P.a.n / QK_K);
+    const uint8_t *wb = S.w + (size_t)r0 * S.stride;
+    if (S.type != GGML_TYPE_Q4_K) {
+        mv_other_cta(P, S, wb, r0, rows, 0, 1, lane, wid, W);
+        return;
+    }
+    const int rx = rows - 16; /* rows of the shared tile (none where <= 0: the same for every thread) */
+    const size_t pitch = S.stride + 16;
+    if (rx > 0 && wid == 0) { /* the shared rows first: the longest way */
+        if (lane == 0) {
+            mg_bar_init(&xbar);
+            asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+            mg_expect(&xbar, (uint32_t)(rx * S.stride));
+        }
+        __syncwarp();
+        if (lane < rx) mg_copy(xtile + (size_t)lane * pitch, wb + (size_t)(16 + lane) * S.stride, (uint32_t)S.stride, &xbar);
+    }
+    const int g = lane >> 2, c = lane & 3, b = lane & ~3;
+    const k4s_w zw{make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0), 0};
+    k4s_w w0[SBW], w1[SBW];
+#pragma unroll
+    for (int s = 0; s < SBW; s++) {
+        const int sb = wid * SBW + s;
+        w0[s] = sb < n_sb && g < rows ? k4s_load(wb + (size_t)g * S.stride, n_sb, sb, c) : zw;
+        w1[s] = sb < n_sb && g + 8 < rows ? k4s_load(wb + (size_t)(g + 8) * S.stride, n_sb, sb, c) : zw;
+    }
+    const mma_conv cv{conv, r0, conv_pre, conv_slot};
+    cv.load(P, rows);
+    __syncthreads(); /* the barrier's init before any wait on it */
+    gpu_pdl_wait();
+    gpu_pdl_trigger();
+    const k4_sel ks = k4_sel_make(c);
+    uint4 x0[SBW], x1[SBW];
+    int2 bs[SBW];
+    float da[SBW];
+#pragma unroll
+    for (int s = 0; s < SBW; s++) {
+        const int sb = wid * SBW + s;
+        x0[s] = x1[s] = make_uint4(0, 0, 0, 0);
+        bs[s] = make_int2(0, 0);
+        da[s] = 0.f;
+        if (sb < n_sb) {
+            if ((g >> 1) == c) {
+                const uint4 *xp = (const uint4 *)(P.a.k_qs + (int64_t)sb * QK_K + 32 * g);
+                x0[s] = xp[0]; x1[s] = xp[1];
+            }
+            bs[s] = *(const int2 *)(P.a.k_bs + (int64_t)sb * 16 + 4 * c);
+            da[s] = P.a.k_d[sb];
+        }
+    }
+    float t0[SBW], t1[SBW];
+#pragma unroll
+    for (int s = 0; s < SBW; s++)
+        mma_q4k_sb<true>(w0[s].q0, w0[s].q1, w1[s].q0, w1[s].q1, w0[s].sw, w1[s].sw, x0[s], x1[s], bs[s], da[s], ks, b, t0[s], t1[s]);
+    const float y0 = __fadd_rn(t0[0], t0[1]), y1 = __fadd_rn(t1[0], t1[1]);
+    float y2 = 0.f, y3 = 0.f;
+    if (rx > 0) {
+        mg_wait(&xbar, 0);
+#pragma unroll
+        for (int s = 0; s < SBW; s++) {
+            const int sb = wid * SBW + s;
+            w0[s] = sb < n_sb && g < rx ? k4s_load_sh(xtile + (size_t)g * pitch, n_sb, sb, c) : zw;
+            w1[s] = XR == 16 && sb < n_sb && g + 8 < rx ? k4s_load_sh(xtile + (size_t)(g + 8) * pitch, n_sb, sb, c) : zw;
+        }
+#pragma unroll
+        for (int s = 0; s < SBW; s++)
+            mma_q4k_sb<XR == 16>(w0[s].q0, w0[s].q1, w1[s].q0, w1[s].q1, w0[s].sw, w1[s].sw, x0[s], x1[s], bs[s], da[s], ks, b, t0[s], t1[s]);
+        y2 = __fadd_rn(t0[0], t0[1]);
+        if (XR == 16) y3 = __fadd_rn(t1[0], t1[1]);
+    }
+    const float resv = mv_res_load<1>(S, r0, rows);
+    if (c == 0) {
+        part[wid][g] = y0;
+        part[wid][g + 8] = y1;
+        part[wid][16 + g] = y2;
+        if (XR == 16) part[wid][24 + g] = y3;
+    }
+    __syncthreads();
+    for (int j = threadIdx.x; j < rows; j += blockDim.x) {
+        float y = part[0][j];
+        for (int k = 1; k < W; k++) y = __fadd_rn(y, part[k][j]);
+        mv_out<1>(P, S, 0, r0, j, y, resv, conv, conv_pre[j], conv_slot[j]);
+    }
 }
 
 /* Thread 0: the weights of the CTA's task k (of n0 + n1 a layer) into slot k % ns. */

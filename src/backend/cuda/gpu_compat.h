@@ -278,6 +278,11 @@ struct gpu_pdl_state {
     bool after_kernel; /* the stream's last operation was a kernel launch */
 };
 extern thread_local struct gpu_pdl_state gpu_pdl;
+/* A shared-memory carve-out (percent of the most an SM has) every kernel launched through gpu_launch prefers, -1 the
+ * driver's choice (VLLMC_CUDA_CARVEOUT, comparisons: kernels of different shared-memory needs side by side make an SM
+ * change its L1 / shared split between them). CUDA only. */
+extern int gpu_carveout;
+void gpu_apply_carveout(const void *k);
 
 static __device__ __forceinline__ void gpu_pdl_wait(void) {
 #if !defined(VLLMC_HIP) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -333,6 +338,7 @@ template <int N> static __device__ __forceinline__ void gpu_cp_wait_group(void) 
 template <typename... P, typename... A>
 static inline void gpu_launch(void (*k)(P...), dim3 grid, dim3 block, size_t smem, gpuStream_t s, A... args) {
 #if !defined(VLLMC_HIP)
+    if (gpu_carveout >= 0) gpu_apply_carveout((const void *)k);
     if (gpu_pdl.on && gpu_pdl.after_kernel) {
         cudaLaunchAttribute at[1];
         at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
