@@ -171,12 +171,17 @@ int main(int argc, char **argv) {
                 memcpy(split.data() + n + 2 * b, &q->d, 2);
             }
         }
+        /* BENCH_GEMV_ACT_COPIES=N: the Q8_K activation N times over (cu_act_view.copies), CTA b of the tensor-core
+         * mat-vec reading copy b % N: how much the every-CTA-at-once reads of the same L2 lines cost */
+        const int act_copies = getenv("BENCH_GEMV_ACT_COPIES") ? std::max(1, atoi(getenv("BENCH_GEMV_ACT_COPIES"))) : 1;
+        const size_t copy_bytes = (split.size() + 255) & ~(size_t)255;
         uint8_t *d_act;
-        CK(gpuMalloc((void **)&d_act, split.size()));
-        CK(gpuMemcpy(d_act, split.data(), split.size(), gpuMemcpyHostToDevice));
+        CK(gpuMalloc((void **)&d_act, copy_bytes * act_copies));
+        for (int k = 0; k < act_copies; k++) CK(gpuMemcpy(d_act + k * copy_bytes, split.data(), split.size(), gpuMemcpyHostToDevice));
         cu_act_view av;
         memset(&av, 0, sizeof(av));
         av.n = n;
+        if (af == BK_ACT_Q8_K && act_copies > 1) { av.copies = act_copies; av.copy_bytes = (int64_t)copy_bytes; }
         if (af == BK_ACT_Q8_K) {
             av.k_qs = (const int8_t *)d_act; av.k_d = (const float *)(d_act + n);
             av.k_bs = (const int16_t *)(d_act + ((n + 4 * (n / 256) + 15) & ~(int64_t)15));

@@ -72,7 +72,7 @@
 # memcheck run). Stage moepre (not default)
 # does the same for the MoE down launch routing before its wait (VLLMC_CUDA_MOE_PRE=1; MOEPRE_REPS, MOEPRE_SAN=1).
 # Stage mmx (not default) checks and times the tensor-core mat-vec with more rows a CTA in shared memory (VLLMC_CUDA_MMA
-# bits 128 / 256; MMX_GEMV, MMX_CFGS, MMX_REPS, MMX_MODELS).
+# bits 128 / 256; MMX_GEMV, MMX_CFGS, MMX_REPS, MMX_MODELS; MMX_CHECKS=0 skips the checks before the timings).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu-out}
@@ -809,6 +809,7 @@ if has mmx; then # the tensor-core mat-vec with 16 / 8 more rows a CTA in shared
     # with it on every launch size; MMX_MODELS' greedy ids against the default), memcheck of a tiny generate, the launches
     # alone (bench_gemv l2, MMX_GEMV: "VAR=v,VAR2=w ..." per run), then the decode of MMX_MODELS (default BENCH_MODELS) for
     # each of MMX_CFGS ("name:VAR=v,VAR2=w ...", as stage var's VARIANTS), MMX_REPS (default 2) times in turn
+    [ "${MMX_CHECKS:-1}" = 0 ] || {
     timeout 300 "$BIN/test_cuda_ops" alt_kernel >"$OUT/mmx_ops.txt" 2>&1; rc=$?
     note "mmx test_cuda_ops alt_kernel rc=$rc: $(grep -c 'rows more in shared memory E .*: 0 of' "$OUT/mmx_ops.txt") launches with 0 outputs different; $(grep -m2 'FAIL' "$OUT/mmx_ops.txt" | cut -c1-200 | tr '\n' ' ')"
     [ $rc = 0 ] || MMX_BAD=1
@@ -818,6 +819,7 @@ if has mmx; then # the tensor-core mat-vec with 16 / 8 more rows a CTA in shared
         model_broke "$OUT/mmx_model_tiny_$mm.txt" $rc && MMX_BAD=1
     done
     san_generate mmx tiny /tmp/models/qwen35-tiny.gguf VLLMC_CUDA_MMA=129 VLLMC_CUDA_MMX_ROWS=1
+    }
     for e in ${MMX_GEMV-VLLMC_CUDA_MMA=1 VLLMC_CUDA_MMA=129 VLLMC_CUDA_MMA=257 VLLMC_CUDA_MMA=257,VLLMC_CUDA_CARVEOUT=28}; do
         # shellcheck disable=SC2046
         env BENCH_GEMV_NO_WS=1 $(echo "$e" | tr ',' ' ') timeout 120 "$BIN/bench_gemv" l2 5 >"$OUT/mmx_gemv_$e.txt" 2>&1; rc=$?

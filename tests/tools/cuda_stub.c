@@ -90,6 +90,7 @@ cudaError_t cudaDeviceGetAttribute(int *v, enum cudaDeviceAttr a, int dev) {
     switch (a) {
     case cudaDevAttrMultiProcessorCount: *v = 132; break;
     case cudaDevAttrMaxSharedMemoryPerBlockOptin: *v = 232448; break;
+    case cudaDevAttrMaxSharedMemoryPerMultiprocessor: *v = 233472; break;
     case cudaDevAttrComputeCapabilityMajor: *v = 9; break;
     case cudaDevAttrComputeCapabilityMinor: *v = 0; break;
     case cudaDevAttrMaxThreadsPerBlock: *v = 1024; break;
@@ -100,6 +101,12 @@ cudaError_t cudaDeviceGetAttribute(int *v, enum cudaDeviceAttr a, int dev) {
 cudaError_t cudaFuncSetAttribute(const void *fn, enum cudaFuncAttribute a, int v) {
     (void)fn;
     if (a == cudaFuncAttributeMaxDynamicSharedMemorySize && (v < 0 || v > 232448)) return cudaErrorInvalidValue;
+    return cudaSuccess;
+}
+cudaError_t cudaFuncGetAttributes(struct cudaFuncAttributes *at, const void *fn) {
+    (void)fn;
+    memset(at, 0, sizeof(*at));
+    at->maxThreadsPerBlock = 1024;
     return cudaSuccess;
 }
 /* no register counts here: blocks an SM by threads and shared memory alone (an upper bound of the real figure) */

@@ -50,6 +50,11 @@ struct cu_act_view {
     const int8_t *o_qs;        /* Q8_0 */
     const uint16_t *o_d;
     int64_t n;                 /* columns */
+    int32_t copies;            /* > 1: the Q8_K part repeated that many times, copy_bytes apart (from k_qs, k_d, k_bs each),
+                                  the tensor-core mat-vec's CTA b reading copy b % copies (bench_gemv's measurement of the
+                                  activation's L2 lines read by every CTA at once); else one */
+    int32_t pad_;
+    int64_t copy_bytes;
 };
 struct cu_act_mut {
     float *x;

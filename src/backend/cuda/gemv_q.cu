@@ -1716,12 +1716,13 @@ static __device__ __forceinline__ void mma_rows_q4_K(const struct cu_mm_args &P,
                 da = A.d[A.i];
             }
         } else if (on) {
+            const int64_t ao = P.a.copies > 1 ? (int64_t)(blockIdx.x % (unsigned)P.a.copies) * P.a.copy_bytes : 0; /* (cu_act_view.copies) */
             if ((g >> 1) == c) {
-                const uint4 *xp = (const uint4 *)(P.a.k_qs + (int64_t)sb * QK_K + 32 * g);
+                const uint4 *xp = (const uint4 *)((const char *)P.a.k_qs + ao + (int64_t)sb * QK_K + 32 * g);
                 x0 = xp[0]; x1 = xp[1];
             }
-            bs = *(const int2 *)(P.a.k_bs + (int64_t)sb * 16 + 4 * c);
-            da = P.a.k_d[sb];
+            bs = *(const int2 *)((const char *)P.a.k_bs + ao + ((int64_t)sb * 16 + 4 * c) * 2);
+            da = *(const float *)((const char *)P.a.k_d + ao + (int64_t)sb * 4);
         }
         mma_q4k_sb<RT == 16>(w0[s].q0, w0[s].q1, w1[s].q0, w1[s].q1, w0[s].sw, w1[s].sw, x0, x1, bs, da, ks, b, t0[s], t1[s]);
     }
@@ -1881,7 +1882,7 @@ extern "C" uint64_t backend_cuda_mma_ap_launches(int ap) { return ap == 1 || ap 
 #if !defined(VLLMC_HIP)
 /* The tensor-core mat-vec with a second tile a CTA in shared memory (mm_kernel_mmx, defined with the bulk-copy helpers
  * below; cu_mm_cfg.mma bits 128 / 256). */
-template <int XR> static __global__ void __launch_bounds__(512, 1) mm_kernel_mmx(const struct cu_mm_args P);
+template <int XR, int LBT = 512, int LBM = 1> static __global__ void __launch_bounds__(LBT, LBM) mm_kernel_mmx(const struct cu_mm_args P);
 #endif
 uint64_t cu_mmx_launches;
 int cu_mmx_rows = 8192;
@@ -2033,12 +2034,14 @@ static bool mm_launch_cols(const struct cu_mm_args *args, gpuStream_t s, bool ot
                     ctas += (int)GPU_CEIL_DIV(a.seg[i].n_rows, 16 + xr);
                     if (a.seg[i].type == GGML_TYPE_Q4_K && a.seg[i].stride + 16 > pitch) pitch = a.seg[i].stride + 16;
                 }
-                const mm_cols_fn kx = xr == 16 ? mm_kernel_mmx<16> : mm_kernel_mmx<8>;
+                /* 2,560 columns (5 warps): the instance bounded to 4 CTAs an SM, as mm_kernel_mma<2, 16, 1> compiles to */
+                const mm_cols_fn kx = w == 5 ? (xr == 16 ? mm_kernel_mmx<16, 160, 4> : mm_kernel_mmx<8, 160, 4>)
+                                             : (xr == 16 ? mm_kernel_mmx<16> : mm_kernel_mmx<8>);
                 /* the shared-memory carve-out 4 CTAs an SM need (their tiles, the static arrays, 1 KB the system keeps
                  * a CTA), once an instance: else the driver may pick a split that holds fewer */
-                static bool carve_set[2];
-                if (!carve_set[xr == 16]) {
-                    carve_set[xr == 16] = true;
+                static bool carve_set[4];
+                if (!carve_set[2 * (w == 5) + (xr == 16)]) {
+                    carve_set[2 * (w == 5) + (xr == 16)] = true;
                     cudaFuncAttributes fa;
                     int dev = 0, sm_smem = 0;
                     if (cudaFuncGetAttributes(&fa, kx) == cudaSuccess && cudaGetDevice(&dev) == cudaSuccess &&
@@ -4338,8 +4341,8 @@ static __device__ __forceinline__ k4s_w k4s_load_sh(const uint8_t *wr, int n_sb,
     const uint32_t *wp = (const uint32_t *)(wr + (c < 3 ? sc_off + 12 * (size_t)sb + 4 * (size_t)c : dm_off + 4 * (size_t)sb));
     return k4s_w{qp[0], qp[1], *wp};
 }
-template <int XR>
-static __global__ void __launch_bounds__(512, 1) mm_kernel_mmx(const struct cu_mm_args P) {
+template <int XR, int LBT, int LBM>
+static __global__ void __launch_bounds__(LBT, LBM) mm_kernel_mmx(const struct cu_mm_args P) {
     static_assert(XR == 8 || XR == 16, "shared rows a CTA: 8 (rows g) or 16 (rows g and g + 8)");
     constexpr int RC = 16 + XR, SBW = 2;
     __shared__ float part[16][RC];
@@ -4384,28 +4387,26 @@ static __global__ void __launch_bounds__(512, 1) mm_kernel_mmx(const struct cu_m
     gpu_pdl_wait();
     gpu_pdl_trigger();
     const k4_sel ks = k4_sel_make(c);
-    uint4 x0[SBW], x1[SBW];
-    int2 bs[SBW];
-    float da[SBW];
-#pragma unroll
-    for (int s = 0; s < SBW; s++) {
-        const int sb = wid * SBW + s;
-        x0[s] = x1[s] = make_uint4(0, 0, 0, 0);
-        bs[s] = make_int2(0, 0);
-        da[s] = 0.f;
+    /* the activation of the warp's super-block sb (B fragment, sums, scale), loaded for each tile: holding it across
+     * both took the instance past 96 registers (3 CTAs an SM); the second load finds L1 */
+    auto term = [&](const k4s_w &a0, const k4s_w &a1, int sb, bool r16, float &u0, float &u1) {
+        uint4 x0 = make_uint4(0, 0, 0, 0), x1 = x0;
+        int2 bs = make_int2(0, 0);
+        float da = 0.f;
         if (sb < n_sb) {
             if ((g >> 1) == c) {
                 const uint4 *xp = (const uint4 *)(P.a.k_qs + (int64_t)sb * QK_K + 32 * g);
-                x0[s] = xp[0]; x1[s] = xp[1];
+                x0 = xp[0]; x1 = xp[1];
             }
-            bs[s] = *(const int2 *)(P.a.k_bs + (int64_t)sb * 16 + 4 * c);
-            da[s] = P.a.k_d[sb];
+            bs = *(const int2 *)(P.a.k_bs + (int64_t)sb * 16 + 4 * c);
+            da = P.a.k_d[sb];
         }
-    }
+        if (r16) mma_q4k_sb<true>(a0.q0, a0.q1, a1.q0, a1.q1, a0.sw, a1.sw, x0, x1, bs, da, ks, b, u0, u1);
+        else mma_q4k_sb<false>(a0.q0, a0.q1, a1.q0, a1.q1, a0.sw, a1.sw, x0, x1, bs, da, ks, b, u0, u1);
+    };
     float t0[SBW], t1[SBW];
 #pragma unroll
-    for (int s = 0; s < SBW; s++)
-        mma_q4k_sb<true>(w0[s].q0, w0[s].q1, w1[s].q0, w1[s].q1, w0[s].sw, w1[s].sw, x0[s], x1[s], bs[s], da[s], ks, b, t0[s], t1[s]);
+    for (int s = 0; s < SBW; s++) term(w0[s], w1[s], wid * SBW + s, true, t0[s], t1[s]);
     const float y0 = __fadd_rn(t0[0], t0[1]), y1 = __fadd_rn(t1[0], t1[1]);
     float y2 = 0.f, y3 = 0.f;
     if (rx > 0) {
@@ -4417,8 +4418,7 @@ static __global__ void __launch_bounds__(512, 1) mm_kernel_mmx(const struct cu_m
             w1[s] = XR == 16 && sb < n_sb && g + 8 < rx ? k4s_load_sh(xtile + (size_t)(g + 8) * pitch, n_sb, sb, c) : zw;
         }
 #pragma unroll
-        for (int s = 0; s < SBW; s++)
-            mma_q4k_sb<XR == 16>(w0[s].q0, w0[s].q1, w1[s].q0, w1[s].q1, w0[s].sw, w1[s].sw, x0[s], x1[s], bs[s], da[s], ks, b, t0[s], t1[s]);
+        for (int s = 0; s < SBW; s++) term(w0[s], w1[s], wid * SBW + s, XR == 16, t0[s], t1[s]);
         y2 = __fadd_rn(t0[0], t0[1]);
         if (XR == 16) y3 = __fadd_rn(t1[0], t1[1]);
     }
