@@ -51,8 +51,9 @@ struct cu_act_view {
     const uint16_t *o_d;
     int64_t n;                 /* columns */
     int32_t copies;            /* > 1: the Q8_K part repeated that many times, copy_bytes apart (from k_qs, k_d, k_bs each),
-                                  the tensor-core mat-vec's CTA b reading copy b % copies (bench_gemv's measurement of the
-                                  activation's L2 lines read by every CTA at once); else one */
+                                  and a Q4_K launch of the tensor-core mat-vec takes its AP 3 instance, CTA b reading copy
+                                  b % copies (bench_gemv's measurement of the activation's L2 lines read by every CTA at
+                                  once; the backend's views have one); else one */
     int32_t pad_;
     int64_t copy_bytes;
 };

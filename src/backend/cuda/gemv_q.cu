@@ -1715,14 +1715,21 @@ static __device__ __forceinline__ void mma_rows_q4_K(const struct cu_mm_args &P,
                 bs = *(const int2 *)(A.bs + A.i * 16 + 4 * c);
                 da = A.d[A.i];
             }
-        } else if (on) {
-            const int64_t ao = P.a.copies > 1 ? (int64_t)(blockIdx.x % (unsigned)P.a.copies) * P.a.copy_bytes : 0; /* (cu_act_view.copies) */
+        } else if (AP == 3 && on) { /* copy blockIdx % copies of the activation (cu_act_view.copies; bench_gemv's measurement) */
+            const int64_t ao = (int64_t)(blockIdx.x % (unsigned)P.a.copies) * P.a.copy_bytes;
             if ((g >> 1) == c) {
                 const uint4 *xp = (const uint4 *)((const char *)P.a.k_qs + ao + (int64_t)sb * QK_K + 32 * g);
                 x0 = xp[0]; x1 = xp[1];
             }
             bs = *(const int2 *)((const char *)P.a.k_bs + ao + ((int64_t)sb * 16 + 4 * c) * 2);
             da = *(const float *)((const char *)P.a.k_d + ao + (int64_t)sb * 4);
+        } else if (on) {
+            if ((g >> 1) == c) {
+                const uint4 *xp = (const uint4 *)(P.a.k_qs + (int64_t)sb * QK_K + 32 * g);
+                x0 = xp[0]; x1 = xp[1];
+            }
+            bs = *(const int2 *)(P.a.k_bs + (int64_t)sb * 16 + 4 * c);
+            da = P.a.k_d[sb];
         }
         mma_q4k_sb<RT == 16>(w0[s].q0, w0[s].q1, w1[s].q0, w1[s].q1, w0[s].sw, w1[s].sw, x0, x1, bs, da, ks, b, t0[s], t1[s]);
     }
@@ -1826,7 +1833,8 @@ static __device__ __forceinline__ void mma_rows_q6_K(const struct cu_mm_args &P,
 /* KT: the K-quant types of the launch (1 Q4_K, 2 Q6_K, 3 both); RT: rows a CTA (16 for Q4_K alone at SBW 2, else 8); AP:
  * the activation of a warp's later super-blocks after the wait, 0 as the loop loads it, 1 prefetched into L1
  * (mma_act_prefetch), 2 staged in shared memory (mma_act_stage: W x (SBW - 1) x MMA_STAGE_SB bytes of dynamic shared
- * memory) (cu_mm_cfg.mma bits 32, 64). */
+ * memory) (cu_mm_cfg.mma bits 32, 64), 3 read from copy blockIdx % copies of the Q8_K part (cu_act_view.copies > 1: a
+ * measurement of the act's L2 lines read by every CTA at once; bench_gemv BENCH_GEMV_ACT_COPIES). */
 template <int SBW, int RT, int KT, int LBT = 512, int LBM = 1, int AP = 0>
 static __global__ void __launch_bounds__(LBT, LBM) mm_kernel_mma(const struct cu_mm_args P) {
     static_assert(RT == 16 || RT == 8, "rows a CTA: 16 (rows g and g + 8) or 8");
@@ -1876,9 +1884,9 @@ static __global__ void __launch_bounds__(LBT, LBM) mm_kernel_mma(const struct cu
 #endif
 }
 #endif
-uint64_t cu_mma_launches, cu_mma_ap_launches[3];
+uint64_t cu_mma_launches, cu_mma_ap_launches[4];
 extern "C" uint64_t backend_cuda_mma_launches(void) { return cu_mma_launches; }
-extern "C" uint64_t backend_cuda_mma_ap_launches(int ap) { return ap == 1 || ap == 2 ? cu_mma_ap_launches[ap] : 0; }
+extern "C" uint64_t backend_cuda_mma_ap_launches(int ap) { return ap >= 1 && ap <= 3 ? cu_mma_ap_launches[ap] : 0; }
 #if !defined(VLLMC_HIP)
 /* The tensor-core mat-vec with a second tile a CTA in shared memory (mm_kernel_mmx, defined with the bulk-copy helpers
  * below; cu_mm_cfg.mma bits 128 / 256). */
@@ -1903,7 +1911,7 @@ typedef void (*mm_cols_fn)(const struct cu_mm_args);
 #if !defined(VLLMC_HIP)
 /* The instance with the later super-blocks' activation prefetched (ap 1) or staged (ap 2). */
 template <int SBW, int RT, int KT> static mm_cols_fn mma_ap(int ap) {
-    return ap == 1 ? mm_kernel_mma<SBW, RT, KT, 512, 1, 1> : mm_kernel_mma<SBW, RT, KT, 512, 1, 2>;
+    return ap == 1 ? mm_kernel_mma<SBW, RT, KT, 512, 1, 1> : ap == 2 ? mm_kernel_mma<SBW, RT, KT, 512, 1, 2> : mm_kernel_mma<SBW, RT, KT, 512, 1, 3>;
 }
 #endif
 template <int U, int NA>
@@ -2067,7 +2075,7 @@ static bool mm_launch_cols(const struct cu_mm_args *args, gpuStream_t s, bool ot
         }
         /* bits 32 / 64: the activation of a warp's later super-blocks prefetched into L1 / staged in shared memory (the
          * unbounded instances; off until measured) */
-        const int ap = (cu_mm_cfg.mma & 64) ? 2 : (cu_mm_cfg.mma & 32) ? 1 : 0;
+        const int ap = (cu_mm_cfg.mma & 64) ? 2 : (cu_mm_cfg.mma & 32) ? 1 : args->a.copies > 1 && kt == 1 ? 3 : 0;
         const mm_cols_fn ka = !ap ? NULL : k == mm_kernel_mma<2, 16, 1> ? mma_ap<2, 16, 1>(ap) : k == mm_kernel_mma<4, 8, 1> ? mma_ap<4, 8, 1>(ap)
                             : k == mm_kernel_mma<2, 8, 2> ? mma_ap<2, 8, 2>(ap) : k == mm_kernel_mma<2, 8, 3> ? mma_ap<2, 8, 3>(ap)
                             : k == mm_kernel_mma<2, 8, 1> ? mma_ap<2, 8, 1>(ap) : NULL;
