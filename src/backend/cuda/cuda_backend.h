@@ -125,11 +125,13 @@ vllmc_status backend_cuda_fetch_argmax(struct backend *be, int32_t *ids, int32_t
  * rows of up to 16 super-blocks; 8 puts class 1's 2,560-column launches on an instance bounded to 5 CTAs an SM; 16 class
  * 1's launches of fewer than 8,192 rows at 8 rows a CTA (both measured level or slower, off); 32 the activation of a
  * warp's later super-blocks asked into L1 after the dependency wait, 64 copied into shared memory then (the same bits
- * either way; measured 12% / 2% slower a qwen35-4b token, off); 0: none. Returns the previous mask (-1 on HIP, which
+ * either way; measured 12% / 2% slower a qwen35-4b token, off); 128 / 256 16 / 8 more rows a CTA in shared memory
+ * (mm_kernel_mmx, below; measured 9% / 7% slower, off); 0: none. Returns the previous mask (-1 on HIP, which
  * has no such kernel). Process-wide; VLLMC_CUDA_MMA sets it at backend creation. */
 int backend_cuda_set_matvec_mma(int mask);
 /* Launches that took the tensor-core kernel so far, process-wide; of them, those on the instances with the later
- * super-blocks' activation prefetched (ap 1: bit 32) or staged (ap 2: bit 64). */
+ * super-blocks' activation prefetched (ap 1: bit 32) or staged (ap 2: bit 64), or read from copies of it (ap 3:
+ * cu_act_view.copies, bench_gemv only). */
 uint64_t backend_cuda_mma_launches(void);
 uint64_t backend_cuda_mma_ap_launches(int ap);
 /* Bits 128 / 256 of the tensor-core mask: its Q4_K launches of at least backend_cuda_set_mmx_rows rows (8,192) take 16 /

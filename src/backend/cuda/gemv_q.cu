@@ -4340,9 +4340,12 @@ static __device__ __forceinline__ unsigned mg_ld_acquire(const unsigned *p) {
  * before the dependency wait: no register and no L1 line is held while they are in flight, so 4 CTAs an SM ask for
  * 64 + 4 XR rows (the GDN in-proj and the attention q / k / v of qwen35-4b in one round, gate + up in two where it took
  * three). The shared rows are read back in the register rows' lane split (a row pitch of stride + 16 bytes keeps a
- * quarter warp's 16-byte reads on distinct banks) and meet the same activation fragments, which a warp loads once for
- * both tiles. Each row's sum is mm_kernel_mma's ops in its order (the warp's two super-blocks, then the warps), so the
- * outputs are its bits. Q8_0 / F32 segments: mv_other_cta over the CTA's 16 + XR rows, as there. */
+ * quarter warp's 16-byte reads on distinct banks) and meet the same activation fragments (loaded again for them, from
+ * L1). Each row's sum is mm_kernel_mma's ops in its order (the warp's two super-blocks, then the warps), so the outputs
+ * are its bits. Q8_0 / F32 segments: mv_other_cta over the CTA's 16 + XR rows, as there. Measured slower in the decode
+ * (qwen35-4b on an H100: 2.007 ms a token with 8 rows more, 2.045 with 16, against 1.873-1.880): a CTA's time after
+ * its release grows with its rows by more than the rounds save (BENCHMARKS.md "A second tile a CTA in shared memory").
+ * Off. */
 static __device__ __forceinline__ k4s_w k4s_load_sh(const uint8_t *wr, int n_sb, int sb, int c) {
     const size_t sc_off = k4_sc_off(n_sb), dm_off = k4_dm_off(n_sb);
     const uint4 *qp = (const uint4 *)(wr + 128 * (size_t)sb + 32 * c);
