@@ -140,6 +140,23 @@ model_broke() {
     grep 'FAIL' "$1" | grep -qv 'CPU max |dlogit|' && return 0
     return 1
 }
+# test_cuda_model on the tiny qwen35 with the environment $3... (tag $1, log $OUT/$1_model_tiny_$2.txt, a note); false
+# where model_broke finds it broken
+tiny_switch() {
+    local tag=$1 name=$2 rc log="$OUT/$1_model_tiny_$2.txt"; shift 2
+    env "$@" timeout 150 "$BIN/test_cuda_model" /tmp/models/qwen35-tiny.gguf 40 24 >"$log" 2>&1; rc=$?
+    note "$tag $name test_cuda_model tiny rc=$rc: $(grep 'worst' "$log" | head -1 | cut -c1-120)$(grep -m1 FAIL "$log" | cut -c1-200)"
+    ! model_broke "$log" $rc
+}
+# bench_gemv l2 5 with the environment $2... (tag $1; the warp-streamed rows skipped): its "cold" rows as notes
+gemv_l2() {
+    local tag=$1 rc log="$OUT/$1_gemv_$(echo "${*:2}" | tr -c 'A-Za-z0-9_\n' _).txt"; shift
+    env BENCH_GEMV_NO_WS=1 "$@" timeout 120 "$BIN/bench_gemv" l2 5 >"$log" 2>&1; rc=$?
+    note "$tag bench_gemv l2 $* rc=$rc"
+    while read -r l; do note "  $l"; done < <(grep 'cold' "$log" | sed 's/  */ /g')
+}
+# "VAR=v,VAR2=w" -> "VAR=v VAR2=w": a comma before NAME= separates variables, others stay in the value (VLLMC_CUDA_MS=1,24576)
+variant_envs() { echo "$1" | sed 's/,\([A-Z_][A-Z0-9_]*=\)/ \1/g'; }
 
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,memory.total,driver_version --format=csv | tee "$OUT/gpu.txt"
 # models in the background while the tests run
@@ -690,9 +707,8 @@ if has var; then # decode A/B of environment variants: VARIANTS="name:VAR=v,VAR2
             name=${v%%:*}; envs=${v#*:}
             if [ -n "${STREAM_BAD:-}" ] && [[ $envs == *VLLMC_CUDA_MS=[1-9]* ]]; then note "var $m $name: skipped (streaming check)"; continue; fi
             if [ -n "${NQ_BAD:-}" ] && [[ $envs == *VLLMC_CUDA_FUSE_NQ=[1-9]* ]]; then note "var $m $name: skipped (nq check)"; continue; fi
-            # a comma before NAME= separates variables; others stay in the value (VLLMC_CUDA_MS=1,24576)
             # shellcheck disable=SC2046
-            env $(echo "$envs" | sed 's/,\([A-Z_][A-Z0-9_]*=\)/ \1/g') timeout 150 "$BIN/vllmc" bench -m "$f" ${VAR_ARGS:--p 512 -g 256 -r 5} >"$OUT/var_${m}_$name.txt" 2>&1; rc=$?
+            env $(variant_envs "$envs") timeout 150 "$BIN/vllmc" bench -m "$f" ${VAR_ARGS:--p 512 -g 256 -r 5} >"$OUT/var_${m}_$name.txt" 2>&1; rc=$?
             note "var $m $name ($envs) rc=$rc: $(grep '^output tok/s' "$OUT/var_${m}_$name.txt" | head -1)"
         done
     done
@@ -783,16 +799,8 @@ if has actpf; then # the tensor-core mat-vec's later super-blocks' activation af
     timeout 300 "$BIN/test_cuda_ops" alt_kernel >"$OUT/actpf_ops.txt" 2>&1; rc=$?
     note "actpf test_cuda_ops alt_kernel rc=$rc: $(grep -c 'mma, activation [a-z]* E .*: 0 of' "$OUT/actpf_ops.txt") prefetched / staged launches with 0 outputs different; $(grep -m2 'FAIL' "$OUT/actpf_ops.txt" | cut -c1-200 | tr '\n' ' ')"
     [ $rc = 0 ] || ACTPF_BAD=1
-    for mm in ${ACTPF_GEMV:-1 33 65 3 35 67 5 37 69}; do
-        VLLMC_CUDA_MMA=$mm timeout 120 "$BIN/bench_gemv" l2 5 >"$OUT/actpf_gemv_$mm.txt" 2>&1; rc=$?
-        note "actpf bench_gemv l2 VLLMC_CUDA_MMA=$mm rc=$rc"
-        while read -r l; do note "  $l"; done < <(grep 'cold' "$OUT/actpf_gemv_$mm.txt" | sed 's/  */ /g')
-    done
-    for mm in 33 65; do
-        VLLMC_CUDA_MMA=$mm timeout 150 "$BIN/test_cuda_model" /tmp/models/qwen35-tiny.gguf 40 24 >"$OUT/actpf_model_tiny_$mm.txt" 2>&1; rc=$?
-        note "actpf $mm test_cuda_model tiny rc=$rc: $(grep 'worst' "$OUT/actpf_model_tiny_$mm.txt" | head -1 | cut -c1-120)$(grep -m1 FAIL "$OUT/actpf_model_tiny_$mm.txt" | cut -c1-200)"
-        model_broke "$OUT/actpf_model_tiny_$mm.txt" $rc && ACTPF_BAD=1
-    done
+    for mm in ${ACTPF_GEMV:-1 33 65 3 35 67 5 37 69}; do gemv_l2 actpf VLLMC_CUDA_MMA=$mm; done
+    for mm in 33 65; do tiny_switch actpf $mm VLLMC_CUDA_MMA=$mm || ACTPF_BAD=1; done
     wait_models
     for m in ${ACTPF_MODELS:-$BENCH_MODELS}; do
         f=/tmp/models/$m.gguf
@@ -813,18 +821,12 @@ if has mmx; then # the tensor-core mat-vec with 16 / 8 more rows a CTA in shared
     timeout 300 "$BIN/test_cuda_ops" alt_kernel >"$OUT/mmx_ops.txt" 2>&1; rc=$?
     note "mmx test_cuda_ops alt_kernel rc=$rc: $(grep -c 'rows more in shared memory E .*: 0 of' "$OUT/mmx_ops.txt") launches with 0 outputs different; $(grep -m2 'FAIL' "$OUT/mmx_ops.txt" | cut -c1-200 | tr '\n' ' ')"
     [ $rc = 0 ] || MMX_BAD=1
-    for mm in 129 257; do
-        VLLMC_CUDA_MMA=$mm VLLMC_CUDA_MMX_ROWS=1 timeout 150 "$BIN/test_cuda_model" /tmp/models/qwen35-tiny.gguf 40 24 >"$OUT/mmx_model_tiny_$mm.txt" 2>&1; rc=$?
-        note "mmx $mm test_cuda_model tiny rc=$rc: $(grep 'worst' "$OUT/mmx_model_tiny_$mm.txt" | head -1 | cut -c1-120)$(grep -m1 FAIL "$OUT/mmx_model_tiny_$mm.txt" | cut -c1-200)"
-        model_broke "$OUT/mmx_model_tiny_$mm.txt" $rc && MMX_BAD=1
-    done
+    for mm in 129 257; do tiny_switch mmx $mm VLLMC_CUDA_MMA=$mm VLLMC_CUDA_MMX_ROWS=1 || MMX_BAD=1; done
     san_generate mmx tiny /tmp/models/qwen35-tiny.gguf VLLMC_CUDA_MMA=129 VLLMC_CUDA_MMX_ROWS=1
     }
     for e in ${MMX_GEMV-VLLMC_CUDA_MMA=1 VLLMC_CUDA_MMA=129 VLLMC_CUDA_MMA=257 VLLMC_CUDA_MMA=257,VLLMC_CUDA_CARVEOUT=28}; do
         # shellcheck disable=SC2046
-        env BENCH_GEMV_NO_WS=1 $(echo "$e" | tr ',' ' ') timeout 120 "$BIN/bench_gemv" l2 5 >"$OUT/mmx_gemv_$e.txt" 2>&1; rc=$?
-        note "mmx bench_gemv l2 $e rc=$rc"
-        while read -r l; do note "  $l"; done < <(grep 'cold' "$OUT/mmx_gemv_$e.txt" | head -6 | sed 's/  */ /g')
+        gemv_l2 mmx $(variant_envs "$e")
     done
     wait_models
     for m in ${MMX_MODELS:-$BENCH_MODELS}; do
@@ -836,7 +838,7 @@ if has mmx; then # the tensor-core mat-vec with 16 / 8 more rows a CTA in shared
             for v in ${MMX_CFGS:-base:VLLMC_CUDA_MMA=1 x16:VLLMC_CUDA_MMA=129 x8:VLLMC_CUDA_MMA=257 co28:VLLMC_CUDA_CARVEOUT=28 x8co28:VLLMC_CUDA_MMA=257,VLLMC_CUDA_CARVEOUT=28 x16co58:VLLMC_CUDA_MMA=129,VLLMC_CUDA_CARVEOUT=58}; do
                 name=${v%%:*}; envs=${v#*:}
                 # shellcheck disable=SC2046,SC2086
-                env $(echo "$envs" | tr ',' ' ') timeout 150 "$BIN/vllmc" bench -m "$f" ${VAR_ARGS:--p 512 -g 256 -r 5} >"$OUT/mmx_${m}_${name}_$rep.txt" 2>&1; rc=$?
+                env $(variant_envs "$envs") timeout 150 "$BIN/vllmc" bench -m "$f" ${VAR_ARGS:--p 512 -g 256 -r 5} >"$OUT/mmx_${m}_${name}_$rep.txt" 2>&1; rc=$?
                 note "mmx $m $name run $rep rc=$rc: $(grep '^output tok/s' "$OUT/mmx_${m}_${name}_$rep.txt" | head -1)"
             done
         done

@@ -1162,11 +1162,14 @@ static __device__ __forceinline__ float q6_term(const q6_w &w, int k, const mv_a
  * shuffles. 9 registers a row and lane in place of 12, so the same registers hold more rows in flight. The same values
  * reach k4_term, so the same bits. The 4 lanes of a super-block always hold the same row (or all zeros). */
 struct k4s_w { uint4 q0, q1; uint32_t sw; };
+/* SH: the row is in shared memory (plain loads; mm_kernel_mmx's second tile), else global (read-only path) */
+template <bool SH = false>
 static __device__ __forceinline__ k4s_w k4s_load(const uint8_t *wr, int n_sb, int sb, int c) {
     const size_t sc_off = k4_sc_off(n_sb), dm_off = k4_dm_off(n_sb);
     const uint4 *qp = (const uint4 *)(wr + 128 * (size_t)sb + 32 * c);
     const uint32_t *wp = (const uint32_t *)(wr + (c < 3 ? sc_off + 12 * (size_t)sb + 4 * (size_t)c : dm_off + 4 * (size_t)sb));
-    return k4s_w{gpu_ldg(qp), gpu_ldg(qp + 1), gpu_ldg(wp)};
+    if constexpr (SH) return k4s_w{qp[0], qp[1], *wp};
+    else return k4s_w{gpu_ldg(qp), gpu_ldg(qp + 1), gpu_ldg(wp)};
 }
 static __device__ __forceinline__ float k4s_term(const k4s_w &w, const k4_sel &ks, const mv_act &v, int lane) {
     const int b = lane & ~3;
@@ -4346,12 +4349,6 @@ static __device__ __forceinline__ unsigned mg_ld_acquire(const unsigned *p) {
  * (qwen35-4b on an H100: 2.007 ms a token with 8 rows more, 2.045 with 16, against 1.873-1.880): a CTA's time after
  * its release grows with its rows by more than the rounds save (BENCHMARKS.md "A second tile a CTA in shared memory").
  * Off. */
-static __device__ __forceinline__ k4s_w k4s_load_sh(const uint8_t *wr, int n_sb, int sb, int c) {
-    const size_t sc_off = k4_sc_off(n_sb), dm_off = k4_dm_off(n_sb);
-    const uint4 *qp = (const uint4 *)(wr + 128 * (size_t)sb + 32 * c);
-    const uint32_t *wp = (const uint32_t *)(wr + (c < 3 ? sc_off + 12 * (size_t)sb + 4 * (size_t)c : dm_off + 4 * (size_t)sb));
-    return k4s_w{qp[0], qp[1], *wp};
-}
 template <int XR, int LBT, int LBM>
 static __global__ void __launch_bounds__(LBT, LBM) mm_kernel_mmx(const struct cu_mm_args P) {
     static_assert(XR == 8 || XR == 16, "shared rows a CTA: 8 (rows g) or 16 (rows g and g + 8)");
@@ -4425,8 +4422,8 @@ static __global__ void __launch_bounds__(LBT, LBM) mm_kernel_mmx(const struct cu
 #pragma unroll
         for (int s = 0; s < SBW; s++) {
             const int sb = wid * SBW + s;
-            w0[s] = sb < n_sb && g < rx ? k4s_load_sh(xtile + (size_t)g * pitch, n_sb, sb, c) : zw;
-            w1[s] = XR == 16 && sb < n_sb && g + 8 < rx ? k4s_load_sh(xtile + (size_t)(g + 8) * pitch, n_sb, sb, c) : zw;
+            w0[s] = sb < n_sb && g < rx ? k4s_load<true>(xtile + (size_t)g * pitch, n_sb, sb, c) : zw;
+            w1[s] = XR == 16 && sb < n_sb && g + 8 < rx ? k4s_load<true>(xtile + (size_t)(g + 8) * pitch, n_sb, sb, c) : zw;
         }
 #pragma unroll
         for (int s = 0; s < SBW; s++) term(w0[s], w1[s], wid * SBW + s, XR == 16, t0[s], t1[s]);
