@@ -45,6 +45,8 @@
 # MMQ_ROWS (default "0 16": off, then from 16 rows, the default) in turn. Stage ncu (not default) runs Nsight Compute on
 # a few launches (NCU_KERNEL, default mm_kernel_mmq) of the engine bench of the first of BENCH_MODELS: its sections and
 # the warps' stall reasons.
+# Stage mask (not default) checks and times a same-bits form of the tensor-core mat-vec by its VLLMC_CUDA_MMA bit
+# (MASK_ON, MASK_NAME, MASK_REPS: see the stage).
 # Stage timeline (not default) runs the -DVLLMC_MV_TIMELINE build (EXTRA_BUILDS="tl:-DVLLMC_MV_TIMELINE") of TIMELINE_MODELS
 # (default the first of BENCH_MODELS) and summarizes its per-CTA timeline of the tensor-core mat-vec (scripts/mv_timeline.py).
 # Stage trace (not default; TRACE_KEEP=1 also returns the raw kernel records, trace_MODEL.csv.gz) runs a 64-token decode of TRACE_MODELS (default the first of BENCH_MODELS) under Nsight
@@ -809,6 +811,30 @@ if has actpf; then # the tensor-core mat-vec's later super-blocks' activation af
         [ "${ACTPF_SAN:-0}" = 1 ] && san_generate actpf "$m" "$f" VLLMC_CUDA_MMA=65
         [ -n "${ACTPF_BAD:-}" ] && { note "actpf: a check failed, no timing"; continue; }
         decode_ab actpf "$m" "$f" VLLMC_CUDA_MMA "${ACTPF_CFGS:-1 33 65}" "${ACTPF_REPS:-2}"
+    done
+fi
+
+if has mask; then # same-bits forms of the tensor-core mat-vec by their VLLMC_CUDA_MMA bits: MASK_ON (the masks with them,
+    # e.g. "513 1025"), MASK_NAME (a regex of their test_cuda_ops alt_kernel names). Their bits (alt_kernel against the
+    # column-split kernel; the tiny qwen35's graph == eager; BENCH_MODELS' greedy ids against the default), memcheck of a
+    # tiny generate, the launches alone (bench_gemv l2, mask 1 then each of MASK_ON), then the decode, mask 1 and each of
+    # MASK_ON in turn MASK_REPS (default 3) times
+    timeout 300 "$BIN/test_cuda_ops" alt_kernel >"$OUT/mask_ops.txt" 2>&1; rc=$?
+    note "mask test_cuda_ops alt_kernel rc=$rc: $(grep -c "${MASK_NAME:-?} E .*: 0 of" "$OUT/mask_ops.txt") launches of the form with 0 outputs different; $(grep -m2 'FAIL' "$OUT/mask_ops.txt" | cut -c1-200 | tr '\n' ' ')"
+    [ $rc = 0 ] || MASK_BAD=1
+    for i in $(seq 1 120); do [ -f /tmp/models/tiny.done ] && break; sleep 1; done
+    for mm in $MASK_ON; do
+        tiny_switch mask "$mm" VLLMC_CUDA_MMA="$mm" || MASK_BAD=1
+        san_generate mask tiny /tmp/models/qwen35-tiny.gguf VLLMC_CUDA_MMA="$mm"
+    done
+    for mm in 1 $MASK_ON; do gemv_l2 mask VLLMC_CUDA_MMA=$mm; done
+    wait_models
+    for m in $BENCH_MODELS; do
+        f=/tmp/models/$m.gguf
+        [ -s "$f" ] || { note "mask $m: model not generated"; continue; }
+        ids_same mask "$m" "$f" VLLMC_CUDA_MMA "$MASK_ON" || MASK_BAD=1
+        [ -n "${MASK_BAD:-}" ] && { note "mask: a check failed, no timing"; continue; }
+        decode_ab mask "$m" "$f" VLLMC_CUDA_MMA "1 $MASK_ON" "${MASK_REPS:-3}"
     done
 fi
 

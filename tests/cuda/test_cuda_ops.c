@@ -937,13 +937,18 @@ static void test_cols_lb(void) {
  * shared memory and read from there (bit 64). */
 /* ALT_MMX16 / ALT_MMX8: 16 / 8 more rows a CTA in shared memory (mm_kernel_mmx, bits 128 / 256; Q4_K rows of up to 16
  * super-blocks), taken at every launch size here. */
-enum { ALT_SBT, ALT_MMA, ALT_MMA8, ALT_MMA_PF, ALT_MMA_ST, ALT_MMX16, ALT_MMX8 };
+/* ALT_MMA_SUB: the low nibbles' sums as the whole bytes' less the high nibbles' (bit 512); ALT_MMA_ALL the same with
+ * every super-block's activation loaded before the first MMA (bit 1024). */
+enum { ALT_SBT, ALT_MMA, ALT_MMA8, ALT_MMA_PF, ALT_MMA_ST, ALT_MMX16, ALT_MMX8, ALT_MMA_SUB, ALT_MMA_ALL };
 static const char *alt_name[] = {"sbt", "mma", "mma 8 rows a CTA", "mma, activation prefetched", "mma, activation staged",
-                                 "mma, 16 rows more in shared memory", "mma, 8 rows more in shared memory"};
+                                 "mma, 16 rows more in shared memory", "mma, 8 rows more in shared memory",
+                                 "mma, low nibbles by subtraction", "mma, low nibbles by subtraction, activation at once"};
 static uint64_t alt_launches(int kind) {
     return kind == ALT_SBT      ? backend_cuda_sbt_launches()
            : kind == ALT_MMA_PF ? backend_cuda_mma_ap_launches(1) /* the form's own instance, not the plain one */
            : kind == ALT_MMA_ST ? backend_cuda_mma_ap_launches(2)
+           : kind == ALT_MMA_SUB ? backend_cuda_mma_ap_launches(4)
+           : kind == ALT_MMA_ALL ? backend_cuda_mma_ap_launches(5)
            : kind == ALT_MMX16 || kind == ALT_MMX8 ? backend_cuda_mmx_launches()
                                 : backend_cuda_mma_launches();
 }
@@ -953,7 +958,7 @@ static void alt_on(int kind, bool on) {
     else if (kind == ALT_MMX16 || kind == ALT_MMX8) {
         backend_cuda_set_matvec_mma(on ? (kind == ALT_MMX16 ? 7 | 128 : 7 | 256) : 0);
         backend_cuda_set_mmx_rows(on ? 1 : 8192);
-    } else backend_cuda_set_matvec_mma(on ? (kind == ALT_MMA8 ? 31 : kind == ALT_MMA_PF ? 7 | 32 : kind == ALT_MMA_ST ? 7 | 64 : 15) : 0);
+    } else backend_cuda_set_matvec_mma(on ? (kind == ALT_MMA8 ? 31 : kind == ALT_MMA_PF ? 7 | 32 : kind == ALT_MMA_ST ? 7 | 64 : kind == ALT_MMA_SUB ? 7 | 512 : kind == ALT_MMA_ALL ? 7 | 1024 : 15) : 0);
 }
 static void test_alt_kernel(int kind) {
     int old_sb, old_rows, old_mma = backend_cuda_set_matvec_mma(0);
@@ -1806,6 +1811,8 @@ int main(int argc, char **argv) {
         test_alt_kernel(ALT_MMA_ST);
         test_alt_kernel(ALT_MMX16);
         test_alt_kernel(ALT_MMX8);
+        test_alt_kernel(ALT_MMA_SUB);
+        test_alt_kernel(ALT_MMA_ALL);
     }
     if (want("nq_fused")) test_nq_fused();
     if (want("invariance")) test_invariance();

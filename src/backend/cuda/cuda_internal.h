@@ -186,8 +186,9 @@ struct cu_mm_cfg {
                                   cols_sbw2 super-blocks, 8 class 1's 2,560-column launches on an instance bounded to 5
                                   CTAs an SM, 16 class 1's launches of fewer than rows[0] rows at 8 rows a CTA, 32 the
                                   activation of a warp's later super-blocks prefetched into L1, 64 copied into shared
-                                  memory instead (mm_kernel_mma's AP; both measured slower: off); 0: none
-                                  (HIP: always none) */
+                                  memory instead (mm_kernel_mma's AP; both measured slower: off), 128 / 256 more rows a
+                                  CTA in shared memory (mm_kernel_mmx), 512 the Q4_K low nibbles' sums by subtraction
+                                  (AP 4), 1024 the same with the activation loaded at once (AP 5); 0: none (HIP: always none) */
     int32_t mmr_rows;          /* steps of 2 .. mmr_rows activation rows (not under batch invariance): their Q4_K / Q6_K
                                   rows on the tensor-core kernel mm_kernel_mmrs; 0: none (HIP: always none) */
     int32_t mmr_small_sb;      /* ... but rows of fewer super-blocks than this only from mmr_small_rows activation rows */

@@ -1600,7 +1600,10 @@ extern "C" void cu_tl_dump(const char *path) {
  * the 12 scale bytes and d / dmin), the activation (x0, x1: sub-block g's quants where g / 2 == c, zeros elsewhere;
  * bs: the 16-element sums of sub-blocks 2c, 2c + 1; da) -> the float terms of rows g (t0) and g + 8 (t1), the same in
  * the row's 4 lanes. Shared by mm_kernel_mma and the tiled persistent chain (mega2_kernel). */
-template <bool R16>
+/* SUB: the low nibbles' sums as the whole bytes' sums less the high nibbles' (column 2c of both MMAs is against sub-block
+ * 2c's quants: (lo + 16 hi) . x - 16 hi . x = lo . x, exact in int32: |bytes . x| <= 255 x 128 x 32), so the first MMA
+ * takes the weight words unmasked: 16 masks fewer a super-block for 2 subtractions (mm_kernel_mma's AP 4) */
+template <bool R16, bool SUB = false>
 static __device__ __forceinline__ void mma_q4k_sb(const uint4 &q0a, const uint4 &q0b, const uint4 &q1a, const uint4 &q1b, uint32_t sw0, uint32_t sw1, const uint4 &x0,
                                                   const uint4 &x1, const int2 &bs, float da, const k4_sel &ks, int b, float &t0, float &t1) {
     const uint32_t X[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
@@ -1609,10 +1612,14 @@ static __device__ __forceinline__ void mma_q4k_sb(const uint4 &q0a, const uint4 
     int clo[4] = {0, 0, 0, 0}, chi[4] = {0, 0, 0, 0};
 #pragma unroll
     for (int t = 0; t < 4; t++) {
-        const uint32_t m = 0x0F0F0F0Fu;
+        const uint32_t m = SUB ? 0xFFFFFFFFu : 0x0F0F0F0Fu, mh = 0xF0F0F0F0u;
         mma_u8s8(clo, Q0[2 * t] & m, R16 ? Q1[2 * t] & m : 0u, Q0[2 * t + 1] & m, R16 ? Q1[2 * t + 1] & m : 0u, X[2 * t], X[2 * t + 1]);
-        mma_u8s8(chi, Q0[2 * t] & ~m, R16 ? Q1[2 * t] & ~m : 0u, Q0[2 * t + 1] & ~m, R16 ? Q1[2 * t + 1] & ~m : 0u, X[2 * t],
+        mma_u8s8(chi, Q0[2 * t] & mh, R16 ? Q1[2 * t] & mh : 0u, Q0[2 * t + 1] & mh, R16 ? Q1[2 * t + 1] & mh : 0u, X[2 * t],
                  X[2 * t + 1]);
+    }
+    if (SUB) {
+        clo[0] -= chi[0];
+        clo[2] -= chi[2];
     }
     /* the mins' activation sums of sub-blocks 2c, 2c + 1 (two 16-element sums each), as mv_act_load forms them */
     const int b0 = (int)(int16_t)(bs.x & 0xffff) + (int)(int16_t)(bs.x >> 16);
@@ -1699,6 +1706,29 @@ static __device__ __forceinline__ void mma_rows_q4_K(const struct cu_mm_args &P,
     const k4_sel ks = k4_sel_make(c);
     const int b = lane & ~3;
     float t0[SBW], t1[SBW];
+    if constexpr (AP == 5) { /* every super-block's activation loaded before the first MMA: one L2 round trip */
+        uint4 x0[SBW], x1[SBW];
+        int2 bs[SBW];
+        float da[SBW];
+#pragma unroll
+        for (int s = 0; s < SBW; s++) {
+            const int sb = wid * SBW + s;
+            x0[s] = x1[s] = make_uint4(0, 0, 0, 0);
+            bs[s] = make_int2(0, 0);
+            da[s] = 0.f;
+            if (sb < n_sb) {
+                if ((g >> 1) == c) {
+                    const uint4 *xp = (const uint4 *)(P.a.k_qs + (int64_t)sb * QK_K + 32 * g);
+                    x0[s] = xp[0]; x1[s] = xp[1];
+                }
+                bs[s] = *(const int2 *)(P.a.k_bs + (int64_t)sb * 16 + 4 * c);
+                da[s] = P.a.k_d[sb];
+            }
+        }
+#pragma unroll
+        for (int s = 0; s < SBW; s++)
+            mma_q4k_sb<RT == 16, true>(w0[s].q0, w0[s].q1, w1[s].q0, w1[s].q1, w0[s].sw, w1[s].sw, x0[s], x1[s], bs[s], da[s], ks, b, t0[s], t1[s]);
+    } else
 #pragma unroll
     for (int s = 0; s < SBW; s++) {
         const int sb = wid * SBW + s;
@@ -1734,7 +1764,7 @@ static __device__ __forceinline__ void mma_rows_q4_K(const struct cu_mm_args &P,
             bs = *(const int2 *)(P.a.k_bs + (int64_t)sb * 16 + 4 * c);
             da = P.a.k_d[sb];
         }
-        mma_q4k_sb<RT == 16>(w0[s].q0, w0[s].q1, w1[s].q0, w1[s].q1, w0[s].sw, w1[s].sw, x0, x1, bs, da, ks, b, t0[s], t1[s]);
+        mma_q4k_sb<RT == 16, AP == 4>(w0[s].q0, w0[s].q1, w1[s].q0, w1[s].q1, w0[s].sw, w1[s].sw, x0, x1, bs, da, ks, b, t0[s], t1[s]);
     }
     /* the warp's super-blocks as mv_warp_part's butterfly adds them */
     y1 = 0.f;
@@ -1837,7 +1867,9 @@ static __device__ __forceinline__ void mma_rows_q6_K(const struct cu_mm_args &P,
  * the activation of a warp's later super-blocks after the wait, 0 as the loop loads it, 1 prefetched into L1
  * (mma_act_prefetch), 2 staged in shared memory (mma_act_stage: W x (SBW - 1) x MMA_STAGE_SB bytes of dynamic shared
  * memory) (cu_mm_cfg.mma bits 32, 64), 3 read from copy blockIdx % copies of the Q8_K part (cu_act_view.copies > 1: a
- * measurement of the act's L2 lines read by every CTA at once; bench_gemv BENCH_GEMV_ACT_COPIES). */
+ * measurement of the act's L2 lines read by every CTA at once; bench_gemv BENCH_GEMV_ACT_COPIES), 4 as 0 with the Q4_K
+ * low nibbles' sums by subtraction (mma_q4k_sb's SUB; cu_mm_cfg.mma bit 512), 5 as 4 with every super-block's activation
+ * loaded before the first MMA (bit 1024: one L2 round trip after the wait where the loop takes SBW). */
 template <int SBW, int RT, int KT, int LBT = 512, int LBM = 1, int AP = 0>
 static __global__ void __launch_bounds__(LBT, LBM) mm_kernel_mma(const struct cu_mm_args P) {
     static_assert(RT == 16 || RT == 8, "rows a CTA: 16 (rows g and g + 8) or 8");
@@ -1887,9 +1919,9 @@ static __global__ void __launch_bounds__(LBT, LBM) mm_kernel_mma(const struct cu
 #endif
 }
 #endif
-uint64_t cu_mma_launches, cu_mma_ap_launches[4];
+uint64_t cu_mma_launches, cu_mma_ap_launches[6];
 extern "C" uint64_t backend_cuda_mma_launches(void) { return cu_mma_launches; }
-extern "C" uint64_t backend_cuda_mma_ap_launches(int ap) { return ap >= 1 && ap <= 3 ? cu_mma_ap_launches[ap] : 0; }
+extern "C" uint64_t backend_cuda_mma_ap_launches(int ap) { return ap >= 1 && ap <= 5 ? cu_mma_ap_launches[ap] : 0; }
 #if !defined(VLLMC_HIP)
 /* The tensor-core mat-vec with a second tile a CTA in shared memory (mm_kernel_mmx, defined with the bulk-copy helpers
  * below; cu_mm_cfg.mma bits 128 / 256). */
@@ -1914,7 +1946,8 @@ typedef void (*mm_cols_fn)(const struct cu_mm_args);
 #if !defined(VLLMC_HIP)
 /* The instance with the later super-blocks' activation prefetched (ap 1) or staged (ap 2). */
 template <int SBW, int RT, int KT> static mm_cols_fn mma_ap(int ap) {
-    return ap == 1 ? mm_kernel_mma<SBW, RT, KT, 512, 1, 1> : ap == 2 ? mm_kernel_mma<SBW, RT, KT, 512, 1, 2> : mm_kernel_mma<SBW, RT, KT, 512, 1, 3>;
+    return ap == 1 ? mm_kernel_mma<SBW, RT, KT, 512, 1, 1> : ap == 2 ? mm_kernel_mma<SBW, RT, KT, 512, 1, 2>
+         : ap == 4 ? mm_kernel_mma<SBW, RT, KT, 512, 1, 4> : ap == 5 ? mm_kernel_mma<SBW, RT, KT, 512, 1, 5> : mm_kernel_mma<SBW, RT, KT, 512, 1, 3>;
 }
 #endif
 template <int U, int NA>
@@ -2078,11 +2111,15 @@ static bool mm_launch_cols(const struct cu_mm_args *args, gpuStream_t s, bool ot
         }
         /* bits 32 / 64: the activation of a warp's later super-blocks prefetched into L1 / staged in shared memory (the
          * unbounded instances; off until measured) */
-        const int ap = (cu_mm_cfg.mma & 64) ? 2 : (cu_mm_cfg.mma & 32) ? 1 : args->a.copies > 1 && kt == 1 ? 3 : 0;
+        /* bit 512: the low nibbles' sums by subtraction (AP 4, mma_q4k_sb's SUB; the same integers); bit 1024: and the
+         * activation of all the warp's super-blocks loaded at once (AP 5) */
+        const int ap = (cu_mm_cfg.mma & 64) ? 2 : (cu_mm_cfg.mma & 32) ? 1 : args->a.copies > 1 && kt == 1 ? 3 : (cu_mm_cfg.mma & 1024) ? 5 : (cu_mm_cfg.mma & 512) ? 4 : 0;
         const mm_cols_fn ka = !ap ? NULL : k == mm_kernel_mma<2, 16, 1> ? mma_ap<2, 16, 1>(ap) : k == mm_kernel_mma<4, 8, 1> ? mma_ap<4, 8, 1>(ap)
                             : k == mm_kernel_mma<2, 8, 2> ? mma_ap<2, 8, 2>(ap) : k == mm_kernel_mma<2, 8, 3> ? mma_ap<2, 8, 3>(ap)
                             : k == mm_kernel_mma<2, 8, 1> ? mma_ap<2, 8, 1>(ap) : NULL;
-        gpu_launch(ka ? ka : k, dim3((unsigned)ctas), dim3(32 * w), ka && ap == 2 ? (size_t)w * (sbw - 1) * MMA_STAGE_SB : 0, s, a);
+        /* (ap 5 at 2,560 columns: bounded to the 4 CTAs an SM the plain instance has, 96 registers, where it would take 100) */
+        const mm_cols_fn kb = ap == 5 && k == mm_kernel_mma<2, 16, 1> && w == 5 ? mm_kernel_mma<2, 16, 1, 160, 4, 5> : ka;
+        gpu_launch(kb ? kb : k, dim3((unsigned)ctas), dim3(32 * w), ka && ap == 2 ? (size_t)w * (sbw - 1) * MMA_STAGE_SB : 0, s, a);
         cu_mma_launches++;
         if (ka) cu_mma_ap_launches[ap]++;
         return true;
