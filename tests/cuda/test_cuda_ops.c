@@ -938,17 +938,21 @@ static void test_cols_lb(void) {
 /* ALT_MMX16 / ALT_MMX8: 16 / 8 more rows a CTA in shared memory (mm_kernel_mmx, bits 128 / 256; Q4_K rows of up to 16
  * super-blocks), taken at every launch size here. */
 /* ALT_MMA_SUB: the low nibbles' sums as the whole bytes' less the high nibbles' (bit 512); ALT_MMA_ALL the same with
- * every super-block's activation loaded before the first MMA (bit 1024). */
-enum { ALT_SBT, ALT_MMA, ALT_MMA8, ALT_MMA_PF, ALT_MMA_ST, ALT_MMX16, ALT_MMX8, ALT_MMA_SUB, ALT_MMA_ALL };
+ * every super-block's activation loaded before the first MMA (bit 1024); ALT_MMA_NEXT as ALT_MMA_SUB with the next
+ * round's rows asked into L2 after the release (bit 2048; the 1,000-row launch has more CTAs than are resident on the
+ * smaller GPUs only: a hint either way). */
+enum { ALT_SBT, ALT_MMA, ALT_MMA8, ALT_MMA_PF, ALT_MMA_ST, ALT_MMX16, ALT_MMX8, ALT_MMA_SUB, ALT_MMA_ALL, ALT_MMA_NEXT };
 static const char *alt_name[] = {"sbt", "mma", "mma 8 rows a CTA", "mma, activation prefetched", "mma, activation staged",
                                  "mma, 16 rows more in shared memory", "mma, 8 rows more in shared memory",
-                                 "mma, low nibbles by subtraction", "mma, low nibbles by subtraction, activation at once"};
+                                 "mma, low nibbles by subtraction", "mma, low nibbles by subtraction, activation at once",
+                                 "mma, low nibbles by subtraction, next round to L2"};
 static uint64_t alt_launches(int kind) {
     return kind == ALT_SBT      ? backend_cuda_sbt_launches()
            : kind == ALT_MMA_PF ? backend_cuda_mma_ap_launches(1) /* the form's own instance, not the plain one */
            : kind == ALT_MMA_ST ? backend_cuda_mma_ap_launches(2)
            : kind == ALT_MMA_SUB ? backend_cuda_mma_ap_launches(4)
            : kind == ALT_MMA_ALL ? backend_cuda_mma_ap_launches(5)
+           : kind == ALT_MMA_NEXT ? backend_cuda_mma_ap_launches(6)
            : kind == ALT_MMX16 || kind == ALT_MMX8 ? backend_cuda_mmx_launches()
                                 : backend_cuda_mma_launches();
 }
@@ -958,7 +962,7 @@ static void alt_on(int kind, bool on) {
     else if (kind == ALT_MMX16 || kind == ALT_MMX8) {
         backend_cuda_set_matvec_mma(on ? (kind == ALT_MMX16 ? 7 | 128 : 7 | 256) : 0);
         backend_cuda_set_mmx_rows(on ? 1 : 8192);
-    } else backend_cuda_set_matvec_mma(on ? (kind == ALT_MMA8 ? 31 : kind == ALT_MMA_PF ? 7 | 32 : kind == ALT_MMA_ST ? 7 | 64 : kind == ALT_MMA_SUB ? 7 | 512 : kind == ALT_MMA_ALL ? 7 | 1024 : 15) : 0);
+    } else backend_cuda_set_matvec_mma(on ? (kind == ALT_MMA8 ? 31 : kind == ALT_MMA_PF ? 7 | 32 : kind == ALT_MMA_ST ? 7 | 64 : kind == ALT_MMA_SUB ? 7 | 512 : kind == ALT_MMA_ALL ? 7 | 1024 : kind == ALT_MMA_NEXT ? 7 | 2048 : 15) : 0);
 }
 static void test_alt_kernel(int kind) {
     int old_sb, old_rows, old_mma = backend_cuda_set_matvec_mma(0);
@@ -975,6 +979,8 @@ static void test_alt_kernel(int kind) {
         {2560, 3, {GGML_TYPE_Q4_K, GGML_TYPE_Q4_K, GGML_TYPE_Q8_0}, {777, 300, 32}},
         {4096, 1, {GGML_TYPE_Q4_K}, {301}},
         {9216, 1, {GGML_TYPE_Q4_K}, {299}},
+        /* more CTAs than are resident at once (rounds of CTAs: ALT_MMA_NEXT's prefetch taken) */
+        {2560, 2, {GGML_TYPE_Q4_K, GGML_TYPE_Q4_K}, {12000, 8433}},
         /* Q6_K rows (the tensor-core kernel only) */
         {2560, 1, {GGML_TYPE_Q6_K}, {333}},
         {2560, 3, {GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, GGML_TYPE_Q8_0}, {100, 77, 32}},
@@ -1813,6 +1819,7 @@ int main(int argc, char **argv) {
         test_alt_kernel(ALT_MMX8);
         test_alt_kernel(ALT_MMA_SUB);
         test_alt_kernel(ALT_MMA_ALL);
+        test_alt_kernel(ALT_MMA_NEXT);
     }
     if (want("nq_fused")) test_nq_fused();
     if (want("invariance")) test_invariance();

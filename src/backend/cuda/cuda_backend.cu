@@ -2147,7 +2147,7 @@ extern "C" vllmc_status backend_cuda_create(const struct backend_cuda_opts *o, s
     }
     if ((env = getenv("VLLMC_CUDA_MMX_ROWS")) && atoi(env) >= 0) cu_mmx_rows = atoi(env); /* (tests: every launch size) */
     if ((env = getenv("VLLMC_CUDA_CARVEOUT")) && atoi(env) >= 0 && atoi(env) <= 100) gpu_carveout = atoi(env); /* (comparisons) */
-    if ((env = getenv("VLLMC_CUDA_MMA"))) cu_mm_cfg.mma = atoi(env) & 2047; /* the tensor-core mat-vec's classes */
+    if ((env = getenv("VLLMC_CUDA_MMA"))) cu_mm_cfg.mma = atoi(env) & 4095; /* the tensor-core mat-vec's classes */
     if ((env = getenv("VLLMC_CUDA_MMR"))) { /* "rows[,small_sb,small_rows]": several-row steps on the tensor cores */
         int v[3] = {0, 0, 0};
         const int nv = sscanf(env, "%d,%d,%d", &v[0], &v[1], &v[2]);
@@ -2335,7 +2335,7 @@ extern "C" int backend_cuda_set_matvec_mma(int mask) {
     return -1; /* no such kernel there */
 #else
     const int old = cu_mm_cfg.mma;
-    cu_mm_cfg.mma = mask & 2047;
+    cu_mm_cfg.mma = mask & 4095;
     return old;
 #endif
 }

@@ -140,6 +140,8 @@ struct cu_mm_args {
                                   zero between launches): the backend's own, so backends on other streams do not share
                                   them; NULL: that kernel's launches are not split */
     unsigned *mmq_cnt;
+    int32_t pf_next;           /* mm_kernel_mma's AP 6: the CTAs resident at once (its instance's occupancy x the SMs), so
+                                  CTA b + pf_next is the one that takes CTA b's place in the next round */
 };
 #define CU_MMQ_WS_FLOATS (4 << 20) /* 16 MB */
 #define CU_MMQ_TILES 16384         /* a launch's tiles at most */
@@ -188,7 +190,8 @@ struct cu_mm_cfg {
                                   activation of a warp's later super-blocks prefetched into L1, 64 copied into shared
                                   memory instead (mm_kernel_mma's AP; both measured slower: off), 128 / 256 more rows a
                                   CTA in shared memory (mm_kernel_mmx), 512 the Q4_K low nibbles' sums by subtraction
-                                  (AP 4), 1024 the same with the activation loaded at once (AP 5); 0: none (HIP: always none) */
+                                  (AP 4), 1024 the same with the activation loaded at once (AP 5), 2048 as 512 with the next
+                                  round's rows asked into L2 right after the release (AP 6); 0: none (HIP: always none) */
     int32_t mmr_rows;          /* steps of 2 .. mmr_rows activation rows (not under batch invariance): their Q4_K / Q6_K
                                   rows on the tensor-core kernel mm_kernel_mmrs; 0: none (HIP: always none) */
     int32_t mmr_small_sb;      /* ... but rows of fewer super-blocks than this only from mmr_small_rows activation rows */

@@ -1681,6 +1681,24 @@ static __device__ __forceinline__ mma_act_src mma_act_at(const cu_act_view &a, c
     const uint8_t *d = stg + (s - 1) * MMA_STAGE_SB;
     return mma_act_src{(const int8_t *)d, (const int16_t *)(d + 256), (const float *)(d + 288) + (((uintptr_t)(a.k_d + sb) & 15) >> 2), 0};
 }
+/* AP 6: the rows of the CTA that takes this one's place in the launch's next round (blockIdx + P.pf_next, the CTAs
+ * resident at once) asked into L2 by one bulk prefetch right after the release: while the resident round sums, DRAM
+ * has nothing else to read, and the next round's loads then come from L2 (a hint: nothing read changes). The range is
+ * cut to whole 16-byte units inside the CTA's rows. */
+template <int RT>
+static __device__ __forceinline__ void mma_next_l2(const struct cu_mm_args &P) {
+    const int nb = (int)blockIdx.x + P.pf_next;
+    int si = 0;
+#pragma unroll
+    for (int i = 1; i < CU_MM_MAX_SEG; i++)
+        if (i < P.n_seg && nb >= P.seg[i].cta0) si = i;
+    const cu_mm_seg &S = P.seg[si];
+    const int r0 = (nb - S.cta0) * RT;
+    if (nb < S.cta0 || r0 >= S.n_rows || (S.type != GGML_TYPE_Q4_K && S.type != GGML_TYPE_Q6_K)) return;
+    const uintptr_t a0 = (uintptr_t)(S.w + (size_t)r0 * S.stride), a1 = a0 + (size_t)min(RT, S.n_rows - r0) * S.stride;
+    const uintptr_t b0 = (a0 + 15) & ~(uintptr_t)15, b1 = a1 & ~(uintptr_t)15;
+    if (b1 > b0) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(b0), "r"((uint32_t)(b1 - b0)) : "memory");
+}
 /* The warp's 16 (RT 8: 8) rows of its SBW super-blocks, Q4_K: the loads before the dependency wait, the MMAs after
  * it; y0, y1: the partial sums of rows g and g + 8 (in every lane of the row). stg: the warp's stage (AP 2), else
  * NULL. */
@@ -1702,6 +1720,8 @@ static __device__ __forceinline__ void mma_rows_q4_K(const struct cu_mm_args &P,
     gpu_pdl_trigger();
     if constexpr (AP == 2) mma_act_stage<SBW>(P.a, wid * SBW, n_sb, lane, stg);
     if constexpr (AP == 1) mma_act_prefetch<SBW>(P.a, wid * SBW, n_sb, lane);
+    if constexpr (AP == 6)
+        if (threadIdx.x == 0) mma_next_l2<RT>(P);
     TL_MARK(tl, 1);
     const k4_sel ks = k4_sel_make(c);
     const int b = lane & ~3;
@@ -1764,7 +1784,7 @@ static __device__ __forceinline__ void mma_rows_q4_K(const struct cu_mm_args &P,
             bs = *(const int2 *)(P.a.k_bs + (int64_t)sb * 16 + 4 * c);
             da = P.a.k_d[sb];
         }
-        mma_q4k_sb<RT == 16, AP == 4>(w0[s].q0, w0[s].q1, w1[s].q0, w1[s].q1, w0[s].sw, w1[s].sw, x0, x1, bs, da, ks, b, t0[s], t1[s]);
+        mma_q4k_sb<RT == 16, AP == 4 || AP == 6>(w0[s].q0, w0[s].q1, w1[s].q0, w1[s].q1, w0[s].sw, w1[s].sw, x0, x1, bs, da, ks, b, t0[s], t1[s]);
     }
     /* the warp's super-blocks as mv_warp_part's butterfly adds them */
     y1 = 0.f;
@@ -1842,6 +1862,8 @@ static __device__ __forceinline__ void mma_rows_q6_K(const struct cu_mm_args &P,
     gpu_pdl_trigger();
     if constexpr (AP == 2) mma_act_stage<SBW>(P.a, wid * SBW, n_sb, lane, stg);
     if constexpr (AP == 1) mma_act_prefetch<SBW>(P.a, wid * SBW, n_sb, lane);
+    if constexpr (AP == 6)
+        if (threadIdx.x == 0) mma_next_l2<8>(P);
     const int shl = 4 - 2 * k, shr = 2 * k;
     const bool own = (g >> 1) == c, odd = g & 1;
     float t[SBW];
@@ -1869,7 +1891,8 @@ static __device__ __forceinline__ void mma_rows_q6_K(const struct cu_mm_args &P,
  * memory) (cu_mm_cfg.mma bits 32, 64), 3 read from copy blockIdx % copies of the Q8_K part (cu_act_view.copies > 1: a
  * measurement of the act's L2 lines read by every CTA at once; bench_gemv BENCH_GEMV_ACT_COPIES), 4 as 0 with the Q4_K
  * low nibbles' sums by subtraction (mma_q4k_sb's SUB; cu_mm_cfg.mma bit 512), 5 as 4 with every super-block's activation
- * loaded before the first MMA (bit 1024: one L2 round trip after the wait where the loop takes SBW). */
+ * loaded before the first MMA (bit 1024: one L2 round trip after the wait where the loop takes SBW), 6 as 4 with the
+ * next round's rows asked into L2 right after the release (mma_next_l2; bit 2048). */
 template <int SBW, int RT, int KT, int LBT = 512, int LBM = 1, int AP = 0>
 static __global__ void __launch_bounds__(LBT, LBM) mm_kernel_mma(const struct cu_mm_args P) {
     static_assert(RT == 16 || RT == 8, "rows a CTA: 16 (rows g and g + 8) or 8");
@@ -1919,9 +1942,9 @@ static __global__ void __launch_bounds__(LBT, LBM) mm_kernel_mma(const struct cu
 #endif
 }
 #endif
-uint64_t cu_mma_launches, cu_mma_ap_launches[6];
+uint64_t cu_mma_launches, cu_mma_ap_launches[7];
 extern "C" uint64_t backend_cuda_mma_launches(void) { return cu_mma_launches; }
-extern "C" uint64_t backend_cuda_mma_ap_launches(int ap) { return ap >= 1 && ap <= 5 ? cu_mma_ap_launches[ap] : 0; }
+extern "C" uint64_t backend_cuda_mma_ap_launches(int ap) { return ap >= 1 && ap <= 6 ? cu_mma_ap_launches[ap] : 0; }
 #if !defined(VLLMC_HIP)
 /* The tensor-core mat-vec with a second tile a CTA in shared memory (mm_kernel_mmx, defined with the bulk-copy helpers
  * below; cu_mm_cfg.mma bits 128 / 256). */
@@ -1947,7 +1970,8 @@ typedef void (*mm_cols_fn)(const struct cu_mm_args);
 /* The instance with the later super-blocks' activation prefetched (ap 1) or staged (ap 2). */
 template <int SBW, int RT, int KT> static mm_cols_fn mma_ap(int ap) {
     return ap == 1 ? mm_kernel_mma<SBW, RT, KT, 512, 1, 1> : ap == 2 ? mm_kernel_mma<SBW, RT, KT, 512, 1, 2>
-         : ap == 4 ? mm_kernel_mma<SBW, RT, KT, 512, 1, 4> : ap == 5 ? mm_kernel_mma<SBW, RT, KT, 512, 1, 5> : mm_kernel_mma<SBW, RT, KT, 512, 1, 3>;
+         : ap == 4 ? mm_kernel_mma<SBW, RT, KT, 512, 1, 4> : ap == 5 ? mm_kernel_mma<SBW, RT, KT, 512, 1, 5>
+         : ap == 6 ? mm_kernel_mma<SBW, RT, KT, 512, 1, 6> : mm_kernel_mma<SBW, RT, KT, 512, 1, 3>;
 }
 #endif
 template <int U, int NA>
@@ -2112,13 +2136,28 @@ static bool mm_launch_cols(const struct cu_mm_args *args, gpuStream_t s, bool ot
         /* bits 32 / 64: the activation of a warp's later super-blocks prefetched into L1 / staged in shared memory (the
          * unbounded instances; off until measured) */
         /* bit 512: the low nibbles' sums by subtraction (AP 4, mma_q4k_sb's SUB; the same integers); bit 1024: and the
-         * activation of all the warp's super-blocks loaded at once (AP 5) */
-        const int ap = (cu_mm_cfg.mma & 64) ? 2 : (cu_mm_cfg.mma & 32) ? 1 : args->a.copies > 1 && kt == 1 ? 3 : (cu_mm_cfg.mma & 1024) ? 5 : (cu_mm_cfg.mma & 512) ? 4 : 0;
+         * activation of all the warp's super-blocks loaded at once (AP 5); bit 2048: as 512 with the next round's rows
+         * asked into L2 right after the release (AP 6) */
+        const int ap = (cu_mm_cfg.mma & 64) ? 2 : (cu_mm_cfg.mma & 32) ? 1 : args->a.copies > 1 && kt == 1 ? 3 : (cu_mm_cfg.mma & 2048) ? 6 : (cu_mm_cfg.mma & 1024) ? 5 : (cu_mm_cfg.mma & 512) ? 4 : 0;
         const mm_cols_fn ka = !ap ? NULL : k == mm_kernel_mma<2, 16, 1> ? mma_ap<2, 16, 1>(ap) : k == mm_kernel_mma<4, 8, 1> ? mma_ap<4, 8, 1>(ap)
                             : k == mm_kernel_mma<2, 8, 2> ? mma_ap<2, 8, 2>(ap) : k == mm_kernel_mma<2, 8, 3> ? mma_ap<2, 8, 3>(ap)
                             : k == mm_kernel_mma<2, 8, 1> ? mma_ap<2, 8, 1>(ap) : NULL;
         /* (ap 5 at 2,560 columns: bounded to the 4 CTAs an SM the plain instance has, 96 registers, where it would take 100) */
         const mm_cols_fn kb = ap == 5 && k == mm_kernel_mma<2, 16, 1> && w == 5 ? mm_kernel_mma<2, 16, 1, 160, 4, 5> : ka;
+        if (ap == 6) { /* the CTAs resident at once, by the instance's occupancy (kept a (kernel, threads) pair) */
+            static mm_cols_fn pf_k[16];
+            static int pf_t[16], pf_n[16];
+            int i = 0;
+            while (i < 16 && pf_k[i] && !(pf_k[i] == kb && pf_t[i] == 32 * w)) i++;
+            if (i < 16 && !pf_k[i]) {
+                int per = 0, dev = 0, sms = 0;
+                if (gpuOccupancyMaxActiveBlocksPerMultiprocessor(&per, kb, 32 * w, 0) == gpuSuccess && gpuGetDevice(&dev) == gpuSuccess &&
+                    gpuDeviceGetSMCount(&sms, dev) == gpuSuccess) {
+                    pf_k[i] = kb; pf_t[i] = 32 * w; pf_n[i] = per * sms;
+                } else (void)gpuGetLastError();
+            }
+            a.pf_next = i < 16 && pf_k[i] == kb ? pf_n[i] : 1 << 30;
+        }
         gpu_launch(kb ? kb : k, dim3((unsigned)ctas), dim3(32 * w), ka && ap == 2 ? (size_t)w * (sbw - 1) * MMA_STAGE_SB : 0, s, a);
         cu_mma_launches++;
         if (ka) cu_mma_ap_launches[ap]++;
