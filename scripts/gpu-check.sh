@@ -47,6 +47,7 @@
 # the warps' stall reasons.
 # Stage mask (not default) checks and times a same-bits form of the tensor-core mat-vec by its VLLMC_CUDA_MMA bit
 # (MASK_ON, MASK_NAME, MASK_REPS: see the stage).
+# Stage pfnext (not default) checks and times the next round's rows into L2 after the release (PFNEXT_CFGS, PFNEXT_REPS).
 # Stage timeline (not default) runs the -DVLLMC_MV_TIMELINE build (EXTRA_BUILDS="tl:-DVLLMC_MV_TIMELINE") of TIMELINE_MODELS
 # (default the first of BENCH_MODELS) and summarizes its per-CTA timeline of the tensor-core mat-vec (scripts/mv_timeline.py).
 # Stage trace (not default; TRACE_KEEP=1 also returns the raw kernel records, trace_MODEL.csv.gz) runs a 64-token decode of TRACE_MODELS (default the first of BENCH_MODELS) under Nsight
@@ -835,6 +836,45 @@ if has mask; then # same-bits forms of the tensor-core mat-vec by their VLLMC_CU
         ids_same mask "$m" "$f" VLLMC_CUDA_MMA "$MASK_ON" || MASK_BAD=1
         [ -n "${MASK_BAD:-}" ] && { note "mask: a check failed, no timing"; continue; }
         decode_ab mask "$m" "$f" VLLMC_CUDA_MMA "1 $MASK_ON" "${MASK_REPS:-3}"
+    done
+fi
+
+if has pfnext; then # the next round's rows into L2 after the release (VLLMC_CUDA_MMA bit 2048: the tensor-core mat-vec;
+    # VLLMC_CUDA_COLS_LB bits 8 / 16: the bounded LM-head / down-row instances): their bits (test_cuda_ops cols_lb and
+    # alt_kernel against the default instances; the tiny qwen35's graph == eager and memcheck with all of them; the greedy
+    # ids of BENCH_MODELS), the launches alone, then the decode of each PFNEXT_CFGS entry ("name:VAR=v,VAR2=w ...") in
+    # turn PFNEXT_REPS (default 3) times
+    all="VLLMC_CUDA_MMA=2049 VLLMC_CUDA_COLS_LB=30"
+    timeout 300 "$BIN/test_cuda_ops" cols_lb alt_kernel >"$OUT/pfnext_ops.txt" 2>&1; rc=$?
+    note "pfnext test_cuda_ops cols_lb alt_kernel rc=$rc: $(grep -c 'next round into L2, E .*: 0 of' "$OUT/pfnext_ops.txt") column-split and $(grep -c 'next round to L2 E .*: 0 of' "$OUT/pfnext_ops.txt") tensor-core launches with 0 outputs different; $(grep -m2 'FAIL' "$OUT/pfnext_ops.txt" | cut -c1-200 | tr '\n' ' ')"
+    [ $rc = 0 ] || PFNEXT_BAD=1
+    for i in $(seq 1 120); do [ -f /tmp/models/tiny.done ] && break; sleep 1; done
+    # shellcheck disable=SC2086
+    tiny_switch pfnext all $all || PFNEXT_BAD=1
+    # shellcheck disable=SC2086
+    san_generate pfnext tiny /tmp/models/qwen35-tiny.gguf $all
+    gemv_l2 pfnext VLLMC_CUDA_MMA=1
+    # shellcheck disable=SC2086
+    gemv_l2 pfnext $all
+    wait_models
+    for m in $BENCH_MODELS; do
+        f=/tmp/models/$m.gguf
+        [ -s "$f" ] || { note "pfnext $m: model not generated"; continue; }
+        ref=$(greedy_ids "$f")
+        # shellcheck disable=SC2086
+        got=$(greedy_ids "$f" $all)
+        if [ -n "$ref" ] && [ "$ref" = "$got" ]; then note "pfnext $m generate 128 greedy ids with all of them against the default: SAME"
+        else note "pfnext $m generate 128 greedy ids with all of them against the default: DIFF"; PFNEXT_BAD=1; fi
+        [ -n "${PFNEXT_BAD:-}" ] && { note "pfnext: a check failed, no timing"; continue; }
+        for rep in $(seq 1 "${PFNEXT_REPS:-3}"); do
+            for v in ${PFNEXT_CFGS:-base:VLLMC_CUDA_MMA=1 mma:VLLMC_CUDA_MMA=2049 all:VLLMC_CUDA_MMA=2049,VLLMC_CUDA_COLS_LB=30}; do
+                name=${v%%:*}; envs=${v#*:}
+                # shellcheck disable=SC2046,SC2086
+                env $(variant_envs "$envs") timeout 150 "$BIN/vllmc" bench -m "$f" ${VAR_ARGS:--p 512 -g 256 -r 5} >"$OUT/pfnext_${m}_${name}_$rep.txt" 2>&1; rc=$?
+                note "pfnext $m $name run $rep rc=$rc: $(grep '^output tok/s' "$OUT/pfnext_${m}_${name}_$rep.txt" | head -1)"
+                rm -f "$OUT/pfnext_${m}_${name}_$rep.txt"
+            done
+        done
     done
 fi
 

@@ -864,8 +864,13 @@ static void test_cols_lb(void) {
         {9216, 1, {GGML_TYPE_Q4_K, 0}, {300, 0}},
         {9216, 1, {GGML_TYPE_Q6_K, 0}, {301, 0}},
         {9216, 2, {GGML_TYPE_Q4_K, GGML_TYPE_Q6_K}, {100, 37}},
+        /* more CTAs than are resident at once: the next round's prefetch (bits 8 / 16) taken */
+        {2560, 1, {GGML_TYPE_Q6_K, 0}, {30011, 0}},
+        {9216, 1, {GGML_TYPE_Q6_K, 0}, {3001, 0}},
+        {9216, 1, {GGML_TYPE_Q4_K, 0}, {5003, 0}},
     };
-    for (size_t ci = 0; ci < sizeof(cs) / sizeof(cs[0]); ci++) {
+    for (size_t ci = 0; ci < sizeof(cs) / sizeof(cs[0]); ci++)
+    for (int pf = 0; pf < 2; pf++) { /* the bounded instances, then those with the next round's rows into L2 (CUDA) */
         const int64_t E = cs[ci].E;
         float *x = rand_buf((size_t)E, 1.0f);
         struct bk_act a;
@@ -900,10 +905,15 @@ static void test_cols_lb(void) {
         CHECK_MSG(backend_cuda_cols_lb_launches() == u0, "bounded column-split instances E %lld: taken with the mask off", (long long)E);
         for (int k = 0; k < n; k++) CHECK(gpu->ops->copy_to_host(gpu, ref[k], y[k], (size_t)cs[ci].rows[k] * 4) == VLLMC_OK);
         for (int k = 0; k < n; k++) poison_dev(y[k], cs[ci].rows[k]);
-        const uint64_t l0 = backend_cuda_cols_lb_launches();
-        backend_cuda_set_matvec_lb(7);
+        const uint64_t l0 = backend_cuda_cols_lb_launches(), p0 = backend_cuda_cols_pf_launches();
+        backend_cuda_set_matvec_lb(pf ? 31 : 7);
         CHECK(gpu->ops->matmul(gpu, &a, n, mo) == VLLMC_OK);
         CHECK_MSG(backend_cuda_cols_lb_launches() == l0 + 1, "bounded column-split instances E %lld: not launched", (long long)E);
+        /* (the Q4_K 2,560-column class has no such instance) */
+        const bool pf_class = E == 9216 || cs[ci].t[0] == GGML_TYPE_Q6_K;
+        CHECK_MSG(backend_cuda_cols_pf_launches() == p0 + (pf && pf_class && old_mma >= 0 ? 1 : 0),
+                  "bounded column-split instances E %lld: the next-round instance taken %llu times", (long long)E,
+                  (unsigned long long)(backend_cuda_cols_pf_launches() - p0));
         size_t bad = 0, tot = 0;
         for (int k = 0; k < n; k++) {
             CHECK(gpu->ops->copy_to_host(gpu, h[k], y[k], (size_t)cs[ci].rows[k] * 4) == VLLMC_OK);
@@ -913,8 +923,9 @@ static void test_cols_lb(void) {
         backend_cuda_set_matvec_lb(old);
         backend_cuda_set_matvec_sbt(old_sbt, old_sbt_rows);
         if (old_mma >= 0) backend_cuda_set_matvec_mma(old_mma);
-        printf("bounded column-split instances E %lld, %s%s%s: %zu of %zu outputs differ from the unbounded ones\n", (long long)E,
-               quant_traits(cs[ci].t[0])->name, n > 1 ? " + " : "", n > 1 ? quant_traits(cs[ci].t[1])->name : "", bad, tot);
+        printf("bounded column-split instances%s E %lld, %s%s%s: %zu of %zu outputs differ from the unbounded ones\n",
+               pf ? ", next round into L2," : "", (long long)E, quant_traits(cs[ci].t[0])->name, n > 1 ? " + " : "",
+               n > 1 ? quant_traits(cs[ci].t[1])->name : "", bad, tot);
         CHECK_MSG(bad == 0, "bounded column-split instances E %lld: %zu outputs differ", (long long)E, bad);
         for (int k = 0; k < n; k++) {
             free(ref[k]); free(h[k]);

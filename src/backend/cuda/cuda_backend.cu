@@ -2139,7 +2139,7 @@ extern "C" vllmc_status backend_cuda_create(const struct backend_cuda_opts *o, s
     }
     if ((env = getenv("VLLMC_CUDA_NQ_EARLY"))) cu_mm_cfg.nq_early = atoi(env) != 0; /* (comparisons) */
     if ((env = getenv("VLLMC_CUDA_COLS_SBW2")) && atoi(env) >= 1 && atoi(env) <= 16) cu_mm_cfg.cols_sbw2 = atoi(env);
-    if ((env = getenv("VLLMC_CUDA_COLS_LB"))) cu_mm_cfg.cols_lb = atoi(env) & 7; /* (comparisons) */
+    if ((env = getenv("VLLMC_CUDA_COLS_LB"))) cu_mm_cfg.cols_lb = atoi(env) & 31; /* (comparisons) */
     if ((env = getenv("VLLMC_CUDA_SBT"))) { /* max super-blocks a row[,max rows] (comparisons) */
         cu_mm_cfg.sbt = atoi(env) > 0 ? atoi(env) : 0;
         const char *c = strchr(env, ',');
@@ -2346,7 +2346,7 @@ extern "C" int backend_cuda_set_mmx_rows(int rows) {
 }
 extern "C" int backend_cuda_set_matvec_lb(int mask) {
     const int old = cu_mm_cfg.cols_lb;
-    cu_mm_cfg.cols_lb = mask & 7;
+    cu_mm_cfg.cols_lb = mask & 31;
     return old;
 }
 extern "C" void backend_cuda_get_matvec_cols(int cols[3]) {

@@ -68,10 +68,13 @@ void backend_cuda_set_matvec_cols(const int cols[3]);
 void backend_cuda_get_matvec_cols(int cols[3]);
 void backend_cuda_set_matvec_rows(int rows0, int rows1); /* class limits (default 8,192 and 65,536) */
 /* The register-bounded column-split instances a bit per class (cu_mm_cfg.cols_lb: 1 Q4_K at 2,560 columns, 2 the Q6_K
- * LM head at 2,560, 4 rows of 9,216 columns); returns the previous mask. Process-wide; VLLMC_CUDA_COLS_LB sets it. */
+ * LM head at 2,560, 4 rows of 9,216 columns; 8 / 16 the LM head's / the 9,216-column rows' instances with the next
+ * round's rows asked into L2 after the release, CUDA only, the same bits); returns the previous mask. Process-wide;
+ * VLLMC_CUDA_COLS_LB sets it. */
 int backend_cuda_set_matvec_lb(int mask);
-/* Launches that took a register-bounded instance so far, process-wide. */
+/* Launches that took a register-bounded instance so far, process-wide; of them, those with the next round into L2. */
 uint64_t backend_cuda_cols_lb_launches(void);
+uint64_t backend_cuda_cols_pf_launches(void);
 /* One-activation-row launches whose K-quant rows are all Q4_K, rows of up to max_sb super-blocks and launches of up to
  * max_rows rows (<= 0: unchanged): the kernel of one super-block a thread (the same bits as the column-split kernel;
  * default 0: never, and 16,384), else the column-split kernel. Process-wide; VLLMC_CUDA_SBT=max_sb[,max_rows] sets

@@ -177,7 +177,8 @@ struct cu_mm_cfg {
                                   up to 8 warps a CTA), else 4 (VLLMC_CUDA_COLS_SBW2, comparisons) */
     int32_t cols_lb;           /* the one-activation-row column-split launches on instances bounded by registers to more CTAs
                                   an SM (fewer rounds of CTAs), a bit per class: 1 Q4_K at 2,560 columns (160 threads, 5
-                                  an SM), 2 the Q6_K LM head at 2,560 (160, 5), 4 rows of 9,216 columns (288, 3); 0: none */
+                                  an SM), 2 the Q6_K LM head at 2,560 (160, 5), 4 rows of 9,216 columns (288, 3); 8 / 16
+                                  classes 2 / 4 with the next round's rows into L2 after the release (mma_next_l2); 0: none */
     int32_t sbt;               /* the one-activation-row launches whose K-quant rows are all Q4_K, of up to sbt super-blocks
                                   a row and sbt_rows rows, take the kernel of one super-block a thread (mm_kernel_sbt: the
                                   same bits as the column-split kernel); sbt 0: none */

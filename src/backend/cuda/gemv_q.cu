@@ -1293,6 +1293,29 @@ static __device__ __forceinline__ int mv_seg_of(const struct cu_mm_args &P) {
         if (i < P.n_seg && (int)blockIdx.x >= P.seg[i].cta0) si = i;
     return si;
 }
+/* The rows of the CTA that takes this one's place in the launch's next round (blockIdx + P.pf_next, the CTAs resident at
+ * once) asked into L2 by one bulk prefetch right after the release: while the resident round sums, DRAM has nothing
+ * else to read, and the next round's loads then come from L2 (a hint: nothing read changes). RT rows a CTA; the range
+ * is cut to whole 16-byte units inside the CTA's rows. mm_kernel_mma's AP 6 and mm_kernel_cols' PF instances; HIP:
+ * none. */
+template <int RT>
+static __device__ __forceinline__ void mma_next_l2(const struct cu_mm_args &P) {
+    const int nb = (int)blockIdx.x + P.pf_next;
+    int si = 0;
+#pragma unroll
+    for (int i = 1; i < CU_MM_MAX_SEG; i++)
+        if (i < P.n_seg && nb >= P.seg[i].cta0) si = i;
+    const cu_mm_seg &S = P.seg[si];
+    const int r0 = (nb - S.cta0) * RT;
+    if (nb < S.cta0 || r0 >= S.n_rows || (S.type != GGML_TYPE_Q4_K && S.type != GGML_TYPE_Q6_K)) return;
+    const uintptr_t a0 = (uintptr_t)(S.w + (size_t)r0 * S.stride), a1 = a0 + (size_t)min(RT, S.n_rows - r0) * S.stride;
+    const uintptr_t b0 = (a0 + 15) & ~(uintptr_t)15, b1 = a1 & ~(uintptr_t)15;
+#if !defined(VLLMC_HIP)
+    if (b1 > b0) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(b0), "r"((uint32_t)(b1 - b0)) : "memory");
+#else
+    (void)b0; (void)b1;
+#endif
+}
 /* A CTA of a Q8_0 / F32 segment: its rows to L2 before the dependency wait, then mv_other_rows. */
 static __device__ __forceinline__ void mv_other_cta(const struct cu_mm_args &P, const cu_mm_seg &S, const uint8_t *wb, int r0, int rows,
                                                     int a0, int na, int lane, int wid, int W) {
@@ -1319,8 +1342,9 @@ static __device__ __forceinline__ void mv_out(const struct cu_mm_args &P, const 
 #define MV_NA 8
 static_assert(MV_NA == 8, "cu_nq_fuse_counters counts groups of 8 activation rows");
 /* KT: the K-quant types present, 1 Q4_K, 2 Q6_K, 3 both (fewer registers for one). LBT, LBM: launch bounds of LBT
- * threads and LBM CTAs an SM (cu_mm_cfg.cols_lb), else 512 threads. */
-template <int SBW, int KT, int U, int NA, int LBT = 512, int LBM = 1>
+ * threads and LBM CTAs an SM (cu_mm_cfg.cols_lb), else 512 threads. PF: the next round's rows into L2 after the release
+ * (mma_next_l2; cu_mm_cfg.cols_lb bits 8 / 16 on the bounded LM-head / down-row instances). */
+template <int SBW, int KT, int U, int NA, int LBT = 512, int LBM = 1, bool PF = false>
 static __global__ void __launch_bounds__(LBT, LBM) mm_kernel_cols(const struct cu_mm_args P) {
     constexpr int RW = 8 / SBW, RPC = RW * U;
     __shared__ float part[16][NA][RPC];
@@ -1365,6 +1389,8 @@ static __global__ void __launch_bounds__(LBT, LBM) mm_kernel_cols(const struct c
         if (conv) mv_conv_load<NA>(P.conv, rows, na, a0, r0, conv_pre, conv_slot);
         gpu_pdl_wait();
         gpu_pdl_trigger();
+        if constexpr (PF)
+            if (threadIdx.x == 0) mma_next_l2<RPC>(P);
         resv = mv_res_load<NA>(S, r0, rows);
         const k4_sel ks = k4_sel_make(c);
 #pragma unroll 1
@@ -1385,6 +1411,8 @@ static __global__ void __launch_bounds__(LBT, LBM) mm_kernel_cols(const struct c
         if (conv) mv_conv_load<NA>(P.conv, rows, na, a0, r0, conv_pre, conv_slot);
         gpu_pdl_wait();
         gpu_pdl_trigger();
+        if constexpr (PF)
+            if (threadIdx.x == 0) mma_next_l2<RPC>(P);
         resv = mv_res_load<NA>(S, r0, rows);
 #pragma unroll 1
         for (int r = 0; r < na; r++) {
@@ -1681,24 +1709,6 @@ static __device__ __forceinline__ mma_act_src mma_act_at(const cu_act_view &a, c
     const uint8_t *d = stg + (s - 1) * MMA_STAGE_SB;
     return mma_act_src{(const int8_t *)d, (const int16_t *)(d + 256), (const float *)(d + 288) + (((uintptr_t)(a.k_d + sb) & 15) >> 2), 0};
 }
-/* AP 6: the rows of the CTA that takes this one's place in the launch's next round (blockIdx + P.pf_next, the CTAs
- * resident at once) asked into L2 by one bulk prefetch right after the release: while the resident round sums, DRAM
- * has nothing else to read, and the next round's loads then come from L2 (a hint: nothing read changes). The range is
- * cut to whole 16-byte units inside the CTA's rows. */
-template <int RT>
-static __device__ __forceinline__ void mma_next_l2(const struct cu_mm_args &P) {
-    const int nb = (int)blockIdx.x + P.pf_next;
-    int si = 0;
-#pragma unroll
-    for (int i = 1; i < CU_MM_MAX_SEG; i++)
-        if (i < P.n_seg && nb >= P.seg[i].cta0) si = i;
-    const cu_mm_seg &S = P.seg[si];
-    const int r0 = (nb - S.cta0) * RT;
-    if (nb < S.cta0 || r0 >= S.n_rows || (S.type != GGML_TYPE_Q4_K && S.type != GGML_TYPE_Q6_K)) return;
-    const uintptr_t a0 = (uintptr_t)(S.w + (size_t)r0 * S.stride), a1 = a0 + (size_t)min(RT, S.n_rows - r0) * S.stride;
-    const uintptr_t b0 = (a0 + 15) & ~(uintptr_t)15, b1 = a1 & ~(uintptr_t)15;
-    if (b1 > b0) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(b0), "r"((uint32_t)(b1 - b0)) : "memory");
-}
 /* The warp's 16 (RT 8: 8) rows of its SBW super-blocks, Q4_K: the loads before the dependency wait, the MMAs after
  * it; y0, y1: the partial sums of rows g and g + 8 (in every lane of the row). stg: the warp's stage (AP 2), else
  * NULL. */
@@ -1974,6 +1984,25 @@ template <int SBW, int RT, int KT> static mm_cols_fn mma_ap(int ap) {
          : ap == 6 ? mm_kernel_mma<SBW, RT, KT, 512, 1, 6> : mm_kernel_mma<SBW, RT, KT, 512, 1, 3>;
 }
 #endif
+/* The CTAs of instance k at `threads` threads resident at once (its occupancy x the SMs; kept a (kernel, threads) pair),
+ * for cu_mm_args.pf_next; a huge value (no next round) where the query fails. */
+static int mm_resident(mm_cols_fn k, int threads) {
+    static mm_cols_fn pk[32];
+    static int pt[32], pn[32];
+    int i = 0;
+    while (i < 32 && pk[i] && !(pk[i] == k && pt[i] == threads)) i++;
+    if (i == 32) return 1 << 30;
+    if (!pk[i]) {
+        int per = 0, dev = 0, sms = 0;
+        if (gpuOccupancyMaxActiveBlocksPerMultiprocessor(&per, k, threads, 0) != gpuSuccess || gpuGetDevice(&dev) != gpuSuccess ||
+            gpuDeviceGetSMCount(&sms, dev) != gpuSuccess || per < 1) {
+            (void)gpuGetLastError();
+            return 1 << 30;
+        }
+        pk[i] = k; pt[i] = threads; pn[i] = per * sms;
+    }
+    return pn[i];
+}
 template <int U, int NA>
 static mm_cols_fn mm_cols_pick(int sbw, int kt) {
     if (sbw == 2) return kt == 1 ? mm_kernel_cols<2, 1, U, NA> : kt == 2 ? mm_kernel_cols<2, 2, U, NA> : mm_kernel_cols<2, 3, U, NA>;
@@ -2005,8 +2034,9 @@ static void mm_subset(const struct cu_mm_args *args, unsigned mask, struct cu_mm
     mm_select(args, order, n, out);
 }
 
-uint64_t cu_cols_lb_launches;
+uint64_t cu_cols_lb_launches, cu_cols_pf_launches;
 extern "C" uint64_t backend_cuda_cols_lb_launches(void) { return cu_cols_lb_launches; }
+extern "C" uint64_t backend_cuda_cols_pf_launches(void) { return cu_cols_pf_launches; }
 
 /* The column-split kernel (NA = MV_NA for several activation rows) when every segment is Q4_K, Q6_K, Q8_0 or
  * F32 (one of them K-quant) and a row of 256-column super-blocks fits 16 warps; false (nothing launched) otherwise. */
@@ -2144,20 +2174,7 @@ static bool mm_launch_cols(const struct cu_mm_args *args, gpuStream_t s, bool ot
                             : k == mm_kernel_mma<2, 8, 1> ? mma_ap<2, 8, 1>(ap) : NULL;
         /* (ap 5 at 2,560 columns: bounded to the 4 CTAs an SM the plain instance has, 96 registers, where it would take 100) */
         const mm_cols_fn kb = ap == 5 && k == mm_kernel_mma<2, 16, 1> && w == 5 ? mm_kernel_mma<2, 16, 1, 160, 4, 5> : ka;
-        if (ap == 6) { /* the CTAs resident at once, by the instance's occupancy (kept a (kernel, threads) pair) */
-            static mm_cols_fn pf_k[16];
-            static int pf_t[16], pf_n[16];
-            int i = 0;
-            while (i < 16 && pf_k[i] && !(pf_k[i] == kb && pf_t[i] == 32 * w)) i++;
-            if (i < 16 && !pf_k[i]) {
-                int per = 0, dev = 0, sms = 0;
-                if (gpuOccupancyMaxActiveBlocksPerMultiprocessor(&per, kb, 32 * w, 0) == gpuSuccess && gpuGetDevice(&dev) == gpuSuccess &&
-                    gpuDeviceGetSMCount(&sms, dev) == gpuSuccess) {
-                    pf_k[i] = kb; pf_t[i] = 32 * w; pf_n[i] = per * sms;
-                } else (void)gpuGetLastError();
-            }
-            a.pf_next = i < 16 && pf_k[i] == kb ? pf_n[i] : 1 << 30;
-        }
+        if (ap == 6) a.pf_next = mm_resident(kb, 32 * w);
         gpu_launch(kb ? kb : k, dim3((unsigned)ctas), dim3(32 * w), ka && ap == 2 ? (size_t)w * (sbw - 1) * MMA_STAGE_SB : 0, s, a);
         cu_mma_launches++;
         if (ka) cu_mma_ap_launches[ap]++;
@@ -2173,11 +2190,26 @@ static bool mm_launch_cols(const struct cu_mm_args *args, gpuStream_t s, bool ot
     if (cu_mm_cfg.cols_lb && !mr) { /* register-bounded instances: more CTAs an SM, fewer rounds of them */
         const int lb = cu_mm_cfg.cols_lb;
         const mm_cols_fn unbounded = kern;
+        /* bits 8 / 16: the LM head's / the down rows' bounded instances with the next round's rows into L2 after the release
+         * (PF; CUDA only) */
+#if !defined(VLLMC_HIP)
+        const bool pf_h = lb & 8, pf_d = lb & 16;
+#else
+        const bool pf_h = false, pf_d = false;
+#endif
         if ((lb & 1) && w == 5 && sbw == 2 && kt == 1 && U == 4) kern = mm_kernel_cols<2, 1, 4, 1, 160, 5>;
-        else if ((lb & 2) && w == 5 && sbw == 2 && kt == 2 && U == 2) kern = mm_kernel_cols<2, 2, 2, 1, 160, 5>; /* the LM head */
-        else if ((lb & 4) && w == 9 && sbw == 4 && kt == 1 && U == 4) kern = mm_kernel_cols<4, 1, 4, 1, 288, 3>;
-        else if ((lb & 4) && w == 9 && sbw == 4 && U == 2) kern = kt == 2 ? mm_kernel_cols<4, 2, 2, 1, 288, 3> : mm_kernel_cols<4, 3, 2, 1, 288, 3>;
+        else if ((lb & 2) && w == 5 && sbw == 2 && kt == 2 && U == 2) /* the LM head */
+            kern = pf_h ? mm_kernel_cols<2, 2, 2, 1, 160, 5, true> : mm_kernel_cols<2, 2, 2, 1, 160, 5>;
+        else if ((lb & 4) && w == 9 && sbw == 4 && kt == 1 && U == 4)
+            kern = pf_d ? mm_kernel_cols<4, 1, 4, 1, 288, 3, true> : mm_kernel_cols<4, 1, 4, 1, 288, 3>;
+        else if ((lb & 4) && w == 9 && sbw == 4 && U == 2)
+            kern = kt == 2 ? (pf_d ? mm_kernel_cols<4, 2, 2, 1, 288, 3, true> : mm_kernel_cols<4, 2, 2, 1, 288, 3>)
+                           : (pf_d ? mm_kernel_cols<4, 3, 2, 1, 288, 3, true> : mm_kernel_cols<4, 3, 2, 1, 288, 3>);
         cu_cols_lb_launches += kern != unbounded;
+        if ((pf_h && (lb & 2) && w == 5 && sbw == 2 && kt == 2 && U == 2) || (pf_d && (lb & 4) && w == 9 && sbw == 4 && kern != unbounded)) {
+            a.pf_next = mm_resident(kern, 32 * w);
+            cu_cols_pf_launches++;
+        }
     }
     gpu_launch(kern, dim3((unsigned)ctas, mr ? (unsigned)GPU_CEIL_DIV(args->n_act, MV_NA) : 1u), dim3(32 * w), 0, s, a);
     return true;
