@@ -3684,11 +3684,13 @@ static bool mm_launch_mmr(const struct cu_mm_args *args, gpuStream_t s) {
 #endif
 /* The tensor-core mat-vec (mm_kernel_mma), a bit per row class (cu_mm_cfg.mma): on CUDA for the Q4_K rows of up to 16
  * super-blocks (qwen35-4b decode 557.5 against 544.7 / 536.0 tok/s; the GDN in-proj 117 -> 100 us a step, gate + up
- * level); the 9,216-column rows (bit 2) measured 2.2x slower a launch (8 rows a CTA of 288 threads, 2 an SM), off. */
+ * level); the 9,216-column rows (bit 2) measured 2.2x slower a launch (8 rows a CTA of 288 threads, 2 an SM), off.
+ * Bit 2048 (AP 6: the next round's rows into L2 after the release, the low nibbles by subtraction) on: qwen35-4b on an
+ * H100 1.845-1.847 ms a token against 1.875 (BENCHMARKS.md "The activation's copies; the Q4_K low nibbles"). */
 #if defined(VLLMC_HIP)
 #define MM_MMA 0
 #else
-#define MM_MMA 1
+#define MM_MMA (1 | 2048)
 #endif
 /* several activation rows on the tensor cores (mm_kernel_mmrs, mm_kernel_mmq from mmq_rows) up to this many rows
  * (decode steps of more than 128 sequences and other batches of 32 rows and more take the f16 GEMM: cuda_backend.cu
