@@ -1285,14 +1285,16 @@ template <int NA> static __device__ __forceinline__ float mv_res_load(const stru
     return mv_res_early<NA>(S) && (int)threadIdx.x < rows ? S.res[r0 + (int)threadIdx.x] : 0.f;
 }
 
-/* The segment of a mat-vec launch this CTA's rows come from (its CTAs in segment order, cu_mm_seg.cta0). */
-static __device__ __forceinline__ int mv_seg_of(const struct cu_mm_args &P) {
+/* The segment of a mat-vec launch CTA b's rows come from (its CTAs in segment order, cu_mm_seg.cta0); mv_seg_of: this
+ * CTA's. */
+static __device__ __forceinline__ int mv_seg_at(const struct cu_mm_args &P, int b) {
     int si = 0;
 #pragma unroll
     for (int i = 1; i < CU_MM_MAX_SEG; i++)
-        if (i < P.n_seg && (int)blockIdx.x >= P.seg[i].cta0) si = i;
+        if (i < P.n_seg && b >= P.seg[i].cta0) si = i;
     return si;
 }
+static __device__ __forceinline__ int mv_seg_of(const struct cu_mm_args &P) { return mv_seg_at(P, (int)blockIdx.x); }
 /* The rows of the CTA that takes this one's place in the launch's next round (blockIdx + P.pf_next, the CTAs resident at
  * once) asked into L2 by one bulk prefetch right after the release: while the resident round sums, DRAM has nothing
  * else to read, and the next round's loads then come from L2 (a hint: nothing read changes). RT rows a CTA; the range
@@ -1301,11 +1303,7 @@ static __device__ __forceinline__ int mv_seg_of(const struct cu_mm_args &P) {
 template <int RT>
 static __device__ __forceinline__ void mma_next_l2(const struct cu_mm_args &P) {
     const int nb = (int)blockIdx.x + P.pf_next;
-    int si = 0;
-#pragma unroll
-    for (int i = 1; i < CU_MM_MAX_SEG; i++)
-        if (i < P.n_seg && nb >= P.seg[i].cta0) si = i;
-    const cu_mm_seg &S = P.seg[si];
+    const cu_mm_seg &S = P.seg[mv_seg_at(P, nb)];
     const int r0 = (nb - S.cta0) * RT;
     if (nb < S.cta0 || r0 >= S.n_rows || (S.type != GGML_TYPE_Q4_K && S.type != GGML_TYPE_Q6_K)) return;
     const uintptr_t a0 = (uintptr_t)(S.w + (size_t)r0 * S.stride), a1 = a0 + (size_t)min(RT, S.n_rows - r0) * S.stride;
