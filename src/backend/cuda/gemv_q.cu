@@ -1982,24 +1982,23 @@ template <int SBW, int RT, int KT> static mm_cols_fn mma_ap(int ap) {
          : ap == 6 ? mm_kernel_mma<SBW, RT, KT, 512, 1, 6> : mm_kernel_mma<SBW, RT, KT, 512, 1, 3>;
 }
 #endif
-/* The CTAs of instance k at `threads` threads resident at once (its occupancy x the SMs; kept a (kernel, threads) pair),
- * for cu_mm_args.pf_next; a huge value (no next round) where the query fails. */
+/* The CTAs of instance k at `threads` threads resident at once (its occupancy x the SMs), for cu_mm_args.pf_next; a huge
+ * value (no next round) where the query fails. Kept a (kernel, threads) pair, unsynchronized (backends on two host
+ * threads may race on an entry): any value is safe, since mma_next_l2 only ever prefetches rows of the launch itself. */
 static int mm_resident(mm_cols_fn k, int threads) {
     static mm_cols_fn pk[32];
     static int pt[32], pn[32];
     int i = 0;
     while (i < 32 && pk[i] && !(pk[i] == k && pt[i] == threads)) i++;
-    if (i == 32) return 1 << 30;
-    if (!pk[i]) {
-        int per = 0, dev = 0, sms = 0;
-        if (gpuOccupancyMaxActiveBlocksPerMultiprocessor(&per, k, threads, 0) != gpuSuccess || gpuGetDevice(&dev) != gpuSuccess ||
-            gpuDeviceGetSMCount(&sms, dev) != gpuSuccess || per < 1) {
-            (void)gpuGetLastError();
-            return 1 << 30;
-        }
-        pk[i] = k; pt[i] = threads; pn[i] = per * sms;
+    if (i < 32 && pk[i]) return pn[i];
+    int per = 0, dev = 0, sms = 0;
+    if (gpuOccupancyMaxActiveBlocksPerMultiprocessor(&per, k, threads, 0) != gpuSuccess || gpuGetDevice(&dev) != gpuSuccess ||
+        gpuDeviceGetSMCount(&sms, dev) != gpuSuccess || per < 1) {
+        (void)gpuGetLastError();
+        return 1 << 30;
     }
-    return pn[i];
+    if (i < 32) { pk[i] = k; pt[i] = threads; pn[i] = per * sms; }
+    return per * sms;
 }
 template <int U, int NA>
 static mm_cols_fn mm_cols_pick(int sbw, int kt) {
