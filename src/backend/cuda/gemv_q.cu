@@ -1656,6 +1656,18 @@ static __device__ __forceinline__ void mma_q4k_sb(const uint4 &q0a, const uint4 
         t1 = k4_term_sums<true>(ks, shfl_idx(sw1, b), shfl_idx(sw1, b + 1), shfl_idx(sw1, b + 2), shfl_idx(sw1, b + 3), clo[2],
                                 chi[3] >> 4, b0, b1, da);
 }
+/* Lane (g, c)'s Q4_K activation side of super-block i of (qs, bs, d): sub-block g's 32 quants where its chunk holds them
+ * (g / 2 == c; x0, x1 stay as they are in the other lanes), the 16-element sums of sub-blocks 2c, 2c + 1 (bsv), the
+ * scale (da). Shared by mm_kernel_mma's activation forms and mm_kernel_mmx; the Q6_K twin is mma_q6k_act. */
+static __device__ __forceinline__ void mma_q4k_act(const int8_t *qs, const int16_t *bs, const float *d, int64_t i, int g, int c, uint4 &x0,
+                                                   uint4 &x1, int2 &bsv, float &da) {
+    if ((g >> 1) == c) {
+        const uint4 *xp = (const uint4 *)(qs + i * QK_K + 32 * g);
+        x0 = xp[0]; x1 = xp[1];
+    }
+    bsv = *(const int2 *)(bs + i * 16 + 4 * c);
+    da = d[i];
+}
 /* The activation lines of the warp's super-blocks after its first (sb0 + 1 .. sb0 + SBW - 1: the quants' two 128-byte
  * lines, the 16-element sums' line and the scale's), asked into L1 by lanes 0 .. 4 (SBW - 1) - 1 right after the
  * dependency wait. The loop over a warp's super-blocks loads each one's activation after the previous one's terms (the
@@ -1744,14 +1756,7 @@ static __device__ __forceinline__ void mma_rows_q4_K(const struct cu_mm_args &P,
             x0[s] = x1[s] = make_uint4(0, 0, 0, 0);
             bs[s] = make_int2(0, 0);
             da[s] = 0.f;
-            if (sb < n_sb) {
-                if ((g >> 1) == c) {
-                    const uint4 *xp = (const uint4 *)(P.a.k_qs + (int64_t)sb * QK_K + 32 * g);
-                    x0[s] = xp[0]; x1[s] = xp[1];
-                }
-                bs[s] = *(const int2 *)(P.a.k_bs + (int64_t)sb * 16 + 4 * c);
-                da[s] = P.a.k_d[sb];
-            }
+            if (sb < n_sb) mma_q4k_act(P.a.k_qs, P.a.k_bs, P.a.k_d, sb, g, c, x0[s], x1[s], bs[s], da[s]);
         }
 #pragma unroll
         for (int s = 0; s < SBW; s++)
@@ -1768,30 +1773,12 @@ static __device__ __forceinline__ void mma_rows_q4_K(const struct cu_mm_args &P,
         if constexpr (AP == 2) {
             if (s == 1) mma_act_wait();
             const mma_act_src A = mma_act_at(P.a, stg, s, sb);
-            if (on) {
-                if ((g >> 1) == c) {
-                    const uint4 *xp = (const uint4 *)(A.qs + A.i * QK_K + 32 * g);
-                    x0 = xp[0]; x1 = xp[1];
-                }
-                bs = *(const int2 *)(A.bs + A.i * 16 + 4 * c);
-                da = A.d[A.i];
-            }
+            if (on) mma_q4k_act(A.qs, A.bs, A.d, A.i, g, c, x0, x1, bs, da);
         } else if (AP == 3 && on) { /* copy blockIdx % copies of the activation (cu_act_view.copies; bench_gemv's measurement) */
             const int64_t ao = (int64_t)(blockIdx.x % (unsigned)P.a.copies) * P.a.copy_bytes;
-            if ((g >> 1) == c) {
-                const uint4 *xp = (const uint4 *)((const char *)P.a.k_qs + ao + (int64_t)sb * QK_K + 32 * g);
-                x0 = xp[0]; x1 = xp[1];
-            }
-            bs = *(const int2 *)((const char *)P.a.k_bs + ao + ((int64_t)sb * 16 + 4 * c) * 2);
-            da = *(const float *)((const char *)P.a.k_d + ao + (int64_t)sb * 4);
-        } else if (on) {
-            if ((g >> 1) == c) {
-                const uint4 *xp = (const uint4 *)(P.a.k_qs + (int64_t)sb * QK_K + 32 * g);
-                x0 = xp[0]; x1 = xp[1];
-            }
-            bs = *(const int2 *)(P.a.k_bs + (int64_t)sb * 16 + 4 * c);
-            da = P.a.k_d[sb];
-        }
+            mma_q4k_act((const int8_t *)((const char *)P.a.k_qs + ao), (const int16_t *)((const char *)P.a.k_bs + ao),
+                        (const float *)((const char *)P.a.k_d + ao), sb, g, c, x0, x1, bs, da);
+        } else if (on) mma_q4k_act(P.a.k_qs, P.a.k_bs, P.a.k_d, sb, g, c, x0, x1, bs, da);
         mma_q4k_sb<RT == 16, AP == 4 || AP == 6>(w0[s].q0, w0[s].q1, w1[s].q0, w1[s].q1, w0[s].sw, w1[s].sw, x0, x1, bs, da, ks, b, t0[s], t1[s]);
     }
     /* the warp's super-blocks as mv_warp_part's butterfly adds them */
@@ -2194,16 +2181,21 @@ static bool mm_launch_cols(const struct cu_mm_args *args, gpuStream_t s, bool ot
 #else
         const bool pf_h = false, pf_d = false;
 #endif
+        bool pf = false; /* the instance taken is a PF one */
         if ((lb & 1) && w == 5 && sbw == 2 && kt == 1 && U == 4) kern = mm_kernel_cols<2, 1, 4, 1, 160, 5>;
-        else if ((lb & 2) && w == 5 && sbw == 2 && kt == 2 && U == 2) /* the LM head */
+        else if ((lb & 2) && w == 5 && sbw == 2 && kt == 2 && U == 2) { /* the LM head */
             kern = pf_h ? mm_kernel_cols<2, 2, 2, 1, 160, 5, true> : mm_kernel_cols<2, 2, 2, 1, 160, 5>;
-        else if ((lb & 4) && w == 9 && sbw == 4 && kt == 1 && U == 4)
+            pf = pf_h;
+        } else if ((lb & 4) && w == 9 && sbw == 4 && kt == 1 && U == 4) {
             kern = pf_d ? mm_kernel_cols<4, 1, 4, 1, 288, 3, true> : mm_kernel_cols<4, 1, 4, 1, 288, 3>;
-        else if ((lb & 4) && w == 9 && sbw == 4 && U == 2)
+            pf = pf_d;
+        } else if ((lb & 4) && w == 9 && sbw == 4 && U == 2) {
             kern = kt == 2 ? (pf_d ? mm_kernel_cols<4, 2, 2, 1, 288, 3, true> : mm_kernel_cols<4, 2, 2, 1, 288, 3>)
                            : (pf_d ? mm_kernel_cols<4, 3, 2, 1, 288, 3, true> : mm_kernel_cols<4, 3, 2, 1, 288, 3>);
+            pf = pf_d;
+        }
         cu_cols_lb_launches += kern != unbounded;
-        if ((pf_h && (lb & 2) && w == 5 && sbw == 2 && kt == 2 && U == 2) || (pf_d && (lb & 4) && w == 9 && sbw == 4 && kern != unbounded)) {
+        if (pf) {
             a.pf_next = mm_resident(kern, 32 * w);
             cu_cols_pf_launches++;
         }
@@ -4508,14 +4500,7 @@ static __global__ void __launch_bounds__(LBT, LBM) mm_kernel_mmx(const struct cu
         uint4 x0 = make_uint4(0, 0, 0, 0), x1 = x0;
         int2 bs = make_int2(0, 0);
         float da = 0.f;
-        if (sb < n_sb) {
-            if ((g >> 1) == c) {
-                const uint4 *xp = (const uint4 *)(P.a.k_qs + (int64_t)sb * QK_K + 32 * g);
-                x0 = xp[0]; x1 = xp[1];
-            }
-            bs = *(const int2 *)(P.a.k_bs + (int64_t)sb * 16 + 4 * c);
-            da = P.a.k_d[sb];
-        }
+        if (sb < n_sb) mma_q4k_act(P.a.k_qs, P.a.k_bs, P.a.k_d, sb, g, c, x0, x1, bs, da);
         if (r16) mma_q4k_sb<true>(a0.q0, a0.q1, a1.q0, a1.q1, a0.sw, a1.sw, x0, x1, bs, da, ks, b, u0, u1);
         else mma_q4k_sb<false>(a0.q0, a0.q1, a1.q0, a1.q1, a0.sw, a1.sw, x0, x1, bs, da, ks, b, u0, u1);
     };
@@ -4786,6 +4771,8 @@ static __device__ __forceinline__ void mg2_terms(const uint8_t *tile, const int8
             const uint4 *xp = (const uint4 *)(aqs + (size_t)sb * QK_K + 32 * g);
             x0 = xp[0]; x1 = xp[1];
         }
+        /* (the activation's loads written out here, not by mma_q4k_act: in that form this kernel's instances spill
+         * differently from the ones measured) */
         mma_q4k_sb<true>(q00, q01, q10, q11, sw0, sw1, x0, x1, *(const int2 *)(abs_ + (size_t)sb * 16 + 4 * c), ad[sb], ks, b, t0[s], t1[s]);
     }
 }
