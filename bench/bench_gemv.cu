@@ -115,7 +115,14 @@ int main(int argc, char **argv) {
     const bool l2 = argc > 1 && !strcmp(argv[1], "l2");
     if (l2) { argv++; argc--; }
     /* the backend's switches this tool's launches follow (vllmc reads them at backend creation) */
-    if (getenv("VLLMC_CUDA_MMA")) cu_mm_cfg.mma = atoi(getenv("VLLMC_CUDA_MMA")) & 511;
+    if (getenv("VLLMC_CUDA_MMA")) cu_mm_cfg.mma = atoi(getenv("VLLMC_CUDA_MMA")) & 4095; /* (the backend's mask) */
+    if (getenv("VLLMC_CUDA_COLS_LB")) cu_mm_cfg.cols_lb = atoi(getenv("VLLMC_CUDA_COLS_LB")) & 31;
+    if (getenv("VLLMC_CUDA_LMH")) { /* ns[,rows], as the backend reads it */
+        const int ns = atoi(getenv("VLLMC_CUDA_LMH"));
+        cu_lmh_ns = ns >= 2 && ns <= CU_LMH_MAX_NS ? ns : 0;
+        const char *cm = strchr(getenv("VLLMC_CUDA_LMH"), ',');
+        if (cm && atoi(cm + 1) > 0) cu_lmh_rows = atoi(cm + 1);
+    }
     if (getenv("VLLMC_CUDA_MMX_ROWS")) cu_mmx_rows = atoi(getenv("VLLMC_CUDA_MMX_ROWS"));
     if (getenv("VLLMC_CUDA_CARVEOUT")) gpu_carveout = atoi(getenv("VLLMC_CUDA_CARVEOUT"));
     const int reps = argc > 1 ? atoi(argv[1]) : 30;

@@ -47,6 +47,7 @@
 # the warps' stall reasons.
 # Stage mask (not default) checks and times a same-bits form of the tensor-core mat-vec by its VLLMC_CUDA_MMA bit
 # (MASK_ON, MASK_NAME, MASK_REPS: see the stage).
+# Stage lmh (not default) checks and times the LM head's ring of tiles (LMH_ON, LMH_REPS, LMH_MODELS: see the stage).
 # Stage pfnext (not default) checks and times the next round's rows into L2 after the release (PFNEXT_CFGS, PFNEXT_REPS).
 # Stage timeline (not default) runs the -DVLLMC_MV_TIMELINE build (EXTRA_BUILDS="tl:-DVLLMC_MV_TIMELINE") of TIMELINE_MODELS
 # (default the first of BENCH_MODELS) and summarizes its per-CTA timeline of the tensor-core mat-vec (scripts/mv_timeline.py).
@@ -835,6 +836,27 @@ if has mask; then # same-bits forms of the tensor-core mat-vec by their VLLMC_CU
         ids_same mask "$m" "$f" VLLMC_CUDA_MMA "$MASK_ON" || MASK_BAD=1
         [ -n "${MASK_BAD:-}" ] && { note "mask: a check failed, no timing"; continue; }
         decode_ab mask "$m" "$f" VLLMC_CUDA_MMA "1 $MASK_ON" "${MASK_REPS:-3}"
+    done
+fi
+
+if has lmh; then # the LM head's ring of row tiles in shared memory (VLLMC_CUDA_LMH=ns[,rows]): its bits (test_cuda_ops lmh
+    # against the column-split kernel; the tiny qwen35's graph == eager and memcheck with its LM head taken, rows 8; the
+    # greedy ids of LMH_MODELS, default BENCH_MODELS), the launches alone, then the decode at each of LMH_ON (default
+    # "3") and 0 in turn LMH_REPS (default 2) times
+    timeout 300 "$BIN/test_cuda_ops" lmh >"$OUT/lmh_ops.txt" 2>&1; rc=$?
+    note "lmh test_cuda_ops lmh rc=$rc: $(grep -c 'lmh ring of .*: 0 of' "$OUT/lmh_ops.txt") launches with 0 outputs different; $(grep -m2 'FAIL' "$OUT/lmh_ops.txt" | cut -c1-200 | tr '\n' ' ')"
+    [ $rc = 0 ] || LMH_BAD=1
+    for i in $(seq 1 120); do [ -f /tmp/models/tiny.done ] && break; sleep 1; done
+    tiny_switch lmh 3 VLLMC_CUDA_LMH=3,8 || LMH_BAD=1
+    san_generate lmh tiny /tmp/models/qwen35-tiny.gguf VLLMC_CUDA_LMH=3,8
+    for v in 0 ${LMH_ON:-3}; do gemv_l2 lmh VLLMC_CUDA_LMH=$v; done
+    wait_models
+    for m in ${LMH_MODELS:-$BENCH_MODELS}; do
+        f=/tmp/models/$m.gguf
+        [ -s "$f" ] || { note "lmh $m: model not generated"; continue; }
+        ids_same lmh "$m" "$f" VLLMC_CUDA_LMH "${LMH_ON:-3}" || LMH_BAD=1
+        [ -n "${LMH_BAD:-}" ] && { note "lmh: a check failed, no timing"; continue; }
+        decode_ab lmh "$m" "$f" VLLMC_CUDA_LMH "0 ${LMH_ON:-3}" "${LMH_REPS:-2}"
     done
 fi
 

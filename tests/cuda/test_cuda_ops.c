@@ -857,6 +857,70 @@ static void poison_dev(float *y, int64_t n) {
 /* The register-bounded column-split instances (backend_cuda_set_matvec_lb, a bit per class) are the default kernels'
  * code under other launch bounds: every output must be bit-identical to the unbounded instances' on each class's shapes
  * (2,560 columns Q4_K; the Q6_K LM head's class; 9,216 columns Q4_K, Q6_K, and both in one launch). */
+/* The LM head's ring of row tiles in shared memory (mm_kernel_lmh) against the column-split kernel on the same launch:
+ * the same ops in the same order, so the same bits, at each ring depth; taken only where it should be (one Q6_K
+ * segment at 2,560 columns of at least the set rows). Row counts with a part-filled last tile, more tiles than the
+ * resident CTAs take in one lap (the ring's slots reused, each mbarrier's phase turning), a bias. */
+static void test_lmh(void) {
+    if (backend_cuda_set_lmh(0, 0) < 0) return;
+    const struct { int64_t rows; bool bias; } cs[] = {{70001, true}, {65536, false}, {9, false}, {5003, true}};
+    const int64_t E = 2560;
+    for (size_t ci = 0; ci < sizeof(cs) / sizeof(cs[0]); ci++) {
+        const int64_t nr = cs[ci].rows;
+        float *x = rand_buf((size_t)E, 1.0f);
+        struct bk_act a;
+        CHECK(bk_act_alloc(gpu, 1, E, BK_ACT_BIT(BK_ACT_Q8_K), &a) == VLLMC_OK);
+        CHECK(gpu->ops->copy_to_device(gpu, a.x, x, (size_t)E * 4) == VLLMC_OK);
+        a.n_rows = 1;
+        CHECK(gpu->ops->quantize(gpu, &a) == VLLMC_OK);
+        const size_t bytes = quant_row_size(GGML_TYPE_Q6_K, E) * (size_t)nr;
+        uint8_t *host = malloc(bytes);
+        fill_weight(GGML_TYPE_Q6_K, host, bytes);
+        const int64_t ne[2] = {E, nr};
+        struct bk_tensor w;
+        CHECK(gpu->ops->weight_upload(gpu, host, GGML_TYPE_Q6_K, 2, ne, &w) == VLLMC_OK);
+        free(host);
+        float *y, *ref = malloc((size_t)nr * 4), *h = malloc((size_t)nr * 4), *bias = NULL, *gbias = NULL;
+        CHECK(gpu->ops->alloc(gpu, (size_t)nr * 4, (void **)&y) == VLLMC_OK);
+        struct bk_matmul_out mo = {.w = &w, .y = y};
+        if (cs[ci].bias) {
+            bias = rand_buf((size_t)nr, 1.0f);
+            gbias = dev_put(bias, (size_t)nr * 4);
+            mo.bias = gbias;
+        }
+        const int old_mma = backend_cuda_set_matvec_mma(0);
+        const uint64_t l0 = backend_cuda_lmh_launches();
+        CHECK(gpu->ops->matmul(gpu, &a, 1, &mo) == VLLMC_OK);
+        CHECK(gpu->ops->copy_to_host(gpu, ref, y, (size_t)nr * 4) == VLLMC_OK);
+        CHECK_MSG(backend_cuda_lmh_launches() == l0, "lmh %lld rows: taken when off", (long long)nr);
+        const int rows_at = nr >= 65536 ? 65536 : 8; /* the small launches with the threshold at 8 rows */
+        for (int ns = 2; ns <= 4; ns++) {
+            poison_dev(y, nr);
+            backend_cuda_set_lmh(ns, rows_at);
+            const uint64_t l1 = backend_cuda_lmh_launches();
+            CHECK(gpu->ops->matmul(gpu, &a, 1, &mo) == VLLMC_OK);
+            CHECK_MSG(backend_cuda_lmh_launches() == l1 + 1, "lmh %lld rows ring %d: not taken", (long long)nr, ns);
+            CHECK(gpu->ops->copy_to_host(gpu, h, y, (size_t)nr * 4) == VLLMC_OK);
+            const size_t bad = n_diff(h, ref, (size_t)nr);
+            printf("lmh ring of %d tiles, Q6_K E %lld, %lld rows%s: %zu of %lld outputs differ from the column-split kernel\n", ns,
+                   (long long)E, (long long)nr, cs[ci].bias ? ", bias" : "", bad, (long long)nr);
+            CHECK_MSG(bad == 0, "lmh %lld rows ring %d: %zu outputs differ", (long long)nr, ns, bad);
+            /* below its rows: not taken */
+            backend_cuda_set_lmh(ns, (int)nr + 1);
+            const uint64_t l2 = backend_cuda_lmh_launches();
+            CHECK(gpu->ops->matmul(gpu, &a, 1, &mo) == VLLMC_OK);
+            CHECK_MSG(backend_cuda_lmh_launches() == l2, "lmh %lld rows: taken below its rows", (long long)nr);
+        }
+        backend_cuda_set_lmh(0, 65536);
+        if (old_mma >= 0) backend_cuda_set_matvec_mma(old_mma);
+        free(ref); free(h); free(x); free(bias);
+        if (gbias) gpu->ops->free(gpu, gbias);
+        gpu->ops->free(gpu, y);
+        gpu->ops->weight_free(gpu, &w);
+        bk_act_free(gpu, &a);
+    }
+}
+
 static void test_cols_lb(void) {
     const struct { int64_t E; int n; uint32_t t[2]; int64_t rows[2]; } cs[] = {
         {2560, 1, {GGML_TYPE_Q4_K, 0}, {777, 0}},
@@ -1820,6 +1884,7 @@ int main(int argc, char **argv) {
     if (want("stream")) test_stream();
     if (want("ws")) test_ws();
     if (want("cols_lb")) test_cols_lb();
+    if (want("lmh")) test_lmh();
     if (want("alt_kernel")) {
         test_alt_kernel(ALT_SBT);
         test_alt_kernel(ALT_MMA);

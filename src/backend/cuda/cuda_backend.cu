@@ -2146,6 +2146,12 @@ extern "C" vllmc_status backend_cuda_create(const struct backend_cuda_opts *o, s
         if (c && atoi(c + 1) > 0) cu_mm_cfg.sbt_rows = atoi(c + 1);
     }
     if ((env = getenv("VLLMC_CUDA_MMX_ROWS")) && atoi(env) >= 0) cu_mmx_rows = atoi(env); /* (tests: every launch size) */
+    if ((env = getenv("VLLMC_CUDA_LMH"))) { /* ns[,rows]: the LM head's ring of ns tiles (mm_kernel_lmh), 0 off */
+        const int ns = atoi(env);
+        cu_lmh_ns = ns >= 2 && ns <= CU_LMH_MAX_NS ? ns : 0;
+        const char *cm = strchr(env, ',');
+        if (cm && atoi(cm + 1) > 0) cu_lmh_rows = atoi(cm + 1);
+    }
     if ((env = getenv("VLLMC_CUDA_CARVEOUT")) && atoi(env) >= 0 && atoi(env) <= 100) gpu_carveout = atoi(env); /* (comparisons) */
     if ((env = getenv("VLLMC_CUDA_MMA"))) cu_mm_cfg.mma = atoi(env) & 4095; /* the tensor-core mat-vec's classes */
     if ((env = getenv("VLLMC_CUDA_MMR"))) { /* "rows[,small_sb,small_rows]": several-row steps on the tensor cores */
@@ -2338,6 +2344,16 @@ extern "C" int backend_cuda_set_matvec_mma(int mask) {
     cu_mm_cfg.mma = mask & 4095;
     return old;
 #endif
+}
+extern "C" int backend_cuda_set_lmh(int ns, int rows) {
+#if defined(VLLMC_HIP)
+    (void)ns; (void)rows;
+    return -1; /* no such kernel there */
+#endif
+    const int old = cu_lmh_ns;
+    cu_lmh_ns = ns >= 2 && ns <= CU_LMH_MAX_NS ? ns : 0;
+    if (rows > 0) cu_lmh_rows = rows;
+    return old;
 }
 extern "C" int backend_cuda_set_mmx_rows(int rows) {
     const int old = cu_mmx_rows;

@@ -143,6 +143,11 @@ uint64_t backend_cuda_mma_ap_launches(int ap);
  * 8 more rows a CTA, copied into shared memory by bulk copies before the dependency wait (mm_kernel_mmx: the same bits).
  * The setter returns the previous bound (a negative argument only reads it); the count is process-wide. */
 int backend_cuda_set_mmx_rows(int rows);
+/* The LM head's ring of tiles (mm_kernel_lmh; VLLMC_CUDA_LMH=ns[,rows]): one-row launches of a single Q6_K segment at 2,560
+ * columns of at least `rows` rows (> 0 sets it; 65,536 at start) through a ring of ns (2-8; else off) 8-row tiles in
+ * shared memory, the column-split kernel's bits. Returns the previous ns; -1 on HIP (no such kernel there). */
+int backend_cuda_set_lmh(int ns, int rows);
+uint64_t backend_cuda_lmh_launches(void);
 uint64_t backend_cuda_mmx_launches(void);
 /* The Gated DeltaNet rule kernel's value rows a thread: 1, 2, or -1 (the default: 2 for a decode step of several
  * sequences with a bf16 state, where the per-CTA norms and barriers set the kernel's time; else 1); the same bits

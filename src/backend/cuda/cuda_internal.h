@@ -222,6 +222,9 @@ struct cu_mm_cfg {
                                   2-3% slower a qwen36-14b-a3b token) */
 };
 extern struct cu_mm_cfg cu_mm_cfg;
+extern int cu_lmh_ns, cu_lmh_rows; /* mm_kernel_lmh (the LM head's ring of tiles): its slots (0: off) and the launches of
+                                     at least cu_lmh_rows rows it takes */
+#define CU_LMH_MAX_NS 8
 extern int cu_mmx_rows; /* mm_kernel_mmx (cu_mm_cfg.mma bits 128 / 256) for launches of at least this many rows */
 void cu_launch_matmul(const struct cu_mm_args *args, gpuStream_t s);
 

@@ -1948,6 +1948,13 @@ template <int XR, int LBT = 512, int LBM = 1> static __global__ void __launch_bo
 uint64_t cu_mmx_launches;
 int cu_mmx_rows = 8192;
 extern "C" uint64_t backend_cuda_mmx_launches(void) { return cu_mmx_launches; }
+int cu_lmh_ns = 0, cu_lmh_rows = 65536; /* mm_kernel_lmh: its ring's tiles (0: off) and the launches it takes */
+uint64_t cu_lmh_launches;
+extern "C" uint64_t backend_cuda_lmh_launches(void) { return cu_lmh_launches; }
+#if !defined(VLLMC_HIP)
+static bool mm_lmh_ok(const struct cu_mm_args &a, int n_act);
+static void mm_lmh_launch(const struct cu_mm_args &a, gpuStream_t s);
+#endif
 
 /* Rows a CTA of mm_kernel_sbt for rows of n_sb super-blocks (n_sb x R threads, a multiple of 32, at most
  * SBT_MAX_THREADS); 0 where none fits. */
@@ -2058,6 +2065,14 @@ static bool mm_launch_cols(const struct cu_mm_args *args, gpuStream_t s, bool ot
         }
     struct cu_mm_args a;
     mm_select(args, order, no, &a);
+#if !defined(VLLMC_HIP)
+    /* the LM head through a ring of row tiles in shared memory (mm_kernel_lmh: the bits of the column-split instance
+     * below, U 2; cu_lmh_ns, off by default) */
+    if (!other_only && !mr && U == 2 && sbw == 2 && mm_lmh_ok(a, (int)args->n_act)) {
+        mm_lmh_launch(a, s);
+        return true;
+    }
+#endif
     /* one super-block a thread where every K-quant row is Q4_K (one activation row, no fused norm; the same bits as the
      * column-split kernel). Off by default (cu_mm_cfg.sbt 0; VLLMC_CUDA_SBT=16 for rows of up to 16 super-blocks and
      * launches of up to 16,384 rows). In-graph per launch on the qwen35-4b decode it is faster on the GDN in-proj
@@ -4535,6 +4550,101 @@ static __global__ void __launch_bounds__(LBT, LBM) mm_kernel_mmx(const struct cu
         for (int k = 1; k < W; k++) y = __fadd_rn(y, part[k][j]);
         mv_out<1>(P, S, 0, r0, j, y, resv, conv, conv_pre[j], conv_slot[j]);
     }
+}
+
+/* ---- the LM head: a ring of row tiles in shared memory (cu_lmh_ns; VLLMC_CUDA_LMH) ----
+ * The LM head (2,560 x 248,320 Q6_K on qwen35-4b: 524 MB) runs the column-split kernel in ~47 rounds of CTAs; each CTA
+ * holds its 8 rows in registers, sums them and leaves, so a CTA's life is its rows' round trip, its terms, its
+ * epilogue and a CTA start in series, and the launch streams at ~3.2 TB/s where DRAM gives 4.5 (bench_gemv). Here a
+ * grid of resident CTAs walks the tiles (8 rows: tile blockIdx.x + i gridDim.x), and a ring of `ns` tile slots in
+ * shared memory holds the next ones: thread 0 asks for a tile with one bulk copy (cp.async.bulk, completing on the
+ * slot's mbarrier; a tile of consecutive rows is one range) as soon as the tile in its slot is summed, so the stream
+ * runs ns - 1 tiles ahead of the sums and no register waits on DRAM. The activation is loaded once a CTA. A tile's rows
+ * are summed with the column-split kernel's ops in its order (q6_term, the butterfly over the warp's super-blocks, the
+ * warps in order: mm_kernel_cols<2, 2, 2, 1>), so the outputs are its bits. One segment of Q6_K rows at 2,560 columns,
+ * one activation row, no residual, conv or fused norm (mm_lmh_ok). */
+#define LMH_RPC 8
+static __global__ void __launch_bounds__(160, 4) mm_kernel_lmh(const struct cu_mm_args P, int ns) {
+    constexpr int SBW = 2, RW = 4, U = 2;
+    __shared__ float part[5][LMH_RPC];
+    __shared__ __align__(8) uint64_t bars[CU_LMH_MAX_NS];
+    extern __shared__ __align__(128) uint8_t ring[];
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+    const cu_mm_seg &S = P.seg[0];
+    const int n_sb = (int)(P.a.n / QK_K), n_tiles = (S.n_rows + LMH_RPC - 1) / LMH_RPC, G = (int)gridDim.x;
+    const size_t tile = (size_t)LMH_RPC * S.stride;
+    auto issue = [&](int i) { /* thread 0: the CTA's i-th tile into slot i % ns */
+        const int t = (int)blockIdx.x + i * G;
+        if (t >= n_tiles) return;
+        const uint32_t bytes = (uint32_t)((size_t)min(LMH_RPC, S.n_rows - t * LMH_RPC) * S.stride);
+        mg_expect(&bars[i % ns], bytes);
+        mg_copy(ring + (size_t)(i % ns) * tile, S.w + (size_t)t * tile, bytes, &bars[i % ns]);
+    };
+    if (threadIdx.x == 0) { /* the first ns tiles before the dependency wait: the weights are never written */
+        for (int k = 0; k < ns; k++) mg_bar_init(&bars[k]);
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        for (int k = 0; k < ns; k++) issue(k);
+    }
+    __syncthreads(); /* the barriers' init before any wait on them */
+    const int c = lane & 3, sbl = (lane >> 2) % SBW, rr = lane / (4 * SBW);
+    const int sb = wid * SBW + sbl;
+    const bool on = sb < n_sb;
+    gpu_pdl_wait();
+    gpu_pdl_trigger();
+    mv_act v;
+    if (on) mv_act_load(P.a, true, sb, c, v);
+    else mv_act_zero(v);
+    const q6_w zw{make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0), 0, 0};
+    for (int i = 0;; i++) {
+        const int t = (int)blockIdx.x + i * G;
+        if (t >= n_tiles) break;
+        const int r0 = t * LMH_RPC, rows = min(LMH_RPC, S.n_rows - r0);
+        const uint8_t *sl = ring + (size_t)(i % ns) * tile;
+        mg_wait(&bars[i % ns], (uint32_t)((i / ns) & 1));
+        q6_w w[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int row = u * RW + rr;
+            w[u] = on && row < rows ? q6_load<true>(sl + (size_t)row * S.stride, n_sb, sb, c) : zw;
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) mv_warp_part<SBW>(q6_term<true>(w[u], c & 1, v), &part[wid][u * RW + rr], lane);
+        __syncthreads(); /* every warp has read the slot and written its parts */
+        if (threadIdx.x == 0) issue(i + ns);
+        if ((int)threadIdx.x < rows) {
+            const int j = threadIdx.x;
+            float y = part[0][j];
+            for (int k = 1; k < 5; k++) y = __fadd_rn(y, part[k][j]);
+            mv_out<1>(P, S, 0, r0, j, y, 0.f, false, NULL, 0);
+        }
+        __syncthreads(); /* the parts are read before the next tile writes them */
+    }
+}
+/* Whether launch `a` (its segments in order) can take mm_kernel_lmh: one Q6_K segment at 2,560 columns of at least
+ * cu_lmh_rows rows, 16-byte aligned rows, one activation row, nothing in the epilogue but a bias. */
+static bool mm_lmh_ok(const struct cu_mm_args &a, int n_act) {
+    if (!cu_lmh_ns || a.n_seg != 1 || n_act != 1 || a.conv.on || a.nq.on || a.row_order) return false;
+    const cu_mm_seg &S = a.seg[0];
+    return S.type == GGML_TYPE_Q6_K && a.a.n == 2560 && S.n_rows >= cu_lmh_rows && !S.res && S.stride % 16 == 0 &&
+           (uintptr_t)S.w % 16 == 0 && (size_t)LMH_RPC * S.stride * (size_t)cu_lmh_ns <= 200 * 1024;
+}
+static void mm_lmh_launch(const struct cu_mm_args &a, gpuStream_t s) {
+    const size_t smem = (size_t)LMH_RPC * a.seg[0].stride * (size_t)cu_lmh_ns;
+    static int set_for = -1, resident = 0; /* (per ns: the attribute and the occupancy it gives) */
+    if (set_for != cu_lmh_ns) {
+        set_for = cu_lmh_ns;
+        int dev = 0, n_sm = 0, per = 0;
+        if (cudaFuncSetAttribute(mm_kernel_lmh, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess ||
+            cudaFuncSetAttribute(mm_kernel_lmh, cudaFuncAttributePreferredSharedMemoryCarveout, 100) != cudaSuccess ||
+            cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, mm_kernel_lmh, 160, smem) != cudaSuccess)
+            (void)cudaGetLastError();
+        resident = per * n_sm;
+    }
+    const int n_tiles = (a.seg[0].n_rows + LMH_RPC - 1) / LMH_RPC;
+    const int grid = resident > 0 ? min(resident, n_tiles) : min(132, n_tiles);
+    gpu_launch(mm_kernel_lmh, dim3((unsigned)grid), dim3(160), smem, s, a, cu_lmh_ns);
+    cu_lmh_launches++;
 }
 
 /* Thread 0: the weights of the CTA's task k (of n0 + n1 a layer) into slot k % ns. */
