@@ -115,7 +115,7 @@ int main(int argc, char **argv) {
     const bool l2 = argc > 1 && !strcmp(argv[1], "l2");
     if (l2) { argv++; argc--; }
     /* the backend's switches this tool's launches follow (vllmc reads them at backend creation) */
-    if (getenv("VLLMC_CUDA_MMA")) cu_mm_cfg.mma = atoi(getenv("VLLMC_CUDA_MMA")) & 4095; /* (the backend's mask) */
+    if (getenv("VLLMC_CUDA_MMA")) cu_mm_cfg.mma = atoi(getenv("VLLMC_CUDA_MMA")) & 8191; /* (the backend's mask) */
     if (getenv("VLLMC_CUDA_COLS_LB")) cu_mm_cfg.cols_lb = atoi(getenv("VLLMC_CUDA_COLS_LB")) & 31;
     if (getenv("VLLMC_CUDA_LMH")) { /* ns[,rows], as the backend reads it */
         const int ns = atoi(getenv("VLLMC_CUDA_LMH"));
@@ -134,6 +134,7 @@ int main(int argc, char **argv) {
         {GGML_TYPE_Q4_K, 2560, 8192, 1, "attn_qkv (qwen35-4b)"},
         {GGML_TYPE_Q4_K, 4096, 2560, 1, "ssm_out / attn_output"},
         {GGML_TYPE_Q6_K, 2560, 248320, 1, "LM head Q6_K"},
+        {GGML_TYPE_Q6_K, 2560, 12288, 1, "GDN in-proj Q6_K rows"},
         {GGML_TYPE_Q8_0, 2560, 8192, 1, "Q8_0 2560x8192"},
         {GGML_TYPE_Q4_K, 2048, 512 * 8, 1, "MoE 8 experts gate (2048x4096)"},
     };

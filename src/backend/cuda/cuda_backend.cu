@@ -2153,7 +2153,7 @@ extern "C" vllmc_status backend_cuda_create(const struct backend_cuda_opts *o, s
         if (cm && atoi(cm + 1) > 0) cu_lmh_rows = atoi(cm + 1);
     }
     if ((env = getenv("VLLMC_CUDA_CARVEOUT")) && atoi(env) >= 0 && atoi(env) <= 100) gpu_carveout = atoi(env); /* (comparisons) */
-    if ((env = getenv("VLLMC_CUDA_MMA"))) cu_mm_cfg.mma = atoi(env) & 4095; /* the tensor-core mat-vec's classes */
+    if ((env = getenv("VLLMC_CUDA_MMA"))) cu_mm_cfg.mma = atoi(env) & 8191; /* the tensor-core mat-vec's classes */
     if ((env = getenv("VLLMC_CUDA_MMR"))) { /* "rows[,small_sb,small_rows]": several-row steps on the tensor cores */
         int v[3] = {0, 0, 0};
         const int nv = sscanf(env, "%d,%d,%d", &v[0], &v[1], &v[2]);
@@ -2341,7 +2341,7 @@ extern "C" int backend_cuda_set_matvec_mma(int mask) {
     return -1; /* no such kernel there */
 #else
     const int old = cu_mm_cfg.mma;
-    cu_mm_cfg.mma = mask & 4095;
+    cu_mm_cfg.mma = mask & 8191;
     return old;
 #endif
 }

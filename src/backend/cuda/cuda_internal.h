@@ -186,7 +186,7 @@ struct cu_mm_cfg {
     int32_t mma;               /* the one-activation-row launches of Q4_K / Q6_K rows on the tensor-core kernel
                                   (mm_kernel_mma: the same bits as the column-split kernel), a bit per class: 1 Q4_K rows of
                                   up to cols_sbw2 super-blocks, 2 longer Q4_K rows, 4 launches with Q6_K rows of up to
-                                  cols_sbw2 super-blocks, 8 class 1's 2,560-column launches on an instance bounded to 5
+                                  cols_sbw2 super-blocks and fewer than rows[1] rows (4096: of any rows, the LM head), 8 class 1's 2,560-column launches on an instance bounded to 5
                                   CTAs an SM, 16 class 1's launches of fewer than rows[0] rows at 8 rows a CTA, 32 the
                                   activation of a warp's later super-blocks prefetched into L1, 64 copied into shared
                                   memory instead (mm_kernel_mma's AP; both measured slower: off), 128 / 256 more rows a

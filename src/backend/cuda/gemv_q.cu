@@ -2098,8 +2098,9 @@ static bool mm_launch_cols(const struct cu_mm_args *args, gpuStream_t s, bool ot
     /* the Q4_K terms on the tensor cores where every K-quant row is Q4_K (one activation row, no fused norm; the same
      * bits as the column-split kernel): cu_mm_cfg.mma, bit 1 rows of up to cols_sbw2 super-blocks (16 rows a CTA), bit 2
      * the longer ones (4 super-blocks a warp, 8 rows a CTA), bit 4 launches with Q6_K rows of up to cols_sbw2 super-blocks
-     * (8 rows a CTA; the LM head) */
-    if (!mr && !args->nq.on && !args->row_order && (cu_mm_cfg.mma & (kt == 1 ? (sbw == 2 ? 1 : 2) : sbw == 2 ? 4 : 0))) {
+     * (8 rows a CTA) of fewer than rows[1] rows, and with bit 4096 the longer ones too (the LM head) */
+    const bool q6_mma = (cu_mm_cfg.mma & 4) && (args->total_rows < cu_mm_cfg.rows[1] || (cu_mm_cfg.mma & 4096));
+    if (!mr && !args->nq.on && !args->row_order && (kt == 1 ? (cu_mm_cfg.mma & (sbw == 2 ? 1 : 2)) != 0 : sbw == 2 && q6_mma)) {
         const int rt = kt == 1 && sbw == 2 ? 16 : 8;
         int ctas = 0;
         for (int i = 0; i < a.n_seg; i++) {
@@ -3690,11 +3691,15 @@ static bool mm_launch_mmr(const struct cu_mm_args *args, gpuStream_t s) {
  * super-blocks (qwen35-4b decode 557.5 against 544.7 / 536.0 tok/s; the GDN in-proj 117 -> 100 us a step, gate + up
  * level); the 9,216-column rows (bit 2) measured 2.2x slower a launch (8 rows a CTA of 288 threads, 2 an SM), off.
  * Bit 2048 (AP 6: the next round's rows into L2 after the release, the low nibbles by subtraction) on: qwen35-4b on an
- * H100 1.845-1.847 ms a token against 1.875 (BENCHMARKS.md "The activation's copies; the Q4_K low nibbles"). */
+ * H100 1.845-1.847 ms a token against 1.875 (BENCHMARKS.md "The activation's copies; the Q4_K low nibbles"). Bit 4 (the
+ * Q6_K rows of up to 16 super-blocks, the LM head excepted: the GDN in-proj and attention rows of the Q4_K_M mix, the MoE
+ * models' 2,048-column Q6_K launches) on: H100, qwen35-4b 1.847-1.848 ms against 1.881-1.882, qwen36-14b-a3b 1.877-1.881
+ * against 1.909-1.910, qwen36-35b-a3b 1.906-1.907 against 1.936-1.939; with the LM head too (bit 4096) slower (BENCHMARKS.md
+ * "Q6_K rows on the tensor cores"). */
 #if defined(VLLMC_HIP)
 #define MM_MMA 0
 #else
-#define MM_MMA (1 | 2048)
+#define MM_MMA (1 | 4 | 2048)
 #endif
 /* several activation rows on the tensor cores (mm_kernel_mmrs, mm_kernel_mmq from mmq_rows) up to this many rows
  * (decode steps of more than 128 sequences and other batches of 32 rows and more take the f16 GEMM: cuda_backend.cu
