@@ -25,9 +25,9 @@ static void fill_weights(uint32_t type, uint8_t *p, size_t bytes) {
     for (size_t b = 0; b < bytes / bs; b++) {
         uint8_t *blk = p + b * bs;
         ggml_half d = fp32_to_fp16(1e-3f * (0.5f + rndf())), dm = fp32_to_fp16(5e-4f * (0.5f + rndf()));
-        if (type == GGML_TYPE_Q4_K) { memcpy(blk, &d, 2); memcpy(blk + 2, &dm, 2); }
+        if (type == GGML_TYPE_Q4_K || type == GGML_TYPE_Q5_K) { memcpy(blk, &d, 2); memcpy(blk + 2, &dm, 2); }
         else if (type == GGML_TYPE_Q6_K) memcpy(blk + 208, &d, 2);
-        else if (type == GGML_TYPE_Q8_0) memcpy(blk, &d, 2);
+        else if (type == GGML_TYPE_Q8_0 || type == GGML_TYPE_Q4_0 || type == GGML_TYPE_IQ4_XS) memcpy(blk, &d, 2);
     }
 }
 
@@ -126,7 +126,7 @@ int main(int argc, char **argv) {
     if (getenv("VLLMC_CUDA_MMX_ROWS")) cu_mmx_rows = atoi(getenv("VLLMC_CUDA_MMX_ROWS"));
     if (getenv("VLLMC_CUDA_CARVEOUT")) gpu_carveout = atoi(getenv("VLLMC_CUDA_CARVEOUT"));
     const int reps = argc > 1 ? atoi(argv[1]) : 30;
-    const shape shapes[] = {
+    std::vector<shape> shapes = {
         {GGML_TYPE_Q4_K, 2560, 9216, 1, "ffn_gate (qwen35-4b)"},
         {GGML_TYPE_Q4_K, 2560, 9216, 2, "ffn_gate+ffn_up fused"},
         {GGML_TYPE_Q4_K, 9216, 2560, 1, "ffn_down Q4_K"},
@@ -138,6 +138,11 @@ int main(int argc, char **argv) {
         {GGML_TYPE_Q8_0, 2560, 8192, 1, "Q8_0 2560x8192"},
         {GGML_TYPE_Q4_K, 2048, 512 * 8, 1, "MoE 8 experts gate (2048x4096)"},
     };
+    /* BENCH_GEMV_LARGE=1: the LM head's shape in each decode weight type (issue #5's >= 80% of the measured bandwidth
+     * on large matrices) */
+    if (getenv("BENCH_GEMV_LARGE") && atoi(getenv("BENCH_GEMV_LARGE")))
+        for (uint32_t t : {GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_IQ4_XS})
+            shapes.push_back({t, 2560, 248320, 1, "LM head shape, large"});
     printf("%-32s %5s %6s %7s %5s %8s %9s %8s %s\n", "shape", "type", "n_cols", "n_rows", "fused", "MB", "us", "GB/s", "max err / max |y|");
     gpuStream_t st;
     CK(gpuStreamCreate(&st));
@@ -156,7 +161,11 @@ int main(int argc, char **argv) {
         /* activation: quantize on the CPU (the kernels' quantizers are checked by test_cuda_ops) */
         std::vector<float> x(s.n_cols);
         for (auto &v : x) v = 2.f * rndf() - 1.f;
-        const int af = s.type == GGML_TYPE_Q8_0 ? BK_ACT_Q8_0 : BK_ACT_Q8_K;
+        const int af = bk_act_fmt_for_weight(s.type);
+        if (af != BK_ACT_Q8_0 && af != BK_ACT_Q8_K) {
+            printf("%-32s %5s: its activation format is not Q8_0 / Q8_K here: skipped\n", s.what, quant_traits(s.type)->name);
+            continue;
+        }
         std::vector<uint8_t> aq(bk_act_row_bytes(af, s.n_cols));
         if (af == BK_ACT_Q8_K) quantize_row_q8_K(x.data(), aq.data(), s.n_cols);
         else quantize_row_q8_0(x.data(), aq.data(), s.n_cols);

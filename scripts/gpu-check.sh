@@ -47,6 +47,7 @@
 # the warps' stall reasons.
 # Stage mask (not default) checks and times a same-bits form of the tensor-core mat-vec by its VLLMC_CUDA_MMA bit
 # (MASK_ON, MASK_NAME, MASK_REPS: see the stage).
+# Stage large (not default): the launches alone at the LM head's shape in every decode weight type.
 # Stage lmh (not default) checks and times the LM head's ring of tiles (LMH_ON, LMH_REPS, LMH_MODELS: see the stage).
 # Stage pfnext (not default) checks and times the next round's rows into L2 after the release (PFNEXT_CFGS, PFNEXT_REPS).
 # Stage timeline (not default) runs the -DVLLMC_MV_TIMELINE build (EXTRA_BUILDS="tl:-DVLLMC_MV_TIMELINE") of TIMELINE_MODELS
@@ -837,6 +838,11 @@ if has mask; then # same-bits forms of the tensor-core mat-vec by their VLLMC_CU
         [ -n "${MASK_BAD:-}" ] && { note "mask: a check failed, no timing"; continue; }
         decode_ab mask "$m" "$f" VLLMC_CUDA_MMA "1 $MASK_ON" "${MASK_REPS:-3}"
     done
+fi
+
+if has large; then # issue #5's >= 80% of the measured bandwidth on large matrices: bench_gemv l2 5 with the LM head's shape
+    # in Q4_K, Q5_K, Q6_K, Q8_0, Q4_0 and IQ4_XS (BENCH_GEMV_LARGE=1), each launch checked against the CPU reference
+    gemv_l2 large BENCH_GEMV_LARGE=1
 fi
 
 if has lmh; then # the LM head's ring of row tiles in shared memory (VLLMC_CUDA_LMH=ns[,rows]): its bits (test_cuda_ops lmh
