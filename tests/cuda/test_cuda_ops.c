@@ -857,6 +857,16 @@ static void poison_dev(float *y, int64_t n) {
 /* The register-bounded column-split instances (backend_cuda_set_matvec_lb, a bit per class) are the default kernels'
  * code under other launch bounds: every output must be bit-identical to the unbounded instances' on each class's shapes
  * (2,560 columns Q4_K; the Q6_K LM head's class; 9,216 columns Q4_K, Q6_K, and both in one launch). */
+/* One activation row of E fresh random values on the GPU, quantized to the formats fmts; returns the host values. */
+static float *act_row_rand(int64_t E, uint32_t fmts, struct bk_act *a) {
+    float *x = rand_buf((size_t)E, 1.0f);
+    CHECK(bk_act_alloc(gpu, 1, E, fmts, a) == VLLMC_OK);
+    CHECK(gpu->ops->copy_to_device(gpu, a->x, x, (size_t)E * 4) == VLLMC_OK);
+    a->n_rows = 1;
+    CHECK(gpu->ops->quantize(gpu, a) == VLLMC_OK);
+    return x;
+}
+
 /* The LM head's ring of row tiles in shared memory (mm_kernel_lmh) against the column-split kernel on the same launch:
  * the same ops in the same order, so the same bits, at each ring depth; taken only where it should be (one Q6_K
  * segment at 2,560 columns of at least the set rows). Row counts with a part-filled last tile, more tiles than the
@@ -867,12 +877,8 @@ static void test_lmh(void) {
     const int64_t E = 2560;
     for (size_t ci = 0; ci < sizeof(cs) / sizeof(cs[0]); ci++) {
         const int64_t nr = cs[ci].rows;
-        float *x = rand_buf((size_t)E, 1.0f);
         struct bk_act a;
-        CHECK(bk_act_alloc(gpu, 1, E, BK_ACT_BIT(BK_ACT_Q8_K), &a) == VLLMC_OK);
-        CHECK(gpu->ops->copy_to_device(gpu, a.x, x, (size_t)E * 4) == VLLMC_OK);
-        a.n_rows = 1;
-        CHECK(gpu->ops->quantize(gpu, &a) == VLLMC_OK);
+        float *x = act_row_rand(E, BK_ACT_BIT(BK_ACT_Q8_K), &a);
         const size_t bytes = quant_row_size(GGML_TYPE_Q6_K, E) * (size_t)nr;
         uint8_t *host = malloc(bytes);
         fill_weight(GGML_TYPE_Q6_K, host, bytes);
@@ -936,12 +942,8 @@ static void test_cols_lb(void) {
     for (size_t ci = 0; ci < sizeof(cs) / sizeof(cs[0]); ci++)
     for (int pf = 0; pf < 2; pf++) { /* the bounded instances, then those with the next round's rows into L2 (CUDA) */
         const int64_t E = cs[ci].E;
-        float *x = rand_buf((size_t)E, 1.0f);
         struct bk_act a;
-        CHECK(bk_act_alloc(gpu, 1, E, BK_ACT_BIT(BK_ACT_Q8_K), &a) == VLLMC_OK);
-        CHECK(gpu->ops->copy_to_device(gpu, a.x, x, (size_t)E * 4) == VLLMC_OK);
-        a.n_rows = 1;
-        CHECK(gpu->ops->quantize(gpu, &a) == VLLMC_OK);
+        float *x = act_row_rand(E, BK_ACT_BIT(BK_ACT_Q8_K), &a);
         struct bk_tensor w[2];
         float *y[2], *ref[2], *h[2];
         struct bk_matmul_out mo[2];
@@ -1068,12 +1070,8 @@ static void test_alt_kernel(int kind) {
         for (int k = 0; k < cs[ci].n; k++) q6 |= cs[ci].t[k] == GGML_TYPE_Q6_K;
         if (q6 && (kind == ALT_SBT || kind == ALT_MMX16 || kind == ALT_MMX8)) continue; /* Q4_K rows only */
         if ((kind == ALT_MMX16 || kind == ALT_MMX8) && E / 256 > 16) continue; /* two super-blocks a warp only */
-        float *x = rand_buf((size_t)E, 1.0f);
         struct bk_act a;
-        CHECK(bk_act_alloc(gpu, 1, E, BK_ACT_BIT(BK_ACT_Q8_K) | BK_ACT_BIT(BK_ACT_Q8_0), &a) == VLLMC_OK);
-        CHECK(gpu->ops->copy_to_device(gpu, a.x, x, (size_t)E * 4) == VLLMC_OK);
-        a.n_rows = 1;
-        CHECK(gpu->ops->quantize(gpu, &a) == VLLMC_OK);
+        float *x = act_row_rand(E, BK_ACT_BIT(BK_ACT_Q8_K) | BK_ACT_BIT(BK_ACT_Q8_0), &a);
         const int n = cs[ci].n;
         struct bk_tensor w[3];
         float *y[3], *ref[3], *h[3], *bias = NULL, *gbias = NULL;
