@@ -869,14 +869,14 @@ static float *act_row_rand(int64_t E, uint32_t fmts, struct bk_act *a) {
 
 /* The LM head's ring of row tiles in shared memory (mm_kernel_lmh) against the column-split kernel on the same launch:
  * the same ops in the same order, so the same bits, at each ring depth; taken only where it should be (one Q6_K
- * segment at 2,560 columns of at least the set rows). Row counts with a part-filled last tile, more tiles than the
+ * segment at 2,560 or 2,048 columns of at least the set rows). Row counts with a part-filled last tile, more tiles than the
  * resident CTAs take in one lap (the ring's slots reused, each mbarrier's phase turning), a bias. */
 static void test_lmh(void) {
     if (backend_cuda_set_lmh(0, 0) < 0) return;
-    const struct { int64_t rows; bool bias; } cs[] = {{70001, true}, {65536, false}, {9, false}, {5003, true}};
-    const int64_t E = 2560;
+    const struct { int64_t E, rows; bool bias; } cs[] = {{2560, 70001, true}, {2560, 65536, false}, {2560, 9, false}, {2560, 5003, true},
+                                                        {2048, 66001, true}, {2048, 777, false}};
     for (size_t ci = 0; ci < sizeof(cs) / sizeof(cs[0]); ci++) {
-        const int64_t nr = cs[ci].rows;
+        const int64_t nr = cs[ci].rows, E = cs[ci].E;
         struct bk_act a;
         float *x = act_row_rand(E, BK_ACT_BIT(BK_ACT_Q8_K), &a);
         const size_t bytes = quant_row_size(GGML_TYPE_Q6_K, E) * (size_t)nr;

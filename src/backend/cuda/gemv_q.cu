@@ -4566,15 +4566,16 @@ static __global__ void __launch_bounds__(LBT, LBM) mm_kernel_mmx(const struct cu
  * slot's mbarrier; a tile of consecutive rows is one range) as soon as the tile in its slot is summed, so the stream
  * runs ns - 1 tiles ahead of the sums and no register waits on DRAM. The activation is loaded once a CTA. A tile's rows
  * are summed with the column-split kernel's ops in its order (q6_term, the butterfly over the warp's super-blocks, the
- * warps in order: mm_kernel_cols<2, 2, 2, 1>), so the outputs are its bits. One segment of Q6_K rows at 2,560 columns,
- * one activation row, no residual, conv or fused norm (mm_lmh_ok). */
+ * warps in order: mm_kernel_cols<2, 2, 2, 1>), so the outputs are its bits. One segment of Q6_K rows of 8 or 10
+ * super-blocks (2,048 / 2,560 columns: 4 / 5 warps, two super-blocks each), one activation row, no residual, conv or
+ * fused norm (mm_lmh_ok). */
 #define LMH_RPC 8
 static __global__ void __launch_bounds__(160, 4) mm_kernel_lmh(const struct cu_mm_args P, int ns) {
     constexpr int SBW = 2, RW = 4, U = 2;
-    __shared__ float part[5][LMH_RPC];
+    __shared__ float part[16][LMH_RPC];
     __shared__ __align__(8) uint64_t bars[CU_LMH_MAX_NS];
     extern __shared__ __align__(128) uint8_t ring[];
-    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, W = blockDim.x >> 5;
     const cu_mm_seg &S = P.seg[0];
     const int n_sb = (int)(P.a.n / QK_K), n_tiles = (S.n_rows + LMH_RPC - 1) / LMH_RPC, G = (int)gridDim.x;
     const size_t tile = (size_t)LMH_RPC * S.stride;
@@ -4619,36 +4620,38 @@ static __global__ void __launch_bounds__(160, 4) mm_kernel_lmh(const struct cu_m
         if ((int)threadIdx.x < rows) {
             const int j = threadIdx.x;
             float y = part[0][j];
-            for (int k = 1; k < 5; k++) y = __fadd_rn(y, part[k][j]);
+            for (int k = 1; k < W; k++) y = __fadd_rn(y, part[k][j]);
             mv_out<1>(P, S, 0, r0, j, y, 0.f, false, NULL, 0);
         }
         __syncthreads(); /* the parts are read before the next tile writes them */
     }
 }
-/* Whether launch `a` (its segments in order) can take mm_kernel_lmh: one Q6_K segment at 2,560 columns of at least
- * cu_lmh_rows rows, 16-byte aligned rows, one activation row, nothing in the epilogue but a bias. */
+/* Whether launch `a` (its segments in order) can take mm_kernel_lmh: one Q6_K segment at 2,048 or 2,560 columns of at
+ * least cu_lmh_rows rows, 16-byte aligned rows, one activation row, nothing in the epilogue but a bias. */
 static bool mm_lmh_ok(const struct cu_mm_args &a, int n_act) {
     if (!cu_lmh_ns || a.n_seg != 1 || n_act != 1 || a.conv.on || a.nq.on || a.row_order) return false;
     const cu_mm_seg &S = a.seg[0];
-    return S.type == GGML_TYPE_Q6_K && a.a.n == 2560 && S.n_rows >= cu_lmh_rows && !S.res && S.stride % 16 == 0 &&
+    return S.type == GGML_TYPE_Q6_K && (a.a.n == 2560 || a.a.n == 2048) && S.n_rows >= cu_lmh_rows && !S.res && S.stride % 16 == 0 &&
            (uintptr_t)S.w % 16 == 0 && (size_t)LMH_RPC * S.stride * (size_t)cu_lmh_ns <= 200 * 1024;
 }
 static void mm_lmh_launch(const struct cu_mm_args &a, gpuStream_t s) {
     const size_t smem = (size_t)LMH_RPC * a.seg[0].stride * (size_t)cu_lmh_ns;
-    static int set_for = -1, resident = 0; /* (per ns: the attribute and the occupancy it gives) */
-    if (set_for != cu_lmh_ns) {
-        set_for = cu_lmh_ns;
+    const int threads = (int)(a.a.n / QK_K) / 2 * 32;
+    static size_t set_for = 0; /* (the smem and threads the attribute and occupancy were taken for) */
+    static int resident = 0;
+    if (set_for != smem * 1024 + (size_t)threads) {
+        set_for = smem * 1024 + (size_t)threads;
         int dev = 0, n_sm = 0, per = 0;
         if (cudaFuncSetAttribute(mm_kernel_lmh, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess ||
             cudaFuncSetAttribute(mm_kernel_lmh, cudaFuncAttributePreferredSharedMemoryCarveout, 100) != cudaSuccess ||
             cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
-            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, mm_kernel_lmh, 160, smem) != cudaSuccess)
+            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, mm_kernel_lmh, threads, smem) != cudaSuccess)
             (void)cudaGetLastError();
         resident = per * n_sm;
     }
     const int n_tiles = (a.seg[0].n_rows + LMH_RPC - 1) / LMH_RPC;
     const int grid = resident > 0 ? min(resident, n_tiles) : min(132, n_tiles);
-    gpu_launch(mm_kernel_lmh, dim3((unsigned)grid), dim3(160), smem, s, a, cu_lmh_ns);
+    gpu_launch(mm_kernel_lmh, dim3((unsigned)grid), dim3(threads), smem, s, a, cu_lmh_ns);
     cu_lmh_launches++;
 }
 
