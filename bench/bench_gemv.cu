@@ -9,6 +9,7 @@
 #include <string.h>
 #include <algorithm>
 #include <vector>
+#include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_internal.h"
 #include "quant/blocks.h"
 #include "quant/quant.h"
@@ -118,10 +119,8 @@ int main(int argc, char **argv) {
     if (getenv("VLLMC_CUDA_MMA")) cu_mm_cfg.mma = atoi(getenv("VLLMC_CUDA_MMA")) & 8191; /* (the backend's mask) */
     if (getenv("VLLMC_CUDA_COLS_LB")) cu_mm_cfg.cols_lb = atoi(getenv("VLLMC_CUDA_COLS_LB")) & 31;
     if (getenv("VLLMC_CUDA_LMH")) { /* ns[,rows], as the backend reads it */
-        const int ns = atoi(getenv("VLLMC_CUDA_LMH"));
-        cu_lmh_ns = ns >= 2 && ns <= CU_LMH_MAX_NS ? ns : 0;
         const char *cm = strchr(getenv("VLLMC_CUDA_LMH"), ',');
-        if (cm && atoi(cm + 1) > 0) cu_lmh_rows = atoi(cm + 1);
+        backend_cuda_set_lmh(atoi(getenv("VLLMC_CUDA_LMH")), cm ? atoi(cm + 1) : 0);
     }
     if (getenv("VLLMC_CUDA_MMX_ROWS")) cu_mmx_rows = atoi(getenv("VLLMC_CUDA_MMX_ROWS"));
     if (getenv("VLLMC_CUDA_CARVEOUT")) gpu_carveout = atoi(getenv("VLLMC_CUDA_CARVEOUT"));

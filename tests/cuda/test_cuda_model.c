@@ -50,17 +50,13 @@ static vllmc_status f16_matmul(struct backend *be, const struct bk_act *act, int
     vllmc_status st = VLLMC_OK;
     for (int o = 0; o < n_out && !st; o++) {
         const struct bk_tensor *w = outs[o].w;
-        const uint32_t t = w->type;
-        const bool gemm = (t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K || t == GGML_TYPE_Q6_K || t == GGML_TYPE_IQ4_XS ||
-                           t == GGML_TYPE_Q8_0 || t == GGML_TYPE_Q4_0 || t == GGML_TYPE_Q5_0) &&
-                          w->n_dims == 2 && w->ne[0] * w->ne[1] <= ((int64_t)64 << 20); /* (cuda_backend.cu gemm_weight_ok) */
-        if (!gemm) {
+        if (!backend_cuda_gemm_weight(w)) {
             st = g_cpu_ops->matmul(be, act, 1, &outs[o]);
             continue;
         }
         const int64_t N = w->ne[1], ld = outs[o].ld_y ? outs[o].ld_y : N;
         for (int64_t n = 0; n < N; n++) {
-            dequantize_row(t, (const uint8_t *)w->data + (size_t)n * w->row_size_bytes, wr, K);
+            dequantize_row(w->type, (const uint8_t *)w->data + (size_t)n * w->row_size_bytes, wr, K);
             for (int64_t k = 0; k < K; k++) wr[k] = f16r(wr[k]);
             for (int64_t r = 0; r < R; r++) {
                 double sum = 0;

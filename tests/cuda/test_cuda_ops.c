@@ -854,9 +854,6 @@ static void poison_dev(float *y, int64_t n) {
     free(poison);
 }
 
-/* The register-bounded column-split instances (backend_cuda_set_matvec_lb, a bit per class) are the default kernels'
- * code under other launch bounds: every output must be bit-identical to the unbounded instances' on each class's shapes
- * (2,560 columns Q4_K; the Q6_K LM head's class; 9,216 columns Q4_K, Q6_K, and both in one launch). */
 /* One activation row of E fresh random values on the GPU, quantized to the formats fmts; returns the host values. */
 static float *act_row_rand(int64_t E, uint32_t fmts, struct bk_act *a) {
     float *x = rand_buf((size_t)E, 1.0f);
@@ -927,6 +924,9 @@ static void test_lmh(void) {
     }
 }
 
+/* The register-bounded column-split instances (backend_cuda_set_matvec_lb, a bit per class) are the default kernels'
+ * code under other launch bounds: every output must be bit-identical to the unbounded instances' on each class's shapes
+ * (2,560 columns Q4_K; the Q6_K LM head's class; 9,216 columns Q4_K, Q6_K, and both in one launch). */
 static void test_cols_lb(void) {
     const struct { int64_t E; int n; uint32_t t[2]; int64_t rows[2]; } cs[] = {
         {2560, 1, {GGML_TYPE_Q4_K, 0}, {777, 0}},

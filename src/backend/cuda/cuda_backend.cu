@@ -2147,10 +2147,10 @@ extern "C" vllmc_status backend_cuda_create(const struct backend_cuda_opts *o, s
     }
     if ((env = getenv("VLLMC_CUDA_MMX_ROWS")) && atoi(env) >= 0) cu_mmx_rows = atoi(env); /* (tests: every launch size) */
     if ((env = getenv("VLLMC_CUDA_LMH"))) { /* ns[,rows]: the LM head's ring of ns tiles (mm_kernel_lmh), 0 off */
-        const int ns = atoi(env);
-        cu_lmh_ns = ns >= 2 && ns <= CU_LMH_MAX_NS ? ns : 0;
         const char *cm = strchr(env, ',');
-        if (cm && atoi(cm + 1) > 0) cu_lmh_rows = atoi(cm + 1);
+        const int ns = atoi(env);
+        backend_cuda_set_lmh(ns, cm ? atoi(cm + 1) : 0);
+        if (ns && cu_lmh_ns != ns) LOG_WARN("VLLMC_CUDA_LMH=%s: a ring of 2-%d tiles (or 0); the LM head keeps its kernel", env, CU_LMH_MAX_NS);
     }
     if ((env = getenv("VLLMC_CUDA_CARVEOUT")) && atoi(env) >= 0 && atoi(env) <= 100) gpu_carveout = atoi(env); /* (comparisons) */
     if ((env = getenv("VLLMC_CUDA_MMA"))) cu_mm_cfg.mma = atoi(env) & 8191; /* the tensor-core mat-vec's classes */
@@ -2349,11 +2349,12 @@ extern "C" int backend_cuda_set_lmh(int ns, int rows) {
 #if defined(VLLMC_HIP)
     (void)ns; (void)rows;
     return -1; /* no such kernel there */
-#endif
+#else
     const int old = cu_lmh_ns;
     cu_lmh_ns = ns >= 2 && ns <= CU_LMH_MAX_NS ? ns : 0;
     if (rows > 0) cu_lmh_rows = rows;
     return old;
+#endif
 }
 extern "C" int backend_cuda_set_mmx_rows(int rows) {
     const int old = cu_mmx_rows;
@@ -2448,6 +2449,7 @@ extern "C" vllmc_status backend_cuda_weight_f16(struct backend *be, const struct
 }
 
 extern "C" bool backend_cuda_has_gemm(struct backend *be) { return cub(be)->gemm != NULL; }
+extern "C" bool backend_cuda_gemm_weight(const struct bk_tensor *w) { return gemm_weight_ok(w); }
 
 extern "C" void backend_cuda_set_gemm_act(struct backend *be, bool quantized) { cub(be)->gemm_act_q8 = quantized; }
 

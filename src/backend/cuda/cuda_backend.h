@@ -125,7 +125,7 @@ void backend_cuda_tokens_from_argmax(struct backend *be);
 vllmc_status backend_cuda_fetch_argmax(struct backend *be, int32_t *ids, int32_t n);
 /* One-activation-row launches of Q4_K / Q6_K rows on the tensor-core kernel (mm_kernel_mma: the same bits as the
  * column-split kernel), a bit per class: 1 Q4_K rows of up to 16 super-blocks, 2 longer Q4_K rows, 4 launches with Q6_K
- * rows of up to 16 super-blocks; 8 puts class 1's 2,560-column launches on an instance bounded to 5 CTAs an SM; 16 class
+ * rows of up to 16 super-blocks and fewer than 65,536 rows (with 4096 of any rows: the LM head; measured slower); 8 puts class 1's 2,560-column launches on an instance bounded to 5 CTAs an SM; 16 class
  * 1's launches of fewer than 8,192 rows at 8 rows a CTA (both measured level or slower, off); 32 the activation of a
  * warp's later super-blocks asked into L1 after the dependency wait, 64 copied into shared memory then (the same bits
  * either way; measured 12% / 2% slower a qwen35-4b token, off); 128 / 256 16 / 8 more rows a CTA in shared memory
@@ -143,9 +143,9 @@ uint64_t backend_cuda_mma_ap_launches(int ap);
  * 8 more rows a CTA, copied into shared memory by bulk copies before the dependency wait (mm_kernel_mmx: the same bits).
  * The setter returns the previous bound (a negative argument only reads it); the count is process-wide. */
 int backend_cuda_set_mmx_rows(int rows);
-/* The LM head's ring of tiles (mm_kernel_lmh; VLLMC_CUDA_LMH=ns[,rows]): one-row launches of a single Q6_K segment at 2,560
- * columns of at least `rows` rows (> 0 sets it; 65,536 at start) through a ring of ns (2-8; else off) 8-row tiles in
- * shared memory, the column-split kernel's bits. Returns the previous ns; -1 on HIP (no such kernel there). */
+/* The LM head's ring of tiles (mm_kernel_lmh; VLLMC_CUDA_LMH=ns[,rows]): one-row launches of a single Q6_K segment at 2,048
+ * or 2,560 columns of at least `rows` rows (> 0 sets it; 65,536 at start) through a ring of ns (2-8; else off) 8-row
+ * tiles in shared memory, the column-split kernel's bits. Returns the previous ns; -1 on HIP (no such kernel there). */
 int backend_cuda_set_lmh(int ns, int rows);
 uint64_t backend_cuda_lmh_launches(void);
 uint64_t backend_cuda_mmx_launches(void);
@@ -228,6 +228,9 @@ void backend_cuda_reset_prof(struct backend *be);
 vllmc_status backend_cuda_weight_f16(struct backend *be, const struct bk_tensor *w, void *out);
 /* Whether prefill matmuls can take the dense GEMM (a GEMM library was found). */
 bool backend_cuda_has_gemm(struct backend *be);
+/* Whether the prefill GEMM takes weight w (its type dequantizes to f16 and it fits the GEMM's scratch) in a batch of
+ * its rows (test_cuda_model's f16 oracle follows it). */
+bool backend_cuda_gemm_weight(const struct bk_tensor *w);
 /* Prefill path thresholds (tests, measurements): matmuls of at least gemm_min_rows activation rows dequantize
  * the weight to f16 and run the dense GEMM (<= 0: never; default 32, and 65 for decode steps, whose tokens are each
  * their own sequence; this call and env VLLMC_CUDA_GEMM_ROWS set one threshold for every batch); gdn_chunked

@@ -1953,7 +1953,7 @@ uint64_t cu_lmh_launches;
 extern "C" uint64_t backend_cuda_lmh_launches(void) { return cu_lmh_launches; }
 #if !defined(VLLMC_HIP)
 static bool mm_lmh_ok(const struct cu_mm_args &a, int n_act);
-static void mm_lmh_launch(const struct cu_mm_args &a, gpuStream_t s);
+static bool mm_lmh_launch(const struct cu_mm_args &a, gpuStream_t s);
 #endif
 
 /* Rows a CTA of mm_kernel_sbt for rows of n_sb super-blocks (n_sb x R threads, a multiple of 32, at most
@@ -1976,22 +1976,25 @@ template <int SBW, int RT, int KT> static mm_cols_fn mma_ap(int ap) {
          : ap == 6 ? mm_kernel_mma<SBW, RT, KT, 512, 1, 6> : mm_kernel_mma<SBW, RT, KT, 512, 1, 3>;
 }
 #endif
-/* The CTAs of instance k at `threads` threads resident at once (its occupancy x the SMs), for cu_mm_args.pf_next; a huge
- * value (no next round) where the query fails. Kept a (kernel, threads) pair, unsynchronized (backends on two host
- * threads may race on an entry): any value is safe, since mma_next_l2 only ever prefetches rows of the launch itself. */
-static int mm_resident(mm_cols_fn k, int threads) {
-    static mm_cols_fn pk[32];
+/* The CTAs of kernel k at `threads` threads and `smem` bytes of dynamic shared memory resident at once (its occupancy x
+ * the SMs): cu_mm_args.pf_next, mm_kernel_lmh's grid; a huge value (no next round) where the query fails. Kept a
+ * (kernel, threads, smem) triple, unsynchronized (backends on two host threads may race on an entry): any value is safe
+ * for mma_next_l2, which only ever prefetches rows of the launch itself. */
+#define MM_RESIDENT_NONE (1 << 30)
+template <typename K> static int mm_resident(K *k, int threads, size_t smem = 0) {
+    static const void *pk[32]; /* (per instance of this template: one a kernel signature) */
     static int pt[32], pn[32];
+    static size_t ps[32];
     int i = 0;
-    while (i < 32 && pk[i] && !(pk[i] == k && pt[i] == threads)) i++;
+    while (i < 32 && pk[i] && !(pk[i] == (const void *)k && pt[i] == threads && ps[i] == smem)) i++;
     if (i < 32 && pk[i]) return pn[i];
     int per = 0, dev = 0, sms = 0;
-    if (gpuOccupancyMaxActiveBlocksPerMultiprocessor(&per, k, threads, 0) != gpuSuccess || gpuGetDevice(&dev) != gpuSuccess ||
+    if (gpuOccupancyMaxActiveBlocksPerMultiprocessor(&per, k, threads, smem) != gpuSuccess || gpuGetDevice(&dev) != gpuSuccess ||
         gpuDeviceGetSMCount(&sms, dev) != gpuSuccess || per < 1) {
         (void)gpuGetLastError();
-        return 1 << 30;
+        return MM_RESIDENT_NONE;
     }
-    if (i < 32) { pk[i] = k; pt[i] = threads; pn[i] = per * sms; }
+    if (i < 32) { pk[i] = (const void *)k; pt[i] = threads; ps[i] = smem; pn[i] = per * sms; }
     return per * sms;
 }
 template <int U, int NA>
@@ -2068,10 +2071,7 @@ static bool mm_launch_cols(const struct cu_mm_args *args, gpuStream_t s, bool ot
 #if !defined(VLLMC_HIP)
     /* the LM head through a ring of row tiles in shared memory (mm_kernel_lmh: the bits of the column-split instance
      * below, U 2; cu_lmh_ns, off by default) */
-    if (!other_only && !mr && U == 2 && sbw == 2 && mm_lmh_ok(a, (int)args->n_act)) {
-        mm_lmh_launch(a, s);
-        return true;
-    }
+    if (!other_only && !mr && U == 2 && sbw == 2 && mm_lmh_ok(a, (int)args->n_act) && mm_lmh_launch(a, s)) return true;
 #endif
     /* one super-block a thread where every K-quant row is Q4_K (one activation row, no fused norm; the same bits as the
      * column-split kernel). Off by default (cu_mm_cfg.sbt 0; VLLMC_CUDA_SBT=16 for rows of up to 16 super-blocks and
@@ -4634,25 +4634,26 @@ static bool mm_lmh_ok(const struct cu_mm_args &a, int n_act) {
     return S.type == GGML_TYPE_Q6_K && (a.a.n == 2560 || a.a.n == 2048) && S.n_rows >= cu_lmh_rows && !S.res && S.stride % 16 == 0 &&
            (uintptr_t)S.w % 16 == 0 && (size_t)LMH_RPC * S.stride * (size_t)cu_lmh_ns <= 200 * 1024;
 }
-static void mm_lmh_launch(const struct cu_mm_args &a, gpuStream_t s) {
+/* Launches it with a grid of the CTAs resident at once; false (nothing launched: the column-split kernel takes it) where
+ * the ring's shared memory cannot be had. */
+static bool mm_lmh_launch(const struct cu_mm_args &a, gpuStream_t s) {
     const size_t smem = (size_t)LMH_RPC * a.seg[0].stride * (size_t)cu_lmh_ns;
     const int threads = (int)(a.a.n / QK_K) / 2 * 32;
-    static size_t set_for = 0; /* (the smem and threads the attribute and occupancy were taken for) */
-    static int resident = 0;
-    if (set_for != smem * 1024 + (size_t)threads) {
-        set_for = smem * 1024 + (size_t)threads;
-        int dev = 0, n_sm = 0, per = 0;
+    static size_t smem_set = 0; /* the dynamic shared memory the kernel is set up for (the largest asked) */
+    if (smem > smem_set) {
         if (cudaFuncSetAttribute(mm_kernel_lmh, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess ||
-            cudaFuncSetAttribute(mm_kernel_lmh, cudaFuncAttributePreferredSharedMemoryCarveout, 100) != cudaSuccess ||
-            cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
-            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, mm_kernel_lmh, threads, smem) != cudaSuccess)
+            cudaFuncSetAttribute(mm_kernel_lmh, cudaFuncAttributePreferredSharedMemoryCarveout, 100) != cudaSuccess) {
             (void)cudaGetLastError();
-        resident = per * n_sm;
+            return false;
+        }
+        smem_set = smem;
     }
+    const int resident = mm_resident(mm_kernel_lmh, threads, smem);
+    if (resident == MM_RESIDENT_NONE) return false;
     const int n_tiles = (a.seg[0].n_rows + LMH_RPC - 1) / LMH_RPC;
-    const int grid = resident > 0 ? min(resident, n_tiles) : min(132, n_tiles);
-    gpu_launch(mm_kernel_lmh, dim3((unsigned)grid), dim3(threads), smem, s, a, cu_lmh_ns);
+    gpu_launch(mm_kernel_lmh, dim3((unsigned)min(resident, n_tiles)), dim3(threads), smem, s, a, cu_lmh_ns);
     cu_lmh_launches++;
+    return true;
 }
 
 /* Thread 0: the weights of the CTA's task k (of n0 + n1 a layer) into slot k % ns. */
