@@ -51,6 +51,42 @@ static __global__ void barrier_kernel(unsigned *cnt, int n) {
         __syncthreads();
     }
 }
+/* The measured read bandwidth (issue #5's ">= 80% of measured bandwidth"): a grid of 8 CTAs of 512 threads an SM
+ * reading 1 GiB by 16-byte loads (grid-stride), each byte once a pass; the median of 7 passes after a warm-up. */
+static __global__ void read_kernel(const uint4 *p, size_t n, uint32_t *sink) {
+    uint32_t a = 0;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        const uint4 v = gpu_ldg(p + i);
+        a ^= v.x ^ v.y ^ v.z ^ v.w;
+    }
+    if (a == 0x9e3779b9u) *sink = a; /* (keeps the loads) */
+}
+static double read_bandwidth(gpuStream_t st) {
+    const size_t bytes = (size_t)1 << 30;
+    uint4 *p;
+    uint32_t *sink;
+    CK(gpuMalloc((void **)&p, bytes));
+    CK(gpuMalloc((void **)&sink, 4));
+    CK(gpuMemset(p, 0x5a, bytes));
+    int dev = 0, sms = 0;
+    CK(gpuGetDevice(&dev));
+    CK(gpuDeviceGetSMCount(&sms, dev));
+    gpuEvent_t e0, e1;
+    CK(gpuEventCreate(&e0)); CK(gpuEventCreate(&e1));
+    std::vector<float> t;
+    for (int k = 0; k < 8; k++) {
+        CK(gpuEventRecord(e0, st));
+        read_kernel<<<sms * 8, 512, 0, st>>>(p, bytes / 16, sink);
+        CK(gpuEventRecord(e1, st)); CK(gpuEventSynchronize(e1));
+        float ms; CK(gpuEventElapsedTime(&ms, e0, e1));
+        if (k) t.push_back(ms);
+    }
+    const double gbs = bytes / (median_us(t) * 1e-3) / 1e9;
+    printf("measured read bandwidth: %.0f GB/s (1 GiB, 16-byte loads, %d x 512 threads, median of 7)\n", gbs, sms * 8);
+    CK(gpuFree(p)); CK(gpuFree(sink));
+    CK(gpuEventDestroy(e0)); CK(gpuEventDestroy(e1));
+    return gbs;
+}
 static void boundary_floor(gpuStream_t st) {
     gpuEvent_t e0, e1;
     CK(gpuEventCreate(&e0)); CK(gpuEventCreate(&e1));
@@ -124,6 +160,7 @@ int main(int argc, char **argv) {
     }
     if (getenv("VLLMC_CUDA_MMX_ROWS")) cu_mmx_rows = atoi(getenv("VLLMC_CUDA_MMX_ROWS"));
     if (getenv("VLLMC_CUDA_CARVEOUT")) gpu_carveout = atoi(getenv("VLLMC_CUDA_CARVEOUT"));
+    if (getenv("VLLMC_CUDA_COLX")) cu_mm_cfg.colx = atoi(getenv("VLLMC_CUDA_COLX")) ? 1 : 0;
     const int reps = argc > 1 ? atoi(argv[1]) : 30;
     std::vector<shape> shapes = {
         {GGML_TYPE_Q4_K, 2560, 9216, 1, "ffn_gate (qwen35-4b)"},
@@ -142,10 +179,20 @@ int main(int argc, char **argv) {
     if (getenv("BENCH_GEMV_LARGE") && atoi(getenv("BENCH_GEMV_LARGE")))
         for (uint32_t t : {GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_IQ4_XS})
             shapes.push_back({t, 2560, 248320, 1, "LM head shape, large"});
+    /* BENCH_GEMV_TYPES=1: the decode's gate + up and down shapes in the other weight types (mm_kernel_colx) */
+    if (getenv("BENCH_GEMV_TYPES") && atoi(getenv("BENCH_GEMV_TYPES")))
+        for (uint32_t t : {GGML_TYPE_Q5_K, GGML_TYPE_IQ4_XS, GGML_TYPE_Q4_0, GGML_TYPE_Q8_0}) {
+            shapes.push_back({t, 2560, 9216, 2, "gate + up shape"});
+            shapes.push_back({t, 9216, 2560, 1, "ffn_down shape"});
+        }
     printf("%-32s %5s %6s %7s %5s %8s %9s %8s %s\n", "shape", "type", "n_cols", "n_rows", "fused", "MB", "us", "GB/s", "max err / max |y|");
     gpuStream_t st;
     CK(gpuStreamCreate(&st));
-    if (l2) boundary_floor(st);
+    double read_gbs = 0;
+    if (l2) {
+        boundary_floor(st);
+        read_gbs = read_bandwidth(st);
+    }
     std::vector<double> gbs_all;
     for (const shape &s : shapes) {
         const uint64_t rs = quant_row_size(s.type, s.n_cols), stride = cu_weight_row_stride(s.type, s.n_cols);
@@ -259,8 +306,22 @@ int main(int argc, char **argv) {
                     CK(gpuEventElapsedTime(&ms, e0, e1)); th.push_back(ms * 1000.f / 64);
                 }
                 const double uc = median_us(tc), uh = median_us(th);
-                printf("%-32s %-13s %8.2f MB  cold %8.2f us (%5.0f GB/s)  hot %8.2f us (%5.0f GB/s)\n", s.what, ws == 0 ? "default" : ws == 7 ? "ws" : ws == 15 ? "ws one group" : "ws two groups",
-                       set_bytes / 1e6, uc, set_bytes / (uc * 1e3), uh, set_bytes / (uh * 1e3));
+                /* the outputs of one more launch against vec_dot_ref (every fused copy holds the same rows) */
+                CK(gpuMemset(d_y, 0xff, sizeof(float) * s.n_rows * s.n_fused));
+                cu_launch_matmul(&args[0], st);
+                CK(gpuStreamSynchronize(st));
+                std::vector<float> yo(s.n_rows * s.n_fused);
+                CK(gpuMemcpy(yo.data(), d_y, yo.size() * 4, gpuMemcpyDeviceToHost));
+                double e_max = 0, y_max = 0;
+                for (int64_t r = 0; r < s.n_rows; r++) y_max = std::max(y_max, (double)fabsf(ref[r]));
+                for (size_t i = 0; i < yo.size(); i++) {
+                    const double e = fabs((double)yo[i] - ref[i % s.n_rows]);
+                    e_max = std::max(e_max, e == e ? e : INFINITY);
+                }
+                printf("%-32s %-6s %-13s %8.2f MB  cold %8.2f us (%5.0f GB/s, %3.0f%% of read)  hot %8.2f us (%5.0f GB/s)\n", s.what,
+                       quant_traits(s.type)->name, ws == 0 ? "default" : ws == 7 ? "ws" : ws == 15 ? "ws one group" : "ws two groups",
+                       set_bytes / 1e6, uc, set_bytes / (uc * 1e3), 100.0 * set_bytes / (uc * 1e3) / read_gbs, uh, set_bytes / (uh * 1e3));
+                printf("%-32s   max err / max |y| %.2g%s\n", "", e_max / std::max(y_max, 1e-30), e_max / std::max(y_max, 1e-30) < 1e-5 ? "" : " (OFF)");
             }
             cu_mm_cfg = keep;
             gpu_pdl.on = false;

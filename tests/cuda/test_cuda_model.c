@@ -127,6 +127,11 @@ int main(int argc, char **argv) {
     CHECK(inst_open(&x[3], path, 3, P, n_blocks) == 0);
     if (test_n_fail) return test_finish("test_cuda_model");
     const int V = x[0].m->hp.n_vocab;
+    /* against the oracle the kernels differ only in float summation order: 1e-3 (issue #5's bound; 4.4e-7 measured
+     * on the tiny qwen35). With the GEMM on the Q8 values (no oracle: the integer CPU) the f16 rounding of the
+     * weights stays in the difference, and an ill-conditioned seed amplifies it (0.158 measured): 5e-2 there. */
+    const char *gact = getenv("VLLMC_CUDA_GEMM_ACT");
+    const double bound = gact && !strcmp(gact, "q8") ? 5e-2 : 1e-3;
     float *lg[4];
     for (int i = 0; i < 4; i++) lg[i] = malloc((size_t)V * sizeof(float));
     int32_t *tok = malloc((size_t)(P + D) * sizeof(int32_t)), *pos = malloc((size_t)(P + D) * sizeof(int32_t));
@@ -162,7 +167,7 @@ int main(int argc, char **argv) {
         const bool same = memcmp(lg[1], lg[2], (size_t)V * sizeof(float)) == 0 && am[1] == am[2];
         exact_steps += same;
         CHECK_MSG(same, "step %d: graph and eager logits differ", step);
-        CHECK_MSG(rel < 5e-2, "step %d: CUDA vs CPU (f16 prefill) max |dlogit| / max |logit| = %.3g (integer CPU: %.3g)", step, rel, rel_i);
+        CHECK_MSG(rel < bound, "step %d: CUDA vs CPU (f16 prefill) max |dlogit| / max |logit| = %.3g (integer CPU: %.3g)", step, rel, rel_i);
         if (step < D) tok[P + step] = am[0]; /* teacher forcing with the CPU's token */
     }
     printf("test_cuda_model: %s: %d steps, worst relative logit error %.3g, argmax agreement %d/%d, graph == eager in %d/%d\n",

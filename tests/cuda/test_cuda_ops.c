@@ -924,6 +924,107 @@ static void test_lmh(void) {
     }
 }
 
+/* mm_kernel_colx (backend_cuda_set_matvec_colx): one activation row of the other decode weight types against the CPU
+ * reference, within test_matmul's bound (the terms are exact, their order another), with the switch off (the
+ * one-warp-per-row kernel) and on: Q5_K, IQ4_XS, Q4_0 and Q8_0 launches alone at 1, 8, 10, 18 and 36 super-blocks a
+ * row (2 and 4 a warp, warps part idle), mixes in one launch as the Q5_K_M / IQ4_XS / Q4_0 files have them (with Q6_K,
+ * Q4_K, Q8_0 and F32 rows), part-filled last CTAs, a bias; counted, so it cannot pass untaken, and not taken with the
+ * switch off. */
+static void test_colx(void) {
+    const uint32_t Q5K = GGML_TYPE_Q5_K, IQ4 = GGML_TYPE_IQ4_XS, Q40 = GGML_TYPE_Q4_0, Q80 = GGML_TYPE_Q8_0;
+    const struct { int64_t E; int n; uint32_t t[4]; int64_t rows[4]; } cs[] = {
+        {2560, 1, {Q5K}, {1001}},
+        {2560, 1, {IQ4}, {1003}},
+        {2560, 1, {Q40}, {999}},
+        {2560, 1, {Q80}, {517}},
+        {256, 1, {Q5K}, {37}},
+        {2048, 1, {IQ4}, {29}},
+        {4608, 1, {Q40}, {61}},
+        {4608, 1, {IQ4}, {19}},
+        {9216, 1, {Q5K}, {45}},
+        {9216, 1, {Q80}, {23}},
+        {2560, 4, {Q5K, GGML_TYPE_Q6_K, Q80, GGML_TYPE_F32}, {300, 77, 16, 16}},
+        {2048, 3, {IQ4, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K}, {123, 64, 9}},
+        {9216, 2, {Q80, Q40}, {40, 33}},
+    };
+    const uint32_t fmts = BK_ACT_BIT(BK_ACT_Q8_K) | BK_ACT_BIT(BK_ACT_Q8_0);
+    size_t checked = 0;
+    for (size_t ci = 0; ci < sizeof(cs) / sizeof(cs[0]); ci++) {
+        const int64_t E = cs[ci].E;
+        const int n = cs[ci].n;
+        struct pair_w w[4];
+        for (int k = 0; k < n; k++) make_weight(&w[k], cs[ci].t[k], E, cs[ci].rows[k]);
+        struct bk_act ra, ga;
+        CHECK(bk_act_alloc(ref, 1, E, fmts, &ra) == VLLMC_OK);
+        CHECK(bk_act_alloc(gpu, 1, E, fmts, &ga) == VLLMC_OK);
+        float *x = rand_buf((size_t)E, 1.0f);
+        memcpy(ra.x, x, (size_t)E * 4);
+        CHECK(gpu->ops->copy_to_device(gpu, ga.x, x, (size_t)E * 4) == VLLMC_OK);
+        ra.n_rows = ga.n_rows = 1;
+        CHECK(ref->ops->quantize(ref, &ra) == VLLMC_OK);
+        CHECK(gpu->ops->quantize(gpu, &ga) == VLLMC_OK);
+        const int64_t nb = cs[ci].rows[0];
+        float *bias = rand_buf((size_t)nb, 0.1f), *gbias = dev_put(bias, (size_t)nb * 4);
+        float *ry[4], *gy[4];
+        double *bound[4];
+        struct bk_matmul_out ro[4], go[4];
+        float *wrow = malloc((size_t)E * 4);
+        for (int k = 0; k < n; k++) {
+            const int64_t nr = cs[ci].rows[k];
+            ry[k] = ref_put(NULL, (size_t)nr * 4);
+            gy[k] = dev_put(NULL, (size_t)nr * 4);
+            ro[k] = (struct bk_matmul_out){.w = &w[k].r, .bias = k == 0 ? bias : NULL, .y = ry[k]};
+            go[k] = (struct bk_matmul_out){.w = &w[k].g, .bias = k == 0 ? gbias : NULL, .y = gy[k]};
+            bound[k] = malloc((size_t)nr * sizeof(double));
+            for (int64_t o = 0; o < nr; o++) { /* sum |w x| over the dequantized row (+ |bias|) */
+                dequantize_row(cs[ci].t[k], w[k].host + quant_row_size(cs[ci].t[k], E) * (size_t)o, wrow, E);
+                double b = k == 0 ? fabs(bias[o]) : 0.0;
+                for (int64_t e = 0; e < E; e++) b += fabs((double)wrow[e] * x[e]);
+                bound[k][o] = b;
+            }
+        }
+        free(wrow);
+        CHECK(ref->ops->matmul(ref, &ra, n, ro) == VLLMC_OK);
+        double worst[2] = {0, 0};
+        for (int on = 0; on < 2; on++) {
+            const int old = backend_cuda_set_matvec_colx(on);
+            const uint64_t l0 = backend_cuda_colx_launches();
+            for (int k = 0; k < n; k++) poison_dev(gy[k], cs[ci].rows[k]);
+            CHECK(gpu->ops->matmul(gpu, &ga, n, go) == VLLMC_OK);
+            CHECK_MSG(backend_cuda_colx_launches() == l0 + (uint64_t)on, "colx E %lld %s: %llu launches with the switch %s",
+                      (long long)E, quant_traits(cs[ci].t[0])->name, (unsigned long long)(backend_cuda_colx_launches() - l0), on ? "on" : "off");
+            backend_cuda_set_matvec_colx(old);
+            for (int k = 0; k < n; k++) {
+                const int64_t nr = cs[ci].rows[k];
+                float *h = malloc((size_t)nr * 4);
+                dev_get(h, gy[k], (size_t)nr * 4);
+                const float *rv = ry[k];
+                for (int64_t o = 0; o < nr; o++) {
+                    const double d = fabs((double)h[o] - rv[o]);
+                    worst[on] = fmax(worst[on], isnan(d) ? INFINITY : d / fmax(bound[k][o], 1e-30));
+                }
+                checked += on ? (size_t)nr : 0;
+                free(h);
+            }
+        }
+        printf("colx E %lld, %s%s%s%s: max |d| / sum |w x| %.3g (one warp a row: %.3g)\n", (long long)E, quant_traits(cs[ci].t[0])->name,
+               n > 1 ? " + " : "", n > 1 ? quant_traits(cs[ci].t[1])->name : "", n > 2 ? " + ..." : "", worst[1], worst[0]);
+        CHECK_MSG(worst[1] < 2e-6 && worst[0] < 2e-6, "colx E %lld %s: max |d| / sum |w x| %.3g (off: %.3g)", (long long)E,
+                  quant_traits(cs[ci].t[0])->name, worst[1], worst[0]);
+        for (int k = 0; k < n; k++) {
+            ref->ops->free(ref, ry[k]);
+            gpu->ops->free(gpu, gy[k]);
+            free(bound[k]);
+            free_weight(&w[k]);
+        }
+        gpu->ops->free(gpu, gbias);
+        free(bias); free(x);
+        bk_act_free(ref, &ra);
+        bk_act_free(gpu, &ga);
+    }
+    printf("colx: %zu outputs checked\n", checked);
+}
+
 /* The register-bounded column-split instances (backend_cuda_set_matvec_lb, a bit per class) are the default kernels'
  * code under other launch bounds: every output must be bit-identical to the unbounded instances' on each class's shapes
  * (2,560 columns Q4_K; the Q6_K LM head's class; 9,216 columns Q4_K, Q6_K, and both in one launch). */
@@ -1882,6 +1983,7 @@ int main(int argc, char **argv) {
     if (want("stream")) test_stream();
     if (want("ws")) test_ws();
     if (want("cols_lb")) test_cols_lb();
+    if (want("colx")) test_colx();
     if (want("lmh")) test_lmh();
     if (want("alt_kernel")) {
         test_alt_kernel(ALT_SBT);

@@ -404,6 +404,9 @@ def test_options_match(models, tmp_path):
         ("llama", "Q4_K_M", [("ffn_up", 14), ("ffn", 8)], ["--tensor-type", "ffn_up=Q6_K", "--tensor-type", "FFN=q8_0"]),
         ("qwen35", "Q4_K_M", [("ssm_alpha|ssm_beta", 8), (r"blk\.[0-3]\.ffn_down", 14)],
          ["--tensor-type", "ssm_alpha|ssm_beta=q8_0", "--tensor-type", r"blk\.[0-3]\.ffn_down=q6_k"]),
+        # IQ4_XS (type 23), which no ftype here produces, through the override (the GPU decode's IQ4_XS rows are
+        # measured on files made this way)
+        ("qwen35", "Q4_K_M", [("ffn_(gate|up|down)|attn_qkv|attn_gate", 23)], ["--tensor-type", "ffn_(gate|up|down)|attn_qkv|attn_gate=iq4_xs"]),
     ]
     for i, (arch, ftype, tt, flags) in enumerate(tt_cases):
         ref, ours = str(tmp_path / f"reft{i}.gguf"), str(tmp_path / f"ourst{i}.gguf")

@@ -148,6 +148,12 @@ int backend_cuda_set_mmx_rows(int rows);
  * tiles in shared memory, the column-split kernel's bits. Returns the previous ns; -1 on HIP (no such kernel there). */
 int backend_cuda_set_lmh(int ns, int rows);
 uint64_t backend_cuda_lmh_launches(void);
+/* The one-activation-row launches with Q5_K, IQ4_XS or Q4_0 rows, or Q8_0 rows without K-quant ones, on the
+ * column-split kernel for those types (mm_kernel_colx; on by default on CUDA) or not (0: the one-warp-per-row kernel).
+ * Returns the previous setting. Process-wide; VLLMC_CUDA_COLX sets it at backend creation. */
+int backend_cuda_set_matvec_colx(int on);
+/* Launches that took mm_kernel_colx so far, process-wide. */
+uint64_t backend_cuda_colx_launches(void);
 uint64_t backend_cuda_mmx_launches(void);
 /* The Gated DeltaNet rule kernel's value rows a thread: 1, 2, or -1 (the default: 2 for a decode step of several
  * sequences with a bf16 state, where the per-CTA norms and barriers set the kernel's time; else 1); the same bits

@@ -1433,6 +1433,258 @@ static __global__ void __launch_bounds__(LBT, LBM) mm_kernel_cols(const struct c
     }
 }
 
+/* ---- the column-split mat-vec for the other decode weight types (mm_kernel_colx) ----
+ * One activation row, launches with Q5_K, IQ4_XS or Q4_0 rows, or with Q8_0 rows and no K-quant ones (Q5_K_M, IQ4_XS,
+ * Q4_0 and Q8_0 files). These took the one-warp-per-row kernel (mm_row: a warp walks its row in dependent steps, a
+ * round trip each), which streamed the LM head's shape at 28-53% of what the column-split kernel reaches on Q4_K
+ * (BENCHMARKS.md "The other weight types"). Here the lanes split a row as the column-split kernel does (SBW groups of
+ * 256 columns a warp, 64 columns a lane, 8 / SBW rows a pass, two passes a CTA), each lane's weights in registers
+ * before the dependency wait. A CTA's rows are one segment, and each type has its branch: Q4_K and Q6_K the
+ * column-split kernel's terms, Q5_K Q4_K's with the 5th bit from the qh bytes, IQ4_XS its table by byte permutes,
+ * and the 32-element block types (a lane's 64 columns two blocks, against the Q8_0 activation) each block's term as
+ * the reference forms it; F32 rows mv_other_cta's. The terms are exact; a row adds them in another order than the
+ * reference (test_cuda_ops colx holds them to test_matmul's bound). */
+struct k5_w { uint4 q0, q1, h0, h1; uint32_t sw; };
+struct iq4x_w { uint4 q0, q1; uint32_t sl, dh; };
+struct b8_w { uint4 q0, q1, q2, q3; uint32_t d; };
+struct b4_w { uint4 q0, q1; uint32_t d; };
+/* Q5_K chunk c of super-block sb (a repacked row: the quants, the 32 qh bytes of each super-block, the 12 scale bytes,
+ * d / dmin from a 16-byte boundary): its 32 quant bytes, the super-block's 32 qh bytes, and word c of (scales, d /
+ * dmin), shared by the 4 lanes as k4s_load's */
+static __device__ __forceinline__ k5_w k5_load(const uint8_t *wr, int n_sb, int sb, int c) {
+    const size_t sc_off = 160 * (size_t)n_sb, dm_off = sc_off + ((12 * (size_t)n_sb + 15) & ~(size_t)15);
+    const uint4 *qp = (const uint4 *)(wr + 128 * (size_t)sb + 32 * c), *hp = (const uint4 *)(wr + 128 * (size_t)n_sb + 32 * (size_t)sb);
+    const uint32_t *wp = (const uint32_t *)(wr + (c < 3 ? sc_off + 12 * (size_t)sb + 4 * (size_t)c : dm_off + 4 * (size_t)sb));
+    return k5_w{gpu_ldg(qp), gpu_ldg(qp + 1), gpu_ldg(hp), gpu_ldg(hp + 1), gpu_ldg(wp)};
+}
+/* sub-block 2c's element l has its 5th bit at bit 2c of qh[l], sub-block 2c + 1's at bit 2c + 1 (row_q5_K) */
+static __device__ __forceinline__ float k5_term(const k5_w &w, const k4_sel &ks, const mv_act &v, int lane) {
+    const int b = lane & ~3, sh = 2 * (lane & 3);
+    const uint32_t qw[8] = {w.q0.x, w.q0.y, w.q0.z, w.q0.w, w.q1.x, w.q1.y, w.q1.z, w.q1.w};
+    const uint32_t hw[8] = {w.h0.x, w.h0.y, w.h0.z, w.h0.w, w.h1.x, w.h1.y, w.h1.z, w.h1.w};
+    int slo = 0, shi = 0;
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        const uint32_t hb = hw[k] >> sh;
+        slo = dot4_i8((int)((qw[k] & 0x0F0F0F0Fu) | ((hb << 4) & 0x10101010u)), v.al[k], slo);
+        shi = dot4_i8((int)(((qw[k] >> 4) & 0x0F0F0F0Fu) | ((hb << 3) & 0x10101010u)), v.ah[k], shi);
+    }
+    return k4_term_sums<true>(ks, shfl_idx(w.sw, b), shfl_idx(w.sw, b + 1), shfl_idx(w.sw, b + 2), shfl_idx(w.sw, b + 3), slo, shi,
+                              v.b[0], v.b[1], v.d);
+}
+/* IQ4_XS chunk c (a repacked row: the quants, the 4 low-scale bytes of each super-block, then d | scales_h << 16) */
+static __device__ __forceinline__ iq4x_w iq4x_load(const uint8_t *wr, int n_sb, int sb, int c) {
+    const uint8_t *slb = wr + 128 * (size_t)n_sb, *dhb = slb + ((4 * (size_t)n_sb + 15) & ~(size_t)15);
+    const uint4 *qp = (const uint4 *)(wr + 128 * (size_t)sb + 32 * c);
+    return iq4x_w{gpu_ldg(qp), gpu_ldg(qp + 1), gpu_ldg((const uint32_t *)(slb + 4 * (size_t)sb)), gpu_ldg((const uint32_t *)(dhb + 4 * (size_t)sb))};
+}
+/* The table values (kvalues_iq4nl) of q's 8 nibbles in nibble order, 4 a word: each byte picked from the table's
+ * low or high half (selectors of 3 bits: no sign replication) by the nibble's bit 3. 10 instructions where
+ * iq4_values4 twice takes ~26. */
+static __device__ __forceinline__ void iq4_vals8(uint32_t q, uint32_t &v0, uint32_t &v1) {
+    const uint32_t t0 = 0xBFAD9881u, t1 = 0xF6EADDCFu, t2 = 0x26190D01u, t3 = 0x71594535u;
+    const uint32_t s = q & 0x77777777u, hs = s >> 16;
+    const uint32_t pick = 0x32103210u | ((q >> 1) & 0x44444444u);
+    v0 = __byte_perm(__byte_perm(t0, t1, s), __byte_perm(t2, t3, s), pick);
+    v1 = __byte_perm(__byte_perm(t0, t1, hs), __byte_perm(t2, t3, hs), pick >> 16);
+}
+/* Word k of a sub-block's 16 bytes holds elements 4k .. 4k + 3 (low nibbles) and 16 + 4k .. (high nibbles); in nibble
+ * order they are 4k, 16 + 4k, 4k + 1, 17 + 4k | 4k + 2, 18 + 4k, 4k + 3, 19 + 4k, so the activation words lo (4k ..)
+ * and hi (16 + 4k ..) are interleaved to match. */
+static __device__ __forceinline__ int iq4_dot16(uint32_t q, int lo, int hi, int s) {
+    uint32_t v0, v1;
+    iq4_vals8(q, v0, v1);
+    s = dot4_i8((int)v0, (int)__byte_perm((uint32_t)lo, (uint32_t)hi, 0x5140), s);
+    return dot4_i8((int)v1, (int)__byte_perm((uint32_t)lo, (uint32_t)hi, 0x7362), s);
+}
+static __device__ __forceinline__ float iq4x_term(const iq4x_w &w, int c, const mv_act &v) {
+    const uint32_t sh = w.dh >> 16;
+    const int ls0 = (int)(((w.sl >> (8 * c)) & 15u) | (((sh >> (4 * c)) & 3u) << 4)) - 32;
+    const int ls1 = (int)(((w.sl >> (8 * c + 4)) & 15u) | (((sh >> (4 * c + 2)) & 3u) << 4)) - 32;
+    const uint32_t qw[8] = {w.q0.x, w.q0.y, w.q0.z, w.q0.w, w.q1.x, w.q1.y, w.q1.z, w.q1.w};
+    int s0 = 0, s1 = 0;
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        s0 = iq4_dot16(qw[k], v.al[k], v.al[4 + k], s0);
+        s1 = iq4_dot16(qw[4 + k], v.ah[k], v.ah[4 + k], s1);
+    }
+    int I = ls0 * s0 + ls1 * s1;
+    I += shfl_xor(I, 1); I += shfl_xor(I, 2);
+    return term_k(v.d, gpu_h2f((uint16_t)(w.dh & 0xffff)), I);
+}
+/* The 32-element block types: lane c of super-block sb takes blocks 8 sb + 2c, 8 sb + 2c + 1 (a repacked row: the
+ * quants, then the f16 scales). Their activation (Q8_0): the 64 quants, the two scales, each block's quant sum (Q4_0's
+ * -8). */
+struct mv_act0 { int al[8], ah[8]; float d0, d1; int s0, s1; };
+static __device__ __forceinline__ void mv_act0_load(const cu_act_view &a, int sb, int c, mv_act0 &v) {
+    const int4 *ap = (const int4 *)(a.o_qs + (int64_t)sb * QK_K + 64 * c);
+    const int4 l0 = ap[0], l1 = ap[1], h0 = ap[2], h1 = ap[3];
+    v.al[0] = l0.x; v.al[1] = l0.y; v.al[2] = l0.z; v.al[3] = l0.w; v.al[4] = l1.x; v.al[5] = l1.y; v.al[6] = l1.z; v.al[7] = l1.w;
+    v.ah[0] = h0.x; v.ah[1] = h0.y; v.ah[2] = h0.z; v.ah[3] = h0.w; v.ah[4] = h1.x; v.ah[5] = h1.y; v.ah[6] = h1.z; v.ah[7] = h1.w;
+    const uint32_t dd = *(const uint32_t *)(a.o_d + (int64_t)8 * sb + 2 * c);
+    v.d0 = gpu_h2f((uint16_t)(dd & 0xffff)); v.d1 = gpu_h2f((uint16_t)(dd >> 16));
+    v.s0 = v.s1 = 0;
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        v.s0 = dot4_i8(0x01010101, v.al[k], v.s0);
+        v.s1 = dot4_i8(0x01010101, v.ah[k], v.s1);
+    }
+}
+static __device__ __forceinline__ void mv_act0_zero(mv_act0 &v) {
+#pragma unroll
+    for (int i = 0; i < 8; i++) v.al[i] = v.ah[i] = 0;
+    v.d0 = v.d1 = 0.f;
+    v.s0 = v.s1 = 0;
+}
+static __device__ __forceinline__ b8_w b8_load(const uint8_t *wr, int n_b, int sb, int c) {
+    const int b = 8 * sb + 2 * c;
+    const uint4 *qp = (const uint4 *)(wr + 32 * (size_t)b);
+    return b8_w{gpu_ldg(qp), gpu_ldg(qp + 1), gpu_ldg(qp + 2), gpu_ldg(qp + 3), gpu_ldg((const uint32_t *)(wr + 32 * (size_t)n_b + 2 * (size_t)b))};
+}
+static __device__ __forceinline__ b4_w b4_load(const uint8_t *wr, int n_b, int sb, int c) {
+    const int b = 8 * sb + 2 * c;
+    const uint4 *qp = (const uint4 *)(wr + 16 * (size_t)b);
+    return b4_w{gpu_ldg(qp), gpu_ldg(qp + 1), gpu_ldg((const uint32_t *)(wr + 16 * (size_t)n_b + 2 * (size_t)b))};
+}
+/* the two blocks' terms (d_w d_a I, as row_q8_0 / row_q45_0 form them) added, then over the super-block's 4 lanes */
+static __device__ __forceinline__ float b32_pair(uint32_t dw, const mv_act0 &v, int I0, int I1) {
+    float t = __fadd_rn(__fmul_rn(__fmul_rn(gpu_h2f((uint16_t)(dw & 0xffff)), v.d0), (float)I0),
+                        __fmul_rn(__fmul_rn(gpu_h2f((uint16_t)(dw >> 16)), v.d1), (float)I1));
+    t = __fadd_rn(t, shfl_xor(t, 1));
+    return __fadd_rn(t, shfl_xor(t, 2));
+}
+static __device__ __forceinline__ float b8_term(const b8_w &w, const mv_act0 &v) {
+    const uint32_t q[16] = {w.q0.x, w.q0.y, w.q0.z, w.q0.w, w.q1.x, w.q1.y, w.q1.z, w.q1.w,
+                            w.q2.x, w.q2.y, w.q2.z, w.q2.w, w.q3.x, w.q3.y, w.q3.z, w.q3.w};
+    int I0 = 0, I1 = 0;
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        I0 = dot4_i8((int)q[k], v.al[k], I0);
+        I1 = dot4_i8((int)q[8 + k], v.ah[k], I1);
+    }
+    return b32_pair(w.d, v, I0, I1);
+}
+/* Q4_0: element j < 16 the low nibble of byte j, j + 16 its high nibble; the -8 through the block's quant sum */
+static __device__ __forceinline__ float b4_term(const b4_w &w, const mv_act0 &v) {
+    const uint32_t q[8] = {w.q0.x, w.q0.y, w.q0.z, w.q0.w, w.q1.x, w.q1.y, w.q1.z, w.q1.w};
+    int I0 = 0, I1 = 0;
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        I0 = dot4_i8((int)(q[k] & 0x0F0F0F0Fu), v.al[k], I0);
+        I0 = dot4_i8((int)((q[k] >> 4) & 0x0F0F0F0Fu), v.al[4 + k], I0);
+        I1 = dot4_i8((int)(q[4 + k] & 0x0F0F0F0Fu), v.ah[k], I1);
+        I1 = dot4_i8((int)((q[4 + k] >> 4) & 0x0F0F0F0Fu), v.ah[4 + k], I1);
+    }
+    return b32_pair(w.d, v, I0 - 8 * v.s0, I1 - 8 * v.s1);
+}
+/* The weight types mm_kernel_colx takes (F32 rows too, by mv_other_cta) */
+static inline bool colx_type(int t) {
+    return t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K || t == GGML_TYPE_Q6_K || t == GGML_TYPE_IQ4_XS || t == GGML_TYPE_Q8_0 ||
+           t == GGML_TYPE_Q4_0 || t == GGML_TYPE_F32;
+}
+#define COLX_U 2 /* row passes a CTA */
+template <int SBW>
+static __global__ void __launch_bounds__(512) mm_kernel_colx(const struct cu_mm_args P) {
+    constexpr int RW = 8 / SBW, U = COLX_U, RPC = RW * U;
+    __shared__ float part[16][RPC];
+    __shared__ float conv_pre[RPC][CU_CONV_PRE];
+    __shared__ int conv_slot[RPC];
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, W = blockDim.x >> 5;
+    const int si = mv_seg_of(P);
+    const cu_mm_seg &S = P.seg[si];
+    const int r0 = ((int)blockIdx.x - S.cta0) * RPC, rows = min(RPC, S.n_rows - r0);
+    const uint8_t *wb = S.w + (size_t)r0 * S.stride;
+    if (S.type == GGML_TYPE_F32) {
+        mv_other_cta(P, S, wb, r0, rows, 0, 1, lane, wid, W);
+        return;
+    }
+    const bool conv = P.conv.on && si == P.conv.seg;
+    const int n_sb = (int)(P.a.n / QK_K), t = S.type;
+    const int c = lane & 3, sbl = (lane >> 2) % SBW, rr = lane / (4 * SBW);
+    const int sb = wid * SBW + sbl;
+    const bool on = sb < n_sb;
+    float resv = 0.f;
+    /* after a branch's loads: the conv's state and weights, the wait, the residual */
+    auto released = [&]() {
+        if (conv) mv_conv_load<1>(P.conv, rows, 1, 0, r0, conv_pre, conv_slot);
+        gpu_pdl_wait();
+        gpu_pdl_trigger();
+        resv = mv_res_load<1>(S, r0, rows);
+    };
+    auto put = [&](int u, float y) { mv_warp_part<SBW>(y, &part[wid][u * RW + rr], lane); };
+#define COLX_LOAD(w, ld)                                                                                                     \
+    _Pragma("unroll") for (int u = 0; u < U; u++) {                                                                          \
+        const int row = u * RW + rr;                                                                                         \
+        if (on && row < rows) w[u] = ld;                                                                                     \
+    }
+    if (t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K || t == GGML_TYPE_IQ4_XS || t == GGML_TYPE_Q6_K) {
+        mv_act v;
+        if (t == GGML_TYPE_Q5_K) {
+            k5_w w[U] = {};
+            COLX_LOAD(w, k5_load(wb + (size_t)row * S.stride, n_sb, sb, c));
+            released();
+            if (on) mv_act_load(P.a, false, sb, c, v);
+            else mv_act_zero(v);
+            const k4_sel ks = k4_sel_make(c);
+#pragma unroll
+            for (int u = 0; u < U; u++) put(u, k5_term(w[u], ks, v, lane));
+        } else if (t == GGML_TYPE_IQ4_XS) {
+            iq4x_w w[U] = {};
+            COLX_LOAD(w, iq4x_load(wb + (size_t)row * S.stride, n_sb, sb, c));
+            released();
+            if (on) mv_act_load(P.a, false, sb, c, v);
+            else mv_act_zero(v);
+#pragma unroll
+            for (int u = 0; u < U; u++) put(u, iq4x_term(w[u], c, v));
+        } else if (t == GGML_TYPE_Q4_K) {
+            k4s_w w[U] = {};
+            COLX_LOAD(w, k4s_load(wb + (size_t)row * S.stride, n_sb, sb, c));
+            released();
+            if (on) mv_act_load(P.a, false, sb, c, v);
+            else mv_act_zero(v);
+            const k4_sel ks = k4_sel_make(c);
+#pragma unroll
+            for (int u = 0; u < U; u++) put(u, k4s_term(w[u], ks, v, lane));
+        } else {
+            q6_w w[U] = {};
+            COLX_LOAD(w, q6_load(wb + (size_t)row * S.stride, n_sb, sb, c));
+            released();
+            if (on) mv_act_load(P.a, true, sb, c, v);
+            else mv_act_zero(v);
+#pragma unroll
+            for (int u = 0; u < U; u++) put(u, q6_term<true>(w[u], c & 1, v));
+        }
+    } else {
+        mv_act0 v;
+        const int n_b = (int)(P.a.n / 32);
+        if (t == GGML_TYPE_Q8_0) {
+            b8_w w[U] = {};
+            COLX_LOAD(w, b8_load(wb + (size_t)row * S.stride, n_b, sb, c));
+            released();
+            if (on) mv_act0_load(P.a, sb, c, v);
+            else mv_act0_zero(v);
+#pragma unroll
+            for (int u = 0; u < U; u++) put(u, b8_term(w[u], v));
+        } else {
+            b4_w w[U] = {};
+            COLX_LOAD(w, b4_load(wb + (size_t)row * S.stride, n_b, sb, c));
+            released();
+            if (on) mv_act0_load(P.a, sb, c, v);
+            else mv_act0_zero(v);
+#pragma unroll
+            for (int u = 0; u < U; u++) put(u, b4_term(w[u], v));
+        }
+    }
+#undef COLX_LOAD
+    __syncthreads();
+    if ((int)threadIdx.x < rows) { /* (the thread that loaded its output's residual and conv inputs) */
+        const int j = threadIdx.x;
+        float y = part[0][j];
+        for (int k = 1; k < W; k++) y = __fadd_rn(y, part[k][j]);
+        mv_out<1>(P, S, 0, r0, j, y, resv, conv, conv_pre[j], conv_slot[j]);
+    }
+}
+
 /* ---- one super-block a thread: the one-activation-row launches whose K-quant rows are all Q4_K ----
  * A CTA is n_sb x R threads for R rows; thread t takes super-block sb = t / R of row t % R (a warp: 32 / R
  * super-blocks of R rows). The thread loads the row's 144 bytes of that super-block into registers before the
@@ -2026,6 +2278,43 @@ static void mm_subset(const struct cu_mm_args *args, unsigned mask, struct cu_mm
     for (int i = 0; i < args->n_seg; i++)
         if (mask >> i & 1) order[n++] = i;
     mm_select(args, order, n, out);
+}
+
+uint64_t cu_colx_launches;
+extern "C" uint64_t backend_cuda_colx_launches(void) { return cu_colx_launches; }
+/* mm_kernel_colx for one activation row where a segment is Q5_K, IQ4_XS or Q4_0, or where Q8_0 rows come without
+ * K-quant ones (cu_mm_cfg.colx), every segment a type it takes and a row of 256-column groups that fits 16 warps; false
+ * (nothing launched) otherwise. F32 segments first in the grid (their CTAs walk 4-row tiles a warp and take longer, as
+ * in mm_launch_cols). */
+static bool mm_launch_colx(const struct cu_mm_args *args, gpuStream_t s) {
+    if (!cu_mm_cfg.colx || args->n_act != 1 || args->nq.on || args->row_order || args->a.n % QK_K) return false;
+    bool other = false, kq = false, q8 = false;
+    for (int i = 0; i < args->n_seg; i++) {
+        const int t = args->seg[i].type;
+        if (!colx_type(t)) return false;
+        other = other || t == GGML_TYPE_Q5_K || t == GGML_TYPE_IQ4_XS || t == GGML_TYPE_Q4_0;
+        kq = kq || t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q6_K;
+        q8 = q8 || t == GGML_TYPE_Q8_0;
+    }
+    if (!other && (kq || !q8)) return false; /* (Q4_K / Q6_K launches: mm_launch_cols' kernels) */
+    if (args->conv.on && args->seg[args->conv.seg].type == GGML_TYPE_F32) return false;
+    const int n_sb = (int)(args->a.n / QK_K), sbw = n_sb <= cu_mm_cfg.cols_sbw2 ? 2 : 4, w = (n_sb + sbw - 1) / sbw;
+    if (w > 16) return false;
+    int order[CU_MM_MAX_SEG], no = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < args->n_seg; i++)
+            if ((args->seg[i].type == GGML_TYPE_F32) == (pass == 0)) order[no++] = i;
+    struct cu_mm_args a;
+    mm_select(args, order, no, &a);
+    const int rpc = 8 / sbw * COLX_U;
+    int ctas = 0;
+    for (int i = 0; i < a.n_seg; i++) {
+        a.seg[i].cta0 = ctas;
+        ctas += (int)GPU_CEIL_DIV(a.seg[i].n_rows, rpc);
+    }
+    gpu_launch(sbw == 2 ? mm_kernel_colx<2> : mm_kernel_colx<4>, dim3((unsigned)ctas), dim3(32 * w), 0, s, a);
+    cu_colx_launches++;
+    return true;
 }
 
 uint64_t cu_cols_lb_launches, cu_cols_pf_launches;
@@ -3720,7 +4009,12 @@ static bool mm_launch_mmr(const struct cu_mm_args *args, gpuStream_t s) {
 #else
 #define MM_MMQ 16
 #endif
-struct cu_mm_cfg cu_mm_cfg = {{8192, 65536}, {1, 4, 4}, {0, 2, 1}, {0, 0, 0}, 0, {1, 1, 1}, 64, 0, 3, 1, MS_CPS, 24 * 1024, 0, 16, MM_COLS_LB, 0, 16384, MM_MMA, MM_MMR, 10, 8, 32, 0, 16, 0, 1, 132, MM_MMQ, 132 * (VLLMC_MMQ_MINB4 > 2 ? VLLMC_MMQ_MINB4 : 2), 1, 1, 4, 0};
+#if defined(VLLMC_HIP)
+#define MM_COLX 0
+#else
+#define MM_COLX 1
+#endif
+struct cu_mm_cfg cu_mm_cfg = {{8192, 65536}, {1, 4, 4}, {0, 2, 1}, {0, 0, 0}, 0, {1, 1, 1}, 64, 0, 3, 1, MS_CPS, 24 * 1024, 0, 16, MM_COLS_LB, 0, 16384, MM_MMA, MM_MMR, 10, 8, 32, 0, 16, 0, 1, 132, MM_MMQ, 132 * (VLLMC_MMQ_MINB4 > 2 ? VLLMC_MMQ_MINB4 : 2), 1, 1, 4, 0, MM_COLX};
 
 static bool mm_launch_dec(const struct cu_mm_args *args, gpuStream_t s);
 
@@ -3778,7 +4072,7 @@ static bool mm_launch(const struct cu_mm_args *args, gpuStream_t s) {
             if (!tile_order) tr = 1;
         }
         if ((inv_cols || (!args->row_order && cu_mm_cfg.cols[cls])) &&
-            (mm_launch_ws(args, s) || mm_launch_stream(args, s) || mm_launch_cols(args, s)))
+            (mm_launch_ws(args, s) || mm_launch_stream(args, s) || mm_launch_cols(args, s) || mm_launch_colx(args, s)))
             return true;
         if (ks == 1 || ks == 2 || ks == 4) {
             struct cu_mm_args a = *args;
