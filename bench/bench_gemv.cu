@@ -160,7 +160,7 @@ int main(int argc, char **argv) {
     }
     if (getenv("VLLMC_CUDA_MMX_ROWS")) cu_mmx_rows = atoi(getenv("VLLMC_CUDA_MMX_ROWS"));
     if (getenv("VLLMC_CUDA_CARVEOUT")) gpu_carveout = atoi(getenv("VLLMC_CUDA_CARVEOUT"));
-    if (getenv("VLLMC_CUDA_COLX")) cu_mm_cfg.colx = atoi(getenv("VLLMC_CUDA_COLX")) ? 1 : 0;
+    if (getenv("VLLMC_CUDA_COLX")) cu_mm_cfg.colx = std::min(std::max(atoi(getenv("VLLMC_CUDA_COLX")), 0), 2);
     const int reps = argc > 1 ? atoi(argv[1]) : 30;
     std::vector<shape> shapes = {
         {GGML_TYPE_Q4_K, 2560, 9216, 1, "ffn_gate (qwen35-4b)"},

@@ -133,15 +133,19 @@ san_generate() {
         --prompt-ids "[11,22,33,44,55,66,77,88]" --ids --ignore-eos -n 4 >"$OUT/${tag}_san_$m.txt" 2>&1; rc=$?
     note "$tag ${*:4} $m under memcheck (generate, 4 steps) rc=$rc: $(grep -m1 'ERROR SUMMARY' "$OUT/${tag}_san_$m.txt")"
 }
-# the test_cuda_model run of log $1 (exit status $2) broke what a switch must keep: it crashed, timed out or failed (its
-# CPU bound too: since the CPU oracle rounds the prefill's matmuls as the f16 GEMM does, the seeds that exceeded the old
-# bound measure ~1e-6), or a recorded step differs from its eager one (graph == eager n/m with n < m)
+# the test_cuda_model run of log $1 (exit status $2) broke what a same-bits switch must keep: it crashed or timed out, or a
+# recorded step differs from its eager one (graph == eager n/m with n < m). Its CPU bound alone does not count: the CPU
+# oracle now rounds the prefill's matmuls as the f16 GEMM does, but an activation crossing a Q8 rounding boundary still
+# moves some seeds' logits by 1e-2 and more (BENCHMARKS "The other weight types"). The switch's values are held to the
+# default's by the stage's other checks: test_cuda_ops bit for bit against the default kernels, and the greedy ids of
+# the real-shape models.
 model_broke() {
     local ge
     ge=$(grep -o 'graph == eager in [0-9]*/[0-9]*' "$1" | head -1 | sed 's/.* //')
     [ -z "$ge" ] && return 0
     [ "${ge%/*}" != "${ge#*/}" ] && return 0
-    [ "$2" = 0 ] || return 0
+    [ "$2" = 0 ] || grep -q 'max |dlogit|' "$1" || return 0
+    grep 'FAIL' "$1" | grep -qv 'max |dlogit|' && return 0
     return 1
 }
 # test_cuda_model on the tiny qwen35 with the environment $3... (tag $1, log $OUT/$1_model_tiny_$2.txt, a note); false
@@ -850,6 +854,9 @@ if has colx; then # the column-split kernel for the other weight types (mm_kerne
     timeout 300 "$BIN/test_cuda_ops" colx >"$OUT/colx_ops.txt" 2>&1; rc=$?
     note "colx test_cuda_ops colx rc=$rc: $(grep -m1 'outputs checked' "$OUT/colx_ops.txt") $(grep -m2 'FAIL' "$OUT/colx_ops.txt" | cut -c1-200 | tr '\n' ' ')"
     while read -r l; do note "  $l"; done < <(grep '^colx E' "$OUT/colx_ops.txt" | cut -c1-150)
+    timeout 300 "$BIN/test_cuda_ops" moe >"$OUT/colx_moe.txt" 2>&1; rc=$?
+    note "colx test_cuda_ops moe rc=$rc: $(tail -1 "$OUT/colx_moe.txt") $(grep -m2 'FAIL' "$OUT/colx_moe.txt" | cut -c1-200 | tr '\n' ' ')"
+    while read -r l; do note "  $l"; done < <(grep '^moe [HIJ] (column-split where\|^moe [HIJ] (grouped where' "$OUT/colx_moe.txt" | cut -c1-160)
     colx_q() { # requantize $1 to $3 as file $2 (IQ4_XS: the matrices of a Q4_K_M mix by --tensor-type)
         case "$3" in
         IQ4_XS) "$BIN/vllmc" quantize --allow-requantize --quiet --tensor-type \
@@ -857,15 +864,18 @@ if has colx; then # the column-split kernel for the other weight types (mm_kerne
         *) "$BIN/vllmc" quantize --allow-requantize --quiet "$1" "$2" "$3" ;;
         esac
     }
-    for ty in ${COLX_TYPES:-Q5_K_M IQ4_XS Q4_0 Q8_0}; do
-        f=/tmp/models/qwen35-tiny-$ty.gguf
-        colx_q /tmp/models/qwen35-tiny.gguf "$f" "$ty" >"$OUT/colx_q_tiny_$ty.txt" 2>&1 || { note "colx tiny $ty: quantize failed: $(tail -1 "$OUT/colx_q_tiny_$ty.txt")"; continue; }
-        timeout 150 "$BIN/test_cuda_model" "$f" 40 24 >"$OUT/colx_model_$ty.txt" 2>&1; rc=$?
-        note "colx tiny $ty test_cuda_model rc=$rc: $(grep 'worst' "$OUT/colx_model_$ty.txt" | head -1 | sed 's/.*steps, //' | cut -c1-110)$(grep -m1 FAIL "$OUT/colx_model_$ty.txt" | cut -c1-150)"
-        [ "$ty" = Q5_K_M ] || [ "$ty" = IQ4_XS ] && san_generate colx "tiny-$ty" "$f"
+    for base in /tmp/models/qwen35-tiny.gguf .carry/moe/qwen35moe-tiny-q4_k_m.gguf; do
+        bn=$(basename "$base" .gguf)
+        for ty in ${COLX_TYPES:-Q5_K_M IQ4_XS Q4_0 Q8_0}; do
+            f=/tmp/models/$bn-$ty.gguf
+            colx_q "$base" "$f" "$ty" >"$OUT/colx_q_${bn}_$ty.txt" 2>&1 || { note "colx $bn $ty: quantize failed: $(tail -1 "$OUT/colx_q_${bn}_$ty.txt")"; continue; }
+            timeout 150 "$BIN/test_cuda_model" "$f" 40 24 >"$OUT/colx_model_${bn}_$ty.txt" 2>&1; rc=$?
+            note "colx $bn $ty test_cuda_model rc=$rc: $(grep 'worst' "$OUT/colx_model_${bn}_$ty.txt" | head -1 | sed 's/.*steps, //' | cut -c1-110)$(grep -m1 FAIL "$OUT/colx_model_${bn}_$ty.txt" | cut -c1-150)"
+            [ "$ty" = Q5_K_M ] || [ "$ty" = IQ4_XS ] && san_generate colx "$bn-$ty" "$f"
+        done
     done
     if [ "${COLX_GEMV:-1}" = 1 ]; then
-        for v in 0 1; do gemv_l2 colx VLLMC_CUDA_COLX=$v BENCH_GEMV_LARGE=1 BENCH_GEMV_TYPES=1; done
+        for v in ${COLX_GEMV_VALS:-0 1}; do gemv_l2 colx VLLMC_CUDA_COLX=$v BENCH_GEMV_LARGE=1 BENCH_GEMV_TYPES=1; done
     fi
     wait_models
     for m in ${COLX_MODELS:-qwen35-4b}; do

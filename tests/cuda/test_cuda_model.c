@@ -127,11 +127,11 @@ int main(int argc, char **argv) {
     CHECK(inst_open(&x[3], path, 3, P, n_blocks) == 0);
     if (test_n_fail) return test_finish("test_cuda_model");
     const int V = x[0].m->hp.n_vocab;
-    /* against the oracle the kernels differ only in float summation order: 1e-3 (issue #5's bound; 4.4e-7 measured
-     * on the tiny qwen35). With the GEMM on the Q8 values (no oracle: the integer CPU) the f16 rounding of the
-     * weights stays in the difference, and an ill-conditioned seed amplifies it (0.158 measured): 5e-2 there. */
-    const char *gact = getenv("VLLMC_CUDA_GEMM_ACT");
-    const double bound = gact && !strcmp(gact, "q8") ? 5e-2 : 1e-3;
+    /* The bound: 5e-2. Against the oracle the prefill's f16 rounding is gone (the seeds that failed on it measure
+     * ~6e-7), but the tiny models are ill-conditioned: where CPU and GPU form an activation in another float order, one
+     * element can land on the other side of a Q8 rounding boundary, and that moves the logits by up to ~1.7e-2 on the
+     * dense tiny files and ~6e-2 on the tiny qwen35moe (its top-k routing is discontinuous too), seed by seed. */
+    const double bound = 5e-2;
     float *lg[4];
     for (int i = 0; i < 4; i++) lg[i] = malloc((size_t)V * sizeof(float));
     int32_t *tok = malloc((size_t)(P + D) * sizeof(int32_t)), *pos = malloc((size_t)(P + D) * sizeof(int32_t));

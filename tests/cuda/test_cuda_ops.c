@@ -382,14 +382,15 @@ static void test_attention(void) {
             float *q = rand_buf((size_t)(T * NH * HD), 1.0f), *k = rand_buf((size_t)(T * NKV * HD), 1.0f);
             float *v = rand_buf((size_t)(T * NKV * HD), 1.0f), *ro;
             float *h = attn_pair(rkv, gkv, &p, T, q, k, v, &ro);
-            /* f32: the error against the largest output (an output near 0 carries the summation-order error of
-             * the whole weighted sum, so a per-element ratio floored at 1e-2 measures the floor, not the kernel:
-             * the flash prefill kernel sums in another order than the CPU). With an f16 cache the CPU rounds each
-             * probability to f16 before it weights V (as ggml does); the GPU keeps it in f32, so the f16
-             * comparison allows that rounding element by element. */
-            const double mr = dt ? max_rel(h, ro, (size_t)(T * NH * HD), 1e-2) : max_abs_over_max(h, ro, (size_t)(T * NH * HD));
-            CHECK_MSG(mr < (dt ? 5e-2 : 1e-4), "attention %s step %d: %s %.3g", dt ? "f16" : "f32", step,
-                      dt ? "max rel" : "max |d| / max |ref|", mr);
+            /* The error against the largest output (an output near 0 carries the summation-order error of the whole
+             * weighted sum, so a per-element ratio floored at 1e-2 measures the floor, not the kernel: the flash
+             * prefill kernel sums in another order than the CPU; the f16 form of that ratio failed at 0.054 against
+             * 5e-2 on seed 4768830970133477499). With an f16 cache the CPU rounds each probability to f16 before it
+             * weights V (as ggml does), the GPU keeps it in f32: an output moves by at most 2^-11 sum p |v| <= 2^-11
+             * max |v| (~4.3 here), a few 1e-3 of the largest output; 2e-2 allows that, a wrong kernel is O(1). */
+            const double mr = max_abs_over_max(h, ro, (size_t)(T * NH * HD));
+            CHECK_MSG(mr < (dt ? 2e-2 : 1e-4), "attention %s step %d: max |d| / max |ref| %.3g", dt ? "f16" : "f32", step, mr);
+            if (step == 0) printf("attention %s: max |d| / max |ref| %.3g\n", dt ? "f16" : "f32", mr);
             free(q); free(k); free(v); free(h);
             ref->ops->free(ref, ro);
         }
@@ -628,6 +629,12 @@ static void test_moe(void) {
     test_moe_case('G', q4, q6, q4, 1, q6, q4, q6, 256, 512, 256, 160, 97, 8, 1);
     /* no shared expert, Q6_K gate / up (2 row groups), rows of 4,608 columns (SBW 4), Q4_K down */
     test_moe_case('F', q6, q6, q4, 0, 0, 0, 0, 0, 4608, 256, 9, 8, 2, 1);
+    /* the column-split expert kernels' instance of every K-quant type (KT 4): a Q5_K_M file's experts (Q5_K gate / up,
+     * Q6_K down, a merged shared expert) at the real width, top-8; an IQ4_XS file's; a mix with Q4_K at 4,608 columns */
+    const uint32_t q5 = GGML_TYPE_Q5_K, iq4 = GGML_TYPE_IQ4_XS;
+    test_moe_case('H', q5, q5, q6, 1, q5, q5, q6, 512, 2048, 512, 24, 17, 8, 1);
+    test_moe_case('I', iq4, iq4, iq4, 1, iq4, iq4, iq4, 256, 512, 256, 12, 9, 4, 1);
+    test_moe_case('J', q4, iq4, q5, 0, 0, 0, 0, 0, 4608, 256, 9, 8, 2, 1);
 }
 
 /* KV dtypes: the stored elements byte for byte equal to the CPU's (f16, bf16, fp8 e4m3 with per-layer
@@ -985,14 +992,14 @@ static void test_colx(void) {
         }
         free(wrow);
         CHECK(ref->ops->matmul(ref, &ra, n, ro) == VLLMC_OK);
-        double worst[2] = {0, 0};
-        for (int on = 0; on < 2; on++) {
+        double worst[3] = {0, 0, 0};
+        for (int on = 0; on < 3; on++) { /* off, on, on with IQ4_XS at 2 row passes a CTA */
             const int old = backend_cuda_set_matvec_colx(on);
             const uint64_t l0 = backend_cuda_colx_launches();
             for (int k = 0; k < n; k++) poison_dev(gy[k], cs[ci].rows[k]);
             CHECK(gpu->ops->matmul(gpu, &ga, n, go) == VLLMC_OK);
-            CHECK_MSG(backend_cuda_colx_launches() == l0 + (uint64_t)on, "colx E %lld %s: %llu launches with the switch %s",
-                      (long long)E, quant_traits(cs[ci].t[0])->name, (unsigned long long)(backend_cuda_colx_launches() - l0), on ? "on" : "off");
+            CHECK_MSG(backend_cuda_colx_launches() == l0 + (on ? 1u : 0u), "colx E %lld %s: %llu launches with the switch at %d",
+                      (long long)E, quant_traits(cs[ci].t[0])->name, (unsigned long long)(backend_cuda_colx_launches() - l0), on);
             backend_cuda_set_matvec_colx(old);
             for (int k = 0; k < n; k++) {
                 const int64_t nr = cs[ci].rows[k];
@@ -1003,14 +1010,15 @@ static void test_colx(void) {
                     const double d = fabs((double)h[o] - rv[o]);
                     worst[on] = fmax(worst[on], isnan(d) ? INFINITY : d / fmax(bound[k][o], 1e-30));
                 }
-                checked += on ? (size_t)nr : 0;
+                checked += on == 1 ? (size_t)nr : 0;
                 free(h);
             }
         }
-        printf("colx E %lld, %s%s%s%s: max |d| / sum |w x| %.3g (one warp a row: %.3g)\n", (long long)E, quant_traits(cs[ci].t[0])->name,
-               n > 1 ? " + " : "", n > 1 ? quant_traits(cs[ci].t[1])->name : "", n > 2 ? " + ..." : "", worst[1], worst[0]);
-        CHECK_MSG(worst[1] < 2e-6 && worst[0] < 2e-6, "colx E %lld %s: max |d| / sum |w x| %.3g (off: %.3g)", (long long)E,
-                  quant_traits(cs[ci].t[0])->name, worst[1], worst[0]);
+        printf("colx E %lld, %s%s%s%s: max |d| / sum |w x| %.3g (2 row passes: %.3g; one warp a row: %.3g)\n", (long long)E,
+               quant_traits(cs[ci].t[0])->name, n > 1 ? " + " : "", n > 1 ? quant_traits(cs[ci].t[1])->name : "", n > 2 ? " + ..." : "",
+               worst[1], worst[2], worst[0]);
+        CHECK_MSG(worst[1] < 2e-6 && worst[2] < 2e-6 && worst[0] < 2e-6, "colx E %lld %s: max |d| / sum |w x| %.3g (2 row passes: %.3g, off: %.3g)",
+                  (long long)E, quant_traits(cs[ci].t[0])->name, worst[1], worst[2], worst[0]);
         for (int k = 0; k < n; k++) {
             ref->ops->free(ref, ry[k]);
             gpu->ops->free(gpu, gy[k]);

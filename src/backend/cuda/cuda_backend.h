@@ -149,7 +149,9 @@ int backend_cuda_set_mmx_rows(int rows);
 int backend_cuda_set_lmh(int ns, int rows);
 uint64_t backend_cuda_lmh_launches(void);
 /* The one-activation-row launches with Q5_K, IQ4_XS or Q4_0 rows, or Q8_0 rows without K-quant ones, on the
- * column-split kernel for those types (mm_kernel_colx; on by default on CUDA) or not (0: the one-warp-per-row kernel).
+ * column-split kernel for those types (mm_kernel_colx), and Q5_K / IQ4_XS MoE experts on the column-split and grouped
+ * expert kernels (1, the default on CUDA; 2: the same with IQ4_XS launches at 2 row passes a CTA, comparisons) or not
+ * (0: the one-warp-per-row kernel, the general MoE path).
  * Returns the previous setting. Process-wide; VLLMC_CUDA_COLX sets it at backend creation. */
 int backend_cuda_set_matvec_colx(int on);
 /* Launches that took mm_kernel_colx so far, process-wide. */

@@ -221,8 +221,11 @@ struct cu_mm_cfg {
                                   bits. 0: they read the gate+up launch's ids after the wait (default: on measured
                                   2-3% slower a qwen36-14b-a3b token) */
     int32_t colx;              /* 1: the one-activation-row launches with Q5_K, IQ4_XS or Q4_0 rows, or with Q8_0 rows and
-                                  no K-quant ones, on the column-split kernel for those types (mm_kernel_colx); 0: the
-                                  one-warp-per-row kernel (HIP default: not yet run on an AMD GPU) */
+                                  no K-quant ones, on the column-split kernel for those types (mm_kernel_colx), and MoE
+                                  experts with Q5_K / IQ4_XS matrices on the column-split / grouped expert kernels (their
+                                  KT 4 instances; CUDA); 2: the same with IQ4_XS launches at 2 row passes a CTA (1: 4);
+                                  0: the one-warp-per-row kernel and the general MoE path (HIP default: not yet run on
+                                  an AMD GPU) */
 };
 extern struct cu_mm_cfg cu_mm_cfg;
 extern int cu_lmh_ns, cu_lmh_rows; /* mm_kernel_lmh (the LM head's ring of tiles): its slots (0: off) and the launches of

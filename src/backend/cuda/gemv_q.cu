@@ -1491,12 +1491,28 @@ static __device__ __forceinline__ void iq4_vals8(uint32_t q, uint32_t &v0, uint3
 /* Word k of a sub-block's 16 bytes holds elements 4k .. 4k + 3 (low nibbles) and 16 + 4k .. (high nibbles); in nibble
  * order they are 4k, 16 + 4k, 4k + 1, 17 + 4k | 4k + 2, 18 + 4k, 4k + 3, 19 + 4k, so the activation words lo (4k ..)
  * and hi (16 + 4k ..) are interleaved to match. */
-static __device__ __forceinline__ int iq4_dot16(uint32_t q, int lo, int hi, int s) {
+static __device__ __forceinline__ int iq4_dot16(uint32_t q, int x0, int x1, int s) {
     uint32_t v0, v1;
     iq4_vals8(q, v0, v1);
-    s = dot4_i8((int)v0, (int)__byte_perm((uint32_t)lo, (uint32_t)hi, 0x5140), s);
-    return dot4_i8((int)v1, (int)__byte_perm((uint32_t)lo, (uint32_t)hi, 0x7362), s);
+    s = dot4_i8((int)v0, x0, s);
+    return dot4_i8((int)v1, x1, s);
 }
+/* The activation words lo (4k ..) and hi (16 + 4k ..) of a sub-block in iq4_vals8's order, in place: (lo, hi) become
+ * (4k, 16 + 4k, 4k + 1, 17 + 4k | 4k + 2, 18 + 4k, 4k + 3, 19 + 4k) */
+static __device__ __forceinline__ void iq4_act_perm(int &lo, int &hi) {
+    const uint32_t a = (uint32_t)lo, b = (uint32_t)hi;
+    lo = (int)__byte_perm(a, b, 0x5140);
+    hi = (int)__byte_perm(a, b, 0x7362);
+}
+static __device__ __forceinline__ void iq4_act_perm(mv_act &v) {
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        iq4_act_perm(v.al[k], v.al[4 + k]);
+        iq4_act_perm(v.ah[k], v.ah[4 + k]);
+    }
+}
+/* PERM: v's words already in iq4_vals8's order (iq4_act_perm: once a CTA for all its rows), else permuted here */
+template <bool PERM = false>
 static __device__ __forceinline__ float iq4x_term(const iq4x_w &w, int c, const mv_act &v) {
     const uint32_t sh = w.dh >> 16;
     const int ls0 = (int)(((w.sl >> (8 * c)) & 15u) | (((sh >> (4 * c)) & 3u) << 4)) - 32;
@@ -1505,8 +1521,10 @@ static __device__ __forceinline__ float iq4x_term(const iq4x_w &w, int c, const 
     int s0 = 0, s1 = 0;
 #pragma unroll
     for (int k = 0; k < 4; k++) {
-        s0 = iq4_dot16(qw[k], v.al[k], v.al[4 + k], s0);
-        s1 = iq4_dot16(qw[4 + k], v.ah[k], v.ah[4 + k], s1);
+        int l0 = v.al[k], l1 = v.al[4 + k], h0 = v.ah[k], h1 = v.ah[4 + k];
+        if (!PERM) { iq4_act_perm(l0, l1); iq4_act_perm(h0, h1); }
+        s0 = iq4_dot16(qw[k], l0, l1, s0);
+        s1 = iq4_dot16(qw[4 + k], h0, h1, s1);
     }
     int I = ls0 * s0 + ls1 * s1;
     I += shfl_xor(I, 1); I += shfl_xor(I, 2);
@@ -1582,10 +1600,12 @@ static inline bool colx_type(int t) {
     return t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K || t == GGML_TYPE_Q6_K || t == GGML_TYPE_IQ4_XS || t == GGML_TYPE_Q8_0 ||
            t == GGML_TYPE_Q4_0 || t == GGML_TYPE_F32;
 }
-#define COLX_U 2 /* row passes a CTA */
-template <int SBW>
+/* U: row passes a CTA (2; 4 where every K-quant row of the launch is IQ4_XS, of up to 16 super-blocks: its terms are
+ * issue-bound, and the activation's load and interleave, once a CTA, then serve twice the rows: the LM head's shape
+ * 161.0 -> 149.8 us, gate + up 14.50 -> 13.35 on the H100) */
+template <int SBW, int U>
 static __global__ void __launch_bounds__(512) mm_kernel_colx(const struct cu_mm_args P) {
-    constexpr int RW = 8 / SBW, U = COLX_U, RPC = RW * U;
+    constexpr int RW = 8 / SBW, RPC = RW * U;
     __shared__ float part[16][RPC];
     __shared__ float conv_pre[RPC][CU_CONV_PRE];
     __shared__ int conv_slot[RPC];
@@ -1634,8 +1654,9 @@ static __global__ void __launch_bounds__(512) mm_kernel_colx(const struct cu_mm_
             released();
             if (on) mv_act_load(P.a, false, sb, c, v);
             else mv_act_zero(v);
+            iq4_act_perm(v);
 #pragma unroll
-            for (int u = 0; u < U; u++) put(u, iq4x_term(w[u], c, v));
+            for (int u = 0; u < U; u++) put(u, iq4x_term<true>(w[u], c, v));
         } else if (t == GGML_TYPE_Q4_K) {
             k4s_w w[U] = {};
             COLX_LOAD(w, k4s_load(wb + (size_t)row * S.stride, n_sb, sb, c));
@@ -2306,13 +2327,19 @@ static bool mm_launch_colx(const struct cu_mm_args *args, gpuStream_t s) {
             if ((args->seg[i].type == GGML_TYPE_F32) == (pass == 0)) order[no++] = i;
     struct cu_mm_args a;
     mm_select(args, order, no, &a);
-    const int rpc = 8 / sbw * COLX_U;
+    bool iq4_only = true; /* (F32 rows beside them take mv_other_cta's path) */
+    for (int i = 0; i < args->n_seg; i++) iq4_only = iq4_only && (args->seg[i].type == GGML_TYPE_IQ4_XS || args->seg[i].type == GGML_TYPE_F32);
+    /* (colx 2: U 2 for all, comparisons. Rows of more than 16 super-blocks keep 2: at 9,216 columns U 4 measured 11.2 us
+     * against 8.6, half the CTAs of 9 warps) */
+    const int U = iq4_only && sbw == 2 && cu_mm_cfg.colx != 2 ? 4 : 2;
+    const int rpc = 8 / sbw * U;
     int ctas = 0;
     for (int i = 0; i < a.n_seg; i++) {
         a.seg[i].cta0 = ctas;
         ctas += (int)GPU_CEIL_DIV(a.seg[i].n_rows, rpc);
     }
-    gpu_launch(sbw == 2 ? mm_kernel_colx<2> : mm_kernel_colx<4>, dim3((unsigned)ctas), dim3(32 * w), 0, s, a);
+    const mm_cols_fn k = sbw == 2 ? (U == 4 ? mm_kernel_colx<2, 4> : mm_kernel_colx<2, 2>) : mm_kernel_colx<4, 2>;
+    gpu_launch(k, dim3((unsigned)ctas), dim3(32 * w), 0, s, a);
     cu_colx_launches++;
     return true;
 }
@@ -4386,15 +4413,51 @@ struct moe_cta {
     }
 };
 
-/* The lane's chunk of its U rows (u * RW + rr) of expert e's matrix m: Q4_K into w4 or Q6_K into w6, zeros where
+/* One lane's share of a row of any of the K-quant types (mm_kernel_colx's loads and terms), for the MoE kernels'
+ * instance of every K-quant type (KT 4: Q5_K_M and IQ4_XS files' experts, with Q4_K / Q6_K beside them): the type's
+ * words in one register set, picked by the matrix's type (the same for the whole CTA). */
+struct wx_w { uint4 a, b, c, d; uint32_t e, f; };
+static __device__ __forceinline__ wx_w wx_load(int ty, const uint8_t *wr, int n_sb, int sb, int c) {
+    wx_w x = {};
+    if (ty == GGML_TYPE_Q4_K) {
+        const k4_w w = k4_load(wr, n_sb, sb, c);
+        x.a = w.q0; x.b = w.q1; x.e = w.s0; x.f = w.s1; x.c.x = w.s2; x.c.y = w.dm;
+    } else if (ty == GGML_TYPE_Q5_K) {
+        const k5_w w = k5_load(wr, n_sb, sb, c);
+        x.a = w.q0; x.b = w.q1; x.c = w.h0; x.d = w.h1; x.e = w.sw;
+    } else if (ty == GGML_TYPE_IQ4_XS) {
+        const iq4x_w w = iq4x_load(wr, n_sb, sb, c);
+        x.a = w.q0; x.b = w.q1; x.e = w.sl; x.f = w.dh;
+    } else {
+        const q6_w w = q6_load(wr, n_sb, sb, c);
+        x.a = w.l0; x.b = w.l1; x.c = w.h0; x.d = w.h1; x.e = w.sc; x.f = w.d;
+    }
+    return x;
+}
+static __device__ __forceinline__ float wx_term(int ty, const wx_w &x, const k4_sel &ks, const mv_act &v, int c, int lane) {
+    if (ty == GGML_TYPE_Q4_K) return k4_term<true>(k4_w{x.a, x.b, x.e, x.f, x.c.x, x.c.y}, ks, v);
+    if (ty == GGML_TYPE_Q5_K) return k5_term(k5_w{x.a, x.b, x.c, x.d, x.e}, ks, v, lane);
+    if (ty == GGML_TYPE_IQ4_XS) return iq4x_term(iq4x_w{x.a, x.b, x.e, x.f}, c, v);
+    return q6_term<true>(q6_w{x.a, x.b, x.c, x.d, x.e, x.f}, c & 1, v);
+}
+
+/* The lane's chunk of its U rows (u * RW + rr) of expert e's matrix m: Q4_K into w4 or Q6_K into w6 (KT 4: any
+ * K-quant type into wx), zeros where
  * the lane is off or past the set's rows. */
 template <int SBW, int KT, int U, int RS>
 static __device__ __forceinline__ void moe_w_load(const struct cu_moe_grp &G, const moe_cta<SBW, RS> &q, int64_t e, bool k4,
-                                                  k4_w *w4, q6_w *w6) {
+                                                  k4_w *w4, q6_w *w6, wx_w *wx) {
     constexpr int RW = 8 / SBW;
     const uint64_t stride = G.stride[q.m];
     const uint8_t *wb = G.w[q.m] + (size_t)e * G.exp_bytes[q.m] + (size_t)max(q.r0, 0) * stride;
-    if (KT & 1 && k4) {
+    if constexpr (KT == 4) {
+        const int ty = G.type[q.m];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int row = u * RW + q.rr;
+            wx[u] = q.on && row < q.rows ? wx_load(ty, wb + (size_t)row * stride, q.n_sb, q.sb, q.c) : wx_w{};
+        }
+    } else if (KT & 1 && k4) {
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int row = u * RW + q.rr;
@@ -4413,10 +4476,13 @@ static __device__ __forceinline__ void moe_w_load(const struct cu_moe_grp &G, co
 
 /* One activation chunk v against the U rows: each row's super-block terms added over the warp into pp[u * RW + rr]. */
 template <int SBW, int KT, int U>
-static __device__ __forceinline__ void moe_terms(bool k4, const k4_w *w4, const q6_w *w6, const k4_sel &ks, const mv_act &v, int c,
-                                                 int rr, float *pp, int lane) {
+static __device__ __forceinline__ void moe_terms(bool k4, const k4_w *w4, const q6_w *w6, const wx_w *wx, int ty, const k4_sel &ks,
+                                                 const mv_act &v, int c, int rr, float *pp, int lane) {
     constexpr int RW = 8 / SBW;
-    if (KT & 1 && k4) {
+    if constexpr (KT == 4) {
+#pragma unroll
+        for (int u = 0; u < U; u++) mv_warp_part<SBW>(wx_term(ty, wx[u], ks, v, c, lane), &pp[u * RW + rr], lane);
+    } else if (KT & 1 && k4) {
 #pragma unroll
         for (int u = 0; u < U; u++) mv_warp_part<SBW>(k4_term<true>(w4[u], ks, v), &pp[u * RW + rr], lane);
     } else if (KT & 2) {
@@ -4488,10 +4554,13 @@ static __global__ void __launch_bounds__(256) moe_cols_kernel(const struct cu_mo
         }
     }
     const bool k4 = KT == 1 || (KT == 3 && G.type[q.m] == GGML_TYPE_Q4_K);
+    const int ty = G.type[q.m];
+    const bool a6 = KT == 4 ? ty == GGML_TYPE_Q6_K : !k4; /* the activation's Q6_K chunk layout */
     k4_w w4[KT & 1 ? U : 1];
     q6_w w6[KT & 2 ? U : 1];
-    (void)w4; (void)w6;
-    moe_w_load<SBW, KT, U>(G, q, e, k4, w4, w6);
+    wx_w wx[KT == 4 ? U : 1];
+    (void)w4; (void)w6; (void)wx;
+    moe_w_load<SBW, KT, U>(G, q, e, k4, w4, w6, wx);
     if (!G.ids || PRE) gpu_pdl_wait(); /* the shared expert (or PRE): its weights were loaded while the kernel before finished */
     gpu_pdl_trigger();
     cu_act_view av = act_row(G.a, arow);
@@ -4511,9 +4580,9 @@ static __global__ void __launch_bounds__(256) moe_cols_kernel(const struct cu_mo
         av.x = NULL; av.k_qs = h_qs; av.k_d = h_d; av.k_bs = h_bs; av.o_qs = NULL; av.o_d = NULL;
     }
     mv_act v;
-    if (q.on) mv_act_load(av, !k4, q.sb, q.c, v);
+    if (q.on) mv_act_load(av, a6, q.sb, q.c, v);
     else mv_act_zero(v);
-    moe_terms<SBW, KT, U>(k4, w4, w6, k4_sel_make(q.c), v, q.c, q.rr, &part[wid][0], lane);
+    moe_terms<SBW, KT, U>(k4, w4, w6, wx, ty, k4_sel_make(q.c), v, q.c, q.rr, &part[wid][0], lane);
     __syncthreads();
     for (int i = threadIdx.x; i < q.rpc; i += blockDim.x) {
         const int st = i / RS, j = i - st * RS, row = q.rb + i;
@@ -4526,7 +4595,8 @@ static __global__ void __launch_bounds__(256) moe_cols_kernel(const struct cu_mo
         moe_mix_tail(P, q.rb, min(q.rpc, G.n_rows - q.rb), gi ? ent : ent / P.k);
 }
 
-/* The launch shape of one of the two expert launches: every matrix Q4_K or Q6_K (kt: 1 Q4_K, 2 Q6_K, 3 both), all
+/* The launch shape of one of the two expert launches: every matrix Q4_K or Q6_K (kt: 1 Q4_K, 2 Q6_K, 3 both), or
+ * with Q5_K / IQ4_XS ones (kt 4, CUDA), all
  * groups of one width (n_sb super-blocks, at most 8 warps a row). False if it has none. */
 struct moe_cols_shape { int kt, sbw, wsb, sets, U, bx, total; };
 static bool moe_cols_shape_of(const struct cu_moe_mm_args &mm, moe_cols_shape &sh) {
@@ -4538,10 +4608,14 @@ static bool moe_cols_shape_of(const struct cu_moe_mm_args &mm, moe_cols_shape &s
         for (int j = 0; j < g.n_mat; j++) {
             if (g.type[j] == GGML_TYPE_Q4_K) kt |= 1;
             else if (g.type[j] == GGML_TYPE_Q6_K) kt |= 2;
+#if !defined(VLLMC_HIP)
+            else if ((g.type[j] == GGML_TYPE_Q5_K || g.type[j] == GGML_TYPE_IQ4_XS) && cu_mm_cfg.colx) kt |= 4;
+#endif
             else return false;
         }
         total += g.n_ent;
     }
+    if (kt & 4) kt = 4; /* Q5_K / IQ4_XS: the instance of every K-quant type */
     sh.kt = kt; sh.total = total;
     sh.sbw = n_sb <= 16 ? 2 : 4;
     sh.wsb = (n_sb + sh.sbw - 1) / sh.sbw;
@@ -4554,6 +4628,15 @@ static bool moe_cols_shape_of(const struct cu_moe_mm_args &mm, moe_cols_shape &s
     return true;
 }
 
+/* The instance of moe_cols_kernel for K-quant types kt (moe_cols_shape) */
+template <int SBW, bool DOWN, bool MIX = false, bool PRE = false> static void (*moe_cols_pick(int kt))(const struct cu_moe_cols_args) {
+    if (kt == 1) return moe_cols_kernel<SBW, 1, 4, DOWN, MIX, PRE>;
+    if (kt == 2) return moe_cols_kernel<SBW, 2, 2, DOWN, MIX, PRE>;
+#if !defined(VLLMC_HIP)
+    if (kt == 4) return moe_cols_kernel<SBW, 4, 2, DOWN, MIX, PRE>;
+#endif
+    return moe_cols_kernel<SBW, 3, 2, DOWN, MIX, PRE>;
+}
 static uint64_t cu_moe_pre_launches; /* down launches on the PRE instances (tests: the switch took) */
 extern "C" uint64_t backend_cuda_moe_pre_launches(void) { return cu_moe_pre_launches; }
 
@@ -4570,19 +4653,13 @@ static void moe_cols_launch(const struct cu_moe_cols_args &a, const struct cu_mo
     fn f;
 #if !defined(VLLMC_HIP) /* (HIP: gfx11's 128 VGPRs spill the mixing instances; cu_moe never asks for them there) */
     if (DOWN && p.mix.on) {
-        if (sh.sbw == 2) f = kt == 1 ? moe_cols_kernel<2, 1, 4, true, true> : kt == 2 ? moe_cols_kernel<2, 2, 2, true, true> : moe_cols_kernel<2, 3, 2, true, true>;
-        else f = kt == 1 ? moe_cols_kernel<4, 1, 4, true, true> : kt == 2 ? moe_cols_kernel<4, 2, 2, true, true> : moe_cols_kernel<4, 3, 2, true, true>;
+        f = sh.sbw == 2 ? moe_cols_pick<2, true, true>(kt) : moe_cols_pick<4, true, true>(kt);
     } else
 #endif
     if (DOWN && pre) {
-        if (sh.sbw == 2) f = kt == 1 ? moe_cols_kernel<2, 1, 4, true, false, true> : kt == 2 ? moe_cols_kernel<2, 2, 2, true, false, true> : moe_cols_kernel<2, 3, 2, true, false, true>;
-        else f = kt == 1 ? moe_cols_kernel<4, 1, 4, true, false, true> : kt == 2 ? moe_cols_kernel<4, 2, 2, true, false, true> : moe_cols_kernel<4, 3, 2, true, false, true>;
+        f = sh.sbw == 2 ? moe_cols_pick<2, true, false, true>(kt) : moe_cols_pick<4, true, false, true>(kt);
         cu_moe_pre_launches++;
-    } else if (sh.sbw == 2) {
-        f = kt == 1 ? moe_cols_kernel<2, 1, 4, DOWN> : kt == 2 ? moe_cols_kernel<2, 2, 2, DOWN> : moe_cols_kernel<2, 3, 2, DOWN>;
-    } else {
-        f = kt == 1 ? moe_cols_kernel<4, 1, 4, DOWN> : kt == 2 ? moe_cols_kernel<4, 2, 2, DOWN> : moe_cols_kernel<4, 3, 2, DOWN>;
-    }
+    } else f = sh.sbw == 2 ? moe_cols_pick<2, DOWN>(kt) : moe_cols_pick<4, DOWN>(kt);
     gpu_launch(f, dim3((unsigned)sh.bx, (unsigned)sh.total), dim3(32 * sh.wsb * sh.sets), 0, s, p);
 }
 
@@ -4626,8 +4703,9 @@ struct cu_moe_grp_args {
     int32_t gmax, pad;
 };
 
+/* (KT 4: bounded to 2 CTAs an SM, 128 registers; unbounded it took 222, the loop-invariant terms of its types hoisted) */
 template <int SBW, int KT, int U>
-static __global__ void __launch_bounds__(256) moe_grp_kernel(const struct cu_moe_grp_args P) {
+static __global__ void __launch_bounds__(256, KT == 4 ? 2 : 1) moe_grp_kernel(const struct cu_moe_grp_args P) {
     constexpr int RW = 8 / SBW, RS = RW * U;
     __shared__ float part[16][CU_MOE_GRP][RS];
     const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
@@ -4647,10 +4725,13 @@ static __global__ void __launch_bounds__(256) moe_grp_kernel(const struct cu_moe
     }
     if (cnt <= 0) return;
     const bool k4 = KT == 1 || (KT == 3 && G.type[q.m] == GGML_TYPE_Q4_K);
+    const int ty = G.type[q.m];
+    const bool a6 = KT == 4 ? ty == GGML_TYPE_Q6_K : !k4; /* the activation's Q6_K chunk layout */
     k4_w w4[KT & 1 ? U : 1];
     q6_w w6[KT & 2 ? U : 1];
-    (void)w4; (void)w6;
-    moe_w_load<SBW, KT, U>(G, q, e, k4, w4, w6);
+    wx_w wx[KT == 4 ? U : 1];
+    (void)w4; (void)w6; (void)wx;
+    moe_w_load<SBW, KT, U>(G, q, e, k4, w4, w6, wx);
     if (gi) gpu_pdl_wait(); /* the shared expert: its weights were loaded while the kernel before finished */
     gpu_pdl_trigger();
     const k4_sel ks = k4_sel_make(q.c);
@@ -4658,9 +4739,9 @@ static __global__ void __launch_bounds__(256) moe_grp_kernel(const struct cu_moe
 #pragma unroll 1
     for (int i = 0; i < cnt; i++) {
         const int ent = gi == 0 ? P.perm[start + i] : start + i;
-        if (q.on) mv_act_load(act_row(G.a, ent / G.act_div + G.act_off), !k4, q.sb, q.c, v);
+        if (q.on) mv_act_load(act_row(G.a, ent / G.act_div + G.act_off), a6, q.sb, q.c, v);
         else mv_act_zero(v);
-        moe_terms<SBW, KT, U>(k4, w4, w6, ks, v, q.c, q.rr, &part[wid][i][0], lane);
+        moe_terms<SBW, KT, U>(k4, w4, w6, wx, ty, ks, v, q.c, q.rr, &part[wid][i][0], lane);
     }
     __syncthreads();
     for (int idx = threadIdx.x; idx < q.rpc * cnt; idx += blockDim.x) {
@@ -4700,8 +4781,8 @@ void cu_launch_moe_grp_matmul(const struct cu_moe_mm_args *mm, const int32_t *pe
     else f = kt == 1 ? moe_grp_kernel<4, 1, 2> : kt == 2 ? moe_grp_kernel<4, 2, 1> : moe_grp_kernel<4, 3, 1>;
 #else
     const int U = sh.U;
-    if (sh.sbw == 2) f = kt == 1 ? moe_grp_kernel<2, 1, 4> : kt == 2 ? moe_grp_kernel<2, 2, 2> : moe_grp_kernel<2, 3, 2>;
-    else f = kt == 1 ? moe_grp_kernel<4, 1, 4> : kt == 2 ? moe_grp_kernel<4, 2, 2> : moe_grp_kernel<4, 3, 2>;
+    if (sh.sbw == 2) f = kt == 1 ? moe_grp_kernel<2, 1, 4> : kt == 2 ? moe_grp_kernel<2, 2, 2> : kt == 4 ? moe_grp_kernel<2, 4, 2> : moe_grp_kernel<2, 3, 2>;
+    else f = kt == 1 ? moe_grp_kernel<4, 1, 4> : kt == 2 ? moe_grp_kernel<4, 2, 2> : kt == 4 ? moe_grp_kernel<4, 4, 2> : moe_grp_kernel<4, 3, 2>;
 #endif
     const int rpc = (8 / sh.sbw) * U * sh.sets; /* rows a CTA: the row blocks for this U */
     int bx = 0;
