@@ -49,7 +49,8 @@
 # (MASK_ON, MASK_NAME, MASK_REPS: see the stage).
 # Stage large (not default): the launches alone at the LM head's shape in every decode weight type.
 # Stage colx (not default) checks and times the column-split kernel for the other weight types (COLX_TYPES, COLX_MODELS,
-# COLX_REPS, COLX_GEMV=0 skips bench_gemv).
+# COLX_REPS, COLX_GEMV=0 skips bench_gemv, COLX_GEMV_VALS the VLLMC_CUDA_COLX values it takes, COLX_ENGINE=1 adds the
+# engine bench with 1, 4 and 16 requests in flight off and on).
 # Stage lmh (not default) checks and times the LM head's ring of tiles (LMH_ON, LMH_REPS, LMH_MODELS: see the stage).
 # Stage pfnext (not default) checks and times the next round's rows into L2 after the release (PFNEXT_CFGS, PFNEXT_REPS).
 # Stage timeline (not default) runs the -DVLLMC_MV_TIMELINE build (EXTRA_BUILDS="tl:-DVLLMC_MV_TIMELINE") of TIMELINE_MODELS
@@ -887,6 +888,13 @@ if has colx; then # the column-split kernel for the other weight types (mm_kerne
             a=$(greedy_ids "$f" VLLMC_CUDA_COLX=0); b=$(greedy_ids "$f" VLLMC_CUDA_COLX=1)
             note "colx $m $ty ($(du -m "$f" | cut -f1) MB, quantized in $(( $(date +%s) - t0 )) s): 128 greedy ids off vs on: $([ -n "$a" ] && [ "$a" = "$b" ] && echo SAME || echo DIFF)"
             decode_ab "colx_$ty" "$m" "$f" VLLMC_CUDA_COLX "0 1" "${COLX_REPS:-1}"
+            if [ "${COLX_ENGINE:-0}" = 1 ]; then # several-row decode steps: the engine with requests in flight
+                for v in 0 1; do
+                    VLLMC_CUDA_COLX=$v timeout 200 "$BIN/vllmc" bench -m "$f" --concurrency 1,4,16 -p 128 -g 128 -r 2 \
+                        >"$OUT/colx_eng_${m}_${ty}_$v.txt" 2>&1; rc=$?
+                    note "colx $m $ty engine VLLMC_CUDA_COLX=$v rc=$rc: $(grep '^| [0-9]' "$OUT/colx_eng_${m}_${ty}_$v.txt" | awk -F'|' '{printf "N=%s %s tok/s ITL %s ms;", $2, $4, $7}')"
+                done
+            fi
             rm -f "$f"
         done
     done

@@ -931,12 +931,13 @@ static void test_lmh(void) {
     }
 }
 
-/* mm_kernel_colx (backend_cuda_set_matvec_colx): one activation row of the other decode weight types against the CPU
- * reference, within test_matmul's bound (the terms are exact, their order another), with the switch off (the
- * one-warp-per-row kernel) and on: Q5_K, IQ4_XS, Q4_0 and Q8_0 launches alone at 1, 8, 10, 18 and 36 super-blocks a
- * row (2 and 4 a warp, warps part idle), mixes in one launch as the Q5_K_M / IQ4_XS / Q4_0 files have them (with Q6_K,
- * Q4_K, Q8_0 and F32 rows), part-filled last CTAs, a bias; counted, so it cannot pass untaken, and not taken with the
- * switch off. */
+/* mm_kernel_colx (backend_cuda_set_matvec_colx): the other decode weight types against the CPU reference, within
+ * test_matmul's bound (the terms are exact, their order another), with the switch off (the one-warp-per-row kernels),
+ * on, and on with IQ4_XS at 2 row passes a CTA: Q5_K, IQ4_XS, Q4_0 and Q8_0 launches alone at 1, 8, 10, 18 and 36
+ * super-blocks a row (2 and 4 a warp, warps part idle), mixes in one launch as the Q5_K_M / IQ4_XS / Q4_0 files have
+ * them (with Q6_K, Q4_K, Q8_0 and F32 rows), part-filled last CTAs, a bias; steps of 1 and of 11 activation rows (the
+ * several-row form: 8 + 3), where a row's outputs must be the bits of the one-row launch; counted, so it cannot pass
+ * untaken, and not taken with the switch off. */
 static void test_colx(void) {
     const uint32_t Q5K = GGML_TYPE_Q5_K, IQ4 = GGML_TYPE_IQ4_XS, Q40 = GGML_TYPE_Q4_0, Q80 = GGML_TYPE_Q8_0;
     const struct { int64_t E; int n; uint32_t t[4]; int64_t rows[4]; } cs[] = {
@@ -956,72 +957,97 @@ static void test_colx(void) {
     };
     const uint32_t fmts = BK_ACT_BIT(BK_ACT_Q8_K) | BK_ACT_BIT(BK_ACT_Q8_0);
     size_t checked = 0;
-    for (size_t ci = 0; ci < sizeof(cs) / sizeof(cs[0]); ci++) {
+    for (size_t ci = 0; ci < sizeof(cs) / sizeof(cs[0]); ci++)
+    for (int R = 1; R <= 11; R += 10) {
         const int64_t E = cs[ci].E;
         const int n = cs[ci].n;
         struct pair_w w[4];
         for (int k = 0; k < n; k++) make_weight(&w[k], cs[ci].t[k], E, cs[ci].rows[k]);
-        struct bk_act ra, ga;
-        CHECK(bk_act_alloc(ref, 1, E, fmts, &ra) == VLLMC_OK);
-        CHECK(bk_act_alloc(gpu, 1, E, fmts, &ga) == VLLMC_OK);
-        float *x = rand_buf((size_t)E, 1.0f);
-        memcpy(ra.x, x, (size_t)E * 4);
-        CHECK(gpu->ops->copy_to_device(gpu, ga.x, x, (size_t)E * 4) == VLLMC_OK);
-        ra.n_rows = ga.n_rows = 1;
+        struct bk_act ra, ga, g1;
+        CHECK(bk_act_alloc(ref, R, E, fmts, &ra) == VLLMC_OK);
+        CHECK(bk_act_alloc(gpu, R, E, fmts, &ga) == VLLMC_OK);
+        float *x = rand_buf((size_t)(R * E), 1.0f);
+        memcpy(ra.x, x, (size_t)(R * E) * 4);
+        CHECK(gpu->ops->copy_to_device(gpu, ga.x, x, (size_t)(R * E) * 4) == VLLMC_OK);
+        ra.n_rows = ga.n_rows = R;
         CHECK(ref->ops->quantize(ref, &ra) == VLLMC_OK);
         CHECK(gpu->ops->quantize(gpu, &ga) == VLLMC_OK);
+        float *x1 = act_row_rand(E, fmts, &g1); /* (replaced: row 0 of x, alone) */
+        CHECK(gpu->ops->copy_to_device(gpu, g1.x, x, (size_t)E * 4) == VLLMC_OK);
+        CHECK(gpu->ops->quantize(gpu, &g1) == VLLMC_OK);
+        free(x1);
         const int64_t nb = cs[ci].rows[0];
         float *bias = rand_buf((size_t)nb, 0.1f), *gbias = dev_put(bias, (size_t)nb * 4);
-        float *ry[4], *gy[4];
+        float *ry[4], *gy[4], *g1y[4];
         double *bound[4];
-        struct bk_matmul_out ro[4], go[4];
+        struct bk_matmul_out ro[4], go[4], g1o[4];
         float *wrow = malloc((size_t)E * 4);
         for (int k = 0; k < n; k++) {
             const int64_t nr = cs[ci].rows[k];
-            ry[k] = ref_put(NULL, (size_t)nr * 4);
-            gy[k] = dev_put(NULL, (size_t)nr * 4);
-            ro[k] = (struct bk_matmul_out){.w = &w[k].r, .bias = k == 0 ? bias : NULL, .y = ry[k]};
-            go[k] = (struct bk_matmul_out){.w = &w[k].g, .bias = k == 0 ? gbias : NULL, .y = gy[k]};
-            bound[k] = malloc((size_t)nr * sizeof(double));
+            ry[k] = ref_put(NULL, (size_t)(R * nr) * 4);
+            gy[k] = dev_put(NULL, (size_t)(R * nr) * 4);
+            g1y[k] = dev_put(NULL, (size_t)nr * 4);
+            ro[k] = (struct bk_matmul_out){.w = &w[k].r, .bias = k == 0 ? bias : NULL, .y = ry[k], .ld_y = nr};
+            go[k] = (struct bk_matmul_out){.w = &w[k].g, .bias = k == 0 ? gbias : NULL, .y = gy[k], .ld_y = nr};
+            g1o[k] = (struct bk_matmul_out){.w = &w[k].g, .bias = k == 0 ? gbias : NULL, .y = g1y[k], .ld_y = nr};
+            bound[k] = malloc((size_t)(R * nr) * sizeof(double));
             for (int64_t o = 0; o < nr; o++) { /* sum |w x| over the dequantized row (+ |bias|) */
                 dequantize_row(cs[ci].t[k], w[k].host + quant_row_size(cs[ci].t[k], E) * (size_t)o, wrow, E);
-                double b = k == 0 ? fabs(bias[o]) : 0.0;
-                for (int64_t e = 0; e < E; e++) b += fabs((double)wrow[e] * x[e]);
-                bound[k][o] = b;
+                for (int r = 0; r < R; r++) {
+                    double b = k == 0 ? fabs(bias[o]) : 0.0;
+                    for (int64_t e = 0; e < E; e++) b += fabs((double)wrow[e] * x[r * E + e]);
+                    bound[k][r * nr + o] = b;
+                }
             }
         }
         free(wrow);
         CHECK(ref->ops->matmul(ref, &ra, n, ro) == VLLMC_OK);
         double worst[3] = {0, 0, 0};
+        size_t row_bits = 0;
         for (int on = 0; on < 3; on++) { /* off, on, on with IQ4_XS at 2 row passes a CTA */
             const int old = backend_cuda_set_matvec_colx(on);
             const uint64_t l0 = backend_cuda_colx_launches();
-            for (int k = 0; k < n; k++) poison_dev(gy[k], cs[ci].rows[k]);
+            for (int k = 0; k < n; k++) poison_dev(gy[k], R * cs[ci].rows[k]);
             CHECK(gpu->ops->matmul(gpu, &ga, n, go) == VLLMC_OK);
-            CHECK_MSG(backend_cuda_colx_launches() == l0 + (on ? 1u : 0u), "colx E %lld %s: %llu launches with the switch at %d",
-                      (long long)E, quant_traits(cs[ci].t[0])->name, (unsigned long long)(backend_cuda_colx_launches() - l0), on);
+            CHECK_MSG(backend_cuda_colx_launches() == l0 + (on ? 1u : 0u), "colx E %lld %s rows %d: %llu launches with the switch at %d",
+                      (long long)E, quant_traits(cs[ci].t[0])->name, R, (unsigned long long)(backend_cuda_colx_launches() - l0), on);
+            if (on == 1 && R > 1) { /* row 0 alone: the same bits */
+                for (int k = 0; k < n; k++) poison_dev(g1y[k], cs[ci].rows[k]);
+                CHECK(gpu->ops->matmul(gpu, &g1, n, g1o) == VLLMC_OK);
+                for (int k = 0; k < n; k++) {
+                    const int64_t nr = cs[ci].rows[k];
+                    float *a = malloc((size_t)nr * 4), *b = malloc((size_t)nr * 4);
+                    dev_get(a, gy[k], (size_t)nr * 4);
+                    dev_get(b, g1y[k], (size_t)nr * 4);
+                    row_bits += n_diff(a, b, (size_t)nr);
+                    free(a); free(b);
+                }
+            }
             backend_cuda_set_matvec_colx(old);
             for (int k = 0; k < n; k++) {
                 const int64_t nr = cs[ci].rows[k];
-                float *h = malloc((size_t)nr * 4);
-                dev_get(h, gy[k], (size_t)nr * 4);
+                float *h = malloc((size_t)(R * nr) * 4);
+                dev_get(h, gy[k], (size_t)(R * nr) * 4);
                 const float *rv = ry[k];
-                for (int64_t o = 0; o < nr; o++) {
+                for (int64_t o = 0; o < R * nr; o++) {
                     const double d = fabs((double)h[o] - rv[o]);
                     worst[on] = fmax(worst[on], isnan(d) ? INFINITY : d / fmax(bound[k][o], 1e-30));
                 }
-                checked += on == 1 ? (size_t)nr : 0;
+                checked += on == 1 ? (size_t)(R * nr) : 0;
                 free(h);
             }
         }
-        printf("colx E %lld, %s%s%s%s: max |d| / sum |w x| %.3g (2 row passes: %.3g; one warp a row: %.3g)\n", (long long)E,
+        printf("colx E %lld rows %d, %s%s%s%s: max |d| / sum |w x| %.3g (2 row passes: %.3g; one warp a row: %.3g)%s\n", (long long)E, R,
                quant_traits(cs[ci].t[0])->name, n > 1 ? " + " : "", n > 1 ? quant_traits(cs[ci].t[1])->name : "", n > 2 ? " + ..." : "",
-               worst[1], worst[2], worst[0]);
-        CHECK_MSG(worst[1] < 2e-6 && worst[2] < 2e-6 && worst[0] < 2e-6, "colx E %lld %s: max |d| / sum |w x| %.3g (2 row passes: %.3g, off: %.3g)",
-                  (long long)E, quant_traits(cs[ci].t[0])->name, worst[1], worst[2], worst[0]);
+               worst[1], worst[2], worst[0], R > 1 ? (row_bits ? "; row 0 NOT the one-row bits" : "; row 0 the one-row bits") : "");
+        CHECK_MSG(worst[1] < 2e-6 && worst[2] < 2e-6 && worst[0] < 2e-6, "colx E %lld %s rows %d: max |d| / sum |w x| %.3g (2 row passes: %.3g, off: %.3g)",
+                  (long long)E, quant_traits(cs[ci].t[0])->name, R, worst[1], worst[2], worst[0]);
+        CHECK_MSG(row_bits == 0, "colx E %lld %s: %zu outputs of row 0 of %d differ from the one-row launch", (long long)E,
+                  quant_traits(cs[ci].t[0])->name, row_bits, R);
         for (int k = 0; k < n; k++) {
             ref->ops->free(ref, ry[k]);
             gpu->ops->free(gpu, gy[k]);
+            gpu->ops->free(gpu, g1y[k]);
             free(bound[k]);
             free_weight(&w[k]);
         }
@@ -1029,6 +1055,7 @@ static void test_colx(void) {
         free(bias); free(x);
         bk_act_free(ref, &ra);
         bk_act_free(gpu, &ga);
+        bk_act_free(gpu, &g1);
     }
     printf("colx: %zu outputs checked\n", checked);
 }

@@ -1602,20 +1602,23 @@ static inline bool colx_type(int t) {
 }
 /* U: row passes a CTA (2; 4 where every K-quant row of the launch is IQ4_XS, of up to 16 super-blocks: its terms are
  * issue-bound, and the activation's load and interleave, once a CTA, then serve twice the rows: the LM head's shape
- * 161.0 -> 149.8 us, gate + up 14.50 -> 13.35 on the H100) */
-template <int SBW, int U>
+ * 161.0 -> 149.8 us, gate + up 14.50 -> 13.35 on the H100). NA 1: one activation row; NA = MV_NA: a decode step of
+ * several sequences, blockIdx.y the group of up to MV_NA activation rows, each met in turn with the weights the lane
+ * loaded once (as mm_kernel_cols' form): a row's sum is the same ops in the same order either way. */
+template <int SBW, int U, int NA>
 static __global__ void __launch_bounds__(512) mm_kernel_colx(const struct cu_mm_args P) {
     constexpr int RW = 8 / SBW, RPC = RW * U;
-    __shared__ float part[16][RPC];
-    __shared__ float conv_pre[RPC][CU_CONV_PRE];
-    __shared__ int conv_slot[RPC];
+    __shared__ float part[16][NA][RPC];
+    __shared__ float conv_pre[NA * RPC][CU_CONV_PRE];
+    __shared__ int conv_slot[NA * RPC];
     const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, W = blockDim.x >> 5;
     const int si = mv_seg_of(P);
     const cu_mm_seg &S = P.seg[si];
     const int r0 = ((int)blockIdx.x - S.cta0) * RPC, rows = min(RPC, S.n_rows - r0);
+    const int a0 = NA == 1 ? 0 : (int)blockIdx.y * NA, na = NA == 1 ? 1 : min(NA, P.n_act - a0);
     const uint8_t *wb = S.w + (size_t)r0 * S.stride;
     if (S.type == GGML_TYPE_F32) {
-        mv_other_cta(P, S, wb, r0, rows, 0, 1, lane, wid, W);
+        mv_other_cta(P, S, wb, r0, rows, a0, na, lane, wid, W);
         return;
     }
     const bool conv = P.conv.on && si == P.conv.seg;
@@ -1626,12 +1629,13 @@ static __global__ void __launch_bounds__(512) mm_kernel_colx(const struct cu_mm_
     float resv = 0.f;
     /* after a branch's loads: the conv's state and weights, the wait, the residual */
     auto released = [&]() {
-        if (conv) mv_conv_load<1>(P.conv, rows, 1, 0, r0, conv_pre, conv_slot);
+        if (conv) mv_conv_load<NA>(P.conv, rows, na, a0, r0, conv_pre, conv_slot);
         gpu_pdl_wait();
         gpu_pdl_trigger();
-        resv = mv_res_load<1>(S, r0, rows);
+        resv = mv_res_load<NA>(S, r0, rows);
     };
-    auto put = [&](int u, float y) { mv_warp_part<SBW>(y, &part[wid][u * RW + rr], lane); };
+    auto put = [&](int r, int u, float y) { mv_warp_part<SBW>(y, &part[wid][r][u * RW + rr], lane); };
+    auto arow = [&](int r) { return NA == 1 ? P.a : act_row(P.a, a0 + r); };
 #define COLX_LOAD(w, ld)                                                                                                     \
     _Pragma("unroll") for (int u = 0; u < U; u++) {                                                                          \
         const int row = u * RW + rr;                                                                                         \
@@ -1639,41 +1643,52 @@ static __global__ void __launch_bounds__(512) mm_kernel_colx(const struct cu_mm_
     }
     if (t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K || t == GGML_TYPE_IQ4_XS || t == GGML_TYPE_Q6_K) {
         mv_act v;
+        const k4_sel ks = k4_sel_make(c);
         if (t == GGML_TYPE_Q5_K) {
             k5_w w[U] = {};
             COLX_LOAD(w, k5_load(wb + (size_t)row * S.stride, n_sb, sb, c));
             released();
-            if (on) mv_act_load(P.a, false, sb, c, v);
-            else mv_act_zero(v);
-            const k4_sel ks = k4_sel_make(c);
+#pragma unroll 1
+            for (int r = 0; r < na; r++) {
+                if (on) mv_act_load(arow(r), false, sb, c, v);
+                else mv_act_zero(v);
 #pragma unroll
-            for (int u = 0; u < U; u++) put(u, k5_term(w[u], ks, v, lane));
+                for (int u = 0; u < U; u++) put(r, u, k5_term(w[u], ks, v, lane));
+            }
         } else if (t == GGML_TYPE_IQ4_XS) {
             iq4x_w w[U] = {};
             COLX_LOAD(w, iq4x_load(wb + (size_t)row * S.stride, n_sb, sb, c));
             released();
-            if (on) mv_act_load(P.a, false, sb, c, v);
-            else mv_act_zero(v);
-            iq4_act_perm(v);
+#pragma unroll 1
+            for (int r = 0; r < na; r++) {
+                if (on) mv_act_load(arow(r), false, sb, c, v);
+                else mv_act_zero(v);
+                iq4_act_perm(v);
 #pragma unroll
-            for (int u = 0; u < U; u++) put(u, iq4x_term<true>(w[u], c, v));
+                for (int u = 0; u < U; u++) put(r, u, iq4x_term<true>(w[u], c, v));
+            }
         } else if (t == GGML_TYPE_Q4_K) {
             k4s_w w[U] = {};
             COLX_LOAD(w, k4s_load(wb + (size_t)row * S.stride, n_sb, sb, c));
             released();
-            if (on) mv_act_load(P.a, false, sb, c, v);
-            else mv_act_zero(v);
-            const k4_sel ks = k4_sel_make(c);
+#pragma unroll 1
+            for (int r = 0; r < na; r++) {
+                if (on) mv_act_load(arow(r), false, sb, c, v);
+                else mv_act_zero(v);
 #pragma unroll
-            for (int u = 0; u < U; u++) put(u, k4s_term(w[u], ks, v, lane));
+                for (int u = 0; u < U; u++) put(r, u, k4s_term(w[u], ks, v, lane));
+            }
         } else {
             q6_w w[U] = {};
             COLX_LOAD(w, q6_load(wb + (size_t)row * S.stride, n_sb, sb, c));
             released();
-            if (on) mv_act_load(P.a, true, sb, c, v);
-            else mv_act_zero(v);
+#pragma unroll 1
+            for (int r = 0; r < na; r++) {
+                if (on) mv_act_load(arow(r), true, sb, c, v);
+                else mv_act_zero(v);
 #pragma unroll
-            for (int u = 0; u < U; u++) put(u, q6_term<true>(w[u], c & 1, v));
+                for (int u = 0; u < U; u++) put(r, u, q6_term<true>(w[u], c & 1, v));
+            }
         }
     } else {
         mv_act0 v;
@@ -1682,27 +1697,33 @@ static __global__ void __launch_bounds__(512) mm_kernel_colx(const struct cu_mm_
             b8_w w[U] = {};
             COLX_LOAD(w, b8_load(wb + (size_t)row * S.stride, n_b, sb, c));
             released();
-            if (on) mv_act0_load(P.a, sb, c, v);
-            else mv_act0_zero(v);
+#pragma unroll 1
+            for (int r = 0; r < na; r++) {
+                if (on) mv_act0_load(arow(r), sb, c, v);
+                else mv_act0_zero(v);
 #pragma unroll
-            for (int u = 0; u < U; u++) put(u, b8_term(w[u], v));
+                for (int u = 0; u < U; u++) put(r, u, b8_term(w[u], v));
+            }
         } else {
             b4_w w[U] = {};
             COLX_LOAD(w, b4_load(wb + (size_t)row * S.stride, n_b, sb, c));
             released();
-            if (on) mv_act0_load(P.a, sb, c, v);
-            else mv_act0_zero(v);
+#pragma unroll 1
+            for (int r = 0; r < na; r++) {
+                if (on) mv_act0_load(arow(r), sb, c, v);
+                else mv_act0_zero(v);
 #pragma unroll
-            for (int u = 0; u < U; u++) put(u, b4_term(w[u], v));
+                for (int u = 0; u < U; u++) put(r, u, b4_term(w[u], v));
+            }
         }
     }
 #undef COLX_LOAD
     __syncthreads();
-    if ((int)threadIdx.x < rows) { /* (the thread that loaded its output's residual and conv inputs) */
-        const int j = threadIdx.x;
-        float y = part[0][j];
-        for (int k = 1; k < W; k++) y = __fadd_rn(y, part[k][j]);
-        mv_out<1>(P, S, 0, r0, j, y, resv, conv, conv_pre[j], conv_slot[j]);
+    for (int i = threadIdx.x; i < rows * na; i += blockDim.x) { /* (thread i loaded output i's residual and conv inputs) */
+        const int r = NA == 1 ? 0 : i / rows, j = i - r * rows;
+        float y = part[0][r][j];
+        for (int k = 1; k < W; k++) y = __fadd_rn(y, part[k][r][j]);
+        mv_out<NA>(P, S, a0 + r, r0, j, y, resv, conv, conv_pre[i], conv_slot[i]);
     }
 }
 
@@ -2303,12 +2324,13 @@ static void mm_subset(const struct cu_mm_args *args, unsigned mask, struct cu_mm
 
 uint64_t cu_colx_launches;
 extern "C" uint64_t backend_cuda_colx_launches(void) { return cu_colx_launches; }
-/* mm_kernel_colx for one activation row where a segment is Q5_K, IQ4_XS or Q4_0, or where Q8_0 rows come without
- * K-quant ones (cu_mm_cfg.colx), every segment a type it takes and a row of 256-column groups that fits 16 warps; false
+/* mm_kernel_colx for one activation row (or 2 .. cols_rows: its several-row form) where a segment is Q5_K, IQ4_XS or
+ * Q4_0, or where Q8_0 rows come without K-quant ones (cu_mm_cfg.colx), every segment a type it takes and a row of
+ * 256-column groups that fits 16 warps; false
  * (nothing launched) otherwise. F32 segments first in the grid (their CTAs walk 4-row tiles a warp and take longer, as
  * in mm_launch_cols). */
 static bool mm_launch_colx(const struct cu_mm_args *args, gpuStream_t s) {
-    if (!cu_mm_cfg.colx || args->n_act != 1 || args->nq.on || args->row_order || args->a.n % QK_K) return false;
+    if (!cu_mm_cfg.colx || args->n_act < 1 || args->nq.on || args->row_order || args->a.n % QK_K) return false;
     bool other = false, kq = false, q8 = false;
     for (int i = 0; i < args->n_seg; i++) {
         const int t = args->seg[i].type;
@@ -2331,15 +2353,17 @@ static bool mm_launch_colx(const struct cu_mm_args *args, gpuStream_t s) {
     for (int i = 0; i < args->n_seg; i++) iq4_only = iq4_only && (args->seg[i].type == GGML_TYPE_IQ4_XS || args->seg[i].type == GGML_TYPE_F32);
     /* (colx 2: U 2 for all, comparisons. Rows of more than 16 super-blocks keep 2: at 9,216 columns U 4 measured 11.2 us
      * against 8.6, half the CTAs of 9 warps) */
-    const int U = iq4_only && sbw == 2 && cu_mm_cfg.colx != 2 ? 4 : 2;
+    const bool mr = args->n_act > 1; /* (several rows: 2 row passes, as mm_kernel_cols' several-row form) */
+    const int U = iq4_only && sbw == 2 && !mr && cu_mm_cfg.colx != 2 ? 4 : 2;
     const int rpc = 8 / sbw * U;
     int ctas = 0;
     for (int i = 0; i < a.n_seg; i++) {
         a.seg[i].cta0 = ctas;
         ctas += (int)GPU_CEIL_DIV(a.seg[i].n_rows, rpc);
     }
-    const mm_cols_fn k = sbw == 2 ? (U == 4 ? mm_kernel_colx<2, 4> : mm_kernel_colx<2, 2>) : mm_kernel_colx<4, 2>;
-    gpu_launch(k, dim3((unsigned)ctas), dim3(32 * w), 0, s, a);
+    const mm_cols_fn k = mr ? (sbw == 2 ? mm_kernel_colx<2, 2, MV_NA> : mm_kernel_colx<4, 2, MV_NA>)
+                            : sbw == 2 ? (U == 4 ? mm_kernel_colx<2, 4, 1> : mm_kernel_colx<2, 2, 1>) : mm_kernel_colx<4, 2, 1>;
+    gpu_launch(k, dim3((unsigned)ctas, mr ? (unsigned)GPU_CEIL_DIV(args->n_act, MV_NA) : 1u), dim3(32 * w), 0, s, a);
     cu_colx_launches++;
     return true;
 }
@@ -4075,6 +4099,7 @@ static bool mm_launch(const struct cu_mm_args *args, gpuStream_t s) {
     /* (the conv and the norm + quantize after it, by the caller) */
     if (args->n_act > 1 && !inv_cols && mm_launch_mmr(args, s)) return false;
     if (args->n_act > 1 && (inv_cols || (!args->row_order && args->n_act <= cu_mm_cfg.cols_rows)) && mm_launch_cols(args, s)) return true;
+    if (args->n_act > 1 && !args->row_order && args->n_act <= cu_mm_cfg.cols_rows && mm_launch_colx(args, s)) return true;
     if (args->n_act == 1) {
         const int resident = mm_resident_ctas();
         const int cls = args->total_rows < cu_mm_cfg.rows[0] ? 0 : args->total_rows < cu_mm_cfg.rows[1] ? 1 : 2;
