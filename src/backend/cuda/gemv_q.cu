@@ -4440,9 +4440,10 @@ struct moe_cta {
 
 /* One lane's share of a row of any of the K-quant types (mm_kernel_colx's loads and terms), for the MoE kernels'
  * instance of every K-quant type (KT 4: Q5_K_M and IQ4_XS files' experts, with Q4_K / Q6_K beside them): the type's
- * words in one register set, picked by the matrix's type (the same for the whole CTA). */
+ * words in one register set, picked by the matrix's type (the same for the whole CTA). (HIP builds no KT 4 instance:
+ * maybe_unused there.) */
 struct wx_w { uint4 a, b, c, d; uint32_t e, f; };
-static __device__ __forceinline__ wx_w wx_load(int ty, const uint8_t *wr, int n_sb, int sb, int c) {
+[[maybe_unused]] static __device__ __forceinline__ wx_w wx_load(int ty, const uint8_t *wr, int n_sb, int sb, int c) {
     wx_w x = {};
     if (ty == GGML_TYPE_Q4_K) {
         const k4_w w = k4_load(wr, n_sb, sb, c);
@@ -4459,7 +4460,7 @@ static __device__ __forceinline__ wx_w wx_load(int ty, const uint8_t *wr, int n_
     }
     return x;
 }
-static __device__ __forceinline__ float wx_term(int ty, const wx_w &x, const k4_sel &ks, const mv_act &v, int c, int lane) {
+[[maybe_unused]] static __device__ __forceinline__ float wx_term(int ty, const wx_w &x, const k4_sel &ks, const mv_act &v, int c, int lane) {
     if (ty == GGML_TYPE_Q4_K) return k4_term<true>(k4_w{x.a, x.b, x.e, x.f, x.c.x, x.c.y}, ks, v);
     if (ty == GGML_TYPE_Q5_K) return k5_term(k5_w{x.a, x.b, x.c, x.d, x.e}, ks, v, lane);
     if (ty == GGML_TYPE_IQ4_XS) return iq4x_term(iq4x_w{x.a, x.b, x.e, x.f}, c, v);
