@@ -1605,7 +1605,8 @@ static inline bool colx_type(int t) {
  * 161.0 -> 149.8 us, gate + up 14.50 -> 13.35 on the H100). NA 1: one activation row; NA = MV_NA: a decode step of
  * several sequences, blockIdx.y the group of up to MV_NA activation rows, each met in turn with the weights the lane
  * loaded once (as mm_kernel_cols' form): a row's sum is the same ops in the same order either way. */
-template <int SBW, int U, int NA>
+template <int SBW, int U, int NA, bool IQ4 = false> /* IQ4: the launch's K-quant rows are all IQ4_XS: only that branch
+                                                        compiled (at U 4: 82 registers, where all took 127) */
 static __global__ void __launch_bounds__(512) mm_kernel_colx(const struct cu_mm_args P) {
     constexpr int RW = 8 / SBW, RPC = RW * U;
     __shared__ float part[16][NA][RPC];
@@ -1636,88 +1637,61 @@ static __global__ void __launch_bounds__(512) mm_kernel_colx(const struct cu_mm_
     };
     auto put = [&](int r, int u, float y) { mv_warp_part<SBW>(y, &part[wid][r][u * RW + rr], lane); };
     auto arow = [&](int r) { return NA == 1 ? P.a : act_row(P.a, a0 + r); };
-#define COLX_LOAD(w, ld)                                                                                                     \
-    _Pragma("unroll") for (int u = 0; u < U; u++) {                                                                          \
-        const int row = u * RW + rr;                                                                                         \
-        if (on && row < rows) w[u] = ld;                                                                                     \
-    }
-    if (t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K || t == GGML_TYPE_IQ4_XS || t == GGML_TYPE_Q6_K) {
-        mv_act v;
-        const k4_sel ks = k4_sel_make(c);
-        if (t == GGML_TYPE_Q5_K) {
-            k5_w w[U] = {};
-            COLX_LOAD(w, k5_load(wb + (size_t)row * S.stride, n_sb, sb, c));
-            released();
-#pragma unroll 1
-            for (int r = 0; r < na; r++) {
-                if (on) mv_act_load(arow(r), false, sb, c, v);
-                else mv_act_zero(v);
+    /* one branch: the lane's rows (type of zero) loaded by ld before the release, then each activation row, formed into
+     * a (act), met with them (term) */
+    auto rows_of = [&](auto zero, auto ld, auto a, auto act, auto term) {
+        decltype(zero) w[U];
 #pragma unroll
-                for (int u = 0; u < U; u++) put(r, u, k5_term(w[u], ks, v, lane));
-            }
-        } else if (t == GGML_TYPE_IQ4_XS) {
-            iq4x_w w[U] = {};
-            COLX_LOAD(w, iq4x_load(wb + (size_t)row * S.stride, n_sb, sb, c));
-            released();
-#pragma unroll 1
-            for (int r = 0; r < na; r++) {
-                if (on) mv_act_load(arow(r), false, sb, c, v);
-                else mv_act_zero(v);
-                iq4_act_perm(v);
-#pragma unroll
-                for (int u = 0; u < U; u++) put(r, u, iq4x_term<true>(w[u], c, v));
-            }
-        } else if (t == GGML_TYPE_Q4_K) {
-            k4s_w w[U] = {};
-            COLX_LOAD(w, k4s_load(wb + (size_t)row * S.stride, n_sb, sb, c));
-            released();
-#pragma unroll 1
-            for (int r = 0; r < na; r++) {
-                if (on) mv_act_load(arow(r), false, sb, c, v);
-                else mv_act_zero(v);
-#pragma unroll
-                for (int u = 0; u < U; u++) put(r, u, k4s_term(w[u], ks, v, lane));
-            }
-        } else {
-            q6_w w[U] = {};
-            COLX_LOAD(w, q6_load(wb + (size_t)row * S.stride, n_sb, sb, c));
-            released();
-#pragma unroll 1
-            for (int r = 0; r < na; r++) {
-                if (on) mv_act_load(arow(r), true, sb, c, v);
-                else mv_act_zero(v);
-#pragma unroll
-                for (int u = 0; u < U; u++) put(r, u, q6_term<true>(w[u], c & 1, v));
-            }
+        for (int u = 0; u < U; u++) {
+            const int row = u * RW + rr;
+            w[u] = on && row < rows ? ld(wb + (size_t)row * S.stride) : zero;
         }
-    } else {
-        mv_act0 v;
-        const int n_b = (int)(P.a.n / 32);
-        if (t == GGML_TYPE_Q8_0) {
-            b8_w w[U] = {};
-            COLX_LOAD(w, b8_load(wb + (size_t)row * S.stride, n_b, sb, c));
-            released();
+        released();
 #pragma unroll 1
-            for (int r = 0; r < na; r++) {
-                if (on) mv_act0_load(arow(r), sb, c, v);
-                else mv_act0_zero(v);
+        for (int r = 0; r < na; r++) {
+            act(arow(r), a);
 #pragma unroll
-                for (int u = 0; u < U; u++) put(r, u, b8_term(w[u], v));
-            }
-        } else {
-            b4_w w[U] = {};
-            COLX_LOAD(w, b4_load(wb + (size_t)row * S.stride, n_b, sb, c));
-            released();
-#pragma unroll 1
-            for (int r = 0; r < na; r++) {
-                if (on) mv_act0_load(arow(r), sb, c, v);
-                else mv_act0_zero(v);
-#pragma unroll
-                for (int u = 0; u < U; u++) put(r, u, b4_term(w[u], v));
-            }
+            for (int u = 0; u < U; u++) put(r, u, term(w[u], a));
         }
+    };
+    const k4_sel ks = k4_sel_make(c);
+    const int n_b = (int)(P.a.n / 32);
+    auto act_k = [&](bool q6) { /* the Q8_K activation's chunk (Q6_K's layout for q6) */
+        return [=](const cu_act_view &av, mv_act &v) {
+            if (on) mv_act_load(av, q6, sb, c, v);
+            else mv_act_zero(v);
+        };
+    };
+    auto act_0 = [=](const cu_act_view &av, mv_act0 &v) { /* the Q8_0 activation's two blocks */
+        if (on) mv_act0_load(av, sb, c, v);
+        else mv_act0_zero(v);
+    };
+    (void)t;
+    if (IQ4 || t == GGML_TYPE_IQ4_XS)
+        rows_of(iq4x_w{}, [&](const uint8_t *p) { return iq4x_load(p, n_sb, sb, c); }, mv_act{},
+                [=](const cu_act_view &av, mv_act &v) {
+                    if (on) mv_act_load(av, false, sb, c, v);
+                    else mv_act_zero(v);
+                    iq4_act_perm(v);
+                },
+                [&](const iq4x_w &w, const mv_act &v) { return iq4x_term<true>(w, c, v); });
+    else if constexpr (!IQ4) {
+    if (t == GGML_TYPE_Q5_K)
+        rows_of(k5_w{}, [&](const uint8_t *p) { return k5_load(p, n_sb, sb, c); }, mv_act{}, act_k(false),
+                [&](const k5_w &w, const mv_act &v) { return k5_term(w, ks, v, lane); });
+    else if (t == GGML_TYPE_Q4_K)
+        rows_of(k4s_w{}, [&](const uint8_t *p) { return k4s_load(p, n_sb, sb, c); }, mv_act{}, act_k(false),
+                [&](const k4s_w &w, const mv_act &v) { return k4s_term(w, ks, v, lane); });
+    else if (t == GGML_TYPE_Q6_K)
+        rows_of(q6_w{}, [&](const uint8_t *p) { return q6_load(p, n_sb, sb, c); }, mv_act{}, act_k(true),
+                [&](const q6_w &w, const mv_act &v) { return q6_term<true>(w, c & 1, v); });
+    else if (t == GGML_TYPE_Q8_0)
+        rows_of(b8_w{}, [&](const uint8_t *p) { return b8_load(p, n_b, sb, c); }, mv_act0{}, act_0,
+                [&](const b8_w &w, const mv_act0 &v) { return b8_term(w, v); });
+    else
+        rows_of(b4_w{}, [&](const uint8_t *p) { return b4_load(p, n_b, sb, c); }, mv_act0{}, act_0,
+                [&](const b4_w &w, const mv_act0 &v) { return b4_term(w, v); });
     }
-#undef COLX_LOAD
     __syncthreads();
     for (int i = threadIdx.x; i < rows * na; i += blockDim.x) { /* (thread i loaded output i's residual and conv inputs) */
         const int r = NA == 1 ? 0 : i / rows, j = i - r * rows;
@@ -2362,7 +2336,7 @@ static bool mm_launch_colx(const struct cu_mm_args *args, gpuStream_t s) {
         ctas += (int)GPU_CEIL_DIV(a.seg[i].n_rows, rpc);
     }
     const mm_cols_fn k = mr ? (sbw == 2 ? mm_kernel_colx<2, 2, MV_NA> : mm_kernel_colx<4, 2, MV_NA>)
-                            : sbw == 2 ? (U == 4 ? mm_kernel_colx<2, 4, 1> : mm_kernel_colx<2, 2, 1>) : mm_kernel_colx<4, 2, 1>;
+                            : sbw == 2 ? (U == 4 ? mm_kernel_colx<2, 4, 1, true> : mm_kernel_colx<2, 2, 1>) : mm_kernel_colx<4, 2, 1>;
     gpu_launch(k, dim3((unsigned)ctas, mr ? (unsigned)GPU_CEIL_DIV(args->n_act, MV_NA) : 1u), dim3(32 * w), 0, s, a);
     cu_colx_launches++;
     return true;
