@@ -159,6 +159,7 @@ int main(int argc, char **argv) {
         backend_cuda_set_lmh(atoi(getenv("VLLMC_CUDA_LMH")), cm ? atoi(cm + 1) : 0);
     }
     if (getenv("VLLMC_CUDA_MMX_ROWS")) cu_mmx_rows = atoi(getenv("VLLMC_CUDA_MMX_ROWS"));
+    if (getenv("VLLMC_CUDA_LMH_CO")) cu_lmh_co = std::min(std::max(atoi(getenv("VLLMC_CUDA_LMH_CO")), 0), 4);
     if (getenv("VLLMC_CUDA_CARVEOUT")) gpu_carveout = atoi(getenv("VLLMC_CUDA_CARVEOUT"));
     if (getenv("VLLMC_CUDA_COLX")) cu_mm_cfg.colx = std::min(std::max(atoi(getenv("VLLMC_CUDA_COLX")), 0), 2);
     const int reps = argc > 1 ? atoi(argv[1]) : 30;

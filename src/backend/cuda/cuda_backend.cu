@@ -2152,6 +2152,7 @@ extern "C" vllmc_status backend_cuda_create(const struct backend_cuda_opts *o, s
         backend_cuda_set_lmh(ns, cm ? atoi(cm + 1) : 0);
         if (ns && cu_lmh_ns != ns) LOG_WARN("VLLMC_CUDA_LMH=%s: a ring of 2-%d tiles (or 0); the LM head keeps its kernel", env, CU_LMH_MAX_NS);
     }
+    if ((env = getenv("VLLMC_CUDA_LMH_CO")) && atoi(env) >= 0 && atoi(env) <= 4) cu_lmh_co = atoi(env); /* (measurements) */
     if ((env = getenv("VLLMC_CUDA_CARVEOUT")) && atoi(env) >= 0 && atoi(env) <= 100) gpu_carveout = atoi(env); /* (comparisons) */
     if ((env = getenv("VLLMC_CUDA_MMA"))) cu_mm_cfg.mma = atoi(env) & 8191; /* the tensor-core mat-vec's classes */
     if ((env = getenv("VLLMC_CUDA_COLX"))) cu_mm_cfg.colx = VLLMC_MIN(VLLMC_MAX(atoi(env), 0), 2); /* mm_kernel_colx for the other weight types (2: IQ4_XS at 2 row passes a CTA too) */

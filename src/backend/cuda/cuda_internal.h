@@ -231,6 +231,8 @@ extern struct cu_mm_cfg cu_mm_cfg;
 extern int cu_lmh_ns, cu_lmh_rows; /* mm_kernel_lmh (the LM head's ring of tiles): its slots (0: off) and the launches of
                                      at least cu_lmh_rows rows it takes */
 #define CU_LMH_MAX_NS 8
+extern int cu_lmh_co; /* mm_kernel_lmh: at most this many CTAs an SM, each letting the next launch in at its start (0: off;
+                         VLLMC_CUDA_LMH_CO, bench_gemv and the backend; a measurement) */
 extern int cu_mmx_rows; /* mm_kernel_mmx (cu_mm_cfg.mma bits 128 / 256) for launches of at least this many rows */
 void cu_launch_matmul(const struct cu_mm_args *args, gpuStream_t s);
 

@@ -2217,6 +2217,7 @@ uint64_t cu_mmx_launches;
 int cu_mmx_rows = 8192;
 extern "C" uint64_t backend_cuda_mmx_launches(void) { return cu_mmx_launches; }
 int cu_lmh_ns = 0, cu_lmh_rows = 65536; /* mm_kernel_lmh: its ring's tiles (0: off) and the launches it takes */
+int cu_lmh_co = 0; /* mm_kernel_lmh with at most cu_lmh_co CTAs an SM that let the next launch in at their start (0: off) */
 uint64_t cu_lmh_launches;
 extern "C" uint64_t backend_cuda_lmh_launches(void) { return cu_lmh_launches; }
 #if !defined(VLLMC_HIP)
@@ -4945,7 +4946,10 @@ static __global__ void __launch_bounds__(LBT, LBM) mm_kernel_mmx(const struct cu
  * super-blocks (2,048 / 2,560 columns: 4 / 5 warps, two super-blocks each), one activation row, no residual, conv or
  * fused norm (mm_lmh_ok). */
 #define LMH_RPC 8
-static __global__ void __launch_bounds__(160, 4) mm_kernel_lmh(const struct cu_mm_args P, int ns) {
+/* early (cu_lmh_co): the next launch may start as soon as this one's copies are asked for, not after its wait. With a
+ * grid of at most cu_lmh_co CTAs an SM, the next launch's CTAs fit beside this one's and ask for their own first tiles
+ * while these sum: the weight stream crosses the launch boundary (a measurement: bench_gemv l2's cold chain). */
+static __global__ void __launch_bounds__(160, 4) mm_kernel_lmh(const struct cu_mm_args P, int ns, int early) {
     constexpr int SBW = 2, RW = 4, U = 2;
     __shared__ float part[16][LMH_RPC];
     __shared__ __align__(8) uint64_t bars[CU_LMH_MAX_NS];
@@ -4970,6 +4974,7 @@ static __global__ void __launch_bounds__(160, 4) mm_kernel_lmh(const struct cu_m
     const int c = lane & 3, sbl = (lane >> 2) % SBW, rr = lane / (4 * SBW);
     const int sb = wid * SBW + sbl;
     const bool on = sb < n_sb;
+    if (early) gpu_pdl_trigger();
     gpu_pdl_wait();
     gpu_pdl_trigger();
     mv_act v;
@@ -5023,10 +5028,18 @@ static bool mm_lmh_launch(const struct cu_mm_args &a, gpuStream_t s) {
         }
         smem_set = smem;
     }
-    const int resident = mm_resident(mm_kernel_lmh, threads, smem);
+    int resident = mm_resident(mm_kernel_lmh, threads, smem);
     if (resident == MM_RESIDENT_NONE) return false;
+    if (cu_lmh_co > 0) {
+        static int sms = 0;
+        if (!sms) {
+            int dev = 0;
+            if (gpuGetDevice(&dev) != gpuSuccess || gpuDeviceGetSMCount(&sms, dev) != gpuSuccess || sms <= 0) sms = 132;
+        }
+        resident = min(resident, cu_lmh_co * sms);
+    }
     const int n_tiles = (a.seg[0].n_rows + LMH_RPC - 1) / LMH_RPC;
-    gpu_launch(mm_kernel_lmh, dim3((unsigned)min(resident, n_tiles)), dim3(threads), smem, s, a, cu_lmh_ns);
+    gpu_launch(mm_kernel_lmh, dim3((unsigned)min(resident, n_tiles)), dim3(threads), smem, s, a, cu_lmh_ns, cu_lmh_co > 0 ? 1 : 0);
     cu_lmh_launches++;
     return true;
 }
