@@ -74,6 +74,23 @@ static void check_act_quant(const struct bk_act *ra, const struct bk_act *ga, in
 /* matmul of 6 weights of mixed types sharing one activation (with bias and ld_y; two launches of at most
  * 4), 1 and 11 rows; quantize feeds it. */
 #define NW 8
+/* The error bound of each output of a mat-vec against the CPU reference: sum_i |w_i x_i| over the dequantized weight row
+ * and the f32 activation (+ |bias|, where bias); the float terms of both sides are exact, only their summation order
+ * differs. out[r * nout + o] for activation row r of R (x: R x E) and weight row o of nout (host: the GGUF rows). */
+static void abs_dot_bounds(uint32_t type, const uint8_t *host, int64_t E, int64_t nout, const float *x, int R, const float *bias,
+                           double *out) {
+    float *wrow = malloc((size_t)E * 4);
+    for (int64_t o = 0; o < nout; o++) {
+        dequantize_row(type, host + quant_row_size(type, E) * (size_t)o, wrow, E);
+        for (int r = 0; r < R; r++) {
+            double b = bias ? fabs(bias[o]) : 0.0;
+            for (int64_t e = 0; e < E; e++) b += fabs((double)wrow[e] * x[r * E + e]);
+            out[r * nout + o] = b;
+        }
+    }
+    free(wrow);
+}
+
 static void test_matmul(int64_t E) {
     const uint32_t types[NW] = {GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, GGML_TYPE_Q8_0, GGML_TYPE_F32, GGML_TYPE_Q5_0, GGML_TYPE_Q4_0,
                                 GGML_TYPE_Q5_K, GGML_TYPE_IQ4_XS};
@@ -107,22 +124,11 @@ static void test_matmul(int64_t E) {
             go[i] = (struct bk_matmul_out){.w = &w[i].g, .bias = i == 1 ? gbias : NULL, .y = gy[i], .ld_y = ld};
         }
         CHECK(ref->ops->matmul(ref, &ra, NW, ro) == VLLMC_OK);
-        /* error bound per output: sum_i |w_i x_i| over the dequantized weight row and the f32 activation
-         * (+ |bias|); the float terms of both sides are exact, only their summation order differs */
-        double *bound[NW];
-        float *wrow = malloc((size_t)E * 4);
+        double *bound[NW]; /* (abs_dot_bounds) */
         for (int i = 0; i < NW; i++) {
-            bound[i] = calloc((size_t)(rows * nout[i]), sizeof(double));
-            for (int64_t o = 0; o < nout[i]; o++) {
-                dequantize_row(types[i], w[i].host + quant_row_size(types[i], E) * (size_t)o, wrow, E);
-                for (int r = 0; r < rows; r++) {
-                    double b = i == 1 ? fabs(bias[o]) : 0.0;
-                    for (int64_t e = 0; e < E; e++) b += fabs((double)wrow[e] * x[r * E + e]);
-                    bound[i][r * nout[i] + o] = b;
-                }
-            }
+            bound[i] = malloc((size_t)(rows * nout[i]) * sizeof(double));
+            abs_dot_bounds(types[i], w[i].host, E, nout[i], x, rows, i == 1 ? bias : NULL, bound[i]);
         }
-        free(wrow);
         /* every decode mat-vec kernel choice (1 row; {tr, ks, pers}), the default last */
         int tr0[3], ks0[3], ps0[3], cols0[3];
         backend_cuda_get_matvec(tr0, ks0, ps0);
@@ -972,16 +978,15 @@ static void test_colx(void) {
         ra.n_rows = ga.n_rows = R;
         CHECK(ref->ops->quantize(ref, &ra) == VLLMC_OK);
         CHECK(gpu->ops->quantize(gpu, &ga) == VLLMC_OK);
-        float *x1 = act_row_rand(E, fmts, &g1); /* (replaced: row 0 of x, alone) */
+        CHECK(bk_act_alloc(gpu, 1, E, fmts, &g1) == VLLMC_OK); /* row 0 of x, alone */
         CHECK(gpu->ops->copy_to_device(gpu, g1.x, x, (size_t)E * 4) == VLLMC_OK);
+        g1.n_rows = 1;
         CHECK(gpu->ops->quantize(gpu, &g1) == VLLMC_OK);
-        free(x1);
         const int64_t nb = cs[ci].rows[0];
         float *bias = rand_buf((size_t)nb, 0.1f), *gbias = dev_put(bias, (size_t)nb * 4);
         float *ry[4], *gy[4], *g1y[4];
         double *bound[4];
         struct bk_matmul_out ro[4], go[4], g1o[4];
-        float *wrow = malloc((size_t)E * 4);
         for (int k = 0; k < n; k++) {
             const int64_t nr = cs[ci].rows[k];
             ry[k] = ref_put(NULL, (size_t)(R * nr) * 4);
@@ -991,16 +996,8 @@ static void test_colx(void) {
             go[k] = (struct bk_matmul_out){.w = &w[k].g, .bias = k == 0 ? gbias : NULL, .y = gy[k], .ld_y = nr};
             g1o[k] = (struct bk_matmul_out){.w = &w[k].g, .bias = k == 0 ? gbias : NULL, .y = g1y[k], .ld_y = nr};
             bound[k] = malloc((size_t)(R * nr) * sizeof(double));
-            for (int64_t o = 0; o < nr; o++) { /* sum |w x| over the dequantized row (+ |bias|) */
-                dequantize_row(cs[ci].t[k], w[k].host + quant_row_size(cs[ci].t[k], E) * (size_t)o, wrow, E);
-                for (int r = 0; r < R; r++) {
-                    double b = k == 0 ? fabs(bias[o]) : 0.0;
-                    for (int64_t e = 0; e < E; e++) b += fabs((double)wrow[e] * x[r * E + e]);
-                    bound[k][r * nr + o] = b;
-                }
-            }
+            abs_dot_bounds(cs[ci].t[k], w[k].host, E, nr, x, R, k == 0 ? bias : NULL, bound[k]);
         }
-        free(wrow);
         CHECK(ref->ops->matmul(ref, &ra, n, ro) == VLLMC_OK);
         double worst[3] = {0, 0, 0};
         size_t row_bits = 0;
@@ -1582,19 +1579,9 @@ static void test_mmr(void) {
             float *x = rand_buf((size_t)(RM * E), 1.0f);
             float *bias = rand_buf((size_t)NOUT, 0.1f);
             float *gbias = dev_put(bias, (size_t)NOUT * 4);
-            /* bound per output: sum |w x| (+ |bias|) over the dequantized rows */
-            double *bound = calloc((size_t)(2 * RM * NOUT), sizeof(double)); /* [segment][row][output] */
-            float *wrow = malloc((size_t)E * 4);
-            for (int k = 0; k < 2; k++)
-                for (int64_t o = 0; o < NOUT; o++) {
-                    dequantize_row(types[k], w[k].host + quant_row_size(types[k], E) * (size_t)o, wrow, E);
-                    for (int r = 0; r < RM; r++) {
-                        double b = k ? 0 : fabs(bias[o]);
-                        for (int64_t e = 0; e < E; e++) b += fabs((double)wrow[e] * x[r * E + e]);
-                        bound[(k * RM + r) * NOUT + o] = b;
-                    }
-                }
-            free(wrow);
+            /* bound per output (abs_dot_bounds), [segment][row][output] */
+            double *bound = malloc((size_t)(2 * RM * NOUT) * sizeof(double));
+            for (int k = 0; k < 2; k++) abs_dot_bounds(types[k], w[k].host, E, NOUT, x, RM, k ? NULL : bias, bound + (size_t)k * RM * NOUT);
             struct bk_act ra, ga;
             CHECK(bk_act_alloc(ref, RM, E, fmts, &ra) == VLLMC_OK);
             CHECK(bk_act_alloc(gpu, RM, E, fmts, &ga) == VLLMC_OK);

@@ -2306,13 +2306,14 @@ extern "C" uint64_t backend_cuda_colx_launches(void) { return cu_colx_launches; 
  * in mm_launch_cols). */
 static bool mm_launch_colx(const struct cu_mm_args *args, gpuStream_t s) {
     if (!cu_mm_cfg.colx || args->n_act < 1 || args->nq.on || args->row_order || args->a.n % QK_K) return false;
-    bool other = false, kq = false, q8 = false;
+    bool other = false, kq = false, q8 = false, iq4_only = true; /* (iq4_only: F32 rows beside them take mv_other_cta's path) */
     for (int i = 0; i < args->n_seg; i++) {
         const int t = args->seg[i].type;
         if (!colx_type(t)) return false;
         other = other || t == GGML_TYPE_Q5_K || t == GGML_TYPE_IQ4_XS || t == GGML_TYPE_Q4_0;
         kq = kq || t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q6_K;
         q8 = q8 || t == GGML_TYPE_Q8_0;
+        iq4_only = iq4_only && (t == GGML_TYPE_IQ4_XS || t == GGML_TYPE_F32);
     }
     if (!other && (kq || !q8)) return false; /* (Q4_K / Q6_K launches: mm_launch_cols' kernels) */
     if (args->conv.on && args->seg[args->conv.seg].type == GGML_TYPE_F32) return false;
@@ -2324,8 +2325,6 @@ static bool mm_launch_colx(const struct cu_mm_args *args, gpuStream_t s) {
             if ((args->seg[i].type == GGML_TYPE_F32) == (pass == 0)) order[no++] = i;
     struct cu_mm_args a;
     mm_select(args, order, no, &a);
-    bool iq4_only = true; /* (F32 rows beside them take mv_other_cta's path) */
-    for (int i = 0; i < args->n_seg; i++) iq4_only = iq4_only && (args->seg[i].type == GGML_TYPE_IQ4_XS || args->seg[i].type == GGML_TYPE_F32);
     /* (colx 2: U 2 for all, comparisons. Rows of more than 16 super-blocks keep 2: at 9,216 columns U 4 measured 11.2 us
      * against 8.6, half the CTAs of 9 warps) */
     const bool mr = args->n_act > 1; /* (several rows: 2 row passes, as mm_kernel_cols' several-row form) */
