@@ -46,6 +46,9 @@ if [ ! -d .carry/models ] && [ -x .venv/bin/python ]; then
     mkdir -p .carry/models
     .venv/bin/python tests/tools/make_tiny_models.py .carry/models --types q8_0,q4_k_m >/tmp/gpu-carry-models.log 2>&1 ||
         echo "tiny dense models not made (see /tmp/gpu-carry-models.log)"
+    # qwen2 at 896 columns: its Q4_K_M mix has the Q5_0 / Q8_0 fallbacks of rows that are not a multiple of 256
+    .venv/bin/python tests/tools/make_tiny_models.py .carry/models --types q4_k_m --arch qwen2w >>/tmp/gpu-carry-models.log 2>&1 ||
+        echo "tiny qwen2w model not made (see /tmp/gpu-carry-models.log)"
     rm -f .carry/models/*-f32.gguf # the f32 sources: ~28 MB the GPU checks do not use (the carry limit)
 fi
 # tiny qwen35moe (quantized variants only: the f32 ones would not fit the carry limit)

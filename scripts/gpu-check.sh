@@ -851,7 +851,8 @@ if has colx; then # the column-split kernel for the other weight types (mm_kerne
     # values against the CPU (test_cuda_ops colx), the tiny qwen35 requantized to each type (test_cuda_model: graph ==
     # eager, the CPU bound; memcheck), the launches alone off and on (bench_gemv l2 with the LM head's shape and the
     # decode's FFN shapes in each type, and the measured read bandwidth), then COLX_MODELS (default qwen35-4b)
-    # requantized to Q5_K_M, an IQ4_XS mix, Q4_0 and Q8_0 (COLX_TYPES), their decode off and on (COLX_REPS, default 1)
+    # requantized to Q5_K_M, an IQ4_XS mix, Q4_0 and Q8_0 (COLX_TYPES; Q5_0 too), their decode off and on (COLX_REPS,
+    # default 1); the tiny qwen2 of 896 columns (.carry/models/qwen2w-*: Q5_0 / Q8_0 fallbacks) off and on
     timeout 300 "$BIN/test_cuda_ops" colx >"$OUT/colx_ops.txt" 2>&1; rc=$?
     note "colx test_cuda_ops colx rc=$rc: $(grep -m1 'outputs checked' "$OUT/colx_ops.txt") $(grep -m2 'FAIL' "$OUT/colx_ops.txt" | cut -c1-200 | tr '\n' ' ')"
     while read -r l; do note "  $l"; done < <(grep '^colx E' "$OUT/colx_ops.txt" | cut -c1-150)
@@ -874,6 +875,25 @@ if has colx; then # the column-split kernel for the other weight types (mm_kerne
             note "colx $bn $ty test_cuda_model rc=$rc: $(grep 'worst' "$OUT/colx_model_${bn}_$ty.txt" | head -1 | sed 's/.*steps, //' | cut -c1-110)$(grep -m1 FAIL "$OUT/colx_model_${bn}_$ty.txt" | cut -c1-150)"
             [ "$ty" = Q5_K_M ] || [ "$ty" = IQ4_XS ] && san_generate colx "$bn-$ty" "$f"
         done
+    done
+    for f in .carry/models/qwen2w*.gguf; do # rows of 896 columns: Q5_0 / Q8_0 (their last super-block part-filled)
+        [ -f "$f" ] || continue
+        n=$(basename "$f" .gguf)
+        for v in 0 1; do
+            VLLMC_CUDA_COLX=$v timeout 120 "$BIN/test_cuda_model" "$f" 30 16 >"$OUT/colx_model_${n}_$v.txt" 2>&1; rc=$?
+            note "colx $n VLLMC_CUDA_COLX=$v test_cuda_model rc=$rc: $(grep 'worst' "$OUT/colx_model_${n}_$v.txt" | head -1 | sed 's/.*steps, //' | cut -c1-110)$(grep -m1 FAIL "$OUT/colx_model_${n}_$v.txt" | cut -c1-150)"
+        done
+        ids=() # (a vocabulary of 384: greedy_ids' prompt is out of it)
+        for v in 0 1; do
+            ids[$v]=$(VLLMC_CUDA_COLX=$v timeout 120 "$BIN/vllmc" generate -m "$f" --prompt-ids "[11,22,33,44,55,66,77,88,99,111,222,333]" \
+                --ids --ignore-eos -n 128 2>/dev/null)
+        done
+        note "colx $n: 128 greedy ids off vs on: $([ -n "${ids[0]}" ] && [ "${ids[0]}" = "${ids[1]}" ] && echo SAME || echo DIFF)"
+        if command -v compute-sanitizer >/dev/null; then
+            timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN/vllmc" generate -m "$f" \
+                --prompt-ids "[11,22,33,44,55,66,77,88]" --ids --ignore-eos -n 4 >"$OUT/colx_san_$n.txt" 2>&1; rc=$?
+            note "colx $n under memcheck (generate, 4 steps) rc=$rc: $(grep -m1 'ERROR SUMMARY' "$OUT/colx_san_$n.txt")"
+        fi
     done
     if [ "${COLX_GEMV:-1}" = 1 ]; then
         for v in ${COLX_GEMV_VALS:-0 1}; do gemv_l2 colx VLLMC_CUDA_COLX=$v BENCH_GEMV_LARGE=1 BENCH_GEMV_TYPES=1; done

@@ -939,13 +939,14 @@ static void test_lmh(void) {
 
 /* mm_kernel_colx (backend_cuda_set_matvec_colx): the other decode weight types against the CPU reference, within
  * test_matmul's bound (the terms are exact, their order another), with the switch off (the one-warp-per-row kernels),
- * on, and on with IQ4_XS at 2 row passes a CTA: Q5_K, IQ4_XS, Q4_0 and Q8_0 launches alone at 1, 8, 10, 18 and 36
- * super-blocks a row (2 and 4 a warp, warps part idle), mixes in one launch as the Q5_K_M / IQ4_XS / Q4_0 files have
- * them (with Q6_K, Q4_K, Q8_0 and F32 rows), part-filled last CTAs, a bias; steps of 1 and of 11 activation rows (the
+ * on, and on with IQ4_XS at 2 row passes a CTA: Q5_K, IQ4_XS, Q4_0, Q5_0 and Q8_0 launches alone at 1, 8, 10, 18 and
+ * 36 super-blocks a row (2 and 4 a warp, warps part idle), rows of 32-element blocks that are not a multiple of 256
+ * (64, 896, 1,088 columns: a last super-block part-filled), mixes in one launch as the Q5_K_M / IQ4_XS / Q4_0 files
+ * and qwen2's 896-column Q5_0 / Q8_0 fallbacks have them (with Q6_K, Q4_K, Q8_0 and F32 rows), part-filled last CTAs, a bias; steps of 1 and of 11 activation rows (the
  * several-row form: 8 + 3), where a row's outputs must be the bits of the one-row launch; counted, so it cannot pass
  * untaken, and not taken with the switch off. */
 static void test_colx(void) {
-    const uint32_t Q5K = GGML_TYPE_Q5_K, IQ4 = GGML_TYPE_IQ4_XS, Q40 = GGML_TYPE_Q4_0, Q80 = GGML_TYPE_Q8_0;
+    const uint32_t Q5K = GGML_TYPE_Q5_K, IQ4 = GGML_TYPE_IQ4_XS, Q40 = GGML_TYPE_Q4_0, Q80 = GGML_TYPE_Q8_0, Q50 = GGML_TYPE_Q5_0;
     const struct { int64_t E; int n; uint32_t t[4]; int64_t rows[4]; } cs[] = {
         {2560, 1, {Q5K}, {1001}},
         {2560, 1, {IQ4}, {1003}},
@@ -960,13 +961,19 @@ static void test_colx(void) {
         {2560, 4, {Q5K, GGML_TYPE_Q6_K, Q80, GGML_TYPE_F32}, {300, 77, 16, 16}},
         {2048, 3, {IQ4, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K}, {123, 64, 9}},
         {9216, 2, {Q80, Q40}, {40, 33}},
+        {2560, 1, {Q50}, {301}},
+        {896, 1, {Q50}, {131}},
+        {896, 3, {Q80, Q50, GGML_TYPE_F32}, {40, 29, 8}},
+        {1088, 1, {Q40}, {33}},
+        {64, 1, {Q50}, {17}},
+        {4864, 2, {Q50, Q80}, {27, 19}},
     };
-    const uint32_t fmts = BK_ACT_BIT(BK_ACT_Q8_K) | BK_ACT_BIT(BK_ACT_Q8_0);
     size_t checked = 0;
     for (size_t ci = 0; ci < sizeof(cs) / sizeof(cs[0]); ci++)
     for (int R = 1; R <= 11; R += 10) {
         const int64_t E = cs[ci].E;
         const int n = cs[ci].n;
+        const uint32_t fmts = (E % 256 ? 0 : BK_ACT_BIT(BK_ACT_Q8_K)) | BK_ACT_BIT(BK_ACT_Q8_0);
         struct pair_w w[4];
         for (int k = 0; k < n; k++) make_weight(&w[k], cs[ci].t[k], E, cs[ci].rows[k]);
         struct bk_act ra, ga, g1;

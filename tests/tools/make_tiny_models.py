@@ -4,10 +4,10 @@
 Each model uses the real tensor names and metadata keys llama.cpp expects, and exercises what sets the
 family apart: llama (normal RoPE pairing, llama3-style rope_freqs factors, separate output head),
 qwen2 (NeoX RoPE, q/k/v biases, tied embeddings), qwen3 (NeoX RoPE, per-head q/k RMSNorm, head_dim * n_head
-!= n_embd). Widths are multiples of 256 so every matrix can be a K-quant. The vocabulary is a small
+!= n_embd). Widths are multiples of 256 so every matrix can be a K-quant, except qwen2w's (896). The vocabulary is a small
 byte-level BPE (256 byte tokens, merges learned from a fixed text, ChatML specials) that llama.cpp loads.
 
-usage: make_tiny_models.py OUT_DIR [--types f32,q8_0,q4_k_m] [--arch llama,qwen2,qwen3]
+usage: make_tiny_models.py OUT_DIR [--types f32,q8_0,q4_k_m] [--arch llama,qwen2,qwen3[,qwen2w]]
 Writes OUT_DIR/<arch>-tiny-<type>.gguf (quantized variants through llama_cpp.llama_model_quantize) and prints
 their paths. Deterministic (fixed seeds).
 """
@@ -28,6 +28,10 @@ SHAPES = {
                   tied=True, bias=True, qk_norm=False, rope_base=1000000.0, rope_freqs=False, seed=22),
     "qwen3": dict(n_embd=256, n_layer=3, n_ff=512, n_head=4, n_kv_head=2, head_dim=128, n_vocab=384,
                   tied=False, bias=False, qk_norm=True, rope_base=1000000.0, rope_freqs=False, seed=33),
+    # qwen2 at Qwen2-0.5B's width (896: not a multiple of 256, so a K-quant mix falls back to Q5_0 / Q8_0 for the
+    # matrices of 896 columns, as that checkpoint's Q4_K_M file has them); not in the default --arch list
+    "qwen2w": dict(arch="qwen2", n_embd=896, n_layer=2, n_ff=768, n_head=14, n_kv_head=2, head_dim=64, n_vocab=384,
+                   tied=True, bias=True, qk_norm=False, rope_base=1000000.0, rope_freqs=False, seed=44),
 }
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 
@@ -93,12 +97,13 @@ def make_vocab(n_vocab):
 def write_model(arch, path, user_tokens=()):
     """user_tokens: extra USER_DEFINED tokens (decoded as their literal text) appended after the specials."""
     s = SHAPES[arch]
+    name, arch = arch, s.get("arch", arch)  # (the file's architecture; name: the shape's key)
     rng = np.random.default_rng(s["seed"])
     E, L, F = s["n_embd"], s["n_layer"], s["n_ff"]
     H, KV, D, V = s["n_head"], s["n_kv_head"], s["head_dim"], s["n_vocab"] + len(user_tokens)
 
     w = gguf.GGUFWriter(path, arch)
-    w.add_string("general.name", f"{arch}-tiny")
+    w.add_string("general.name", f"{name}-tiny")
     w.add_uint32(f"{arch}.block_count", L)
     w.add_uint32(f"{arch}.context_length", 2048)
     w.add_uint32(f"{arch}.embedding_length", E)

@@ -1334,6 +1334,21 @@ static __device__ __forceinline__ void mv_out(const struct cu_mm_args &P, const 
     if (conv) mm_conv_store(P.conv, ar, r0 + j, pre, slot, y);
 }
 
+/* A column-split CTA's outputs: each row's warp parts (part[warp][activation row][row]) added in warp order, then
+ * mv_out (thread i loaded output i's residual and conv inputs before the release) */
+template <int NA, int RPC>
+static __device__ __forceinline__ void mv_cta_out(const struct cu_mm_args &P, const cu_mm_seg &S, const float (*part)[NA][RPC], int W,
+                                                  int r0, int rows, int a0, int na, float resv, bool conv,
+                                                  const float (*conv_pre)[CU_CONV_PRE], const int *conv_slot) {
+    __syncthreads();
+    for (int i = threadIdx.x; i < rows * na; i += blockDim.x) {
+        const int r = NA == 1 ? 0 : i / rows, j = i - r * rows;
+        float y = part[0][r][j];
+        for (int k = 1; k < W; k++) y = __fadd_rn(y, part[k][r][j]);
+        mv_out<NA>(P, S, a0 + r, r0, j, y, resv, conv, conv_pre[i], conv_slot[i]);
+    }
+}
+
 /* NA 1: one activation row (a batch-1 step); NA = MV_NA: a decode step of several sequences, blockIdx.y the group
  * of up to MV_NA activation rows, each met in turn with the weights the lane loaded once (its chunk from L1).
  * The per-row sums are the same ops in the same order either way. U: row groups a CTA. */
@@ -1420,13 +1435,7 @@ static __global__ void __launch_bounds__(LBT, LBM) mm_kernel_cols(const struct c
             for (int u = 0; u < U; u++) mv_warp_part<SBW>(q6_term<true>(w[u], c & 1, v), &part[wid][r][u * RW + rr], lane);
         }
     }
-    __syncthreads();
-    for (int i = threadIdx.x; i < rows * na; i += blockDim.x) {
-        const int r = NA == 1 ? 0 : i / rows, j = i - r * rows;
-        float y = part[0][r][j];
-        for (int k = 1; k < W; k++) y = __fadd_rn(y, part[k][r][j]);
-        mv_out<NA>(P, S, a0 + r, r0, j, y, resv, conv, conv_pre[i], conv_slot[i]);
-    }
+    mv_cta_out<NA, RPC>(P, S, part, W, r0, rows, a0, na, resv, conv, conv_pre, conv_slot);
     if (P.nq.on && (P.nq.feed >> si & 1)) {
         const nq_cols pc = {r0, rows};
         nq_fuse_finish(P.nq, &pc, 1, NA == 1 ? 0 : (int)blockIdx.y, a0, na);
@@ -1434,20 +1443,21 @@ static __global__ void __launch_bounds__(LBT, LBM) mm_kernel_cols(const struct c
 }
 
 /* ---- the column-split mat-vec for the other decode weight types (mm_kernel_colx) ----
- * One activation row, launches with Q5_K, IQ4_XS or Q4_0 rows, or with Q8_0 rows and no K-quant ones (Q5_K_M, IQ4_XS,
- * Q4_0 and Q8_0 files). These took the one-warp-per-row kernel (mm_row: a warp walks its row in dependent steps, a
+ * One activation row, launches with Q5_K, IQ4_XS, Q4_0 or Q5_0 rows, or with Q8_0 rows and no K-quant ones (Q5_K_M,
+ * IQ4_XS, Q4_0 and Q8_0 files; the Q5_0 / Q8_0 fallbacks of rows that are not a multiple of 256, e.g. 896). These took the one-warp-per-row kernel (mm_row: a warp walks its row in dependent steps, a
  * round trip each), which streamed the LM head's shape at 28-53% of what the column-split kernel reaches on Q4_K
  * (BENCHMARKS.md "The other weight types"). Here the lanes split a row as the column-split kernel does (SBW groups of
  * 256 columns a warp, 64 columns a lane, 8 / SBW rows a pass, two passes a CTA), each lane's weights in registers
  * before the dependency wait. A CTA's rows are one segment, and each type has its branch: Q4_K and Q6_K the
  * column-split kernel's terms, Q5_K Q4_K's with the 5th bit from the qh bytes, IQ4_XS its table by byte permutes,
- * and the 32-element block types (a lane's 64 columns two blocks, against the Q8_0 activation) each block's term as
- * the reference forms it; F32 rows mv_other_cta's. The terms are exact; a row adds them in another order than the
+ * and the 32-element block types (a lane's 64 columns two blocks, against the Q8_0 activation; a row's last super-block
+ * may be part-filled, its lanes past the row idle) each block's term as the reference forms it; F32 rows mv_other_cta's. The terms are exact; a row adds them in another order than the
  * reference (test_cuda_ops colx holds them to test_matmul's bound). */
 struct k5_w { uint4 q0, q1, h0, h1; uint32_t sw; };
 struct iq4x_w { uint4 q0, q1; uint32_t sl, dh; };
 struct b8_w { uint4 q0, q1, q2, q3; uint32_t d; };
 struct b4_w { uint4 q0, q1; uint32_t d; };
+struct b5_w { uint4 q0, q1; uint2 h; uint32_t d; };
 /* Q5_K chunk c of super-block sb (a repacked row: the quants, the 32 qh bytes of each super-block, the 12 scale bytes,
  * d / dmin from a 16-byte boundary): its 32 quant bytes, the super-block's 32 qh bytes, and word c of (scales, d /
  * dmin), shared by the 4 lanes as k4s_load's */
@@ -1564,6 +1574,16 @@ static __device__ __forceinline__ b4_w b4_load(const uint8_t *wr, int n_b, int s
     const uint4 *qp = (const uint4 *)(wr + 16 * (size_t)b);
     return b4_w{gpu_ldg(qp), gpu_ldg(qp + 1), gpu_ldg((const uint32_t *)(wr + 16 * (size_t)n_b + 2 * (size_t)b))};
 }
+/* Q5_0 (a repacked row: the quants, the 4 qh bytes of each block from a 16-byte boundary, then the f16 scales) */
+static __device__ __forceinline__ b5_w b5_load(const uint8_t *wr, int n_b, int sb, int c) {
+    const int b = 8 * sb + 2 * c;
+    const uint4 *qp = (const uint4 *)(wr + 16 * (size_t)b);
+    const uint8_t *qh = wr + 16 * (size_t)n_b, *d = qh + ((4 * (size_t)n_b + 15) & ~(size_t)15);
+    return b5_w{gpu_ldg(qp), gpu_ldg(qp + 1), gpu_ldg((const uint2 *)(qh + 4 * (size_t)b)), gpu_ldg((const uint32_t *)(d + 2 * (size_t)b))};
+}
+/* 4 bits of x, bit i to bit 4 of byte i: x + x << 7 + x << 14 + x << 21 puts bit i at bit 8i (no two terms overlap,
+ * so no carries) */
+static __device__ __forceinline__ uint32_t q5_0_hi4(uint32_t x) { return ((x & 15u) * 0x00204081u & 0x01010101u) << 4; }
 /* the two blocks' terms (d_w d_a I, as row_q8_0 / row_q45_0 form them) added, then over the super-block's 4 lanes */
 static __device__ __forceinline__ float b32_pair(uint32_t dw, const mv_act0 &v, int I0, int I1) {
     float t = __fadd_rn(__fmul_rn(__fmul_rn(gpu_h2f((uint16_t)(dw & 0xffff)), v.d0), (float)I0),
@@ -1595,11 +1615,27 @@ static __device__ __forceinline__ float b4_term(const b4_w &w, const mv_act0 &v)
     }
     return b32_pair(w.d, v, I0 - 8 * v.s0, I1 - 8 * v.s1);
 }
+/* Q5_0: element j < 16 the low nibble of byte j with bit j of qh as its 5th bit, j + 16 the high nibble with bit
+ * j + 16; the -16 through the block's quant sum */
+static __device__ __forceinline__ float b5_term(const b5_w &w, const mv_act0 &v) {
+    const uint32_t q[8] = {w.q0.x, w.q0.y, w.q0.z, w.q0.w, w.q1.x, w.q1.y, w.q1.z, w.q1.w};
+    int I0 = 0, I1 = 0;
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        I0 = dot4_i8((int)((q[k] & 0x0F0F0F0Fu) | q5_0_hi4(w.h.x >> 4 * k)), v.al[k], I0);
+        I0 = dot4_i8((int)(((q[k] >> 4) & 0x0F0F0F0Fu) | q5_0_hi4(w.h.x >> (16 + 4 * k))), v.al[4 + k], I0);
+        I1 = dot4_i8((int)((q[4 + k] & 0x0F0F0F0Fu) | q5_0_hi4(w.h.y >> 4 * k)), v.ah[k], I1);
+        I1 = dot4_i8((int)(((q[4 + k] >> 4) & 0x0F0F0F0Fu) | q5_0_hi4(w.h.y >> (16 + 4 * k))), v.ah[4 + k], I1);
+    }
+    return b32_pair(w.d, v, I0 - 16 * v.s0, I1 - 16 * v.s1);
+}
 /* The weight types mm_kernel_colx takes (F32 rows too, by mv_other_cta) */
 static inline bool colx_type(int t) {
     return t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K || t == GGML_TYPE_Q6_K || t == GGML_TYPE_IQ4_XS || t == GGML_TYPE_Q8_0 ||
-           t == GGML_TYPE_Q4_0 || t == GGML_TYPE_F32;
+           t == GGML_TYPE_Q4_0 || t == GGML_TYPE_Q5_0 || t == GGML_TYPE_F32;
 }
+/* the 32-element block types (their rows need only a multiple of 64 columns: a lane's two blocks) */
+static inline bool colx_b32(int t) { return t == GGML_TYPE_Q8_0 || t == GGML_TYPE_Q4_0 || t == GGML_TYPE_Q5_0 || t == GGML_TYPE_F32; }
 /* U: row passes a CTA (2; 4 where every K-quant row of the launch is IQ4_XS, of up to 16 super-blocks: its terms are
  * issue-bound, and the activation's load and interleave, once a CTA, then serve twice the rows: the LM head's shape
  * 161.0 -> 149.8 us, gate + up 14.50 -> 13.35 on the H100). NA 1: one activation row; NA = MV_NA: a decode step of
@@ -1623,10 +1659,10 @@ static __global__ void __launch_bounds__(512) mm_kernel_colx(const struct cu_mm_
         return;
     }
     const bool conv = P.conv.on && si == P.conv.seg;
-    const int n_sb = (int)(P.a.n / QK_K), t = S.type;
+    const int n_sb = (int)(P.a.n / QK_K), t = S.type, n_b = (int)(P.a.n / 32);
     const int c = lane & 3, sbl = (lane >> 2) % SBW, rr = lane / (4 * SBW);
     const int sb = wid * SBW + sbl;
-    const bool on = sb < n_sb;
+    const bool on = 8 * sb + 2 * c < n_b; /* (rows of 32-element blocks: a last super-block part-filled) */
     float resv = 0.f;
     /* after a branch's loads: the conv's state and weights, the wait, the residual */
     auto released = [&]() {
@@ -1655,7 +1691,6 @@ static __global__ void __launch_bounds__(512) mm_kernel_colx(const struct cu_mm_
         }
     };
     const k4_sel ks = k4_sel_make(c);
-    const int n_b = (int)(P.a.n / 32);
     auto act_k = [&](bool q6) { /* the Q8_K activation's chunk (Q6_K's layout for q6) */
         return [=](const cu_act_view &av, mv_act &v) {
             if (on) mv_act_load(av, q6, sb, c, v);
@@ -1688,17 +1723,14 @@ static __global__ void __launch_bounds__(512) mm_kernel_colx(const struct cu_mm_
     else if (t == GGML_TYPE_Q8_0)
         rows_of(b8_w{}, [&](const uint8_t *p) { return b8_load(p, n_b, sb, c); }, mv_act0{}, act_0,
                 [&](const b8_w &w, const mv_act0 &v) { return b8_term(w, v); });
-    else
+    else if (t == GGML_TYPE_Q4_0)
         rows_of(b4_w{}, [&](const uint8_t *p) { return b4_load(p, n_b, sb, c); }, mv_act0{}, act_0,
                 [&](const b4_w &w, const mv_act0 &v) { return b4_term(w, v); });
+    else
+        rows_of(b5_w{}, [&](const uint8_t *p) { return b5_load(p, n_b, sb, c); }, mv_act0{}, act_0,
+                [&](const b5_w &w, const mv_act0 &v) { return b5_term(w, v); });
     }
-    __syncthreads();
-    for (int i = threadIdx.x; i < rows * na; i += blockDim.x) { /* (thread i loaded output i's residual and conv inputs) */
-        const int r = NA == 1 ? 0 : i / rows, j = i - r * rows;
-        float y = part[0][r][j];
-        for (int k = 1; k < W; k++) y = __fadd_rn(y, part[k][r][j]);
-        mv_out<NA>(P, S, a0 + r, r0, j, y, resv, conv, conv_pre[i], conv_slot[i]);
-    }
+    mv_cta_out<NA, RPC>(P, S, part, W, r0, rows, a0, na, resv, conv, conv_pre, conv_slot);
 }
 
 /* ---- one super-block a thread: the one-activation-row launches whose K-quant rows are all Q4_K ----
@@ -2299,25 +2331,25 @@ static void mm_subset(const struct cu_mm_args *args, unsigned mask, struct cu_mm
 
 uint64_t cu_colx_launches;
 extern "C" uint64_t backend_cuda_colx_launches(void) { return cu_colx_launches; }
-/* mm_kernel_colx for one activation row (or 2 .. cols_rows: its several-row form) where a segment is Q5_K, IQ4_XS or
- * Q4_0, or where Q8_0 rows come without K-quant ones (cu_mm_cfg.colx), every segment a type it takes and a row of
- * 256-column groups that fits 16 warps; false
+/* mm_kernel_colx for one activation row (or 2 .. cols_rows: its several-row form) where a segment is Q5_K, IQ4_XS,
+ * Q4_0 or Q5_0, or where Q8_0 rows come without K-quant ones (cu_mm_cfg.colx), every segment a type it takes and a
+ * row of 256-column groups (of 64 where every segment has 32-element blocks, e.g. 896) that fits 16 warps; false
  * (nothing launched) otherwise. F32 segments first in the grid (their CTAs walk 4-row tiles a warp and take longer, as
  * in mm_launch_cols). */
 static bool mm_launch_colx(const struct cu_mm_args *args, gpuStream_t s) {
-    if (!cu_mm_cfg.colx || args->n_act < 1 || args->nq.on || args->row_order || args->a.n % QK_K) return false;
+    if (!cu_mm_cfg.colx || args->n_act < 1 || args->nq.on || args->row_order || args->a.n % 64) return false;
     bool other = false, kq = false, q8 = false, iq4_only = true; /* (iq4_only: F32 rows beside them take mv_other_cta's path) */
     for (int i = 0; i < args->n_seg; i++) {
         const int t = args->seg[i].type;
-        if (!colx_type(t)) return false;
-        other = other || t == GGML_TYPE_Q5_K || t == GGML_TYPE_IQ4_XS || t == GGML_TYPE_Q4_0;
+        if (!colx_type(t) || (args->a.n % QK_K && !colx_b32(t))) return false;
+        other = other || t == GGML_TYPE_Q5_K || t == GGML_TYPE_IQ4_XS || t == GGML_TYPE_Q4_0 || t == GGML_TYPE_Q5_0;
         kq = kq || t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q6_K;
         q8 = q8 || t == GGML_TYPE_Q8_0;
         iq4_only = iq4_only && (t == GGML_TYPE_IQ4_XS || t == GGML_TYPE_F32);
     }
     if (!other && (kq || !q8)) return false; /* (Q4_K / Q6_K launches: mm_launch_cols' kernels) */
     if (args->conv.on && args->seg[args->conv.seg].type == GGML_TYPE_F32) return false;
-    const int n_sb = (int)(args->a.n / QK_K), sbw = n_sb <= cu_mm_cfg.cols_sbw2 ? 2 : 4, w = (n_sb + sbw - 1) / sbw;
+    const int n_sb = (int)GPU_CEIL_DIV(args->a.n, QK_K), sbw = n_sb <= cu_mm_cfg.cols_sbw2 ? 2 : 4, w = (n_sb + sbw - 1) / sbw;
     if (w > 16) return false;
     int order[CU_MM_MAX_SEG], no = 0;
     for (int pass = 0; pass < 2; pass++)
