@@ -172,51 +172,8 @@ template <typename T> static __device__ __forceinline__ T shfl_idx(T v, int src)
 #endif
 }
 
-/* Read-only cached load (the non-coherent path on NVIDIA; a plain load elsewhere). gemv_q.cu's weight loads.
- * VLLMC_LDG_HINT (a measurement build, off): 1 the loads past L1 (L1::no_allocate) with an L2 evict-first policy, 2 the
- * L2 policy alone, 3 L1::no_allocate alone: whether a step's 2-9 GB of weights, each byte read once, should keep the
- * L1 / L2 lines the activations, residuals and states of the same step reuse. */
-#if !defined(VLLMC_HIP) && defined(VLLMC_LDG_HINT) && VLLMC_LDG_HINT > 0
-static __device__ __forceinline__ uint64_t gpu_ldg_policy() {
-    uint64_t pol;
-    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
-    return pol;
-}
-#if VLLMC_LDG_HINT == 1
-#define GPU_LDG_OP(ty) "ld.global.nc.L1::no_allocate.L2::cache_hint." ty
-#elif VLLMC_LDG_HINT == 2
-#define GPU_LDG_OP(ty) "ld.global.nc.L2::cache_hint." ty
-#else
-#define GPU_LDG_OP(ty) "ld.global.nc.L1::no_allocate." ty
-#endif
-#if VLLMC_LDG_HINT == 3
-#define GPU_LDG_POL(n) ";"
-#define GPU_LDG_PIN "l"(p)
-#else
-#define GPU_LDG_POL(n) ", %" #n ";"
-#define GPU_LDG_PIN "l"(p), "l"(gpu_ldg_policy())
-#endif
-static __device__ __forceinline__ uint4 gpu_ldg(const uint4 *p) {
-    uint4 v;
-    asm volatile(GPU_LDG_OP("v4.u32") " {%0, %1, %2, %3}, [%4]" GPU_LDG_POL(5) : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : GPU_LDG_PIN);
-    return v;
-}
-static __device__ __forceinline__ uint2 gpu_ldg(const uint2 *p) {
-    uint2 v;
-    asm volatile(GPU_LDG_OP("v2.u32") " {%0, %1}, [%2]" GPU_LDG_POL(3) : "=r"(v.x), "=r"(v.y) : GPU_LDG_PIN);
-    return v;
-}
-static __device__ __forceinline__ uint32_t gpu_ldg(const uint32_t *p) {
-    uint32_t v;
-    asm volatile(GPU_LDG_OP("u32") " %0, [%1]" GPU_LDG_POL(2) : "=r"(v) : GPU_LDG_PIN);
-    return v;
-}
-static __device__ __forceinline__ unsigned short gpu_ldg(const unsigned short *p) {
-    unsigned short v;
-    asm volatile(GPU_LDG_OP("u16") " %0, [%1]" GPU_LDG_POL(2) : "=h"(v) : GPU_LDG_PIN);
-    return v;
-}
-#endif
+/* Read-only cached load (the non-coherent path on NVIDIA; a plain load elsewhere). (Cache hints on the weight loads
+ * measured slower: BENCHMARKS.md "the weight loads' cache hints".) */
 template <typename T> static __device__ __forceinline__ T gpu_ldg(const T *p) {
 #if defined(VLLMC_HIP)
     return *p;
