@@ -95,6 +95,8 @@ static inline void fill_weight(uint32_t type, uint8_t *p, size_t bytes) {
         ggml_half d = fp32_to_fp16(1e-3f * (0.5f + test_rand_uniform())), dm = fp32_to_fp16(5e-4f * (0.5f + test_rand_uniform()));
         if (type == GGML_TYPE_Q4_K || type == GGML_TYPE_Q5_K) { memcpy(blk, &d, 2); memcpy(blk + 2, &dm, 2); }
         else if (type == GGML_TYPE_Q6_K) memcpy(blk + 208, &d, 2);
+        else if (type == GGML_TYPE_Q2_K) { memcpy(blk + 80, &d, 2); memcpy(blk + 82, &dm, 2); }
+        else if (type == GGML_TYPE_Q3_K) memcpy(blk + 108, &d, 2);
         else memcpy(blk, &d, 2);
     }
 }

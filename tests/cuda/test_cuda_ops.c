@@ -73,7 +73,7 @@ static void check_act_quant(const struct bk_act *ra, const struct bk_act *ga, in
 
 /* matmul of 6 weights of mixed types sharing one activation (with bias and ld_y; two launches of at most
  * 4), 1 and 11 rows; quantize feeds it. */
-#define NW 8
+#define NW 10
 /* The error bound of each output of a mat-vec against the CPU reference: sum_i |w_i x_i| over the dequantized weight row
  * and the f32 activation (+ |bias|, where bias); the float terms of both sides are exact, only their summation order
  * differs. out[r * nout + o] for activation row r of R (x: R x E) and weight row o of nout (host: the GGUF rows). */
@@ -93,8 +93,8 @@ static void abs_dot_bounds(uint32_t type, const uint8_t *host, int64_t E, int64_
 
 static void test_matmul(int64_t E) {
     const uint32_t types[NW] = {GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, GGML_TYPE_Q8_0, GGML_TYPE_F32, GGML_TYPE_Q5_0, GGML_TYPE_Q4_0,
-                                GGML_TYPE_Q5_K, GGML_TYPE_IQ4_XS};
-    const int64_t nout[NW] = {37, 64, 29, 16, 45, 18, 33, 27};
+                                GGML_TYPE_Q5_K, GGML_TYPE_IQ4_XS, GGML_TYPE_Q2_K, GGML_TYPE_Q3_K};
+    const int64_t nout[NW] = {37, 64, 29, 16, 45, 18, 33, 27, 23, 41};
     struct pair_w w[NW];
     for (int i = 0; i < NW; i++) make_weight(&w[i], types[i], E, nout[i]);
     const uint32_t fmts = BK_ACT_BIT(BK_ACT_Q8_K) | BK_ACT_BIT(BK_ACT_Q8_0);
@@ -256,11 +256,11 @@ static void test_batch_ops(void) {
     batch_two_seqs(&tb, 5, 100, 3, 7, 300);
     set_batch(&tb);
     const int T = tb.b.n_tokens;
-    const uint32_t types[8] = {GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, GGML_TYPE_Q8_0, GGML_TYPE_F32, GGML_TYPE_Q5_0, GGML_TYPE_Q4_0,
-                               GGML_TYPE_Q5_K, GGML_TYPE_IQ4_XS};
+    const uint32_t types[10] = {GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, GGML_TYPE_Q8_0, GGML_TYPE_F32, GGML_TYPE_Q5_0, GGML_TYPE_Q4_0,
+                                GGML_TYPE_Q5_K, GGML_TYPE_IQ4_XS, GGML_TYPE_Q2_K, GGML_TYPE_Q3_K};
     const int64_t E = 512;
     float *h = malloc((size_t)(T * E) * 4);
-    for (int i = 0; i < 8; i++) {
+    for (int i = 0; i < 10; i++) {
         struct pair_w w;
         make_weight(&w, types[i], E, 300);
         float *ro = ref_put(NULL, (size_t)(T * E) * 4), *go = dev_put(NULL, (size_t)(T * E) * 4);
@@ -1970,7 +1970,7 @@ static void test_errors(void) {
     uint8_t buf[4096] = {0};
     CHECK(gpu->ops->weight_upload(gpu, buf, GGML_TYPE_Q4_K, 2, ne, &t) != VLLMC_OK); /* 100 not a block multiple */
     const int64_t ne2[2] = {256, 4};
-    CHECK(gpu->ops->weight_upload(gpu, buf, GGML_TYPE_Q2_K, 2, ne2, &t) == VLLMC_ERR_UNSUPPORTED);
+    CHECK(gpu->ops->weight_upload(gpu, buf, GGML_TYPE_Q4_1, 2, ne2, &t) == VLLMC_ERR_UNSUPPORTED); /* (no CUDA kernel) */
     struct bk_batch b = {0};
     CHECK(gpu->ops->batch_set(gpu, &b) == VLLMC_ERR_INVALID);
 }

@@ -888,7 +888,7 @@ static vllmc_status cu_copy_to_host(struct backend *be, void *dst, const void *s
 
 static bool cu_matmul_type(uint32_t t) {
     return t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K || t == GGML_TYPE_Q6_K || t == GGML_TYPE_IQ4_XS || t == GGML_TYPE_Q8_0 ||
-           t == GGML_TYPE_Q4_0 || t == GGML_TYPE_Q5_0 || t == GGML_TYPE_F32;
+           t == GGML_TYPE_Q4_0 || t == GGML_TYPE_Q5_0 || t == GGML_TYPE_Q2_K || t == GGML_TYPE_Q3_K || t == GGML_TYPE_F32;
 }
 
 static vllmc_status cu_weight_upload(struct backend *be, const void *host_data, uint32_t type, int n_dims,

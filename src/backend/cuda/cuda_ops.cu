@@ -37,6 +37,25 @@ static __device__ float dequant_elem(const uint8_t *row, uint32_t type, int64_t 
         const float a = __fmul_rn(d, (float)sc), bm = __fmul_rn(dmin, (float)m);
         return __fsub_rn(__fmul_rn(a, (float)q), bm);
     }
+    case GGML_TYPE_Q2_K:
+    case GGML_TYPE_Q3_K: { /* element 128h + 32g + l: bits 2g of quant byte 32h + l (Q3_K: bit 4h + g of hmask byte l clear
+                            * means -4); the scale of 16-element sub-block i / 16 (gemv_q.cu repack_row's layouts) */
+        const int64_t ns = n / QK_K, s = e / QK_K;
+        const int i = (int)(e % QK_K), h = i / 128, g = (i % 128) / 32, l = i % 32, b = i / 16;
+        int q = (row[64 * s + 32 * h + l] >> (2 * g)) & 3;
+        if (type == GGML_TYPE_Q2_K) {
+            const int sc = row[64 * ns + 16 * s + b];
+            const uint8_t *dm = row + 80 * ns + 4 * s;
+            const float d = fp16_to_fp32((uint16_t)(dm[0] | (dm[1] << 8))), dmin = fp16_to_fp32((uint16_t)(dm[2] | (dm[3] << 8)));
+            return __fsub_rn(__fmul_rn(__fmul_rn(d, (float)(sc & 15)), (float)q), __fmul_rn(dmin, (float)(sc >> 4)));
+        }
+        if (!((row[64 * ns + 32 * s + l] >> (4 * h + g)) & 1)) q -= 4;
+        const uint8_t *S = row + 96 * ns + 12 * s;
+        const int lo = b < 8 ? (S[b] & 15) : (S[b - 8] >> 4), hi = (S[8 + b % 4] >> (2 * (b / 4))) & 3;
+        const uint8_t *dp = row + 96 * ns + ((12 * ns + 15) & ~(int64_t)15) + 2 * s;
+        const float d = fp16_to_fp32((uint16_t)(dp[0] | (dp[1] << 8)));
+        return __fmul_rn(__fmul_rn(d, (float)((lo | (hi << 4)) - 32)), (float)q);
+    }
     case GGML_TYPE_IQ4_XS: { /* d * (scale - 32) * kvalues_iq4nl[q] */
         const int64_t ns = n / QK_K, s = e / QK_K;
         const int i = (int)(e % QK_K), b = i / 32, j = i % 32;

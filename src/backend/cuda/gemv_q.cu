@@ -39,6 +39,8 @@ uint64_t cu_weight_row_stride(uint32_t type, int64_t n) {
     case GGML_TYPE_Q5_K: return n % QK_K ? 0 : 160 * (uint64_t)(n / QK_K) + pad16(12 * (uint64_t)(n / QK_K)) + pad16(4 * (uint64_t)(n / QK_K));
     case GGML_TYPE_Q6_K: return n % QK_K ? 0 : 208 * (uint64_t)(n / QK_K) + pad16(2 * (uint64_t)(n / QK_K));
     case GGML_TYPE_IQ4_XS: return n % QK_K ? 0 : 128 * (uint64_t)(n / QK_K) + pad16(4 * (uint64_t)(n / QK_K)) + pad16(4 * (uint64_t)(n / QK_K));
+    case GGML_TYPE_Q2_K: return n % QK_K ? 0 : 80 * (uint64_t)(n / QK_K) + pad16(4 * (uint64_t)(n / QK_K));
+    case GGML_TYPE_Q3_K: return n % QK_K ? 0 : 96 * (uint64_t)(n / QK_K) + pad16(12 * (uint64_t)(n / QK_K)) + pad16(2 * (uint64_t)(n / QK_K));
     case GGML_TYPE_Q8_0: return n % 32 ? 0 : 32 * (uint64_t)(n / 32) + pad16(2 * (uint64_t)(n / 32));
     case GGML_TYPE_Q4_0: return n % 32 ? 0 : 16 * (uint64_t)(n / 32) + pad16(2 * (uint64_t)(n / 32));
     case GGML_TYPE_Q5_0: return n % 32 ? 0 : 16 * (uint64_t)(n / 32) + pad16(4 * (uint64_t)(n / 32)) + pad16(2 * (uint64_t)(n / 32));
@@ -119,6 +121,22 @@ static void repack_row(uint32_t type, const uint8_t *src, int64_t n, uint8_t *ds
             block_q4_0 *b = (block_q4_0 *)(src + s * sizeof(block_q4_0));
             if (unpack) { memcpy(b->qs, qs + 16 * s, 16); memcpy(&b->d, d + 2 * s, 2); }
             else { memcpy(qs + 16 * s, b->qs, 16); memcpy(d + 2 * s, &b->d, 2); }
+        }
+    } else if (type == GGML_TYPE_Q2_K) { /* the quants, the 16 scale bytes of each super-block, then d / dmin */
+        const int64_t ns = n / QK_K;
+        uint8_t *qs = dst, *sc = dst + 64 * ns, *dm = sc + 16 * ns;
+        for (int64_t s = 0; s < ns; s++) {
+            block_q2_K *b = (block_q2_K *)(src + s * sizeof(block_q2_K));
+            if (unpack) { memcpy(b->qs, qs + 64 * s, 64); memcpy(b->scales, sc + 16 * s, 16); memcpy(&b->d, dm + 4 * s, 2); memcpy(&b->dmin, dm + 4 * s + 2, 2); }
+            else { memcpy(qs + 64 * s, b->qs, 64); memcpy(sc + 16 * s, b->scales, 16); memcpy(dm + 4 * s, &b->d, 2); memcpy(dm + 4 * s + 2, &b->dmin, 2); }
+        }
+    } else if (type == GGML_TYPE_Q3_K) { /* the quants, the 32 hmask bytes of each super-block, its 12 scale bytes, then d */
+        const int64_t ns = n / QK_K;
+        uint8_t *qs = dst, *hm = dst + 64 * ns, *sc = hm + 32 * ns, *d = sc + pad16(12 * (uint64_t)ns);
+        for (int64_t s = 0; s < ns; s++) {
+            block_q3_K *b = (block_q3_K *)(src + s * sizeof(block_q3_K));
+            if (unpack) { memcpy(b->qs, qs + 64 * s, 64); memcpy(b->hmask, hm + 32 * s, 32); memcpy(b->scales, sc + 12 * s, 12); memcpy(&b->d, d + 2 * s, 2); }
+            else { memcpy(qs + 64 * s, b->qs, 64); memcpy(hm + 32 * s, b->hmask, 32); memcpy(sc + 12 * s, b->scales, 12); memcpy(d + 2 * s, &b->d, 2); }
         }
     } else if (type == GGML_TYPE_Q5_0) {
         const int64_t nb = n / 32;
@@ -315,6 +333,86 @@ static __device__ void row_q4_K(const uint8_t *wr, int n_sb, const cu_act_view &
             }
             const float d = fp16_to_fp32((uint16_t)(dm[u] & 0xffff)), dmin = fp16_to_fp32((uint16_t)(dm[u] >> 16));
             kmin_rows<NA>(vlo, vhi, sc0, m0, sc1, m1, d, dmin, ok, sb, c, a, a0, na, acc);
+        }
+    }
+}
+
+/* Q2_K / Q3_K x Q8_K (the one-warp-a-row kernels only): lane (g, j) of a step owns sub-blocks 2j and 2j + 1 of
+ * super-block 4*step + g, i.e. elements 128h + 32q .. + 31 (h = j / 4, q = j % 4): bits 2q of quant bytes 32h .. 32h + 31
+ * (Q3_K: and bit j of hmask bytes 0 .. 31, clear meaning -4). The sub-block sums are exact: Q3_K's -4 through the
+ * activation's 16-element sums (bsums), as Q2_K's mins; the integer sums reduced over the super-block's 8 lanes, the
+ * term the reference's (term_kmin / term_k). Repacked rows: Q2_K the quants, the 16 scale bytes of each super-block,
+ * d / dmin; Q3_K the quants, the 32 hmask bytes of each, its 12 scale bytes, then d (cu_weight_row_stride). */
+template <int NA, bool Q3>
+static __device__ void row_q23_K(const uint8_t *wr, int n_sb, const cu_act_view &a, int a0, int na, float *acc, int lane) {
+    const int g = lane >> 3, j = lane & 7, h = j >> 2, q = j & 3;
+    const uint8_t *hmb = wr + 64 * (size_t)n_sb, *scb = Q3 ? hmb + 32 * (size_t)n_sb : hmb;
+    const uint8_t *db = Q3 ? scb + ((12 * (size_t)n_sb + 15) & ~(size_t)15) : scb + 16 * (size_t)n_sb;
+    for (int st = 0; st < (n_sb + 3) / 4; st++) {
+        const int sb = 4 * st + g;
+        const bool ok = sb < n_sb;
+        uint4 q0 = make_uint4(0, 0, 0, 0), q1 = q0, m0 = q0, m1 = q0;
+        uint32_t sw0 = 0, sw1 = 0, sw2 = 0, dw = 0;
+        if (ok) {
+            const uint4 *qp = (const uint4 *)(wr + 64 * (size_t)sb + 32 * h);
+            q0 = gpu_ldg(qp); q1 = gpu_ldg(qp + 1);
+            if (Q3) {
+                const uint4 *hp = (const uint4 *)(hmb + 32 * (size_t)sb);
+                m0 = gpu_ldg(hp); m1 = gpu_ldg(hp + 1);
+                const uint32_t *sp = (const uint32_t *)(scb + 12 * (size_t)sb);
+                sw0 = gpu_ldg(sp); sw1 = gpu_ldg(sp + 1); sw2 = gpu_ldg(sp + 2);
+                dw = gpu_ldg((const unsigned short *)(db + 2 * (size_t)sb));
+            } else {
+                sw0 = gpu_ldg((const uint32_t *)(scb + 16 * (size_t)sb + 4 * (j >> 1)));
+                dw = gpu_ldg((const uint32_t *)(db + 4 * (size_t)sb));
+            }
+        }
+        int sc0, sc1, mn0 = 0, mn1 = 0;
+        if (Q3) { /* scale b (0 .. 15) of the 12 bytes, minus its +32 bias (dot_q3k_scale) */
+            const int b0 = 2 * j, b1 = 2 * j + 1;
+            sc0 = (((b0 < 8 ? sbyte(sw0, sw1, sw2, b0) : sbyte(sw0, sw1, sw2, b0 - 8) >> 4) & 15) |
+                   (((sbyte(sw0, sw1, sw2, 8 + b0 % 4) >> (2 * (b0 / 4))) & 3) << 4)) - 32;
+            sc1 = (((b1 < 8 ? sbyte(sw0, sw1, sw2, b1) : sbyte(sw0, sw1, sw2, b1 - 8) >> 4) & 15) |
+                   (((sbyte(sw0, sw1, sw2, 8 + b1 % 4) >> (2 * (b1 / 4))) & 3) << 4)) - 32;
+        } else {
+            const uint32_t s2 = sw0 >> (16 * (j & 1)); /* scale bytes 2j, 2j + 1: scale low nibble, min high */
+            sc0 = (int)(s2 & 15); mn0 = (int)((s2 >> 4) & 15);
+            sc1 = (int)((s2 >> 8) & 15); mn1 = (int)((s2 >> 12) & 15);
+        }
+        const uint32_t qw[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
+        const uint32_t mw[8] = {m0.x, m0.y, m0.z, m0.w, m1.x, m1.y, m1.z, m1.w};
+        int v[8]; /* 0 .. 3 (Q3_K: 0 .. 7, the hmask bit as 4) a byte */
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            v[k] = (int)((qw[k] >> (2 * q)) & 0x03030303u);
+            if (Q3) v[k] |= (int)(((mw[k] >> j) & 0x01010101u) << 2);
+        }
+#pragma unroll
+        for (int r = 0; r < NA; r++) {
+            int I = 0, M = 0;
+            float da = 0.f;
+            if (ok && r < na) {
+                const int64_t ar = a0 + r;
+                int x[8];
+                ld_w8(a.k_qs + ar * a.n + (int64_t)sb * QK_K + 32 * j, x);
+                int s0 = 0, s1 = 0;
+#pragma unroll
+                for (int k = 0; k < 4; k++) {
+                    s0 = dot4_i8(v[k], x[k], s0);
+                    s1 = dot4_i8(v[4 + k], x[4 + k], s1);
+                }
+                const uint32_t bs = *(const uint32_t *)(a.k_bs + ar * (a.n / 16) + (int64_t)sb * 16 + 2 * j);
+                const int b0 = (int)(int16_t)(bs & 0xffff), b1 = (int)(int16_t)(bs >> 16);
+                if (Q3) I = sc0 * (s0 - 4 * b0) + sc1 * (s1 - 4 * b1);
+                else { I = sc0 * s0 + sc1 * s1; M = mn0 * b0 + mn1 * b1; }
+                da = a.k_d[ar * (a.n / QK_K) + sb];
+            }
+            I += shfl_xor(I, 1); I += shfl_xor(I, 2); I += shfl_xor(I, 4);
+            if (!Q3) { M += shfl_xor(M, 1); M += shfl_xor(M, 2); M += shfl_xor(M, 4); }
+            if (j == 0 && ok && r < na) {
+                const float d = fp16_to_fp32((uint16_t)(dw & 0xffff));
+                acc[r] += Q3 ? term_k(da, d, I) : term_kmin(da, d, fp16_to_fp32((uint16_t)(dw >> 16)), I, M);
+            }
         }
     }
 }
@@ -643,6 +741,8 @@ static __device__ __forceinline__ void mm_row(const struct cu_mm_args &P, const 
     case GGML_TYPE_Q8_0: row_q8_0<NA>(wr, n / 32, P.a, a0, na, acc, lane); break;
     case GGML_TYPE_Q5_K: row_q5_K<NA>(wr, n / QK_K, P.a, a0, na, acc, lane); break;
     case GGML_TYPE_IQ4_XS: row_iq4_xs<NA>(wr, n / QK_K, P.a, a0, na, acc, lane); break;
+    case GGML_TYPE_Q2_K: row_q23_K<NA, false>(wr, n / QK_K, P.a, a0, na, acc, lane); break;
+    case GGML_TYPE_Q3_K: row_q23_K<NA, true>(wr, n / QK_K, P.a, a0, na, acc, lane); break;
     case GGML_TYPE_Q4_0: row_q45_0<NA, false>(wr, n / 32, P.a, a0, na, acc, lane); break;
     case GGML_TYPE_Q5_0: row_q45_0<NA, true>(wr, n / 32, P.a, a0, na, acc, lane); break;
     case GGML_TYPE_F32: row_f32<NA, NA == 1 ? 32 : 8>((const float *)wr, n, P.a, a0, na, acc, lane); break;
@@ -4251,6 +4351,8 @@ static __global__ void __launch_bounds__(32 * CU_MM_WARPS) moe_mm_kernel(const s
                 else if (type == GGML_TYPE_Q5_0) row_q45_0<1, true>(wr, n / 32, a, 0, 1, v, lane);
                 else if (type == GGML_TYPE_Q5_K) row_q5_K<1>(wr, n / QK_K, a, 0, 1, v, lane);
                 else if (type == GGML_TYPE_IQ4_XS) row_iq4_xs<1>(wr, n / QK_K, a, 0, 1, v, lane);
+                else if (type == GGML_TYPE_Q2_K) row_q23_K<1, false>(wr, n / QK_K, a, 0, 1, v, lane);
+                else if (type == GGML_TYPE_Q3_K) row_q23_K<1, true>(wr, n / QK_K, a, 0, 1, v, lane);
                 else if (type == GGML_TYPE_F32) row_f32<1>((const float *)wr, n, a, 0, 1, v, lane);
                 if (type != GGML_TYPE_F32) v[0] = group32_sum(v[0]);
                 acc_add(acc, r, v[0]);
