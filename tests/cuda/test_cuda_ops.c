@@ -942,9 +942,9 @@ static void test_lmh(void) {
  * on, and on with IQ4_XS at 2 row passes a CTA: Q5_K, IQ4_XS, Q4_0, Q5_0 and Q8_0 launches alone at 1, 8, 10, 18 and
  * 36 super-blocks a row (2 and 4 a warp, warps part idle), rows of 32-element blocks that are not a multiple of 256
  * (64, 896, 1,088 columns: a last super-block part-filled), mixes in one launch as the Q5_K_M / IQ4_XS / Q4_0 files
- * and qwen2's 896-column Q5_0 / Q8_0 fallbacks have them (with Q6_K, Q4_K, Q8_0 and F32 rows), part-filled last CTAs, a bias; steps of 1 and of 11 activation rows (the
- * several-row form: 8 + 3), where a row's outputs must be the bits of the one-row launch; counted, so it cannot pass
- * untaken, and not taken with the switch off. */
+ * and qwen2's 896-column Q5_0 / Q8_0 fallbacks have them (with Q6_K, Q4_K, Q8_0 and F32 rows), part-filled last
+ * CTAs, a bias; steps of 1 and of 11 activation rows (the several-row form: 8 + 3), where a row's outputs must be the
+ * bits of the one-row launch; counted, so it cannot pass untaken, and not taken with the switch off. */
 static void test_colx(void) {
     const uint32_t Q5K = GGML_TYPE_Q5_K, IQ4 = GGML_TYPE_IQ4_XS, Q40 = GGML_TYPE_Q4_0, Q80 = GGML_TYPE_Q8_0, Q50 = GGML_TYPE_Q5_0;
     const struct { int64_t E; int n; uint32_t t[4]; int64_t rows[4]; } cs[] = {

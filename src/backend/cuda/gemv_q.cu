@@ -369,11 +369,12 @@ static __device__ void row_q23_K(const uint8_t *wr, int n_sb, const cu_act_view 
         }
         int sc0, sc1, mn0 = 0, mn1 = 0;
         if (Q3) { /* scale b (0 .. 15) of the 12 bytes, minus its +32 bias (dot_q3k_scale) */
-            const int b0 = 2 * j, b1 = 2 * j + 1;
-            sc0 = (((b0 < 8 ? sbyte(sw0, sw1, sw2, b0) : sbyte(sw0, sw1, sw2, b0 - 8) >> 4) & 15) |
-                   (((sbyte(sw0, sw1, sw2, 8 + b0 % 4) >> (2 * (b0 / 4))) & 3) << 4)) - 32;
-            sc1 = (((b1 < 8 ? sbyte(sw0, sw1, sw2, b1) : sbyte(sw0, sw1, sw2, b1 - 8) >> 4) & 15) |
-                   (((sbyte(sw0, sw1, sw2, 8 + b1 % 4) >> (2 * (b1 / 4))) & 3) << 4)) - 32;
+            auto scale = [&](int b) {
+                const int lo = b < 8 ? sbyte(sw0, sw1, sw2, b) & 15 : sbyte(sw0, sw1, sw2, b - 8) >> 4;
+                return (lo | (((sbyte(sw0, sw1, sw2, 8 + b % 4) >> (2 * (b / 4))) & 3) << 4)) - 32;
+            };
+            sc0 = scale(2 * j);
+            sc1 = scale(2 * j + 1);
         } else {
             const uint32_t s2 = sw0 >> (16 * (j & 1)); /* scale bytes 2j, 2j + 1: scale low nibble, min high */
             sc0 = (int)(s2 & 15); mn0 = (int)((s2 >> 4) & 15);
@@ -1544,15 +1545,16 @@ static __global__ void __launch_bounds__(LBT, LBM) mm_kernel_cols(const struct c
 
 /* ---- the column-split mat-vec for the other decode weight types (mm_kernel_colx) ----
  * One activation row, launches with Q5_K, IQ4_XS, Q4_0 or Q5_0 rows, or with Q8_0 rows and no K-quant ones (Q5_K_M,
- * IQ4_XS, Q4_0 and Q8_0 files; the Q5_0 / Q8_0 fallbacks of rows that are not a multiple of 256, e.g. 896). These took the one-warp-per-row kernel (mm_row: a warp walks its row in dependent steps, a
- * round trip each), which streamed the LM head's shape at 28-53% of what the column-split kernel reaches on Q4_K
- * (BENCHMARKS.md "The other weight types"). Here the lanes split a row as the column-split kernel does (SBW groups of
- * 256 columns a warp, 64 columns a lane, 8 / SBW rows a pass, two passes a CTA), each lane's weights in registers
- * before the dependency wait. A CTA's rows are one segment, and each type has its branch: Q4_K and Q6_K the
- * column-split kernel's terms, Q5_K Q4_K's with the 5th bit from the qh bytes, IQ4_XS its table by byte permutes,
- * and the 32-element block types (a lane's 64 columns two blocks, against the Q8_0 activation; a row's last super-block
- * may be part-filled, its lanes past the row idle) each block's term as the reference forms it; F32 rows mv_other_cta's. The terms are exact; a row adds them in another order than the
- * reference (test_cuda_ops colx holds them to test_matmul's bound). */
+ * IQ4_XS, Q4_0 and Q8_0 files; the Q5_0 / Q8_0 fallbacks of rows that are not a multiple of 256, e.g. 896). These
+ * took the one-warp-per-row kernel (mm_row: a warp walks its row in dependent steps, a round trip each), which
+ * streamed the LM head's shape at 28-53% of what the column-split kernel reaches on Q4_K (BENCHMARKS.md "The other
+ * weight types"). Here the lanes split a row as the column-split kernel does (SBW groups of 256 columns a warp, 64
+ * columns a lane, 8 / SBW rows a pass, two passes a CTA), each lane's weights in registers before the dependency
+ * wait. A CTA's rows are one segment, and each type has its branch: Q4_K and Q6_K the column-split kernel's terms,
+ * Q5_K Q4_K's with the 5th bit from the qh bytes, IQ4_XS its table by byte permutes, and the 32-element block types
+ * (a lane's 64 columns two blocks, against the Q8_0 activation; a row's last super-block may be part-filled, its
+ * lanes past the row idle) each block's term as the reference forms it; F32 rows mv_other_cta's. The terms are
+ * exact; a row adds them in another order than the reference (test_cuda_ops colx holds them to test_matmul's bound). */
 struct k5_w { uint4 q0, q1, h0, h1; uint32_t sw; };
 struct iq4x_w { uint4 q0, q1; uint32_t sl, dh; };
 struct b8_w { uint4 q0, q1, q2, q3; uint32_t d; };
@@ -5163,14 +5165,7 @@ static bool mm_lmh_launch(const struct cu_mm_args &a, gpuStream_t s) {
     }
     int resident = mm_resident(mm_kernel_lmh, threads, smem);
     if (resident == MM_RESIDENT_NONE) return false;
-    if (cu_lmh_co > 0) {
-        static int sms = 0;
-        if (!sms) {
-            int dev = 0;
-            if (gpuGetDevice(&dev) != gpuSuccess || gpuDeviceGetSMCount(&sms, dev) != gpuSuccess || sms <= 0) sms = 132;
-        }
-        resident = min(resident, cu_lmh_co * sms);
-    }
+    if (cu_lmh_co > 0) resident = min(resident, cu_lmh_co * mm_sm_count());
     const int n_tiles = (a.seg[0].n_rows + LMH_RPC - 1) / LMH_RPC;
     gpu_launch(mm_kernel_lmh, dim3((unsigned)min(resident, n_tiles)), dim3(threads), smem, s, a, cu_lmh_ns, cu_lmh_co > 0 ? 1 : 0);
     cu_lmh_launches++;
