@@ -52,6 +52,7 @@
 # COLX_REPS, COLX_GEMV=0 skips bench_gemv, COLX_GEMV_VALS the VLLMC_CUDA_COLX values it takes, COLX_ENGINE=1 adds the
 # engine bench with 1, 4 and 16 requests in flight off and on).
 # Stage lmh (not default) checks and times the LM head's ring of tiles (LMH_ON, LMH_REPS, LMH_MODELS: see the stage).
+# Stage types (not default): the F16 / BF16 / IQ4_NL weights and the Q2_K / Q3_K prefill GEMM on requantized models (see the stage).
 # Stage pfnext (not default) checks and times the next round's rows into L2 after the release (PFNEXT_CFGS, PFNEXT_REPS).
 # Stage timeline (not default) runs the -DVLLMC_MV_TIMELINE build (EXTRA_BUILDS="tl:-DVLLMC_MV_TIMELINE") of TIMELINE_MODELS
 # (default the first of BENCH_MODELS) and summarizes its per-CTA timeline of the tensor-core mat-vec (scripts/mv_timeline.py).
@@ -915,6 +916,43 @@ if has colx; then # the column-split kernel for the other weight types (mm_kerne
                     note "colx $m $ty engine VLLMC_CUDA_COLX=$v rc=$rc: $(grep '^| [0-9]' "$OUT/colx_eng_${m}_${ty}_$v.txt" | awk -F'|' '{printf "N=%s %s tok/s ITL %s ms;", $2, $4, $7}')"
                 done
             fi
+            rm -f "$f"
+        done
+    done
+fi
+if has types; then # the float weights (F16 / BF16: the one-warp-a-row mat-vec, the GEMM on the f16 rows in place or
+    # converted), IQ4_NL (the 32-element row kernel) and the Q2_K / Q3_K prefill GEMM: the tiny qwen35, the tiny qwen35moe
+    # and the tiny qwen2 of 896 columns requantized to each of TYPES_TINY (test_cuda_model: graph == eager, the CPU bound;
+    # a memcheck generate of each of TYPES_SAN, default "F16 IQ4_NL", on the dense ones), then TYPES_MODELS (default qwen35-4b) requantized to each of TYPES_BIG
+    # (default "BF16 F16 Q3_K_M Q2_K"): vllmc bench (decode, TTFT) with TYPES_ARGS (default -p 512 -g 256 -r 5)
+    types_q() { # requantize $1 to $3 as file $2 (IQ4_NL: the matrices of a Q4_K_M mix by --tensor-type)
+        case "$3" in
+        IQ4_NL) "$BIN/vllmc" quantize --allow-requantize --quiet --tensor-type \
+            'ffn_(gate|up|down)|attn_(q|k|v|qkv|gate|output)|ssm_(out|in|qkv|gate)=iq4_nl' "$1" "$2" Q4_K_M ;;
+        *) "$BIN/vllmc" quantize --allow-requantize --quiet "$1" "$2" "$3" ;;
+        esac
+    }
+    for base in /tmp/models/qwen35-tiny.gguf .carry/moe/qwen35moe-tiny-q4_k_m.gguf .carry/models/qwen2w-tiny-q4_k_m.gguf; do
+        [ -f "$base" ] || { note "types: $base missing"; continue; }
+        bn=$(basename "$base" .gguf)
+        for ty in ${TYPES_TINY:-F16 BF16 IQ4_NL Q3_K_M Q2_K}; do
+            f=/tmp/models/$bn-$ty.gguf
+            types_q "$base" "$f" "$ty" >"$OUT/types_q_${bn}_$ty.txt" 2>&1 || { note "types $bn $ty: quantize failed: $(tail -1 "$OUT/types_q_${bn}_$ty.txt")"; continue; }
+            timeout 150 "$BIN/test_cuda_model" "$f" 40 24 >"$OUT/types_model_${bn}_$ty.txt" 2>&1; rc=$?
+            note "types $bn $ty test_cuda_model rc=$rc: $(grep 'worst' "$OUT/types_model_${bn}_$ty.txt" | head -1 | sed 's/.*steps, //' | cut -c1-110)$(grep -m1 FAIL "$OUT/types_model_${bn}_$ty.txt" | cut -c1-150)"
+            [[ " ${TYPES_SAN:-F16 IQ4_NL} " == *" $ty "* ]] && [ "$bn" != qwen35moe-tiny-q4_k_m ] && san_generate types "$bn-$ty" "$f"
+        done
+    done
+    wait_models
+    for m in ${TYPES_MODELS:-qwen35-4b}; do
+        [ -s "/tmp/models/$m.gguf" ] || { note "types $m: model not generated"; continue; }
+        for ty in ${TYPES_BIG:-BF16 F16 Q3_K_M Q2_K}; do
+            f=/tmp/models/$m-$ty.gguf
+            t0=$(date +%s)
+            types_q "/tmp/models/$m.gguf" "$f" "$ty" >"$OUT/types_q_${m}_$ty.txt" 2>&1 || { note "types $m $ty: quantize failed: $(tail -1 "$OUT/types_q_${m}_$ty.txt")"; continue; }
+            # shellcheck disable=SC2086
+            timeout 200 "$BIN/vllmc" bench -m "$f" ${TYPES_ARGS:--p 512 -g 256 -r 5} >"$OUT/types_bench_${m}_$ty.txt" 2>&1; rc=$?
+            note "types $m $ty ($(du -m "$f" | cut -f1) MB, quantized in $(( $(date +%s) - t0 )) s) rc=$rc: $(grep '^output tok/s' "$OUT/types_bench_${m}_$ty.txt" | head -1); $(grep -m1 '| pp' "$OUT/types_bench_${m}_$ty.txt" | tr -s ' ')"
             rm -f "$f"
         done
     done

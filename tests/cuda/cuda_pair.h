@@ -82,12 +82,19 @@ static inline float *attn_pair(struct bk_kv_cache *rkv, struct bk_kv_cache *gkv,
 }
 
 /* Random quant bytes with sane scales (as synth_gguf.py writes them): the block scale (and Q4_K's min scale)
- * replaced by small positive f16 values; F32 weights N(0, 0.05). */
+ * replaced by small positive f16 values; float weights (F32, F16, BF16) N(0, 0.05). */
 static inline void fill_weight(uint32_t type, uint8_t *p, size_t bytes) {
     for (size_t i = 0; i < bytes; i++) p[i] = (uint8_t)test_rand_u64();
     const size_t bs = quant_traits(type)->type_size;
     if (type == GGML_TYPE_F32) {
         for (size_t i = 0; i < bytes / 4; i++) ((float *)p)[i] = 0.05f * test_rand_normal();
+        return;
+    }
+    if (type == GGML_TYPE_F16 || type == GGML_TYPE_BF16) {
+        for (size_t i = 0; i < bytes / 2; i++) {
+            const float v = 0.05f * test_rand_normal();
+            ((uint16_t *)p)[i] = type == GGML_TYPE_F16 ? fp32_to_fp16(v) : fp32_to_bf16(v);
+        }
         return;
     }
     for (size_t b = 0; b < bytes / bs; b++) {

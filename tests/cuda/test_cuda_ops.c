@@ -73,7 +73,7 @@ static void check_act_quant(const struct bk_act *ra, const struct bk_act *ga, in
 
 /* matmul of 6 weights of mixed types sharing one activation (with bias and ld_y; two launches of at most
  * 4), 1 and 11 rows; quantize feeds it. */
-#define NW 10
+#define NW 13
 /* The error bound of each output of a mat-vec against the CPU reference: sum_i |w_i x_i| over the dequantized weight row
  * and the f32 activation (+ |bias|, where bias); the float terms of both sides are exact, only their summation order
  * differs. out[r * nout + o] for activation row r of R (x: R x E) and weight row o of nout (host: the GGUF rows). */
@@ -93,8 +93,9 @@ static void abs_dot_bounds(uint32_t type, const uint8_t *host, int64_t E, int64_
 
 static void test_matmul(int64_t E) {
     const uint32_t types[NW] = {GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, GGML_TYPE_Q8_0, GGML_TYPE_F32, GGML_TYPE_Q5_0, GGML_TYPE_Q4_0,
-                                GGML_TYPE_Q5_K, GGML_TYPE_IQ4_XS, GGML_TYPE_Q2_K, GGML_TYPE_Q3_K};
-    const int64_t nout[NW] = {37, 64, 29, 16, 45, 18, 33, 27, 23, 41};
+                                GGML_TYPE_Q5_K, GGML_TYPE_IQ4_XS, GGML_TYPE_Q2_K, GGML_TYPE_Q3_K, GGML_TYPE_F16, GGML_TYPE_BF16,
+                                GGML_TYPE_IQ4_NL};
+    const int64_t nout[NW] = {37, 64, 29, 16, 45, 18, 33, 27, 23, 41, 19, 26, 31};
     struct pair_w w[NW];
     for (int i = 0; i < NW; i++) make_weight(&w[i], types[i], E, nout[i]);
     const uint32_t fmts = BK_ACT_BIT(BK_ACT_Q8_K) | BK_ACT_BIT(BK_ACT_Q8_0);
@@ -168,9 +169,10 @@ static void test_matmul(int64_t E) {
                         mb = fmax(mb, isnan(d) ? INFINITY : d / fmax(bound[i][r * nout[i] + o], 1e-30));
                     }
                 }
-                /* F32 keeps the reference's summation order: bit-exact; the quantized types sum their (exact)
-                 * per-block terms in another order */
-                if (types[i] == GGML_TYPE_F32) CHECK_MSG(bad == 0, "matmul F32 rows %d: %zu outputs not bit-exact", rows, bad);
+                /* the float weights (F32, F16, BF16) keep the reference's summation order: bit-exact; the quantized
+                 * types sum their (exact) per-block terms in another order */
+                if (types[i] == GGML_TYPE_F32 || types[i] == GGML_TYPE_F16 || types[i] == GGML_TYPE_BF16)
+                    CHECK_MSG(bad == 0, "matmul %s rows %d: %zu outputs not bit-exact", quant_traits(types[i])->name, rows, bad);
                 if (cfg[k][1] < 0 || i == 0)
                     printf("matmul %s rows %d E %lld (tr %d ks %d pers %d): %zu of %lld outputs differ from the reference in the "
                            "last bits, max |d| / sum |w x| %.3g\n", quant_traits(types[i])->name, rows, (long long)E, cfg[k][0], cfg[k][1],
@@ -256,11 +258,12 @@ static void test_batch_ops(void) {
     batch_two_seqs(&tb, 5, 100, 3, 7, 300);
     set_batch(&tb);
     const int T = tb.b.n_tokens;
-    const uint32_t types[10] = {GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, GGML_TYPE_Q8_0, GGML_TYPE_F32, GGML_TYPE_Q5_0, GGML_TYPE_Q4_0,
-                                GGML_TYPE_Q5_K, GGML_TYPE_IQ4_XS, GGML_TYPE_Q2_K, GGML_TYPE_Q3_K};
+    const uint32_t types[13] = {GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, GGML_TYPE_Q8_0, GGML_TYPE_F32, GGML_TYPE_Q5_0, GGML_TYPE_Q4_0,
+                                GGML_TYPE_Q5_K, GGML_TYPE_IQ4_XS, GGML_TYPE_Q2_K, GGML_TYPE_Q3_K, GGML_TYPE_F16, GGML_TYPE_BF16,
+                                GGML_TYPE_IQ4_NL};
     const int64_t E = 512;
     float *h = malloc((size_t)(T * E) * 4);
-    for (int i = 0; i < 10; i++) {
+    for (int i = 0; i < 13; i++) {
         struct pair_w w;
         make_weight(&w, types[i], E, 300);
         float *ro = ref_put(NULL, (size_t)(T * E) * 4), *go = dev_put(NULL, (size_t)(T * E) * 4);

@@ -26,14 +26,15 @@
 #include "test.h"
 #include "cuda_pair.h"
 
-#define N_GEMM_TYPES 7
+#define N_GEMM_TYPES 12
 static const uint32_t gemm_types[N_GEMM_TYPES] = {GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q5_0,
-                                                  GGML_TYPE_Q5_K, GGML_TYPE_IQ4_XS};
+                                                  GGML_TYPE_Q5_K, GGML_TYPE_IQ4_XS, GGML_TYPE_Q2_K, GGML_TYPE_Q3_K, GGML_TYPE_F16,
+                                                  GGML_TYPE_BF16, GGML_TYPE_IQ4_NL};
 
 static void test_dequant_f16(void) {
     for (int ti = 0; ti < N_GEMM_TYPES; ti++) {
         const uint32_t type = gemm_types[ti];
-        const int64_t E = type == GGML_TYPE_Q4_0 || type == GGML_TYPE_Q5_0 ? 896 : 768, R = 37;
+        const int64_t E = type == GGML_TYPE_Q4_0 || type == GGML_TYPE_Q5_0 || type == GGML_TYPE_IQ4_NL ? 896 : 768, R = 37;
         struct pair_w w;
         make_weight(&w, type, E, R);
         uint16_t *g = malloc((size_t)(E * R) * 2);
@@ -76,7 +77,7 @@ static void test_gemm_matmul(bool act_q8) {
     backend_cuda_set_gemm_act(gpu, act_q8);
     const int NO = N_GEMM_TYPES + 1;
     const int64_t E = 512 + 256 * (int64_t)(test_rand_u64() % 3);
-    const int64_t nout[N_GEMM_TYPES + 1] = {300, 77, 129, 64, 96, 88, 53, 40};
+    const int64_t nout[N_GEMM_TYPES + 1] = {300, 77, 129, 64, 96, 88, 53, 61, 70, 45, 58, 83, 40};
     struct pair_w w[N_GEMM_TYPES + 1];
     for (int i = 0; i < NO; i++) make_weight(&w[i], i < N_GEMM_TYPES ? gemm_types[i] : GGML_TYPE_F32, E, nout[i]);
     const uint32_t fmts = BK_ACT_BIT(BK_ACT_Q8_K) | BK_ACT_BIT(BK_ACT_Q8_0);
@@ -124,7 +125,7 @@ static void test_gemm_matmul(bool act_q8) {
                      * sums by their order (2e-6 of sum |w x|, as test_cuda_ops bounds the mat-vec) */
                     double bnd = 0, swx = 0;
                     for (int64_t e = 0; e < E; e++) {
-                        const float xq = type == GGML_TYPE_F32 ? x[r * E + e] : act_q8_value(&ra, fmt, r, e);
+                        const float xq = fmt == BK_ACT_F32 ? x[r * E + e] : act_q8_value(&ra, fmt, r, e);
                         const float xa = f16 && act_q8 ? xq : x[r * E + e];
                         const float a = f16 ? fp16_to_fp32(fp32_to_fp16(xa)) : xa;
                         const float b = f16 ? fp16_to_fp32(fp32_to_fp16(wr[e])) : wr[e];

@@ -312,7 +312,7 @@ static void rec_exec(cu_backend *c, int op, const void *args) {
         const rec_deq *r = (const rec_deq *)args;
         if (r->convert && r->act_fmt != BK_ACT_F32) cu_launch_q8_to_f16(&r->av, r->act_fmt, r->n_cols, r->n_rows, r->a16, s);
         else if (r->convert) cu_launch_f32_to_f16(r->x, r->n_cols, r->n_cols, r->n_rows, r->a16, s);
-        cu_launch_dequant_f16(r->w, (uint32_t)r->type, r->stride, r->n_cols, r->n_out, r->w16, s);
+        if (r->w16) cu_launch_dequant_f16(r->w, (uint32_t)r->type, r->stride, r->n_cols, r->n_out, r->w16, s);
         break;
     }
     case CU_OP_GEMM: {
@@ -888,7 +888,8 @@ static vllmc_status cu_copy_to_host(struct backend *be, void *dst, const void *s
 
 static bool cu_matmul_type(uint32_t t) {
     return t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K || t == GGML_TYPE_Q6_K || t == GGML_TYPE_IQ4_XS || t == GGML_TYPE_Q8_0 ||
-           t == GGML_TYPE_Q4_0 || t == GGML_TYPE_Q5_0 || t == GGML_TYPE_Q2_K || t == GGML_TYPE_Q3_K || t == GGML_TYPE_F32;
+           t == GGML_TYPE_Q4_0 || t == GGML_TYPE_Q5_0 || t == GGML_TYPE_Q2_K || t == GGML_TYPE_Q3_K || t == GGML_TYPE_F32 ||
+           t == GGML_TYPE_F16 || t == GGML_TYPE_BF16 || t == GGML_TYPE_IQ4_NL;
 }
 
 static vllmc_status cu_weight_upload(struct backend *be, const void *host_data, uint32_t type, int n_dims,
@@ -1348,18 +1349,20 @@ static int gemm_act_fmt(const cu_backend *c, const struct bk_act *act, uint32_t 
 static vllmc_status submit_gemm(cu_backend *c, const struct bk_act *act, const struct bk_matmul_out *o, bool convert, int act_fmt) {
     const struct bk_tensor *w = o->w;
     vllmc_status st;
+    const bool in_place = w->type == GGML_TYPE_F16; /* (its rows are the GEMM's f16 rows already) */
     if ((st = grow_scratch(c, &c->a16, &c->a16_elems, act->max_rows * act->n_cols, 2)) ||
-        (st = grow_scratch(c, &c->w16, &c->w16_elems, w->ne[0] * w->ne[1], 2)))
+        (!in_place && (st = grow_scratch(c, &c->w16, &c->w16_elems, w->ne[0] * w->ne[1], 2))))
         return st;
     rec_deq d;
     memset(&d, 0, sizeof(d));
-    d.x = act->x; d.a16 = c->a16; d.w = (const uint8_t *)w->data; d.w16 = c->w16; d.stride = cu_weight_row_stride(w->type, w->ne[0]);
+    d.x = act->x; d.a16 = c->a16; d.w = (const uint8_t *)w->data; d.w16 = in_place ? NULL : c->w16;
+    d.stride = cu_weight_row_stride(w->type, w->ne[0]);
     d.n_rows = act->n_rows; d.n_cols = act->n_cols; d.n_out = w->ne[1]; d.convert = convert; d.type = (int32_t)w->type;
     d.act_fmt = act_fmt; d.av = act_view(act);
     if ((st = submit(c, CU_OP_DEQ, &d, sizeof(d)))) return st;
     rec_gemm g;
     memset(&g, 0, sizeof(g));
-    g.g = c->gemm; g.a16 = c->a16; g.w16 = c->w16; g.y = o->y; g.bias = o->bias; g.n_rows = act->n_rows; g.n_cols = act->n_cols;
+    g.g = c->gemm; g.a16 = c->a16; g.w16 = in_place ? (const uint16_t *)w->data : c->w16; g.y = o->y; g.bias = o->bias; g.n_rows = act->n_rows; g.n_cols = act->n_cols;
     g.n_out = w->ne[1]; g.ld_y = o->ld_y ? o->ld_y : w->ne[1]; g.wbytes = (double)d.stride * (double)w->ne[1];
     return submit(c, CU_OP_GEMM, &g, sizeof(g));
 }

@@ -27,6 +27,13 @@ extern "C" {
 #include "backend/backend.h"
 }
 
+/* kvalues_iq4nl[q] (quant/blocks.h) for q in 0 .. 15: the table as 4 little-endian words, by selects (no local array). */
+static __device__ __forceinline__ int iq4nl_value(int q) {
+    const uint32_t w = q < 8 ? (q < 4 ? 0xBFAD9881u /* -127 -104 -83 -65 */ : 0xF6EADDCFu /* -49 -35 -22 -10 */)
+                             : (q < 12 ? 0x26190D01u /* 1 13 25 38 */ : 0x71594535u /* 53 69 89 113 */);
+    return (int)(int8_t)(w >> (8 * (q & 3)));
+}
+
 /* Four floats as bf16 (blocks.h's fp32_to_bf16: rounded to nearest even, the CPU backend's conversion), packed in element
  * order into 8 bytes: the stores of a bf16 GDN state (the rule kernel, the chunked kernel's last chunk). */
 static __device__ __forceinline__ uint2 bf16x4_pack(float a, float b, float c, float d) {

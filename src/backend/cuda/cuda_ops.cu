@@ -65,8 +65,7 @@ static __device__ float dequant_elem(const uint8_t *row, uint32_t type, int64_t 
         const int sh = dh[2] | (dh[3] << 8);
         const int ls = (((row[128 * ns + 4 * s + b / 2] >> (4 * (b % 2))) & 15) | (((sh >> (2 * b)) & 3) << 4)) - 32;
         const float d = fp16_to_fp32((uint16_t)(dh[0] | (dh[1] << 8)));
-        const int8_t kv[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113}; /* kvalues_iq4nl */
-        return __fmul_rn(__fmul_rn(d, (float)ls), (float)kv[q]);
+        return __fmul_rn(__fmul_rn(d, (float)ls), (float)iq4nl_value(q));
     }
     case GGML_TYPE_Q6_K: {
         const int64_t ns = n / QK_K, s = e / QK_K;
@@ -84,12 +83,17 @@ static __device__ float dequant_elem(const uint8_t *row, uint32_t type, int64_t 
         return __fmul_rn((float)(int8_t)row[e], fp16_to_fp32((uint16_t)(dp[0] | (dp[1] << 8))));
     }
     case GGML_TYPE_Q4_0:
-    case GGML_TYPE_Q5_0: {
+    case GGML_TYPE_Q5_0:
+    case GGML_TYPE_IQ4_NL: {
         const int64_t nb = n / 32, b = e / 32;
         const int j = (int)(e % 32), l = j % 16;
         const uint8_t qb = row[16 * b + l];
         int q = j < 16 ? (qb & 15) : (qb >> 4);
         const uint8_t *dp;
+        if (type == GGML_TYPE_IQ4_NL) {
+                dp = row + 16 * nb + 2 * b;
+            return __fmul_rn(fp16_to_fp32((uint16_t)(dp[0] | (dp[1] << 8))), (float)iq4nl_value(q));
+        }
         if (type == GGML_TYPE_Q5_0) {
             const uint8_t *qh = row + 16 * nb + 4 * b;
             const uint32_t h = (uint32_t)qh[0] | ((uint32_t)qh[1] << 8) | ((uint32_t)qh[2] << 16) | ((uint32_t)qh[3] << 24);

@@ -42,7 +42,8 @@ uint64_t cu_weight_row_stride(uint32_t type, int64_t n) {
     case GGML_TYPE_Q2_K: return n % QK_K ? 0 : 80 * (uint64_t)(n / QK_K) + pad16(4 * (uint64_t)(n / QK_K));
     case GGML_TYPE_Q3_K: return n % QK_K ? 0 : 96 * (uint64_t)(n / QK_K) + pad16(12 * (uint64_t)(n / QK_K)) + pad16(2 * (uint64_t)(n / QK_K));
     case GGML_TYPE_Q8_0: return n % 32 ? 0 : 32 * (uint64_t)(n / 32) + pad16(2 * (uint64_t)(n / 32));
-    case GGML_TYPE_Q4_0: return n % 32 ? 0 : 16 * (uint64_t)(n / 32) + pad16(2 * (uint64_t)(n / 32));
+    case GGML_TYPE_Q4_0:
+    case GGML_TYPE_IQ4_NL: return n % 32 ? 0 : 16 * (uint64_t)(n / 32) + pad16(2 * (uint64_t)(n / 32));
     case GGML_TYPE_Q5_0: return n % 32 ? 0 : 16 * (uint64_t)(n / 32) + pad16(4 * (uint64_t)(n / 32)) + pad16(2 * (uint64_t)(n / 32));
     case GGML_TYPE_F32: return 4 * (uint64_t)n;
     case GGML_TYPE_F16:
@@ -114,7 +115,7 @@ static void repack_row(uint32_t type, const uint8_t *src, int64_t n, uint8_t *ds
             if (unpack) { memcpy(b->qs, qs + 32 * s, 32); memcpy(&b->d, d + 2 * s, 2); }
             else { memcpy(qs + 32 * s, b->qs, 32); memcpy(d + 2 * s, &b->d, 2); }
         }
-    } else if (type == GGML_TYPE_Q4_0) {
+    } else if (type == GGML_TYPE_Q4_0 || type == GGML_TYPE_IQ4_NL) { /* (the same block: d, then 16 quant bytes) */
         const int64_t nb = n / 32;
         uint8_t *qs = dst, *d = dst + 16 * nb;
         for (int64_t s = 0; s < nb; s++) {
@@ -648,8 +649,9 @@ static __device__ __forceinline__ uint32_t spread4(uint32_t x) {
 
 /* Q4_0 / Q5_0 x Q8_0: one 32-element block per lane per step; element j < 16 is the low nibble of qs[j],
  * element j + 16 the high nibble (Q5_0: bit j / j + 16 of qh as the 5th bit); offset 8 / 16. */
-template <int NA, bool Q5>
+template <int NA, int K> /* K: 0 Q4_0, 1 Q5_0, 2 IQ4_NL (Q4_0's layout, the nibbles through kvalues_iq4nl) */
 static __device__ void row_q45_0(const uint8_t *wr, int n_b, const cu_act_view &a, int a0, int na, float *acc, int lane) {
+    constexpr bool Q5 = K == 1;
     const uint8_t *qhb = wr + 16 * (size_t)n_b;
     const uint8_t *db = Q5 ? qhb + ((4 * (size_t)n_b + 15) & ~(size_t)15) : qhb;
     const int n_steps = (n_b + 31) / 32;
@@ -675,7 +677,10 @@ static __device__ void row_q45_0(const uint8_t *wr, int n_b, const cu_act_view &
 #pragma unroll
             for (int w = 0; w < 4; w++) {
                 uint32_t l = qw[w] & 0x0F0F0F0Fu, h = (qw[w] >> 4) & 0x0F0F0F0Fu;
-                if (Q5) {
+                if (K == 2) {
+                    lo[w] = iq4_values4(l);
+                    hi[w] = iq4_values4(h);
+                } else if (Q5) {
                     l |= spread4((qh[u] >> (4 * w)) & 15u);
                     h |= spread4((qh[u] >> (16 + 4 * w)) & 15u);
                     lo[w] = (int)(((l | 0x80808080u) - 0x10101010u) ^ 0x80808080u);
@@ -703,16 +708,32 @@ static __device__ void row_q45_0(const uint8_t *wr, int n_b, const cu_act_view &
     }
 }
 
-/* F32 weights x f32 activations: p[i % 32] in lane i % 32, then dot_reduce32 as butterflies. */
-template <int NA, int UNR = 8> /* UNR: steps whose loads are in flight together (32 for the router's mat-vec: its own
-                                    kernel; in the column-split kernel the registers would cost every launch) */
-static __device__ void row_f32(const float *wr, int n, const cu_act_view &a, int a0, int na, float *acc, int lane) {
+/* Float weights (F32, F16, BF16) x f32 activations: p[i % 32] in lane i % 32, then dot_reduce32 as butterflies: the
+ * reference's order (dot_ref.c DOT_REF_FLOAT), so the outputs are its bits. WT: the weight element (float, or the
+ * 16-bit words of f16 / bf16, converted exactly to f32). */
+template <typename WT> struct fw_elt;
+template <> struct fw_elt<float> { static __device__ __forceinline__ float get(const float *p, int i) { return gpu_ldg(p + i); } };
+struct f16w { uint16_t u; };
+struct bf16w { uint16_t u; };
+template <> struct fw_elt<f16w> {
+    static __device__ __forceinline__ float get(const f16w *p, int i) { return gpu_h2f(gpu_ldg((const unsigned short *)p + i)); }
+};
+template <> struct fw_elt<bf16w> {
+    static __device__ __forceinline__ float get(const bf16w *p, int i) {
+        return __uint_as_float((uint32_t)gpu_ldg((const unsigned short *)p + i) << 16);
+    }
+};
+static __host__ __device__ __forceinline__ bool fw_type(int t) { return t == GGML_TYPE_F32 || t == GGML_TYPE_F16 || t == GGML_TYPE_BF16; }
+
+template <int NA, int UNR, typename WT> /* UNR: steps whose loads are in flight together (32 for the router's mat-vec:
+                                           its own kernel; in the column-split kernel the registers would cost every launch) */
+static __device__ void row_fw(const WT *wr, int n, const cu_act_view &a, int a0, int na, float *acc, int lane) {
     float p[NA];
 #pragma unroll
     for (int r = 0; r < NA; r++) p[r] = 0.f;
 #pragma unroll UNR /* each lane still sums its elements in order */
     for (int i = lane; i < n; i += 32) {
-        const float wv = gpu_ldg(wr + i);
+        const float wv = fw_elt<WT>::get(wr, i);
 #pragma unroll
         for (int r = 0; r < NA; r++)
             if (r < na) p[r] = __fadd_rn(p[r], __fmul_rn(wv, a.x[(int64_t)(a0 + r) * a.n + i]));
@@ -727,6 +748,15 @@ static __device__ void row_f32(const float *wr, int n, const cu_act_view &a, int
         v = __fadd_rn(v, shfl_xor(v, 1));
         acc[r] = v;
     }
+}
+/* A float row of weight type t (fw_type) from its bytes. F16 / BF16 rows take 2-byte loads (64 bytes a warp a step),
+ * at most 16 steps in flight (32, as the router's F32 rows take, cost mm_kernel_rows 34 registers). */
+template <int NA, int UNR = 8>
+static __device__ __forceinline__ void row_f32(int t, const uint8_t *wr, int n, const cu_act_view &a, int a0, int na, float *acc, int lane) {
+    constexpr int U16 = UNR >= 16 ? 16 : 2 * UNR;
+    if (t == GGML_TYPE_F16) row_fw<NA, U16>((const f16w *)wr, n, a, a0, na, acc, lane);
+    else if (t == GGML_TYPE_BF16) row_fw<NA, U16>((const bf16w *)wr, n, a, a0, na, acc, lane);
+    else row_fw<NA, UNR>((const float *)wr, n, a, a0, na, acc, lane);
 }
 
 template <int NA>
@@ -744,12 +774,15 @@ static __device__ __forceinline__ void mm_row(const struct cu_mm_args &P, const 
     case GGML_TYPE_IQ4_XS: row_iq4_xs<NA>(wr, n / QK_K, P.a, a0, na, acc, lane); break;
     case GGML_TYPE_Q2_K: row_q23_K<NA, false>(wr, n / QK_K, P.a, a0, na, acc, lane); break;
     case GGML_TYPE_Q3_K: row_q23_K<NA, true>(wr, n / QK_K, P.a, a0, na, acc, lane); break;
-    case GGML_TYPE_Q4_0: row_q45_0<NA, false>(wr, n / 32, P.a, a0, na, acc, lane); break;
-    case GGML_TYPE_Q5_0: row_q45_0<NA, true>(wr, n / 32, P.a, a0, na, acc, lane); break;
-    case GGML_TYPE_F32: row_f32<NA, NA == 1 ? 32 : 8>((const float *)wr, n, P.a, a0, na, acc, lane); break;
+    case GGML_TYPE_Q4_0: row_q45_0<NA, 0>(wr, n / 32, P.a, a0, na, acc, lane); break;
+    case GGML_TYPE_Q5_0: row_q45_0<NA, 1>(wr, n / 32, P.a, a0, na, acc, lane); break;
+    case GGML_TYPE_IQ4_NL: row_q45_0<NA, 2>(wr, n / 32, P.a, a0, na, acc, lane); break;
+    case GGML_TYPE_F32:
+    case GGML_TYPE_F16:
+    case GGML_TYPE_BF16: row_f32<NA, NA == 1 ? 32 : 8>(S.type, wr, n, P.a, a0, na, acc, lane); break;
     default: break;
     }
-    if (S.type != GGML_TYPE_F32)
+    if (!fw_type(S.type))
 #pragma unroll
         for (int r = 0; r < NA; r++) acc[r] = group32_sum(acc[r]);
     if (lane == 0)
@@ -994,7 +1027,7 @@ static __global__ void __launch_bounds__(32 * CU_MM_WARPS) mm_kernel_1(const str
         if (S.type == GGML_TYPE_F32) {
             for (int r = 0; r < rows; r++) {
                 float v[1] = {0.f};
-                row_f32<1>((const float *)(w0 + (size_t)r * S.stride), n, P.a, 0, 1, v, lane);
+                row_fw<1, 8>((const float *)(w0 + (size_t)r * S.stride), n, P.a, 0, 1, v, lane);
                 acc_add(acc, r, v[0]);
             }
         } else {
@@ -1067,7 +1100,7 @@ static __global__ void MM_SPLIT_BOUNDS mm_kernel_split(const struct cu_mm_args P
                 if (wk == 0)
                     for (int r = 0; r < rows; r++) {
                         float v[1] = {0.f};
-                        row_f32<1>((const float *)(w0 + (size_t)r * S.stride), n, P.a, 0, 1, v, lane);
+                        row_fw<1, 8>((const float *)(w0 + (size_t)r * S.stride), n, P.a, 0, 1, v, lane);
                         acc_add(acc, r, v[0]);
                     }
             } else {
@@ -1107,7 +1140,7 @@ static __global__ void MM_SPLIT_BOUNDS mm_kernel_split(const struct cu_mm_args P
  * added by shuffles, the W warp partials in warp order through shared memory. Per 32 quant bytes a lane
  * issues ~45 instructions where the tile kernels issue ~150 (ncu: those are held by issue and latency at
  * ~25% occupancy, not by DRAM). Q8_0 segments (the GDN's beta / alpha rows) go through the tile function,
- * F32 ones through row_f32, a 4-row tile per warp. U (2 or 4: cu_mm_cfg.cols) row groups a CTA. */
+ * F32 ones through row_fw, a 4-row tile per warp. U (2 or 4: cu_mm_cfg.cols) row groups a CTA. */
 
 /* Lane c's scale and min of sub-blocks 2c and 2c+1 from the 12 packed scale bytes (w0: bytes 0-3, w1: 4-7,
  * w2: 8-11), as the bytes (sc0, sc1, m0, m1) of the result; the selectors and masks depend on c only. */
@@ -1277,7 +1310,7 @@ static __device__ __forceinline__ float k4s_term(const k4s_w &w, const k4_sel &k
     const k4_w f{w.q0, w.q1, shfl_idx(w.sw, b), shfl_idx(w.sw, b + 1), shfl_idx(w.sw, b + 2), shfl_idx(w.sw, b + 3)};
     return k4_term<true>(f, ks, v);
 }
-/* Q8_0 / F32 segments of a column-split launch: a 4-row tile per warp (tile_q8_0, or row_f32 in the
+/* Q8_0 / F32 segments of a column-split launch: a 4-row tile per warp (tile_q8_0, or row_fw in the
  * reference's order), activation rows a0 .. a0 + na - 1. */
 static __device__ void mv_other_rows(const struct cu_mm_args &P, const cu_mm_seg &S, const uint8_t *wb, int r0, int rows, int a0, int na,
                                      int lane, int wid, int W) {
@@ -1291,7 +1324,7 @@ static __device__ void mv_other_rows(const struct cu_mm_args &P, const cu_mm_seg
             if (S.type == GGML_TYPE_F32) {
                 for (int i = 0; i < tr; i++) {
                     float v[1] = {0.f};
-                    row_f32<1>((const float *)(w0 + (size_t)i * S.stride), n, a, 0, 1, v, lane);
+                    row_fw<1, 8>((const float *)(w0 + (size_t)i * S.stride), n, a, 0, 1, v, lane);
                     acc_add(acc, i, v[0]);
                 }
             } else {
@@ -4295,7 +4328,7 @@ static __global__ void __launch_bounds__(32 * CU_MM_WARPS) mm_kernel_dec(const s
     const int n = (int)P.a.n;
     float acc[MM_TR] = {0.f, 0.f, 0.f, 0.f};
     if (S.type == GGML_TYPE_F32) {
-        row_f32<1>((const float *)w0, n, a, 0, 1, acc, lane);
+        row_fw<1, 8>((const float *)w0, n, a, 0, 1, acc, lane);
     } else {
         if (S.type == GGML_TYPE_Q4_K) tile_q4_K(w0, S.stride, 1, n / QK_K, a, acc, lane, 0, 8);
         else if (S.type == GGML_TYPE_Q6_K) tile_q6_K(w0, S.stride, 1, n / QK_K, a, acc, lane, 0, 8);
@@ -4349,14 +4382,15 @@ static __global__ void __launch_bounds__(32 * CU_MM_WARPS) moe_mm_kernel(const s
             for (int r = 0; r < rows; r++) {
                 const uint8_t *wr = w0 + (size_t)r * stride;
                 float v[1] = {0.f};
-                if (type == GGML_TYPE_Q4_0) row_q45_0<1, false>(wr, n / 32, a, 0, 1, v, lane);
-                else if (type == GGML_TYPE_Q5_0) row_q45_0<1, true>(wr, n / 32, a, 0, 1, v, lane);
+                if (type == GGML_TYPE_Q4_0) row_q45_0<1, 0>(wr, n / 32, a, 0, 1, v, lane);
+                else if (type == GGML_TYPE_Q5_0) row_q45_0<1, 1>(wr, n / 32, a, 0, 1, v, lane);
+                else if (type == GGML_TYPE_IQ4_NL) row_q45_0<1, 2>(wr, n / 32, a, 0, 1, v, lane);
                 else if (type == GGML_TYPE_Q5_K) row_q5_K<1>(wr, n / QK_K, a, 0, 1, v, lane);
                 else if (type == GGML_TYPE_IQ4_XS) row_iq4_xs<1>(wr, n / QK_K, a, 0, 1, v, lane);
                 else if (type == GGML_TYPE_Q2_K) row_q23_K<1, false>(wr, n / QK_K, a, 0, 1, v, lane);
                 else if (type == GGML_TYPE_Q3_K) row_q23_K<1, true>(wr, n / QK_K, a, 0, 1, v, lane);
-                else if (type == GGML_TYPE_F32) row_f32<1>((const float *)wr, n, a, 0, 1, v, lane);
-                if (type != GGML_TYPE_F32) v[0] = group32_sum(v[0]);
+                else if (fw_type(type)) row_f32<1>(type, wr, n, a, 0, 1, v, lane);
+                if (!fw_type(type)) v[0] = group32_sum(v[0]);
                 acc_add(acc, r, v[0]);
             }
         }

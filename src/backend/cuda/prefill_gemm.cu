@@ -57,12 +57,11 @@ static __device__ __forceinline__ uint4 dequant8_f16(const uint8_t *row, uint32_
         const uint32_t dh = *(const uint32_t *)(row + 128 * ns + ((4 * ns + 15) & ~15) + 4 * s);
         const int ls = (((row[128 * ns + 4 * s + b / 2] >> (4 * (b % 2))) & 15) | (int)(((dh >> (16 + 2 * b)) & 3) << 4)) - 32;
         const float a = __fmul_rn(fp16_to_fp32((uint16_t)(dh & 0xffff)), (float)ls);
-        const int8_t kv[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113}; /* kvalues_iq4nl */
         const int shift = j0 < 16 ? 0 : 4;
 #pragma unroll
         for (int k = 0; k < 8; k++) {
             const uint32_t w = k < 4 ? qw.x : qw.y;
-            y[k] = __fmul_rn(a, (float)kv[(w >> (8 * (k % 4) + shift)) & 15]);
+            y[k] = __fmul_rn(a, (float)iq4nl_value((int)((w >> (8 * (k % 4) + shift)) & 15)));
         }
     } else if (type == GGML_TYPE_Q6_K) {
         const int ns = n / QK_K, s = e0 / QK_K;
@@ -77,13 +76,49 @@ static __device__ __forceinline__ uint4 dequant8_f16(const uint8_t *row, uint32_
             const int lo = (int)((lo8 >> (4 * (g / 2))) & 15), hi = (int)((hi8 >> (2 * g)) & 3);
             y[k] = __fmul_rn(a, (float)((lo | (hi << 4)) - 32));
         }
+    } else if (type == GGML_TYPE_Q2_K || type == GGML_TYPE_Q3_K) { /* element i of a super-block: 2 bits (shift 2g) of
+        qs byte 32h + l (h = i / 128, g = i % 128 / 32, l = i % 32), scale i / 16; Q3_K: -4 where bit 4h + g of hmask[l] is clear */
+        const bool q3 = type == GGML_TYPE_Q3_K;
+        const int ns = n / QK_K, s = e0 / QK_K;
+        const int i = e0 % QK_K, h = i / 128, g = (i % 128) / 32, l = i % 32, j = i / 16;
+        const uint2 qw = *(const uint2 *)(row + 64 * s + 32 * h + l);
+        float a, bm = 0.f;
+        uint2 hw = make_uint2(0, 0);
+        if (q3) {
+            hw = *(const uint2 *)(row + 64 * ns + 32 * s + l);
+            const uint8_t *S = row + 96 * ns + 12 * s;
+            const int lo = j < 8 ? (S[j] & 15) : (S[j - 8] >> 4), hi = (S[8 + j % 4] >> (2 * (j / 4))) & 3;
+            a = __fmul_rn(half_at(row + 96 * ns + ((12 * ns + 15) & ~15) + 2 * s), (float)((lo | (hi << 4)) - 32));
+        } else {
+            const int sc = row[64 * ns + 16 * s + j];
+            const uint8_t *dm = row + 80 * ns + 4 * s;
+            a = __fmul_rn(half_at(dm), (float)(sc & 15));
+            bm = __fmul_rn(half_at(dm + 2), (float)(sc >> 4));
+        }
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            int q = (int)(((k < 4 ? qw.x : qw.y) >> (8 * (k % 4) + 2 * g)) & 3);
+            if (q3) {
+                if (!((((k < 4 ? hw.x : hw.y) >> (8 * (k % 4))) >> (4 * h + g)) & 1)) q -= 4;
+                y[k] = __fmul_rn(a, (float)q);
+            } else {
+                y[k] = __fsub_rn(__fmul_rn(a, (float)q), bm);
+            }
+        }
+    } else if (type == GGML_TYPE_F16 || type == GGML_TYPE_BF16) { /* F16: the words as they are; BF16: exact in f32, then
+                                                                       rounded to f16 */
+        const uint4 v = *(const uint4 *)(row + 2 * (size_t)e0);
+        if (type == GGML_TYPE_F16) return v;
+        const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int k = 0; k < 8; k++) y[k] = __uint_as_float(((w[k / 2] >> (16 * (k % 2))) & 0xffff) << 16);
     } else if (type == GGML_TYPE_Q8_0) {
         const int nb = n / 32, b = e0 / 32;
         const uint2 qw = *(const uint2 *)(row + e0);
         const float d = half_at(row + 32 * nb + 2 * b);
 #pragma unroll
         for (int k = 0; k < 8; k++) y[k] = __fmul_rn((float)(int8_t)(((k < 4 ? qw.x : qw.y) >> (8 * (k % 4))) & 0xff), d);
-    } else { /* Q4_0, Q5_0: element j of a block is nibble (j < 16 ? low : high) of byte j % 16 */
+    } else { /* Q4_0, Q5_0, IQ4_NL: element j of a block is nibble (j < 16 ? low : high) of byte j % 16 */
         const int nb = n / 32, b = e0 / 32;
         const int j0 = e0 % 32, l0 = j0 % 16, shift = j0 < 16 ? 0 : 4;
         const uint2 qw = *(const uint2 *)(row + 16 * b + l0);
@@ -99,6 +134,10 @@ static __device__ __forceinline__ uint4 dequant8_f16(const uint8_t *row, uint32_
 #pragma unroll
         for (int k = 0; k < 8; k++) {
             int q = (int)(((k < 4 ? qw.x : qw.y) >> (8 * (k % 4) + shift)) & 15);
+            if (type == GGML_TYPE_IQ4_NL) {
+                y[k] = __fmul_rn(d, (float)iq4nl_value(q));
+                continue;
+            }
             if (type == GGML_TYPE_Q5_0) q = (q | (int)(((hbits >> (j0 + k)) & 1u) << 4)) - 16;
             else q -= 8;
             y[k] = __fmul_rn((float)q, d);
@@ -119,7 +158,8 @@ static __global__ void __launch_bounds__(256) dequant_f16_kernel(const uint8_t *
 
 bool cu_dequant_f16_type(uint32_t type) {
     return type == GGML_TYPE_Q4_K || type == GGML_TYPE_Q5_K || type == GGML_TYPE_Q6_K || type == GGML_TYPE_IQ4_XS ||
-           type == GGML_TYPE_Q8_0 || type == GGML_TYPE_Q4_0 || type == GGML_TYPE_Q5_0;
+           type == GGML_TYPE_Q8_0 || type == GGML_TYPE_Q4_0 || type == GGML_TYPE_Q5_0 || type == GGML_TYPE_Q2_K ||
+           type == GGML_TYPE_Q3_K || type == GGML_TYPE_F16 || type == GGML_TYPE_BF16 || type == GGML_TYPE_IQ4_NL;
 }
 
 void cu_launch_dequant_f16(const uint8_t *w, uint32_t type, uint64_t stride, int64_t n_cols, int64_t n_rows, uint16_t *out,
@@ -136,6 +176,11 @@ void cu_launch_dequant_f16(const uint8_t *w, uint32_t type, uint64_t stride, int
         case GGML_TYPE_Q8_0: dequant_f16_kernel<GGML_TYPE_Q8_0><<<grid, 256, 0, s>>>(w, stride, (int)n_cols, (int)r0, (uint4 *)out); break;
         case GGML_TYPE_Q4_0: dequant_f16_kernel<GGML_TYPE_Q4_0><<<grid, 256, 0, s>>>(w, stride, (int)n_cols, (int)r0, (uint4 *)out); break;
         case GGML_TYPE_Q5_0: dequant_f16_kernel<GGML_TYPE_Q5_0><<<grid, 256, 0, s>>>(w, stride, (int)n_cols, (int)r0, (uint4 *)out); break;
+        case GGML_TYPE_IQ4_NL: dequant_f16_kernel<GGML_TYPE_IQ4_NL><<<grid, 256, 0, s>>>(w, stride, (int)n_cols, (int)r0, (uint4 *)out); break;
+        case GGML_TYPE_Q2_K: dequant_f16_kernel<GGML_TYPE_Q2_K><<<grid, 256, 0, s>>>(w, stride, (int)n_cols, (int)r0, (uint4 *)out); break;
+        case GGML_TYPE_Q3_K: dequant_f16_kernel<GGML_TYPE_Q3_K><<<grid, 256, 0, s>>>(w, stride, (int)n_cols, (int)r0, (uint4 *)out); break;
+        case GGML_TYPE_F16: dequant_f16_kernel<GGML_TYPE_F16><<<grid, 256, 0, s>>>(w, stride, (int)n_cols, (int)r0, (uint4 *)out); break;
+        case GGML_TYPE_BF16: dequant_f16_kernel<GGML_TYPE_BF16><<<grid, 256, 0, s>>>(w, stride, (int)n_cols, (int)r0, (uint4 *)out); break;
         default: return;
         }
     }
