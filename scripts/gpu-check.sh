@@ -924,7 +924,8 @@ if has types; then # the float weights (F16 / BF16: the one-warp-a-row mat-vec, 
     # converted), IQ4_NL (the 32-element row kernel) and the Q2_K / Q3_K prefill GEMM: the tiny qwen35, the tiny qwen35moe
     # and the tiny qwen2 of 896 columns requantized to each of TYPES_TINY (test_cuda_model: graph == eager, the CPU bound;
     # a memcheck generate of each of TYPES_SAN, default "F16 IQ4_NL", on the dense ones), then TYPES_MODELS (default qwen35-4b) requantized to each of TYPES_BIG
-    # (default "BF16 F16 Q3_K_M Q2_K"): vllmc bench (decode, TTFT) with TYPES_ARGS (default -p 512 -g 256 -r 5)
+    # (default "BF16 F16 Q3_K_M Q2_K"): vllmc bench (decode, TTFT) with TYPES_ARGS (default -p 512 -g 256 -r 5); for TYPES_COLX
+    # (default "Q3_K_M Q2_K") also the greedy ids and the bench with the column-split kernel off (VLLMC_CUDA_COLX=0)
     types_q() { # requantize $1 to $3 as file $2 (IQ4_NL: the matrices of a Q4_K_M mix by --tensor-type)
         case "$3" in
         IQ4_NL) "$BIN/vllmc" quantize --allow-requantize --quiet --tensor-type \
@@ -953,6 +954,13 @@ if has types; then # the float weights (F16 / BF16: the one-warp-a-row mat-vec, 
             # shellcheck disable=SC2086
             timeout 200 "$BIN/vllmc" bench -m "$f" ${TYPES_ARGS:--p 512 -g 256 -r 5} >"$OUT/types_bench_${m}_$ty.txt" 2>&1; rc=$?
             note "types $m $ty ($(du -m "$f" | cut -f1) MB, quantized in $(( $(date +%s) - t0 )) s) rc=$rc: $(grep '^output tok/s' "$OUT/types_bench_${m}_$ty.txt" | head -1); $(grep -m1 '| pp' "$OUT/types_bench_${m}_$ty.txt" | tr -s ' ')"
+            if [[ " ${TYPES_COLX:-Q3_K_M Q2_K} " == *" $ty "* ]]; then # their rows on the column-split kernel against the row kernel
+                a=$(greedy_ids "$f" VLLMC_CUDA_COLX=0); b=$(greedy_ids "$f")
+                note "types $m $ty: 128 greedy ids, column-split off vs on: $([ -n "$a" ] && [ "$a" = "$b" ] && echo SAME || echo DIFF)"
+                # shellcheck disable=SC2086
+                VLLMC_CUDA_COLX=0 timeout 200 "$BIN/vllmc" bench -m "$f" ${TYPES_ARGS:--p 512 -g 256 -r 5} >"$OUT/types_bench_${m}_${ty}_colx0.txt" 2>&1; rc=$?
+                note "types $m $ty VLLMC_CUDA_COLX=0 rc=$rc: $(grep '^output tok/s' "$OUT/types_bench_${m}_${ty}_colx0.txt" | head -1)"
+            fi
             rm -f "$f"
         done
     done

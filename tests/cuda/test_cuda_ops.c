@@ -970,6 +970,11 @@ static void test_colx(void) {
         {1088, 1, {Q40}, {33}},
         {64, 1, {Q50}, {17}},
         {4864, 2, {Q50, Q80}, {27, 19}},
+        {2560, 1, {GGML_TYPE_Q2_K}, {1001}},
+        {2560, 1, {GGML_TYPE_Q3_K}, {999}},
+        {256, 1, {GGML_TYPE_Q3_K}, {29}},
+        {9216, 2, {GGML_TYPE_Q3_K, GGML_TYPE_Q2_K}, {45, 37}},
+        {2048, 4, {GGML_TYPE_Q3_K, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, GGML_TYPE_F32}, {123, 64, 9, 8}},
     };
     size_t checked = 0;
     for (size_t ci = 0; ci < sizeof(cs) / sizeof(cs[0]); ci++)

@@ -1764,10 +1764,73 @@ static __device__ __forceinline__ float b5_term(const b5_w &w, const mv_act0 &v)
     }
     return b32_pair(w.d, v, I0 - 16 * v.s0, I1 - 16 * v.s1);
 }
+/* Q2_K / Q3_K chunk c of super-block sb: elements 64c .. 64c + 63 are bits 2g, 2g + 2 (g = 2 (c % 2)) of the 32 quant
+ * bytes of half h = c / 2, their 16-element scale groups j = 4c .. 4c + 3. A repacked Q2_K row: the quants, the 16
+ * scale bytes of each super-block, then d / dmin; Q3_K: the quants, the 32 hmask bytes (bit 4h + g of byte l: no -4),
+ * the 12 scale bytes, then d (row_q23_K). Loaded: the 32 quant bytes; Q2_K word c of its scales (scale | min << 4 a
+ * byte) and d / dmin; Q3_K the 32 hmask bytes, scale words c % 2 and 2, and d. */
+struct q23_w { uint4 q0, q1, h0, h1; uint32_t s0, s1, d; };
+template <bool Q3>
+static __device__ __forceinline__ q23_w q23_load(const uint8_t *wr, int n_sb, int sb, int c) {
+    const uint4 *qp = (const uint4 *)(wr + 64 * (size_t)sb + 32 * (c >> 1));
+    if (!Q3) {
+        const uint8_t *sc = wr + 64 * (size_t)n_sb;
+        return q23_w{gpu_ldg(qp), gpu_ldg(qp + 1), make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0),
+                     gpu_ldg((const uint32_t *)(sc + 16 * (size_t)sb + 4 * c)), 0u, gpu_ldg((const uint32_t *)(sc + 16 * (size_t)n_sb + 4 * (size_t)sb))};
+    }
+    const uint4 *hp = (const uint4 *)(wr + 64 * (size_t)n_sb + 32 * (size_t)sb);
+    const uint8_t *sc = wr + 96 * (size_t)n_sb, *dp = sc + ((12 * (size_t)n_sb + 15) & ~(size_t)15);
+    return q23_w{gpu_ldg(qp), gpu_ldg(qp + 1), gpu_ldg(hp), gpu_ldg(hp + 1), gpu_ldg((const uint32_t *)(sc + 12 * (size_t)sb + 4 * (c & 1))),
+                 gpu_ldg((const uint32_t *)(sc + 12 * (size_t)sb + 8)), (uint32_t)gpu_ldg((const unsigned short *)(dp + 2 * (size_t)sb))};
+}
+/* The Q8_K activation's chunk c (mv_act_load) with its four 16-element sums in b[0 .. 3] (the K-quants with 16-element
+ * scale groups) */
+static __device__ __forceinline__ void mv_act16_load(const cu_act_view &a, int sb, int c, mv_act &v) {
+    mv_act_load(a, false, sb, c, v);
+    const int2 bs = *(const int2 *)(a.k_bs + (int64_t)sb * 16 + 4 * c);
+    v.b[0] = (int)(int16_t)(bs.x & 0xffff); v.b[1] = (int)(int16_t)(bs.x >> 16);
+    v.b[2] = (int)(int16_t)(bs.y & 0xffff); v.b[3] = (int)(int16_t)(bs.y >> 16);
+}
+/* Group m of the lane: its 16 elements are activation words 4m .. 4m + 3 of al (m < 2) or ah; the integer sums as
+ * dot_ref_q2_K / dot_ref_q3_K form them (Q3_K: the 3-bit lo | hb << 2, then -4 x the group's activation sum), reduced
+ * over the 4 lanes, then the reference's float term */
+template <bool Q3>
+static __device__ __forceinline__ float q23_term(const q23_w &w, int c, const mv_act &v) {
+    const uint32_t qw[8] = {w.q0.x, w.q0.y, w.q0.z, w.q0.w, w.q1.x, w.q1.y, w.q1.z, w.q1.w};
+    const uint32_t hw[8] = {w.h0.x, w.h0.y, w.h0.z, w.h0.w, w.h1.x, w.h1.y, w.h1.z, w.h1.w};
+    const int g = 2 * (c & 1), hs = 4 * (c >> 1) + g;
+    int sg[4] = {0, 0, 0, 0};
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        uint32_t lo = (qw[k] >> (2 * g)) & 0x03030303u, hi = (qw[k] >> (2 * g + 2)) & 0x03030303u;
+        if (Q3) {
+            lo |= ((hw[k] >> hs) & 0x01010101u) << 2;
+            hi |= ((hw[k] >> (hs + 1)) & 0x01010101u) << 2;
+        }
+        sg[k / 4] = dot4_i8((int)lo, v.al[k], sg[k / 4]);
+        sg[2 + k / 4] = dot4_i8((int)hi, v.ah[k], sg[2 + k / 4]);
+    }
+    int I = 0, M = 0;
+#pragma unroll
+    for (int m = 0; m < 4; m++) {
+        if (Q3) { /* scale j = 4c + m: low 4 bits from byte j % 8 (high nibble for j >= 8), high 2 from byte 8 + m */
+            const int sc = (int)(((w.s0 >> (8 * m + 4 * (c >> 1))) & 15u) | (((w.s1 >> (8 * m + 2 * c)) & 3u) << 4)) - 32;
+            I += sc * (sg[m] - 4 * v.b[m]);
+        } else {
+            I += (int)((w.s0 >> (8 * m)) & 15u) * sg[m];
+            M += (int)((w.s0 >> (8 * m + 4)) & 15u) * v.b[m];
+        }
+    }
+    I += shfl_xor(I, 1); I += shfl_xor(I, 2);
+    if (Q3) return term_k(v.d, gpu_h2f((uint16_t)w.d), I);
+    M += shfl_xor(M, 1); M += shfl_xor(M, 2);
+    return term_kmin(v.d, gpu_h2f((uint16_t)(w.d & 0xffff)), gpu_h2f((uint16_t)(w.d >> 16)), I, M);
+}
+
 /* The weight types mm_kernel_colx takes (F32 rows too, by mv_other_cta) */
 static inline bool colx_type(int t) {
     return t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K || t == GGML_TYPE_Q6_K || t == GGML_TYPE_IQ4_XS || t == GGML_TYPE_Q8_0 ||
-           t == GGML_TYPE_Q4_0 || t == GGML_TYPE_Q5_0 || t == GGML_TYPE_F32;
+           t == GGML_TYPE_Q4_0 || t == GGML_TYPE_Q5_0 || t == GGML_TYPE_Q2_K || t == GGML_TYPE_Q3_K || t == GGML_TYPE_F32;
 }
 /* the 32-element block types (their rows need only a multiple of 64 columns: a lane's two blocks) */
 static inline bool colx_b32(int t) { return t == GGML_TYPE_Q8_0 || t == GGML_TYPE_Q4_0 || t == GGML_TYPE_Q5_0 || t == GGML_TYPE_F32; }
@@ -1776,8 +1839,9 @@ static inline bool colx_b32(int t) { return t == GGML_TYPE_Q8_0 || t == GGML_TYP
  * 161.0 -> 149.8 us, gate + up 14.50 -> 13.35 on the H100). NA 1: one activation row; NA = MV_NA: a decode step of
  * several sequences, blockIdx.y the group of up to MV_NA activation rows, each met in turn with the weights the lane
  * loaded once (as mm_kernel_cols' form): a row's sum is the same ops in the same order either way. */
-template <int SBW, int U, int NA, bool IQ4 = false> /* IQ4: the launch's K-quant rows are all IQ4_XS: only that branch
-                                                        compiled (at U 4: 82 registers, where all took 127) */
+template <int SBW, int U, int NA, bool IQ4 = false, bool Q23 = false> /* IQ4: the launch's K-quant rows are all IQ4_XS: only
+    that branch compiled (at U 4: 82 registers, where all took 127); Q23: a launch with Q2_K / Q3_K rows, the only instances
+    with their branch (it takes the one-row instances from 83 to 96 registers) */
 static __global__ void __launch_bounds__(512) mm_kernel_colx(const struct cu_mm_args P) {
     constexpr int RW = 8 / SBW, RPC = RW * U;
     __shared__ float part[16][NA][RPC];
@@ -1861,6 +1925,18 @@ static __global__ void __launch_bounds__(512) mm_kernel_colx(const struct cu_mm_
     else if (t == GGML_TYPE_Q4_0)
         rows_of(b4_w{}, [&](const uint8_t *p) { return b4_load(p, n_b, sb, c); }, mv_act0{}, act_0,
                 [&](const b4_w &w, const mv_act0 &v) { return b4_term(w, v); });
+    else if (Q23 && (t == GGML_TYPE_Q2_K || t == GGML_TYPE_Q3_K)) {
+        auto act16 = [=](const cu_act_view &av, mv_act &v) {
+            if (on) mv_act16_load(av, sb, c, v);
+            else mv_act_zero(v);
+        };
+        if (t == GGML_TYPE_Q3_K)
+            rows_of(q23_w{}, [&](const uint8_t *p) { return q23_load<true>(p, n_sb, sb, c); }, mv_act{}, act16,
+                    [&](const q23_w &w, const mv_act &v) { return q23_term<true>(w, c, v); });
+        else
+            rows_of(q23_w{}, [&](const uint8_t *p) { return q23_load<false>(p, n_sb, sb, c); }, mv_act{}, act16,
+                    [&](const q23_w &w, const mv_act &v) { return q23_term<false>(w, c, v); });
+    }
     else
         rows_of(b5_w{}, [&](const uint8_t *p) { return b5_load(p, n_b, sb, c); }, mv_act0{}, act_0,
                 [&](const b5_w &w, const mv_act0 &v) { return b5_term(w, v); });
@@ -2473,11 +2549,12 @@ extern "C" uint64_t backend_cuda_colx_launches(void) { return cu_colx_launches; 
  * in mm_launch_cols). */
 static bool mm_launch_colx(const struct cu_mm_args *args, gpuStream_t s) {
     if (!cu_mm_cfg.colx || args->n_act < 1 || args->nq.on || args->row_order || args->a.n % 64) return false;
-    bool other = false, kq = false, q8 = false, iq4_only = true; /* (iq4_only: F32 rows beside them take mv_other_cta's path) */
+    bool other = false, kq = false, q8 = false, iq4_only = true, q23 = false; /* (iq4_only: F32 rows beside them take mv_other_cta's path) */
     for (int i = 0; i < args->n_seg; i++) {
         const int t = args->seg[i].type;
         if (!colx_type(t) || (args->a.n % QK_K && !colx_b32(t))) return false;
-        other = other || t == GGML_TYPE_Q5_K || t == GGML_TYPE_IQ4_XS || t == GGML_TYPE_Q4_0 || t == GGML_TYPE_Q5_0;
+        q23 = q23 || t == GGML_TYPE_Q2_K || t == GGML_TYPE_Q3_K;
+        other = other || q23 || t == GGML_TYPE_Q5_K || t == GGML_TYPE_IQ4_XS || t == GGML_TYPE_Q4_0 || t == GGML_TYPE_Q5_0;
         kq = kq || t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q6_K;
         q8 = q8 || t == GGML_TYPE_Q8_0;
         iq4_only = iq4_only && (t == GGML_TYPE_IQ4_XS || t == GGML_TYPE_F32);
@@ -2502,8 +2579,10 @@ static bool mm_launch_colx(const struct cu_mm_args *args, gpuStream_t s) {
         a.seg[i].cta0 = ctas;
         ctas += (int)GPU_CEIL_DIV(a.seg[i].n_rows, rpc);
     }
-    const mm_cols_fn k = mr ? (sbw == 2 ? mm_kernel_colx<2, 2, MV_NA> : mm_kernel_colx<4, 2, MV_NA>)
-                            : sbw == 2 ? (U == 4 ? mm_kernel_colx<2, 4, 1, true> : mm_kernel_colx<2, 2, 1>) : mm_kernel_colx<4, 2, 1>;
+    const mm_cols_fn k = q23 ? (mr ? (sbw == 2 ? mm_kernel_colx<2, 2, MV_NA, false, true> : mm_kernel_colx<4, 2, MV_NA, false, true>)
+                                   : sbw == 2 ? mm_kernel_colx<2, 2, 1, false, true> : mm_kernel_colx<4, 2, 1, false, true>)
+                         : mr ? (sbw == 2 ? mm_kernel_colx<2, 2, MV_NA> : mm_kernel_colx<4, 2, MV_NA>)
+                              : sbw == 2 ? (U == 4 ? mm_kernel_colx<2, 4, 1, true> : mm_kernel_colx<2, 2, 1>) : mm_kernel_colx<4, 2, 1>;
     gpu_launch(k, dim3((unsigned)ctas, mr ? (unsigned)GPU_CEIL_DIV(args->n_act, MV_NA) : 1u), dim3(32 * w), 0, s, a);
     cu_colx_launches++;
     return true;
