@@ -922,7 +922,8 @@ if has colx; then # the column-split kernel for the other weight types (mm_kerne
 fi
 if has types; then # the float weights (F16 / BF16: the one-warp-a-row mat-vec, the GEMM on the f16 rows in place or
     # converted), IQ4_NL (the 32-element row kernel) and the Q2_K / Q3_K prefill GEMM: the tiny qwen35, the tiny qwen35moe
-    # and the tiny qwen2 of 896 columns requantized to each of TYPES_TINY (test_cuda_model: graph == eager, the CPU bound;
+    # and the tiny qwen2 of 896 columns requantized to each of TYPES_TINY (Q5_K_M: its 896-column rows Q5_1; test_cuda_model:
+    # graph == eager, the CPU bound;
     # a memcheck generate of each of TYPES_SAN, default "F16 IQ4_NL", on the dense ones), then TYPES_MODELS (default qwen35-4b) requantized to each of TYPES_BIG
     # (default "BF16 F16 Q3_K_M Q2_K"): vllmc bench (decode, TTFT) with TYPES_ARGS (default -p 512 -g 256 -r 5); for TYPES_COLX
     # (default "Q3_K_M Q2_K") also the greedy ids and the bench with the column-split kernel off (VLLMC_CUDA_COLX=0)
@@ -936,7 +937,7 @@ if has types; then # the float weights (F16 / BF16: the one-warp-a-row mat-vec, 
     for base in /tmp/models/qwen35-tiny.gguf .carry/moe/qwen35moe-tiny-q4_k_m.gguf .carry/models/qwen2w-tiny-q4_k_m.gguf; do
         [ -f "$base" ] || { note "types: $base missing"; continue; }
         bn=$(basename "$base" .gguf)
-        for ty in ${TYPES_TINY:-F16 BF16 IQ4_NL Q3_K_M Q2_K}; do
+        for ty in ${TYPES_TINY:-F16 BF16 IQ4_NL Q3_K_M Q2_K Q4_1 Q5_K_M}; do
             f=/tmp/models/$bn-$ty.gguf
             types_q "$base" "$f" "$ty" >"$OUT/types_q_${bn}_$ty.txt" 2>&1 || { note "types $bn $ty: quantize failed: $(tail -1 "$OUT/types_q_${bn}_$ty.txt")"; continue; }
             timeout 150 "$BIN/test_cuda_model" "$f" 40 24 >"$OUT/types_model_${bn}_$ty.txt" 2>&1; rc=$?

@@ -104,7 +104,10 @@ static inline void fill_weight(uint32_t type, uint8_t *p, size_t bytes) {
         else if (type == GGML_TYPE_Q6_K) memcpy(blk + 208, &d, 2);
         else if (type == GGML_TYPE_Q2_K) { memcpy(blk + 80, &d, 2); memcpy(blk + 82, &dm, 2); }
         else if (type == GGML_TYPE_Q3_K) memcpy(blk + 108, &d, 2);
-        else memcpy(blk, &d, 2);
+        else if (type == GGML_TYPE_Q4_1 || type == GGML_TYPE_Q5_1) { /* d, then the block's min m (here -d * [4, 12)) */
+            const ggml_half m = fp32_to_fp16(-fp16_to_fp32(d) * (4.f + 8.f * test_rand_uniform()));
+            memcpy(blk, &d, 2); memcpy(blk + 2, &m, 2);
+        } else memcpy(blk, &d, 2);
     }
 }
 

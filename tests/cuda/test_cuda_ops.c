@@ -69,11 +69,28 @@ static void check_act_quant(const struct bk_act *ra, const struct bk_act *ga, in
         CHECK_MSG(bad == 0, "%s: %zu Q8_0 blocks differ", what, bad);
         free(g);
     }
+    if (ra->fmts & BK_ACT_BIT(BK_ACT_Q8_1)) { /* split on the GPU: the quants, then d, then s a block; its quants and
+                                                 scales are written only where the act has no Q8_0 part */
+        const bool all = !(ra->fmts & BK_ACT_BIT(BK_ACT_Q8_0));
+        const size_t bytes = bk_act_row_bytes(BK_ACT_Q8_1, n) * (size_t)R;
+        uint8_t *g = malloc(bytes);
+        dev_get(g, ga->q[BK_ACT_Q8_1], bytes);
+        size_t bad = 0;
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t s = 0; s < n / 32; s++) {
+                const block_q8_1 *b = (const block_q8_1 *)((const uint8_t *)ra->q[BK_ACT_Q8_1] + bk_act_row_bytes(BK_ACT_Q8_1, n) * r) + s;
+                const int8_t *qs = (const int8_t *)g + r * n + s * 32;
+                const uint16_t *d = (const uint16_t *)(g + R * n) + r * (n / 32) + s, *sm = d + R * (n / 32);
+                bad += (all && (memcmp(qs, b->qs, 32) != 0 || memcmp(d, &b->d, 2) != 0)) || memcmp(sm, &b->s, 2) != 0;
+            }
+        CHECK_MSG(bad == 0, "%s: %zu Q8_1 blocks differ", what, bad);
+        free(g);
+    }
 }
 
 /* matmul of 6 weights of mixed types sharing one activation (with bias and ld_y; two launches of at most
  * 4), 1 and 11 rows; quantize feeds it. */
-#define NW 13
+#define NW 15
 /* The error bound of each output of a mat-vec against the CPU reference: sum_i |w_i x_i| over the dequantized weight row
  * and the f32 activation (+ |bias|, where bias); the float terms of both sides are exact, only their summation order
  * differs. out[r * nout + o] for activation row r of R (x: R x E) and weight row o of nout (host: the GGUF rows). */
@@ -94,11 +111,11 @@ static void abs_dot_bounds(uint32_t type, const uint8_t *host, int64_t E, int64_
 static void test_matmul(int64_t E) {
     const uint32_t types[NW] = {GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, GGML_TYPE_Q8_0, GGML_TYPE_F32, GGML_TYPE_Q5_0, GGML_TYPE_Q4_0,
                                 GGML_TYPE_Q5_K, GGML_TYPE_IQ4_XS, GGML_TYPE_Q2_K, GGML_TYPE_Q3_K, GGML_TYPE_F16, GGML_TYPE_BF16,
-                                GGML_TYPE_IQ4_NL};
-    const int64_t nout[NW] = {37, 64, 29, 16, 45, 18, 33, 27, 23, 41, 19, 26, 31};
+                                GGML_TYPE_IQ4_NL, GGML_TYPE_Q4_1, GGML_TYPE_Q5_1};
+    const int64_t nout[NW] = {37, 64, 29, 16, 45, 18, 33, 27, 23, 41, 19, 26, 31, 22, 35};
     struct pair_w w[NW];
     for (int i = 0; i < NW; i++) make_weight(&w[i], types[i], E, nout[i]);
-    const uint32_t fmts = BK_ACT_BIT(BK_ACT_Q8_K) | BK_ACT_BIT(BK_ACT_Q8_0);
+    const uint32_t fmts = BK_ACT_BIT(BK_ACT_Q8_K) | BK_ACT_BIT(BK_ACT_Q8_0) | BK_ACT_BIT(BK_ACT_Q8_1);
     for (int rows = 1; rows <= 11; rows += 10) {
         struct bk_act ra, ga;
         CHECK(bk_act_alloc(ref, 12, E, fmts, &ra) == VLLMC_OK);
@@ -202,10 +219,55 @@ static void test_matmul(int64_t E) {
     for (int i = 0; i < NW; i++) free_weight(&w[i]);
 }
 
+/* Q4_1 / Q5_1 weights against an activation holding Q8_1 alone (no Q8_0 part: the GPU's Q8_0 view is then Q8_1's quants
+ * and scales), 1 and 7 rows, 896 columns (rows of 28 blocks): within test_matmul's bound of the CPU. */
+static void test_matmul_q81(void) {
+    const int64_t E = 896;
+    const uint32_t types[2] = {GGML_TYPE_Q4_1, GGML_TYPE_Q5_1};
+    const int64_t nout[2] = {43, 30};
+    struct pair_w w[2];
+    for (int i = 0; i < 2; i++) make_weight(&w[i], types[i], E, nout[i]);
+    for (int rows = 1; rows <= 7; rows += 6) {
+        struct bk_act ra, ga;
+        CHECK(bk_act_alloc(ref, rows, E, BK_ACT_BIT(BK_ACT_Q8_1), &ra) == VLLMC_OK);
+        CHECK(bk_act_alloc(gpu, rows, E, BK_ACT_BIT(BK_ACT_Q8_1), &ga) == VLLMC_OK);
+        float *x = rand_buf((size_t)(rows * E), 1.0f);
+        memcpy(ra.x, x, (size_t)(rows * E) * 4);
+        CHECK(gpu->ops->copy_to_device(gpu, ga.x, x, (size_t)(rows * E) * 4) == VLLMC_OK);
+        ra.n_rows = ga.n_rows = rows;
+        CHECK(ref->ops->quantize(ref, &ra) == VLLMC_OK);
+        CHECK(gpu->ops->quantize(gpu, &ga) == VLLMC_OK);
+        check_act_quant(&ra, &ga, rows, "quantize Q8_1 alone");
+        for (int i = 0; i < 2; i++) {
+            float *ry = ref_put(NULL, (size_t)(rows * nout[i]) * 4), *poison = nan_buf((size_t)(rows * nout[i]));
+            float *gy = dev_put(poison, (size_t)(rows * nout[i]) * 4);
+            struct bk_matmul_out ro = {.w = &w[i].r, .y = ry}, go = {.w = &w[i].g, .y = gy};
+            CHECK(ref->ops->matmul(ref, &ra, 1, &ro) == VLLMC_OK);
+            CHECK(gpu->ops->matmul(gpu, &ga, 1, &go) == VLLMC_OK);
+            dev_get(poison, gy, (size_t)(rows * nout[i]) * 4);
+            double *bound = malloc((size_t)(rows * nout[i]) * sizeof(double)), mb = 0;
+            abs_dot_bounds(types[i], w[i].host, E, nout[i], x, rows, NULL, bound);
+            for (int64_t k = 0; k < rows * nout[i]; k++) {
+                const double d = fabs((double)poison[k] - ry[k]);
+                mb = fmax(mb, isnan(d) ? INFINITY : d / fmax(bound[k], 1e-30));
+            }
+            printf("matmul %s rows %d E %lld (Q8_1 alone): max |d| / sum |w x| %.3g\n", quant_traits(types[i])->name, rows, (long long)E, mb);
+            CHECK_MSG(mb < 2e-6, "matmul %s on Q8_1 alone rows %d: max |d| / sum |w x| %.3g", quant_traits(types[i])->name, rows, mb);
+            free(bound); free(poison);
+            ref->ops->free(ref, ry);
+            gpu->ops->free(gpu, gy);
+        }
+        free(x);
+        bk_act_free(ref, &ra);
+        bk_act_free(gpu, &ga);
+    }
+    for (int i = 0; i < 2; i++) free_weight(&w[i]);
+}
+
 /* rmsnorm_quantize, swiglu_quantize, rmsnorm with strides, add, sigmoid_mul. */
 static void test_rowwise(void) {
     const int64_t R = 5, E = 1024;
-    const uint32_t fmts = BK_ACT_BIT(BK_ACT_Q8_K) | BK_ACT_BIT(BK_ACT_Q8_0);
+    const uint32_t fmts = BK_ACT_BIT(BK_ACT_Q8_K) | BK_ACT_BIT(BK_ACT_Q8_0) | BK_ACT_BIT(BK_ACT_Q8_1);
     struct bk_act ra, ga;
     CHECK(bk_act_alloc(ref, R, E, fmts, &ra) == VLLMC_OK);
     CHECK(bk_act_alloc(gpu, R, E, fmts, &ga) == VLLMC_OK);
@@ -258,12 +320,12 @@ static void test_batch_ops(void) {
     batch_two_seqs(&tb, 5, 100, 3, 7, 300);
     set_batch(&tb);
     const int T = tb.b.n_tokens;
-    const uint32_t types[13] = {GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, GGML_TYPE_Q8_0, GGML_TYPE_F32, GGML_TYPE_Q5_0, GGML_TYPE_Q4_0,
+    const uint32_t types[15] = {GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, GGML_TYPE_Q8_0, GGML_TYPE_F32, GGML_TYPE_Q5_0, GGML_TYPE_Q4_0,
                                 GGML_TYPE_Q5_K, GGML_TYPE_IQ4_XS, GGML_TYPE_Q2_K, GGML_TYPE_Q3_K, GGML_TYPE_F16, GGML_TYPE_BF16,
-                                GGML_TYPE_IQ4_NL};
+                                GGML_TYPE_IQ4_NL, GGML_TYPE_Q4_1, GGML_TYPE_Q5_1};
     const int64_t E = 512;
     float *h = malloc((size_t)(T * E) * 4);
-    for (int i = 0; i < 13; i++) {
+    for (int i = 0; i < 15; i++) {
         struct pair_w w;
         make_weight(&w, types[i], E, 300);
         float *ro = ref_put(NULL, (size_t)(T * E) * 4), *go = dev_put(NULL, (size_t)(T * E) * 4);
@@ -1978,7 +2040,7 @@ static void test_errors(void) {
     uint8_t buf[4096] = {0};
     CHECK(gpu->ops->weight_upload(gpu, buf, GGML_TYPE_Q4_K, 2, ne, &t) != VLLMC_OK); /* 100 not a block multiple */
     const int64_t ne2[2] = {256, 4};
-    CHECK(gpu->ops->weight_upload(gpu, buf, GGML_TYPE_Q4_1, 2, ne2, &t) == VLLMC_ERR_UNSUPPORTED); /* (no CUDA kernel) */
+    CHECK(gpu->ops->weight_upload(gpu, buf, GGML_TYPE_MXFP4, 2, ne2, &t) == VLLMC_ERR_UNSUPPORTED); /* (no CUDA kernel) */
     struct bk_batch b = {0};
     CHECK(gpu->ops->batch_set(gpu, &b) == VLLMC_ERR_INVALID);
 }
@@ -2004,6 +2066,7 @@ int main(int argc, char **argv) {
     }
     CHECK(backend_cpu_create(1, true, &ref) == VLLMC_OK);
     if (want("matmul")) {
+        test_matmul_q81();
         test_matmul(512 + 256 * (int64_t)(test_rand_u64() % 3));
         test_matmul(4608); /* 18 super-blocks a row: the column-split kernel's 4 super-blocks a warp, one warp idling half */
     }

@@ -26,15 +26,16 @@
 #include "test.h"
 #include "cuda_pair.h"
 
-#define N_GEMM_TYPES 12
+#define N_GEMM_TYPES 14
 static const uint32_t gemm_types[N_GEMM_TYPES] = {GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q5_0,
                                                   GGML_TYPE_Q5_K, GGML_TYPE_IQ4_XS, GGML_TYPE_Q2_K, GGML_TYPE_Q3_K, GGML_TYPE_F16,
-                                                  GGML_TYPE_BF16, GGML_TYPE_IQ4_NL};
+                                                  GGML_TYPE_BF16, GGML_TYPE_IQ4_NL, GGML_TYPE_Q4_1, GGML_TYPE_Q5_1};
 
 static void test_dequant_f16(void) {
     for (int ti = 0; ti < N_GEMM_TYPES; ti++) {
         const uint32_t type = gemm_types[ti];
-        const int64_t E = type == GGML_TYPE_Q4_0 || type == GGML_TYPE_Q5_0 || type == GGML_TYPE_IQ4_NL ? 896 : 768, R = 37;
+        const int64_t E = type == GGML_TYPE_Q4_0 || type == GGML_TYPE_Q5_0 || type == GGML_TYPE_IQ4_NL || type == GGML_TYPE_Q5_1 ? 896 : 768,
+                      R = 37;
         struct pair_w w;
         make_weight(&w, type, E, R);
         uint16_t *g = malloc((size_t)(E * R) * 2);
@@ -66,6 +67,10 @@ static float act_q8_value(const struct bk_act *a, int fmt, int64_t r, int64_t e)
         const block_q8_K *b = (const block_q8_K *)row + e / QK_K;
         return b->d * (float)b->qs[e % QK_K];
     }
+    if (fmt == BK_ACT_Q8_1) {
+        const block_q8_1 *b = (const block_q8_1 *)row + e / QK8_1;
+        return fp16_to_fp32(b->d) * (float)b->qs[e % QK8_1];
+    }
     const block_q8_0 *b = (const block_q8_0 *)row + e / QK8_0;
     return fp16_to_fp32(b->d) * (float)b->qs[e % QK8_0];
 }
@@ -77,10 +82,10 @@ static void test_gemm_matmul(bool act_q8) {
     backend_cuda_set_gemm_act(gpu, act_q8);
     const int NO = N_GEMM_TYPES + 1;
     const int64_t E = 512 + 256 * (int64_t)(test_rand_u64() % 3);
-    const int64_t nout[N_GEMM_TYPES + 1] = {300, 77, 129, 64, 96, 88, 53, 61, 70, 45, 58, 83, 40};
+    const int64_t nout[N_GEMM_TYPES + 1] = {300, 77, 129, 64, 96, 88, 53, 61, 70, 45, 58, 83, 47, 66, 40};
     struct pair_w w[N_GEMM_TYPES + 1];
     for (int i = 0; i < NO; i++) make_weight(&w[i], i < N_GEMM_TYPES ? gemm_types[i] : GGML_TYPE_F32, E, nout[i]);
-    const uint32_t fmts = BK_ACT_BIT(BK_ACT_Q8_K) | BK_ACT_BIT(BK_ACT_Q8_0);
+    const uint32_t fmts = BK_ACT_BIT(BK_ACT_Q8_K) | BK_ACT_BIT(BK_ACT_Q8_0) | BK_ACT_BIT(BK_ACT_Q8_1);
     const int64_t ld = 320;
     const int rows_list[3] = {64, 97, 5}; /* 5 rows: the quantized kernel, for the comparison of the two paths */
     for (int ri = 0; ri < 3; ri++) {

@@ -51,8 +51,9 @@ static __device__ void quant_q8_K_sb(const float v[8], int8_t *qs, float *d_out,
     if (lane == 0) *d_out = __fdiv_rn(1.f, iscale);
 }
 
-/* Four lanes (8 values each) quantize one 32-element Q8_0 block. */
-static __device__ void quant_q8_0_lane(const float v[8], int8_t *qs, uint16_t *d_out, int lane, bool store) {
+/* Four lanes (8 values each) quantize one 32-element Q8_0 block (the quants and scale of a Q8_1 block too); where s1 is
+ * not NULL, Q8_1's s = f16(d * sum(q)) with the f32 d (as act_quant_q8_1_ref forms it). */
+static __device__ void quant_q8_0_lane(const float v[8], int8_t *qs, uint16_t *d_out, int lane, bool store, uint16_t *s1 = NULL) {
     float amax = 0.f;
 #pragma unroll
     for (int k = 0; k < 8; k++) amax = fmaxf(amax, fabsf(v[k]));
@@ -60,12 +61,23 @@ static __device__ void quant_q8_0_lane(const float v[8], int8_t *qs, uint16_t *d
     amax = fmaxf(amax, shfl_xor(amax, 2));
     const float d = __fdiv_rn(amax, 127.f);
     const float id = d != 0.f ? __fdiv_rn(1.f, d) : 0.f;
-    int packed[2] = {0, 0};
+    int packed[2] = {0, 0}, sum = 0;
 #pragma unroll
-    for (int k = 0; k < 8; k++) packed[k / 4] |= ((int)roundf(__fmul_rn(v[k], id)) & 0xff) << (8 * (k % 4));
+    for (int k = 0; k < 8; k++) {
+        const int q = (int)roundf(__fmul_rn(v[k], id));
+        packed[k / 4] |= (q & 0xff) << (8 * (k % 4));
+        sum += q;
+    }
+    if (s1) { /* (every lane takes part in the shuffles) */
+        sum += shfl_xor(sum, 1);
+        sum += shfl_xor(sum, 2);
+    }
     if (!store) return;
     *(int2 *)qs = make_int2(packed[0], packed[1]);
-    if ((lane & 3) == 0) *d_out = fp32_to_fp16(d);
+    if ((lane & 3) == 0) {
+        *d_out = fp32_to_fp16(d);
+        if (s1) *s1 = fp32_to_fp16(__fmul_rn((float)sum, d));
+    }
 }
 
 #endif

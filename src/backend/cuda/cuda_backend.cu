@@ -435,14 +435,14 @@ static bool act_unread(cu_backend *c, size_t from, const struct cu_act_mut &o, u
         uint32_t op;
         const rec_nq *w = (const rec_nq *)rec_at(c, end, &op);
         if (op == CU_OP_NQ && (w->mode == CU_NQ_RMSNORM || w->mode == CU_NQ_SWIGLU) && w->out.x == o.x && w->out.k_qs == o.k_qs && w->out.o_qs == o.o_qs &&
-            (w->fmts & fmts) == fmts && w->n_rows >= 1 && w->in0 != o.x && w->in1 != o.x)
+            w->out.o_s == o.o_s && (w->fmts & fmts) == fmts && w->n_rows >= 1 && w->in0 != o.x && w->in1 != o.x)
             break;
     }
     const int64_t n = o.n;
     return !recs_touch(c, from, end, o.x, (uint64_t)n * 4) && !recs_touch(c, from, end, o.k_qs, (uint64_t)n) &&
            !recs_touch(c, from, end, o.k_d, (uint64_t)(n / QK_K) * 4) && !recs_touch(c, from, end, o.k_bs, (uint64_t)(n / 16) * 2) &&
            !recs_touch(c, from, end, o.o_qs, (uint64_t)n) && !recs_touch(c, from, end, o.o_d, (uint64_t)(n / 32) * 2) &&
-           !recs_touch(c, from, end, o.h, (uint64_t)n * 2) && !recs_touch(c, from, end, o.bf, (uint64_t)n * 2);
+           !recs_touch(c, from, end, o.o_s, (uint64_t)(n / 32) * 2) && !recs_touch(c, from, end, o.h, (uint64_t)n * 2) && !recs_touch(c, from, end, o.bf, (uint64_t)n * 2);
 }
 static bool out_unread(cu_backend *c, size_t from, const float *y, int64_t n) {
     size_t end = from;
@@ -889,7 +889,7 @@ static vllmc_status cu_copy_to_host(struct backend *be, void *dst, const void *s
 static bool cu_matmul_type(uint32_t t) {
     return t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K || t == GGML_TYPE_Q6_K || t == GGML_TYPE_IQ4_XS || t == GGML_TYPE_Q8_0 ||
            t == GGML_TYPE_Q4_0 || t == GGML_TYPE_Q5_0 || t == GGML_TYPE_Q2_K || t == GGML_TYPE_Q3_K || t == GGML_TYPE_F32 ||
-           t == GGML_TYPE_F16 || t == GGML_TYPE_BF16 || t == GGML_TYPE_IQ4_NL;
+           t == GGML_TYPE_F16 || t == GGML_TYPE_BF16 || t == GGML_TYPE_IQ4_NL || t == GGML_TYPE_Q4_1 || t == GGML_TYPE_Q5_1;
 }
 
 static vllmc_status cu_weight_upload(struct backend *be, const void *host_data, uint32_t type, int n_dims,
@@ -1193,8 +1193,8 @@ static bool fuse_attn_quant(cu_backend *c, const struct bk_act *act) {
 }
 
 static vllmc_status check_fmts(const struct bk_act *a, const char *what) {
-    const uint32_t ok = BK_ACT_BIT(BK_ACT_F32) | BK_ACT_BIT(BK_ACT_Q8_K) | BK_ACT_BIT(BK_ACT_Q8_0) | BK_ACT_BIT(BK_ACT_F16) |
-                        BK_ACT_BIT(BK_ACT_BF16);
+    const uint32_t ok = BK_ACT_BIT(BK_ACT_F32) | BK_ACT_BIT(BK_ACT_Q8_K) | BK_ACT_BIT(BK_ACT_Q8_0) | BK_ACT_BIT(BK_ACT_Q8_1) |
+                        BK_ACT_BIT(BK_ACT_F16) | BK_ACT_BIT(BK_ACT_BF16);
     if (a->fmts & ~ok) return vllmc_errorf(VLLMC_ERR_UNSUPPORTED, "%s: activation formats 0x%x not supported on CUDA", what, a->fmts);
     for (int f = 1; f < BK_ACT_NFMT; f++)
         if ((a->fmts & BK_ACT_BIT(f)) && !a->q[f])
@@ -1292,7 +1292,8 @@ static struct cu_act_view act_view(const struct bk_act *a) {
     const struct cu_act_mut m = cu_act_split(a);
     struct cu_act_view v;
     memset(&v, 0, sizeof(v));
-    v.x = m.x; v.k_qs = m.k_qs; v.k_d = m.k_d; v.k_bs = m.k_bs; v.o_qs = m.o_qs; v.o_d = m.o_d; v.n = m.n;
+    v.x = m.x; v.k_qs = m.k_qs; v.k_d = m.k_d; v.k_bs = m.k_bs; v.n = m.n;
+    v.o_qs = m.o_qs; v.o_d = m.o_d; v.o_s = m.o_s;
     return v;
 }
 
@@ -1342,7 +1343,7 @@ static bool gemm_weight_ok(const struct bk_tensor *w) {
  * the quantized rows the CPU's integer dot products use for it, when the activation holds that format. */
 static int gemm_act_fmt(const cu_backend *c, const struct bk_act *act, uint32_t type) {
     const int f = c->gemm_act_q8 ? bk_act_fmt_for_weight(type) : BK_ACT_F32;
-    return (f == BK_ACT_Q8_K || f == BK_ACT_Q8_0) && (act->fmts & BK_ACT_BIT(f)) ? f : BK_ACT_F32;
+    return (f == BK_ACT_Q8_K || f == BK_ACT_Q8_0 || f == BK_ACT_Q8_1) && (act->fmts & BK_ACT_BIT(f)) ? f : BK_ACT_F32;
 }
 
 /* One output of a matmul through the GEMM: (convert the activation to f16,) dequantize the weight, multiply. */

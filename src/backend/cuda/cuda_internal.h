@@ -54,8 +54,10 @@ struct cu_act_view {
     const int8_t *k_qs;        /* Q8_K */
     const float *k_d;
     const int16_t *k_bs;
-    const int8_t *o_qs;        /* Q8_0 */
+    const int8_t *o_qs;        /* Q8_0 (Q8_1's quants and scales where the act has no Q8_0 part: the same values) */
     const uint16_t *o_d;
+    const uint16_t *o_s;       /* Q8_1's f16 s (d * the block's quant sum) a block, or NULL; act_row leaves it at row 0
+                                  (its readers, the Q4_1 / Q5_1 row kernels, take the launch's view and row index) */
     int64_t n;                 /* columns */
     int32_t copies;            /* > 1: the Q8_K part repeated that many times, copy_bytes apart (from k_qs, k_d, k_bs each),
                                   and a Q4_K launch of the tensor-core mat-vec takes its AP 3 instance, CTA b reading copy
@@ -69,8 +71,9 @@ struct cu_act_mut {
     int8_t *k_qs;
     float *k_d;
     int16_t *k_bs;
-    int8_t *o_qs;
+    int8_t *o_qs;              /* Q8_0, else Q8_1's quants and scales (the same values) */
     uint16_t *o_d;
+    uint16_t *o_s;             /* Q8_1's s a block (d * the block's quant sum), or NULL */
     uint16_t *h;               /* F16 rows */
     uint16_t *bf;              /* BF16 rows */
     int64_t n;

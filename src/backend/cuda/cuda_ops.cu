@@ -82,6 +82,21 @@ static __device__ float dequant_elem(const uint8_t *row, uint32_t type, int64_t 
         const uint8_t *dp = row + 32 * nb + 2 * b;
         return __fmul_rn((float)(int8_t)row[e], fp16_to_fp32((uint16_t)(dp[0] | (dp[1] << 8))));
     }
+    case GGML_TYPE_Q4_1:
+    case GGML_TYPE_Q5_1: { /* d * q + m (a repacked row: the quants, Q5_1's qh words from a 16-byte boundary, d / m) */
+        const int64_t nb = n / 32, b = e / 32;
+        const int j = (int)(e % 32);
+        const uint8_t qb = row[16 * b + j % 16];
+        int q = j < 16 ? (qb & 15) : (qb >> 4);
+        const bool q5 = type == GGML_TYPE_Q5_1;
+        if (q5) {
+            const uint8_t *qh = row + 16 * nb + 4 * b;
+            const uint32_t h = (uint32_t)qh[0] | ((uint32_t)qh[1] << 8) | ((uint32_t)qh[2] << 16) | ((uint32_t)qh[3] << 24);
+            q |= (int)(((h >> j) & 1u) << 4);
+        }
+        const uint8_t *dp = row + 16 * nb + (q5 ? ((4 * nb + 15) & ~(int64_t)15) : 0) + 4 * b;
+        return __fadd_rn(__fmul_rn((float)q, fp16_to_fp32((uint16_t)(dp[0] | (dp[1] << 8)))), fp16_to_fp32((uint16_t)(dp[2] | (dp[3] << 8))));
+    }
     case GGML_TYPE_Q4_0:
     case GGML_TYPE_Q5_0:
     case GGML_TYPE_IQ4_NL: {
@@ -424,8 +439,9 @@ static __device__ void attn_combine_head(const struct cu_attn_args &a, int j, in
     for (int k = 0; k < 8; k++) v[k] = S.hv[lane * 8 + k];
     if ((a.qfmts & BK_ACT_BIT(BK_ACT_Q8_K)) && a.qo.k_qs)
         quant_q8_K_sb(v, a.qo.k_qs + t * n + (int64_t)j * QK_K, a.qo.k_d + t * (n / QK_K) + j, a.qo.k_bs + t * (n / 16) + j * 16, lane);
-    if ((a.qfmts & BK_ACT_BIT(BK_ACT_Q8_0)) && a.qo.o_qs)
-        quant_q8_0_lane(v, a.qo.o_qs + t * n + e0, a.qo.o_d + t * (n / 32) + e0 / 32, lane, true);
+    if ((a.qfmts & (BK_ACT_BIT(BK_ACT_Q8_0) | BK_ACT_BIT(BK_ACT_Q8_1))) && a.qo.o_qs)
+        quant_q8_0_lane(v, a.qo.o_qs + t * n + e0, a.qo.o_d + t * (n / 32) + e0 / 32, lane, true,
+                        (a.qfmts & BK_ACT_BIT(BK_ACT_Q8_1)) && a.qo.o_s ? a.qo.o_s + t * (n / 32) + e0 / 32 : NULL);
 }
 
 /* One CTA per (split, head, token of the launch's group); lane l owns dims [l*D, l*D + D) (D = head_dim / 32);

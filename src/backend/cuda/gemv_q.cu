@@ -45,6 +45,8 @@ uint64_t cu_weight_row_stride(uint32_t type, int64_t n) {
     case GGML_TYPE_Q4_0:
     case GGML_TYPE_IQ4_NL: return n % 32 ? 0 : 16 * (uint64_t)(n / 32) + pad16(2 * (uint64_t)(n / 32));
     case GGML_TYPE_Q5_0: return n % 32 ? 0 : 16 * (uint64_t)(n / 32) + pad16(4 * (uint64_t)(n / 32)) + pad16(2 * (uint64_t)(n / 32));
+    case GGML_TYPE_Q4_1: return n % 32 ? 0 : 16 * (uint64_t)(n / 32) + pad16(4 * (uint64_t)(n / 32));
+    case GGML_TYPE_Q5_1: return n % 32 ? 0 : 16 * (uint64_t)(n / 32) + pad16(4 * (uint64_t)(n / 32)) + pad16(4 * (uint64_t)(n / 32));
     case GGML_TYPE_F32: return 4 * (uint64_t)n;
     case GGML_TYPE_F16:
     case GGML_TYPE_BF16: return 2 * (uint64_t)n;
@@ -147,6 +149,16 @@ static void repack_row(uint32_t type, const uint8_t *src, int64_t n, uint8_t *ds
             if (unpack) { memcpy(b->qs, qs + 16 * s, 16); memcpy(b->qh, qh + 4 * s, 4); memcpy(&b->d, d + 2 * s, 2); }
             else { memcpy(qs + 16 * s, b->qs, 16); memcpy(qh + 4 * s, b->qh, 4); memcpy(d + 2 * s, &b->d, 2); }
         }
+    } else if (type == GGML_TYPE_Q4_1 || type == GGML_TYPE_Q5_1) { /* the quants, (Q5_1) the 4 qh bytes of each block, d / m */
+        const bool q5 = type == GGML_TYPE_Q5_1;
+        const int64_t nb = n / 32, bs = q5 ? (int64_t)sizeof(block_q5_1) : (int64_t)sizeof(block_q4_1);
+        uint8_t *qs = dst, *qh = dst + 16 * nb, *dm = qh + (q5 ? pad16(4 * (uint64_t)nb) : 0);
+        for (int64_t s = 0; s < nb; s++) {
+            uint8_t *b = (uint8_t *)src + s * bs; /* d, m, [qh[4]], qs[16] */
+            uint8_t *bq = b + (q5 ? 8 : 4);
+            if (unpack) { memcpy(bq, qs + 16 * s, 16); if (q5) memcpy(b + 4, qh + 4 * s, 4); memcpy(b, dm + 4 * s, 4); }
+            else { memcpy(qs + 16 * s, bq, 16); if (q5) memcpy(qh + 4 * s, b + 4, 4); memcpy(dm + 4 * s, b, 4); }
+        }
     } else {
         if (unpack) memcpy((void *)src, dst, stride);
         else memcpy(dst, src, stride);
@@ -179,6 +191,13 @@ struct cu_act_mut cu_act_split(const struct bk_act *a) {
     if (a->q[BK_ACT_Q8_0]) {
         m.o_qs = (int8_t *)a->q[BK_ACT_Q8_0];
         m.o_d = (uint16_t *)(m.o_qs + R * n);
+    }
+    if (a->q[BK_ACT_Q8_1]) { /* 36 bytes a block as block_q8_1, split: the quants, then d, then s; its quants and scales
+                                are written only where the act has no Q8_0 part (the same values are there) */
+        int8_t *qs = (int8_t *)a->q[BK_ACT_Q8_1];
+        uint16_t *d = (uint16_t *)(qs + R * n);
+        if (!m.o_qs) { m.o_qs = qs; m.o_d = d; }
+        m.o_s = d + R * (n / 32);
     }
     m.h = (uint16_t *)a->q[BK_ACT_F16];
     m.bf = (uint16_t *)a->q[BK_ACT_BF16];
@@ -649,23 +668,25 @@ static __device__ __forceinline__ uint32_t spread4(uint32_t x) {
 
 /* Q4_0 / Q5_0 x Q8_0: one 32-element block per lane per step; element j < 16 is the low nibble of qs[j],
  * element j + 16 the high nibble (Q5_0: bit j / j + 16 of qh as the 5th bit); offset 8 / 16. */
-template <int NA, int K> /* K: 0 Q4_0, 1 Q5_0, 2 IQ4_NL (Q4_0's layout, the nibbles through kvalues_iq4nl) */
+/* K: 0 Q4_0, 1 Q5_0, 2 IQ4_NL (Q4_0's layout, the nibbles through kvalues_iq4nl), 3 Q4_1, 4 Q5_1 (the quants unsigned,
+ * a d / m word a block, against Q8_1 activations: the reference's dot_term_min with the activation's s). A repacked row:
+ * the quants, the 4 qh bytes of each block from a 16-byte boundary (Q5_0, Q5_1), then the f16 d (d / m) of each. */
+template <int NA, int K>
 static __device__ void row_q45_0(const uint8_t *wr, int n_b, const cu_act_view &a, int a0, int na, float *acc, int lane) {
-    constexpr bool Q5 = K == 1;
+    constexpr bool Q5 = K == 1 || K == 4, MIN = K >= 3;
     const uint8_t *qhb = wr + 16 * (size_t)n_b;
     const uint8_t *db = Q5 ? qhb + ((4 * (size_t)n_b + 15) & ~(size_t)15) : qhb;
     const int n_steps = (n_b + 31) / 32;
     for (int st0 = 0; st0 < n_steps; st0 += MM_UNROLL4) {
         uint4 q[MM_UNROLL4];
-        uint32_t qh[MM_UNROLL4];
-        uint16_t dw[MM_UNROLL4];
+        uint32_t qh[MM_UNROLL4], dw[MM_UNROLL4];
 #pragma unroll
         for (int u = 0; u < MM_UNROLL4; u++) {
             const int b = 32 * (st0 + u) + lane;
             if (b < n_b) {
                 q[u] = gpu_ldg((const uint4 *)(wr + 16 * (size_t)b));
                 qh[u] = Q5 ? gpu_ldg((const uint32_t *)(qhb + 4 * (size_t)b)) : 0u;
-                dw[u] = gpu_ldg((const unsigned short *)(db + 2 * (size_t)b));
+                dw[u] = MIN ? gpu_ldg((const uint32_t *)(db + 4 * (size_t)b)) : (uint32_t)gpu_ldg((const unsigned short *)(db + 2 * (size_t)b));
             } else { q[u] = make_uint4(0, 0, 0, 0); qh[u] = 0; dw[u] = 0; }
         }
 #pragma unroll
@@ -680,6 +701,13 @@ static __device__ void row_q45_0(const uint8_t *wr, int n_b, const cu_act_view &
                 if (K == 2) {
                     lo[w] = iq4_values4(l);
                     hi[w] = iq4_values4(h);
+                } else if (MIN) {
+                    if (Q5) {
+                        l |= spread4((qh[u] >> (4 * w)) & 15u);
+                        h |= spread4((qh[u] >> (16 + 4 * w)) & 15u);
+                    }
+                    lo[w] = (int)l;
+                    hi[w] = (int)h;
                 } else if (Q5) {
                     l |= spread4((qh[u] >> (4 * w)) & 15u);
                     h |= spread4((qh[u] >> (16 + 4 * w)) & 15u);
@@ -690,7 +718,7 @@ static __device__ void row_q45_0(const uint8_t *wr, int n_b, const cu_act_view &
                     hi[w] = (int)(((h | 0x80808080u) - 0x08080808u) ^ 0x80808080u);
                 }
             }
-            const float d = fp16_to_fp32(dw[u]);
+            const float d = fp16_to_fp32((uint16_t)(dw[u] & 0xffff));
 #pragma unroll
             for (int r = 0; r < NA; r++) {
                 if (r < na) {
@@ -701,7 +729,11 @@ static __device__ void row_q45_0(const uint8_t *wr, int n_b, const cu_act_view &
                     I = dot4_i8(lo[0], x0.x, I); I = dot4_i8(lo[1], x0.y, I); I = dot4_i8(lo[2], x0.z, I); I = dot4_i8(lo[3], x0.w, I);
                     I = dot4_i8(hi[0], x1.x, I); I = dot4_i8(hi[1], x1.y, I); I = dot4_i8(hi[2], x1.z, I); I = dot4_i8(hi[3], x1.w, I);
                     const float da = fp16_to_fp32(a.o_d[ar * (a.n / 32) + b]);
-                    acc[r] += __fmul_rn(__fmul_rn(d, da), (float)I);
+                    if (MIN) /* dot_term_min */
+                        acc[r] += __fadd_rn(__fmul_rn(__fmul_rn(d, da), (float)I),
+                                            __fmul_rn(fp16_to_fp32((uint16_t)(dw[u] >> 16)), fp16_to_fp32(a.o_s[ar * (a.n / 32) + b])));
+                    else
+                        acc[r] += __fmul_rn(__fmul_rn(d, da), (float)I);
                 }
             }
         }
@@ -777,6 +809,8 @@ static __device__ __forceinline__ void mm_row(const struct cu_mm_args &P, const 
     case GGML_TYPE_Q4_0: row_q45_0<NA, 0>(wr, n / 32, P.a, a0, na, acc, lane); break;
     case GGML_TYPE_Q5_0: row_q45_0<NA, 1>(wr, n / 32, P.a, a0, na, acc, lane); break;
     case GGML_TYPE_IQ4_NL: row_q45_0<NA, 2>(wr, n / 32, P.a, a0, na, acc, lane); break;
+    case GGML_TYPE_Q4_1: row_q45_0<NA, 3>(wr, n / 32, P.a, a0, na, acc, lane); break;
+    case GGML_TYPE_Q5_1: row_q45_0<NA, 4>(wr, n / 32, P.a, a0, na, acc, lane); break;
     case GGML_TYPE_F32:
     case GGML_TYPE_F16:
     case GGML_TYPE_BF16: row_f32<NA, NA == 1 ? 32 : 8>(S.type, wr, n, P.a, a0, na, acc, lane); break;
@@ -1171,7 +1205,7 @@ static __device__ __forceinline__ cu_act_view act_row(cu_act_view a, int64_t r) 
     if (a.x) a.x += r * n;
     if (a.k_qs) { a.k_qs += r * n; a.k_d += r * (n / QK_K); a.k_bs += r * (n / 16); }
     if (a.o_qs) { a.o_qs += r * n; a.o_d += r * (n / 32); }
-    return a;
+    return a; /* (o_s stays: its readers, the Q4_1 / Q5_1 row kernels, index it by the launch's activation row) */
 }
 
 /* One lane's share of a weight row for the column-split kernels: Q4_K chunk c (32 quant bytes, the 12 scale

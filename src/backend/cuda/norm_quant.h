@@ -160,8 +160,9 @@ static __device__ void nq_unit(int mode, const float *in0, const float *in1, int
         const int64_t ns = n / QK_K, s = unit;
         quant_q8_K_sb(v, out.k_qs + r * n + s * QK_K, out.k_d + r * ns + s, out.k_bs + r * (n / 16) + s * 16, lane);
     }
-    if ((fmts & BK_ACT_BIT(BK_ACT_Q8_0)) && out.o_qs) /* every lane takes part in the shuffles */
-        quant_q8_0_lane(v, out.o_qs + r * n + e0, out.o_d + r * (n / 32) + e0 / 32, lane, e0 < n);
+    if ((fmts & (BK_ACT_BIT(BK_ACT_Q8_0) | BK_ACT_BIT(BK_ACT_Q8_1))) && out.o_qs) /* every lane takes part in the shuffles */
+        quant_q8_0_lane(v, out.o_qs + r * n + e0, out.o_d + r * (n / 32) + e0 / 32, lane, e0 < n,
+                        (fmts & BK_ACT_BIT(BK_ACT_Q8_1)) && out.o_s ? out.o_s + r * (n / 32) + e0 / 32 : NULL);
     if ((fmts & BK_ACT_BIT(BK_ACT_F16)) && out.h)
         for (int k = 0; k < 8; k++) if (e0 + k < n) out.h[r * n + e0 + k] = fp32_to_fp16(v[k]);
     if ((fmts & BK_ACT_BIT(BK_ACT_BF16)) && out.bf)

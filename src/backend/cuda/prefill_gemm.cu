@@ -118,19 +118,20 @@ static __device__ __forceinline__ uint4 dequant8_f16(const uint8_t *row, uint32_
         const float d = half_at(row + 32 * nb + 2 * b);
 #pragma unroll
         for (int k = 0; k < 8; k++) y[k] = __fmul_rn((float)(int8_t)(((k < 4 ? qw.x : qw.y) >> (8 * (k % 4))) & 0xff), d);
-    } else { /* Q4_0, Q5_0, IQ4_NL: element j of a block is nibble (j < 16 ? low : high) of byte j % 16 */
+    } else { /* Q4_0, Q5_0, IQ4_NL, Q4_1, Q5_1: element j of a block is nibble (j < 16 ? low : high) of byte j % 16 */
         const int nb = n / 32, b = e0 / 32;
         const int j0 = e0 % 32, l0 = j0 % 16, shift = j0 < 16 ? 0 : 4;
         const uint2 qw = *(const uint2 *)(row + 16 * b + l0);
+        const bool q5 = type == GGML_TYPE_Q5_0 || type == GGML_TYPE_Q5_1, mn = type == GGML_TYPE_Q4_1 || type == GGML_TYPE_Q5_1;
         uint32_t hbits = 0;
-        float d;
-        if (type == GGML_TYPE_Q5_0) {
+        float d, m = 0.f;
+        const uint8_t *dp = row + 16 * nb + (q5 ? ((4 * nb + 15) & ~15) : 0) + (mn ? 4 : 2) * b;
+        if (q5) {
             const uint8_t *qh = row + 16 * nb + 4 * b;
             hbits = (uint32_t)qh[0] | ((uint32_t)qh[1] << 8) | ((uint32_t)qh[2] << 16) | ((uint32_t)qh[3] << 24);
-            d = half_at(row + 16 * nb + ((4 * nb + 15) & ~15) + 2 * b);
-        } else {
-            d = half_at(row + 16 * nb + 2 * b);
         }
+        d = half_at(dp);
+        if (mn) m = half_at(dp + 2);
 #pragma unroll
         for (int k = 0; k < 8; k++) {
             int q = (int)(((k < 4 ? qw.x : qw.y) >> (8 * (k % 4) + shift)) & 15);
@@ -138,8 +139,12 @@ static __device__ __forceinline__ uint4 dequant8_f16(const uint8_t *row, uint32_
                 y[k] = __fmul_rn(d, (float)iq4nl_value(q));
                 continue;
             }
-            if (type == GGML_TYPE_Q5_0) q = (q | (int)(((hbits >> (j0 + k)) & 1u) << 4)) - 16;
-            else q -= 8;
+            if (q5) q |= (int)(((hbits >> (j0 + k)) & 1u) << 4);
+            if (mn) { /* d * q + m (dequant_q4_1 / dequant_q5_1) */
+                y[k] = __fadd_rn(__fmul_rn((float)q, d), m);
+                continue;
+            }
+            q -= type == GGML_TYPE_Q5_0 ? 16 : 8;
             y[k] = __fmul_rn((float)q, d);
         }
     }
@@ -159,7 +164,8 @@ static __global__ void __launch_bounds__(256) dequant_f16_kernel(const uint8_t *
 bool cu_dequant_f16_type(uint32_t type) {
     return type == GGML_TYPE_Q4_K || type == GGML_TYPE_Q5_K || type == GGML_TYPE_Q6_K || type == GGML_TYPE_IQ4_XS ||
            type == GGML_TYPE_Q8_0 || type == GGML_TYPE_Q4_0 || type == GGML_TYPE_Q5_0 || type == GGML_TYPE_Q2_K ||
-           type == GGML_TYPE_Q3_K || type == GGML_TYPE_F16 || type == GGML_TYPE_BF16 || type == GGML_TYPE_IQ4_NL;
+           type == GGML_TYPE_Q3_K || type == GGML_TYPE_F16 || type == GGML_TYPE_BF16 || type == GGML_TYPE_IQ4_NL ||
+           type == GGML_TYPE_Q4_1 || type == GGML_TYPE_Q5_1;
 }
 
 void cu_launch_dequant_f16(const uint8_t *w, uint32_t type, uint64_t stride, int64_t n_cols, int64_t n_rows, uint16_t *out,
@@ -176,6 +182,8 @@ void cu_launch_dequant_f16(const uint8_t *w, uint32_t type, uint64_t stride, int
         case GGML_TYPE_Q8_0: dequant_f16_kernel<GGML_TYPE_Q8_0><<<grid, 256, 0, s>>>(w, stride, (int)n_cols, (int)r0, (uint4 *)out); break;
         case GGML_TYPE_Q4_0: dequant_f16_kernel<GGML_TYPE_Q4_0><<<grid, 256, 0, s>>>(w, stride, (int)n_cols, (int)r0, (uint4 *)out); break;
         case GGML_TYPE_Q5_0: dequant_f16_kernel<GGML_TYPE_Q5_0><<<grid, 256, 0, s>>>(w, stride, (int)n_cols, (int)r0, (uint4 *)out); break;
+        case GGML_TYPE_Q4_1: dequant_f16_kernel<GGML_TYPE_Q4_1><<<grid, 256, 0, s>>>(w, stride, (int)n_cols, (int)r0, (uint4 *)out); break;
+        case GGML_TYPE_Q5_1: dequant_f16_kernel<GGML_TYPE_Q5_1><<<grid, 256, 0, s>>>(w, stride, (int)n_cols, (int)r0, (uint4 *)out); break;
         case GGML_TYPE_IQ4_NL: dequant_f16_kernel<GGML_TYPE_IQ4_NL><<<grid, 256, 0, s>>>(w, stride, (int)n_cols, (int)r0, (uint4 *)out); break;
         case GGML_TYPE_Q2_K: dequant_f16_kernel<GGML_TYPE_Q2_K><<<grid, 256, 0, s>>>(w, stride, (int)n_cols, (int)r0, (uint4 *)out); break;
         case GGML_TYPE_Q3_K: dequant_f16_kernel<GGML_TYPE_Q3_K><<<grid, 256, 0, s>>>(w, stride, (int)n_cols, (int)r0, (uint4 *)out); break;
