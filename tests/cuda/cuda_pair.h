@@ -65,6 +65,19 @@ static inline size_t n_diff(const float *a, const float *b, size_t n) {
     return k;
 }
 
+/* A reference / GPU activation pair of max_rows rows holding fmts, rows 0 .. rows - 1 set to x (host, rows x n_cols)
+ * and quantized on each side. */
+static inline void act_pair(int64_t max_rows, int64_t n_cols, uint32_t fmts, const float *x, int rows, struct bk_act *ra,
+                            struct bk_act *ga) {
+    CHECK(bk_act_alloc(ref, max_rows, n_cols, fmts, ra) == VLLMC_OK);
+    CHECK(bk_act_alloc(gpu, max_rows, n_cols, fmts, ga) == VLLMC_OK);
+    memcpy(ra->x, x, (size_t)((int64_t)rows * n_cols) * 4);
+    CHECK(gpu->ops->copy_to_device(gpu, ga->x, x, (size_t)((int64_t)rows * n_cols) * 4) == VLLMC_OK);
+    ra->n_rows = ga->n_rows = rows;
+    CHECK(ref->ops->quantize(ref, ra) == VLLMC_OK);
+    CHECK(gpu->ops->quantize(gpu, ga) == VLLMC_OK);
+}
+
 /* One attention call on both backends from the same host q [T][n_head * head_dim] and k, v [T][n_kv_head *
  * head_dim]; the GPU output starts as NaN. Returns the GPU output copied to the host (malloc'd) and the
  * reference output (ref memory, free with ref->ops->free) in *ro. */

@@ -118,15 +118,9 @@ static void test_matmul(int64_t E) {
     const uint32_t fmts = BK_ACT_BIT(BK_ACT_Q8_K) | BK_ACT_BIT(BK_ACT_Q8_0) | BK_ACT_BIT(BK_ACT_Q8_1);
     for (int rows = 1; rows <= 11; rows += 10) {
         struct bk_act ra, ga;
-        CHECK(bk_act_alloc(ref, 12, E, fmts, &ra) == VLLMC_OK);
-        CHECK(bk_act_alloc(gpu, 12, E, fmts, &ga) == VLLMC_OK);
         float *x = rand_buf((size_t)(rows * E), 1.0f);
         x[3] = 0.f; /* zero and ties */
-        memcpy(ra.x, x, (size_t)(rows * E) * 4);
-        CHECK(gpu->ops->copy_to_device(gpu, ga.x, x, (size_t)(rows * E) * 4) == VLLMC_OK);
-        ra.n_rows = ga.n_rows = rows;
-        CHECK(ref->ops->quantize(ref, &ra) == VLLMC_OK);
-        CHECK(gpu->ops->quantize(gpu, &ga) == VLLMC_OK);
+        act_pair(12, E, fmts, x, rows, &ra, &ga);
         check_act_quant(&ra, &ga, rows, "quantize");
         const int64_t ld = 80;
         float *bias = rand_buf(80, 0.1f);
@@ -229,14 +223,8 @@ static void test_matmul_q81(void) {
     for (int i = 0; i < 2; i++) make_weight(&w[i], types[i], E, nout[i]);
     for (int rows = 1; rows <= 7; rows += 6) {
         struct bk_act ra, ga;
-        CHECK(bk_act_alloc(ref, rows, E, BK_ACT_BIT(BK_ACT_Q8_1), &ra) == VLLMC_OK);
-        CHECK(bk_act_alloc(gpu, rows, E, BK_ACT_BIT(BK_ACT_Q8_1), &ga) == VLLMC_OK);
         float *x = rand_buf((size_t)(rows * E), 1.0f);
-        memcpy(ra.x, x, (size_t)(rows * E) * 4);
-        CHECK(gpu->ops->copy_to_device(gpu, ga.x, x, (size_t)(rows * E) * 4) == VLLMC_OK);
-        ra.n_rows = ga.n_rows = rows;
-        CHECK(ref->ops->quantize(ref, &ra) == VLLMC_OK);
-        CHECK(gpu->ops->quantize(gpu, &ga) == VLLMC_OK);
+        act_pair(rows, E, BK_ACT_BIT(BK_ACT_Q8_1), x, rows, &ra, &ga);
         check_act_quant(&ra, &ga, rows, "quantize Q8_1 alone");
         for (int i = 0; i < 2; i++) {
             float *ry = ref_put(NULL, (size_t)(rows * nout[i]) * 4), *poison = nan_buf((size_t)(rows * nout[i]));
@@ -1047,14 +1035,8 @@ static void test_colx(void) {
         struct pair_w w[4];
         for (int k = 0; k < n; k++) make_weight(&w[k], cs[ci].t[k], E, cs[ci].rows[k]);
         struct bk_act ra, ga, g1;
-        CHECK(bk_act_alloc(ref, R, E, fmts, &ra) == VLLMC_OK);
-        CHECK(bk_act_alloc(gpu, R, E, fmts, &ga) == VLLMC_OK);
         float *x = rand_buf((size_t)(R * E), 1.0f);
-        memcpy(ra.x, x, (size_t)(R * E) * 4);
-        CHECK(gpu->ops->copy_to_device(gpu, ga.x, x, (size_t)(R * E) * 4) == VLLMC_OK);
-        ra.n_rows = ga.n_rows = R;
-        CHECK(ref->ops->quantize(ref, &ra) == VLLMC_OK);
-        CHECK(gpu->ops->quantize(gpu, &ga) == VLLMC_OK);
+        act_pair(R, E, fmts, x, R, &ra, &ga);
         CHECK(bk_act_alloc(gpu, 1, E, fmts, &g1) == VLLMC_OK); /* row 0 of x, alone */
         CHECK(gpu->ops->copy_to_device(gpu, g1.x, x, (size_t)E * 4) == VLLMC_OK);
         g1.n_rows = 1;

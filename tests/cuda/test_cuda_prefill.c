@@ -91,14 +91,8 @@ static void test_gemm_matmul(bool act_q8) {
     for (int ri = 0; ri < 3; ri++) {
         const int rows = rows_list[ri];
         struct bk_act ra, ga;
-        CHECK(bk_act_alloc(ref, rows, E, fmts, &ra) == VLLMC_OK);
-        CHECK(bk_act_alloc(gpu, rows, E, fmts, &ga) == VLLMC_OK);
         float *x = rand_buf((size_t)(rows * E), 1.0f);
-        memcpy(ra.x, x, (size_t)(rows * E) * 4);
-        CHECK(gpu->ops->copy_to_device(gpu, ga.x, x, (size_t)(rows * E) * 4) == VLLMC_OK);
-        ra.n_rows = ga.n_rows = rows;
-        CHECK(ref->ops->quantize(ref, &ra) == VLLMC_OK);
-        CHECK(gpu->ops->quantize(gpu, &ga) == VLLMC_OK);
+        act_pair(rows, E, fmts, x, rows, &ra, &ga);
         float *bias = rand_buf((size_t)ld, 0.1f), *gbias = dev_put(bias, (size_t)ld * 4);
         float *ry[N_GEMM_TYPES + 1], *gy[N_GEMM_TYPES + 1];
         struct bk_matmul_out ro[N_GEMM_TYPES + 1], go[N_GEMM_TYPES + 1];
