@@ -1762,7 +1762,8 @@ static vllmc_status moe_check_mat(const struct bk_tensor *t, const char *what, i
 static vllmc_status moe_fmt(const struct bk_act *in, const struct bk_tensor *t, const char *what, int *fmt) {
     *fmt = bk_act_fmt_for_weight(t->type);
     if (*fmt != BK_ACT_F32 && *fmt != BK_ACT_Q8_K && *fmt != BK_ACT_Q8_0)
-        return vllmc_errorf(VLLMC_ERR_UNSUPPORTED, "moe: %s reads an activation format the CUDA backend lacks", what);
+        return vllmc_errorf(VLLMC_ERR_UNSUPPORTED, "moe: %s is %s: the CUDA expert kernels do not take its %s activations", what,
+                            quant_traits(t->type)->name, bk_act_fmt_name(*fmt));
     if (in && !(in->fmts & BK_ACT_BIT(*fmt)))
         return vllmc_errorf(VLLMC_ERR_INVALID, "moe: input lacks the activation format %s reads", what);
     return VLLMC_OK;
