@@ -106,7 +106,7 @@ static __device__ float dequant_elem(const uint8_t *row, uint32_t type, int64_t 
         int q = j < 16 ? (qb & 15) : (qb >> 4);
         const uint8_t *dp;
         if (type == GGML_TYPE_IQ4_NL) {
-                dp = row + 16 * nb + 2 * b;
+            dp = row + 16 * nb + 2 * b;
             return __fmul_rn(fp16_to_fp32((uint16_t)(dp[0] | (dp[1] << 8))), (float)iq4nl_value(q));
         }
         if (type == GGML_TYPE_Q5_0) {
