@@ -939,6 +939,9 @@ if has types; then # the float weights (F16 / BF16: the one-warp-a-row mat-vec, 
         bn=$(basename "$base" .gguf)
         for ty in ${TYPES_TINY:-F16 BF16 IQ4_NL Q3_K_M Q2_K Q4_1 Q5_K_M}; do
             f=/tmp/models/$bn-$ty.gguf
+            if [ "$ty" = Q4_1 ] && [ "$bn" = qwen35moe-tiny-q4_k_m ]; then # (Q4_1 / Q5_1 experts: not taken, a clear error)
+                note "types $bn $ty: skipped (the CUDA expert kernels take no Q8_1 activations)"; continue
+            fi
             types_q "$base" "$f" "$ty" >"$OUT/types_q_${bn}_$ty.txt" 2>&1 || { note "types $bn $ty: quantize failed: $(tail -1 "$OUT/types_q_${bn}_$ty.txt")"; continue; }
             timeout 150 "$BIN/test_cuda_model" "$f" 40 24 >"$OUT/types_model_${bn}_$ty.txt" 2>&1; rc=$?
             note "types $bn $ty test_cuda_model rc=$rc: $(grep 'worst' "$OUT/types_model_${bn}_$ty.txt" | head -1 | sed 's/.*steps, //' | cut -c1-110)$(grep -m1 FAIL "$OUT/types_model_${bn}_$ty.txt" | cut -c1-150)"
