@@ -252,6 +252,62 @@ static void test_matmul_q81(void) {
     for (int i = 0; i < 2; i++) free_weight(&w[i]);
 }
 
+/* mm_kernel_rows_fw (backend_cuda_set_matvec_fw): one-activation-row launches of F16 rows alone and of BF16 rows alone
+ * (two segments: 3,001 and 517 rows of 2,560 columns), the switch off and on: both the CPU's bits, and the launch taken. */
+static void test_fw(void) {
+    const uint32_t types[2] = {GGML_TYPE_F16, GGML_TYPE_BF16};
+    const int64_t E = 2560, nout[2] = {3001, 517};
+    for (int ti = 0; ti < 2; ti++) {
+        struct pair_w w[2];
+        for (int i = 0; i < 2; i++) make_weight(&w[i], types[ti], E, nout[i]);
+        float *x = rand_buf((size_t)E, 1.0f);
+        struct bk_act ra, ga;
+        act_pair(1, E, 0, x, 1, &ra, &ga);
+        float *ry[2], *gy[2], *h[2];
+        struct bk_matmul_out ro[2], go[2];
+        for (int i = 0; i < 2; i++) {
+            ry[i] = ref_put(NULL, (size_t)nout[i] * 4);
+            gy[i] = dev_put(NULL, (size_t)nout[i] * 4);
+            h[i] = malloc((size_t)nout[i] * 4);
+            ro[i] = (struct bk_matmul_out){.w = &w[i].r, .y = ry[i]};
+            go[i] = (struct bk_matmul_out){.w = &w[i].g, .y = gy[i]};
+        }
+        CHECK(ref->ops->matmul(ref, &ra, 2, ro) == VLLMC_OK);
+        const int old = backend_cuda_set_matvec_fw(0);
+        for (int on = 0; on <= 1; on++) {
+            backend_cuda_set_matvec_fw(on);
+            for (int i = 0; i < 2; i++) {
+                float *poison = nan_buf((size_t)nout[i]);
+                CHECK(gpu->ops->copy_to_device(gpu, gy[i], poison, (size_t)nout[i] * 4) == VLLMC_OK);
+                free(poison);
+            }
+            const uint64_t n0 = backend_cuda_fw_launches();
+            CHECK(gpu->ops->matmul(gpu, &ga, 2, go) == VLLMC_OK);
+            size_t bad = 0;
+            for (int i = 0; i < 2; i++) {
+                dev_get(h[i], gy[i], (size_t)nout[i] * 4);
+                bad += n_diff(h[i], ry[i], (size_t)nout[i]);
+            }
+            const uint64_t taken = backend_cuda_fw_launches() - n0;
+            printf("fw %s, VLLMC_CUDA_FW=%d: %zu of %lld outputs differ from the CPU's bits, %llu launch(es) on mm_kernel_rows_fw\n",
+                   quant_traits(types[ti])->name, on, bad, (long long)(nout[0] + nout[1]), (unsigned long long)taken);
+            CHECK_MSG(bad == 0, "fw %s on %d: %zu outputs differ", quant_traits(types[ti])->name, on, bad);
+            CHECK_MSG(taken == (uint64_t)on, "fw %s on %d: %llu launches on mm_kernel_rows_fw", quant_traits(types[ti])->name, on,
+                      (unsigned long long)taken);
+        }
+        backend_cuda_set_matvec_fw(old);
+        for (int i = 0; i < 2; i++) {
+            ref->ops->free(ref, ry[i]);
+            gpu->ops->free(gpu, gy[i]);
+            free(h[i]);
+            free_weight(&w[i]);
+        }
+        free(x);
+        bk_act_free(ref, &ra);
+        bk_act_free(gpu, &ga);
+    }
+}
+
 /* rmsnorm_quantize, swiglu_quantize, rmsnorm with strides, add, sigmoid_mul. */
 static void test_rowwise(void) {
     const int64_t R = 5, E = 1024;
@@ -2047,6 +2103,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     CHECK(backend_cpu_create(1, true, &ref) == VLLMC_OK);
+    if (want("fw")) test_fw();
     if (want("matmul")) {
         test_matmul_q81();
         test_matmul(512 + 256 * (int64_t)(test_rand_u64() % 3));

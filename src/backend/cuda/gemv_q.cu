@@ -791,6 +791,25 @@ static __device__ __forceinline__ void row_f32(int t, const uint8_t *wr, int n, 
     else row_fw<NA, UNR>((const float *)wr, n, a, a0, na, acc, lane);
 }
 
+/* The segment of launch row g (segments in order of row0). */
+static __device__ __forceinline__ int mv_seg_row(const struct cu_mm_args &P, int g) {
+    int si = 0;
+#pragma unroll
+    for (int i = 1; i < CU_MM_MAX_SEG; i++)
+        if (i < P.n_seg && g >= P.seg[i].row0) si = i;
+    return si;
+}
+/* Row `row`'s outputs for activation rows a0 .. a0 + na - 1 (lane 0): the bias, the store, the residual add. */
+static __device__ __forceinline__ void mm_row_out(const cu_mm_seg &S, int row, int a0, int na, const float *acc, int lane) {
+    if (lane == 0)
+        for (int r = 0; r < na; r++) {
+            float y = acc[r];
+            if (S.bias) y = __fadd_rn(y, S.bias[row]);
+            S.y[(int64_t)(a0 + r) * S.ld_y + row] = y;
+            if (S.res) S.res[(int64_t)(a0 + r) * S.ld_y + row] = __fadd_rn(S.res[(int64_t)(a0 + r) * S.ld_y + row], y);
+        }
+}
+
 template <int NA>
 static __device__ __forceinline__ void mm_row(const struct cu_mm_args &P, const cu_mm_seg &S, int row, int a0, int na, int lane) {
     const uint8_t *wr = S.w + (size_t)row * S.stride;
@@ -819,13 +838,7 @@ static __device__ __forceinline__ void mm_row(const struct cu_mm_args &P, const 
     if (!fw_type(S.type))
 #pragma unroll
         for (int r = 0; r < NA; r++) acc[r] = group32_sum(acc[r]);
-    if (lane == 0)
-        for (int r = 0; r < na; r++) {
-            float y = acc[r];
-            if (S.bias) y = __fadd_rn(y, S.bias[row]);
-            S.y[(int64_t)(a0 + r) * S.ld_y + row] = y;
-            if (S.res) S.res[(int64_t)(a0 + r) * S.ld_y + row] = __fadd_rn(S.res[(int64_t)(a0 + r) * S.ld_y + row], y);
-        }
+    mm_row_out(S, row, a0, na, acc, lane);
 }
 
 /* ---- decode: tiles of MM_TR consecutive rows per warp ----
@@ -1026,6 +1039,31 @@ static __global__ void __launch_bounds__(32 * CU_MM_WARPS) mm_kernel_rows(const 
         for (int i = 1; i < CU_MM_MAX_SEG; i++)
             if (i < P.n_seg && g >= P.seg[i].row0) si = i;
         mm_row<1>(P, P.seg[si], g - P.seg[si].row0, 0, 1, lane);
+    }
+}
+
+/* mm_kernel_rows for one-activation-row launches whose rows are all of one float type WT (f16w / bf16w: the F16 / BF16
+ * files' decode, cu_mm_cfg.fw): only that row compiled, so fewer registers and more warps an SM, and 32 steps of 64
+ * bytes in flight a warp. Each row in the reference's order (row_fw), so mm_kernel_rows' bits. */
+template <typename WT>
+static __global__ void __launch_bounds__(32 * CU_MM_WARPS) mm_kernel_rows_fw(const struct cu_mm_args P) {
+    const int lane = threadIdx.x % 32;
+    const int n_warps = gridDim.x * CU_MM_WARPS;
+    {   /* the first row's weights into L2 while the kernel before still runs */
+        const int g = blockIdx.x * CU_MM_WARPS + threadIdx.x / 32;
+        if (g < P.total_rows) {
+            const int si = mv_seg_row(P, g);
+            prefetch_rows(P.seg[si].w + (size_t)(g - P.seg[si].row0) * P.seg[si].stride, P.seg[si].stride, lane, 32);
+        }
+    }
+    gpu_pdl_wait();
+    gpu_pdl_trigger();
+    for (int g = blockIdx.x * CU_MM_WARPS + threadIdx.x / 32; g < P.total_rows; g += n_warps) {
+        const cu_mm_seg &S = P.seg[mv_seg_row(P, g)];
+        const int row = g - S.row0;
+        float acc[1];
+        row_fw<1, 32>((const WT *)(S.w + (size_t)row * S.stride), (int)P.a.n, P.a, 0, 1, acc, lane);
+        mm_row_out(S, row, 0, 1, acc, lane);
     }
 }
 
@@ -4319,7 +4357,7 @@ static bool mm_launch_mmr(const struct cu_mm_args *args, gpuStream_t s) {
 #else
 #define MM_COLX 1
 #endif
-struct cu_mm_cfg cu_mm_cfg = {{8192, 65536}, {1, 4, 4}, {0, 2, 1}, {0, 0, 0}, 0, {1, 1, 1}, 64, 0, 3, 1, MS_CPS, 24 * 1024, 0, 16, MM_COLS_LB, 0, 16384, MM_MMA, MM_MMR, 10, 8, 32, 0, 16, 0, 1, 132, MM_MMQ, 132 * (VLLMC_MMQ_MINB4 > 2 ? VLLMC_MMQ_MINB4 : 2), 1, 1, 4, 0, MM_COLX};
+struct cu_mm_cfg cu_mm_cfg = {{8192, 65536}, {1, 4, 4}, {0, 2, 1}, {0, 0, 0}, 0, {1, 1, 1}, 64, 0, 3, 1, MS_CPS, 24 * 1024, 0, 16, MM_COLS_LB, 0, 16384, MM_MMA, MM_MMR, 10, 8, 32, 0, 16, 0, 1, 132, MM_MMQ, 132 * (VLLMC_MMQ_MINB4 > 2 ? VLLMC_MMQ_MINB4 : 2), 1, 1, 4, 0, MM_COLX, 0};
 
 static bool mm_launch_dec(const struct cu_mm_args *args, gpuStream_t s);
 
@@ -4345,6 +4383,26 @@ void cu_launch_matmul(const struct cu_mm_args *args, gpuStream_t s) {
     }
 }
 
+uint64_t cu_fw_launches;
+extern "C" uint64_t backend_cuda_fw_launches(void) { return cu_fw_launches; }
+
+/* mm_kernel_rows_fw (cu_mm_cfg.fw) when the launch has one activation row and its segments are all F16 or all BF16;
+ * false (nothing launched) otherwise. A grid of at most the CTAs resident at once, each warp walking rows. */
+static bool mm_launch_fw(const struct cu_mm_args *args, gpuStream_t s) {
+    if (!cu_mm_cfg.fw || args->n_act != 1) return false;
+    const int t = args->seg[0].type;
+    if (t != GGML_TYPE_F16 && t != GGML_TYPE_BF16) return false;
+    for (int i = 1; i < args->n_seg; i++)
+        if (args->seg[i].type != t) return false;
+    const bool k = t == GGML_TYPE_BF16;
+    const int res = k ? mm_resident(mm_kernel_rows_fw<bf16w>, 32 * CU_MM_WARPS) : mm_resident(mm_kernel_rows_fw<f16w>, 32 * CU_MM_WARPS);
+    const int ctas = (int)min((int64_t)GPU_CEIL_DIV(args->total_rows, CU_MM_WARPS), (int64_t)max(res, 1));
+    if (k) gpu_launch(mm_kernel_rows_fw<bf16w>, dim3((unsigned)ctas), dim3(32 * CU_MM_WARPS), 0, s, *args);
+    else gpu_launch(mm_kernel_rows_fw<f16w>, dim3((unsigned)ctas), dim3(32 * CU_MM_WARPS), 0, s, *args);
+    cu_fw_launches++;
+    return true;
+}
+
 static bool mm_launch(const struct cu_mm_args *args, gpuStream_t s) {
     /* the column-split kernels sum a row in the same order for any number of rows, so under batch invariance
      * (row_order) they may take every launch their types allow (cols_invariant, not yet the default) */
@@ -4354,6 +4412,7 @@ static bool mm_launch(const struct cu_mm_args *args, gpuStream_t s) {
     if (args->n_act > 1 && !inv_cols && mm_launch_mmr(args, s)) return false;
     if (args->n_act > 1 && (inv_cols || (!args->row_order && args->n_act <= cu_mm_cfg.cols_rows)) && mm_launch_cols(args, s)) return true;
     if (args->n_act > 1 && !args->row_order && args->n_act <= cu_mm_cfg.cols_rows && mm_launch_colx(args, s)) return true;
+    if (args->n_act == 1 && mm_launch_fw(args, s)) return false; /* (the conv and the norm + quantize after it, by the caller) */
     if (args->n_act == 1) {
         const int resident = mm_resident_ctas();
         const int cls = args->total_rows < cu_mm_cfg.rows[0] ? 0 : args->total_rows < cu_mm_cfg.rows[1] ? 1 : 2;
