@@ -63,12 +63,9 @@ static __device__ void quant_q8_0_lane(const float v[8], int8_t *qs, uint16_t *d
     const float id = d != 0.f ? __fdiv_rn(1.f, d) : 0.f;
     int packed[2] = {0, 0}, sum = 0;
 #pragma unroll
-    for (int k = 0; k < 8; k++) {
-        const int q = (int)roundf(__fmul_rn(v[k], id));
-        packed[k / 4] |= (q & 0xff) << (8 * (k % 4));
-        sum += q;
-    }
-    if (s1) { /* (every lane takes part in the shuffles) */
+    for (int k = 0; k < 8; k++) packed[k / 4] |= ((int)roundf(__fmul_rn(v[k], id)) & 0xff) << (8 * (k % 4));
+    if (s1) { /* the block's quant sum (every lane takes part in the shuffles); nothing more where there is no Q8_1 */
+        sum = dot4_i8(packed[1], 0x01010101, dot4_i8(packed[0], 0x01010101, 0));
         sum += shfl_xor(sum, 1);
         sum += shfl_xor(sum, 2);
     }

@@ -27,6 +27,12 @@ extern "C" {
 #include "backend/backend.h"
 }
 
+/* Q3_K's 6-bit scale j (0 .. 15) of a super-block's 12 scale bytes S, less 32 (quant/dequant.c dequant_q3k_scale). */
+static __device__ __forceinline__ int q3k_scale(const uint8_t *S, int j) {
+    const int lo = j < 8 ? (S[j] & 15) : (S[j - 8] >> 4), hi = (S[8 + j % 4] >> (2 * (j / 4))) & 3;
+    return (lo | (hi << 4)) - 32;
+}
+
 /* kvalues_iq4nl[q] (quant/blocks.h) for q in 0 .. 15: the table as 4 little-endian words, by selects (no local array). */
 static __device__ __forceinline__ int iq4nl_value(int q) {
     const uint32_t w = q < 8 ? (q < 4 ? 0xBFAD9881u /* -127 -104 -83 -65 */ : 0xF6EADDCFu /* -49 -35 -22 -10 */)

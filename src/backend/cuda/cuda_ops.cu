@@ -50,11 +50,9 @@ static __device__ float dequant_elem(const uint8_t *row, uint32_t type, int64_t 
             return __fsub_rn(__fmul_rn(__fmul_rn(d, (float)(sc & 15)), (float)q), __fmul_rn(dmin, (float)(sc >> 4)));
         }
         if (!((row[64 * ns + 32 * s + l] >> (4 * h + g)) & 1)) q -= 4;
-        const uint8_t *S = row + 96 * ns + 12 * s;
-        const int lo = b < 8 ? (S[b] & 15) : (S[b - 8] >> 4), hi = (S[8 + b % 4] >> (2 * (b / 4))) & 3;
         const uint8_t *dp = row + 96 * ns + ((12 * ns + 15) & ~(int64_t)15) + 2 * s;
         const float d = fp16_to_fp32((uint16_t)(dp[0] | (dp[1] << 8)));
-        return __fmul_rn(__fmul_rn(d, (float)((lo | (hi << 4)) - 32)), (float)q);
+        return __fmul_rn(__fmul_rn(d, (float)q3k_scale(row + 96 * ns + 12 * s, b)), (float)q);
     }
     case GGML_TYPE_IQ4_XS: { /* d * (scale - 32) * kvalues_iq4nl[q] */
         const int64_t ns = n / QK_K, s = e / QK_K;

@@ -86,9 +86,7 @@ static __device__ __forceinline__ uint4 dequant8_f16(const uint8_t *row, uint32_
         uint2 hw = make_uint2(0, 0);
         if (q3) {
             hw = *(const uint2 *)(row + 64 * ns + 32 * s + l);
-            const uint8_t *S = row + 96 * ns + 12 * s;
-            const int lo = j < 8 ? (S[j] & 15) : (S[j - 8] >> 4), hi = (S[8 + j % 4] >> (2 * (j / 4))) & 3;
-            a = __fmul_rn(half_at(row + 96 * ns + ((12 * ns + 15) & ~15) + 2 * s), (float)((lo | (hi << 4)) - 32));
+            a = __fmul_rn(half_at(row + 96 * ns + ((12 * ns + 15) & ~15) + 2 * s), (float)q3k_scale(row + 96 * ns + 12 * s, j));
         } else {
             const int sc = row[64 * ns + 16 * s + j];
             const uint8_t *dm = row + 80 * ns + 4 * s;
