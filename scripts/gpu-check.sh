@@ -52,7 +52,7 @@
 # COLX_REPS, COLX_GEMV=0 skips bench_gemv, COLX_GEMV_VALS the VLLMC_CUDA_COLX values it takes, COLX_ENGINE=1 adds the
 # engine bench with 1, 4 and 16 requests in flight off and on).
 # Stage lmh (not default) checks and times the LM head's ring of tiles (LMH_ON, LMH_REPS, LMH_MODELS: see the stage).
-# Stage types (not default): the F16 / BF16 / IQ4_NL weights and the Q2_K / Q3_K prefill GEMM on requantized models (see the stage).
+# Stage types (not default): the F16 / BF16 / IQ4_NL / MXFP4 weights and the Q2_K / Q3_K prefill GEMM on requantized models (see the stage).
 # Stage fw (not default): the F16 / BF16 rows' decode kernel VLLMC_CUDA_FW, checked and timed off and on (see the stage).
 # Stage pfnext (not default) checks and times the next round's rows into L2 after the release (PFNEXT_CFGS, PFNEXT_REPS).
 # Stage timeline (not default) runs the -DVLLMC_MV_TIMELINE build (EXTRA_BUILDS="tl:-DVLLMC_MV_TIMELINE") of TIMELINE_MODELS
@@ -922,23 +922,23 @@ if has colx; then # the column-split kernel for the other weight types (mm_kerne
     done
 fi
 if has types; then # the float weights (F16 / BF16: the one-warp-a-row mat-vec, the GEMM on the f16 rows in place or
-    # converted), IQ4_NL (the 32-element row kernel) and the Q2_K / Q3_K prefill GEMM: the tiny qwen35, the tiny qwen35moe
+    # converted), IQ4_NL and MXFP4 (the 32-element row kernel; MXFP4 experts too) and the Q2_K / Q3_K prefill GEMM: the tiny qwen35, the tiny qwen35moe
     # and the tiny qwen2 of 896 columns requantized to each of TYPES_TINY (Q5_K_M: its 896-column rows Q5_1; test_cuda_model:
     # graph == eager, the CPU bound;
-    # a memcheck generate of each of TYPES_SAN, default "F16 IQ4_NL", on the dense ones), then TYPES_MODELS (default qwen35-4b) requantized to each of TYPES_BIG
+    # a memcheck generate of each of TYPES_SAN, default "F16 IQ4_NL MXFP4", on the dense ones), then TYPES_MODELS (default qwen35-4b) requantized to each of TYPES_BIG
     # (default "BF16 F16 Q3_K_M Q2_K"): vllmc bench (decode, TTFT) with TYPES_ARGS (default -p 512 -g 256 -r 5); for TYPES_COLX
     # (default "Q3_K_M Q2_K") also the greedy ids and the bench with the column-split kernel off (VLLMC_CUDA_COLX=0)
-    types_q() { # requantize $1 to $3 as file $2 (IQ4_NL: the matrices of a Q4_K_M mix by --tensor-type)
+    types_q() { # requantize $1 to $3 as file $2 (IQ4_NL, MXFP4: the matrices of a Q4_K_M mix by --tensor-type)
         case "$3" in
-        IQ4_NL) "$BIN/vllmc" quantize --allow-requantize --quiet --tensor-type \
-            'ffn_(gate|up|down)|attn_(q|k|v|qkv|gate|output)|ssm_(out|in|qkv|gate)=iq4_nl' "$1" "$2" Q4_K_M ;;
+        IQ4_NL | MXFP4) "$BIN/vllmc" quantize --allow-requantize --quiet --tensor-type \
+            "ffn_(gate|up|down)|attn_(q|k|v|qkv|gate|output)|ssm_(out|in|qkv|gate)=${3,,}" "$1" "$2" Q4_K_M ;;
         *) "$BIN/vllmc" quantize --allow-requantize --quiet "$1" "$2" "$3" ;;
         esac
     }
     for base in /tmp/models/qwen35-tiny.gguf .carry/moe/qwen35moe-tiny-q4_k_m.gguf .carry/models/qwen2w-tiny-q4_k_m.gguf; do
         [ -f "$base" ] || { note "types: $base missing"; continue; }
         bn=$(basename "$base" .gguf)
-        for ty in ${TYPES_TINY:-F16 BF16 IQ4_NL Q3_K_M Q2_K Q4_1 Q5_K_M}; do
+        for ty in ${TYPES_TINY:-F16 BF16 IQ4_NL MXFP4 Q3_K_M Q2_K Q4_1 Q5_K_M}; do
             f=/tmp/models/$bn-$ty.gguf
             if [ "$ty" = Q4_1 ] && [ "$bn" = qwen35moe-tiny-q4_k_m ]; then # (Q4_1 / Q5_1 experts: not taken, a clear error)
                 note "types $bn $ty: skipped (the CUDA expert kernels take no Q8_1 activations)"; continue
@@ -946,7 +946,7 @@ if has types; then # the float weights (F16 / BF16: the one-warp-a-row mat-vec, 
             types_q "$base" "$f" "$ty" >"$OUT/types_q_${bn}_$ty.txt" 2>&1 || { note "types $bn $ty: quantize failed: $(tail -1 "$OUT/types_q_${bn}_$ty.txt")"; continue; }
             timeout 150 "$BIN/test_cuda_model" "$f" 40 24 >"$OUT/types_model_${bn}_$ty.txt" 2>&1; rc=$?
             note "types $bn $ty test_cuda_model rc=$rc: $(grep 'worst' "$OUT/types_model_${bn}_$ty.txt" | head -1 | sed 's/.*steps, //' | cut -c1-110)$(grep -m1 FAIL "$OUT/types_model_${bn}_$ty.txt" | cut -c1-150)"
-            [[ " ${TYPES_SAN:-F16 IQ4_NL} " == *" $ty "* ]] && [ "$bn" != qwen35moe-tiny-q4_k_m ] && san_generate types "$bn-$ty" "$f"
+            [[ " ${TYPES_SAN:-F16 IQ4_NL MXFP4} " == *" $ty "* ]] && [ "$bn" != qwen35moe-tiny-q4_k_m ] && san_generate types "$bn-$ty" "$f"
         done
     done
     wait_models
@@ -970,9 +970,9 @@ if has types; then # the float weights (F16 / BF16: the one-warp-a-row mat-vec, 
         done
     done
 fi
-if has fw; then # the F16 / BF16 rows' decode on mm_kernel_rows_fw (VLLMC_CUDA_FW, off by default): test_cuda_ops fw (the
-    # same bits off and on), then FW_MODELS (default qwen35-4b) requantized to each of FW_TYPES (default BF16): the 128
-    # greedy ids off and on, and the decode off and on FW_REPS (default 2) times in turn
+if has fw; then # the F16 / BF16 rows' decode on mm_kernel_rows_fw / _ft (VLLMC_CUDA_FW 1 / 2, off by default): test_cuda_ops fw
+    # (the same bits off, 1 and 2), then FW_MODELS (default qwen35-4b) requantized to each of FW_TYPES (default BF16): the 128
+    # greedy ids off, 1 and 2, and the decode with each of FW_VALS (default "0 1 2") FW_REPS (default 2) times in turn
     timeout 120 "$BIN/test_cuda_ops" fw >"$OUT/fw_ops.txt" 2>&1; rc=$?
     note "fw test_cuda_ops fw rc=$rc: $(grep -c ': 0 of .* outputs differ' "$OUT/fw_ops.txt") launches with the CPU's bits $(grep -m2 FAIL "$OUT/fw_ops.txt" | cut -c1-200 | tr '\n' ' ')"
     wait_models
@@ -981,9 +981,9 @@ if has fw; then # the F16 / BF16 rows' decode on mm_kernel_rows_fw (VLLMC_CUDA_F
         for ty in ${FW_TYPES:-BF16}; do
             f=/tmp/models/$m-$ty.gguf
             "$BIN/vllmc" quantize --allow-requantize --quiet "/tmp/models/$m.gguf" "$f" "$ty" >"$OUT/fw_q_${m}_$ty.txt" 2>&1 || { note "fw $m $ty: quantize failed"; continue; }
-            a=$(greedy_ids "$f" VLLMC_CUDA_FW=0); b=$(greedy_ids "$f" VLLMC_CUDA_FW=1)
-            note "fw $m $ty: 128 greedy ids off vs on: $([ -n "$a" ] && [ "$a" = "$b" ] && echo SAME || echo DIFF)"
-            decode_ab "fw_$ty" "$m" "$f" VLLMC_CUDA_FW "0 1" "${FW_REPS:-2}"
+            a=$(greedy_ids "$f" VLLMC_CUDA_FW=0); b=$(greedy_ids "$f" VLLMC_CUDA_FW=1); c=$(greedy_ids "$f" VLLMC_CUDA_FW=2)
+            note "fw $m $ty: 128 greedy ids off vs 1 vs 2: $([ -n "$a" ] && [ "$a" = "$b" ] && [ "$a" = "$c" ] && echo SAME || echo DIFF)"
+            decode_ab "fw_$ty" "$m" "$f" VLLMC_CUDA_FW "${FW_VALS:-0 1 2}" "${FW_REPS:-2}"
             rm -f "$f"
         done
     done

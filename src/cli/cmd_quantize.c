@@ -20,7 +20,7 @@ static void quantize_usage(FILE *fp) {
             "  --token-embedding-type T    type of token_embd.weight\n"
             "  --tensor-type PATTERN=T     tensors whose name contains a match of the regex PATTERN get type T\n"
             "                              (repeatable, first match wins; e.g. ssm_alpha=q8_0, 'blk\\.[0-3]\\.ffn_down=q6_k';\n"
-            "                              T: F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K IQ4_NL IQ4_XS)\n"
+            "                              T: F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K IQ4_NL IQ4_XS MXFP4)\n"
             "  --pure                      every quantizable tensor gets TYPE's default type\n"
             "  --leave-output-tensor       keep output.weight as it is\n"
             "  --allow-requantize          accept already-quantized inputs (dequantized first)\n"

@@ -100,6 +100,7 @@ static bool qmix_type_producible(uint32_t t) {
     case GGML_TYPE_F32: case GGML_TYPE_F16: case GGML_TYPE_BF16: case GGML_TYPE_Q4_0: case GGML_TYPE_Q4_1:
     case GGML_TYPE_Q5_0: case GGML_TYPE_Q5_1: case GGML_TYPE_Q8_0: case GGML_TYPE_Q2_K: case GGML_TYPE_Q3_K:
     case GGML_TYPE_Q4_K: case GGML_TYPE_Q5_K: case GGML_TYPE_Q6_K: case GGML_TYPE_IQ4_NL: case GGML_TYPE_IQ4_XS:
+    case GGML_TYPE_MXFP4:
         return true;
     default:
         return false;
@@ -115,7 +116,7 @@ vllmc_status qmix_parse_ggml_type(const char *s, uint32_t *type) {
         if ((num >= 0 && (uint32_t)num == t) || (num < 0 && qmix_streq_nocase(s, tr->name))) {
             if (!qmix_type_producible(t))
                 return vllmc_errorf(VLLMC_ERR_UNSUPPORTED, "tensor type '%s' cannot be produced here (supported: "
-                                    "F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS)", s);
+                                    "F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4)", s);
             *type = t;
             return VLLMC_OK;
         }

@@ -95,7 +95,8 @@ static inline float *attn_pair(struct bk_kv_cache *rkv, struct bk_kv_cache *gkv,
 }
 
 /* Random quant bytes with sane scales (as synth_gguf.py writes them): the block scale (and Q4_K's min scale)
- * replaced by small positive f16 values; float weights (F32, F16, BF16) N(0, 0.05). */
+ * replaced by small positive f16 values; float weights (F32, F16, BF16) N(0, 0.05); MXFP4's E8M0 byte e in 114 .. 125
+ * (2^(e - 128): 2^-14 .. 2^-3), and 0 or 1 (f32 subnormal scales) in about one block of 16. */
 static inline void fill_weight(uint32_t type, uint8_t *p, size_t bytes) {
     for (size_t i = 0; i < bytes; i++) p[i] = (uint8_t)test_rand_u64();
     const size_t bs = quant_traits(type)->type_size;
@@ -120,6 +121,9 @@ static inline void fill_weight(uint32_t type, uint8_t *p, size_t bytes) {
         else if (type == GGML_TYPE_Q4_1 || type == GGML_TYPE_Q5_1) { /* d, then the block's min m (here -d * [4, 12)) */
             const ggml_half m = fp32_to_fp16(-fp16_to_fp32(d) * (4.f + 8.f * test_rand_uniform()));
             memcpy(blk, &d, 2); memcpy(blk + 2, &m, 2);
+        } else if (type == GGML_TYPE_MXFP4) {
+            const uint64_t r = test_rand_u64();
+            blk[0] = r % 16 == 0 ? (uint8_t)((r >> 4) & 1) : (uint8_t)(114 + (r >> 4) % 12);
         } else memcpy(blk, &d, 2);
     }
 }

@@ -90,7 +90,7 @@ static void check_act_quant(const struct bk_act *ra, const struct bk_act *ga, in
 
 /* matmul of 6 weights of mixed types sharing one activation (with bias and ld_y; two launches of at most
  * 4), 1 and 11 rows; quantize feeds it. */
-#define NW 15
+#define NW 16
 /* The error bound of each output of a mat-vec against the CPU reference: sum_i |w_i x_i| over the dequantized weight row
  * and the f32 activation (+ |bias|, where bias); the float terms of both sides are exact, only their summation order
  * differs. out[r * nout + o] for activation row r of R (x: R x E) and weight row o of nout (host: the GGUF rows). */
@@ -111,8 +111,8 @@ static void abs_dot_bounds(uint32_t type, const uint8_t *host, int64_t E, int64_
 static void test_matmul(int64_t E) {
     const uint32_t types[NW] = {GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, GGML_TYPE_Q8_0, GGML_TYPE_F32, GGML_TYPE_Q5_0, GGML_TYPE_Q4_0,
                                 GGML_TYPE_Q5_K, GGML_TYPE_IQ4_XS, GGML_TYPE_Q2_K, GGML_TYPE_Q3_K, GGML_TYPE_F16, GGML_TYPE_BF16,
-                                GGML_TYPE_IQ4_NL, GGML_TYPE_Q4_1, GGML_TYPE_Q5_1};
-    const int64_t nout[NW] = {37, 64, 29, 16, 45, 18, 33, 27, 23, 41, 19, 26, 31, 22, 35};
+                                GGML_TYPE_IQ4_NL, GGML_TYPE_Q4_1, GGML_TYPE_Q5_1, GGML_TYPE_MXFP4};
+    const int64_t nout[NW] = {37, 64, 29, 16, 45, 18, 33, 27, 23, 41, 19, 26, 31, 22, 35, 21};
     struct pair_w w[NW];
     for (int i = 0; i < NW; i++) make_weight(&w[i], types[i], E, nout[i]);
     const uint32_t fmts = BK_ACT_BIT(BK_ACT_Q8_K) | BK_ACT_BIT(BK_ACT_Q8_0) | BK_ACT_BIT(BK_ACT_Q8_1);
@@ -252,11 +252,60 @@ static void test_matmul_q81(void) {
     for (int i = 0; i < 2; i++) free_weight(&w[i]);
 }
 
-/* mm_kernel_rows_fw (backend_cuda_set_matvec_fw): one-activation-row launches of F16 rows alone and of BF16 rows alone
- * (two segments: 3,001 and 517 rows of 2,560 columns), the switch off and on: both the CPU's bits, and the launch taken. */
-static void test_fw(void) {
+/* MXFP4 weights whose every block scale is an f32 subnormal (e = 0, 1: 2^-128, 2^-127; d_w d_a is then subnormal too):
+ * the CPU keeps them (no flush-to-zero), and so must the GPU's row kernel; 1 and 11 rows, 896 columns, within
+ * test_matmul's bound of the CPU with no floor under the bound (a flushed term would leave an output far off the CPU's
+ * ~1e-36). */
+static void test_matmul_mxfp4_sub(void) {
+    const int64_t E = 896, nout = 24;
+    const size_t bytes = quant_row_size(GGML_TYPE_MXFP4, E) * (size_t)nout;
+    struct pair_w w;
+    w.host = malloc(bytes);
+    fill_weight(GGML_TYPE_MXFP4, w.host, bytes);
+    for (size_t b = 0; b < bytes / sizeof(block_mxfp4); b++) w.host[b * sizeof(block_mxfp4)] = (uint8_t)(test_rand_u64() & 1);
+    const int64_t ne[2] = {E, nout};
+    CHECK(ref->ops->weight_upload(ref, w.host, GGML_TYPE_MXFP4, 2, ne, &w.r) == VLLMC_OK);
+    CHECK(gpu->ops->weight_upload(gpu, w.host, GGML_TYPE_MXFP4, 2, ne, &w.g) == VLLMC_OK);
+    for (int rows = 1; rows <= 11; rows += 10) {
+        struct bk_act ra, ga;
+        float *x = rand_buf((size_t)(rows * E), 1.0f);
+        act_pair(rows, E, BK_ACT_BIT(BK_ACT_Q8_0), x, rows, &ra, &ga);
+        float *ry = ref_put(NULL, (size_t)(rows * nout) * 4), *h = nan_buf((size_t)(rows * nout));
+        float *gy = dev_put(h, (size_t)(rows * nout) * 4);
+        struct bk_matmul_out ro = {.w = &w.r, .y = ry}, go = {.w = &w.g, .y = gy};
+        CHECK(ref->ops->matmul(ref, &ra, 1, &ro) == VLLMC_OK);
+        CHECK(gpu->ops->matmul(gpu, &ga, 1, &go) == VLLMC_OK);
+        dev_get(h, gy, (size_t)(rows * nout) * 4);
+        double *bound = malloc((size_t)(rows * nout) * sizeof(double)), mb = 0;
+        abs_dot_bounds(GGML_TYPE_MXFP4, w.host, E, nout, x, rows, NULL, bound);
+        size_t nz = 0;
+        double amax = 0;
+        for (int64_t k = 0; k < rows * nout; k++) {
+            const double d = fabs((double)h[k] - ry[k]);
+            mb = fmax(mb, isnan(d) || !(bound[k] > 0) ? INFINITY : d / bound[k]);
+            nz += ry[k] != 0.f;
+            amax = fmax(amax, fabs(ry[k]));
+        }
+        printf("matmul MXFP4 subnormal scales rows %d E %lld: %zu of %lld CPU outputs nonzero (max |ref| %.3g), max |d| / sum |w x| %.3g\n",
+               rows, (long long)E, nz, (long long)(rows * nout), amax, mb);
+        CHECK_MSG(nz == (size_t)(rows * nout), "matmul MXFP4 subnormal: %zu of %lld CPU outputs zero", (size_t)(rows * nout) - nz,
+                  (long long)(rows * nout));
+        CHECK_MSG(mb < 2e-6, "matmul MXFP4 subnormal scales rows %d: max |d| / sum |w x| %.3g", rows, mb);
+        free(bound); free(h); free(x);
+        ref->ops->free(ref, ry);
+        gpu->ops->free(gpu, gy);
+        bk_act_free(ref, &ra);
+        bk_act_free(gpu, &ga);
+    }
+    free_weight(&w);
+}
+
+/* mm_kernel_rows_fw / _ft (backend_cuda_set_matvec_fw 1 / 2): one-activation-row launches of F16 rows alone and of BF16
+ * rows alone (two segments: 3,001 and 517 rows of E columns), the switch off, 1 and 2: the CPU's bits each time, and the
+ * launches taken (mm_kernel_rows_ft at 2 where E is a multiple of 256: 2,560 and 9,216; at 1,056 mm_kernel_rows_fw). */
+static void test_fw_cols(int64_t E) {
     const uint32_t types[2] = {GGML_TYPE_F16, GGML_TYPE_BF16};
-    const int64_t E = 2560, nout[2] = {3001, 517};
+    const int64_t nout[2] = {3001, 517};
     for (int ti = 0; ti < 2; ti++) {
         struct pair_w w[2];
         for (int i = 0; i < 2; i++) make_weight(&w[i], types[ti], E, nout[i]);
@@ -274,26 +323,30 @@ static void test_fw(void) {
         }
         CHECK(ref->ops->matmul(ref, &ra, 2, ro) == VLLMC_OK);
         const int old = backend_cuda_set_matvec_fw(0);
-        for (int on = 0; on <= 1; on++) {
+        for (int on = 0; on <= 2; on++) {
             backend_cuda_set_matvec_fw(on);
             for (int i = 0; i < 2; i++) {
                 float *poison = nan_buf((size_t)nout[i]);
                 CHECK(gpu->ops->copy_to_device(gpu, gy[i], poison, (size_t)nout[i] * 4) == VLLMC_OK);
                 free(poison);
             }
-            const uint64_t n0 = backend_cuda_fw_launches();
+            const uint64_t n0 = backend_cuda_fw_launches(), t0 = backend_cuda_ft_launches();
             CHECK(gpu->ops->matmul(gpu, &ga, 2, go) == VLLMC_OK);
             size_t bad = 0;
             for (int i = 0; i < 2; i++) {
                 dev_get(h[i], gy[i], (size_t)nout[i] * 4);
                 bad += n_diff(h[i], ry[i], (size_t)nout[i]);
             }
-            const uint64_t taken = backend_cuda_fw_launches() - n0;
-            printf("fw %s, VLLMC_CUDA_FW=%d: %zu of %lld outputs differ from the CPU's bits, %llu launch(es) on mm_kernel_rows_fw\n",
-                   quant_traits(types[ti])->name, on, bad, (long long)(nout[0] + nout[1]), (unsigned long long)taken);
-            CHECK_MSG(bad == 0, "fw %s on %d: %zu outputs differ", quant_traits(types[ti])->name, on, bad);
-            CHECK_MSG(taken == (uint64_t)on, "fw %s on %d: %llu launches on mm_kernel_rows_fw", quant_traits(types[ti])->name, on,
-                      (unsigned long long)taken);
+            const uint64_t taken = backend_cuda_fw_launches() - n0, ft = backend_cuda_ft_launches() - t0;
+            printf("fw %s E %lld, VLLMC_CUDA_FW=%d: %zu of %lld outputs differ from the CPU's bits, %llu launch(es) on "
+                   "mm_kernel_rows_fw / _ft, %llu on _ft\n",
+                   quant_traits(types[ti])->name, (long long)E, on, bad, (long long)(nout[0] + nout[1]), (unsigned long long)taken,
+                   (unsigned long long)ft);
+            CHECK_MSG(bad == 0, "fw %s E %lld on %d: %zu outputs differ", quant_traits(types[ti])->name, (long long)E, on, bad);
+            CHECK_MSG(taken == (uint64_t)(on != 0), "fw %s on %d: %llu launches on mm_kernel_rows_fw", quant_traits(types[ti])->name,
+                      on, (unsigned long long)taken);
+            CHECK_MSG(ft == (uint64_t)(on == 2 && E % 256 == 0), "fw %s E %lld on %d: %llu launches on mm_kernel_rows_ft",
+                      quant_traits(types[ti])->name, (long long)E, on, (unsigned long long)ft);
         }
         backend_cuda_set_matvec_fw(old);
         for (int i = 0; i < 2; i++) {
@@ -364,12 +417,12 @@ static void test_batch_ops(void) {
     batch_two_seqs(&tb, 5, 100, 3, 7, 300);
     set_batch(&tb);
     const int T = tb.b.n_tokens;
-    const uint32_t types[15] = {GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, GGML_TYPE_Q8_0, GGML_TYPE_F32, GGML_TYPE_Q5_0, GGML_TYPE_Q4_0,
+    const uint32_t types[16] = {GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, GGML_TYPE_Q8_0, GGML_TYPE_F32, GGML_TYPE_Q5_0, GGML_TYPE_Q4_0,
                                 GGML_TYPE_Q5_K, GGML_TYPE_IQ4_XS, GGML_TYPE_Q2_K, GGML_TYPE_Q3_K, GGML_TYPE_F16, GGML_TYPE_BF16,
-                                GGML_TYPE_IQ4_NL, GGML_TYPE_Q4_1, GGML_TYPE_Q5_1};
+                                GGML_TYPE_IQ4_NL, GGML_TYPE_Q4_1, GGML_TYPE_Q5_1, GGML_TYPE_MXFP4};
     const int64_t E = 512;
     float *h = malloc((size_t)(T * E) * 4);
-    for (int i = 0; i < 15; i++) {
+    for (int i = 0; i < 16; i++) {
         struct pair_w w;
         make_weight(&w, types[i], E, 300);
         float *ro = ref_put(NULL, (size_t)(T * E) * 4), *go = dev_put(NULL, (size_t)(T * E) * 4);
@@ -750,6 +803,10 @@ static void test_moe(void) {
     test_moe_case('H', q5, q5, q6, 1, q5, q5, q6, 512, 2048, 512, 24, 17, 8, 1);
     test_moe_case('I', iq4, iq4, iq4, 1, iq4, iq4, iq4, 256, 512, 256, 12, 9, 4, 1);
     test_moe_case('J', q4, iq4, q5, 0, 0, 0, 0, 0, 4608, 256, 9, 8, 2, 1);
+    /* MXFP4 experts (Q8_0 activations: the general path's row function row_q45_0), a merged shared expert with a Q8_0 down
+     * (the same hidden format) */
+    const uint32_t mx = GGML_TYPE_MXFP4;
+    test_moe_case('K', mx, mx, mx, 1, mx, mx, GGML_TYPE_Q8_0, 256, 512, 256, 12, 9, 4, 0);
 }
 
 /* KV dtypes: the stored elements byte for byte equal to the CPU's (f16, bf16, fp8 e4m3 with per-layer
@@ -2078,7 +2135,8 @@ static void test_errors(void) {
     uint8_t buf[4096] = {0};
     CHECK(gpu->ops->weight_upload(gpu, buf, GGML_TYPE_Q4_K, 2, ne, &t) != VLLMC_OK); /* 100 not a block multiple */
     const int64_t ne2[2] = {256, 4};
-    CHECK(gpu->ops->weight_upload(gpu, buf, GGML_TYPE_MXFP4, 2, ne2, &t) == VLLMC_ERR_UNSUPPORTED); /* (no CUDA kernel) */
+    CHECK(gpu->ops->weight_upload(gpu, buf, GGML_TYPE_IQ2_XXS, 2, ne2, &t) == VLLMC_ERR_UNSUPPORTED); /* (no kernel) */
+    CHECK(strstr(vllmc_last_error(), "not supported") != NULL);
     struct bk_batch b = {0};
     CHECK(gpu->ops->batch_set(gpu, &b) == VLLMC_ERR_INVALID);
 }
@@ -2103,9 +2161,14 @@ int main(int argc, char **argv) {
         return 0;
     }
     CHECK(backend_cpu_create(1, true, &ref) == VLLMC_OK);
-    if (want("fw")) test_fw();
+    if (want("fw")) {
+        test_fw_cols(2560);
+        test_fw_cols(9216);
+        test_fw_cols(1056);
+    }
     if (want("matmul")) {
         test_matmul_q81();
+        test_matmul_mxfp4_sub();
         test_matmul(512 + 256 * (int64_t)(test_rand_u64() % 3));
         test_matmul(4608); /* 18 super-blocks a row: the column-split kernel's 4 super-blocks a warp, one warp idling half */
     }

@@ -26,15 +26,17 @@
 #include "test.h"
 #include "cuda_pair.h"
 
-#define N_GEMM_TYPES 14
+#define N_GEMM_TYPES 15
 static const uint32_t gemm_types[N_GEMM_TYPES] = {GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q5_0,
                                                   GGML_TYPE_Q5_K, GGML_TYPE_IQ4_XS, GGML_TYPE_Q2_K, GGML_TYPE_Q3_K, GGML_TYPE_F16,
-                                                  GGML_TYPE_BF16, GGML_TYPE_IQ4_NL, GGML_TYPE_Q4_1, GGML_TYPE_Q5_1};
+                                                  GGML_TYPE_BF16, GGML_TYPE_IQ4_NL, GGML_TYPE_Q4_1, GGML_TYPE_Q5_1,
+                                                  GGML_TYPE_MXFP4};
 
 static void test_dequant_f16(void) {
     for (int ti = 0; ti < N_GEMM_TYPES; ti++) {
         const uint32_t type = gemm_types[ti];
-        const int64_t E = type == GGML_TYPE_Q4_0 || type == GGML_TYPE_Q5_0 || type == GGML_TYPE_IQ4_NL || type == GGML_TYPE_Q5_1 ? 896 : 768,
+        const int64_t E = type == GGML_TYPE_Q4_0 || type == GGML_TYPE_Q5_0 || type == GGML_TYPE_IQ4_NL || type == GGML_TYPE_Q5_1 ||
+                          type == GGML_TYPE_MXFP4 ? 896 : 768,
                       R = 37;
         struct pair_w w;
         make_weight(&w, type, E, R);
@@ -82,7 +84,7 @@ static void test_gemm_matmul(bool act_q8) {
     backend_cuda_set_gemm_act(gpu, act_q8);
     const int NO = N_GEMM_TYPES + 1;
     const int64_t E = 512 + 256 * (int64_t)(test_rand_u64() % 3);
-    const int64_t nout[N_GEMM_TYPES + 1] = {300, 77, 129, 64, 96, 88, 53, 61, 70, 45, 58, 83, 47, 66, 40};
+    const int64_t nout[N_GEMM_TYPES + 1] = {300, 77, 129, 64, 96, 88, 53, 61, 70, 45, 58, 83, 47, 66, 74, 40};
     struct pair_w w[N_GEMM_TYPES + 1];
     for (int i = 0; i < NO; i++) make_weight(&w[i], i < N_GEMM_TYPES ? gemm_types[i] : GGML_TYPE_F32, E, nout[i]);
     const uint32_t fmts = BK_ACT_BIT(BK_ACT_Q8_K) | BK_ACT_BIT(BK_ACT_Q8_0) | BK_ACT_BIT(BK_ACT_Q8_1);

@@ -407,6 +407,8 @@ def test_options_match(models, tmp_path):
         # IQ4_XS (type 23), which no ftype here produces, through the override (the GPU decode's IQ4_XS rows are
         # measured on files made this way)
         ("qwen35", "Q4_K_M", [("ffn_(gate|up|down)|attn_qkv|attn_gate", 23)], ["--tensor-type", "ffn_(gate|up|down)|attn_qkv|attn_gate=iq4_xs"]),
+        # MXFP4 (type 39) likewise (the GPU's MXFP4 rows and experts are checked on files made this way: gpu-check types)
+        ("qwen35moe", "Q4_K_M", [("ffn_(gate|up|down)|attn_qkv|attn_gate", 39)], ["--tensor-type", "ffn_(gate|up|down)|attn_qkv|attn_gate=mxfp4"]),
     ]
     for i, (arch, ftype, tt, flags) in enumerate(tt_cases):
         ref, ours = str(tmp_path / f"reft{i}.gguf"), str(tmp_path / f"ourst{i}.gguf")

@@ -889,7 +889,11 @@ static vllmc_status cu_copy_to_host(struct backend *be, void *dst, const void *s
 static bool cu_matmul_type(uint32_t t) {
     return t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K || t == GGML_TYPE_Q6_K || t == GGML_TYPE_IQ4_XS || t == GGML_TYPE_Q8_0 ||
            t == GGML_TYPE_Q4_0 || t == GGML_TYPE_Q5_0 || t == GGML_TYPE_Q2_K || t == GGML_TYPE_Q3_K || t == GGML_TYPE_F32 ||
-           t == GGML_TYPE_F16 || t == GGML_TYPE_BF16 || t == GGML_TYPE_IQ4_NL || t == GGML_TYPE_Q4_1 || t == GGML_TYPE_Q5_1;
+           t == GGML_TYPE_F16 || t == GGML_TYPE_BF16 || t == GGML_TYPE_IQ4_NL || t == GGML_TYPE_Q4_1 || t == GGML_TYPE_Q5_1 ||
+#if !defined(VLLMC_HIP) /* (gemv_q.cu mm_row: the case is CUDA's only) */
+           t == GGML_TYPE_MXFP4 ||
+#endif
+           false;
 }
 
 static vllmc_status cu_weight_upload(struct backend *be, const void *host_data, uint32_t type, int n_dims,
@@ -2161,7 +2165,7 @@ extern "C" vllmc_status backend_cuda_create(const struct backend_cuda_opts *o, s
     if ((env = getenv("VLLMC_CUDA_CARVEOUT")) && atoi(env) >= 0 && atoi(env) <= 100) gpu_carveout = atoi(env); /* (comparisons) */
     if ((env = getenv("VLLMC_CUDA_MMA"))) cu_mm_cfg.mma = atoi(env) & 8191; /* the tensor-core mat-vec's classes */
     if ((env = getenv("VLLMC_CUDA_COLX"))) cu_mm_cfg.colx = VLLMC_MIN(VLLMC_MAX(atoi(env), 0), 2); /* mm_kernel_colx for the other weight types (2: IQ4_XS at 2 row passes a CTA too) */
-    if ((env = getenv("VLLMC_CUDA_FW"))) cu_mm_cfg.fw = atoi(env) != 0; /* mm_kernel_rows_fw for the F16 / BF16 rows' decode */
+    if ((env = getenv("VLLMC_CUDA_FW"))) backend_cuda_set_matvec_fw(atoi(env)); /* mm_kernel_rows_fw (1) / _ft (2) for the F16 / BF16 rows' decode */
     if ((env = getenv("VLLMC_CUDA_MMR"))) { /* "rows[,small_sb,small_rows]": several-row steps on the tensor cores */
         int v[3] = {0, 0, 0};
         const int nv = sscanf(env, "%d,%d,%d", &v[0], &v[1], &v[2]);
@@ -2360,7 +2364,7 @@ extern "C" int backend_cuda_set_matvec_colx(int on) {
 }
 extern "C" int backend_cuda_set_matvec_fw(int on) {
     const int old = cu_mm_cfg.fw;
-    cu_mm_cfg.fw = on != 0;
+    cu_mm_cfg.fw = VLLMC_MIN(VLLMC_MAX(on, 0), 2);
     return old;
 }
 extern "C" int backend_cuda_set_lmh(int ns, int rows) {

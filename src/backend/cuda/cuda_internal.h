@@ -40,6 +40,19 @@ static __device__ __forceinline__ int iq4nl_value(int q) {
     return (int)(int8_t)(w >> (8 * (q & 3)));
 }
 
+/* kvalues_mxfp4[q] (quant/blocks.h) for q in 0 .. 15, as iq4nl_value: the E2M1 values times 2. */
+static __device__ __forceinline__ int mxfp4_value(int q) {
+    const uint32_t w = q < 8 ? (q < 4 ? 0x03020100u /* 0 1 2 3 */ : 0x0C080604u /* 4 6 8 12 */)
+                             : (q < 12 ? 0xFDFEFF00u /* 0 -1 -2 -3 */ : 0xF4F8FAFCu /* -4 -6 -8 -12 */);
+    return (int)(int8_t)(w >> (8 * (q & 3)));
+}
+
+/* Half the MXFP4 E8M0 block scale, 2^(e - 128) as f32, bit for bit quant/dot_impl.h's dot_e8m0_half (e = 0, 1: the f32
+ * subnormals 2^-128, 2^-127; the kernels are built without flush-to-zero, so the products keep them as the CPU does). */
+static __device__ __forceinline__ float e8m0_half(uint32_t e) {
+    return __uint_as_float(e < 2 ? 0x00200000u << e : (e - 1) << 23);
+}
+
 /* Four floats as bf16 (blocks.h's fp32_to_bf16: rounded to nearest even, the CPU backend's conversion), packed in element
  * order into 8 bytes: the stores of a bf16 GDN state (the rule kernel, the chunked kernel's last chunk). */
 static __device__ __forceinline__ uint2 bf16x4_pack(float a, float b, float c, float d) {
@@ -244,7 +257,9 @@ struct cu_mm_cfg {
                                   an AMD GPU) */
     int32_t fw;                /* 1: one-activation-row launches whose rows are all F16 or all BF16 on mm_kernel_rows_fw (only
                                   that row type compiled: fewer registers, more warps an SM, 32 steps in flight a warp; the
-                                  same bits). 0 (default: built, not yet measured): mm_kernel_rows */
+                                  same bits); 2: on mm_kernel_rows_ft where the rows are of a multiple of 256 columns (16-byte
+                                  loads through shared memory; the same bits). 0 (default: built, not yet measured):
+                                  mm_kernel_rows */
 };
 extern struct cu_mm_cfg cu_mm_cfg;
 extern int cu_lmh_ns, cu_lmh_rows; /* mm_kernel_lmh (the LM head's ring of tiles): its slots (0: off) and the launches of

@@ -95,6 +95,13 @@ static __device__ float dequant_elem(const uint8_t *row, uint32_t type, int64_t 
         const uint8_t *dp = row + 16 * nb + (q5 ? ((4 * nb + 15) & ~(int64_t)15) : 0) + 4 * b;
         return __fadd_rn(__fmul_rn((float)q, fp16_to_fp32((uint16_t)(dp[0] | (dp[1] << 8)))), fp16_to_fp32((uint16_t)(dp[2] | (dp[3] << 8))));
     }
+    case GGML_TYPE_MXFP4: { /* kvalues_mxfp4[q] * 2^(e - 128) (quant/dequant.c dequant_mxfp4; a repacked row: the quants, then
+                               the byte e of each block) */
+        const int64_t nb = n / 32, b = e / 32;
+        const int j = (int)(e % 32);
+        const uint8_t qb = row[16 * b + j % 16];
+        return __fmul_rn((float)mxfp4_value(j < 16 ? (qb & 15) : (qb >> 4)), e8m0_half(row[16 * nb + b]));
+    }
     case GGML_TYPE_Q4_0:
     case GGML_TYPE_Q5_0:
     case GGML_TYPE_IQ4_NL: {

@@ -47,6 +47,7 @@ uint64_t cu_weight_row_stride(uint32_t type, int64_t n) {
     case GGML_TYPE_Q5_0: return n % 32 ? 0 : 16 * (uint64_t)(n / 32) + pad16(4 * (uint64_t)(n / 32)) + pad16(2 * (uint64_t)(n / 32));
     case GGML_TYPE_Q4_1: return n % 32 ? 0 : 16 * (uint64_t)(n / 32) + pad16(4 * (uint64_t)(n / 32));
     case GGML_TYPE_Q5_1: return n % 32 ? 0 : 16 * (uint64_t)(n / 32) + pad16(4 * (uint64_t)(n / 32)) + pad16(4 * (uint64_t)(n / 32));
+    case GGML_TYPE_MXFP4: return n % 32 ? 0 : 16 * (uint64_t)(n / 32) + pad16((uint64_t)(n / 32));
     case GGML_TYPE_F32: return 4 * (uint64_t)n;
     case GGML_TYPE_F16:
     case GGML_TYPE_BF16: return 2 * (uint64_t)n;
@@ -158,6 +159,14 @@ static void repack_row(uint32_t type, const uint8_t *src, int64_t n, uint8_t *ds
             uint8_t *bq = b + (q5 ? 8 : 4);
             if (unpack) { memcpy(bq, qs + 16 * s, 16); if (q5) memcpy(b + 4, qh + 4 * s, 4); memcpy(b, dm + 4 * s, 4); }
             else { memcpy(qs + 16 * s, bq, 16); if (q5) memcpy(qh + 4 * s, b + 4, 4); memcpy(dm + 4 * s, b, 4); }
+        }
+    } else if (type == GGML_TYPE_MXFP4) { /* the quants, then the E8M0 byte e of each block */
+        const int64_t nb = n / 32;
+        uint8_t *qs = dst, *e = dst + 16 * nb;
+        for (int64_t s = 0; s < nb; s++) {
+            block_mxfp4 *b = (block_mxfp4 *)(src + s * sizeof(block_mxfp4));
+            if (unpack) { memcpy(b->qs, qs + 16 * s, 16); b->e = e[s]; }
+            else { memcpy(qs + 16 * s, b->qs, 16); e[s] = b->e; }
         }
     } else {
         if (unpack) memcpy((void *)src, dst, stride);
@@ -485,6 +494,16 @@ static __device__ __forceinline__ int iq4_values4(uint32_t nib) {
     const uint32_t m = ((nib >> 3) & 0x01010101u) * 0xFFu; /* 0xFF in the bytes whose nibble is 8 .. 15 */
     return (int)((lo & ~m) | (hi & m));
 }
+/* The MXFP4 values of 4 nibbles (kvalues_mxfp4: 0 1 2 3 4 6 8 12, then the same negated), as iq4_values4. */
+static __device__ __forceinline__ int mxfp4_values4(uint32_t nib) {
+    const uint32_t t0 = 0x03020100u /* 0 1 2 3 */, t1 = 0x0C080604u /* 4 6 8 12 */;
+    const uint32_t t2 = 0xFDFEFF00u /* 0 -1 -2 -3 */, t3 = 0xF4F8FAFCu /* -4 -6 -8 -12 */;
+    const uint32_t v = nib & 0x07070707u;
+    const uint32_t sel = (v & 0xFu) | ((v >> 4) & 0xF0u) | ((v >> 8) & 0xF00u) | ((v >> 12) & 0xF000u);
+    const uint32_t lo = __byte_perm(t0, t1, sel), hi = __byte_perm(t2, t3, sel);
+    const uint32_t m = ((nib >> 3) & 0x01010101u) * 0xFFu; /* 0xFF in the bytes whose nibble is 8 .. 15 */
+    return (int)((lo & ~m) | (hi & m));
+}
 
 /* IQ4_XS x Q8_K: lane (g, c) owns sub-blocks 2c and 2c + 1 of super-block 8*step + g (32 quant bytes: sub-block b is
  * bytes 16b .. 16b + 15, element j the low nibble of byte j, element 16 + j its high nibble); its two 6-bit scales
@@ -669,11 +688,12 @@ static __device__ __forceinline__ uint32_t spread4(uint32_t x) {
 /* Q4_0 / Q5_0 x Q8_0: one 32-element block per lane per step; element j < 16 is the low nibble of qs[j],
  * element j + 16 the high nibble (Q5_0: bit j / j + 16 of qh as the 5th bit); offset 8 / 16. */
 /* K: 0 Q4_0, 1 Q5_0, 2 IQ4_NL (Q4_0's layout, the nibbles through kvalues_iq4nl), 3 Q4_1, 4 Q5_1 (the quants unsigned,
- * a d / m word a block, against Q8_1 activations: the reference's dot_term_min with the activation's s). A repacked row:
- * the quants, the 4 qh bytes of each block from a 16-byte boundary (Q5_0, Q5_1), then the f16 d (d / m) of each. */
+ * a d / m word a block, against Q8_1 activations: the reference's dot_term_min with the activation's s), 5 MXFP4 (the
+ * nibbles through kvalues_mxfp4, the scale dot_e8m0_half of the block's byte e). A repacked row: the quants, the 4 qh
+ * bytes of each block from a 16-byte boundary (Q5_0, Q5_1), then the f16 d (d / m; MXFP4: the byte e) of each. */
 template <int NA, int K>
 static __device__ void row_q45_0(const uint8_t *wr, int n_b, const cu_act_view &a, int a0, int na, float *acc, int lane) {
-    constexpr bool Q5 = K == 1 || K == 4, MIN = K >= 3;
+    constexpr bool Q5 = K == 1 || K == 4, MIN = K == 3 || K == 4;
     const uint8_t *qhb = wr + 16 * (size_t)n_b;
     const uint8_t *db = Q5 ? qhb + ((4 * (size_t)n_b + 15) & ~(size_t)15) : qhb;
     const int n_steps = (n_b + 31) / 32;
@@ -686,7 +706,9 @@ static __device__ void row_q45_0(const uint8_t *wr, int n_b, const cu_act_view &
             if (b < n_b) {
                 q[u] = gpu_ldg((const uint4 *)(wr + 16 * (size_t)b));
                 qh[u] = Q5 ? gpu_ldg((const uint32_t *)(qhb + 4 * (size_t)b)) : 0u;
-                dw[u] = MIN ? gpu_ldg((const uint32_t *)(db + 4 * (size_t)b)) : (uint32_t)gpu_ldg((const unsigned short *)(db + 2 * (size_t)b));
+                dw[u] = MIN ? gpu_ldg((const uint32_t *)(db + 4 * (size_t)b))
+                      : K == 5 ? (uint32_t)gpu_ldg((const unsigned char *)(db + (size_t)b))
+                               : (uint32_t)gpu_ldg((const unsigned short *)(db + 2 * (size_t)b));
             } else { q[u] = make_uint4(0, 0, 0, 0); qh[u] = 0; dw[u] = 0; }
         }
 #pragma unroll
@@ -701,6 +723,9 @@ static __device__ void row_q45_0(const uint8_t *wr, int n_b, const cu_act_view &
                 if (K == 2) {
                     lo[w] = iq4_values4(l);
                     hi[w] = iq4_values4(h);
+                } else if (K == 5) {
+                    lo[w] = mxfp4_values4(l);
+                    hi[w] = mxfp4_values4(h);
                 } else if (MIN) {
                     if (Q5) {
                         l |= spread4((qh[u] >> (4 * w)) & 15u);
@@ -718,7 +743,7 @@ static __device__ void row_q45_0(const uint8_t *wr, int n_b, const cu_act_view &
                     hi[w] = (int)(((h | 0x80808080u) - 0x08080808u) ^ 0x80808080u);
                 }
             }
-            const float d = fp16_to_fp32((uint16_t)(dw[u] & 0xffff));
+            const float d = K == 5 ? e8m0_half(dw[u]) : fp16_to_fp32((uint16_t)(dw[u] & 0xffff));
 #pragma unroll
             for (int r = 0; r < NA; r++) {
                 if (r < na) {
@@ -755,6 +780,8 @@ template <> struct fw_elt<bf16w> {
         return __uint_as_float((uint32_t)gpu_ldg((const unsigned short *)p + i) << 16);
     }
 };
+template <typename WT> struct fw_is_bf16 { static constexpr bool v = false; };
+template <> struct fw_is_bf16<bf16w> { static constexpr bool v = true; };
 static __host__ __device__ __forceinline__ bool fw_type(int t) { return t == GGML_TYPE_F32 || t == GGML_TYPE_F16 || t == GGML_TYPE_BF16; }
 
 template <int NA, int UNR, typename WT> /* UNR: steps whose loads are in flight together (32 for the router's mat-vec:
@@ -830,6 +857,9 @@ static __device__ __forceinline__ void mm_row(const struct cu_mm_args &P, const 
     case GGML_TYPE_IQ4_NL: row_q45_0<NA, 2>(wr, n / 32, P.a, a0, na, acc, lane); break;
     case GGML_TYPE_Q4_1: row_q45_0<NA, 3>(wr, n / 32, P.a, a0, na, acc, lane); break;
     case GGML_TYPE_Q5_1: row_q45_0<NA, 4>(wr, n / 32, P.a, a0, na, acc, lane); break;
+#if !defined(VLLMC_HIP) /* (gfx11: one more case here spills mm_kernel_rows / mm_kernel<4>; cu_matmul_type rejects MXFP4 there) */
+    case GGML_TYPE_MXFP4: row_q45_0<NA, 5>(wr, n / 32, P.a, a0, na, acc, lane); break;
+#endif
     case GGML_TYPE_F32:
     case GGML_TYPE_F16:
     case GGML_TYPE_BF16: row_f32<NA, NA == 1 ? 32 : 8>(S.type, wr, n, P.a, a0, na, acc, lane); break;
@@ -1064,6 +1094,73 @@ static __global__ void __launch_bounds__(32 * CU_MM_WARPS) mm_kernel_rows_fw(con
         float acc[1];
         row_fw<1, 32>((const WT *)(S.w + (size_t)row * S.stride), (int)P.a.n, P.a, 0, 1, acc, lane);
         mm_row_out(S, row, 0, 1, acc, lane);
+    }
+}
+
+/* mm_kernel_rows_ft (cu_mm_cfg.fw 2): F16 / BF16 rows read 16 bytes a lane, in the reference's order all the same. A
+ * warp takes a row's 256-element windows: one 512-byte load a window (lane t: elements 8t .. 8t + 7), written to the
+ * warp's slot in shared memory, from which lane j takes elements j, j + 32, ..., j + 224, the ones p[j] sums in
+ * row_fw. So each lane's products and sums are row_fw's, in its order: mm_kernel_rows' bits, with an eighth of its
+ * load instructions. A warp walks its rows' windows as one sequence, FT_U windows a batch, the next batch asked for
+ * before the current one is summed (the first before the dependency wait: weights do not depend on it). Rows of a
+ * multiple of 256 columns at 16-byte aligned addresses (mm_launch_fw checks). */
+#define FT_U 4
+template <typename WT>
+static __global__ void __launch_bounds__(32 * CU_MM_WARPS) mm_kernel_rows_ft(const struct cu_mm_args P) {
+    __shared__ __align__(16) uint16_t slot[CU_MM_WARPS][FT_U * 256];
+    const int lane = threadIdx.x % 32, wid = threadIdx.x / 32;
+    const int nw = (int)(P.a.n / 256), n_warps = gridDim.x * CU_MM_WARPS, g0 = blockIdx.x * CU_MM_WARPS + wid;
+    const int n_rows = g0 < P.total_rows ? (P.total_rows - 1 - g0) / n_warps + 1 : 0;
+    const int T = n_rows * nw; /* the warp's windows, row after row */
+    uint16_t *sb = slot[wid];
+    const float *x = P.a.x;
+    uint4 cur[FT_U], nxt[FT_U];
+    /* window t's 16 bytes of this lane */
+    auto load = [&](int t) -> uint4 {
+        if (t >= T) return make_uint4(0, 0, 0, 0);
+        const int m = t / nw, w = t - m * nw, g = g0 + m * n_warps;
+        const cu_mm_seg &S = P.seg[mv_seg_row(P, g)];
+        return gpu_ldg((const uint4 *)(S.w + (size_t)(g - S.row0) * S.stride) + 32 * w + lane);
+    };
+#pragma unroll
+    for (int u = 0; u < FT_U; u++) cur[u] = load(u);
+    gpu_pdl_wait();
+    gpu_pdl_trigger();
+    float p = 0.f;
+    for (int t0 = 0; t0 < T; t0 += FT_U) {
+#pragma unroll
+        for (int u = 0; u < FT_U; u++) nxt[u] = load(t0 + FT_U + u);
+#pragma unroll
+        for (int u = 0; u < FT_U; u++) *(uint4 *)(sb + 256 * u + 8 * lane) = cur[u];
+        __syncwarp();
+#pragma unroll
+        for (int u = 0; u < FT_U; u++) {
+            const int t = t0 + u;
+            if (t >= T) continue; /* (not break: the loop is unrolled) */
+            const int m = t / nw, w = t - m * nw;
+            const float *xw = x + 256 * w + lane;
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                const unsigned short h = sb[256 * u + lane + 32 * k];
+                const float wv = fw_is_bf16<WT>::v ? __uint_as_float((uint32_t)h << 16) : gpu_h2f(h);
+                p = __fadd_rn(p, __fmul_rn(wv, xw[32 * k]));
+            }
+            if (w == nw - 1) { /* the row's last window: its sum, as row_fw ends */
+                float v = p;
+                v = __fadd_rn(v, shfl_xor(v, 8));
+                v = __fadd_rn(v, shfl_xor(v, 16));
+                v = __fadd_rn(v, shfl_xor(v, 4));
+                v = __fadd_rn(v, shfl_xor(v, 2));
+                v = __fadd_rn(v, shfl_xor(v, 1));
+                const int g = g0 + m * n_warps;
+                const cu_mm_seg &S = P.seg[mv_seg_row(P, g)];
+                mm_row_out(S, g - S.row0, 0, 1, &v, lane);
+                p = 0.f;
+            }
+        }
+        __syncwarp();
+#pragma unroll
+        for (int u = 0; u < FT_U; u++) cur[u] = nxt[u];
     }
 }
 
@@ -4383,11 +4480,12 @@ void cu_launch_matmul(const struct cu_mm_args *args, gpuStream_t s) {
     }
 }
 
-uint64_t cu_fw_launches;
+uint64_t cu_fw_launches, cu_ft_launches;
 extern "C" uint64_t backend_cuda_fw_launches(void) { return cu_fw_launches; }
+extern "C" uint64_t backend_cuda_ft_launches(void) { return cu_ft_launches; }
 
-/* mm_kernel_rows_fw (cu_mm_cfg.fw) when the launch has one activation row and its segments are all F16 or all BF16;
- * false (nothing launched) otherwise. A grid of at most the CTAs resident at once, each warp walking rows. */
+/* mm_kernel_rows_fw (cu_mm_cfg.fw; 2: mm_kernel_rows_ft where its rows allow) when the launch has one activation row
+ * and its segments are all F16 or all BF16; false (nothing launched) otherwise. A grid of at most the CTAs resident at once, each warp walking rows. */
 static bool mm_launch_fw(const struct cu_mm_args *args, gpuStream_t s) {
     if (!cu_mm_cfg.fw || args->n_act != 1) return false;
     const int t = args->seg[0].type;
@@ -4395,11 +4493,15 @@ static bool mm_launch_fw(const struct cu_mm_args *args, gpuStream_t s) {
     for (int i = 1; i < args->n_seg; i++)
         if (args->seg[i].type != t) return false;
     const bool k = t == GGML_TYPE_BF16;
-    const int res = k ? mm_resident(mm_kernel_rows_fw<bf16w>, 32 * CU_MM_WARPS) : mm_resident(mm_kernel_rows_fw<f16w>, 32 * CU_MM_WARPS);
+    bool ft = cu_mm_cfg.fw == 2 && args->a.n % 256 == 0;
+    for (int i = 0; i < args->n_seg && ft; i++) ft = !(((uintptr_t)args->seg[i].w | (uintptr_t)args->seg[i].stride) & 15);
+    typedef void (*fn)(const struct cu_mm_args);
+    const fn f = ft ? (k ? mm_kernel_rows_ft<bf16w> : mm_kernel_rows_ft<f16w>) : (k ? mm_kernel_rows_fw<bf16w> : mm_kernel_rows_fw<f16w>);
+    const int res = mm_resident(f, 32 * CU_MM_WARPS);
     const int ctas = (int)min((int64_t)GPU_CEIL_DIV(args->total_rows, CU_MM_WARPS), (int64_t)max(res, 1));
-    if (k) gpu_launch(mm_kernel_rows_fw<bf16w>, dim3((unsigned)ctas), dim3(32 * CU_MM_WARPS), 0, s, *args);
-    else gpu_launch(mm_kernel_rows_fw<f16w>, dim3((unsigned)ctas), dim3(32 * CU_MM_WARPS), 0, s, *args);
+    gpu_launch(f, dim3((unsigned)ctas), dim3(32 * CU_MM_WARPS), 0, s, *args);
     cu_fw_launches++;
+    cu_ft_launches += ft;
     return true;
 }
 
@@ -4557,6 +4659,7 @@ static __global__ void __launch_bounds__(32 * CU_MM_WARPS) moe_mm_kernel(const s
                 if (type == GGML_TYPE_Q4_0) row_q45_0<1, 0>(wr, n / 32, a, 0, 1, v, lane);
                 else if (type == GGML_TYPE_Q5_0) row_q45_0<1, 1>(wr, n / 32, a, 0, 1, v, lane);
                 else if (type == GGML_TYPE_IQ4_NL) row_q45_0<1, 2>(wr, n / 32, a, 0, 1, v, lane);
+                else if (type == GGML_TYPE_MXFP4) row_q45_0<1, 5>(wr, n / 32, a, 0, 1, v, lane);
                 else if (type == GGML_TYPE_Q5_K) row_q5_K<1>(wr, n / QK_K, a, 0, 1, v, lane);
                 else if (type == GGML_TYPE_IQ4_XS) row_iq4_xs<1>(wr, n / QK_K, a, 0, 1, v, lane);
                 else if (type == GGML_TYPE_Q2_K) row_q23_K<1, false>(wr, n / QK_K, a, 0, 1, v, lane);

@@ -116,6 +116,14 @@ static __device__ __forceinline__ uint4 dequant8_f16(const uint8_t *row, uint32_
         const float d = half_at(row + 32 * nb + 2 * b);
 #pragma unroll
         for (int k = 0; k < 8; k++) y[k] = __fmul_rn((float)(int8_t)(((k < 4 ? qw.x : qw.y) >> (8 * (k % 4))) & 0xff), d);
+    } else if (type == GGML_TYPE_MXFP4) { /* kvalues_mxfp4[q] * 2^(e - 128) (quant/dequant.c dequant_mxfp4): Q4_0's nibbles,
+                                             then the byte e of each block */
+        const int nb = n / 32, b = e0 / 32;
+        const int j0 = e0 % 32, shift = j0 < 16 ? 0 : 4;
+        const uint2 qw = *(const uint2 *)(row + 16 * b + j0 % 16);
+        const float d = e8m0_half(row[16 * nb + b]);
+#pragma unroll
+        for (int k = 0; k < 8; k++) y[k] = __fmul_rn((float)mxfp4_value((int)(((k < 4 ? qw.x : qw.y) >> (8 * (k % 4) + shift)) & 15)), d);
     } else { /* Q4_0, Q5_0, IQ4_NL, Q4_1, Q5_1: element j of a block is nibble (j < 16 ? low : high) of byte j % 16 */
         const int nb = n / 32, b = e0 / 32;
         const int j0 = e0 % 32, l0 = j0 % 16, shift = j0 < 16 ? 0 : 4;
@@ -163,7 +171,7 @@ bool cu_dequant_f16_type(uint32_t type) {
     return type == GGML_TYPE_Q4_K || type == GGML_TYPE_Q5_K || type == GGML_TYPE_Q6_K || type == GGML_TYPE_IQ4_XS ||
            type == GGML_TYPE_Q8_0 || type == GGML_TYPE_Q4_0 || type == GGML_TYPE_Q5_0 || type == GGML_TYPE_Q2_K ||
            type == GGML_TYPE_Q3_K || type == GGML_TYPE_F16 || type == GGML_TYPE_BF16 || type == GGML_TYPE_IQ4_NL ||
-           type == GGML_TYPE_Q4_1 || type == GGML_TYPE_Q5_1;
+           type == GGML_TYPE_Q4_1 || type == GGML_TYPE_Q5_1 || type == GGML_TYPE_MXFP4;
 }
 
 void cu_launch_dequant_f16(const uint8_t *w, uint32_t type, uint64_t stride, int64_t n_cols, int64_t n_rows, uint16_t *out,
@@ -183,6 +191,7 @@ void cu_launch_dequant_f16(const uint8_t *w, uint32_t type, uint64_t stride, int
         case GGML_TYPE_Q4_1: dequant_f16_kernel<GGML_TYPE_Q4_1><<<grid, 256, 0, s>>>(w, stride, (int)n_cols, (int)r0, (uint4 *)out); break;
         case GGML_TYPE_Q5_1: dequant_f16_kernel<GGML_TYPE_Q5_1><<<grid, 256, 0, s>>>(w, stride, (int)n_cols, (int)r0, (uint4 *)out); break;
         case GGML_TYPE_IQ4_NL: dequant_f16_kernel<GGML_TYPE_IQ4_NL><<<grid, 256, 0, s>>>(w, stride, (int)n_cols, (int)r0, (uint4 *)out); break;
+        case GGML_TYPE_MXFP4: dequant_f16_kernel<GGML_TYPE_MXFP4><<<grid, 256, 0, s>>>(w, stride, (int)n_cols, (int)r0, (uint4 *)out); break;
         case GGML_TYPE_Q2_K: dequant_f16_kernel<GGML_TYPE_Q2_K><<<grid, 256, 0, s>>>(w, stride, (int)n_cols, (int)r0, (uint4 *)out); break;
         case GGML_TYPE_Q3_K: dequant_f16_kernel<GGML_TYPE_Q3_K><<<grid, 256, 0, s>>>(w, stride, (int)n_cols, (int)r0, (uint4 *)out); break;
         case GGML_TYPE_F16: dequant_f16_kernel<GGML_TYPE_F16><<<grid, 256, 0, s>>>(w, stride, (int)n_cols, (int)r0, (uint4 *)out); break;
