@@ -53,7 +53,6 @@
 # engine bench with 1, 4 and 16 requests in flight off and on).
 # Stage lmh (not default) checks and times the LM head's ring of tiles (LMH_ON, LMH_REPS, LMH_MODELS: see the stage).
 # Stage types (not default): the F16 / BF16 / IQ4_NL / MXFP4 weights and the Q2_K / Q3_K prefill GEMM on requantized models (see the stage).
-# Stage fw (not default): the F16 / BF16 rows' decode kernel VLLMC_CUDA_FW, checked and timed off and on (see the stage).
 # Stage pfnext (not default) checks and times the next round's rows into L2 after the release (PFNEXT_CFGS, PFNEXT_REPS).
 # Stage timeline (not default) runs the -DVLLMC_MV_TIMELINE build (EXTRA_BUILDS="tl:-DVLLMC_MV_TIMELINE") of TIMELINE_MODELS
 # (default the first of BENCH_MODELS) and summarizes its per-CTA timeline of the tensor-core mat-vec (scripts/mv_timeline.py).
@@ -966,24 +965,6 @@ if has types; then # the float weights (F16 / BF16: the one-warp-a-row mat-vec, 
                 VLLMC_CUDA_COLX=0 timeout 200 "$BIN/vllmc" bench -m "$f" ${TYPES_ARGS:--p 512 -g 256 -r 5} >"$OUT/types_bench_${m}_${ty}_colx0.txt" 2>&1; rc=$?
                 note "types $m $ty VLLMC_CUDA_COLX=0 rc=$rc: $(grep '^output tok/s' "$OUT/types_bench_${m}_${ty}_colx0.txt" | head -1)"
             fi
-            rm -f "$f"
-        done
-    done
-fi
-if has fw; then # the F16 / BF16 rows' decode on mm_kernel_rows_fw / _ft (VLLMC_CUDA_FW 1 / 2, off by default): test_cuda_ops fw
-    # (the same bits off, 1 and 2), then FW_MODELS (default qwen35-4b) requantized to each of FW_TYPES (default BF16): the 128
-    # greedy ids off, 1 and 2, and the decode with each of FW_VALS (default "0 1 2") FW_REPS (default 2) times in turn
-    timeout 120 "$BIN/test_cuda_ops" fw >"$OUT/fw_ops.txt" 2>&1; rc=$?
-    note "fw test_cuda_ops fw rc=$rc: $(grep -c ': 0 of .* outputs differ' "$OUT/fw_ops.txt") launches with the CPU's bits $(grep -m2 FAIL "$OUT/fw_ops.txt" | cut -c1-200 | tr '\n' ' ')"
-    wait_models
-    for m in ${FW_MODELS:-qwen35-4b}; do
-        [ -s "/tmp/models/$m.gguf" ] || { note "fw $m: model not generated"; continue; }
-        for ty in ${FW_TYPES:-BF16}; do
-            f=/tmp/models/$m-$ty.gguf
-            "$BIN/vllmc" quantize --allow-requantize --quiet "/tmp/models/$m.gguf" "$f" "$ty" >"$OUT/fw_q_${m}_$ty.txt" 2>&1 || { note "fw $m $ty: quantize failed"; continue; }
-            a=$(greedy_ids "$f" VLLMC_CUDA_FW=0); b=$(greedy_ids "$f" VLLMC_CUDA_FW=1); c=$(greedy_ids "$f" VLLMC_CUDA_FW=2)
-            note "fw $m $ty: 128 greedy ids off vs 1 vs 2: $([ -n "$a" ] && [ "$a" = "$b" ] && [ "$a" = "$c" ] && echo SAME || echo DIFF)"
-            decode_ab "fw_$ty" "$m" "$f" VLLMC_CUDA_FW "${FW_VALS:-0 1 2}" "${FW_REPS:-2}"
             rm -f "$f"
         done
     done

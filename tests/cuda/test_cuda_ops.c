@@ -300,10 +300,9 @@ static void test_matmul_mxfp4_sub(void) {
     free_weight(&w);
 }
 
-/* mm_kernel_rows_fw / _ft (backend_cuda_set_matvec_fw 1 / 2): one-activation-row launches of F16 rows alone and of BF16
- * rows alone (two segments: 3,001 and 517 rows of E columns), the switch off, 1 and 2: the CPU's bits each time, and the
- * launches taken (mm_kernel_rows_ft at 2 where E is a multiple of 256: 2,560 and 9,216; at 1,056 mm_kernel_rows_fw). */
-static void test_fw_cols(int64_t E) {
+/* One-activation-row launches of F16 rows alone and of BF16 rows alone (two segments: 3,001 and 517 rows of E columns,
+ * E 2,560, 9,216 and 1,056): the CPU's bits. */
+static void test_float_rows(int64_t E) {
     const uint32_t types[2] = {GGML_TYPE_F16, GGML_TYPE_BF16};
     const int64_t nout[2] = {3001, 517};
     for (int ti = 0; ti < 2; ti++) {
@@ -322,33 +321,20 @@ static void test_fw_cols(int64_t E) {
             go[i] = (struct bk_matmul_out){.w = &w[i].g, .y = gy[i]};
         }
         CHECK(ref->ops->matmul(ref, &ra, 2, ro) == VLLMC_OK);
-        const int old = backend_cuda_set_matvec_fw(0);
-        for (int on = 0; on <= 2; on++) {
-            backend_cuda_set_matvec_fw(on);
-            for (int i = 0; i < 2; i++) {
-                float *poison = nan_buf((size_t)nout[i]);
-                CHECK(gpu->ops->copy_to_device(gpu, gy[i], poison, (size_t)nout[i] * 4) == VLLMC_OK);
-                free(poison);
-            }
-            const uint64_t n0 = backend_cuda_fw_launches(), t0 = backend_cuda_ft_launches();
-            CHECK(gpu->ops->matmul(gpu, &ga, 2, go) == VLLMC_OK);
-            size_t bad = 0;
-            for (int i = 0; i < 2; i++) {
-                dev_get(h[i], gy[i], (size_t)nout[i] * 4);
-                bad += n_diff(h[i], ry[i], (size_t)nout[i]);
-            }
-            const uint64_t taken = backend_cuda_fw_launches() - n0, ft = backend_cuda_ft_launches() - t0;
-            printf("fw %s E %lld, VLLMC_CUDA_FW=%d: %zu of %lld outputs differ from the CPU's bits, %llu launch(es) on "
-                   "mm_kernel_rows_fw / _ft, %llu on _ft\n",
-                   quant_traits(types[ti])->name, (long long)E, on, bad, (long long)(nout[0] + nout[1]), (unsigned long long)taken,
-                   (unsigned long long)ft);
-            CHECK_MSG(bad == 0, "fw %s E %lld on %d: %zu outputs differ", quant_traits(types[ti])->name, (long long)E, on, bad);
-            CHECK_MSG(taken == (uint64_t)(on != 0), "fw %s on %d: %llu launches on mm_kernel_rows_fw", quant_traits(types[ti])->name,
-                      on, (unsigned long long)taken);
-            CHECK_MSG(ft == (uint64_t)(on == 2 && E % 256 == 0), "fw %s E %lld on %d: %llu launches on mm_kernel_rows_ft",
-                      quant_traits(types[ti])->name, (long long)E, on, (unsigned long long)ft);
+        for (int i = 0; i < 2; i++) {
+            float *poison = nan_buf((size_t)nout[i]);
+            CHECK(gpu->ops->copy_to_device(gpu, gy[i], poison, (size_t)nout[i] * 4) == VLLMC_OK);
+            free(poison);
         }
-        backend_cuda_set_matvec_fw(old);
+        CHECK(gpu->ops->matmul(gpu, &ga, 2, go) == VLLMC_OK);
+        size_t bad = 0;
+        for (int i = 0; i < 2; i++) {
+            dev_get(h[i], gy[i], (size_t)nout[i] * 4);
+            bad += n_diff(h[i], ry[i], (size_t)nout[i]);
+        }
+        printf("float rows %s E %lld: %zu of %lld outputs differ from the CPU's bits\n", quant_traits(types[ti])->name,
+               (long long)E, bad, (long long)(nout[0] + nout[1]));
+        CHECK_MSG(bad == 0, "float rows %s E %lld: %zu outputs differ", quant_traits(types[ti])->name, (long long)E, bad);
         for (int i = 0; i < 2; i++) {
             ref->ops->free(ref, ry[i]);
             gpu->ops->free(gpu, gy[i]);
@@ -2161,10 +2147,10 @@ int main(int argc, char **argv) {
         return 0;
     }
     CHECK(backend_cpu_create(1, true, &ref) == VLLMC_OK);
-    if (want("fw")) {
-        test_fw_cols(2560);
-        test_fw_cols(9216);
-        test_fw_cols(1056);
+    if (want("float_rows")) {
+        test_float_rows(2560);
+        test_float_rows(9216);
+        test_float_rows(1056);
     }
     if (want("matmul")) {
         test_matmul_q81();

@@ -2165,7 +2165,6 @@ extern "C" vllmc_status backend_cuda_create(const struct backend_cuda_opts *o, s
     if ((env = getenv("VLLMC_CUDA_CARVEOUT")) && atoi(env) >= 0 && atoi(env) <= 100) gpu_carveout = atoi(env); /* (comparisons) */
     if ((env = getenv("VLLMC_CUDA_MMA"))) cu_mm_cfg.mma = atoi(env) & 8191; /* the tensor-core mat-vec's classes */
     if ((env = getenv("VLLMC_CUDA_COLX"))) cu_mm_cfg.colx = VLLMC_MIN(VLLMC_MAX(atoi(env), 0), 2); /* mm_kernel_colx for the other weight types (2: IQ4_XS at 2 row passes a CTA too) */
-    if ((env = getenv("VLLMC_CUDA_FW"))) backend_cuda_set_matvec_fw(atoi(env)); /* mm_kernel_rows_fw (1) / _ft (2) for the F16 / BF16 rows' decode */
     if ((env = getenv("VLLMC_CUDA_MMR"))) { /* "rows[,small_sb,small_rows]": several-row steps on the tensor cores */
         int v[3] = {0, 0, 0};
         const int nv = sscanf(env, "%d,%d,%d", &v[0], &v[1], &v[2]);
@@ -2360,11 +2359,6 @@ extern "C" int backend_cuda_set_matvec_mma(int mask) {
 extern "C" int backend_cuda_set_matvec_colx(int on) {
     const int old = cu_mm_cfg.colx;
     cu_mm_cfg.colx = VLLMC_MIN(VLLMC_MAX(on, 0), 2);
-    return old;
-}
-extern "C" int backend_cuda_set_matvec_fw(int on) {
-    const int old = cu_mm_cfg.fw;
-    cu_mm_cfg.fw = VLLMC_MIN(VLLMC_MAX(on, 0), 2);
     return old;
 }
 extern "C" int backend_cuda_set_lmh(int ns, int rows) {

@@ -156,13 +156,6 @@ uint64_t backend_cuda_lmh_launches(void);
 int backend_cuda_set_matvec_colx(int on);
 /* Launches that took mm_kernel_colx so far, process-wide. */
 uint64_t backend_cuda_colx_launches(void);
-/* mm_kernel_rows_fw (1) or mm_kernel_rows_ft (2: 16-byte loads through shared memory, rows of a multiple of 256
- * columns) for one-activation-row launches of F16 rows alone or BF16 rows alone (VLLMC_CUDA_FW; default off: built,
- * not yet measured); returns the previous value. The same bits as the one-warp-a-row kernel. */
-int backend_cuda_set_matvec_fw(int on);
-/* Launches that took mm_kernel_rows_fw / _ft (both) and mm_kernel_rows_ft (alone) so far, process-wide. */
-uint64_t backend_cuda_fw_launches(void);
-uint64_t backend_cuda_ft_launches(void);
 uint64_t backend_cuda_mmx_launches(void);
 /* The Gated DeltaNet rule kernel's value rows a thread: 1, 2, or -1 (the default: 2 for a decode step of several
  * sequences with a bf16 state, where the per-CTA norms and barriers set the kernel's time; else 1); the same bits

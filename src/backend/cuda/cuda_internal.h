@@ -255,11 +255,6 @@ struct cu_mm_cfg {
                                   KT 4 instances; CUDA); 2: the same with IQ4_XS launches at 2 row passes a CTA (1: 4);
                                   0: the one-warp-per-row kernel and the general MoE path (HIP default: not yet run on
                                   an AMD GPU) */
-    int32_t fw;                /* 1: one-activation-row launches whose rows are all F16 or all BF16 on mm_kernel_rows_fw (only
-                                  that row type compiled: fewer registers, more warps an SM, 32 steps in flight a warp; the
-                                  same bits); 2: on mm_kernel_rows_ft where the rows are of a multiple of 256 columns (16-byte
-                                  loads through shared memory; the same bits). 0 (default: built, not yet measured):
-                                  mm_kernel_rows */
 };
 extern struct cu_mm_cfg cu_mm_cfg;
 extern int cu_lmh_ns, cu_lmh_rows; /* mm_kernel_lmh (the LM head's ring of tiles): its slots (0: off) and the launches of

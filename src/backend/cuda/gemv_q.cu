@@ -780,8 +780,6 @@ template <> struct fw_elt<bf16w> {
         return __uint_as_float((uint32_t)gpu_ldg((const unsigned short *)p + i) << 16);
     }
 };
-template <typename WT> struct fw_is_bf16 { static constexpr bool v = false; };
-template <> struct fw_is_bf16<bf16w> { static constexpr bool v = true; };
 static __host__ __device__ __forceinline__ bool fw_type(int t) { return t == GGML_TYPE_F32 || t == GGML_TYPE_F16 || t == GGML_TYPE_BF16; }
 
 template <int NA, int UNR, typename WT> /* UNR: steps whose loads are in flight together (32 for the router's mat-vec:
@@ -1054,34 +1052,6 @@ static __global__ void __launch_bounds__(32 * CU_MM_WARPS) mm_kernel_rows(const 
     {   /* the first row's weights into L2 while the kernel before still runs */
         const int g = blockIdx.x * CU_MM_WARPS + threadIdx.x / 32;
         if (g < P.total_rows) {
-            int si = 0;
-#pragma unroll
-            for (int i = 1; i < CU_MM_MAX_SEG; i++)
-                if (i < P.n_seg && g >= P.seg[i].row0) si = i;
-            prefetch_rows(P.seg[si].w + (size_t)(g - P.seg[si].row0) * P.seg[si].stride, P.seg[si].stride, lane, 32);
-        }
-    }
-    gpu_pdl_wait();
-    gpu_pdl_trigger();
-    for (int g = blockIdx.x * CU_MM_WARPS + threadIdx.x / 32; g < P.total_rows; g += n_warps) {
-        int si = 0;
-#pragma unroll
-        for (int i = 1; i < CU_MM_MAX_SEG; i++)
-            if (i < P.n_seg && g >= P.seg[i].row0) si = i;
-        mm_row<1>(P, P.seg[si], g - P.seg[si].row0, 0, 1, lane);
-    }
-}
-
-/* mm_kernel_rows for one-activation-row launches whose rows are all of one float type WT (f16w / bf16w: the F16 / BF16
- * files' decode, cu_mm_cfg.fw): only that row compiled, so fewer registers and more warps an SM, and 32 steps of 64
- * bytes in flight a warp. Each row in the reference's order (row_fw), so mm_kernel_rows' bits. */
-template <typename WT>
-static __global__ void __launch_bounds__(32 * CU_MM_WARPS) mm_kernel_rows_fw(const struct cu_mm_args P) {
-    const int lane = threadIdx.x % 32;
-    const int n_warps = gridDim.x * CU_MM_WARPS;
-    {   /* the first row's weights into L2 while the kernel before still runs */
-        const int g = blockIdx.x * CU_MM_WARPS + threadIdx.x / 32;
-        if (g < P.total_rows) {
             const int si = mv_seg_row(P, g);
             prefetch_rows(P.seg[si].w + (size_t)(g - P.seg[si].row0) * P.seg[si].stride, P.seg[si].stride, lane, 32);
         }
@@ -1089,78 +1059,8 @@ static __global__ void __launch_bounds__(32 * CU_MM_WARPS) mm_kernel_rows_fw(con
     gpu_pdl_wait();
     gpu_pdl_trigger();
     for (int g = blockIdx.x * CU_MM_WARPS + threadIdx.x / 32; g < P.total_rows; g += n_warps) {
-        const cu_mm_seg &S = P.seg[mv_seg_row(P, g)];
-        const int row = g - S.row0;
-        float acc[1];
-        row_fw<1, 32>((const WT *)(S.w + (size_t)row * S.stride), (int)P.a.n, P.a, 0, 1, acc, lane);
-        mm_row_out(S, row, 0, 1, acc, lane);
-    }
-}
-
-/* mm_kernel_rows_ft (cu_mm_cfg.fw 2): F16 / BF16 rows read 16 bytes a lane, in the reference's order all the same. A
- * warp takes a row's 256-element windows: one 512-byte load a window (lane t: elements 8t .. 8t + 7), written to the
- * warp's slot in shared memory, from which lane j takes elements j, j + 32, ..., j + 224, the ones p[j] sums in
- * row_fw. So each lane's products and sums are row_fw's, in its order: mm_kernel_rows' bits, with an eighth of its
- * load instructions. A warp walks its rows' windows as one sequence, FT_U windows a batch, the next batch asked for
- * before the current one is summed (the first before the dependency wait: weights do not depend on it). Rows of a
- * multiple of 256 columns at 16-byte aligned addresses (mm_launch_fw checks). */
-#define FT_U 4
-template <typename WT>
-static __global__ void __launch_bounds__(32 * CU_MM_WARPS) mm_kernel_rows_ft(const struct cu_mm_args P) {
-    __shared__ __align__(16) uint16_t slot[CU_MM_WARPS][FT_U * 256];
-    const int lane = threadIdx.x % 32, wid = threadIdx.x / 32;
-    const int nw = (int)(P.a.n / 256), n_warps = gridDim.x * CU_MM_WARPS, g0 = blockIdx.x * CU_MM_WARPS + wid;
-    const int n_rows = g0 < P.total_rows ? (P.total_rows - 1 - g0) / n_warps + 1 : 0;
-    const int T = n_rows * nw; /* the warp's windows, row after row */
-    uint16_t *sb = slot[wid];
-    const float *x = P.a.x;
-    uint4 cur[FT_U], nxt[FT_U];
-    /* window t's 16 bytes of this lane */
-    auto load = [&](int t) -> uint4 {
-        if (t >= T) return make_uint4(0, 0, 0, 0);
-        const int m = t / nw, w = t - m * nw, g = g0 + m * n_warps;
-        const cu_mm_seg &S = P.seg[mv_seg_row(P, g)];
-        return gpu_ldg((const uint4 *)(S.w + (size_t)(g - S.row0) * S.stride) + 32 * w + lane);
-    };
-#pragma unroll
-    for (int u = 0; u < FT_U; u++) cur[u] = load(u);
-    gpu_pdl_wait();
-    gpu_pdl_trigger();
-    float p = 0.f;
-    for (int t0 = 0; t0 < T; t0 += FT_U) {
-#pragma unroll
-        for (int u = 0; u < FT_U; u++) nxt[u] = load(t0 + FT_U + u);
-#pragma unroll
-        for (int u = 0; u < FT_U; u++) *(uint4 *)(sb + 256 * u + 8 * lane) = cur[u];
-        __syncwarp();
-#pragma unroll
-        for (int u = 0; u < FT_U; u++) {
-            const int t = t0 + u;
-            if (t >= T) continue; /* (not break: the loop is unrolled) */
-            const int m = t / nw, w = t - m * nw;
-            const float *xw = x + 256 * w + lane;
-#pragma unroll
-            for (int k = 0; k < 8; k++) {
-                const unsigned short h = sb[256 * u + lane + 32 * k];
-                const float wv = fw_is_bf16<WT>::v ? __uint_as_float((uint32_t)h << 16) : gpu_h2f(h);
-                p = __fadd_rn(p, __fmul_rn(wv, xw[32 * k]));
-            }
-            if (w == nw - 1) { /* the row's last window: its sum, as row_fw ends */
-                float v = p;
-                v = __fadd_rn(v, shfl_xor(v, 8));
-                v = __fadd_rn(v, shfl_xor(v, 16));
-                v = __fadd_rn(v, shfl_xor(v, 4));
-                v = __fadd_rn(v, shfl_xor(v, 2));
-                v = __fadd_rn(v, shfl_xor(v, 1));
-                const int g = g0 + m * n_warps;
-                const cu_mm_seg &S = P.seg[mv_seg_row(P, g)];
-                mm_row_out(S, g - S.row0, 0, 1, &v, lane);
-                p = 0.f;
-            }
-        }
-        __syncwarp();
-#pragma unroll
-        for (int u = 0; u < FT_U; u++) cur[u] = nxt[u];
+        const int si = mv_seg_row(P, g);
+        mm_row<1>(P, P.seg[si], g - P.seg[si].row0, 0, 1, lane);
     }
 }
 
@@ -4454,7 +4354,7 @@ static bool mm_launch_mmr(const struct cu_mm_args *args, gpuStream_t s) {
 #else
 #define MM_COLX 1
 #endif
-struct cu_mm_cfg cu_mm_cfg = {{8192, 65536}, {1, 4, 4}, {0, 2, 1}, {0, 0, 0}, 0, {1, 1, 1}, 64, 0, 3, 1, MS_CPS, 24 * 1024, 0, 16, MM_COLS_LB, 0, 16384, MM_MMA, MM_MMR, 10, 8, 32, 0, 16, 0, 1, 132, MM_MMQ, 132 * (VLLMC_MMQ_MINB4 > 2 ? VLLMC_MMQ_MINB4 : 2), 1, 1, 4, 0, MM_COLX, 0};
+struct cu_mm_cfg cu_mm_cfg = {{8192, 65536}, {1, 4, 4}, {0, 2, 1}, {0, 0, 0}, 0, {1, 1, 1}, 64, 0, 3, 1, MS_CPS, 24 * 1024, 0, 16, MM_COLS_LB, 0, 16384, MM_MMA, MM_MMR, 10, 8, 32, 0, 16, 0, 1, 132, MM_MMQ, 132 * (VLLMC_MMQ_MINB4 > 2 ? VLLMC_MMQ_MINB4 : 2), 1, 1, 4, 0, MM_COLX};
 
 static bool mm_launch_dec(const struct cu_mm_args *args, gpuStream_t s);
 
@@ -4480,31 +4380,6 @@ void cu_launch_matmul(const struct cu_mm_args *args, gpuStream_t s) {
     }
 }
 
-uint64_t cu_fw_launches, cu_ft_launches;
-extern "C" uint64_t backend_cuda_fw_launches(void) { return cu_fw_launches; }
-extern "C" uint64_t backend_cuda_ft_launches(void) { return cu_ft_launches; }
-
-/* mm_kernel_rows_fw (cu_mm_cfg.fw; 2: mm_kernel_rows_ft where its rows allow) when the launch has one activation row
- * and its segments are all F16 or all BF16; false (nothing launched) otherwise. A grid of at most the CTAs resident at once, each warp walking rows. */
-static bool mm_launch_fw(const struct cu_mm_args *args, gpuStream_t s) {
-    if (!cu_mm_cfg.fw || args->n_act != 1) return false;
-    const int t = args->seg[0].type;
-    if (t != GGML_TYPE_F16 && t != GGML_TYPE_BF16) return false;
-    for (int i = 1; i < args->n_seg; i++)
-        if (args->seg[i].type != t) return false;
-    const bool k = t == GGML_TYPE_BF16;
-    bool ft = cu_mm_cfg.fw == 2 && args->a.n % 256 == 0;
-    for (int i = 0; i < args->n_seg && ft; i++) ft = !(((uintptr_t)args->seg[i].w | (uintptr_t)args->seg[i].stride) & 15);
-    typedef void (*fn)(const struct cu_mm_args);
-    const fn f = ft ? (k ? mm_kernel_rows_ft<bf16w> : mm_kernel_rows_ft<f16w>) : (k ? mm_kernel_rows_fw<bf16w> : mm_kernel_rows_fw<f16w>);
-    const int res = mm_resident(f, 32 * CU_MM_WARPS);
-    const int ctas = (int)min((int64_t)GPU_CEIL_DIV(args->total_rows, CU_MM_WARPS), (int64_t)max(res, 1));
-    gpu_launch(f, dim3((unsigned)ctas), dim3(32 * CU_MM_WARPS), 0, s, *args);
-    cu_fw_launches++;
-    cu_ft_launches += ft;
-    return true;
-}
-
 static bool mm_launch(const struct cu_mm_args *args, gpuStream_t s) {
     /* the column-split kernels sum a row in the same order for any number of rows, so under batch invariance
      * (row_order) they may take every launch their types allow (cols_invariant, not yet the default) */
@@ -4514,7 +4389,6 @@ static bool mm_launch(const struct cu_mm_args *args, gpuStream_t s) {
     if (args->n_act > 1 && !inv_cols && mm_launch_mmr(args, s)) return false;
     if (args->n_act > 1 && (inv_cols || (!args->row_order && args->n_act <= cu_mm_cfg.cols_rows)) && mm_launch_cols(args, s)) return true;
     if (args->n_act > 1 && !args->row_order && args->n_act <= cu_mm_cfg.cols_rows && mm_launch_colx(args, s)) return true;
-    if (args->n_act == 1 && mm_launch_fw(args, s)) return false; /* (the conv and the norm + quantize after it, by the caller) */
     if (args->n_act == 1) {
         const int resident = mm_resident_ctas();
         const int cls = args->total_rows < cu_mm_cfg.rows[0] ? 0 : args->total_rows < cu_mm_cfg.rows[1] ? 1 : 2;
