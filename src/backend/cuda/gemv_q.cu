@@ -2871,10 +2871,7 @@ static bool mm_launch_cols(const struct cu_mm_args *args, gpuStream_t s, bool ot
 struct ms_chunk { int seg, row, cnt; }; /* rows row .. row + cnt - 1 of segment seg */
 /* The chunk that starts at concatenated row g: at most sr rows, not past end nor its segment. */
 static __device__ __forceinline__ ms_chunk ms_next(const struct cu_mm_args &P, int g, int end, int sr) {
-    int si = 0;
-#pragma unroll
-    for (int i = 1; i < CU_MM_MAX_SEG; i++)
-        if (i < P.n_seg && g >= P.seg[i].row0) si = i;
+    const int si = mv_seg_row(P, g);
     const cu_mm_seg &S = P.seg[si];
     return ms_chunk{si, g - S.row0, min(sr, min(end, S.row0 + S.n_rows) - g)};
 }
