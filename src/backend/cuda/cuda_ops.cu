@@ -821,10 +821,19 @@ void cu_launch_gdn(const struct cu_batch_dev *b, const struct cu_gdn_args *a, gp
     const int64_t conv_dim = 2 * (int64_t)a->n_k_head * a->d_k + (int64_t)a->n_v_head * a->d_v;
     const unsigned runs = a->n_runs > 0 ? (unsigned)a->n_runs : 1u;
     if (!a->conv_done) gpu_launch(gdn_conv_kernel, dim3((unsigned)GPU_CEIL_DIV(conv_dim, 128), runs), dim3(128), 0, s, *b, *a, conv_dim);
+#if defined(VLLMC_HIP_ARCH_GFX11) /* gfx11: R 2 takes 128 VGPRs and spills 9 (LLVM 15's cap, docs/ROCM.md); every launch takes
+                                     R 1 (each row's sums the same ops in the same order), R 2 is not compiled */
+    const bool r2 = false;
+#else
     const bool r2 = (cu_gdn_rows2 < 0 ? a->ssm_bf16 && a->per_token : cu_gdn_rows2 == 2) && a->d_v % (2 * GDN_ROWS) == 0;
+#endif
     const dim3 grid(a->n_v_head, a->d_v / (r2 ? 2 * GDN_ROWS : GDN_ROWS), a->per_token ? (unsigned)b->n_tokens : runs);
+#if defined(VLLMC_HIP_ARCH_GFX11)
+    gpu_launch(gdn_rule_kernel<1>, grid, dim3(4 * GDN_ROWS), 0, s, *b, *a);
+#else
     if (r2) gpu_launch(gdn_rule_kernel<2>, grid, dim3(4 * GDN_ROWS), 0, s, *b, *a);
     else gpu_launch(gdn_rule_kernel<1>, grid, dim3(4 * GDN_ROWS), 0, s, *b, *a);
+#endif
 }
 
 /* ---- argmax ---- */

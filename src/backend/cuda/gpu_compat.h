@@ -71,6 +71,19 @@ typedef uint64_t lane_mask_t;
     do { __builtin_amdgcn_fence(__ATOMIC_RELEASE, "wavefront"); __builtin_amdgcn_wave_barrier(); \
          __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "wavefront"); } while (0)
 #endif
+/* __byte_perm(x, y, s) by one v_perm_b32. HIP's own (amd_device_functions.h) indexes an 8-byte array with the
+ * selector's nibbles: with a selector not known at compile time (gemv_q.cu k4_scales, iq4_vals8, iq4_values4) the array
+ * stays in scratch, or in LDS where the compiler gives each thread a slot (mm_kernel_colx: 29-31 KB a CTA), a load for
+ * each byte, and on gfx11 the kernels spilled VGPRs (docs/ROCM.md). The same bytes: nibble i of s (3 bits; bit 3 and
+ * the upper 16 bits unused, as CUDA's) picks result byte i from x (0-3) or y (4-7); v_perm_b32 (src0, src1, sel) takes
+ * byte i of sel as the index into src1 (0-3) and src0 (4-7). */
+static __device__ __forceinline__ unsigned int gpu_byte_perm(unsigned int x, unsigned int y, unsigned int s) {
+    uint32_t t = s & 0x7777u;                 /* nibbles n0 .. n3 */
+    t = (t | (t << 8)) & 0x00FF00FFu;         /* n0 | n1 << 4 in byte 0, n2 | n3 << 4 in byte 2 */
+    t = (t | (t << 4)) & 0x0F0F0F0Fu;         /* n0, n1, n2, n3 in bytes 0 .. 3 */
+    return __builtin_amdgcn_perm(y, x, t);
+}
+#define __byte_perm(x, y, s) gpu_byte_perm((x), (y), (s))
 #else
 #include <cuda_runtime.h>
 #include <cuda_fp16.h>
