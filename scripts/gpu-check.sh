@@ -64,7 +64,7 @@
 # default -p 512 -g 256 -r 5): environment A/B runs on one machine; variants with the streaming mat-vec or the fused
 # norm + quantize are skipped when stage ops / nq found them wrong. Stage binvar
 # (not default) does the same for the vllmc_<name> builds gpu-carry.sh's EXTRA_BUILDS put beside vllmc (compile-time
-# A/B, e.g. EXTRA_BUILDS="name:-DFLAG"). Stage stream (not default) runs test_cuda_model on the tiny qwen35, the tiny
+# A/B, e.g. EXTRA_BUILDS="name:-DFLAG"; on BINVAR_MODELS, default BENCH_MODELS). Stage stream (not default) runs test_cuda_model on the tiny qwen35, the tiny
 # qwen35moe q4_k_m and the tiny dense q4_k_m files with the streaming mat-vec on (VLLMC_CUDA_MS=2,24576 and 1,4096).
 # Stage nq (not default) runs test_cuda_model on the tiny models with the norm + quantize inside the launch before it
 # the MoE mix in the down launch and the attention combine in its split launch (VLLMC_CUDA_FUSE_NQ=63, every part), alone
@@ -706,9 +706,22 @@ if has trace; then # in-graph kernel costs of the decode (nsys, graph nodes trac
     done
 fi
 
-if has var; then # decode A/B of environment variants: VARIANTS="name:VAR=v,VAR2=w name2:..." on BENCH_MODELS (VAR_ARGS)
+if has idscmp; then # the 128 greedy ids of IDS_MODELS (default the first of BENCH_MODELS) with IDS_ENV ("VAR=v VAR2=w")
+    # against the default's: a switch that keeps the bits keeps them
     wait_models
-    for m in $BENCH_MODELS; do
+    for m in ${IDS_MODELS:-${BENCH_MODELS%% *}}; do
+        f=/tmp/models/$m.gguf
+        [ -s "$f" ] || { note "idscmp $m: model not generated"; continue; }
+        # shellcheck disable=SC2086
+        a=$(greedy_ids "$f"); b=$(greedy_ids "$f" ${IDS_ENV:-X=1})
+        note "idscmp $m: 128 greedy ids with ${IDS_ENV:-X=1} against the default: $([ -n "$a" ] && [ "$a" = "$b" ] && echo SAME || echo DIFF)"
+    done
+fi
+
+if has var; then # decode A/B of environment variants: VARIANTS="name:VAR=v,VAR2=w name2:..." on VAR_MODELS (default
+    # BENCH_MODELS; VAR_ARGS)
+    wait_models
+    for m in ${VAR_MODELS:-$BENCH_MODELS}; do
         f=/tmp/models/$m.gguf
         [ -s "$f" ] || { note "var $m: model not generated"; continue; }
         for v in ${VARIANTS:-default:X=1}; do
@@ -1134,7 +1147,7 @@ fi
 
 if has binvar; then # the vllmc_<name> builds carried beside vllmc (gpu-carry.sh EXTRA_BUILDS), same bench each
     wait_models
-    for m in $BENCH_MODELS; do
+    for m in ${BINVAR_MODELS:-$BENCH_MODELS}; do
         f=/tmp/models/$m.gguf
         [ -s "$f" ] || continue
         for rep in $(seq 1 "${BINVAR_REPS:-1}"); do # BINVAR_REPS > 1: the builds in turn, again (the noise between runs)

@@ -347,6 +347,60 @@ static void test_float_rows(int64_t E) {
     }
 }
 
+/* One-activation-row launches of F32 rows only, as the MoE router's (E experts and the shared expert's gate: two
+ * segments of E and 1 rows of n columns), on mm_kernel_split and on mm_kernel_f32r: the CPU's bits either way, and
+ * mm_kernel_f32r taken exactly where it should be (at most 2,048 columns). */
+static void test_f32_router(int64_t n, int64_t E) {
+    const int64_t nout[2] = {E, 1};
+    struct pair_w w[2];
+    for (int i = 0; i < 2; i++) make_weight(&w[i], GGML_TYPE_F32, n, nout[i]);
+    float *x = rand_buf((size_t)n, 1.0f);
+    struct bk_act ra, ga;
+    act_pair(1, n, 0, x, 1, &ra, &ga);
+    float *ry[2], *gy[2], *h[2];
+    struct bk_matmul_out ro[2], go[2];
+    for (int i = 0; i < 2; i++) {
+        ry[i] = ref_put(NULL, (size_t)nout[i] * 4);
+        gy[i] = dev_put(NULL, (size_t)nout[i] * 4);
+        h[i] = malloc((size_t)nout[i] * 4);
+        ro[i] = (struct bk_matmul_out){.w = &w[i].r, .y = ry[i]};
+        go[i] = (struct bk_matmul_out){.w = &w[i].g, .y = gy[i]};
+    }
+    CHECK(ref->ops->matmul(ref, &ra, 2, ro) == VLLMC_OK);
+    const int was = backend_cuda_set_f32r(0);
+    for (int on = 0; on < (was < 0 ? 1 : 2); on++) { /* (was < 0: no such kernel in this build) */
+        backend_cuda_set_f32r(on);
+        for (int i = 0; i < 2; i++) {
+            float *poison = nan_buf((size_t)nout[i]);
+            CHECK(gpu->ops->copy_to_device(gpu, gy[i], poison, (size_t)nout[i] * 4) == VLLMC_OK);
+            free(poison);
+        }
+        const uint64_t l0 = backend_cuda_f32r_launches();
+        CHECK(gpu->ops->matmul(gpu, &ga, 2, go) == VLLMC_OK);
+        const uint64_t took = backend_cuda_f32r_launches() - l0;
+        size_t bad = 0;
+        for (int i = 0; i < 2; i++) {
+            dev_get(h[i], gy[i], (size_t)nout[i] * 4);
+            bad += n_diff(h[i], ry[i], (size_t)nout[i]);
+        }
+        printf("f32 router n %lld, %lld + 1 rows, f32r %s (%s): %zu outputs differ from the CPU's bits\n", (long long)n,
+               (long long)E, on ? "on" : "off", took ? "taken" : "not taken", bad);
+        CHECK_MSG(bad == 0, "f32 router n %lld rows %lld f32r %d: %zu outputs differ", (long long)n, (long long)E, on, bad);
+        CHECK_MSG(took == (uint64_t)(on && n <= 2048), "f32 router n %lld f32r %d: launches %llu", (long long)n, on,
+                  (unsigned long long)took);
+    }
+    if (was >= 0) backend_cuda_set_f32r(was);
+    for (int i = 0; i < 2; i++) {
+        ref->ops->free(ref, ry[i]);
+        gpu->ops->free(gpu, gy[i]);
+        free(h[i]);
+        free_weight(&w[i]);
+    }
+    free(x);
+    bk_act_free(ref, &ra);
+    bk_act_free(gpu, &ga);
+}
+
 /* rmsnorm_quantize, swiglu_quantize, rmsnorm with strides, add, sigmoid_mul. */
 static void test_rowwise(void) {
     const int64_t R = 5, E = 1024;
@@ -2147,6 +2201,13 @@ int main(int argc, char **argv) {
         return 0;
     }
     CHECK(backend_cpu_create(1, true, &ref) == VLLMC_OK);
+    if (want("f32_router")) {
+        test_f32_router(2048, 96);
+        test_f32_router(2048, 256);
+        test_f32_router(1000, 37); /* (lanes of different lengths) */
+        test_f32_router(256, 8);
+        test_f32_router(2560, 64); /* (past the kernel's columns: mm_kernel_split) */
+    }
     if (want("float_rows")) {
         test_float_rows(2560);
         test_float_rows(9216);

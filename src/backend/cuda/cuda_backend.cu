@@ -2193,6 +2193,7 @@ extern "C" vllmc_status backend_cuda_create(const struct backend_cuda_opts *o, s
                                                                                    column-split expert kernels; 0 off */
     if ((env = getenv("VLLMC_CUDA_MOE_RS"))) backend_cuda_set_moe_route_sort(atoi(env));
     if ((env = getenv("VLLMC_CUDA_MOE_PRE"))) backend_cuda_set_moe_pre(atoi(env)); /* the down launch routes before its wait */
+    if ((env = getenv("VLLMC_CUDA_F32R"))) backend_cuda_set_f32r(atoi(env)); /* F32 rows (the MoE router) on mm_kernel_f32r */
     if ((env = getenv("VLLMC_CUDA_MOE_GROUP"))) backend_cuda_set_moe_group(atoi(env)); /* MoE ops of N rows or more with the
                                                                                     entries grouped by expert; 0 off */
     c->batch_invariant = o && o->batch_invariant;
@@ -2405,6 +2406,15 @@ extern "C" int backend_cuda_set_moe_cols(int max_rows) {
 extern "C" int backend_cuda_set_moe_group(int min_rows) {
     const int old = cu_mm_cfg.moe_group_rows;
     cu_mm_cfg.moe_group_rows = min_rows < 0 ? 0 : min_rows;
+    return old;
+}
+extern "C" int backend_cuda_set_f32r(int on) {
+#if defined(VLLMC_HIP) /* (the kernel is CUDA's only) */
+    (void)on;
+    return -1;
+#endif
+    const int old = cu_mm_cfg.f32r;
+    cu_mm_cfg.f32r = on != 0;
     return old;
 }
 extern "C" int backend_cuda_set_moe_pre(int on) {

@@ -216,6 +216,11 @@ int backend_cuda_set_moe_route_sort(int max_rows);
  * the same bits. Not with the mix in the down launch. Returns the previous value; VLLMC_CUDA_MOE_PRE sets it at
  * backend creation. */
 int backend_cuda_set_moe_pre(int on);
+/* 1: one-activation-row launches of F32 rows only (the MoE router) on their own kernel (its row in registers before the
+ * dependency wait; the same bits); returns the previous setting, or -1 where the kernel is not built (HIP).
+ * backend_cuda_f32r_launches counts its launches. */
+int backend_cuda_set_f32r(int on);
+uint64_t backend_cuda_f32r_launches(void);
 /* Down launches that took the routing before the wait so far, process-wide. */
 uint64_t backend_cuda_moe_pre_launches(void);
 

@@ -255,6 +255,10 @@ struct cu_mm_cfg {
                                   KT 4 instances; CUDA); 2: the same with IQ4_XS launches at 2 row passes a CTA (1: 4);
                                   0: the one-warp-per-row kernel and the general MoE path (HIP default: not yet run on
                                   an AMD GPU) */
+    int32_t f32r;              /* 1: one-activation-row launches of F32 rows only (the MoE router and the shared expert's
+                                  gate), fewer than rows[0] rows of at most 32 * F32R_K columns, on mm_kernel_f32r (each
+                                  warp's row in registers before the dependency wait, the activation in one round trip
+                                  after it: mm_kernel_split's bits); 0: mm_kernel_split */
 };
 extern struct cu_mm_cfg cu_mm_cfg;
 extern int cu_lmh_ns, cu_lmh_rows; /* mm_kernel_lmh (the LM head's ring of tiles): its slots (0: off) and the launches of

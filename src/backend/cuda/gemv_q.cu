@@ -1064,6 +1064,65 @@ static __global__ void __launch_bounds__(32 * CU_MM_WARPS) mm_kernel_rows(const 
     }
 }
 
+/* ---- one activation row of F32 rows (the MoE router and the shared expert's gate; cu_mm_cfg.f32r) ----
+ * mm_kernel_split takes these launches with row_fw's 8 loads in flight a lane: at 2,048 columns a lane's 64 elements
+ * are 8 L2 round trips in series after the dependency wait (the weights were asked into L2 before it), and the router
+ * sits between the norm + quantize and the expert launches of every MoE layer. Here each warp holds its row's
+ * F32R_K elements a lane in registers, loaded before the wait (weights are never written), and after the wait asks
+ * for the whole activation at once: one round trip. A lane sums its elements in order, the butterfly is row_fw's and
+ * the row's sum is added to 0 as mm_kernel_split's acc_add does, so the outputs are that kernel's bits. Rows past the
+ * grid's warps (not in the router's launches) are loaded after the previous row's sum. */
+#define F32R_K 64
+uint64_t cu_f32r_launches;
+extern "C" uint64_t backend_cuda_f32r_launches(void) { return cu_f32r_launches; }
+#if !defined(VLLMC_HIP) /* (gfx11: a row's 64 words a lane and the activation's would pass LLVM 15's 128 VGPRs) */
+static __global__ void __launch_bounds__(32 * CU_MM_WARPS) mm_kernel_f32r(const struct cu_mm_args P) {
+    const int lane = threadIdx.x % 32, n = (int)P.a.n, n_warps = (int)gridDim.x * CU_MM_WARPS;
+    int g = (int)blockIdx.x * CU_MM_WARPS + (int)threadIdx.x / 32;
+    float w[F32R_K];
+    auto load = [&](int r) {
+        const cu_mm_seg &S = P.seg[mv_seg_row(P, r)];
+        const float *wr = (const float *)(S.w + (size_t)(r - S.row0) * S.stride);
+#pragma unroll
+        for (int k = 0; k < F32R_K; k++) w[k] = lane + 32 * k < n ? gpu_ldg(wr + lane + 32 * k) : 0.f;
+    };
+    if (g < P.total_rows) load(g);
+    gpu_pdl_wait();
+    gpu_pdl_trigger();
+    if (g >= P.total_rows) return;
+    float x[F32R_K];
+#pragma unroll
+    for (int k = 0; k < F32R_K; k++) x[k] = lane + 32 * k < n ? P.a.x[lane + 32 * k] : 0.f;
+    for (;;) {
+        float v = 0.f;
+#pragma unroll
+        for (int k = 0; k < F32R_K; k++)
+            if (lane + 32 * k < n) v = __fadd_rn(v, __fmul_rn(w[k], x[k]));
+        v = __fadd_rn(v, shfl_xor(v, 8));
+        v = __fadd_rn(v, shfl_xor(v, 16));
+        v = __fadd_rn(v, shfl_xor(v, 4));
+        v = __fadd_rn(v, shfl_xor(v, 2));
+        v = __fadd_rn(v, shfl_xor(v, 1));
+        const cu_mm_seg &S = P.seg[mv_seg_row(P, g)];
+        const float acc = __fadd_rn(0.f, v);
+        mm_row_out(S, g - S.row0, 0, 1, &acc, lane);
+        g += n_warps;
+        if (g >= P.total_rows) break;
+        load(g);
+    }
+}
+/* Whether launch `a` can take mm_kernel_f32r: F32 segments only, one activation row of at most 32 * F32R_K columns
+ * (f32), fewer than rows[0] rows (mm_kernel_split's launches), nothing in the epilogue but a bias and a residual. */
+static bool mm_f32r_ok(const struct cu_mm_args &a) {
+    if (!cu_mm_cfg.f32r || a.n_act != 1 || !a.a.x || a.a.n < 1 || a.a.n > 32 * F32R_K || a.conv.on || a.nq.on ||
+        a.total_rows >= cu_mm_cfg.rows[0])
+        return false;
+    for (int i = 0; i < a.n_seg; i++)
+        if (a.seg[i].type != GGML_TYPE_F32) return false;
+    return true;
+}
+#endif
+
 /* Decode (one activation row), many rows (the LM head): a grid the size of what the GPU holds at once;
  * each warp walks the row tiles of all segments with a stride of the total warp count (no tail wave). 32-lane groups throughout. */
 static __global__ void __launch_bounds__(32 * CU_MM_WARPS) mm_kernel_1(const struct cu_mm_args P) {
@@ -4351,7 +4410,9 @@ static bool mm_launch_mmr(const struct cu_mm_args *args, gpuStream_t s) {
 #else
 #define MM_COLX 1
 #endif
-struct cu_mm_cfg cu_mm_cfg = {{8192, 65536}, {1, 4, 4}, {0, 2, 1}, {0, 0, 0}, 0, {1, 1, 1}, 64, 0, 3, 1, MS_CPS, 24 * 1024, 0, 16, MM_COLS_LB, 0, 16384, MM_MMA, MM_MMR, 10, 8, 32, 0, 16, 0, 1, 132, MM_MMQ, 132 * (VLLMC_MMQ_MINB4 > 2 ? VLLMC_MMQ_MINB4 : 2), 1, 1, 4, 0, MM_COLX};
+/* mm_kernel_f32r for the MoE router (off until measured) */
+#define MM_F32R 0
+struct cu_mm_cfg cu_mm_cfg = {{8192, 65536}, {1, 4, 4}, {0, 2, 1}, {0, 0, 0}, 0, {1, 1, 1}, 64, 0, 3, 1, MS_CPS, 24 * 1024, 0, 16, MM_COLS_LB, 0, 16384, MM_MMA, MM_MMR, 10, 8, 32, 0, 16, 0, 1, 132, MM_MMQ, 132 * (VLLMC_MMQ_MINB4 > 2 ? VLLMC_MMQ_MINB4 : 2), 1, 1, 4, 0, MM_COLX, MM_F32R};
 
 static bool mm_launch_dec(const struct cu_mm_args *args, gpuStream_t s);
 
@@ -4386,6 +4447,13 @@ static bool mm_launch(const struct cu_mm_args *args, gpuStream_t s) {
     if (args->n_act > 1 && !inv_cols && mm_launch_mmr(args, s)) return false;
     if (args->n_act > 1 && (inv_cols || (!args->row_order && args->n_act <= cu_mm_cfg.cols_rows)) && mm_launch_cols(args, s)) return true;
     if (args->n_act > 1 && !args->row_order && args->n_act <= cu_mm_cfg.cols_rows && mm_launch_colx(args, s)) return true;
+#if !defined(VLLMC_HIP)
+    if (args->n_act == 1 && mm_f32r_ok(*args)) {
+        gpu_launch(mm_kernel_f32r, dim3((unsigned)GPU_CEIL_DIV(args->total_rows, CU_MM_WARPS)), dim3(32 * CU_MM_WARPS), 0, s, *args);
+        cu_f32r_launches++;
+        return false;
+    }
+#endif
     if (args->n_act == 1) {
         const int resident = mm_resident_ctas();
         const int cls = args->total_rows < cu_mm_cfg.rows[0] ? 0 : args->total_rows < cu_mm_cfg.rows[1] ? 1 : 2;
