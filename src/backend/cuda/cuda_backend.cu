@@ -890,10 +890,7 @@ static bool cu_matmul_type(uint32_t t) {
     return t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K || t == GGML_TYPE_Q6_K || t == GGML_TYPE_IQ4_XS || t == GGML_TYPE_Q8_0 ||
            t == GGML_TYPE_Q4_0 || t == GGML_TYPE_Q5_0 || t == GGML_TYPE_Q2_K || t == GGML_TYPE_Q3_K || t == GGML_TYPE_F32 ||
            t == GGML_TYPE_F16 || t == GGML_TYPE_BF16 || t == GGML_TYPE_IQ4_NL || t == GGML_TYPE_Q4_1 || t == GGML_TYPE_Q5_1 ||
-#if !defined(VLLMC_HIP) /* (gemv_q.cu mm_row: the case is CUDA's only) */
-           t == GGML_TYPE_MXFP4 ||
-#endif
-           false;
+           t == GGML_TYPE_MXFP4;
 }
 
 static vllmc_status cu_weight_upload(struct backend *be, const void *host_data, uint32_t type, int n_dims,

@@ -855,9 +855,7 @@ static __device__ __forceinline__ void mm_row(const struct cu_mm_args &P, const 
     case GGML_TYPE_IQ4_NL: row_q45_0<NA, 2>(wr, n / 32, P.a, a0, na, acc, lane); break;
     case GGML_TYPE_Q4_1: row_q45_0<NA, 3>(wr, n / 32, P.a, a0, na, acc, lane); break;
     case GGML_TYPE_Q5_1: row_q45_0<NA, 4>(wr, n / 32, P.a, a0, na, acc, lane); break;
-#if !defined(VLLMC_HIP) /* (gfx11: one more case here spills mm_kernel_rows / mm_kernel<4>; cu_matmul_type rejects MXFP4 there) */
     case GGML_TYPE_MXFP4: row_q45_0<NA, 5>(wr, n / 32, P.a, a0, na, acc, lane); break;
-#endif
     case GGML_TYPE_F32:
     case GGML_TYPE_F16:
     case GGML_TYPE_BF16: row_f32<NA, NA == 1 ? 32 : 8>(S.type, wr, n, P.a, a0, na, acc, lane); break;
