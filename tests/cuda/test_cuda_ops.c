@@ -348,7 +348,7 @@ static void test_float_rows(int64_t E) {
 }
 
 /* One-activation-row launches of F32 rows only, as the MoE router's (E experts and the shared expert's gate: two
- * segments of E and 1 rows of n columns), on mm_kernel_split and on mm_kernel_f32r: the CPU's bits either way, and
+ * segments of E and 1 rows of n columns), on mm_kernel_rows and on mm_kernel_f32r: the CPU's bits either way, and
  * mm_kernel_f32r taken exactly where it should be (at most 2,048 columns). */
 static void test_f32_router(int64_t n, int64_t E) {
     const int64_t nout[2] = {E, 1};

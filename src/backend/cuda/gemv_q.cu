@@ -1063,13 +1063,13 @@ static __global__ void __launch_bounds__(32 * CU_MM_WARPS) mm_kernel_rows(const 
 }
 
 /* ---- one activation row of F32 rows (the MoE router and the shared expert's gate; cu_mm_cfg.f32r) ----
- * mm_kernel_split takes these launches with row_fw's 8 loads in flight a lane: at 2,048 columns a lane's 64 elements
- * are 8 L2 round trips in series after the dependency wait (the weights were asked into L2 before it), and the router
- * sits between the norm + quantize and the expert launches of every MoE layer. Here each warp holds its row's
- * F32R_K elements a lane in registers, loaded before the wait (weights are never written), and after the wait asks
- * for the whole activation at once: one round trip. A lane sums its elements in order, the butterfly is row_fw's and
- * the row's sum is added to 0 as mm_kernel_split's acc_add does, so the outputs are that kernel's bits. Rows past the
- * grid's warps (not in the router's launches) are loaded after the previous row's sum. */
+ * mm_kernel_rows takes these launches (fewer than rows[0] rows, ks[0] 0) through mm_row's row_fw with 32 loads in
+ * flight a lane: at 2,048 columns a lane's 64 weights and 64 activation values are two L2 round trips in series after
+ * the dependency wait (the weights were asked into L2 before it), and the router sits between the norm + quantize and
+ * the expert launches of every MoE layer. Here each warp holds its row's F32R_K elements a lane in registers, loaded
+ * before the wait (weights are never written), and after the wait asks for the whole activation at once: one round
+ * trip. A lane sums its elements in order and the butterfly is row_fw's, so the outputs are mm_kernel_rows' bits. Rows
+ * past the grid's warps (not in the router's launches) are loaded after the previous row's sum. */
 #define F32R_K 64
 uint64_t cu_f32r_launches;
 extern "C" uint64_t backend_cuda_f32r_launches(void) { return cu_f32r_launches; }
@@ -1102,15 +1102,14 @@ static __global__ void __launch_bounds__(32 * CU_MM_WARPS) mm_kernel_f32r(const 
         v = __fadd_rn(v, shfl_xor(v, 2));
         v = __fadd_rn(v, shfl_xor(v, 1));
         const cu_mm_seg &S = P.seg[mv_seg_row(P, g)];
-        const float acc = __fadd_rn(0.f, v);
-        mm_row_out(S, g - S.row0, 0, 1, &acc, lane);
+        mm_row_out(S, g - S.row0, 0, 1, &v, lane);
         g += n_warps;
         if (g >= P.total_rows) break;
         load(g);
     }
 }
 /* Whether launch `a` can take mm_kernel_f32r: F32 segments only, one activation row of at most 32 * F32R_K columns
- * (f32), fewer than rows[0] rows (mm_kernel_split's launches), nothing in the epilogue but a bias and a residual. */
+ * (f32), fewer than rows[0] rows (mm_kernel_rows' launches), nothing in the epilogue but a bias and a residual. */
 static bool mm_f32r_ok(const struct cu_mm_args &a) {
     if (!cu_mm_cfg.f32r || a.n_act != 1 || !a.a.x || a.a.n < 1 || a.a.n > 32 * F32R_K || a.conv.on || a.nq.on ||
         a.total_rows >= cu_mm_cfg.rows[0])
