@@ -65,12 +65,12 @@ $(HIP_LIB_OBJ): $(BUILD)/%.hip.o: %.cu
 	$(HIPCC) $(HIPFLAGS) -MMD -MP -c $< -o $@
 endif
 
-hip-check: $(HIP_OBJ)
+hip-check: $(HIP_OBJ) # (headers tracked: -MMD)
 	@echo "hip: $(words $(HIP_OBJ)) kernel files compiled for $(HIP_ARCH)"
 
 build/hip/$(HIP_ARCH)/%.o: src/backend/cuda/%.cu
 	@mkdir -p $(@D)
-	$(HIPCC) $(HIPFLAGS) -nogpulib -fgpu-rdc -c $< -o $@
+	$(HIPCC) $(HIPFLAGS) -nogpulib -fgpu-rdc -MMD -MP -c $< -o $@
 
 $(BUILD)/libvllmc.a: $(LIB_OBJ)
 	@mkdir -p $(@D)
@@ -157,4 +157,4 @@ clean:
 
 .PHONY: all tests test deps asan cuda-asan fuzz run clean hip-check cuda-tests
 
--include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TESTS:=.d)
+-include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TESTS:=.d) $(HIP_OBJ:.o=.d)
