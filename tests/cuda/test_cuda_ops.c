@@ -300,50 +300,67 @@ static void test_matmul_mxfp4_sub(void) {
     free_weight(&w);
 }
 
+/* A one-activation-row launch of two segments (nout[0] and nout[1] rows of type t, n columns) on both backends: the
+ * CPU's outputs at make; rows_pair_gpu runs the GPU's (its outputs poisoned first) and counts those off the CPU's bits. */
+struct rows_pair {
+    int64_t nout[2];
+    struct pair_w w[2];
+    float *x, *ry[2], *gy[2], *h[2];
+    struct bk_act ra, ga;
+    struct bk_matmul_out ro[2], go[2];
+};
+static void rows_pair_make(struct rows_pair *p, uint32_t t, int64_t n, int64_t n0, int64_t n1) {
+    p->nout[0] = n0; p->nout[1] = n1;
+    for (int i = 0; i < 2; i++) make_weight(&p->w[i], t, n, p->nout[i]);
+    p->x = rand_buf((size_t)n, 1.0f);
+    act_pair(1, n, 0, p->x, 1, &p->ra, &p->ga);
+    for (int i = 0; i < 2; i++) {
+        p->ry[i] = ref_put(NULL, (size_t)p->nout[i] * 4);
+        p->gy[i] = dev_put(NULL, (size_t)p->nout[i] * 4);
+        p->h[i] = malloc((size_t)p->nout[i] * 4);
+        p->ro[i] = (struct bk_matmul_out){.w = &p->w[i].r, .y = p->ry[i]};
+        p->go[i] = (struct bk_matmul_out){.w = &p->w[i].g, .y = p->gy[i]};
+    }
+    CHECK(ref->ops->matmul(ref, &p->ra, 2, p->ro) == VLLMC_OK);
+}
+static size_t rows_pair_gpu(struct rows_pair *p) {
+    for (int i = 0; i < 2; i++) {
+        float *poison = nan_buf((size_t)p->nout[i]);
+        CHECK(gpu->ops->copy_to_device(gpu, p->gy[i], poison, (size_t)p->nout[i] * 4) == VLLMC_OK);
+        free(poison);
+    }
+    CHECK(gpu->ops->matmul(gpu, &p->ga, 2, p->go) == VLLMC_OK);
+    size_t bad = 0;
+    for (int i = 0; i < 2; i++) {
+        dev_get(p->h[i], p->gy[i], (size_t)p->nout[i] * 4);
+        bad += n_diff(p->h[i], p->ry[i], (size_t)p->nout[i]);
+    }
+    return bad;
+}
+static void rows_pair_free(struct rows_pair *p) {
+    for (int i = 0; i < 2; i++) {
+        ref->ops->free(ref, p->ry[i]);
+        gpu->ops->free(gpu, p->gy[i]);
+        free(p->h[i]);
+        free_weight(&p->w[i]);
+    }
+    free(p->x);
+    bk_act_free(ref, &p->ra);
+    bk_act_free(gpu, &p->ga);
+}
+
 /* One-activation-row launches of F16 rows alone and of BF16 rows alone (two segments: 3,001 and 517 rows of E columns,
  * E 2,560, 9,216 and 1,056): the CPU's bits. */
 static void test_float_rows(int64_t E) {
     const uint32_t types[2] = {GGML_TYPE_F16, GGML_TYPE_BF16};
-    const int64_t nout[2] = {3001, 517};
     for (int ti = 0; ti < 2; ti++) {
-        struct pair_w w[2];
-        for (int i = 0; i < 2; i++) make_weight(&w[i], types[ti], E, nout[i]);
-        float *x = rand_buf((size_t)E, 1.0f);
-        struct bk_act ra, ga;
-        act_pair(1, E, 0, x, 1, &ra, &ga);
-        float *ry[2], *gy[2], *h[2];
-        struct bk_matmul_out ro[2], go[2];
-        for (int i = 0; i < 2; i++) {
-            ry[i] = ref_put(NULL, (size_t)nout[i] * 4);
-            gy[i] = dev_put(NULL, (size_t)nout[i] * 4);
-            h[i] = malloc((size_t)nout[i] * 4);
-            ro[i] = (struct bk_matmul_out){.w = &w[i].r, .y = ry[i]};
-            go[i] = (struct bk_matmul_out){.w = &w[i].g, .y = gy[i]};
-        }
-        CHECK(ref->ops->matmul(ref, &ra, 2, ro) == VLLMC_OK);
-        for (int i = 0; i < 2; i++) {
-            float *poison = nan_buf((size_t)nout[i]);
-            CHECK(gpu->ops->copy_to_device(gpu, gy[i], poison, (size_t)nout[i] * 4) == VLLMC_OK);
-            free(poison);
-        }
-        CHECK(gpu->ops->matmul(gpu, &ga, 2, go) == VLLMC_OK);
-        size_t bad = 0;
-        for (int i = 0; i < 2; i++) {
-            dev_get(h[i], gy[i], (size_t)nout[i] * 4);
-            bad += n_diff(h[i], ry[i], (size_t)nout[i]);
-        }
+        struct rows_pair p;
+        rows_pair_make(&p, types[ti], E, 3001, 517);
+        const size_t bad = rows_pair_gpu(&p);
         printf("float rows %s E %lld: %zu of %lld outputs differ from the CPU's bits\n", quant_traits(types[ti])->name,
-               (long long)E, bad, (long long)(nout[0] + nout[1]));
+               (long long)E, bad, (long long)(p.nout[0] + p.nout[1]));
         CHECK_MSG(bad == 0, "float rows %s E %lld: %zu outputs differ", quant_traits(types[ti])->name, (long long)E, bad);
-        for (int i = 0; i < 2; i++) {
-            ref->ops->free(ref, ry[i]);
-            gpu->ops->free(gpu, gy[i]);
-            free(h[i]);
-            free_weight(&w[i]);
-        }
-        free(x);
-        bk_act_free(ref, &ra);
-        bk_act_free(gpu, &ga);
+        rows_pair_free(&p);
     }
 }
 
@@ -351,38 +368,14 @@ static void test_float_rows(int64_t E) {
  * segments of E and 1 rows of n columns), on mm_kernel_rows and on mm_kernel_f32r: the CPU's bits either way, and
  * mm_kernel_f32r taken exactly where it should be (at most 2,048 columns). */
 static void test_f32_router(int64_t n, int64_t E) {
-    const int64_t nout[2] = {E, 1};
-    struct pair_w w[2];
-    for (int i = 0; i < 2; i++) make_weight(&w[i], GGML_TYPE_F32, n, nout[i]);
-    float *x = rand_buf((size_t)n, 1.0f);
-    struct bk_act ra, ga;
-    act_pair(1, n, 0, x, 1, &ra, &ga);
-    float *ry[2], *gy[2], *h[2];
-    struct bk_matmul_out ro[2], go[2];
-    for (int i = 0; i < 2; i++) {
-        ry[i] = ref_put(NULL, (size_t)nout[i] * 4);
-        gy[i] = dev_put(NULL, (size_t)nout[i] * 4);
-        h[i] = malloc((size_t)nout[i] * 4);
-        ro[i] = (struct bk_matmul_out){.w = &w[i].r, .y = ry[i]};
-        go[i] = (struct bk_matmul_out){.w = &w[i].g, .y = gy[i]};
-    }
-    CHECK(ref->ops->matmul(ref, &ra, 2, ro) == VLLMC_OK);
+    struct rows_pair p;
+    rows_pair_make(&p, GGML_TYPE_F32, n, E, 1);
     const int was = backend_cuda_set_f32r(0);
     for (int on = 0; on < (was < 0 ? 1 : 2); on++) { /* (was < 0: no such kernel in this build) */
         backend_cuda_set_f32r(on);
-        for (int i = 0; i < 2; i++) {
-            float *poison = nan_buf((size_t)nout[i]);
-            CHECK(gpu->ops->copy_to_device(gpu, gy[i], poison, (size_t)nout[i] * 4) == VLLMC_OK);
-            free(poison);
-        }
         const uint64_t l0 = backend_cuda_f32r_launches();
-        CHECK(gpu->ops->matmul(gpu, &ga, 2, go) == VLLMC_OK);
+        const size_t bad = rows_pair_gpu(&p);
         const uint64_t took = backend_cuda_f32r_launches() - l0;
-        size_t bad = 0;
-        for (int i = 0; i < 2; i++) {
-            dev_get(h[i], gy[i], (size_t)nout[i] * 4);
-            bad += n_diff(h[i], ry[i], (size_t)nout[i]);
-        }
         printf("f32 router n %lld, %lld + 1 rows, f32r %s (%s): %zu outputs differ from the CPU's bits\n", (long long)n,
                (long long)E, on ? "on" : "off", took ? "taken" : "not taken", bad);
         CHECK_MSG(bad == 0, "f32 router n %lld rows %lld f32r %d: %zu outputs differ", (long long)n, (long long)E, on, bad);
@@ -390,15 +383,7 @@ static void test_f32_router(int64_t n, int64_t E) {
                   (unsigned long long)took);
     }
     if (was >= 0) backend_cuda_set_f32r(was);
-    for (int i = 0; i < 2; i++) {
-        ref->ops->free(ref, ry[i]);
-        gpu->ops->free(gpu, gy[i]);
-        free(h[i]);
-        free_weight(&w[i]);
-    }
-    free(x);
-    bk_act_free(ref, &ra);
-    bk_act_free(gpu, &ga);
+    rows_pair_free(&p);
 }
 
 /* rmsnorm_quantize, swiglu_quantize, rmsnorm with strides, add, sigmoid_mul. */

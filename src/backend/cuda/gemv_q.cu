@@ -782,6 +782,14 @@ template <> struct fw_elt<bf16w> {
 };
 static __host__ __device__ __forceinline__ bool fw_type(int t) { return t == GGML_TYPE_F32 || t == GGML_TYPE_F16 || t == GGML_TYPE_BF16; }
 
+/* The float rows' warp sum of the lanes' in-order partials (the CPU reference's dot_reduce32 order). */
+static __device__ __forceinline__ float fw_reduce32(float v) {
+    v = __fadd_rn(v, shfl_xor(v, 8));
+    v = __fadd_rn(v, shfl_xor(v, 16));
+    v = __fadd_rn(v, shfl_xor(v, 4));
+    v = __fadd_rn(v, shfl_xor(v, 2));
+    return __fadd_rn(v, shfl_xor(v, 1));
+}
 template <int NA, int UNR, typename WT> /* UNR: steps whose loads are in flight together (32 for the router's mat-vec:
                                            its own kernel; in the column-split kernel the registers would cost every launch) */
 static __device__ void row_fw(const WT *wr, int n, const cu_act_view &a, int a0, int na, float *acc, int lane) {
@@ -796,15 +804,7 @@ static __device__ void row_fw(const WT *wr, int n, const cu_act_view &a, int a0,
             if (r < na) p[r] = __fadd_rn(p[r], __fmul_rn(wv, a.x[(int64_t)(a0 + r) * a.n + i]));
     }
 #pragma unroll
-    for (int r = 0; r < NA; r++) {
-        float v = p[r];
-        v = __fadd_rn(v, shfl_xor(v, 8));
-        v = __fadd_rn(v, shfl_xor(v, 16));
-        v = __fadd_rn(v, shfl_xor(v, 4));
-        v = __fadd_rn(v, shfl_xor(v, 2));
-        v = __fadd_rn(v, shfl_xor(v, 1));
-        acc[r] = v;
-    }
+    for (int r = 0; r < NA; r++) acc[r] = fw_reduce32(p[r]);
 }
 /* A float row of weight type t (fw_type) from its bytes. F16 / BF16 rows take 2-byte loads (64 bytes a warp a step),
  * at most 16 steps in flight (32, as the router's F32 rows take, cost mm_kernel_rows 34 registers). */
@@ -1096,11 +1096,7 @@ static __global__ void __launch_bounds__(32 * CU_MM_WARPS) mm_kernel_f32r(const 
 #pragma unroll
         for (int k = 0; k < F32R_K; k++)
             if (lane + 32 * k < n) v = __fadd_rn(v, __fmul_rn(w[k], x[k]));
-        v = __fadd_rn(v, shfl_xor(v, 8));
-        v = __fadd_rn(v, shfl_xor(v, 16));
-        v = __fadd_rn(v, shfl_xor(v, 4));
-        v = __fadd_rn(v, shfl_xor(v, 2));
-        v = __fadd_rn(v, shfl_xor(v, 1));
+        v = fw_reduce32(v);
         const cu_mm_seg &S = P.seg[mv_seg_row(P, g)];
         mm_row_out(S, g - S.row0, 0, 1, &v, lane);
         g += n_warps;
