@@ -258,7 +258,7 @@ struct cu_mm_cfg {
     int32_t f32r;              /* 1: one-activation-row launches of F32 rows only (the MoE router and the shared expert's
                                   gate), fewer than rows[0] rows of at most 32 * F32R_K columns, on mm_kernel_f32r (each
                                   warp's row in registers before the dependency wait, the activation in one round trip
-                                  after it: mm_kernel_rows' bits); 0: mm_kernel_rows */
+                                  after it: mm_kernel_rows' bits; the CUDA default); 0: mm_kernel_rows (HIP) */
 };
 extern struct cu_mm_cfg cu_mm_cfg;
 extern int cu_lmh_ns, cu_lmh_rows; /* mm_kernel_lmh (the LM head's ring of tiles): its slots (0: off) and the launches of

@@ -4403,8 +4403,13 @@ static bool mm_launch_mmr(const struct cu_mm_args *args, gpuStream_t s) {
 #else
 #define MM_COLX 1
 #endif
-/* mm_kernel_f32r for the MoE router (off until measured) */
+/* mm_kernel_f32r for the MoE router: qwen36-14b-a3b -2.6%, qwen36-35b-a3b -3.4% a token (H100, BENCHMARKS "The MoE
+ * router's rows in registers before the wait"); CUDA only (HIP builds no such kernel) */
+#if defined(VLLMC_HIP)
 #define MM_F32R 0
+#else
+#define MM_F32R 1
+#endif
 struct cu_mm_cfg cu_mm_cfg = {{8192, 65536}, {1, 4, 4}, {0, 2, 1}, {0, 0, 0}, 0, {1, 1, 1}, 64, 0, 3, 1, MS_CPS, 24 * 1024, 0, 16, MM_COLS_LB, 0, 16384, MM_MMA, MM_MMR, 10, 8, 32, 0, 16, 0, 1, 132, MM_MMQ, 132 * (VLLMC_MMQ_MINB4 > 2 ? VLLMC_MMQ_MINB4 : 2), 1, 1, 4, 0, MM_COLX, MM_F32R};
 
 static bool mm_launch_dec(const struct cu_mm_args *args, gpuStream_t s);
