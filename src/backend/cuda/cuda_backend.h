@@ -217,8 +217,8 @@ int backend_cuda_set_moe_route_sort(int max_rows);
  * backend creation. */
 int backend_cuda_set_moe_pre(int on);
 /* 1: one-activation-row launches of F32 rows only (the MoE router) on their own kernel (its row in registers before the
- * dependency wait; the same bits); returns the previous setting, or -1 where the kernel is not built (HIP).
- * backend_cuda_f32r_launches counts its launches. */
+ * dependency wait; the same bits; the CUDA default), 0: on mm_kernel_rows. Returns the previous setting, or -1 where
+ * the kernel is not built (HIP). backend_cuda_f32r_launches counts its launches. */
 int backend_cuda_set_f32r(int on);
 uint64_t backend_cuda_f32r_launches(void);
 /* Down launches that took the routing before the wait so far, process-wide. */

@@ -1063,13 +1063,14 @@ static __global__ void __launch_bounds__(32 * CU_MM_WARPS) mm_kernel_rows(const 
 }
 
 /* ---- one activation row of F32 rows (the MoE router and the shared expert's gate; cu_mm_cfg.f32r) ----
- * mm_kernel_rows takes these launches (fewer than rows[0] rows, ks[0] 0) through mm_row's row_fw with 32 loads in
- * flight a lane: at 2,048 columns a lane's 64 weights and 64 activation values are two L2 round trips in series after
- * the dependency wait (the weights were asked into L2 before it), and the router sits between the norm + quantize and
- * the expert launches of every MoE layer. Here each warp holds its row's F32R_K elements a lane in registers, loaded
- * before the wait (weights are never written), and after the wait asks for the whole activation at once: one round
- * trip. A lane sums its elements in order and the butterfly is row_fw's, so the outputs are mm_kernel_rows' bits. Rows
- * past the grid's warps (not in the router's launches) are loaded after the previous row's sum. */
+ * Without it (cu_mm_cfg.f32r 0, and on HIP) mm_kernel_rows takes these launches (fewer than rows[0] rows, ks[0] 0)
+ * through mm_row's row_fw with 32 loads in flight a lane: at 2,048 columns a lane's 64 weights and 64 activation values
+ * are two L2 round trips in series after the dependency wait (the weights were asked into L2 before it), and the router
+ * sits between the norm + quantize and the expert launches of every MoE layer. Here each warp holds its row's F32R_K
+ * elements a lane in registers, loaded before the wait (weights are never written), and after the wait asks for the
+ * whole activation at once: one round trip. A lane sums its elements in order and the butterfly is row_fw's, so the
+ * outputs are mm_kernel_rows' bits. Rows past the grid's warps (not in the router's launches) are loaded after the
+ * previous row's sum. On by default on CUDA (measured: BENCHMARKS "The MoE router's rows in registers"). */
 #define F32R_K 64
 uint64_t cu_f32r_launches;
 extern "C" uint64_t backend_cuda_f32r_launches(void) { return cu_f32r_launches; }
