@@ -54,6 +54,10 @@
 # Stage lmh (not default) checks and times the LM head's ring of tiles (LMH_ON, LMH_REPS, LMH_MODELS: see the stage).
 # Stage types (not default): the F16 / BF16 / IQ4_NL / MXFP4 weights and the Q2_K / Q3_K prefill GEMM on requantized models (see the stage).
 # Stage pfnext (not default) checks and times the next round's rows into L2 after the release (PFNEXT_CFGS, PFNEXT_REPS).
+# Stage hot (not default) times the decode of HOT_MODELS (default the first of BENCH_MODELS) with the weights-from-cache
+# measurement build (EXTRA_BUILDS="hot:-DVLLMC_HOT_W=65536", gemv_q.cu's MV_WOFF) against the default, HOT_REPS (default 2)
+# times in turn, then traces both (the CUPTI tracer, scripts/trace_steps.py): the launch chain's cost with the weight stream
+# taken away, kernel by kernel.
 # Stage timeline (not default) runs the -DVLLMC_MV_TIMELINE build (EXTRA_BUILDS="tl:-DVLLMC_MV_TIMELINE") of TIMELINE_MODELS
 # (default the first of BENCH_MODELS) and summarizes its per-CTA timeline of the tensor-core mat-vec (scripts/mv_timeline.py).
 # Stage trace (not default; TRACE_KEEP=1 also returns the raw kernel records, trace_MODEL.csv.gz) runs a 64-token decode of TRACE_MODELS (default the first of BENCH_MODELS) under Nsight
@@ -625,6 +629,28 @@ if has real; then # a real checkpoint at REAL_MODEL (carried in parts: docs/BENC
     fi
 fi
 
+if has hot; then # the weights-from-cache build (vllmc_hot) against the default: the decode, then a trace of each
+    wait_models
+    for m in ${HOT_MODELS:-${BENCH_MODELS%% *}}; do
+        f=/tmp/models/$m.gguf
+        if [ ! -x "$BIN/vllmc_hot" ]; then note "hot: no vllmc_hot (gpu-carry.sh EXTRA_BUILDS=\"hot:-DVLLMC_HOT_W=65536\")"; break; fi
+        [ -s "$f" ] || { note "hot $m: model not generated"; continue; }
+        for rep in $(seq 1 "${HOT_REPS:-2}"); do
+            for b in vllmc vllmc_hot; do
+                timeout 150 "$BIN/$b" bench -m "$f" -p 512 -g 256 -r 5 >"$OUT/hot_${m}_${b}_$rep.txt" 2>&1; rc=$?
+                note "hot $m $b rc=$rc: $(grep '^output tok/s' "$OUT/hot_${m}_${b}_$rep.txt" | head -1)"
+            done
+        done
+        for b in vllmc vllmc_hot; do
+            csv=/tmp/trace_hot_${m}_$b.csv
+            rm -f "$csv"
+            X_TRACE=1 CUDA_INJECTION64_PATH=$PWD/.carry/cupti_trace.so VLLMC_TRACE_OUT=$csv timeout 200 "$BIN/$b" bench -m "$f" \
+                -p 512 -g 64 -r 1 >"$OUT/hot_trace_${m}_${b}_run.txt" 2>&1
+            python3 scripts/trace_steps.py "$csv" >"$OUT/hot_trace_${m}_$b.txt" 2>&1
+            note "hot trace $m $b: $(head -1 "$OUT/hot_trace_${m}_$b.txt")"
+        done
+    done
+fi
 if has timeline; then # per-CTA timeline of the tensor-core mat-vec launches: needs EXTRA_BUILDS="tl:-DVLLMC_MV_TIMELINE"
     wait_models
     for m in ${TIMELINE_MODELS:-${BENCH_MODELS%% *}}; do
