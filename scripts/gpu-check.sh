@@ -180,7 +180,7 @@ mkdir -p /tmp/models; rm -f /tmp/models/done /tmp/models/tiny.done
 synth() { [ -f "/tmp/models/$1.ok" ] || { python3 .carry/synth_gguf.py "$1" "/tmp/models/$1.gguf" >"/tmp/models/$1.log" 2>&1 &&
     touch "/tmp/models/$1.ok"; }; }
 ( synth qwen35-tiny; touch /tmp/models/tiny.done
-  for m in $BENCH_MODELS $(has serve && echo "${SERVE_MODELS:-qwen35-4b}"); do synth "$m"; done
+  for m in $BENCH_MODELS $(has serve && echo "${SERVE_MODELS:-qwen35-4b}") $(has hot && echo "${HOT_MODELS:-}"); do synth "$m"; done
   touch /tmp/models/done ) &
 
 BIN=.carry/bin
