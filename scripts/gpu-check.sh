@@ -55,8 +55,8 @@
 # Stage types (not default): the F16 / BF16 / IQ4_NL / MXFP4 weights and the Q2_K / Q3_K prefill GEMM on requantized models (see the stage).
 # Stage pfnext (not default) checks and times the next round's rows into L2 after the release (PFNEXT_CFGS, PFNEXT_REPS).
 # Stage hot (not default) times the decode of HOT_MODELS (default the first of BENCH_MODELS) with the weights-from-cache
-# measurement build (EXTRA_BUILDS="hot:-DVLLMC_HOT_W=65536", gemv_q.cu's MV_WOFF) against the default, HOT_REPS (default 2)
-# times in turn, then traces both (the CUPTI tracer, scripts/trace_steps.py): the launch chain's cost with the weight stream
+# measurement build (EXTRA_BUILDS="hot:-DVLLMC_HOT_W=65536", gemv_q.cu's mv_woff) against the default, HOT_REPS (default 2)
+# times in turn, then traces both (as stage trace does): the launch chain's cost with the weight stream
 # taken away, kernel by kernel.
 # Stage timeline (not default) runs the -DVLLMC_MV_TIMELINE build (EXTRA_BUILDS="tl:-DVLLMC_MV_TIMELINE") of TIMELINE_MODELS
 # (default the first of BENCH_MODELS) and summarizes its per-CTA timeline of the tensor-core mat-vec (scripts/mv_timeline.py).
@@ -171,6 +171,30 @@ gemv_l2() {
 }
 # "VAR=v,VAR2=w" -> "VAR=v VAR2=w": a comma before NAME= separates variables, others stay in the value (VLLMC_CUDA_MS=1,24576)
 variant_envs() { echo "$1" | sed 's/,\([A-Z_][A-Z0-9_]*=\)/ \1/g'; }
+# trace_run BINARY MODEL_FILE NAME [VAR=v ...]: a 64-token decode of MODEL_FILE by BINARY (with those variables) under
+# Nsight Systems or, where there is none, the CUPTI tracer .carry/cupti_trace.so (tools/cupti_trace.c), its graph-replayed
+# steps charged to their kernels by scripts/trace_steps.py into $OUT/trace_NAME.txt (stages trace and hot); the
+# binary's exit status
+trace_run() {
+    local bin=$1 f=$2 t=$3 csv rc nsys
+    shift 3
+    rm -f /tmp/trace_$t.*
+    nsys=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys /usr/local/cuda/nsight-systems*/bin/nsys 2>/dev/null | head -1)
+    # shellcheck disable=SC2086
+    if [ -n "$nsys" ]; then
+        env "$@" X_TRACE=1 timeout 200 "$nsys" profile --cuda-graph-trace=node -t cuda -o /tmp/trace_$t --force-overwrite true \
+            "$bin" bench -m "$f" -p 512 -g 64 -r 1 ${TRACE_ARGS:-} >"$OUT/trace_${t}_run.txt" 2>&1; rc=$?
+        timeout 200 "$nsys" stats --report cuda_gpu_trace --format csv -o /tmp/trace_$t /tmp/trace_$t.nsys-rep >>"$OUT/trace_${t}_run.txt" 2>&1
+        csv=/tmp/trace_${t}_cuda_gpu_trace.csv
+    else
+        csv=/tmp/trace_$t.csv
+        env "$@" X_TRACE=1 CUDA_INJECTION64_PATH=$PWD/.carry/cupti_trace.so VLLMC_TRACE_OUT=$csv timeout 200 "$bin" bench -m "$f" \
+            -p 512 -g 64 -r 1 ${TRACE_ARGS:-} >"$OUT/trace_${t}_run.txt" 2>&1; rc=$?
+    fi
+    python3 scripts/trace_steps.py "$csv" >"$OUT/trace_$t.txt" 2>&1
+    [ "${TRACE_KEEP:-0}" = 1 ] && gzip -c "$csv" >"$OUT/trace_$t.csv.gz" # the raw records, for a look here
+    return $rc
+}
 
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,memory.total,driver_version --format=csv | tee "$OUT/gpu.txt"
 # models in the background while the tests run
@@ -642,12 +666,8 @@ if has hot; then # the weights-from-cache build (vllmc_hot) against the default:
             done
         done
         for b in vllmc vllmc_hot; do
-            csv=/tmp/trace_hot_${m}_$b.csv
-            rm -f "$csv"
-            X_TRACE=1 CUDA_INJECTION64_PATH=$PWD/.carry/cupti_trace.so VLLMC_TRACE_OUT=$csv timeout 200 "$BIN/$b" bench -m "$f" \
-                -p 512 -g 64 -r 1 >"$OUT/hot_trace_${m}_${b}_run.txt" 2>&1
-            python3 scripts/trace_steps.py "$csv" >"$OUT/hot_trace_${m}_$b.txt" 2>&1
-            note "hot trace $m $b: $(head -1 "$OUT/hot_trace_${m}_$b.txt")"
+            trace_run "$BIN/$b" "$f" "hot_${m}_$b"; rc=$?
+            note "hot trace $m $b rc=$rc: $(head -1 "$OUT/trace_hot_${m}_$b.txt")"
         done
     done
 fi
@@ -702,7 +722,6 @@ fi
 
 if has trace; then # in-graph kernel costs of the decode (nsys, graph nodes traced): scripts/trace_steps.py
     wait_models
-    NSYS=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys /usr/local/cuda/nsight-systems*/bin/nsys 2>/dev/null | head -1)
     tenv=${TRACE_ENV:-} # a second trace with these variables ("A=1 B=2,3"), unless the checks found them wrong
     if [ -n "$tenv" ] && { { [ -n "${NQ_BAD:-}" ] && [[ $tenv == *FUSE_NQ=[1-9]* ]]; } || { [ -n "${STREAM_BAD:-}" ] && [[ $tenv == *CUDA_MS=[1-9]* ]]; }; }; then
         note "trace with $tenv: skipped (checks)"; tenv=""
@@ -712,20 +731,8 @@ if has trace; then # in-graph kernel costs of the decode (nsys, graph nodes trac
         [ -s "$f" ] || { note "trace $m: no model"; continue; }
         for tv in "" ${tenv:+"$tenv"}; do
             t=$m${tv:+_env}
-            rm -f /tmp/trace_$t.*
             # shellcheck disable=SC2086
-            if [ -n "$NSYS" ]; then
-                env $tv X_TRACE=1 timeout 200 "$NSYS" profile --cuda-graph-trace=node -t cuda -o /tmp/trace_$t --force-overwrite true \
-                    "$BIN/vllmc" bench -m "$f" -p 512 -g 64 -r 1 ${TRACE_ARGS:-} >"$OUT/trace_${t}_run.txt" 2>&1; rc=$?
-                timeout 200 "$NSYS" stats --report cuda_gpu_trace --format csv -o /tmp/trace_$t /tmp/trace_$t.nsys-rep >>"$OUT/trace_${t}_run.txt" 2>&1
-                csv=/tmp/trace_${t}_cuda_gpu_trace.csv
-            else # no Nsight Systems there: the CUPTI injection library (tools/cupti_trace.c, built by gpu-carry.sh)
-                csv=/tmp/trace_$t.csv
-                env $tv X_TRACE=1 CUDA_INJECTION64_PATH=$PWD/.carry/cupti_trace.so VLLMC_TRACE_OUT=$csv timeout 200 "$BIN/vllmc" bench -m "$f" \
-                    -p 512 -g 64 -r 1 ${TRACE_ARGS:-} >"$OUT/trace_${t}_run.txt" 2>&1; rc=$?
-            fi
-            python3 scripts/trace_steps.py "$csv" >"$OUT/trace_$t.txt" 2>&1
-            [ "${TRACE_KEEP:-0}" = 1 ] && gzip -c "$csv" >"$OUT/trace_$t.csv.gz" # the raw records, for a look here
+            trace_run "$BIN/vllmc" "$f" "$t" $tv; rc=$?
             head -40 "$OUT/trace_$t.txt"
             note "trace $m ${tv:-(default)} rc=$rc: $(head -1 "$OUT/trace_$t.txt")"
         done

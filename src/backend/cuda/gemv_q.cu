@@ -23,15 +23,19 @@
 #include "backend/cuda/mega2_tile.h"
 
 /* A measurement build only (-DVLLMC_HOT_W=bytes, never the default): the decode's mat-vec and MoE expert kernels
- * read a weight's rows at offset off % VLLMC_HOT_W of its tensor, so a step's weights are a few KB a tensor that stay
- * in L2 and L1 from step to step. The outputs are wrong; the launches, their grids, their waits and every other
- * kernel are the step's own. What the step costs then is the launch chain's latency with the weight stream taken
- * away: how much of a step the DRAM stream can still be blamed for (gpu-check stage binvar against the default). */
+ * read a weight's rows at offset off % VLLMC_HOT_W of its tensor (or of its first expert), so a step's weights are
+ * ~64-90 KB a tensor that stay in L2 from step to step. Only a tensor of at least VLLMC_HOT_W bytes plus 32 rows
+ * wraps, so a CTA's rows read from the wrapped offset stay inside it; smaller ones read as they are. The outputs are
+ * wrong; the launches, their grids, their waits and every other kernel are the step's own. What the step costs then
+ * is the launch chain's latency with the weight stream taken away (gpu-check stage hot, against the default). */
+static __device__ __forceinline__ size_t mv_woff(size_t off, uint64_t stride, int64_t n_rows) {
 #ifdef VLLMC_HOT_W
-#define MV_WOFF(off) ((size_t)(off) % (size_t)(VLLMC_HOT_W))
+    return (uint64_t)n_rows * stride >= (uint64_t)(VLLMC_HOT_W) + 32 * stride ? off % (size_t)(VLLMC_HOT_W) : off;
 #else
-#define MV_WOFF(off) ((size_t)(off))
+    (void)stride; (void)n_rows;
+    return off;
 #endif
+}
 
 #define MM_UNROLL 2  /* steps whose loads are issued together (Q6_K: 128 bytes a lane) */
 #if defined(VLLMC_HIP_ARCH_GFX11) /* LLVM 15 caps these wave32 kernels at 128 VGPRs: with 4, moe_mm_kernel spilled 6 and
@@ -848,7 +852,7 @@ static __device__ __forceinline__ void mm_row_out(const cu_mm_seg &S, int row, i
 
 template <int NA>
 static __device__ __forceinline__ void mm_row(const struct cu_mm_args &P, const cu_mm_seg &S, int row, int a0, int na, int lane) {
-    const uint8_t *wr = S.w + MV_WOFF((size_t)row * S.stride);
+    const uint8_t *wr = S.w + mv_woff((size_t)row * S.stride, S.stride, S.n_rows);
     float acc[NA];
 #pragma unroll
     for (int r = 0; r < NA; r++) acc[r] = 0.f;
@@ -1062,7 +1066,7 @@ static __global__ void __launch_bounds__(32 * CU_MM_WARPS) mm_kernel_rows(const 
         const int g = blockIdx.x * CU_MM_WARPS + threadIdx.x / 32;
         if (g < P.total_rows) {
             const int si = mv_seg_row(P, g);
-            prefetch_rows(P.seg[si].w + MV_WOFF((size_t)(g - P.seg[si].row0) * P.seg[si].stride), P.seg[si].stride, lane, 32);
+            prefetch_rows(P.seg[si].w + mv_woff((size_t)(g - P.seg[si].row0) * P.seg[si].stride, P.seg[si].stride, P.seg[si].n_rows), P.seg[si].stride, lane, 32);
         }
     }
     gpu_pdl_wait();
@@ -1092,7 +1096,7 @@ static __global__ void __launch_bounds__(32 * CU_MM_WARPS) mm_kernel_f32r(const 
     float w[F32R_K];
     auto load = [&](int r) {
         const cu_mm_seg &S = P.seg[mv_seg_row(P, r)];
-        const float *wr = (const float *)(S.w + MV_WOFF((size_t)(r - S.row0) * S.stride));
+        const float *wr = (const float *)(S.w + mv_woff((size_t)(r - S.row0) * S.stride, S.stride, S.n_rows));
 #pragma unroll
         for (int k = 0; k < F32R_K; k++) w[k] = lane + 32 * k < n ? gpu_ldg(wr + lane + 32 * k) : 0.f;
     };
@@ -1573,7 +1577,7 @@ static __device__ __forceinline__ void mma_next_l2(const struct cu_mm_args &P) {
     const cu_mm_seg &S = P.seg[mv_seg_at(P, nb)];
     const int r0 = (nb - S.cta0) * RT;
     if (nb < S.cta0 || r0 >= S.n_rows || (S.type != GGML_TYPE_Q4_K && S.type != GGML_TYPE_Q6_K)) return;
-    const uintptr_t a0 = (uintptr_t)(S.w + MV_WOFF((size_t)r0 * S.stride)), a1 = a0 + (size_t)min(RT, S.n_rows - r0) * S.stride;
+    const uintptr_t a0 = (uintptr_t)(S.w + mv_woff((size_t)r0 * S.stride, S.stride, S.n_rows)), a1 = a0 + (size_t)min(RT, S.n_rows - r0) * S.stride;
     const uintptr_t b0 = (a0 + 15) & ~(uintptr_t)15, b1 = a1 & ~(uintptr_t)15;
 #if !defined(VLLMC_HIP)
     if (b1 > b0) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(b0), "r"((uint32_t)(b1 - b0)) : "memory");
@@ -1641,7 +1645,7 @@ static __global__ void __launch_bounds__(LBT, LBM) mm_kernel_cols(const struct c
      * issued after the weights' loads (below): the slot is a chain of three dependent loads, and a thread that waits
      * on it before asking for its weights delays the whole CTA's DRAM stream by that chain in every wave */
     const int n_sb = (int)(P.a.n / QK_K);
-    const uint8_t *wb = S.w + MV_WOFF((size_t)r0 * S.stride);
+    const uint8_t *wb = S.w + mv_woff((size_t)r0 * S.stride, S.stride, S.n_rows);
     if (S.type == GGML_TYPE_Q8_0 || S.type == GGML_TYPE_F32) {
         mv_other_cta(P, S, wb, r0, rows, a0, na, lane, wid, W);
         if (P.nq.on && (P.nq.feed >> si & 1)) { /* (the same for the whole CTA) */
@@ -1985,7 +1989,7 @@ static __global__ void __launch_bounds__(512) mm_kernel_colx(const struct cu_mm_
     const cu_mm_seg &S = P.seg[si];
     const int r0 = ((int)blockIdx.x - S.cta0) * RPC, rows = min(RPC, S.n_rows - r0);
     const int a0 = NA == 1 ? 0 : (int)blockIdx.y * NA, na = NA == 1 ? 1 : min(NA, P.n_act - a0);
-    const uint8_t *wb = S.w + MV_WOFF((size_t)r0 * S.stride);
+    const uint8_t *wb = S.w + mv_woff((size_t)r0 * S.stride, S.stride, S.n_rows);
     if (S.type == GGML_TYPE_F32) {
         mv_other_cta(P, S, wb, r0, rows, a0, na, lane, wid, W);
         return;
@@ -2106,7 +2110,7 @@ static __global__ void SBT_BOUNDS mm_kernel_sbt(const struct cu_mm_args P) {
     const int r0 = ((int)blockIdx.x - S.cta0) * R, rows = min(R, S.n_rows - r0);
     const bool conv = P.conv.on && si == P.conv.seg;
     const int n_sb = (int)(P.a.n / QK_K);
-    const uint8_t *wb = S.w + MV_WOFF((size_t)r0 * S.stride);
+    const uint8_t *wb = S.w + mv_woff((size_t)r0 * S.stride, S.stride, S.n_rows);
     if (S.type != GGML_TYPE_Q4_K) { /* Q8_0 / F32 rows, as the column-split kernel takes them */
         mv_other_cta(P, S, wb, r0, rows, 0, 1, lane, wid, W);
         return;
@@ -2545,7 +2549,7 @@ static __global__ void __launch_bounds__(LBT, LBM) mm_kernel_mma(const struct cu
     const int r0 = ((int)blockIdx.x - S.cta0) * RT, rows = min(RT, S.n_rows - r0);
     const bool conv = P.conv.on && si == P.conv.seg;
     const int n_sb = (int)(P.a.n / QK_K);
-    const uint8_t *wb = S.w + MV_WOFF((size_t)r0 * S.stride);
+    const uint8_t *wb = S.w + mv_woff((size_t)r0 * S.stride, S.stride, S.n_rows);
     if (S.type != GGML_TYPE_Q4_K && S.type != GGML_TYPE_Q6_K) { /* Q8_0 / F32 rows, as the column-split kernel takes them */
         mv_other_cta(P, S, wb, r0, rows, 0, 1, lane, wid, W);
         return;
@@ -4591,7 +4595,7 @@ static __global__ void __launch_bounds__(32 * CU_MM_WARPS) moe_mm_kernel(const s
         const int m = gt / tpm, r0 = (gt - m * tpm) * MM_TR, rows = min(MM_TR, G.n_rows - r0);
         const int64_t e = G.ids ? (int64_t)G.ids[ent] : 0;
         const uint64_t stride = G.stride[m];
-        const uint8_t *w0 = G.w[m] + MV_WOFF((size_t)e * G.exp_bytes[m] + (size_t)r0 * stride);
+        const uint8_t *w0 = G.w[m] + mv_woff((size_t)e * G.exp_bytes[m] + (size_t)r0 * stride, stride, G.n_rows);
         const cu_act_view a = act_row(G.a, ent / G.act_div + G.act_off);
         const int n = (int)G.a.n, type = G.type[m];
         float acc[MM_TR] = {0.f, 0.f, 0.f, 0.f};
@@ -4843,7 +4847,7 @@ static __device__ __forceinline__ void moe_w_load(const struct cu_moe_grp &G, co
                                                   k4_w *w4, q6_w *w6, wx_w *wx) {
     constexpr int RW = 8 / SBW;
     const uint64_t stride = G.stride[q.m];
-    const uint8_t *wb = G.w[q.m] + MV_WOFF((size_t)e * G.exp_bytes[q.m] + (size_t)max(q.r0, 0) * stride);
+    const uint8_t *wb = G.w[q.m] + mv_woff((size_t)e * G.exp_bytes[q.m] + (size_t)max(q.r0, 0) * stride, stride, G.n_rows);
     if constexpr (KT == 4) {
         const int ty = G.type[q.m];
 #pragma unroll
@@ -5252,7 +5256,7 @@ static __global__ void __launch_bounds__(LBT, LBM) mm_kernel_mmx(const struct cu
     const int r0 = ((int)blockIdx.x - S.cta0) * RC, rows = min(RC, S.n_rows - r0);
     const bool conv = P.conv.on && si == P.conv.seg;
     const int n_sb = (int)(P.a.n / QK_K);
-    const uint8_t *wb = S.w + MV_WOFF((size_t)r0 * S.stride);
+    const uint8_t *wb = S.w + mv_woff((size_t)r0 * S.stride, S.stride, S.n_rows);
     if (S.type != GGML_TYPE_Q4_K) {
         mv_other_cta(P, S, wb, r0, rows, 0, 1, lane, wid, W);
         return;
