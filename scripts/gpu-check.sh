@@ -871,21 +871,21 @@ if has mask; then # same-bits forms of the tensor-core mat-vec by their VLLMC_CU
     # column-split kernel; the tiny qwen35's graph == eager; BENCH_MODELS' greedy ids against the default), memcheck of a
     # tiny generate, the launches alone (bench_gemv l2, mask 1 then each of MASK_ON), then the decode, mask 1 and each of
     # MASK_ON in turn MASK_REPS (default 3) times, on MASK_MODELS (default BENCH_MODELS); memcheck with each of MASK_SAN
-    # (default: MASK_ON)
+    # (default: MASK_ON); MASK_GEMV=0 skips bench_gemv, MASK_BASE (default 1) is the mask the decode is timed against
     timeout 300 "$BIN/test_cuda_ops" alt_kernel >"$OUT/mask_ops.txt" 2>&1; rc=$?
     note "mask test_cuda_ops alt_kernel rc=$rc: $(grep -c "${MASK_NAME:-?} E .*: 0 of" "$OUT/mask_ops.txt") launches of the form with 0 outputs different; $(grep -m2 'FAIL' "$OUT/mask_ops.txt" | cut -c1-200 | tr '\n' ' ')"
     [ $rc = 0 ] || MASK_BAD=1
     for i in $(seq 1 120); do [ -f /tmp/models/tiny.done ] && break; sleep 1; done
     for mm in $MASK_ON; do tiny_switch mask "$mm" VLLMC_CUDA_MMA="$mm" || MASK_BAD=1; done
     for mm in ${MASK_SAN-$MASK_ON}; do san_generate mask tiny /tmp/models/qwen35-tiny.gguf VLLMC_CUDA_MMA="$mm"; done
-    for mm in 1 $MASK_ON; do gemv_l2 mask VLLMC_CUDA_MMA=$mm; done
+    [ "${MASK_GEMV:-1}" = 0 ] || for mm in 1 $MASK_ON; do gemv_l2 mask VLLMC_CUDA_MMA=$mm; done
     wait_models
     for m in ${MASK_MODELS:-$BENCH_MODELS}; do
         f=/tmp/models/$m.gguf
         [ -s "$f" ] || { note "mask $m: model not generated"; continue; }
         ids_same mask "$m" "$f" VLLMC_CUDA_MMA "$MASK_ON" || MASK_BAD=1
         [ -n "${MASK_BAD:-}" ] && { note "mask: a check failed, no timing"; continue; }
-        decode_ab mask "$m" "$f" VLLMC_CUDA_MMA "1 $MASK_ON" "${MASK_REPS:-3}"
+        decode_ab mask "$m" "$f" VLLMC_CUDA_MMA "${MASK_BASE-1} $MASK_ON" "${MASK_REPS:-3}"
     done
 fi
 

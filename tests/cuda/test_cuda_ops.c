@@ -1348,11 +1348,15 @@ static void test_cols_lb(void) {
  * every super-block's activation loaded before the first MMA (bit 1024); ALT_MMA_NEXT as ALT_MMA_SUB with the next
  * round's rows asked into L2 after the release (bit 2048; the 1,000-row launch has more CTAs than are resident on the
  * smaller GPUs only: a hint either way). */
-enum { ALT_SBT, ALT_MMA, ALT_MMA8, ALT_MMA_PF, ALT_MMA_ST, ALT_MMX16, ALT_MMX8, ALT_MMA_SUB, ALT_MMA_ALL, ALT_MMA_NEXT };
+/* ALT_MMA_Q6R16: the launches with Q6_K rows at 16 rows a CTA (bit 8192), with ALT_MMA_NEXT's forms (the default's) and
+ * without them (ALT_MMA_Q6R16_0). */
+enum { ALT_SBT, ALT_MMA, ALT_MMA8, ALT_MMA_PF, ALT_MMA_ST, ALT_MMX16, ALT_MMX8, ALT_MMA_SUB, ALT_MMA_ALL, ALT_MMA_NEXT, ALT_MMA_Q6R16,
+       ALT_MMA_Q6R16_0 };
 static const char *alt_name[] = {"sbt", "mma", "mma 8 rows a CTA", "mma, activation prefetched", "mma, activation staged",
                                  "mma, 16 rows more in shared memory", "mma, 8 rows more in shared memory",
                                  "mma, low nibbles by subtraction", "mma, low nibbles by subtraction, activation at once",
-                                 "mma, low nibbles by subtraction, next round to L2"};
+                                 "mma, low nibbles by subtraction, next round to L2", "mma, Q6_K rows 16 a CTA, next round to L2",
+                                 "mma, Q6_K rows 16 a CTA"};
 static uint64_t alt_launches(int kind) {
     return kind == ALT_SBT      ? backend_cuda_sbt_launches()
            : kind == ALT_MMA_PF ? backend_cuda_mma_ap_launches(1) /* the form's own instance, not the plain one */
@@ -1360,6 +1364,7 @@ static uint64_t alt_launches(int kind) {
            : kind == ALT_MMA_SUB ? backend_cuda_mma_ap_launches(4)
            : kind == ALT_MMA_ALL ? backend_cuda_mma_ap_launches(5)
            : kind == ALT_MMA_NEXT ? backend_cuda_mma_ap_launches(6)
+           : kind == ALT_MMA_Q6R16 || kind == ALT_MMA_Q6R16_0 ? backend_cuda_mma_q6r16_launches()
            : kind == ALT_MMX16 || kind == ALT_MMX8 ? backend_cuda_mmx_launches()
                                 : backend_cuda_mma_launches();
 }
@@ -1369,7 +1374,7 @@ static void alt_on(int kind, bool on) {
     else if (kind == ALT_MMX16 || kind == ALT_MMX8) {
         backend_cuda_set_matvec_mma(on ? (kind == ALT_MMX16 ? 7 | 128 : 7 | 256) : 0);
         backend_cuda_set_mmx_rows(on ? 1 : 8192);
-    } else backend_cuda_set_matvec_mma(on ? (kind == ALT_MMA8 ? 31 : kind == ALT_MMA_PF ? 7 | 32 : kind == ALT_MMA_ST ? 7 | 64 : kind == ALT_MMA_SUB ? 7 | 512 : kind == ALT_MMA_ALL ? 7 | 1024 : kind == ALT_MMA_NEXT ? 7 | 2048 : 15) : 0);
+    } else backend_cuda_set_matvec_mma(on ? (kind == ALT_MMA8 ? 31 : kind == ALT_MMA_PF ? 7 | 32 : kind == ALT_MMA_ST ? 7 | 64 : kind == ALT_MMA_SUB ? 7 | 512 : kind == ALT_MMA_ALL ? 7 | 1024 : kind == ALT_MMA_NEXT ? 7 | 2048 : kind == ALT_MMA_Q6R16 ? 7 | 2048 | 8192 : kind == ALT_MMA_Q6R16_0 ? 7 | 8192 : 15) : 0);
 }
 static void test_alt_kernel(int kind) {
     int old_sb, old_rows, old_mma = backend_cuda_set_matvec_mma(0);
@@ -1393,6 +1398,7 @@ static void test_alt_kernel(int kind) {
         {2560, 3, {GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, GGML_TYPE_Q8_0}, {100, 77, 32}},
         {512, 2, {GGML_TYPE_Q6_K, GGML_TYPE_Q4_K}, {9, 40}},
         {4096, 1, {GGML_TYPE_Q6_K}, {17}},
+        {2560, 3, {GGML_TYPE_Q6_K, GGML_TYPE_Q4_K, GGML_TYPE_Q8_0}, {8200, 4104, 32}}, /* the GDN in-proj's shape, rounds */
     };
     for (size_t ci = 0; ci < sizeof(cs) / sizeof(cs[0]); ci++) {
         const int64_t E = cs[ci].E;
@@ -1400,6 +1406,7 @@ static void test_alt_kernel(int kind) {
         for (int k = 0; k < cs[ci].n; k++) q6 |= cs[ci].t[k] == GGML_TYPE_Q6_K;
         if (q6 && (kind == ALT_SBT || kind == ALT_MMX16 || kind == ALT_MMX8)) continue; /* Q4_K rows only */
         if ((kind == ALT_MMX16 || kind == ALT_MMX8) && E / 256 > 16) continue; /* two super-blocks a warp only */
+        if ((kind == ALT_MMA_Q6R16 || kind == ALT_MMA_Q6R16_0) && (!q6 || E / 256 > 16)) continue; /* its launches only */
         struct bk_act a;
         float *x = act_row_rand(E, BK_ACT_BIT(BK_ACT_Q8_K) | BK_ACT_BIT(BK_ACT_Q8_0), &a);
         const int n = cs[ci].n;
@@ -2230,6 +2237,8 @@ int main(int argc, char **argv) {
         test_alt_kernel(ALT_MMA_SUB);
         test_alt_kernel(ALT_MMA_ALL);
         test_alt_kernel(ALT_MMA_NEXT);
+        test_alt_kernel(ALT_MMA_Q6R16);
+        test_alt_kernel(ALT_MMA_Q6R16_0);
     }
     if (want("nq_fused")) test_nq_fused();
     if (want("invariance")) test_invariance();

@@ -2160,7 +2160,7 @@ extern "C" vllmc_status backend_cuda_create(const struct backend_cuda_opts *o, s
     }
     if ((env = getenv("VLLMC_CUDA_LMH_CO")) && atoi(env) >= 0 && atoi(env) <= 4) cu_lmh_co = atoi(env); /* (measurements) */
     if ((env = getenv("VLLMC_CUDA_CARVEOUT")) && atoi(env) >= 0 && atoi(env) <= 100) gpu_carveout = atoi(env); /* (comparisons) */
-    if ((env = getenv("VLLMC_CUDA_MMA"))) cu_mm_cfg.mma = atoi(env) & 8191; /* the tensor-core mat-vec's classes */
+    if ((env = getenv("VLLMC_CUDA_MMA"))) cu_mm_cfg.mma = atoi(env) & 16383; /* the tensor-core mat-vec's classes */
     if ((env = getenv("VLLMC_CUDA_COLX"))) cu_mm_cfg.colx = VLLMC_MIN(VLLMC_MAX(atoi(env), 0), 2); /* mm_kernel_colx for the other weight types (2: IQ4_XS at 2 row passes a CTA too) */
     if ((env = getenv("VLLMC_CUDA_MMR"))) { /* "rows[,small_sb,small_rows]": several-row steps on the tensor cores */
         int v[3] = {0, 0, 0};
@@ -2350,7 +2350,7 @@ extern "C" int backend_cuda_set_matvec_mma(int mask) {
     return -1; /* no such kernel there */
 #else
     const int old = cu_mm_cfg.mma;
-    cu_mm_cfg.mma = mask & 8191;
+    cu_mm_cfg.mma = mask & 16383;
     return old;
 #endif
 }

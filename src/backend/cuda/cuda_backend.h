@@ -131,7 +131,8 @@ vllmc_status backend_cuda_fetch_argmax(struct backend *be, int32_t *ids, int32_t
  * either way; measured 12% / 2% slower a qwen35-4b token, off); 128 / 256 16 / 8 more rows a CTA in shared memory
  * (mm_kernel_mmx, below; measured 9% / 7% slower, off); 512 the low nibbles' sums as the whole bytes' less the high
  * nibbles' (16 masks fewer a super-block, the same integers), 1024 the same with every super-block's activation loaded
- * before the first MMA, 2048 as 512 with the next round's rows asked into L2 right after the release; 0: none. Returns the previous mask (-1 on HIP, which
+ * before the first MMA, 2048 as 512 with the next round's rows asked into L2 right after the release; 8192 the launches
+ * with Q6_K rows (class 4) at 16 rows a CTA, as class 1's; 0: none. Returns the previous mask (-1 on HIP, which
  * has no such kernel). Process-wide; VLLMC_CUDA_MMA sets it at backend creation. */
 int backend_cuda_set_matvec_mma(int mask);
 /* Launches that took the tensor-core kernel so far, process-wide; of them, those on the instances with the later
@@ -139,6 +140,8 @@ int backend_cuda_set_matvec_mma(int mask);
  * cu_act_view.copies, bench_gemv only), or with the low nibbles by subtraction (ap 4: bit 512; ap 5: bit 1024; ap 6: bit 2048). */
 uint64_t backend_cuda_mma_launches(void);
 uint64_t backend_cuda_mma_ap_launches(int ap);
+/* Of them, the launches with Q6_K rows at 16 rows a CTA (bit 8192). */
+uint64_t backend_cuda_mma_q6r16_launches(void);
 /* Bits 128 / 256 of the tensor-core mask: its Q4_K launches of at least backend_cuda_set_mmx_rows rows (8,192) take 16 /
  * 8 more rows a CTA, copied into shared memory by bulk copies before the dependency wait (mm_kernel_mmx: the same bits).
  * The setter returns the previous bound (a negative argument only reads it); the count is process-wide. */

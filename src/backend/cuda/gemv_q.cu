@@ -2489,16 +2489,18 @@ static __device__ __forceinline__ float mma_q6k_sb(const q6_w &w0, const q6_w &w
  * for t >= 2 the next group, from lane (2c + 1, c) (column 2c + 1); the high quants the same against e0 + 64. So
  * lane (g, c) with g / 2 == c holds activation words 4 (g % 2) .. + 3 of each half, zeros in the others, and the two
  * accumulators' columns 2c, 2c + 1 are the column-split lane's four sums (sl0, sl1; sh0, sh1). */
-template <int SBW, int AP>
+template <int SBW, int RT, int AP>
 static __device__ __forceinline__ void mma_rows_q6_K(const struct cu_mm_args &P, const cu_mm_seg &S, const uint8_t *wb, int rows,
-                                                     int n_sb, int wid, int lane, const mma_conv &cv, uint8_t *stg, float &y0) {
+                                                     int n_sb, int wid, int lane, const mma_conv &cv, uint8_t *stg, float &y0,
+                                                     float &y1) {
     const int g = lane >> 2, c = lane & 3, h = c >> 1, k = c & 1;
     const uint4 z = make_uint4(0, 0, 0, 0);
-    q6_w w[SBW];
+    q6_w w[SBW], w1[SBW]; /* rows g and (RT 16) g + 8, in the MMA's second half as the tiled chain's mg2_terms6 takes them */
 #pragma unroll
     for (int s = 0; s < SBW; s++) {
         const int sb = wid * SBW + s;
         w[s] = sb < n_sb && g < rows ? q6_load(wb + (size_t)g * S.stride, n_sb, sb, c) : q6_w{z, z, z, z, 0, 0};
+        w1[s] = RT == 16 && sb < n_sb && g + 8 < rows ? q6_load(wb + (size_t)(g + 8) * S.stride, n_sb, sb, c) : q6_w{z, z, z, z, 0, 0};
     }
     cv.load(P, rows);
     gpu_pdl_wait();
@@ -2506,10 +2508,10 @@ static __device__ __forceinline__ void mma_rows_q6_K(const struct cu_mm_args &P,
     if constexpr (AP == 2) mma_act_stage<SBW>(P.a, wid * SBW, n_sb, lane, stg);
     if constexpr (AP == 1) mma_act_prefetch<SBW>(P.a, wid * SBW, n_sb, lane);
     if constexpr (AP == 6)
-        if (threadIdx.x == 0) mma_next_l2<8>(P);
+        if (threadIdx.x == 0) mma_next_l2<RT>(P);
     const int shl = 4 - 2 * k, shr = 2 * k;
     const bool own = (g >> 1) == c, odd = g & 1;
-    float t[SBW];
+    float t[SBW], t1[SBW];
 #pragma unroll
     for (int s = 0; s < SBW; s++) {
         const int sb = wid * SBW + s;
@@ -2522,13 +2524,21 @@ static __device__ __forceinline__ void mma_rows_q6_K(const struct cu_mm_args &P,
             const mma_act_src A = mma_act_at(P.a, stg, s, sb);
             if (on) mma_q6k_act(A.qs, A.bs, A.d, A.i, h, k, odd, own, xl, xh, bb, da);
         } else if (on) mma_q6k_act(P.a.k_qs, P.a.k_bs, P.a.k_d, sb, h, k, odd, own, xl, xh, bb, da);
-        t[s] = mma_q6k_sb<false>(w[s], w[s], xl, xh, odd, shl, shr, bb, da, NULL);
+        t1[s] = 0.f;
+        t[s] = mma_q6k_sb<RT == 16>(w[s], RT == 16 ? w1[s] : w[s], xl, xh, odd, shl, shr, bb, da, RT == 16 ? &t1[s] : NULL);
     }
-    if constexpr (SBW == 2) y0 = __fadd_rn(t[0], t[1]);
-    else y0 = __fadd_rn(__fadd_rn(t[0], t[1]), __fadd_rn(t[2], t[3]));
+    y1 = 0.f;
+    if constexpr (SBW == 2) {
+        y0 = __fadd_rn(t[0], t[1]);
+        if (RT == 16) y1 = __fadd_rn(t1[0], t1[1]);
+    } else {
+        y0 = __fadd_rn(__fadd_rn(t[0], t[1]), __fadd_rn(t[2], t[3]));
+        if (RT == 16) y1 = __fadd_rn(__fadd_rn(t1[0], t1[1]), __fadd_rn(t1[2], t1[3]));
+    }
 }
 
-/* KT: the K-quant types of the launch (1 Q4_K, 2 Q6_K, 3 both); RT: rows a CTA (16 for Q4_K alone at SBW 2, else 8); AP:
+/* KT: the K-quant types of the launch (1 Q4_K, 2 Q6_K, 3 both); RT: rows a CTA (16 for Q4_K alone at SBW 2 and, with
+ * cu_mm_cfg.mma bit 8192, for launches with Q6_K rows; else 8); AP:
  * the activation of a warp's later super-blocks after the wait, 0 as the loop loads it, 1 prefetched into L1
  * (mma_act_prefetch), 2 staged in shared memory (mma_act_stage: W x (SBW - 1) x MMA_STAGE_SB bytes of dynamic shared
  * memory) (cu_mm_cfg.mma bits 32, 64), 3 read from copy blockIdx % copies of the Q8_K part (cu_act_view.copies > 1: a
@@ -2539,7 +2549,7 @@ static __device__ __forceinline__ void mma_rows_q6_K(const struct cu_mm_args &P,
 template <int SBW, int RT, int KT, int LBT = 512, int LBM = 1, int AP = 0>
 static __global__ void __launch_bounds__(LBT, LBM) mm_kernel_mma(const struct cu_mm_args P) {
     static_assert(RT == 16 || RT == 8, "rows a CTA: 16 (rows g and g + 8) or 8");
-    static_assert(KT == 1 || RT == 8, "Q6_K: 8 rows a CTA");
+    static_assert(KT == 1 || SBW == 2, "Q6_K: two super-blocks a warp");
     __shared__ float part[16][RT];
     __shared__ float conv_pre[RT][CU_CONV_PRE]; /* cu_mm_conv: each output's state and weights */
     __shared__ int conv_slot[RT];
@@ -2565,7 +2575,7 @@ static __global__ void __launch_bounds__(LBT, LBM) mm_kernel_mma(const struct cu
     extern __shared__ __align__(16) uint8_t mma_stage[];
     uint8_t *stg = AP == 2 ? mma_stage + (size_t)wid * (SBW - 1) * MMA_STAGE_SB : NULL;
     if (KT == 1 || (KT == 3 && S.type == GGML_TYPE_Q4_K)) mma_rows_q4_K<SBW, RT, AP>(P, S, wb, rows, n_sb, wid, lane, cv, stg, y0, y1, tl);
-    else mma_rows_q6_K<SBW, AP>(P, S, wb, rows, n_sb, wid, lane, cv, stg, y0);
+    else mma_rows_q6_K<SBW, RT, AP>(P, S, wb, rows, n_sb, wid, lane, cv, stg, y0, y1);
     TL_MARK(tl, 2);
     const float resv = mv_res_load<1>(S, r0, rows);
     const int g = lane >> 2;
@@ -2585,8 +2595,9 @@ static __global__ void __launch_bounds__(LBT, LBM) mm_kernel_mma(const struct cu
 #endif
 }
 #endif
-uint64_t cu_mma_launches, cu_mma_ap_launches[7];
+uint64_t cu_mma_launches, cu_mma_ap_launches[7], cu_mma_q6r16_launches;
 extern "C" uint64_t backend_cuda_mma_launches(void) { return cu_mma_launches; }
+extern "C" uint64_t backend_cuda_mma_q6r16_launches(void) { return cu_mma_q6r16_launches; }
 extern "C" uint64_t backend_cuda_mma_ap_launches(int ap) { return ap >= 1 && ap <= 6 ? cu_mma_ap_launches[ap] : 0; }
 #if !defined(VLLMC_HIP)
 /* The tensor-core mat-vec with a second tile a CTA in shared memory (mm_kernel_mmx, defined with the bulk-copy helpers
@@ -2798,14 +2809,18 @@ static bool mm_launch_cols(const struct cu_mm_args *args, gpuStream_t s, bool ot
      * (8 rows a CTA) of fewer than rows[1] rows, and with bit 4096 the longer ones too (the LM head) */
     const bool q6_mma = (cu_mm_cfg.mma & 4) && (args->total_rows < cu_mm_cfg.rows[1] || (cu_mm_cfg.mma & 4096));
     if (!mr && !args->nq.on && !args->row_order && (kt == 1 ? (cu_mm_cfg.mma & (sbw == 2 ? 1 : 2)) != 0 : sbw == 2 && q6_mma)) {
-        const int rt = kt == 1 && sbw == 2 ? 16 : 8;
+        /* bit 8192: launches with Q6_K rows at 16 rows a CTA (rows g and g + 8 of each MMA, as the Q4_K ones): the GDN
+         * in-proj's 12,352 rows in 772 CTAs where 8 a CTA take 1,544, ~3 rounds at 4 an SM */
+        const bool q6r16 = kt != 1 && (cu_mm_cfg.mma & 8192);
+        const int rt = (kt == 1 && sbw == 2) || q6r16 ? 16 : 8;
         int ctas = 0;
         for (int i = 0; i < a.n_seg; i++) {
             a.seg[i].cta0 = ctas;
             ctas += (int)GPU_CEIL_DIV(a.seg[i].n_rows, rt);
         }
         mm_cols_fn k = kt == 1 ? (sbw == 2 ? mm_kernel_mma<2, 16, 1> : mm_kernel_mma<4, 8, 1>)
-                               : kt == 2 ? mm_kernel_mma<2, 8, 2> : mm_kernel_mma<2, 8, 3>;
+                     : kt == 2 ? (q6r16 ? mm_kernel_mma<2, 16, 2> : mm_kernel_mma<2, 8, 2>)
+                               : (q6r16 ? mm_kernel_mma<2, 16, 3> : mm_kernel_mma<2, 8, 3>);
         /* bit 8: the 2,560-column Q4_K launches on an instance bounded to 5 CTAs of 160 threads an SM (72 registers, 28
          * bytes spilled): gate + up's 1,152 CTAs in 1.75 rounds where 4 an SM take 2.2. Measured slower (qwen35-4b 558.3
          * against 564.5 tok/s), off */
@@ -2868,12 +2883,14 @@ static bool mm_launch_cols(const struct cu_mm_args *args, gpuStream_t s, bool ot
         const int ap = (cu_mm_cfg.mma & 64) ? 2 : (cu_mm_cfg.mma & 32) ? 1 : args->a.copies > 1 && kt == 1 ? 3 : (cu_mm_cfg.mma & 2048) ? 6 : (cu_mm_cfg.mma & 1024) ? 5 : (cu_mm_cfg.mma & 512) ? 4 : 0;
         const mm_cols_fn ka = !ap ? NULL : k == mm_kernel_mma<2, 16, 1> ? mma_ap<2, 16, 1>(ap) : k == mm_kernel_mma<4, 8, 1> ? mma_ap<4, 8, 1>(ap)
                             : k == mm_kernel_mma<2, 8, 2> ? mma_ap<2, 8, 2>(ap) : k == mm_kernel_mma<2, 8, 3> ? mma_ap<2, 8, 3>(ap)
+                            : k == mm_kernel_mma<2, 16, 2> ? mma_ap<2, 16, 2>(ap) : k == mm_kernel_mma<2, 16, 3> ? mma_ap<2, 16, 3>(ap)
                             : k == mm_kernel_mma<2, 8, 1> ? mma_ap<2, 8, 1>(ap) : NULL;
         /* (ap 5 at 2,560 columns: bounded to the 4 CTAs an SM the plain instance has, 96 registers, where it would take 100) */
         const mm_cols_fn kb = ap == 5 && k == mm_kernel_mma<2, 16, 1> && w == 5 ? mm_kernel_mma<2, 16, 1, 160, 4, 5> : ka;
         if (ap == 6) a.pf_next = mm_resident(kb, 32 * w);
         gpu_launch(kb ? kb : k, dim3((unsigned)ctas), dim3(32 * w), ka && ap == 2 ? (size_t)w * (sbw - 1) * MMA_STAGE_SB : 0, s, a);
         cu_mma_launches++;
+        cu_mma_q6r16_launches += q6r16;
         if (ka) cu_mma_ap_launches[ap]++;
         return true;
     }
