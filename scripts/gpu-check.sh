@@ -57,7 +57,8 @@
 # Stage hot (not default) times the decode of HOT_MODELS (default the first of BENCH_MODELS) with the weights-from-cache
 # measurement build (EXTRA_BUILDS="hot:-DVLLMC_HOT_W=65536", gemv_q.cu's mv_woff) against the default, HOT_REPS (default 2)
 # times in turn, then traces both (as stage trace does): the launch chain's cost with the weight stream
-# taken away, kernel by kernel.
+# taken away, kernel by kernel. HOT_VARIANTS ("NAME:VAR=v[,VAR2=w] ...") adds vllmc_hot runs with those variables to
+# each turn, e.g. "nq1:VLLMC_HOT_NQ=1 nq2:VLLMC_HOT_NQ=2" (the norm + quantize launches empty, then gone: dense models).
 # Stage timeline (not default) runs the -DVLLMC_MV_TIMELINE build (EXTRA_BUILDS="tl:-DVLLMC_MV_TIMELINE") of TIMELINE_MODELS
 # (default the first of BENCH_MODELS) and summarizes its per-CTA timeline of the tensor-core mat-vec (scripts/mv_timeline.py).
 # Stage trace (not default; TRACE_KEEP=1 also returns the raw kernel records, trace_MODEL.csv.gz) runs a 64-token decode of TRACE_MODELS (default the first of BENCH_MODELS) under Nsight
@@ -663,6 +664,12 @@ if has hot; then # the weights-from-cache build (vllmc_hot) against the default:
             for b in vllmc vllmc_hot; do
                 timeout 150 "$BIN/$b" bench -m "$f" -p 512 -g 256 -r 5 >"$OUT/hot_${m}_${b}_$rep.txt" 2>&1; rc=$?
                 note "hot $m $b rc=$rc: $(grep '^output tok/s' "$OUT/hot_${m}_${b}_$rep.txt" | head -1)"
+            done
+            for v in ${HOT_VARIANTS:-}; do # NAME:VAR=v[,VAR2=w]: vllmc_hot with those variables, in the same turn
+                # shellcheck disable=SC2046
+                env $(variant_envs "${v#*:}") timeout 150 "$BIN/vllmc_hot" bench -m "$f" -p 512 -g 256 -r 5 \
+                    >"$OUT/hot_${m}_${v%%:*}_$rep.txt" 2>&1; rc=$?
+                note "hot $m vllmc_hot ${v#*:} rc=$rc: $(grep '^output tok/s' "$OUT/hot_${m}_${v%%:*}_$rep.txt" | head -1)"
             done
         done
         for b in vllmc vllmc_hot; do

@@ -253,10 +253,36 @@ static __global__ void __launch_bounds__(32 * NQ_WARPS) norm_quant_kernel(int mo
     nq_unit(mode, in0, in1, ld, w, eps, group, scale, out, fmts, r, unit, lane, pre ? wv : NULL);
 }
 
+#ifdef VLLMC_HOT_W
+/* The hot build's split of the norm + quantize launches' part of the chain (VLLMC_HOT_NQ, one-row launches only, so the
+ * prefill still fills the acts): 1 puts an empty kernel of the same grid in each one's place (the dependency wait, the
+ * release, the grid's start and end), 2 launches nothing. The acts keep the values written before, wrong as every
+ * output of this build is; the dense models only (a MoE router reading them could pick any expert). */
+static __global__ void __launch_bounds__(32 * NQ_WARPS) nq_empty_kernel(int) {
+    gpu_pdl_wait();
+    gpu_pdl_trigger();
+}
+static int hot_nq(void) {
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("VLLMC_HOT_NQ");
+        v = e ? atoi(e) : 0;
+    }
+    return v;
+}
+#endif
+
 void cu_launch_norm_quant(int mode, const float *in0, const float *in1, int64_t ld, const float *w, float eps,
                           int group, int64_t n_rows, struct cu_act_mut out, uint32_t fmts, gpuStream_t s) {
     if (n_rows <= 0) return;
     const int64_t units = GPU_CEIL_DIV(out.n, 256);
+#ifdef VLLMC_HOT_W
+    if (n_rows == 1 && hot_nq() == 2) return;
+    if (n_rows == 1 && hot_nq() == 1) {
+        gpu_launch(nq_empty_kernel, dim3((unsigned)GPU_CEIL_DIV(units, NQ_WARPS), 1u), dim3(32 * NQ_WARPS), 0, s, 0);
+        return;
+    }
+#endif
     gpu_launch(norm_quant_kernel, dim3((unsigned)GPU_CEIL_DIV(units, NQ_WARPS), (unsigned)n_rows), dim3(32 * NQ_WARPS), 0, s,
                mode, in0, in1, ld, w, eps, group, out, fmts, (int)cu_mm_cfg.nq_early);
 }
