@@ -475,6 +475,7 @@ int cmd_bench(int argc, char **argv) {
     const double wbytes = (double)model_weight_bytes(m);
     const double abytes = (double)model_active_weight_bytes(m); /* bytes a decode token reads (top-k experts) */
     uint64_t peak = 0;
+    double dram_bps = 0; /* the device's nominal DRAM bandwidth (CUDA; 0: unknown, no roofline fraction) */
     uint64_t replays = 0, captures = 0, tiled_ffn = 0, tiled_pj = 0, tiled_moe = 0, ws_launches = 0;
     double host_us = 0, wait_us = 0; /* a replayed step's host time before its graph runs, and its wait after */
 #ifdef VLLMC_CUDA
@@ -482,6 +483,7 @@ int cmd_bench(int argc, char **argv) {
         struct backend_cuda_stats cs;
         backend_cuda_get_stats(be, &cs);
         peak = cs.bytes_peak;
+        dram_bps = cs.dram_peak_bps;
         replays = cs.graph_replays;
         captures = cs.graph_captures;
         tiled_ffn = cs.mega2_ffn; /* (VLLMC_CUDA_MEGA2: FFNs as one tiled launch, summed over the recorded steps) */
@@ -502,15 +504,17 @@ int cmd_bench(int argc, char **argv) {
                "\"load_s\":%.2f}\n",
                o.model, m->hp.arch, be->ops->name, (!o.cpu && !o.eager) ? "true" : "false", o.n_prompt, o.n_gen, o.reps, otps_med,
                dtps_med, tpot_med * 1e3, ttft_med * 1e3, pp_m, pp_sd, tg_m, tg_sd, (unsigned long long)peak, wbytes,
-               abytes, abytes / 4.5e12 / tpot_med, (unsigned long long)replays, (unsigned long long)captures, host_us, wait_us, pipe ? "true" : "false", t_load);
+               abytes, dram_bps > 0 ? abytes / dram_bps / tpot_med : 0.0, (unsigned long long)replays, (unsigned long long)captures, host_us, wait_us, pipe ? "true" : "false", t_load);
     } else {
         printf("model %s (%s, %.2f GB of weights), backend %s%s, prompt %d, generate %d, %d runs after a warm-up (load %.1f s)\n",
                o.model, m->hp.arch, wbytes / 1e9, be->ops->name, o.cpu ? "" : (o.eager ? " (eager)" : " (CUDA graphs)"),
                o.n_prompt, o.n_gen, o.reps, t_load);
         printf("output tok/s %.1f | decode tok/s %.1f | TPOT %.3f ms | TTFT %.1f ms | peak VRAM %.2f GB\n", otps_med, dtps_med,
                tpot_med * 1e3, ttft_med * 1e3, peak / 1e9);
-        printf("bytes per token %.2f GB / TPOT = %.0f GB/s = %.0f%% of 4.5 TB/s; graph replays %llu, captures %llu\n",
-               abytes / 1e9, abytes / tpot_med / 1e9, 100.0 * abytes / tpot_med / 4.5e12, (unsigned long long)replays, (unsigned long long)captures);
+        printf("bytes per token %.2f GB / TPOT = %.0f GB/s", abytes / 1e9, abytes / tpot_med / 1e9);
+        if (dram_bps > 0) /* against the device's nominal DRAM bandwidth */
+            printf(" = %.0f%% of this device's %.2f TB/s", 100.0 * abytes / tpot_med / dram_bps, dram_bps / 1e12);
+        printf("; graph replays %llu, captures %llu\n", (unsigned long long)replays, (unsigned long long)captures);
         if (tiled_ffn && replays + captures)
             printf("dense FFNs as one tiled persistent launch (VLLMC_CUDA_MEGA2): %.1f a recorded step, %.1f of them with the output "
                    "projection before them inside (VLLMC_CUDA_MEGA2_PJ)\n",

@@ -2065,6 +2065,13 @@ extern "C" vllmc_status backend_cuda_create(const struct backend_cuda_opts *o, s
     if (!c) return vllmc_errorf(VLLMC_ERR_OOM, "CUDA backend");
     c->base.ops = &cu_ops;
     c->base.n_threads = 1;
+#if !defined(VLLMC_HIP)
+    int mem_khz = 0, bus_bits = 0;
+    if (cudaDeviceGetAttribute(&mem_khz, cudaDevAttrMemoryClockRate, dev) == cudaSuccess &&
+        cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, dev) == cudaSuccess && mem_khz > 0 && bus_bits > 0)
+        c->stats.dram_peak_bps = 2.0 * 1e3 * mem_khz * (bus_bits / 8.0);
+    else (void)cudaGetLastError();
+#endif
     c->eager = o && o->enforce_eager;
     c->profile = o && o->profile;
     /* switches on by default, "0" turns each off (comparisons) */

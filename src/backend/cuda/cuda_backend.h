@@ -52,6 +52,9 @@ struct backend_cuda_stats {
     /* host time of the graph-replayed steps: from the batch to the graph's launch (recording the ops, finding the
      * cached graph, launching it), and waiting for the step's argmax after it; the GPU idles through the first */
     uint64_t host_steps, host_ns, wait_ns;
+    /* the device's nominal DRAM bandwidth, bytes/s: 2 x its memory clock x its bus width (CUDA; 0 where unknown: HIP,
+     * whose reported memory clock is not the same measure on every memory type) */
+    double dram_peak_bps;
 };
 void backend_cuda_get_stats(struct backend *be, struct backend_cuda_stats *out);
 
