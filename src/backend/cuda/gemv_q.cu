@@ -2393,6 +2393,11 @@ static __device__ __forceinline__ mma_act_src mma_act_at(const cu_act_view &a, c
     const uint8_t *d = stg + (s - 1) * MMA_STAGE_SB;
     return mma_act_src{(const int8_t *)d, (const int16_t *)(d + 256), (const float *)(d + 288) + (((uintptr_t)(a.k_d + sb) & 15) >> 2), 0};
 }
+/* A row's terms over the warp's SBW (2 or 4) super-blocks, added as mv_warp_part's butterfly adds them */
+template <int SBW> static __device__ __forceinline__ float mma_sb_sum(const float (&t)[SBW]) {
+    if constexpr (SBW == 2) return __fadd_rn(t[0], t[1]);
+    else return __fadd_rn(__fadd_rn(t[0], t[1]), __fadd_rn(t[2], t[3]));
+}
 /* The warp's 16 (RT 8: 8) rows of its SBW super-blocks, Q4_K: the loads before the dependency wait, the MMAs after
  * it; y0, y1: the partial sums of rows g and g + 8 (in every lane of the row). stg: the warp's stage (AP 2), else
  * NULL. */
@@ -2455,15 +2460,9 @@ static __device__ __forceinline__ void mma_rows_q4_K(const struct cu_mm_args &P,
         } else if (on) mma_q4k_act(P.a.k_qs, P.a.k_bs, P.a.k_d, sb, g, c, x0, x1, bs, da);
         mma_q4k_sb<RT == 16, AP == 4 || AP == 6>(w0[s].q0, w0[s].q1, w1[s].q0, w1[s].q1, w0[s].sw, w1[s].sw, x0, x1, bs, da, ks, b, t0[s], t1[s]);
     }
-    /* the warp's super-blocks as mv_warp_part's butterfly adds them */
+    y0 = mma_sb_sum<SBW>(t0);
     y1 = 0.f;
-    if constexpr (SBW == 2) {
-        y0 = __fadd_rn(t0[0], t0[1]);
-        if (RT == 16) y1 = __fadd_rn(t1[0], t1[1]);
-    } else {
-        y0 = __fadd_rn(__fadd_rn(t0[0], t0[1]), __fadd_rn(t0[2], t0[3]));
-        if (RT == 16) y1 = __fadd_rn(__fadd_rn(t1[0], t1[1]), __fadd_rn(t1[2], t1[3]));
-    }
+    if constexpr (RT == 16) y1 = mma_sb_sum<SBW>(t1);
 }
 /* Lane (g, c)'s Q6_K activation side of super-block sb, (h, k) = (c / 2, c % 2): the 16 quants of its half of group
  * 2h + k where it owns them (own: g / 2 == c; odd = g % 2 picks the half), the -32 offsets' sums bb, the scale da.
@@ -2550,17 +2549,11 @@ static __device__ __forceinline__ void mma_rows_q6_K(const struct cu_mm_args &P,
             const mma_act_src A = mma_act_at(P.a, stg, s, sb);
             if (on) mma_q6k_act(A.qs, A.bs, A.d, A.i, h, k, odd, own, xl, xh, bb, da);
         } else if (on) mma_q6k_act(P.a.k_qs, P.a.k_bs, P.a.k_d, sb, h, k, odd, own, xl, xh, bb, da);
-        t1[s] = 0.f;
         t[s] = mma_q6k_sb<RT == 16>(w[s], RT == 16 ? w1[s] : w[s], xl, xh, odd, shl, shr, bb, da, RT == 16 ? &t1[s] : NULL);
     }
+    y0 = mma_sb_sum<SBW>(t);
     y1 = 0.f;
-    if constexpr (SBW == 2) {
-        y0 = __fadd_rn(t[0], t[1]);
-        if (RT == 16) y1 = __fadd_rn(t1[0], t1[1]);
-    } else {
-        y0 = __fadd_rn(__fadd_rn(t[0], t[1]), __fadd_rn(t[2], t[3]));
-        if (RT == 16) y1 = __fadd_rn(__fadd_rn(t1[0], t1[1]), __fadd_rn(t1[2], t1[3]));
-    }
+    if constexpr (RT == 16) y1 = mma_sb_sum<SBW>(t1);
 }
 
 /* KT: the K-quant types of the launch (1 Q4_K, 2 Q6_K, 3 both); RT: rows a CTA (16 for Q4_K alone at SBW 2 and, with
