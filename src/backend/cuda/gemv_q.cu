@@ -253,22 +253,25 @@ static __global__ void __launch_bounds__(32 * NQ_WARPS) norm_quant_kernel(int mo
     nq_unit(mode, in0, in1, ld, w, eps, group, scale, out, fmts, r, unit, lane, pre ? wv : NULL);
 }
 
-#ifdef VLLMC_HOT_W
-/* The hot build's split of the norm + quantize launches' part of the chain (VLLMC_HOT_NQ, one-row launches only, so the
- * prefill still fills the acts): 1 puts an empty kernel of the same grid in each one's place (the dependency wait, the
- * release, the grid's start and end), 2 launches nothing. The acts keep the values written before, wrong as every
- * output of this build is; the dense models only (a MoE router reading them could pick any expert). */
+#if defined(VLLMC_HOT_W) || defined(VLLMC_NQ_SKIP)
+/* A measurement build's split of the norm + quantize launches' part of the chain (VLLMC_HOT_NQ, one-row launches only,
+ * so the prefill still fills the acts), in the hot build or in one of its own with the real weights (-DVLLMC_NQ_SKIP):
+ * 1 puts an empty kernel of the same grid in each one's place (the dependency wait, the release, the grid's start and
+ * end), 2 launches nothing. VLLMC_HOT_NQ_MODE=m limits either to the launches of norm mode m (cu_nq_mode: 1 the
+ * RMSNorms, 2 the SwiGLUs, 3 the gated norms). The acts keep the values written before, so the outputs are wrong by
+ * design; the dense models only (a MoE router reading them could pick any expert). */
 static __global__ void __launch_bounds__(32 * NQ_WARPS) nq_empty_kernel(int) {
     gpu_pdl_wait();
     gpu_pdl_trigger();
 }
-static int hot_nq(void) {
-    static int v = -1;
+static int hot_nq(int mode) {
+    static int v = -1, m = 0;
     if (v < 0) {
-        const char *e = getenv("VLLMC_HOT_NQ");
+        const char *e = getenv("VLLMC_HOT_NQ"), *em = getenv("VLLMC_HOT_NQ_MODE");
         v = e ? atoi(e) : 0;
+        m = em ? atoi(em) : 0;
     }
-    return v;
+    return !m || m == mode ? v : 0;
 }
 #endif
 
@@ -276,9 +279,9 @@ void cu_launch_norm_quant(int mode, const float *in0, const float *in1, int64_t 
                           int group, int64_t n_rows, struct cu_act_mut out, uint32_t fmts, gpuStream_t s) {
     if (n_rows <= 0) return;
     const int64_t units = GPU_CEIL_DIV(out.n, 256);
-#ifdef VLLMC_HOT_W
-    if (n_rows == 1 && hot_nq() == 2) return;
-    if (n_rows == 1 && hot_nq() == 1) {
+#if defined(VLLMC_HOT_W) || defined(VLLMC_NQ_SKIP)
+    if (n_rows == 1 && hot_nq(mode) == 2) return;
+    if (n_rows == 1 && hot_nq(mode) == 1) {
         gpu_launch(nq_empty_kernel, dim3((unsigned)GPU_CEIL_DIV(units, NQ_WARPS), 1u), dim3(32 * NQ_WARPS), 0, s, 0);
         return;
     }
