@@ -1595,6 +1595,28 @@ static void test_nq_fused(void) {
                 CHECK_MSG(fused == 2, "norm + quantize in the matmul launch: %llu launches took it (want 2: a capture of the step)",
                           (unsigned long long)fused);
                 CHECK_MSG(bad == 0, "norm + quantize in the matmul launch: %zu bytes differ", bad);
+                if (T == 1 && !st) {
+                    /* the other way round (BACKEND_CUDA_FUSE_PRE_*): the RMSNorm inside the gate / up launch that reads
+                     * it (the tensor-core mat-vec at 2,560 columns; with a Q8_0 up its CTAs wait on the flag too), the
+                     * SwiGLU before the 9,216-column head on its own launch (the column-split kernel takes it) */
+                    backend_cuda_set_fuse_nq(gpu, BACKEND_CUDA_FUSE_PRE_RMS | BACKEND_CUDA_FUSE_PRE_SWIGLU | BACKEND_CUDA_FUSE_PRE_GATED);
+                    const uint64_t p0 = backend_cuda_pre_launches();
+                    size_t bad_p = 0;
+                    for (int rep = 0; rep < 3; rep++) { /* capture, then two replays: the flag's counters are back at zero */
+                        uint8_t *got = nq_run(&t, &n);
+                        CHECK(n == n_ref);
+                        for (size_t i = 0; i < n && i < n_ref; i++) bad_p += got[i] != want[i];
+                        free(got);
+                    }
+                    const uint64_t pre = backend_cuda_pre_launches() - p0;
+                    backend_cuda_set_fuse_nq(gpu, 0);
+                    printf("norm + quantize inside the launch that reads it (%s / %s gate / up): %llu launches took it, %zu of %zu "
+                           "bytes differ from the separate launches\n",
+                           quant_traits(tset[ts][1])->name, quant_traits(tset[ts][2])->name, (unsigned long long)pre, bad_p, n_ref);
+                    CHECK_MSG(pre == 1, "norm + quantize inside the launch that reads it: %llu launches took it (want 1: the "
+                              "RMSNorm in gate / up's capture)", (unsigned long long)pre);
+                    CHECK_MSG(bad_p == 0, "norm + quantize inside the launch that reads it: %zu bytes differ", bad_p);
+                }
                 free(want);
             }
             for (int k = 0; k < 4; k++) gpu->ops->weight_free(gpu, ws[k]);

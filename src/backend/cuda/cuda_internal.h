@@ -165,6 +165,10 @@ struct cu_mm_args {
     struct cu_mm_conv conv;    /* conv.on: the GDN conv in the epilogue (or a kernel right after, where the launch
                                   does not take the column-split kernel) */
     struct cu_nq_fuse nq;      /* nq.on: the norm + quantize that reads the outputs, in the launch (or right after) */
+    struct cu_nq_fuse pre;     /* pre.on: the one-row norm + quantize that writes the launch's activation, done by the
+                                  launch's first CTAs past the dependency wait while the others wait on a flag
+                                  (mm_kernel_mma only: cu_launch_matmul gives it its own launch first anywhere else);
+                                  pre.cnt: 3 counters, zero between launches */
     float *mmq_ws;             /* mm_kernel_mmq's fragments workspace (CU_MMQ_WS_FLOATS) and tile counters (CU_MMQ_TILES,
                                   zero between launches): the backend's own, so backends on other streams do not share
                                   them; NULL: that kernel's launches are not split */
