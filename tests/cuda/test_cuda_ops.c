@@ -1477,6 +1477,7 @@ static void test_alt_kernel(int kind) {
  * sequences of one token each,
  *   a -> o = Wo a, x += o (the fused add), f = rmsnorm_quantize(x)       (RMSNORM in the Wo launch)
  *   g, u = Wg f, Wu f, m = swiglu_quantize(g, u)                          (SWIGLU in the gate / up launch)
+ *   d = Wh m (a matmul that reads the SwiGLU's act: the norm + quantize inside it, BACKEND_CUDA_FUSE_PRE_SWIGLU)
  *   logits = Wh m (ends the step: captured, then replayed)
  * leaves the same bytes in x, f, m (f32 and every quantized format) and the logits as the step with the fusion off.
  * T 1 (the one-row column-split kernel; with the streaming kernel too) and 11 (the multi-row one: groups of 8 and 3);
@@ -1487,7 +1488,7 @@ struct nq_step {
     struct bk_tensor wo, wg, wu, wh;
     float *a0, *x0;              /* host inputs */
     struct bk_act a, f, m;
-    float *o, *x, *g, *u, *logits;
+    float *o, *x, *g, *u, *logits, *d; /* d = Wh m, as a matmul (the SwiGLU's reader) before the logits op */
     const float *wn;             /* the RMSNorm's weights (device) */
 };
 static size_t nq_act_bytes(const struct bk_act *a, int f) { return bk_act_row_bytes(f, a->n_cols) * (size_t)a->max_rows; }
@@ -1513,12 +1514,14 @@ static uint8_t *nq_run(struct nq_step *t, size_t *n) {
     const struct bk_matmul_out gu[2] = {{.w = &t->wg, .y = t->g}, {.w = &t->wu, .y = t->u}};
     CHECK(gpu->ops->matmul(gpu, &t->f, 2, gu) == VLLMC_OK);
     CHECK(gpu->ops->swiglu_quantize(gpu, t->g, t->u, 0, T, &t->m) == VLLMC_OK);
+    const struct bk_matmul_out md = {.w = &t->wh, .y = t->d};
+    CHECK(gpu->ops->matmul(gpu, &t->m, 1, &md) == VLLMC_OK);
     int32_t am[16];
     CHECK(gpu->ops->logits(gpu, &t->m, &t->wh, t->logits, am) == VLLMC_OK);
     const size_t sx = (size_t)(T * t->E) * 4, sm = (size_t)(T * t->F) * 4, sl = (size_t)(T * t->V) * 4;
     const size_t fk = nq_act_bytes(&t->f, BK_ACT_Q8_K), f0 = nq_act_bytes(&t->f, BK_ACT_Q8_0);
     const size_t mk = nq_act_bytes(&t->m, BK_ACT_Q8_K), m0 = nq_act_bytes(&t->m, BK_ACT_Q8_0);
-    *n = 2 * sx + fk + f0 + sm + mk + m0 + sl;
+    *n = 2 * sx + fk + f0 + sm + mk + m0 + 2 * sl;
     uint8_t *out = malloc(*n), *p = out;
     dev_get(p, t->x, sx); p += sx;
     dev_get(p, t->f.x, sx); p += sx;
@@ -1527,7 +1530,8 @@ static uint8_t *nq_run(struct nq_step *t, size_t *n) {
     dev_get(p, t->m.x, sm); p += sm;
     dev_get(p, t->m.q[BK_ACT_Q8_K], mk); p += mk;
     dev_get(p, t->m.q[BK_ACT_Q8_0], m0); p += m0;
-    dev_get(p, t->logits, sl);
+    dev_get(p, t->logits, sl); p += sl;
+    dev_get(p, t->d, sl);
     return out;
 }
 static void test_nq_fused(void) {
@@ -1562,6 +1566,7 @@ static void test_nq_fused(void) {
             CHECK(gpu->ops->alloc(gpu, (size_t)(T * F) * 4, (void **)&t.g) == VLLMC_OK);
             CHECK(gpu->ops->alloc(gpu, (size_t)(T * F) * 4, (void **)&t.u) == VLLMC_OK);
             CHECK(gpu->ops->alloc(gpu, (size_t)(T * V) * 4, (void **)&t.logits) == VLLMC_OK);
+            CHECK(gpu->ops->alloc(gpu, (size_t)(T * V) * 4, (void **)&t.d) == VLLMC_OK);
             t.wn = gw;
             for (int st = 0; st < (T == 1 ? 2 : 1); st++) {
                 const int old = backend_cuda_set_matvec_stream(st ? 2 : 0, st ? 24 * 1024 : 0);
@@ -1598,7 +1603,7 @@ static void test_nq_fused(void) {
                 if (T == 1 && !st) {
                     /* the other way round (BACKEND_CUDA_FUSE_PRE_*): the RMSNorm inside the gate / up launch that reads
                      * it (the tensor-core mat-vec at 2,560 columns; with a Q8_0 up its CTAs wait on the flag too), the
-                     * SwiGLU before the 9,216-column head on its own launch (the column-split kernel takes it) */
+                     * SwiGLU inside the 9,216-column matmul d (the bounded column-split instance of Q6_K / Q4_K rows) */
                     backend_cuda_set_fuse_nq(gpu, BACKEND_CUDA_FUSE_PRE_RMS | BACKEND_CUDA_FUSE_PRE_SWIGLU | BACKEND_CUDA_FUSE_PRE_GATED);
                     const uint64_t p0 = backend_cuda_pre_launches();
                     size_t bad_p = 0;
@@ -1613,8 +1618,8 @@ static void test_nq_fused(void) {
                     printf("norm + quantize inside the launch that reads it (%s / %s gate / up): %llu launches took it, %zu of %zu "
                            "bytes differ from the separate launches\n",
                            quant_traits(tset[ts][1])->name, quant_traits(tset[ts][2])->name, (unsigned long long)pre, bad_p, n_ref);
-                    CHECK_MSG(pre == 1, "norm + quantize inside the launch that reads it: %llu launches took it (want 1: the "
-                              "RMSNorm in gate / up's capture)", (unsigned long long)pre);
+                    CHECK_MSG(pre == 2, "norm + quantize inside the launch that reads it: %llu launches took it (want 2: the "
+                              "RMSNorm in gate / up's capture, the SwiGLU in d's)", (unsigned long long)pre);
                     CHECK_MSG(bad_p == 0, "norm + quantize inside the launch that reads it: %zu bytes differ", bad_p);
                 }
                 free(want);
@@ -1622,7 +1627,7 @@ static void test_nq_fused(void) {
             for (int k = 0; k < 4; k++) gpu->ops->weight_free(gpu, ws[k]);
             bk_act_free(gpu, &t.a); bk_act_free(gpu, &t.f); bk_act_free(gpu, &t.m);
             gpu->ops->free(gpu, t.o); gpu->ops->free(gpu, t.x); gpu->ops->free(gpu, t.g); gpu->ops->free(gpu, t.u);
-            gpu->ops->free(gpu, t.logits);
+            gpu->ops->free(gpu, t.logits); gpu->ops->free(gpu, t.d);
             free(t.a0); free(t.x0);
         }
     }

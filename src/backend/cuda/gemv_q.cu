@@ -1654,10 +1654,87 @@ static __device__ __forceinline__ void mv_cta_out(const struct cu_mm_args &P, co
  * The per-row sums are the same ops in the same order either way. U: row groups a CTA. */
 #define MV_NA 8
 static_assert(MV_NA == 8, "cu_nq_fuse_counters counts groups of 8 activation rows");
+/* ---- the norm + quantize of a launch's activation inside it (cu_mm_args.pre) ----
+ * The dependency wait of a launch whose activation is written by a one-row norm + quantize that has no launch of its
+ * own. After the wait each CTA takes a ticket (cnt[0]). Tickets 0 .. nc - 1 (CTAs that are running, so no CTA waits
+ * on one that cannot start) do the norm + quantize as norm_quant_kernel does it: the same functions, so the same
+ * bits (nq_rms_scale gives any block shape the same sums). CTA t takes the 256-column units t * W + warp, + nc * W, ...
+ * Then it adds 1 to cnt[1]. Every CTA waits until cnt[1] reaches nc (an acquire load: the activation's lines are then
+ * read from L2, never from a stale L1), then adds 1 to cnt[2]; the grid's last one puts the three counters back to
+ * zero. The next launch that uses them takes its tickets only after its own wait, so after this grid has ended. What
+ * this replaces is a stage of the chain: the norm launch's drain, completion and release (BENCHMARKS.md "The norm +
+ * quantize launches' part of the chain"). Before the wait each CTA asks one 128-byte line of the norm's weights into
+ * L2, as the norm kernel loads them before its own. Only the PRE instances of mm_kernel_mma and of the column-split
+ * down-row instances carry it (the norm's code inside the default instances took them from 92 to 128 registers, with
+ * spills). CUDA only: on HIP no launch takes it (cu_launch_matmul), and the wait is the plain one. */
+#if !defined(VLLMC_HIP)
+static __device__ __forceinline__ unsigned mv_ld_acquire(const unsigned *p) {
+    unsigned v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+/* PRE: -1 any norm mode (Q.mode), else that mode only (cu_launch_matmul takes it only for that mode: the compiler
+ * drops the other modes' code, fewer registers) */
+template <int PRE> static __device__ __forceinline__ void mv_pre_norm(const struct cu_nq_fuse &Q, unsigned t, unsigned nc) {
+    __shared__ double red[NQ_WARPS];
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, W = (int)(blockDim.x >> 5);
+    const int mode = PRE > 0 ? PRE : Q.mode;
+    const int64_t n = Q.out.n, units = (n + 255) / 256;
+    const float scale = mode == CU_NQ_RMSNORM ? nq_rms_scale(Q.in0, n, Q.eps, red) : 1.f;
+    for (int64_t u = (int64_t)t * W + wid; u < units; u += (int64_t)nc * W)
+        nq_unit(mode, Q.in0, Q.in1, Q.ld, Q.w, Q.eps, Q.group, scale, Q.out, Q.fmts, 0, u, lane);
+}
+#endif
+/* PRE: 0 the plain wait, else the norm inside (mv_pre_norm's PRE) */
+template <int PRE> static __device__ __forceinline__ void mv_pre_wait(const struct cu_mm_args &P) {
+#if defined(VLLMC_HIP)
+    (void)P;
+    gpu_pdl_wait();
+    gpu_pdl_trigger();
+#else
+    if constexpr (!PRE) {
+        gpu_pdl_wait();
+        gpu_pdl_trigger();
+        return;
+    }
+    const cu_nq_fuse &Q = P.pre;
+    if (Q.on && Q.w && threadIdx.x == 0) {
+        const int64_t lines = ((Q.mode == CU_NQ_GATED ? Q.group : Q.out.n) * 4 + 127) / 128;
+        if ((int64_t)blockIdx.x < lines) gpu_prefetch_l2((const char *)Q.w + 128 * (int64_t)blockIdx.x);
+    }
+    gpu_pdl_wait();
+    gpu_pdl_trigger();
+    if (!Q.on) return;
+    __shared__ unsigned tk;
+    const int W = (int)(blockDim.x >> 5);
+    const unsigned units = (unsigned)((Q.out.n + 255) / 256), nc = min((units + W - 1) / W, gridDim.x);
+    if (threadIdx.x == 0) tk = atomicAdd(Q.cnt, 1u);
+    __syncthreads();
+    const unsigned t = tk;
+    if (t < nc) {
+        mv_pre_norm<PRE>(Q, t, nc);
+        __syncthreads(); /* the CTA's units are written */
+        if (threadIdx.x == 0) {
+            __threadfence();
+            atomicAdd(Q.cnt + 1, 1u);
+        }
+    }
+    if (threadIdx.x == 0) {
+        while (mv_ld_acquire(Q.cnt + 1) < nc) __nanosleep(64);
+        if (atomicAdd(Q.cnt + 2, 1u) == gridDim.x - 1) {
+            Q.cnt[0] = 0u;
+            Q.cnt[1] = 0u;
+            Q.cnt[2] = 0u;
+        }
+    }
+    __syncthreads();
+#endif
+}
 /* KT: the K-quant types present, 1 Q4_K, 2 Q6_K, 3 both (fewer registers for one). LBT, LBM: launch bounds of LBT
  * threads and LBM CTAs an SM (cu_mm_cfg.cols_lb), else 512 threads. PF: the next round's rows into L2 after the release
- * (mma_next_l2; cu_mm_cfg.cols_lb bits 8 / 16 on the bounded LM-head / down-row instances). */
-template <int SBW, int KT, int U, int NA, int LBT = 512, int LBM = 1, bool PF = false>
+ * (mma_next_l2; cu_mm_cfg.cols_lb bits 8 / 16 on the bounded LM-head / down-row instances). PRE: the activation's
+ * norm + quantize inside (mv_pre_wait; one activation row, the bounded down-row instances). */
+template <int SBW, int KT, int U, int NA, int LBT = 512, int LBM = 1, bool PF = false, int PRE = 0>
 static __global__ void __launch_bounds__(LBT, LBM) mm_kernel_cols(const struct cu_mm_args P) {
     constexpr int RW = 8 / SBW, RPC = RW * U;
     __shared__ float part[16][NA][RPC];
@@ -1676,7 +1753,13 @@ static __global__ void __launch_bounds__(LBT, LBM) mm_kernel_cols(const struct c
     const int n_sb = (int)(P.a.n / QK_K);
     const uint8_t *wb = S.w + mv_woff((size_t)r0 * S.stride, S.stride, S.n_rows);
     if (S.type == GGML_TYPE_Q8_0 || S.type == GGML_TYPE_F32) {
-        mv_other_cta(P, S, wb, r0, rows, a0, na, lane, wid, W);
+        if constexpr (PRE) { /* (mv_other_cta's, with the activation's norm in the wait) */
+            for (int i = threadIdx.x; i < rows * (int)(S.stride / 128); i += blockDim.x) gpu_prefetch_l2(wb + 128 * (size_t)i);
+            mv_pre_wait<PRE>(P);
+            mv_other_rows(P, S, wb, r0, rows, a0, na, lane, wid, W);
+        } else {
+            mv_other_cta(P, S, wb, r0, rows, a0, na, lane, wid, W);
+        }
         if (P.nq.on && (P.nq.feed >> si & 1)) { /* (the same for the whole CTA) */
             const nq_cols pc = {r0, rows};     /* row j of a feeding segment is column j of the output */
             nq_fuse_finish(P.nq, &pc, 1, NA == 1 ? 0 : (int)blockIdx.y, a0, na);
@@ -1700,8 +1783,7 @@ static __global__ void __launch_bounds__(LBT, LBM) mm_kernel_cols(const struct c
             else w[u] = k4s_w{make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0), 0};
         }
         if (conv) mv_conv_load<NA>(P.conv, rows, na, a0, r0, conv_pre, conv_slot);
-        gpu_pdl_wait();
-        gpu_pdl_trigger();
+        mv_pre_wait<PRE>(P);
         if constexpr (PF)
             if (threadIdx.x == 0) mma_next_l2<RPC>(P);
         resv = mv_res_load<NA>(S, r0, rows);
@@ -1722,8 +1804,7 @@ static __global__ void __launch_bounds__(LBT, LBM) mm_kernel_cols(const struct c
             else w[u] = q6_w{make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0), 0, 0};
         }
         if (conv) mv_conv_load<NA>(P.conv, rows, na, a0, r0, conv_pre, conv_slot);
-        gpu_pdl_wait();
-        gpu_pdl_trigger();
+        mv_pre_wait<PRE>(P);
         if constexpr (PF)
             if (threadIdx.x == 0) mma_next_l2<RPC>(P);
         resv = mv_res_load<NA>(S, r0, rows);
@@ -2401,69 +2482,6 @@ template <int SBW> static __device__ __forceinline__ float mma_sb_sum(const floa
     if constexpr (SBW == 2) return __fadd_rn(t[0], t[1]);
     else return __fadd_rn(__fadd_rn(t[0], t[1]), __fadd_rn(t[2], t[3]));
 }
-/* ---- the norm + quantize of a launch's activation inside it (cu_mm_args.pre) ----
- * The dependency wait of a launch whose activation is written by a one-row norm + quantize that has no launch of its
- * own. After the wait each CTA takes a ticket (cnt[0]). Tickets 0 .. nc - 1 (CTAs that are running, so no CTA waits
- * on one that cannot start) do the norm + quantize as norm_quant_kernel does it: the same functions, so the same
- * bits (nq_rms_scale gives any block shape the same sums). CTA t takes the 256-column units t * W + warp, + nc * W, ...
- * Then it adds 1 to cnt[1]. Every CTA waits until cnt[1] reaches nc (an acquire load: the activation's lines are then
- * read from L2, never from a stale L1), then adds 1 to cnt[2]; the grid's last one puts the three counters back to
- * zero. The next launch that uses them takes its tickets only after its own wait, so after this grid has ended. What
- * this replaces is a stage of the chain: the norm launch's drain, completion and release (BENCHMARKS.md "The norm +
- * quantize launches' part of the chain"). Before the wait each CTA asks one 128-byte line of the norm's weights into
- * L2, as the norm kernel loads them before its own. Only the PRE instances of mm_kernel_mma carry it (the norm's code
- * inside the default instances took them from 92 to 128 registers, with spills). */
-static __device__ __forceinline__ unsigned mv_ld_acquire(const unsigned *p) {
-    unsigned v;
-    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-    return v;
-}
-static __device__ __forceinline__ void mv_pre_norm(const struct cu_nq_fuse &Q, unsigned t, unsigned nc) {
-    __shared__ double red[NQ_WARPS];
-    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, W = (int)(blockDim.x >> 5);
-    const int64_t n = Q.out.n, units = (n + 255) / 256;
-    const float scale = Q.mode == CU_NQ_RMSNORM ? nq_rms_scale(Q.in0, n, Q.eps, red) : 1.f;
-    for (int64_t u = (int64_t)t * W + wid; u < units; u += (int64_t)nc * W)
-        nq_unit(Q.mode, Q.in0, Q.in1, Q.ld, Q.w, Q.eps, Q.group, scale, Q.out, Q.fmts, 0, u, lane);
-}
-template <bool PRE> static __device__ __forceinline__ void mv_pre_wait(const struct cu_mm_args &P) {
-    if constexpr (!PRE) {
-        gpu_pdl_wait();
-        gpu_pdl_trigger();
-        return;
-    }
-    const cu_nq_fuse &Q = P.pre;
-    if (Q.on && Q.w && threadIdx.x == 0) {
-        const int64_t lines = ((Q.mode == CU_NQ_GATED ? Q.group : Q.out.n) * 4 + 127) / 128;
-        if ((int64_t)blockIdx.x < lines) gpu_prefetch_l2((const char *)Q.w + 128 * (int64_t)blockIdx.x);
-    }
-    gpu_pdl_wait();
-    gpu_pdl_trigger();
-    if (!Q.on) return;
-    __shared__ unsigned tk;
-    const int W = (int)(blockDim.x >> 5);
-    const unsigned units = (unsigned)((Q.out.n + 255) / 256), nc = min((units + W - 1) / W, gridDim.x);
-    if (threadIdx.x == 0) tk = atomicAdd(Q.cnt, 1u);
-    __syncthreads();
-    const unsigned t = tk;
-    if (t < nc) {
-        mv_pre_norm(Q, t, nc);
-        __syncthreads(); /* the CTA's units are written */
-        if (threadIdx.x == 0) {
-            __threadfence();
-            atomicAdd(Q.cnt + 1, 1u);
-        }
-    }
-    if (threadIdx.x == 0) {
-        while (mv_ld_acquire(Q.cnt + 1) < nc) __nanosleep(64);
-        if (atomicAdd(Q.cnt + 2, 1u) == gridDim.x - 1) {
-            Q.cnt[0] = 0u;
-            Q.cnt[1] = 0u;
-            Q.cnt[2] = 0u;
-        }
-    }
-    __syncthreads();
-}
 /* The warp's 16 (RT 8: 8) rows of its SBW super-blocks, Q4_K: the loads before the dependency wait, the MMAs after
  * it; y0, y1: the partial sums of rows g and g + 8 (in every lane of the row). stg: the warp's stage (AP 2), else
  * NULL. */
@@ -2481,7 +2499,7 @@ static __device__ __forceinline__ void mma_rows_q4_K(const struct cu_mm_args &P,
         w1[s] = RT == 16 && sb < n_sb && g + 8 < rows ? k4s_load(wb + (size_t)(g + 8) * S.stride, n_sb, sb, c) : zw;
     }
     cv.load(P, rows);
-    mv_pre_wait<PRE>(P);
+    mv_pre_wait<PRE ? -1 : 0>(P);
     if constexpr (AP == 2) mma_act_stage<SBW>(P.a, wid * SBW, n_sb, lane, stg);
     if constexpr (AP == 1) mma_act_prefetch<SBW>(P.a, wid * SBW, n_sb, lane);
     if constexpr (AP == 6)
@@ -2593,7 +2611,7 @@ static __device__ __forceinline__ void mma_rows_q6_K(const struct cu_mm_args &P,
         w1[s] = RT == 16 && sb < n_sb && g + 8 < rows ? q6_load(wb + (size_t)(g + 8) * S.stride, n_sb, sb, c) : q6_w{z, z, z, z, 0, 0};
     }
     cv.load(P, rows);
-    mv_pre_wait<PRE>(P);
+    mv_pre_wait<PRE ? -1 : 0>(P);
     if constexpr (AP == 2) mma_act_stage<SBW>(P.a, wid * SBW, n_sb, lane, stg);
     if constexpr (AP == 1) mma_act_prefetch<SBW>(P.a, wid * SBW, n_sb, lane);
     if constexpr (AP == 6)
@@ -2645,7 +2663,7 @@ static __global__ void __launch_bounds__(LBT, LBM) mm_kernel_mma(const struct cu
     const uint8_t *wb = S.w + mv_woff((size_t)r0 * S.stride, S.stride, S.n_rows);
     if (S.type != GGML_TYPE_Q4_K && S.type != GGML_TYPE_Q6_K) { /* Q8_0 / F32 rows, as the column-split kernel takes them */
         for (int i = threadIdx.x; i < rows * (int)(S.stride / 128); i += blockDim.x) gpu_prefetch_l2(wb + 128 * (size_t)i);
-        mv_pre_wait<PRE>(P); /* (mv_other_cta's wait, with the activation's norm) */
+        mv_pre_wait<PRE ? -1 : 0>(P); /* (mv_other_cta's wait, with the activation's norm) */
         mv_other_rows(P, S, wb, r0, rows, 0, 1, lane, wid, W);
         return;
     }
@@ -3004,7 +3022,6 @@ static bool mm_launch_cols(const struct cu_mm_args *args, gpuStream_t s, bool ot
         return true;
     }
 #endif
-    if (pre_only) return false;
     int ctas = 0;
     for (int i = 0; i < a.n_seg; i++) {
         a.seg[i].cta0 = ctas;
@@ -3034,12 +3051,27 @@ static bool mm_launch_cols(const struct cu_mm_args *args, gpuStream_t s, bool ot
                            : (pf_d ? mm_kernel_cols<4, 3, 2, 1, 288, 3, true> : mm_kernel_cols<4, 3, 2, 1, 288, 3>);
             pf = pf_d;
         }
-        cu_cols_lb_launches += kern != unbounded;
+        cu_cols_lb_launches += kern != unbounded && !pre_only;
         if (pf) {
             a.pf_next = mm_resident(kern, 32 * w);
-            cu_cols_pf_launches++;
+            cu_cols_pf_launches += !pre_only;
         }
     }
+#if !defined(VLLMC_HIP)
+    if (pre_only) { /* the bounded down-row instances with the norm inside (the default's; any other: its own launch) */
+        constexpr int SW = CU_NQ_SWIGLU; /* (the SwiGLU's code alone: the down rows' act) */
+        kern = args->pre.mode != SW ? NULL
+             : kern == mm_kernel_cols<4, 1, 4, 1, 288, 3> ? mm_kernel_cols<4, 1, 4, 1, 288, 3, false, SW>
+             : kern == mm_kernel_cols<4, 2, 2, 1, 288, 3> ? mm_kernel_cols<4, 2, 2, 1, 288, 3, false, SW>
+             : kern == mm_kernel_cols<4, 3, 2, 1, 288, 3> ? mm_kernel_cols<4, 3, 2, 1, 288, 3, false, SW> : NULL;
+        if (!kern) return false;
+        a.pre = args->pre;
+        cu_pre_launches++;
+        cu_cols_lb_launches++;
+    }
+#else
+    if (pre_only) return false;
+#endif
     gpu_launch(kern, dim3((unsigned)ctas, mr ? (unsigned)GPU_CEIL_DIV(args->n_act, MV_NA) : 1u), dim3(32 * w), 0, s, a);
     return true;
 }
