@@ -1116,9 +1116,87 @@ static __global__ void __launch_bounds__(32 * CU_MM_WARPS) mm_kernel_rows(const 
  * outputs are mm_kernel_rows' bits. Rows past the grid's warps (not in the router's launches) are loaded after the
  * previous row's sum. On by default on CUDA (measured: BENCHMARKS "The MoE router's rows in registers"). */
 #define F32R_K 64
+/* ---- the norm + quantize of a launch's activation inside it (cu_mm_args.pre) ----
+ * The dependency wait of a launch whose activation is written by a one-row norm + quantize that has no launch of its
+ * own. After the wait each CTA takes a ticket (cnt[0]). Tickets 0 .. nc - 1 (CTAs that are running, so no CTA waits
+ * on one that cannot start) do the norm + quantize as norm_quant_kernel does it: the same functions, so the same
+ * bits (nq_rms_scale gives any block shape the same sums). CTA t takes the 256-column units t * W + warp, + nc * W, ...
+ * Then it adds 1 to cnt[1]. Every CTA waits until cnt[1] reaches nc (an acquire load: the activation's lines are then
+ * read from L2, never from a stale L1), then adds 1 to cnt[2]; the grid's last one puts the three counters back to
+ * zero. The next launch that uses them takes its tickets only after its own wait, so after this grid has ended. What
+ * this replaces is a stage of the chain: the norm launch's drain, completion and release (BENCHMARKS.md "The norm +
+ * quantize launches' part of the chain"). Before the wait each CTA asks one 128-byte line of the norm's weights into
+ * L2, as the norm kernel loads them before its own. Only the PRE instances of mm_kernel_mma, of the column-split
+ * down-row instances and of the MoE router's mm_kernel_f32r carry it (the norm's code inside the default instances
+ * took them from 92 to 128 registers, with spills). CUDA only: on HIP no launch takes it (cu_launch_matmul), and
+ * the wait is the plain one. */
+#if !defined(VLLMC_HIP)
+static __device__ __forceinline__ unsigned mv_ld_acquire(const unsigned *p) {
+    unsigned v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+/* PRE: -1 any norm mode (Q.mode), else that mode only (cu_launch_matmul takes it only for that mode: the compiler
+ * drops the other modes' code, fewer registers) */
+template <int PRE> static __device__ __forceinline__ void mv_pre_norm(const struct cu_nq_fuse &Q, unsigned t, unsigned nc) {
+    __shared__ double red[NQ_WARPS];
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, W = (int)(blockDim.x >> 5);
+    const int mode = PRE > 0 ? PRE : Q.mode;
+    const int64_t n = Q.out.n, units = (n + 255) / 256;
+    const float scale = mode == CU_NQ_RMSNORM ? nq_rms_scale(Q.in0, n, Q.eps, red) : 1.f;
+    for (int64_t u = (int64_t)t * W + wid; u < units; u += (int64_t)nc * W)
+        nq_unit(mode, Q.in0, Q.in1, Q.ld, Q.w, Q.eps, Q.group, scale, Q.out, Q.fmts, 0, u, lane);
+}
+#endif
+/* PRE: 0 the plain wait, else the norm inside (mv_pre_norm's PRE) */
+template <int PRE> static __device__ __forceinline__ void mv_pre_wait(const struct cu_mm_args &P) {
+#if defined(VLLMC_HIP)
+    (void)P;
+    gpu_pdl_wait();
+    gpu_pdl_trigger();
+#else
+    if constexpr (!PRE) {
+        gpu_pdl_wait();
+        gpu_pdl_trigger();
+        return;
+    }
+    const cu_nq_fuse &Q = P.pre;
+    if (Q.on && Q.w && threadIdx.x == 0) {
+        const int64_t lines = ((Q.mode == CU_NQ_GATED ? Q.group : Q.out.n) * 4 + 127) / 128;
+        if ((int64_t)blockIdx.x < lines) gpu_prefetch_l2((const char *)Q.w + 128 * (int64_t)blockIdx.x);
+    }
+    gpu_pdl_wait();
+    gpu_pdl_trigger();
+    if (!Q.on) return;
+    __shared__ unsigned tk;
+    const int W = (int)(blockDim.x >> 5);
+    const unsigned units = (unsigned)((Q.out.n + 255) / 256), nc = min((units + W - 1) / W, gridDim.x);
+    if (threadIdx.x == 0) tk = atomicAdd(Q.cnt, 1u);
+    __syncthreads();
+    const unsigned t = tk;
+    if (t < nc) {
+        mv_pre_norm<PRE>(Q, t, nc);
+        __syncthreads(); /* the CTA's units are written */
+        if (threadIdx.x == 0) {
+            __threadfence();
+            atomicAdd(Q.cnt + 1, 1u);
+        }
+    }
+    if (threadIdx.x == 0) {
+        while (mv_ld_acquire(Q.cnt + 1) < nc) __nanosleep(64);
+        if (atomicAdd(Q.cnt + 2, 1u) == gridDim.x - 1) {
+            Q.cnt[0] = 0u;
+            Q.cnt[1] = 0u;
+            Q.cnt[2] = 0u;
+        }
+    }
+    __syncthreads();
+#endif
+}
 uint64_t cu_f32r_launches;
 extern "C" uint64_t backend_cuda_f32r_launches(void) { return cu_f32r_launches; }
 #if !defined(VLLMC_HIP) /* (gfx11: a row's 64 words a lane and the activation's would pass LLVM 15's 128 VGPRs) */
+template <int PRE = 0> /* PRE: the activation's norm + quantize inside (mv_pre_wait; the MoE's RMSNorm in front of it) */
 static __global__ void __launch_bounds__(32 * CU_MM_WARPS) mm_kernel_f32r(const struct cu_mm_args P) {
     const int lane = threadIdx.x % 32, n = (int)P.a.n, n_warps = (int)gridDim.x * CU_MM_WARPS;
     int g = (int)blockIdx.x * CU_MM_WARPS + (int)threadIdx.x / 32;
@@ -1130,8 +1208,7 @@ static __global__ void __launch_bounds__(32 * CU_MM_WARPS) mm_kernel_f32r(const 
         for (int k = 0; k < F32R_K; k++) w[k] = lane + 32 * k < n ? gpu_ldg(wr + lane + 32 * k) : 0.f;
     };
     if (g < P.total_rows) load(g);
-    gpu_pdl_wait();
-    gpu_pdl_trigger();
+    mv_pre_wait<PRE>(P); /* (every CTA takes part, the ones past the rows too) */
     if (g >= P.total_rows) return;
     float x[F32R_K];
 #pragma unroll
@@ -1654,82 +1731,6 @@ static __device__ __forceinline__ void mv_cta_out(const struct cu_mm_args &P, co
  * The per-row sums are the same ops in the same order either way. U: row groups a CTA. */
 #define MV_NA 8
 static_assert(MV_NA == 8, "cu_nq_fuse_counters counts groups of 8 activation rows");
-/* ---- the norm + quantize of a launch's activation inside it (cu_mm_args.pre) ----
- * The dependency wait of a launch whose activation is written by a one-row norm + quantize that has no launch of its
- * own. After the wait each CTA takes a ticket (cnt[0]). Tickets 0 .. nc - 1 (CTAs that are running, so no CTA waits
- * on one that cannot start) do the norm + quantize as norm_quant_kernel does it: the same functions, so the same
- * bits (nq_rms_scale gives any block shape the same sums). CTA t takes the 256-column units t * W + warp, + nc * W, ...
- * Then it adds 1 to cnt[1]. Every CTA waits until cnt[1] reaches nc (an acquire load: the activation's lines are then
- * read from L2, never from a stale L1), then adds 1 to cnt[2]; the grid's last one puts the three counters back to
- * zero. The next launch that uses them takes its tickets only after its own wait, so after this grid has ended. What
- * this replaces is a stage of the chain: the norm launch's drain, completion and release (BENCHMARKS.md "The norm +
- * quantize launches' part of the chain"). Before the wait each CTA asks one 128-byte line of the norm's weights into
- * L2, as the norm kernel loads them before its own. Only the PRE instances of mm_kernel_mma and of the column-split
- * down-row instances carry it (the norm's code inside the default instances took them from 92 to 128 registers, with
- * spills). CUDA only: on HIP no launch takes it (cu_launch_matmul), and the wait is the plain one. */
-#if !defined(VLLMC_HIP)
-static __device__ __forceinline__ unsigned mv_ld_acquire(const unsigned *p) {
-    unsigned v;
-    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-    return v;
-}
-/* PRE: -1 any norm mode (Q.mode), else that mode only (cu_launch_matmul takes it only for that mode: the compiler
- * drops the other modes' code, fewer registers) */
-template <int PRE> static __device__ __forceinline__ void mv_pre_norm(const struct cu_nq_fuse &Q, unsigned t, unsigned nc) {
-    __shared__ double red[NQ_WARPS];
-    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, W = (int)(blockDim.x >> 5);
-    const int mode = PRE > 0 ? PRE : Q.mode;
-    const int64_t n = Q.out.n, units = (n + 255) / 256;
-    const float scale = mode == CU_NQ_RMSNORM ? nq_rms_scale(Q.in0, n, Q.eps, red) : 1.f;
-    for (int64_t u = (int64_t)t * W + wid; u < units; u += (int64_t)nc * W)
-        nq_unit(mode, Q.in0, Q.in1, Q.ld, Q.w, Q.eps, Q.group, scale, Q.out, Q.fmts, 0, u, lane);
-}
-#endif
-/* PRE: 0 the plain wait, else the norm inside (mv_pre_norm's PRE) */
-template <int PRE> static __device__ __forceinline__ void mv_pre_wait(const struct cu_mm_args &P) {
-#if defined(VLLMC_HIP)
-    (void)P;
-    gpu_pdl_wait();
-    gpu_pdl_trigger();
-#else
-    if constexpr (!PRE) {
-        gpu_pdl_wait();
-        gpu_pdl_trigger();
-        return;
-    }
-    const cu_nq_fuse &Q = P.pre;
-    if (Q.on && Q.w && threadIdx.x == 0) {
-        const int64_t lines = ((Q.mode == CU_NQ_GATED ? Q.group : Q.out.n) * 4 + 127) / 128;
-        if ((int64_t)blockIdx.x < lines) gpu_prefetch_l2((const char *)Q.w + 128 * (int64_t)blockIdx.x);
-    }
-    gpu_pdl_wait();
-    gpu_pdl_trigger();
-    if (!Q.on) return;
-    __shared__ unsigned tk;
-    const int W = (int)(blockDim.x >> 5);
-    const unsigned units = (unsigned)((Q.out.n + 255) / 256), nc = min((units + W - 1) / W, gridDim.x);
-    if (threadIdx.x == 0) tk = atomicAdd(Q.cnt, 1u);
-    __syncthreads();
-    const unsigned t = tk;
-    if (t < nc) {
-        mv_pre_norm<PRE>(Q, t, nc);
-        __syncthreads(); /* the CTA's units are written */
-        if (threadIdx.x == 0) {
-            __threadfence();
-            atomicAdd(Q.cnt + 1, 1u);
-        }
-    }
-    if (threadIdx.x == 0) {
-        while (mv_ld_acquire(Q.cnt + 1) < nc) __nanosleep(64);
-        if (atomicAdd(Q.cnt + 2, 1u) == gridDim.x - 1) {
-            Q.cnt[0] = 0u;
-            Q.cnt[1] = 0u;
-            Q.cnt[2] = 0u;
-        }
-    }
-    __syncthreads();
-#endif
-}
 /* KT: the K-quant types present, 1 Q4_K, 2 Q6_K, 3 both (fewer registers for one). LBT, LBM: launch bounds of LBT
  * threads and LBM CTAs an SM (cu_mm_cfg.cols_lb), else 512 threads. PF: the next round's rows into L2 after the release
  * (mma_next_l2; cu_mm_cfg.cols_lb bits 8 / 16 on the bounded LM-head / down-row instances). PRE: the activation's
@@ -4602,7 +4603,14 @@ void cu_launch_matmul(const struct cu_mm_args *args, gpuStream_t s) {
         /* the activation's norm + quantize inside the tensor-core mat-vec where the launch takes that kernel (one
          * activation row, the column-split kernels' choice, no streaming or warp-streamed form); else its own launch
          * first, and the launch as it would be without it */
-#if !defined(VLLMC_HIP) /* (HIP has no tensor-core mat-vec) */
+#if !defined(VLLMC_HIP) /* (HIP has none of these kernels) */
+        if (args->n_act == 1 && mm_f32r_ok(*args) && args->pre.mode == CU_NQ_RMSNORM) { /* the MoE router */
+            gpu_launch(mm_kernel_f32r<CU_NQ_RMSNORM>, dim3((unsigned)GPU_CEIL_DIV(args->total_rows, CU_MM_WARPS)),
+                       dim3(32 * CU_MM_WARPS), 0, s, *args);
+            cu_f32r_launches++;
+            cu_pre_launches++;
+            return;
+        }
         const int cls = args->total_rows < cu_mm_cfg.rows[0] ? 0 : args->total_rows < cu_mm_cfg.rows[1] ? 1 : 2;
         if (args->n_act == 1 && !args->row_order && cu_mm_cfg.cols[cls] && cu_mm_cfg.stream_cps <= 0 && !cu_mm_cfg.ws &&
             !mm_f32r_ok(*args) && mm_launch_cols(args, s, false, true))
@@ -4639,7 +4647,7 @@ static bool mm_launch(const struct cu_mm_args *args, gpuStream_t s) {
     if (args->n_act > 1 && !args->row_order && args->n_act <= cu_mm_cfg.cols_rows && mm_launch_colx(args, s)) return true;
 #if !defined(VLLMC_HIP)
     if (args->n_act == 1 && mm_f32r_ok(*args)) {
-        gpu_launch(mm_kernel_f32r, dim3((unsigned)GPU_CEIL_DIV(args->total_rows, CU_MM_WARPS)), dim3(32 * CU_MM_WARPS), 0, s, *args);
+        gpu_launch(mm_kernel_f32r<0>, dim3((unsigned)GPU_CEIL_DIV(args->total_rows, CU_MM_WARPS)), dim3(32 * CU_MM_WARPS), 0, s, *args);
         cu_f32r_launches++;
         return false;
     }
