@@ -1534,6 +1534,17 @@ static uint8_t *nq_run(struct nq_step *t, size_t *n) {
     dev_get(p, t->d, sl);
     return out;
 }
+/* Run the step reps times (a capture, then replays); the bytes that differ from want (n_ref of them) over all runs. */
+static size_t nq_diff(struct nq_step *t, const uint8_t *want, size_t n_ref, int reps) {
+    size_t bad = 0, n = 0;
+    for (int rep = 0; rep < reps; rep++) {
+        uint8_t *got = nq_run(t, &n);
+        CHECK(n == n_ref);
+        for (size_t i = 0; i < n && i < n_ref; i++) bad += got[i] != want[i];
+        free(got);
+    }
+    return bad;
+}
 static void test_nq_fused(void) {
     const int mmr0 = backend_cuda_set_matvec_mmr(0); /* the fused forms are the column-split kernel's epilogues: its
                                                         several-row form is what the unfused steps must use too */
@@ -1570,7 +1581,7 @@ static void test_nq_fused(void) {
             t.wn = gw;
             for (int st = 0; st < (T == 1 ? 2 : 1); st++) {
                 const int old = backend_cuda_set_matvec_stream(st ? 2 : 0, st ? 24 * 1024 : 0);
-                size_t n_ref = 0, n = 0;
+                size_t n_ref = 0;
                 backend_cuda_set_fuse_nq(gpu, 0);
                 uint8_t *want = NULL;
                 for (int rep = 0; rep < 2; rep++) {
@@ -1583,13 +1594,7 @@ static void test_nq_fused(void) {
                 }
                 backend_cuda_set_fuse_nq(gpu, BACKEND_CUDA_FUSE_NORM_MATMUL | BACKEND_CUDA_FUSE_SWIGLU);
                 const uint64_t l0 = backend_cuda_nq_launches();
-                size_t bad = 0;
-                for (int rep = 0; rep < 2; rep++) {
-                    uint8_t *got = nq_run(&t, &n);
-                    CHECK(n == n_ref);
-                    for (size_t i = 0; i < n && i < n_ref; i++) bad += got[i] != want[i];
-                    free(got);
-                }
+                const size_t bad = nq_diff(&t, want, n_ref, 2);
                 const uint64_t fused = backend_cuda_nq_launches() - l0;
                 backend_cuda_set_fuse_nq(gpu, 0);
                 backend_cuda_set_matvec_stream(old, 24 * 1024);
@@ -1606,13 +1611,8 @@ static void test_nq_fused(void) {
                      * SwiGLU inside the 9,216-column matmul d (the bounded column-split instance of Q6_K / Q4_K rows) */
                     backend_cuda_set_fuse_nq(gpu, BACKEND_CUDA_FUSE_PRE_RMS | BACKEND_CUDA_FUSE_PRE_SWIGLU | BACKEND_CUDA_FUSE_PRE_GATED);
                     const uint64_t p0 = backend_cuda_pre_launches();
-                    size_t bad_p = 0;
-                    for (int rep = 0; rep < 3; rep++) { /* capture, then two replays: the flag's counters are back at zero */
-                        uint8_t *got = nq_run(&t, &n);
-                        CHECK(n == n_ref);
-                        for (size_t i = 0; i < n && i < n_ref; i++) bad_p += got[i] != want[i];
-                        free(got);
-                    }
+                    /* a capture, then two replays: the flag's counters are back at zero after each */
+                    const size_t bad_p = nq_diff(&t, want, n_ref, 3);
                     const uint64_t pre = backend_cuda_pre_launches() - p0;
                     backend_cuda_set_fuse_nq(gpu, 0);
                     printf("norm + quantize inside the launch that reads it (%s / %s gate / up): %llu launches took it, %zu of %zu "

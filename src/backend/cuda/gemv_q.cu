@@ -1691,12 +1691,13 @@ static __device__ __forceinline__ void mma_next_l2(const struct cu_mm_args &P) {
     (void)b0; (void)b1;
 #endif
 }
-/* A CTA of a Q8_0 / F32 segment: its rows to L2 before the dependency wait, then mv_other_rows. */
+/* A CTA of a Q8_0 / F32 segment: its rows to L2 before the dependency wait, then mv_other_rows. PRE: mv_pre_wait's
+ * (the activation's norm + quantize inside the launch). */
+template <int PRE = 0>
 static __device__ __forceinline__ void mv_other_cta(const struct cu_mm_args &P, const cu_mm_seg &S, const uint8_t *wb, int r0, int rows,
                                                     int a0, int na, int lane, int wid, int W) {
     for (int i = threadIdx.x; i < rows * (int)(S.stride / 128); i += blockDim.x) gpu_prefetch_l2(wb + 128 * (size_t)i);
-    gpu_pdl_wait();
-    gpu_pdl_trigger();
+    mv_pre_wait<PRE>(P);
     mv_other_rows(P, S, wb, r0, rows, a0, na, lane, wid, W);
 }
 /* Output j of the CTA's rows r0 .. for activation row ar: the row's sum y, plus the bias; stored; added to the
@@ -1754,13 +1755,7 @@ static __global__ void __launch_bounds__(LBT, LBM) mm_kernel_cols(const struct c
     const int n_sb = (int)(P.a.n / QK_K);
     const uint8_t *wb = S.w + mv_woff((size_t)r0 * S.stride, S.stride, S.n_rows);
     if (S.type == GGML_TYPE_Q8_0 || S.type == GGML_TYPE_F32) {
-        if constexpr (PRE) { /* (mv_other_cta's, with the activation's norm in the wait) */
-            for (int i = threadIdx.x; i < rows * (int)(S.stride / 128); i += blockDim.x) gpu_prefetch_l2(wb + 128 * (size_t)i);
-            mv_pre_wait<PRE>(P);
-            mv_other_rows(P, S, wb, r0, rows, a0, na, lane, wid, W);
-        } else {
-            mv_other_cta(P, S, wb, r0, rows, a0, na, lane, wid, W);
-        }
+        mv_other_cta<PRE>(P, S, wb, r0, rows, a0, na, lane, wid, W);
         if (P.nq.on && (P.nq.feed >> si & 1)) { /* (the same for the whole CTA) */
             const nq_cols pc = {r0, rows};     /* row j of a feeding segment is column j of the output */
             nq_fuse_finish(P.nq, &pc, 1, NA == 1 ? 0 : (int)blockIdx.y, a0, na);
@@ -2663,9 +2658,7 @@ static __global__ void __launch_bounds__(LBT, LBM) mm_kernel_mma(const struct cu
     const int n_sb = (int)(P.a.n / QK_K);
     const uint8_t *wb = S.w + mv_woff((size_t)r0 * S.stride, S.stride, S.n_rows);
     if (S.type != GGML_TYPE_Q4_K && S.type != GGML_TYPE_Q6_K) { /* Q8_0 / F32 rows, as the column-split kernel takes them */
-        for (int i = threadIdx.x; i < rows * (int)(S.stride / 128); i += blockDim.x) gpu_prefetch_l2(wb + 128 * (size_t)i);
-        mv_pre_wait<PRE ? -1 : 0>(P); /* (mv_other_cta's wait, with the activation's norm) */
-        mv_other_rows(P, S, wb, r0, rows, 0, 1, lane, wid, W);
+        mv_other_cta<PRE ? -1 : 0>(P, S, wb, r0, rows, 0, 1, lane, wid, W);
         return;
     }
     const mma_conv cv{conv, r0, conv_pre, conv_slot};
