@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Dev machine: build the CUDA binaries and fill .carry/ (git-ignored) with what scripts/gpu-check.sh needs on
-# the GPU machine: bin.tar.xz (vllmc, the tests/cuda binaries, bench_gemv), lib/ (the shared libraries they
+# the GPU machine: bin.tar.xz (vllmc, the tests/cuda binaries, bench_gemv, bench_mega, bench_chain), lib/ (the shared libraries they
 # load, except glibc, the C++ runtime and the CUDA libraries the GPU machine has), synth_gguf.py, and models/ (tiny dense llama / qwen2 / qwen3
 # GGUFs from tests/tools/make_tiny_models.py, when the Python venv can quantize), moe/ (tiny qwen35moe q8_0 and
 # q4_k_m from tests/tools/make_tiny_qwen35.py). Then call the device with
@@ -13,11 +13,12 @@ nvcc -O3 -std=c++17 -gencode=arch=compute_90,code=sm_90 -Iinclude -Isrc -o "$BUI
     "$BUILD/libvllmc.a" -lpcre2-8 -lcjson -lm -lpthread -lcublas -lcublasLt
 nvcc -O3 -std=c++17 -gencode=arch=compute_90,code=sm_90 -Iinclude -Isrc -o "$BUILD/bench_mega" bench/bench_mega.cu \
     "$BUILD/libvllmc.a" -lpcre2-8 -lcjson -lm -lpthread -lcublas -lcublasLt
+nvcc -O3 -std=c++17 -gencode=arch=compute_90,code=sm_90 -o "$BUILD/bench_chain" bench/bench_chain.cu
 # the binaries travel as one xz archive: each links the same CUDA kernels, ~8 MB a copy, which xz stores once
 # (~7 MB for all of them against ~50 MB loose; -9 for the 64 MB dictionary: at the default 8 MB the copies sit too far
 # apart to be matched)
 rm -rf .carry/bin /tmp/gpu-carry-bin; mkdir -p .carry/lib /tmp/gpu-carry-bin
-cp "$BUILD/vllmc" "$BUILD/bench_gemv" "$BUILD/bench_mega" /tmp/gpu-carry-bin/
+cp "$BUILD/vllmc" "$BUILD/bench_gemv" "$BUILD/bench_mega" "$BUILD/bench_chain" /tmp/gpu-carry-bin/
 # EXTRA_BUILDS="name:-DFLAG[,-DFLAG2] ...": one more vllmc per entry, its kernels compiled with those flags, carried as
 # vllmc_<name> (gpu-check's stage binvar times each against vllmc)
 for e in ${EXTRA_BUILDS:-}; do

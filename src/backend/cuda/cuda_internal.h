@@ -147,7 +147,7 @@ struct cu_nq_fuse {
     int32_t on, mode, group;   /* cu_launch_norm_quant's mode (RMSNORM, SWIGLU, GATED) and group */
     uint32_t fmts;
     uint32_t feed;             /* matmul: bit i, segment i feeds the output */
-    int32_t n_feed, pad;
+    int32_t n_feed, pad;       /* pad: a -DVLLMC_PRE_DBG build's VLLMC_PRE_DBG bits (mv_pre_wait) */
 };
 /* Counters a fused norm + quantize of mode over n output columns and n_act activation rows needs. */
 int64_t cu_nq_fuse_counters(int mode, int64_t n, int64_t n_act);

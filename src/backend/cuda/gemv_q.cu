@@ -1129,7 +1129,9 @@ static __global__ void __launch_bounds__(32 * CU_MM_WARPS) mm_kernel_rows(const 
  * L2, as the norm kernel loads them before its own. Only the PRE instances of mm_kernel_mma, of the column-split
  * down-row instances and of the MoE router's mm_kernel_f32r carry it (the norm's code inside the default instances
  * took them from 92 to 128 registers, with spills). CUDA only: on HIP no launch takes it (cu_launch_matmul), and
- * the wait is the plain one. */
+ * the wait is the plain one. Measured slower in every form, off (BENCHMARKS.md "The norm + quantize inside the mat-vec
+ * that reads it": the flags cost 1.5-3.5 us a launch, as much as the boundary they replace; the work, 1.3-9.4 us, is
+ * then on the critical path; and the PRE instances run 2-4 us longer with none of it entered). */
 #if !defined(VLLMC_HIP)
 static __device__ __forceinline__ unsigned mv_ld_acquire(const unsigned *p) {
     unsigned v;
@@ -1168,6 +1170,12 @@ template <int PRE> static __device__ __forceinline__ void mv_pre_wait(const stru
     gpu_pdl_wait();
     gpu_pdl_trigger();
     if (!Q.on) return;
+#if defined(VLLMC_PRE_DBG) /* measurement builds: bit 1 no norm work (the flags only), 2 no flags either, 4 no sleep */
+    const int dbg = Q.pad;
+    if (dbg & 2) return;
+#else
+    constexpr int dbg = 0;
+#endif
     __shared__ unsigned tk;
     const int W = (int)(blockDim.x >> 5);
     const unsigned units = (unsigned)((Q.out.n + 255) / 256), nc = min((units + W - 1) / W, gridDim.x);
@@ -1175,7 +1183,7 @@ template <int PRE> static __device__ __forceinline__ void mv_pre_wait(const stru
     __syncthreads();
     const unsigned t = tk;
     if (t < nc) {
-        mv_pre_norm<PRE>(Q, t, nc);
+        if (!(dbg & 1)) mv_pre_norm<PRE>(Q, t, nc);
         __syncthreads(); /* the CTA's units are written */
         if (threadIdx.x == 0) {
             __threadfence();
@@ -1183,7 +1191,8 @@ template <int PRE> static __device__ __forceinline__ void mv_pre_wait(const stru
         }
     }
     if (threadIdx.x == 0) {
-        while (mv_ld_acquire(Q.cnt + 1) < nc) __nanosleep(64);
+        while (mv_ld_acquire(Q.cnt + 1) < nc)
+            if (!(dbg & 4)) __nanosleep(64);
         if (atomicAdd(Q.cnt + 2, 1u) == gridDim.x - 1) {
             Q.cnt[0] = 0u;
             Q.cnt[1] = 0u;
