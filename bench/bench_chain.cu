@@ -6,7 +6,12 @@
  *          instructions: 8, 32 or 96 KB), one kernel or 8 distinct ones in turn (each launch's code is then not in the
  *          SM's instruction caches), with or without a 96 MB read between launches (the weight stream's eviction of
  *          L2, code included): does a kernel's code size cost the chain?
- * usage: bench_chain [empty|code]   (both without an argument) */
+ *   sync   the same dependency inside one persistent grid (every CTA resident: a cooperative launch), 2,000 in a row:
+ *          cooperative groups' grid.sync(); a barrier of one atomic a CTA and a poll on a generation word; and a
+ *          one-to-all flag (CTA i mod G raises generation i with a release store once it has seen i - 1, every CTA
+ *          polls for it): what a persistent decode kernel would pay a stage in place of a launch boundary.
+ * usage: bench_chain [empty|code|sync]   (all without an argument) */
+#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <string.h>
@@ -37,6 +42,39 @@ __global__ void k_flush(const uint4 *src, size_t n, unsigned *p) {
     unsigned acc = 0;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) acc ^= __ldcs(src + i).x;
     if (acc == 0x1234567u) p[2] = 1;
+}
+static __device__ __forceinline__ unsigned ld_acquire(const unsigned *p) {
+    unsigned v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+static __device__ __forceinline__ void st_release(unsigned *p, unsigned v) {
+    asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+/* MODE 0 grid.sync(), 1 atomic arrive + generation poll, 2 one-to-all flag chain; p[0..1] zero at the start */
+template <int MODE> __global__ void __launch_bounds__(160) k_sync(unsigned *p, int n) {
+    for (int i = 1; i <= n; i++) {
+        if (MODE == 0) {
+            cooperative_groups::this_grid().sync();
+        } else if (MODE == 1) {
+            __syncthreads();
+            if (threadIdx.x == 0) {
+                if (atomicAdd(p, 1u) == (unsigned)i * gridDim.x - 1) st_release(p + 1, (unsigned)i); /* the last one in */
+                else
+                    while (ld_acquire(p + 1) < (unsigned)i) { }
+            }
+            __syncthreads();
+        } else {
+            if (threadIdx.x == 0) {
+                if (blockIdx.x == (unsigned)(i % (int)gridDim.x)) {
+                    while (ld_acquire(p + 1) < (unsigned)(i - 1)) { }
+                    st_release(p + 1, (unsigned)i);
+                } else
+                    while (ld_acquire(p + 1) < (unsigned)i) { }
+            }
+            __syncthreads();
+        }
+    }
 }
 typedef void (*kfn)(unsigned *);
 template <int K, bool S> static void fill8(kfn *f) {
@@ -74,7 +112,8 @@ static double replay(cudaStream_t s, cudaGraph_t g, int N) {
     return t[3] * 1000.0 / N;
 }
 int main(int argc, char **argv) {
-    const bool all = argc < 2, empty = all || !strcmp(argv[1], "empty"), code = all || !strcmp(argv[1], "code");
+    const bool all = argc < 2, empty = all || !strcmp(argv[1], "empty"), code = all || !strcmp(argv[1], "code"),
+               sync = all || !strcmp(argv[1], "sync");
     unsigned *d;
     CK(cudaMalloc(&d, 64));
     CK(cudaMemset(d, 0, 64));
@@ -127,6 +166,39 @@ int main(int argc, char **argv) {
                         cudaGraphDestroy(g);
                     }
         cudaFree(fl);
+    }
+    if (sync) {
+        const char *names[3] = {"grid.sync()", "atomic + poll", "one-to-all flag"};
+        const void *fns[3] = {(const void *)k_sync<0>, (const void *)k_sync<1>, (const void *)k_sync<2>};
+        int sms = 0, dev = 0;
+        CK(cudaGetDevice(&dev));
+        CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+        const int per[] = {1, 2, 4};
+        for (int mi = 0; mi < 3; mi++)
+            for (int pi = 0; pi < 3; pi++) {
+                int fit = 0;
+                CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, (void (*)(unsigned *, int))fns[mi], 160, 0));
+                if (fit < per[pi]) continue;
+                int G = sms * per[pi], n = 2000;
+                float t[5], ms;
+                for (int r = 0; r < 5; r++) {
+                    CK(cudaMemset(d, 0, 64));
+                    void *a[] = {&d, &n};
+                    cudaEvent_t e0, e1;
+                    cudaEventCreate(&e0); cudaEventCreate(&e1);
+                    cudaEventRecord(e0, s);
+                    CK(cudaLaunchCooperativeKernel(fns[mi], dim3(G), dim3(160), a, 0, s));
+                    cudaEventRecord(e1, s);
+                    CK(cudaEventSynchronize(e1));
+                    cudaEventElapsedTime(&ms, e0, e1);
+                    t[r] = ms;
+                    cudaEventDestroy(e0); cudaEventDestroy(e1);
+                }
+                for (int i = 0; i < 5; i++)
+                    for (int j = i + 1; j < 5; j++)
+                        if (t[j] < t[i]) { float x = t[i]; t[i] = t[j]; t[j] = x; }
+                printf("sync %-16s grid=%4d: %6.2f us a dependency (median of 5 launches of %d)\n", names[mi], G, t[2] * 1000 / n, n);
+            }
     }
     CK(cudaGetLastError());
     return 0;
