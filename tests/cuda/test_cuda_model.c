@@ -199,10 +199,6 @@ int main(int argc, char **argv) {
            (unsigned long long)cs.fused_nq, (unsigned long long)backend_cuda_nq_launches());
     /* every model has one of: RMSNorms after fused residual adds (bit 1), SwiGLU (2), GDN gated norms (4) */
     if (nq && (strtoul(nq, NULL, 0) & 7) == 7 && env_on("VLLMC_CUDA_FUSE_ADD")) CHECK_MSG(cs.fused_nq > 0, "no norm + quantize was fused");
-    /* bits 64 / 128 / 256: the norm + quantize inside the tensor-core mat-vec that reads it; graph == eager above checks
-     * its bits against the separate launches */
-    printf("test_cuda_model: matmul launches with the norm + quantize of their activation inside %llu\n",
-           (unsigned long long)backend_cuda_pre_launches());
     printf("test_cuda_model: decode attentions with the combine in the split launch %llu\n", (unsigned long long)cs.fused_comb);
     /* VLLMC_CUDA_MEGA2 (off by default): the dense FFNs of D 2,560 with Q4_K gate, up and down as one tiled launch; graph
      * == eager above then checks its bits against the four launches */

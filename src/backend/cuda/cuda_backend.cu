@@ -1289,30 +1289,6 @@ static vllmc_status cu_swiglu_quantize(struct backend *be, const float *gate, co
     return submit_nq(c, CU_NQ_SWIGLU, gate, up, ld ? ld : out->n_cols, NULL, 0.f, n_rows, out);
 }
 
-/* In a recorded step, the one-row norm + quantize recorded just before a matmul that reads its activation goes into
- * that matmul's launch (cu_mm_args.pre; BACKEND_CUDA_FUSE_PRE_*): the launch's first CTAs past the wait do it, so it is
- * no stage of the chain of its own. Where the launch does not take the tensor-core mat-vec, cu_launch_matmul launches
- * it first, as the record would have. False: nothing changed. */
-static bool take_pre(cu_backend *c, const struct bk_act *act, struct cu_mm_args *a) {
-    const unsigned bits = c->fuse_nq & (BACKEND_CUDA_FUSE_PRE_RMS | BACKEND_CUDA_FUSE_PRE_SWIGLU | BACKEND_CUDA_FUSE_PRE_GATED);
-    uint32_t op = 0;
-    const rec_nq *q = bits && c->nq_cnt && act->n_rows == 1 ? (const rec_nq *)rec_back(c, 1, &op) : NULL;
-    if (!q || op != CU_OP_NQ || q->n_rows != 1) return false;
-    const unsigned want = q->mode == CU_NQ_RMSNORM ? BACKEND_CUDA_FUSE_PRE_RMS : q->mode == CU_NQ_SWIGLU ? BACKEND_CUDA_FUSE_PRE_SWIGLU
-                          : q->mode == CU_NQ_GATED ? BACKEND_CUDA_FUSE_PRE_GATED : 0;
-    const struct cu_act_mut o = cu_act_split(act);
-    if (!(bits & want) || q->out.x != o.x || q->out.k_qs != o.k_qs || q->out.o_qs != o.o_qs || q->out.n != o.n) return false;
-    struct cu_nq_fuse &p = a->pre;
-    memset(&p, 0, sizeof(p));
-    p.in0 = q->in0; p.in1 = q->in1; p.w = q->w; p.cnt = c->nq_cnt + CU_NQ_FUSE_COUNTERS; p.out = q->out; p.ld = q->ld;
-    p.eps = q->eps; p.mode = q->mode; p.group = q->group; p.fmts = q->fmts; p.on = 1;
-#if defined(VLLMC_PRE_DBG) /* measurement builds: mv_pre_wait's stages left out (VLLMC_PRE_DBG bits; the bits then differ) */
-    { const char *e = getenv("VLLMC_PRE_DBG"); p.pad = e ? atoi(e) : 0; }
-#endif
-    rec_drop(c, 1);
-    return true;
-}
-
 static struct cu_act_view act_view(const struct bk_act *a) {
     const struct cu_act_mut m = cu_act_split(a);
     struct cu_act_view v;
@@ -1438,7 +1414,6 @@ static vllmc_status cu_matmul(struct backend *be, const struct bk_act *act, int 
             r.a.total_tiles += (int32_t)GPU_CEIL_DIV(s->n_rows, 4);
         }
         r.a.n_ctas = ctas;
-        if (i0 == 0) (void)take_pre(c, act, &r.a);
         vllmc_status st = submit(c, CU_OP_MATMUL, &r, sizeof(r));
         if (st) return st;
     }
@@ -2227,9 +2202,8 @@ extern "C" vllmc_status backend_cuda_create(const struct backend_cuda_opts *o, s
                                                                                     entries grouped by expert; 0 off */
     c->batch_invariant = o && o->batch_invariant;
     if ((st = gpu_err(gpuStreamCreate(&c->stream), "stream"))) { delete c; return st; }
-    /* (+ 4: the 3 counters of a norm + quantize inside the launch that reads it, cu_mm_args.pre) */
-    if (gpuMalloc((void **)&c->nq_cnt, (CU_NQ_FUSE_COUNTERS + 4) * sizeof(unsigned)) != gpuSuccess ||
-        gpuMemset(c->nq_cnt, 0, (CU_NQ_FUSE_COUNTERS + 4) * sizeof(unsigned)) != gpuSuccess) {
+    if (gpuMalloc((void **)&c->nq_cnt, CU_NQ_FUSE_COUNTERS * sizeof(unsigned)) != gpuSuccess ||
+        gpuMemset(c->nq_cnt, 0, CU_NQ_FUSE_COUNTERS * sizeof(unsigned)) != gpuSuccess) {
         (void)gpuGetLastError();
         if (c->nq_cnt) (void)gpuFree(c->nq_cnt);
         c->nq_cnt = NULL; /* no fused norm + quantize */

@@ -190,9 +190,6 @@ uint64_t backend_cuda_ws_launches(void);
 /* Matmul launches so far (process-wide) that ran the norm + quantize of their outputs inside them (the RMSNorm after a
  * fused residual add, the SwiGLU after gate / up: backend_cuda_set_fuse_nq). */
 uint64_t backend_cuda_nq_launches(void);
-/* Matmul launches so far (process-wide) that ran the norm + quantize of their activation inside them
- * (BACKEND_CUDA_FUSE_PRE_*). */
-uint64_t backend_cuda_pre_launches(void);
 /* The norm + quantize that reads a launch's outputs moves into that launch (the CTA that completes a unit of the output
  * does it; same functions, same bits), in recorded steps, per bit of mask:
  *   BACKEND_CUDA_FUSE_NORM_MATMUL  the RMSNorm of the residual a matmul added to (measured slower once: BENCHMARKS.md)
@@ -201,17 +198,11 @@ uint64_t backend_cuda_pre_launches(void);
  *   BACKEND_CUDA_FUSE_NORM_MIX     the RMSNorm of the residual a MoE op added to, into its mix
  *   BACKEND_CUDA_FUSE_MOE_MIX      (any step, CUDA only) the MoE mix into the column-split down launch
  *   BACKEND_CUDA_FUSE_ATTN_COMBINE the decode attention's combine into its split launch (the last split of a head)
- * and the other way round, the one-row norm + quantize that writes an activation into the tensor-core mat-vec launch
- * that reads it next (its first CTAs past the wait do it, the others wait on a flag; no launch of its own):
- *   BACKEND_CUDA_FUSE_PRE_RMS      the RMSNorms
- *   BACKEND_CUDA_FUSE_PRE_SWIGLU   the SwiGLUs
- *   BACKEND_CUDA_FUSE_PRE_GATED    the GDN's gated RMSNorms
  * 0 (default) until measured; VLLMC_CUDA_FUSE_NQ=mask sets it at backend creation. Drops the captured graphs, so the
  * next steps are captured with the kernel choices in force then (e.g. backend_cuda_set_matvec_stream). */
 enum {
     BACKEND_CUDA_FUSE_NORM_MATMUL = 1, BACKEND_CUDA_FUSE_SWIGLU = 2, BACKEND_CUDA_FUSE_GATED = 4, BACKEND_CUDA_FUSE_NORM_MIX = 8,
-    BACKEND_CUDA_FUSE_MOE_MIX = 16, BACKEND_CUDA_FUSE_ATTN_COMBINE = 32, BACKEND_CUDA_FUSE_PRE_RMS = 64,
-    BACKEND_CUDA_FUSE_PRE_SWIGLU = 128, BACKEND_CUDA_FUSE_PRE_GATED = 256, BACKEND_CUDA_FUSE_ALL = 511
+    BACKEND_CUDA_FUSE_MOE_MIX = 16, BACKEND_CUDA_FUSE_ATTN_COMBINE = 32, BACKEND_CUDA_FUSE_ALL = 63
 };
 void backend_cuda_set_fuse_nq(struct backend *be, unsigned mask);
 /* MoE ops of up to max_rows rows with Q4_K / Q6_K experts on the column-split expert kernels (routing inside the

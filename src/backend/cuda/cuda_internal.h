@@ -147,7 +147,7 @@ struct cu_nq_fuse {
     int32_t on, mode, group;   /* cu_launch_norm_quant's mode (RMSNORM, SWIGLU, GATED) and group */
     uint32_t fmts;
     uint32_t feed;             /* matmul: bit i, segment i feeds the output */
-    int32_t n_feed, pad;       /* pad: a -DVLLMC_PRE_DBG build's VLLMC_PRE_DBG bits (mv_pre_wait) */
+    int32_t n_feed, pad;
 };
 /* Counters a fused norm + quantize of mode over n output columns and n_act activation rows needs. */
 int64_t cu_nq_fuse_counters(int mode, int64_t n, int64_t n_act);
@@ -165,10 +165,6 @@ struct cu_mm_args {
     struct cu_mm_conv conv;    /* conv.on: the GDN conv in the epilogue (or a kernel right after, where the launch
                                   does not take the column-split kernel) */
     struct cu_nq_fuse nq;      /* nq.on: the norm + quantize that reads the outputs, in the launch (or right after) */
-    struct cu_nq_fuse pre;     /* pre.on: the one-row norm + quantize that writes the launch's activation, done by the
-                                  launch's first CTAs past the dependency wait while the others wait on a flag
-                                  (mm_kernel_mma only: cu_launch_matmul gives it its own launch first anywhere else);
-                                  pre.cnt: 3 counters, zero between launches */
     float *mmq_ws;             /* mm_kernel_mmq's fragments workspace (CU_MMQ_WS_FLOATS) and tile counters (CU_MMQ_TILES,
                                   zero between launches): the backend's own, so backends on other streams do not share
                                   them; NULL: that kernel's launches are not split */

@@ -1116,96 +1116,9 @@ static __global__ void __launch_bounds__(32 * CU_MM_WARPS) mm_kernel_rows(const 
  * outputs are mm_kernel_rows' bits. Rows past the grid's warps (not in the router's launches) are loaded after the
  * previous row's sum. On by default on CUDA (measured: BENCHMARKS "The MoE router's rows in registers"). */
 #define F32R_K 64
-/* ---- the norm + quantize of a launch's activation inside it (cu_mm_args.pre) ----
- * The dependency wait of a launch whose activation is written by a one-row norm + quantize that has no launch of its
- * own. After the wait each CTA takes a ticket (cnt[0]). Tickets 0 .. nc - 1 (CTAs that are running, so no CTA waits
- * on one that cannot start) do the norm + quantize as norm_quant_kernel does it: the same functions, so the same
- * bits (nq_rms_scale gives any block shape the same sums). CTA t takes the 256-column units t * W + warp, + nc * W, ...
- * Then it adds 1 to cnt[1]. Every CTA waits until cnt[1] reaches nc (an acquire load: the activation's lines are then
- * read from L2, never from a stale L1), then adds 1 to cnt[2]; the grid's last one puts the three counters back to
- * zero. The next launch that uses them takes its tickets only after its own wait, so after this grid has ended. What
- * this replaces is a stage of the chain: the norm launch's drain, completion and release (BENCHMARKS.md "The norm +
- * quantize launches' part of the chain"). Before the wait each CTA asks one 128-byte line of the norm's weights into
- * L2, as the norm kernel loads them before its own. Only the PRE instances of mm_kernel_mma, of the column-split
- * down-row instances and of the MoE router's mm_kernel_f32r carry it (the norm's code inside the default instances
- * took them from 92 to 128 registers, with spills). CUDA only: on HIP no launch takes it (cu_launch_matmul), and
- * the wait is the plain one. Measured slower in every form, off (BENCHMARKS.md "The norm + quantize inside the mat-vec
- * that reads it": the flags cost 1.5-3.5 us a launch, as much as the boundary they replace; the work, 1.3-9.4 us, is
- * then on the critical path; and the PRE instances run 2-4 us longer with none of it entered). */
-#if !defined(VLLMC_HIP)
-static __device__ __forceinline__ unsigned mv_ld_acquire(const unsigned *p) {
-    unsigned v;
-    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-    return v;
-}
-/* PRE: -1 any norm mode (Q.mode), else that mode only (cu_launch_matmul takes it only for that mode: the compiler
- * drops the other modes' code, fewer registers) */
-template <int PRE> static __device__ __forceinline__ void mv_pre_norm(const struct cu_nq_fuse &Q, unsigned t, unsigned nc) {
-    __shared__ double red[NQ_WARPS];
-    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, W = (int)(blockDim.x >> 5);
-    const int mode = PRE > 0 ? PRE : Q.mode;
-    const int64_t n = Q.out.n, units = (n + 255) / 256;
-    const float scale = mode == CU_NQ_RMSNORM ? nq_rms_scale(Q.in0, n, Q.eps, red) : 1.f;
-    for (int64_t u = (int64_t)t * W + wid; u < units; u += (int64_t)nc * W)
-        nq_unit(mode, Q.in0, Q.in1, Q.ld, Q.w, Q.eps, Q.group, scale, Q.out, Q.fmts, 0, u, lane);
-}
-#endif
-/* PRE: 0 the plain wait, else the norm inside (mv_pre_norm's PRE) */
-template <int PRE> static __device__ __forceinline__ void mv_pre_wait(const struct cu_mm_args &P) {
-#if defined(VLLMC_HIP)
-    (void)P;
-    gpu_pdl_wait();
-    gpu_pdl_trigger();
-#else
-    if constexpr (!PRE) {
-        gpu_pdl_wait();
-        gpu_pdl_trigger();
-        return;
-    }
-    const cu_nq_fuse &Q = P.pre;
-    if (Q.on && Q.w && threadIdx.x == 0) {
-        const int64_t lines = ((Q.mode == CU_NQ_GATED ? Q.group : Q.out.n) * 4 + 127) / 128;
-        if ((int64_t)blockIdx.x < lines) gpu_prefetch_l2((const char *)Q.w + 128 * (int64_t)blockIdx.x);
-    }
-    gpu_pdl_wait();
-    gpu_pdl_trigger();
-    if (!Q.on) return;
-#if defined(VLLMC_PRE_DBG) /* measurement builds: bit 1 no norm work (the flags only), 2 no flags either, 4 no sleep */
-    const int dbg = Q.pad;
-    if (dbg & 2) return;
-#else
-    constexpr int dbg = 0;
-#endif
-    __shared__ unsigned tk;
-    const int W = (int)(blockDim.x >> 5);
-    const unsigned units = (unsigned)((Q.out.n + 255) / 256), nc = min((units + W - 1) / W, gridDim.x);
-    if (threadIdx.x == 0) tk = atomicAdd(Q.cnt, 1u);
-    __syncthreads();
-    const unsigned t = tk;
-    if (t < nc) {
-        if (!(dbg & 1)) mv_pre_norm<PRE>(Q, t, nc);
-        __syncthreads(); /* the CTA's units are written */
-        if (threadIdx.x == 0) {
-            __threadfence();
-            atomicAdd(Q.cnt + 1, 1u);
-        }
-    }
-    if (threadIdx.x == 0) {
-        while (mv_ld_acquire(Q.cnt + 1) < nc)
-            if (!(dbg & 4)) __nanosleep(64);
-        if (atomicAdd(Q.cnt + 2, 1u) == gridDim.x - 1) {
-            Q.cnt[0] = 0u;
-            Q.cnt[1] = 0u;
-            Q.cnt[2] = 0u;
-        }
-    }
-    __syncthreads();
-#endif
-}
 uint64_t cu_f32r_launches;
 extern "C" uint64_t backend_cuda_f32r_launches(void) { return cu_f32r_launches; }
 #if !defined(VLLMC_HIP) /* (gfx11: a row's 64 words a lane and the activation's would pass LLVM 15's 128 VGPRs) */
-template <int PRE = 0> /* PRE: the activation's norm + quantize inside (mv_pre_wait; the MoE's RMSNorm in front of it) */
 static __global__ void __launch_bounds__(32 * CU_MM_WARPS) mm_kernel_f32r(const struct cu_mm_args P) {
     const int lane = threadIdx.x % 32, n = (int)P.a.n, n_warps = (int)gridDim.x * CU_MM_WARPS;
     int g = (int)blockIdx.x * CU_MM_WARPS + (int)threadIdx.x / 32;
@@ -1217,7 +1130,8 @@ static __global__ void __launch_bounds__(32 * CU_MM_WARPS) mm_kernel_f32r(const 
         for (int k = 0; k < F32R_K; k++) w[k] = lane + 32 * k < n ? gpu_ldg(wr + lane + 32 * k) : 0.f;
     };
     if (g < P.total_rows) load(g);
-    mv_pre_wait<PRE>(P); /* (every CTA takes part, the ones past the rows too) */
+    gpu_pdl_wait();
+    gpu_pdl_trigger();
     if (g >= P.total_rows) return;
     float x[F32R_K];
 #pragma unroll
@@ -1700,13 +1614,12 @@ static __device__ __forceinline__ void mma_next_l2(const struct cu_mm_args &P) {
     (void)b0; (void)b1;
 #endif
 }
-/* A CTA of a Q8_0 / F32 segment: its rows to L2 before the dependency wait, then mv_other_rows. PRE: mv_pre_wait's
- * (the activation's norm + quantize inside the launch). */
-template <int PRE = 0>
+/* A CTA of a Q8_0 / F32 segment: its rows to L2 before the dependency wait, then mv_other_rows. */
 static __device__ __forceinline__ void mv_other_cta(const struct cu_mm_args &P, const cu_mm_seg &S, const uint8_t *wb, int r0, int rows,
                                                     int a0, int na, int lane, int wid, int W) {
     for (int i = threadIdx.x; i < rows * (int)(S.stride / 128); i += blockDim.x) gpu_prefetch_l2(wb + 128 * (size_t)i);
-    mv_pre_wait<PRE>(P);
+    gpu_pdl_wait();
+    gpu_pdl_trigger();
     mv_other_rows(P, S, wb, r0, rows, a0, na, lane, wid, W);
 }
 /* Output j of the CTA's rows r0 .. for activation row ar: the row's sum y, plus the bias; stored; added to the
@@ -1743,9 +1656,8 @@ static __device__ __forceinline__ void mv_cta_out(const struct cu_mm_args &P, co
 static_assert(MV_NA == 8, "cu_nq_fuse_counters counts groups of 8 activation rows");
 /* KT: the K-quant types present, 1 Q4_K, 2 Q6_K, 3 both (fewer registers for one). LBT, LBM: launch bounds of LBT
  * threads and LBM CTAs an SM (cu_mm_cfg.cols_lb), else 512 threads. PF: the next round's rows into L2 after the release
- * (mma_next_l2; cu_mm_cfg.cols_lb bits 8 / 16 on the bounded LM-head / down-row instances). PRE: the activation's
- * norm + quantize inside (mv_pre_wait; one activation row, the bounded down-row instances). */
-template <int SBW, int KT, int U, int NA, int LBT = 512, int LBM = 1, bool PF = false, int PRE = 0>
+ * (mma_next_l2; cu_mm_cfg.cols_lb bits 8 / 16 on the bounded LM-head / down-row instances). */
+template <int SBW, int KT, int U, int NA, int LBT = 512, int LBM = 1, bool PF = false>
 static __global__ void __launch_bounds__(LBT, LBM) mm_kernel_cols(const struct cu_mm_args P) {
     constexpr int RW = 8 / SBW, RPC = RW * U;
     __shared__ float part[16][NA][RPC];
@@ -1764,7 +1676,7 @@ static __global__ void __launch_bounds__(LBT, LBM) mm_kernel_cols(const struct c
     const int n_sb = (int)(P.a.n / QK_K);
     const uint8_t *wb = S.w + mv_woff((size_t)r0 * S.stride, S.stride, S.n_rows);
     if (S.type == GGML_TYPE_Q8_0 || S.type == GGML_TYPE_F32) {
-        mv_other_cta<PRE>(P, S, wb, r0, rows, a0, na, lane, wid, W);
+        mv_other_cta(P, S, wb, r0, rows, a0, na, lane, wid, W);
         if (P.nq.on && (P.nq.feed >> si & 1)) { /* (the same for the whole CTA) */
             const nq_cols pc = {r0, rows};     /* row j of a feeding segment is column j of the output */
             nq_fuse_finish(P.nq, &pc, 1, NA == 1 ? 0 : (int)blockIdx.y, a0, na);
@@ -1788,7 +1700,8 @@ static __global__ void __launch_bounds__(LBT, LBM) mm_kernel_cols(const struct c
             else w[u] = k4s_w{make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0), 0};
         }
         if (conv) mv_conv_load<NA>(P.conv, rows, na, a0, r0, conv_pre, conv_slot);
-        mv_pre_wait<PRE>(P);
+        gpu_pdl_wait();
+        gpu_pdl_trigger();
         if constexpr (PF)
             if (threadIdx.x == 0) mma_next_l2<RPC>(P);
         resv = mv_res_load<NA>(S, r0, rows);
@@ -1809,7 +1722,8 @@ static __global__ void __launch_bounds__(LBT, LBM) mm_kernel_cols(const struct c
             else w[u] = q6_w{make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0), 0, 0};
         }
         if (conv) mv_conv_load<NA>(P.conv, rows, na, a0, r0, conv_pre, conv_slot);
-        mv_pre_wait<PRE>(P);
+        gpu_pdl_wait();
+        gpu_pdl_trigger();
         if constexpr (PF)
             if (threadIdx.x == 0) mma_next_l2<RPC>(P);
         resv = mv_res_load<NA>(S, r0, rows);
@@ -2490,7 +2404,7 @@ template <int SBW> static __device__ __forceinline__ float mma_sb_sum(const floa
 /* The warp's 16 (RT 8: 8) rows of its SBW super-blocks, Q4_K: the loads before the dependency wait, the MMAs after
  * it; y0, y1: the partial sums of rows g and g + 8 (in every lane of the row). stg: the warp's stage (AP 2), else
  * NULL. */
-template <int SBW, int RT, int AP, bool PRE = false>
+template <int SBW, int RT, int AP>
 static __device__ __forceinline__ void mma_rows_q4_K(const struct cu_mm_args &P, const cu_mm_seg &S, const uint8_t *wb, int rows,
                                                      int n_sb, int wid, int lane, const mma_conv &cv, uint8_t *stg, float &y0,
                                                      float &y1, unsigned long long *tl = NULL) {
@@ -2504,7 +2418,8 @@ static __device__ __forceinline__ void mma_rows_q4_K(const struct cu_mm_args &P,
         w1[s] = RT == 16 && sb < n_sb && g + 8 < rows ? k4s_load(wb + (size_t)(g + 8) * S.stride, n_sb, sb, c) : zw;
     }
     cv.load(P, rows);
-    mv_pre_wait<PRE ? -1 : 0>(P);
+    gpu_pdl_wait();
+    gpu_pdl_trigger();
     if constexpr (AP == 2) mma_act_stage<SBW>(P.a, wid * SBW, n_sb, lane, stg);
     if constexpr (AP == 1) mma_act_prefetch<SBW>(P.a, wid * SBW, n_sb, lane);
     if constexpr (AP == 6)
@@ -2602,7 +2517,7 @@ static __device__ __forceinline__ float mma_q6k_sb(const q6_w &w0, const q6_w &w
  * for t >= 2 the next group, from lane (2c + 1, c) (column 2c + 1); the high quants the same against e0 + 64. So
  * lane (g, c) with g / 2 == c holds activation words 4 (g % 2) .. + 3 of each half, zeros in the others, and the two
  * accumulators' columns 2c, 2c + 1 are the column-split lane's four sums (sl0, sl1; sh0, sh1). */
-template <int SBW, int RT, int AP, bool PRE = false>
+template <int SBW, int RT, int AP>
 static __device__ __forceinline__ void mma_rows_q6_K(const struct cu_mm_args &P, const cu_mm_seg &S, const uint8_t *wb, int rows,
                                                      int n_sb, int wid, int lane, const mma_conv &cv, uint8_t *stg, float &y0,
                                                      float &y1) {
@@ -2616,7 +2531,8 @@ static __device__ __forceinline__ void mma_rows_q6_K(const struct cu_mm_args &P,
         w1[s] = RT == 16 && sb < n_sb && g + 8 < rows ? q6_load(wb + (size_t)(g + 8) * S.stride, n_sb, sb, c) : q6_w{z, z, z, z, 0, 0};
     }
     cv.load(P, rows);
-    mv_pre_wait<PRE ? -1 : 0>(P);
+    gpu_pdl_wait();
+    gpu_pdl_trigger();
     if constexpr (AP == 2) mma_act_stage<SBW>(P.a, wid * SBW, n_sb, lane, stg);
     if constexpr (AP == 1) mma_act_prefetch<SBW>(P.a, wid * SBW, n_sb, lane);
     if constexpr (AP == 6)
@@ -2652,7 +2568,7 @@ static __device__ __forceinline__ void mma_rows_q6_K(const struct cu_mm_args &P,
  * low nibbles' sums by subtraction (mma_q4k_sb's SUB; cu_mm_cfg.mma bit 512), 5 as 4 with every super-block's activation
  * loaded before the first MMA (bit 1024: one L2 round trip after the wait where the loop takes SBW), 6 as 4 with the
  * next round's rows asked into L2 right after the release (mma_next_l2; bit 2048). */
-template <int SBW, int RT, int KT, int LBT = 512, int LBM = 1, int AP = 0, bool PRE = false>
+template <int SBW, int RT, int KT, int LBT = 512, int LBM = 1, int AP = 0>
 static __global__ void __launch_bounds__(LBT, LBM) mm_kernel_mma(const struct cu_mm_args P) {
     static_assert(RT == 16 || RT == 8, "rows a CTA: 16 (rows g and g + 8) or 8");
     static_assert(KT == 1 || SBW == 2, "Q6_K: two super-blocks a warp");
@@ -2667,7 +2583,7 @@ static __global__ void __launch_bounds__(LBT, LBM) mm_kernel_mma(const struct cu
     const int n_sb = (int)(P.a.n / QK_K);
     const uint8_t *wb = S.w + mv_woff((size_t)r0 * S.stride, S.stride, S.n_rows);
     if (S.type != GGML_TYPE_Q4_K && S.type != GGML_TYPE_Q6_K) { /* Q8_0 / F32 rows, as the column-split kernel takes them */
-        mv_other_cta<PRE ? -1 : 0>(P, S, wb, r0, rows, 0, 1, lane, wid, W);
+        mv_other_cta(P, S, wb, r0, rows, 0, 1, lane, wid, W);
         return;
     }
     const mma_conv cv{conv, r0, conv_pre, conv_slot};
@@ -2680,8 +2596,8 @@ static __global__ void __launch_bounds__(LBT, LBM) mm_kernel_mma(const struct cu
 #endif
     extern __shared__ __align__(16) uint8_t mma_stage[];
     uint8_t *stg = AP == 2 ? mma_stage + (size_t)wid * (SBW - 1) * MMA_STAGE_SB : NULL;
-    if (KT == 1 || (KT == 3 && S.type == GGML_TYPE_Q4_K)) mma_rows_q4_K<SBW, RT, AP, PRE>(P, S, wb, rows, n_sb, wid, lane, cv, stg, y0, y1, tl);
-    else mma_rows_q6_K<SBW, RT, AP, PRE>(P, S, wb, rows, n_sb, wid, lane, cv, stg, y0, y1);
+    if (KT == 1 || (KT == 3 && S.type == GGML_TYPE_Q4_K)) mma_rows_q4_K<SBW, RT, AP>(P, S, wb, rows, n_sb, wid, lane, cv, stg, y0, y1, tl);
+    else mma_rows_q6_K<SBW, RT, AP>(P, S, wb, rows, n_sb, wid, lane, cv, stg, y0, y1);
     TL_MARK(tl, 2);
     const float resv = mv_res_load<1>(S, r0, rows);
     const int g = lane >> 2;
@@ -2701,8 +2617,6 @@ static __global__ void __launch_bounds__(LBT, LBM) mm_kernel_mma(const struct cu
 #endif
 }
 #endif
-uint64_t cu_pre_launches; /* (counted where a launch takes cu_mm_args.pre: mm_launch_cols) */
-extern "C" uint64_t backend_cuda_pre_launches(void) { return cu_pre_launches; }
 uint64_t cu_mma_launches, cu_mma_ap_launches[7], cu_mma_q6r16_launches;
 extern "C" uint64_t backend_cuda_mma_launches(void) { return cu_mma_launches; }
 extern "C" uint64_t backend_cuda_mma_q6r16_launches(void) { return cu_mma_q6r16_launches; }
@@ -2850,9 +2764,7 @@ extern "C" uint64_t backend_cuda_cols_pf_launches(void) { return cu_cols_pf_laun
 
 /* The column-split kernel (NA = MV_NA for several activation rows) when every segment is Q4_K, Q6_K, Q8_0 or
  * F32 (one of them K-quant) and a row of 256-column super-blocks fits 16 warps; false (nothing launched) otherwise. */
-/* pre_only: only the tensor-core mat-vec with args->pre inside it (true: launched), nothing else (false: nothing
- * launched; cu_launch_matmul then gives the norm its own launch and launches as usual) */
-static bool mm_launch_cols(const struct cu_mm_args *args, gpuStream_t s, bool other_only = false, bool pre_only = false) {
+static bool mm_launch_cols(const struct cu_mm_args *args, gpuStream_t s, bool other_only = false) {
     const int64_t n = args->a.n;
     if (n % QK_K != 0) return false;
     int kt = 0; /* the K-quant types present: 1 Q4_K, 2 Q6_K */
@@ -2889,9 +2801,8 @@ static bool mm_launch_cols(const struct cu_mm_args *args, gpuStream_t s, bool ot
 #if !defined(VLLMC_HIP)
     /* the LM head through a ring of row tiles in shared memory (mm_kernel_lmh: the bits of the column-split instance
      * below, U 2; cu_lmh_ns, off by default) */
-    if (!other_only && !pre_only && !mr && U == 2 && sbw == 2 && mm_lmh_ok(a, (int)args->n_act) && mm_lmh_launch(a, s)) return true;
+    if (!other_only && !mr && U == 2 && sbw == 2 && mm_lmh_ok(a, (int)args->n_act) && mm_lmh_launch(a, s)) return true;
 #endif
-    a.pre.on = 0; /* (set below for the one launch that takes it) */
     /* one super-block a thread where every K-quant row is Q4_K (one activation row, no fused norm; the same bits as the
      * column-split kernel). Off by default (cu_mm_cfg.sbt 0; VLLMC_CUDA_SBT=16 for rows of up to 16 super-blocks and
      * launches of up to 16,384 rows). In-graph per launch on the qwen35-4b decode it is faster on the GDN in-proj
@@ -2901,7 +2812,6 @@ static bool mm_launch_cols(const struct cu_mm_args *args, gpuStream_t s, bool ot
      * "One super-block a thread") */
     const int sbt_r = !mr && kt == 1 && n_sb <= cu_mm_cfg.sbt && args->total_rows <= cu_mm_cfg.sbt_rows && !args->nq.on &&
                       !args->row_order ? sbt_rows(n_sb) : 0;
-    if (sbt_r && pre_only) return false;
     if (sbt_r) {
         int ctas = 0;
         for (int i = 0; i < a.n_seg; i++) {
@@ -2945,7 +2855,7 @@ static bool mm_launch_cols(const struct cu_mm_args *args, gpuStream_t s, bool ot
         /* bits 128 / 256: the Q4_K launches of cu_mmx_rows rows or more (qwen35-4b: the GDN in-proj, the attention
          * q / k / v, gate + up) with 16 (bit 128) or 8 (bit 256) more rows a CTA in shared memory (mm_kernel_mmx) */
         const int xr = (cu_mm_cfg.mma & 128) ? 16 : (cu_mm_cfg.mma & 256) ? 8 : 0;
-        if (xr && kt == 1 && sbw == 2 && args->total_rows >= cu_mmx_rows && !pre_only) {
+        if (xr && kt == 1 && sbw == 2 && args->total_rows >= cu_mmx_rows) {
             bool ok = true;
             for (int i = 0; i < a.n_seg; i++) ok = ok && a.seg[i].stride % 16 == 0 && (uintptr_t)a.seg[i].w % 16 == 0;
             if (ok) {
@@ -2999,26 +2909,8 @@ static bool mm_launch_cols(const struct cu_mm_args *args, gpuStream_t s, bool ot
                             : k == mm_kernel_mma<2, 8, 1> ? mma_ap<2, 8, 1>(ap) : NULL;
         /* (ap 5 at 2,560 columns: bounded to the 4 CTAs an SM the plain instance has, 96 registers, where it would take 100) */
         const mm_cols_fn kb = ap == 5 && k == mm_kernel_mma<2, 16, 1> && w == 5 ? mm_kernel_mma<2, 16, 1, 160, 4, 5> : ka;
-        mm_cols_fn kl = kb ? kb : k;
-        if (pre_only) { /* the AP 6 instances with the norm inside (the default's; any other form: its own launch) */
-            kl = ap != 6 ? NULL : k == mm_kernel_mma<2, 16, 1> ? mm_kernel_mma<2, 16, 1, 512, 1, 6, true>
-               : k == mm_kernel_mma<4, 8, 1> ? mm_kernel_mma<4, 8, 1, 512, 1, 6, true>
-               : k == mm_kernel_mma<2, 8, 1> ? mm_kernel_mma<2, 8, 1, 512, 1, 6, true>
-               : k == mm_kernel_mma<2, 8, 2> ? mm_kernel_mma<2, 8, 2, 512, 1, 6, true>
-               : k == mm_kernel_mma<2, 8, 3> ? mm_kernel_mma<2, 8, 3, 512, 1, 6, true>
-               : k == mm_kernel_mma<2, 16, 2> ? mm_kernel_mma<2, 16, 2, 512, 1, 6, true>
-               : k == mm_kernel_mma<2, 16, 3> ? mm_kernel_mma<2, 16, 3, 512, 1, 6, true> : NULL;
-            /* 2,560 columns (5 warps): bounded to the 4 CTAs an SM of the plain instances (112 registers unbounded: 3) */
-            if (kl && w == 5)
-                kl = kl == mm_kernel_mma<2, 16, 1, 512, 1, 6, true> ? mm_kernel_mma<2, 16, 1, 160, 4, 6, true>
-                   : kl == mm_kernel_mma<2, 8, 2, 512, 1, 6, true> ? mm_kernel_mma<2, 8, 2, 160, 4, 6, true>
-                   : kl == mm_kernel_mma<2, 8, 3, 512, 1, 6, true> ? mm_kernel_mma<2, 8, 3, 160, 4, 6, true> : kl;
-            if (!kl) return false;
-            a.pre = args->pre;
-            cu_pre_launches++;
-        }
-        if (ap == 6) a.pf_next = mm_resident(kl, 32 * w);
-        gpu_launch(kl, dim3((unsigned)ctas), dim3(32 * w), ka && ap == 2 ? (size_t)w * (sbw - 1) * MMA_STAGE_SB : 0, s, a);
+        if (ap == 6) a.pf_next = mm_resident(kb, 32 * w);
+        gpu_launch(kb ? kb : k, dim3((unsigned)ctas), dim3(32 * w), ka && ap == 2 ? (size_t)w * (sbw - 1) * MMA_STAGE_SB : 0, s, a);
         cu_mma_launches++;
         cu_mma_q6r16_launches += q6r16;
         if (ka) cu_mma_ap_launches[ap]++;
@@ -3054,27 +2946,12 @@ static bool mm_launch_cols(const struct cu_mm_args *args, gpuStream_t s, bool ot
                            : (pf_d ? mm_kernel_cols<4, 3, 2, 1, 288, 3, true> : mm_kernel_cols<4, 3, 2, 1, 288, 3>);
             pf = pf_d;
         }
-        cu_cols_lb_launches += kern != unbounded && !pre_only;
+        cu_cols_lb_launches += kern != unbounded;
         if (pf) {
             a.pf_next = mm_resident(kern, 32 * w);
-            cu_cols_pf_launches += !pre_only;
+            cu_cols_pf_launches++;
         }
     }
-#if !defined(VLLMC_HIP)
-    if (pre_only) { /* the bounded down-row instances with the norm inside (the default's; any other: its own launch) */
-        constexpr int SW = CU_NQ_SWIGLU; /* (the SwiGLU's code alone: the down rows' act) */
-        kern = args->pre.mode != SW ? NULL
-             : kern == mm_kernel_cols<4, 1, 4, 1, 288, 3> ? mm_kernel_cols<4, 1, 4, 1, 288, 3, false, SW>
-             : kern == mm_kernel_cols<4, 2, 2, 1, 288, 3> ? mm_kernel_cols<4, 2, 2, 1, 288, 3, false, SW>
-             : kern == mm_kernel_cols<4, 3, 2, 1, 288, 3> ? mm_kernel_cols<4, 3, 2, 1, 288, 3, false, SW> : NULL;
-        if (!kern) return false;
-        a.pre = args->pre;
-        cu_pre_launches++;
-        cu_cols_lb_launches++;
-    }
-#else
-    if (pre_only) return false;
-#endif
     gpu_launch(kern, dim3((unsigned)ctas, mr ? (unsigned)GPU_CEIL_DIV(args->n_act, MV_NA) : 1u), dim3(32 * w), 0, s, a);
     return true;
 }
@@ -4600,30 +4477,6 @@ extern "C" uint64_t backend_cuda_nq_launches(void) { return cu_nq_fused_launches
 
 void cu_launch_matmul(const struct cu_mm_args *args, gpuStream_t s) {
     if (args->n_act <= 0 || args->n_ctas <= 0) return;
-    struct cu_mm_args na;
-    if (args->pre.on) {
-        /* the activation's norm + quantize inside the tensor-core mat-vec where the launch takes that kernel (one
-         * activation row, the column-split kernels' choice, no streaming or warp-streamed form); else its own launch
-         * first, and the launch as it would be without it */
-#if !defined(VLLMC_HIP) /* (HIP has none of these kernels) */
-        if (args->n_act == 1 && mm_f32r_ok(*args) && args->pre.mode == CU_NQ_RMSNORM) { /* the MoE router */
-            gpu_launch(mm_kernel_f32r<CU_NQ_RMSNORM>, dim3((unsigned)GPU_CEIL_DIV(args->total_rows, CU_MM_WARPS)),
-                       dim3(32 * CU_MM_WARPS), 0, s, *args);
-            cu_f32r_launches++;
-            cu_pre_launches++;
-            return;
-        }
-        const int cls = args->total_rows < cu_mm_cfg.rows[0] ? 0 : args->total_rows < cu_mm_cfg.rows[1] ? 1 : 2;
-        if (args->n_act == 1 && !args->row_order && cu_mm_cfg.cols[cls] && cu_mm_cfg.stream_cps <= 0 && !cu_mm_cfg.ws &&
-            !mm_f32r_ok(*args) && mm_launch_cols(args, s, false, true))
-            return;
-#endif
-        const cu_nq_fuse &q = args->pre;
-        cu_launch_norm_quant(q.mode, q.in0, q.in1, q.ld, q.w, q.eps, q.group, 1, q.out, q.fmts, s);
-        na = *args;
-        na.pre.on = 0;
-        args = &na;
-    }
     if (mm_launch(args, s)) { /* the column-split or streaming kernel: the conv and the norm + quantize are in it */
         cu_nq_fused_launches += args->nq.on != 0;
         return;
@@ -4649,7 +4502,7 @@ static bool mm_launch(const struct cu_mm_args *args, gpuStream_t s) {
     if (args->n_act > 1 && !args->row_order && args->n_act <= cu_mm_cfg.cols_rows && mm_launch_colx(args, s)) return true;
 #if !defined(VLLMC_HIP)
     if (args->n_act == 1 && mm_f32r_ok(*args)) {
-        gpu_launch(mm_kernel_f32r<0>, dim3((unsigned)GPU_CEIL_DIV(args->total_rows, CU_MM_WARPS)), dim3(32 * CU_MM_WARPS), 0, s, *args);
+        gpu_launch(mm_kernel_f32r, dim3((unsigned)GPU_CEIL_DIV(args->total_rows, CU_MM_WARPS)), dim3(32 * CU_MM_WARPS), 0, s, *args);
         cu_f32r_launches++;
         return false;
     }
