@@ -2,8 +2,7 @@
  * dependent launch (PDL), replayed, timed by events (the median of 7 replays, us a launch).
  *   empty  kernels that only wait and release, at grids of 2 to 1,544 CTAs of 160 threads, with and without PDL: the
  *          launch boundary of a decode step's mat-vecs (1,152 CTAs: gate + up; 1,544: the GDN in-proj);
- *   code   K dependent integer steps after the wait, as a loop (a few instructions of code) or straight (K
- *          instructions: 8, 32 or 96 KB), one kernel or 8 distinct ones in turn (each launch's code is then not in the
+ *   code   K dependent integer steps after the wait as straight code (K instructions: 8, 32 or 96 KB), one kernel or 8 distinct ones in turn (each launch's code is then not in the
  *          SM's instruction caches), with or without a 96 MB read between launches (the weight stream's eviction of
  *          L2, code included): does a kernel's code size cost the chain?
  *   sync   the same dependency inside one persistent grid (every CTA resident: a cooperative launch), 2,000 in a row:
@@ -23,17 +22,12 @@ __global__ void k_empty(unsigned *p) {
     asm volatile("griddepcontrol.launch_dependents;");
     if (p && threadIdx.x == 0 && blockIdx.x == 0) p[0]++;
 }
-template <int K, bool STRAIGHT, int I> __global__ void __launch_bounds__(160) k_code(unsigned *p) {
+template <int K, int I> __global__ void __launch_bounds__(160) k_code(unsigned *p) {
     asm volatile("griddepcontrol.wait;" ::: "memory");
     asm volatile("griddepcontrol.launch_dependents;");
     unsigned x = threadIdx.x + I;
-    if (STRAIGHT) {
 #pragma unroll
-        for (int i = 0; i < K; i++) asm volatile("mad.lo.u32 %0, %0, 3, 1;" : "+r"(x));
-    } else {
-#pragma unroll 1
-        for (int i = 0; i < K; i++) asm volatile("mad.lo.u32 %0, %0, 3, 1;" : "+r"(x));
-    }
+    for (int i = 0; i < K; i++) asm volatile("mad.lo.u32 %0, %0, 3, 1;" : "+r"(x)); /* (volatile: K instructions) */
     if (x == 0x12345u) p[1] = x; /* (keeps the chain) */
 }
 __global__ void k_flush(const uint4 *src, size_t n, unsigned *p) {
@@ -77,13 +71,21 @@ template <int MODE> __global__ void __launch_bounds__(160) k_sync(unsigned *p, i
     }
 }
 typedef void (*kfn)(unsigned *);
-template <int K, bool S> static void fill8(kfn *f) {
-    f[0] = k_code<K, S, 0>; f[1] = k_code<K, S, 1>; f[2] = k_code<K, S, 2>; f[3] = k_code<K, S, 3>;
-    f[4] = k_code<K, S, 4>; f[5] = k_code<K, S, 5>; f[6] = k_code<K, S, 6>; f[7] = k_code<K, S, 7>;
+template <int K> static void fill8(kfn *f) {
+    f[0] = k_code<K, 0>; f[1] = k_code<K, 1>; f[2] = k_code<K, 2>; f[3] = k_code<K, 3>;
+    f[4] = k_code<K, 4>; f[5] = k_code<K, 5>; f[6] = k_code<K, 6>; f[7] = k_code<K, 7>;
+}
+/* the median of n (n <= 16) */
+static float median(const float *v, int n) {
+    float t[16];
+    for (int i = 0; i < n; i++) t[i] = v[i];
+    for (int i = 0; i < n; i++)
+        for (int j = i + 1; j < n; j++)
+            if (t[j] < t[i]) { float x = t[i]; t[i] = t[j]; t[j] = x; }
+    return t[n / 2];
 }
 static cudaError_t launch(cudaStream_t s, const void *fn, dim3 g, dim3 b, void **args, bool pdl) {
-    cudaLaunchConfig_t cfg;
-    memset(&cfg, 0, sizeof(cfg));
+    cudaLaunchConfig_t cfg = {};
     cfg.gridDim = g; cfg.blockDim = b; cfg.stream = s;
     cudaLaunchAttribute at[1];
     at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -91,7 +93,7 @@ static cudaError_t launch(cudaStream_t s, const void *fn, dim3 g, dim3 b, void *
     cfg.attrs = at; cfg.numAttrs = pdl ? 1 : 0;
     return cudaLaunchKernelExC(&cfg, fn, args);
 }
-/* the median of 7 replays of the captured graph, us a launch of N */
+/* the median of 7 replays of the captured graph, us a launch of N; negative where the graph does not instantiate */
 static double replay(cudaStream_t s, cudaGraph_t g, int N) {
     cudaGraphExec_t ge;
     if (cudaGraphInstantiate(&ge, g, 0) != cudaSuccess) return -1;
@@ -105,15 +107,16 @@ static double replay(cudaStream_t s, cudaGraph_t g, int N) {
         cudaEventElapsedTime(&ms, a, b);
         t[r] = ms;
     }
-    for (int i = 0; i < 7; i++)
-        for (int j = i + 1; j < 7; j++)
-            if (t[j] < t[i]) { float x = t[i]; t[i] = t[j]; t[j] = x; }
     cudaEventDestroy(a); cudaEventDestroy(b); cudaGraphExecDestroy(ge);
-    return t[3] * 1000.0 / N;
+    return median(t, 7) * 1000.0 / N;
 }
 int main(int argc, char **argv) {
     const bool all = argc < 2, empty = all || !strcmp(argv[1], "empty"), code = all || !strcmp(argv[1], "code"),
                sync = all || !strcmp(argv[1], "sync");
+    if (argc > 2 || !(empty || code || sync)) {
+        fprintf(stderr, "usage: bench_chain [empty|code|sync]\n");
+        return 2;
+    }
     unsigned *d;
     CK(cudaMalloc(&d, 64));
     CK(cudaMemset(d, 0, 64));
@@ -140,14 +143,12 @@ int main(int argc, char **argv) {
         CK(cudaMalloc(&fl, fb));
         CK(cudaMemset(fl, 1, fb));
         size_t fn = fb / 16;
-        struct V { const char *name; kfn f[8]; } v[6] = {{"loop 512", {}}, {"straight 512", {}}, {"loop 2048", {}},
-                                                        {"straight 2048", {}}, {"loop 6144", {}}, {"straight 6144", {}}};
-        fill8<512, false>(v[0].f); fill8<512, true>(v[1].f); fill8<2048, false>(v[2].f);
-        fill8<2048, true>(v[3].f); fill8<6144, false>(v[4].f); fill8<6144, true>(v[5].f);
+        struct V { const char *name; kfn f[8]; } v[3] = {{"straight 512", {}}, {"straight 2048", {}}, {"straight 6144", {}}};
+        fill8<512>(v[0].f); fill8<2048>(v[1].f); fill8<6144>(v[2].f);
         const int grids[] = {132, 528};
         for (int flush = 0; flush < 2; flush++)
             for (int gi = 0; gi < 2; gi++)
-                for (int vi = 0; vi < 6; vi++)
+                for (int vi = 0; vi < 3; vi++)
                     for (int distinct = 0; distinct < 2; distinct++) {
                         const int N = flush ? 64 : 256;
                         cudaGraph_t g;
@@ -194,10 +195,7 @@ int main(int argc, char **argv) {
                     t[r] = ms;
                     cudaEventDestroy(e0); cudaEventDestroy(e1);
                 }
-                for (int i = 0; i < 5; i++)
-                    for (int j = i + 1; j < 5; j++)
-                        if (t[j] < t[i]) { float x = t[i]; t[i] = t[j]; t[j] = x; }
-                printf("sync %-16s grid=%4d: %6.2f us a dependency (median of 5 launches of %d)\n", names[mi], G, t[2] * 1000 / n, n);
+                printf("sync %-16s grid=%4d: %6.2f us a dependency (median of 5 launches of %d)\n", names[mi], G, median(t, 5) * 1000 / n, n);
             }
     }
     CK(cudaGetLastError());
