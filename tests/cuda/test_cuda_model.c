@@ -200,6 +200,9 @@ int main(int argc, char **argv) {
     /* every model has one of: RMSNorms after fused residual adds (bit 1), SwiGLU (2), GDN gated norms (4) */
     if (nq && (strtoul(nq, NULL, 0) & 7) == 7 && env_on("VLLMC_CUDA_FUSE_ADD")) CHECK_MSG(cs.fused_nq > 0, "no norm + quantize was fused");
     printf("test_cuda_model: decode attentions with the combine in the split launch %llu\n", (unsigned long long)cs.fused_comb);
+    /* (default on) the GDN's gated norm inside the rule kernel by clusters, in eager and recorded steps alike: its bits
+     * against the separate launch are test_cuda_ops gdn_cluster's, op by op */
+    printf("test_cuda_model: GDN rule kernels with the gated norm by clusters %llu\n", (unsigned long long)backend_cuda_gdn_cluster_launches());
     /* VLLMC_CUDA_MEGA2 (off by default): the dense FFNs of D 2,560 with Q4_K gate, up and down as one tiled launch; graph
      * == eager above then checks its bits against the four launches */
     printf("test_cuda_model: dense FFNs recorded as one tiled persistent launch %llu (with the output projection inside %llu)\n",

@@ -1725,6 +1725,19 @@ static vllmc_status cu_gdn(struct backend *be, struct bk_rs_cache *rs, const str
     memset(&q, 0, sizeof(q));
     q.in1 = in + conv_dim; q.w = w->norm; q.ld = ld_in; q.n_rows = out->n_rows; q.out = cu_act_split(out); q.eps = p->eps;
     q.mode = CU_NQ_GATED; q.fmts = out->fmts; q.group = p->d_v;
+#if !defined(VLLMC_HIP)
+    /* by clusters inside the rule kernel: a CTA a token, the heads of a 256-column unit in one cluster (<= 8 CTAs) */
+    if (!chunked && !runs && (c->fuse_nq & BACKEND_CUDA_FUSE_GATED_CLUSTER) && (r.a.per_token || c->n_tokens == 1) && w->norm &&
+        value_dim % 256 == 0 && 256 % p->d_v == 0 && p->n_v_head % (256 / p->d_v) == 0) {
+        /* (d_v 64 or 128: a cluster is 256 / d_v heads of d_v / (32 R) CTAs, 8 / R <= 8 CTAs) */
+        struct cu_nq_fuse *f = &r.a.nq;
+        f->in1 = q.in1; f->w = q.w; f->out = q.out; f->ld = q.ld; f->eps = q.eps;
+        f->mode = CU_NQ_GATED; f->group = q.group; f->fmts = q.fmts;
+        r.a.nq_cluster = 1;
+        c->stats.fused_nq++;
+        return submit(c, CU_OP_GDN, &r, sizeof(r));
+    }
+#endif
     if (!chunked && (c->fuse_nq & BACKEND_CUDA_FUSE_GATED) && c->recording && c->nq_cnt &&
         cu_nq_fuse_counters(CU_NQ_GATED, value_dim, 1) <= CU_NQ_FUSE_COUNTERS) {
         struct cu_nq_fuse *f = &r.a.nq;
@@ -2106,8 +2119,8 @@ extern "C" vllmc_status backend_cuda_create(const struct backend_cuda_opts *o, s
         c->moe2 = gpuGetDevice(&dev) == gpuSuccess && gpuDeviceGetSMCount(&c->n_sms, dev) == gpuSuccess && c->n_sms >= 1;
         if (!c->moe2) (void)gpuGetLastError();
     }
-    env = getenv("VLLMC_CUDA_FUSE_NQ"); /* BACKEND_CUDA_FUSE_* mask; off until measured */
-    c->fuse_nq = env ? (unsigned)strtoul(env, NULL, 0) & BACKEND_CUDA_FUSE_ALL : 0;
+    env = getenv("VLLMC_CUDA_FUSE_NQ"); /* BACKEND_CUDA_FUSE_* mask: the gated norm by clusters, the others off (measured) */
+    c->fuse_nq = env ? (unsigned)strtoul(env, NULL, 0) & BACKEND_CUDA_FUSE_ALL : (unsigned)BACKEND_CUDA_FUSE_GATED_CLUSTER;
     if ((env = getenv("VLLMC_CUDA_MM"))) { /* "tr0,ks0,tr1,ks1,tr2,ks2[,p0,p1,p2]": mat-vec kernel choice (comparisons) */
         int v[9] = {0, 0, 0, 0, 0, 0, 0, 0, 0};
         const int nv = sscanf(env, "%d,%d,%d,%d,%d,%d,%d,%d,%d", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7], &v[8]);
@@ -2280,6 +2293,7 @@ extern "C" int backend_cuda_set_matvec_mmr(int rows) {
 #endif
     return old;
 }
+extern "C" uint64_t backend_cuda_gdn_cluster_launches(void) { return cu_gdn_cluster_launches; }
 extern "C" int backend_cuda_set_gdn_rows(int rows) {
     const int old = cu_gdn_rows2;
     cu_gdn_rows2 = rows == 1 || rows == 2 ? rows : -1;

@@ -168,6 +168,9 @@ uint64_t backend_cuda_mmx_launches(void);
  * either way. Returns the previous value.
  * Process-wide; VLLMC_CUDA_GDN_R sets it at backend creation. */
 int backend_cuda_set_gdn_rows(int rows);
+/* GDN rule kernels launched so far (process-wide) with the gated RMSNorm + quantize by clusters of CTAs
+ * (BACKEND_CUDA_FUSE_GATED_CLUSTER); 0 on HIP. */
+uint64_t backend_cuda_gdn_cluster_launches(void);
 /* Matmuls of 2..max_rows activation rows (Q4_K / Q6_K / Q8_0 / F32 weights) through the few-row kernel (a warp per
  * (weight row, activation row), the same bits as the multi-row kernel); 0 (default): off. Process-wide;
  * VLLMC_CUDA_DEC=N sets it at backend creation. Not yet measured: for comparisons. */
@@ -198,11 +201,15 @@ uint64_t backend_cuda_nq_launches(void);
  *   BACKEND_CUDA_FUSE_NORM_MIX     the RMSNorm of the residual a MoE op added to, into its mix
  *   BACKEND_CUDA_FUSE_MOE_MIX      (any step, CUDA only) the MoE mix into the column-split down launch
  *   BACKEND_CUDA_FUSE_ATTN_COMBINE the decode attention's combine into its split launch (the last split of a head)
- * 0 (default) until measured; VLLMC_CUDA_FUSE_NQ=mask sets it at backend creation. Drops the captured graphs, so the
+ *   BACKEND_CUDA_FUSE_GATED_CLUSTER (CUDA; any decode step, recorded or not) the GDN's gated RMSNorm into the rule
+ *                                  kernel by clusters of CTAs: no counters, the bits of the separate launch
+ * Default BACKEND_CUDA_FUSE_GATED_CLUSTER alone (the others measured slower: BENCHMARKS.md); VLLMC_CUDA_FUSE_NQ=mask sets
+ * it at backend creation. Drops the captured graphs, so the
  * next steps are captured with the kernel choices in force then (e.g. backend_cuda_set_matvec_stream). */
 enum {
     BACKEND_CUDA_FUSE_NORM_MATMUL = 1, BACKEND_CUDA_FUSE_SWIGLU = 2, BACKEND_CUDA_FUSE_GATED = 4, BACKEND_CUDA_FUSE_NORM_MIX = 8,
-    BACKEND_CUDA_FUSE_MOE_MIX = 16, BACKEND_CUDA_FUSE_ATTN_COMBINE = 32, BACKEND_CUDA_FUSE_ALL = 63
+    BACKEND_CUDA_FUSE_MOE_MIX = 16, BACKEND_CUDA_FUSE_ATTN_COMBINE = 32, BACKEND_CUDA_FUSE_GATED_CLUSTER = 64,
+    BACKEND_CUDA_FUSE_ALL = 127
 };
 void backend_cuda_set_fuse_nq(struct backend *be, unsigned mask);
 /* MoE ops of up to max_rows rows with Q4_K / Q6_K experts on the column-split expert kernels (routing inside the

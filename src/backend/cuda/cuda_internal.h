@@ -361,8 +361,14 @@ struct cu_gdn_args {
                                   those ch_runs runs a CTA (blockIdx.z), else one walk over them all */
     float *out;                /* [n_tokens][n_v_head * d_v] */
     struct cu_nq_fuse nq;      /* nq.on (decode rule kernel): the gated RMSNorm + quantize of out in its epilogue */
+    int32_t nq_cluster;        /* (CUDA; one token a CTA, nq.on 0) the same gated RMSNorm + quantize by clusters of CTAs:
+                                  the 256 / d_v heads of a 256-column unit in one cluster, their raw rows gathered in the
+                                  first CTA's shared memory, which norms and quantizes the unit as norm_quant_kernel does
+                                  (nq's in1, w, out, ld, eps, group, fmts); no launch follows for it */
+    int32_t pad2_;
 };
 void cu_launch_gdn(const struct cu_batch_dev *b, const struct cu_gdn_args *a, gpuStream_t s);
+extern uint64_t cu_gdn_cluster_launches; /* rule kernels with the gated norm by clusters (a.nq_cluster), process-wide */
 extern int cu_gdn_rows2; /* the rule kernel's rows a thread: -1 by the step (2 for a bf16 decode of several sequences), 1 or 2 */
 /* Chunked prefill of the same op (gdn_chunked.cu): every run of the batch in chunks (b->chunks), each state slot
  * in one run only; d_k 128, d_v 64 or 128. scratch: cu_gdn_chunk_scratch_floats() floats. */

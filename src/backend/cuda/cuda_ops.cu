@@ -12,6 +12,9 @@
 #include "backend/cuda/norm_quant.h"
 #include "quant/blocks.h"
 #include "quant/quant.h"
+#if !defined(VLLMC_HIP)
+#include <cooperative_groups.h>
+#endif
 
 static __device__ __forceinline__ int32_t seq_slot_of(const struct cu_batch_dev &b, int t) { return b.seqinfo[4 * b.seq[t] + 2]; }
 
@@ -707,11 +710,20 @@ static __device__ __forceinline__ void gdn_state_store(void *base, bool bf, int6
  * Each row's sums are the same ops in the same order for R 1 or 2; R 2 halves the CTAs, and with them the norms, gates
  * and barriers a row (the default for a bf16 state's decode step of several sequences: there those, not the state's
  * bytes, set the kernel's time). */
-template <int R>
+template <int R, bool CL = false>
 static __global__ void __launch_bounds__(4 * GDN_ROWS) gdn_rule_kernel(struct cu_batch_dev b, struct cu_gdn_args a) {
     __shared__ float qs[GDN_DK], ks[GDN_DK];
     __shared__ double red[64];
     __shared__ float gate[2];
+    /* CL (a.nq_cluster): the cluster's 256-column unit of raw o rows, gathered in its first CTA; that CTA's warp 0 norms
+     * and quantizes it (lane l: columns 8 l .. 8 l + 7 of the unit), the norm weights before the wait, z after it */
+#if !defined(VLLMC_HIP)
+    __shared__ float cl_o[CL ? 256 : 1];
+    float cl_w[8];
+#endif
+    float cl_z[8];
+    bool cl_lead = false;
+    int64_t cl_e0 = 0;
     const int m = blockIdx.x, tid = threadIdx.x, part = tid % 4;
     const int dk = GDN_DK, dv = a.d_v, kh = m % a.n_k_head;
     const int j0 = blockIdx.y * (R * GDN_ROWS) + tid / 4; /* row h: j0 + GDN_ROWS h */
@@ -736,8 +748,23 @@ static __global__ void __launch_bounds__(4 * GDN_ROWS) gdn_rule_kernel(struct cu
     float dtb = 0.f, sa = 0.f; /* the head's dt bias and A: weights, so before the wait (out of the DRAM round trip) */
     if (tid == 0) { dtb = a.dt_bias[m]; sa = a.ssm_a[m]; }
     nq_fuse_prefetch(a.nq, (int64_t)blockIdx.y * gridDim.x + blockIdx.x, (int64_t)gridDim.x * gridDim.y);
+#if !defined(VLLMC_HIP)
+    if constexpr (CL) {
+        /* the barrier's first phase: every CTA of the cluster running before any stores into the first one's shared
+         * memory (its wait follows the dependency wait, long after the cluster's CTAs started together) */
+        gpu_cluster_arrive_relaxed();
+        cl_lead = cooperative_groups::this_cluster().block_rank() == 0 && tid < 32;
+        cl_e0 = (int64_t)m * dv + 8 * (tid & 31); /* the first CTA's head starts the unit */
+        if (cl_lead)
+#pragma unroll
+            for (int k = 0; k < 8; k++) cl_w[k] = a.nq.w[(cl_e0 + k) % a.nq.group];
+    }
+#endif
     gpu_pdl_wait();
     gpu_pdl_trigger();
+#if !defined(VLLMC_HIP)
+    if constexpr (CL) gpu_cluster_wait();
+#endif
     for (int t = t_lo; t < t_hi; t++) {
         /* the first token's slot is the one read before the wait (the batch does not change within a step): reading it
          * again here put two dependent L2 round trips (seq, then seqinfo) before the token's loads (SASS) */
@@ -759,6 +786,9 @@ static __global__ void __launch_bounds__(4 * GDN_ROWS) gdn_rule_kernel(struct cu
         const float *row = a.conv_out + (int64_t)t * conv_dim;
         const float *gin = a.in + (int64_t)t * a.ld_in + conv_dim + value_dim; /* beta, dt inputs (loaded early) */
         const float g_b = gin[m], g_x = gin[a.n_v_head + m];
+        if (CL && cl_lead) /* z with the token's other loads (one L2 round trip) */
+#pragma unroll
+            for (int k = 0; k < 8; k++) cl_z[k] = a.nq.in1[(int64_t)t * a.nq.ld + cl_e0 + k];
         /* L2 norms of q and k (sums in double), q scaled by 1/sqrt(d_k) after */
         const float qv = row[(int64_t)kh * dk + tid], kv = row[key_dim + (int64_t)kh * dk + tid];
         /* v with q and k: after the barrier below it would be a second L2 round trip */
@@ -802,19 +832,42 @@ static __global__ void __launch_bounds__(4 * GDN_ROWS) gdn_rule_kernel(struct cu
                 }
             o = __fadd_rn(o, shfl_xor(o, 1));
             o = __fadd_rn(o, shfl_xor(o, 2));
+#if !defined(VLLMC_HIP)
+            if (CL && part == 0)
+                cooperative_groups::this_cluster().map_shared_rank(cl_o, 0)[((int64_t)m * dv) % 256 + j0 + GDN_ROWS * h] = o;
+            else
+#endif
             if (part == 0) a.out[(int64_t)t * value_dim + (int64_t)m * dv + j0 + GDN_ROWS * h] = o;
         }
         __syncthreads(); /* qs, ks, gate are rewritten by the next token */
     }
+#if !defined(VLLMC_HIP)
+    /* the barrier's second phase in two halves around the state's store: the arrive's release orders only the rows
+     * stored to the first CTA (a whole barrier after the store would wait for the state's 16 KB to reach L2) */
+    if constexpr (CL) gpu_cluster_arrive();
+#endif
     if (cur_slot >= 0)
 #pragma unroll
         for (int h = 0; h < R; h++) gdn_state_store(a.ssm_state, bf, so + (int64_t)GDN_ROWS * h * dk, S[h]);
+#if !defined(VLLMC_HIP)
+    if constexpr (CL) { /* one token a CTA (t_lo): every CTA of the cluster has stored its rows */
+        gpu_cluster_wait();
+        if (cl_lead && t_hi > t_lo) {
+            float v[8];
+#pragma unroll
+            for (int k = 0; k < 8; k++) v[k] = cl_o[8 * (tid & 31) + k];
+            nq_gated(v, cl_z, a.nq.w, cl_w, a.nq.group, a.nq.eps, cl_e0, a.nq.out.n, a.nq.out.x + (int64_t)t_lo * a.nq.out.n);
+            nq_formats(v, a.nq.out, a.nq.fmts, t_lo, cl_e0 / 256, cl_e0, tid & 31);
+        }
+    }
+#endif
     if (a.nq.on) { /* the gated RMSNorm + quantize of the output, by the CTAs that complete its 256-column units */
         const nq_cols pc = {(int64_t)m * dv + (int64_t)blockIdx.y * (R * GDN_ROWS), R * GDN_ROWS};
         nq_fuse_finish(a.nq, &pc, 1, 0, 0, b.n_tokens);
     }
 }
 
+uint64_t cu_gdn_cluster_launches; /* rule kernels launched with the gated norm by clusters (backend_cuda_gdn_cluster_launches) */
 int cu_gdn_rows2 = -1; /* rows a thread of the rule kernel: -1 by the step (2 for a bf16 state's decode of several
                           sequences), 1 or 2 (comparisons) */
 void cu_launch_gdn(const struct cu_batch_dev *b, const struct cu_gdn_args *a, gpuStream_t s) {
@@ -831,7 +884,12 @@ void cu_launch_gdn(const struct cu_batch_dev *b, const struct cu_gdn_args *a, gp
 #if defined(VLLMC_HIP_ARCH_GFX11)
     gpu_launch(gdn_rule_kernel<1>, grid, dim3(4 * GDN_ROWS), 0, s, *b, *a);
 #else
-    if (r2) gpu_launch(gdn_rule_kernel<2>, grid, dim3(4 * GDN_ROWS), 0, s, *b, *a);
+    if (a->nq_cluster) { /* a cluster: the heads of a 256-column unit, all of their CTAs in y */
+        cu_gdn_cluster_launches++;
+        const dim3 cl(256 / a->d_v, grid.y, 1);
+        if (r2) gpu_launch_cluster(gdn_rule_kernel<2, true>, grid, dim3(4 * GDN_ROWS), 0, s, cl, *b, *a);
+        else gpu_launch_cluster(gdn_rule_kernel<1, true>, grid, dim3(4 * GDN_ROWS), 0, s, cl, *b, *a);
+    } else if (r2) gpu_launch(gdn_rule_kernel<2>, grid, dim3(4 * GDN_ROWS), 0, s, *b, *a);
     else gpu_launch(gdn_rule_kernel<1>, grid, dim3(4 * GDN_ROWS), 0, s, *b, *a);
 #endif
 }

@@ -308,6 +308,28 @@ static __device__ __forceinline__ void gpu_pdl_trigger(void) {
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
+#if !defined(VLLMC_HIP)
+/* The two halves of the cluster's barrier (every thread of every CTA of the cluster, warps converged): the arrive
+ * releases this thread's earlier writes (distributed shared memory included) to the cluster, the wait returns once
+ * every thread has arrived and acquires theirs. Work between them overlaps the barrier. */
+static __device__ __forceinline__ void gpu_cluster_arrive(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+#endif
+}
+/* an arrive that orders nothing: with the wait after it, only that every CTA of the cluster is running (before a CTA's
+ * distributed shared memory is touched by another) */
+static __device__ __forceinline__ void gpu_cluster_arrive_relaxed(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+#endif
+}
+static __device__ __forceinline__ void gpu_cluster_wait(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+#endif
+}
+#endif
 /* Hint: bring the 128-byte line at p into this SM's L1 (no register written, nothing to wait on). HIP: nothing. */
 static __device__ __forceinline__ void gpu_prefetch_l1(const void *p) {
 #if !defined(VLLMC_HIP)
@@ -367,6 +389,30 @@ static inline void gpu_launch(void (*k)(P...), dim3 grid, dim3 block, size_t sme
     k<<<grid, block, smem, s>>>(static_cast<P>(args)...);
     gpu_pdl.after_kernel = true;
 }
+
+#if !defined(VLLMC_HIP)
+/* gpu_launch with a cluster of cl CTAs (the grid a multiple of it; at most 8 CTAs, the portable size). Kernels that use
+ * the cluster's barrier or distributed shared memory; CUDA only (HIP has no clusters). A launch that fails leaves its
+ * error for the stream's next check, as a plain launch does. */
+template <typename... P, typename... A>
+static inline void gpu_launch_cluster(void (*k)(P...), dim3 grid, dim3 block, size_t smem, gpuStream_t s, dim3 cl, A... args) {
+    if (gpu_carveout >= 0) gpu_apply_carveout((const void *)k);
+    cudaLaunchAttribute at[2];
+    at[0].id = cudaLaunchAttributeClusterDimension;
+    at[0].val.clusterDim.x = cl.x; at[0].val.clusterDim.y = cl.y; at[0].val.clusterDim.z = cl.z;
+    at[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[1].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid; cfg.blockDim = block; cfg.dynamicSmemBytes = smem; cfg.stream = s;
+    cfg.attrs = at; cfg.numAttrs = gpu_pdl.on && gpu_pdl.after_kernel ? 2 : 1;
+    if (cudaLaunchKernelEx(&cfg, k, static_cast<P>(args)...) != cudaSuccess && cfg.numAttrs == 2) {
+        (void)cudaGetLastError(); /* without the programmatic serialization: ordered as a plain launch */
+        cfg.numAttrs = 1;
+        (void)cudaLaunchKernelEx(&cfg, k, static_cast<P>(args)...);
+    }
+    gpu_pdl.after_kernel = true;
+}
+#endif
 
 /* f16 bits -> f32 by the conversion instruction: the value of fp16_to_fp32 (quant/blocks.h, the portable form the
  * CPU shares) for every half, NaN payloads aside, in one instruction where the portable code takes a dozen. */

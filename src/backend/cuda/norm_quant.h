@@ -81,6 +81,44 @@ static __device__ float nq_rms_scale(const float *x, int64_t n, float eps, doubl
     return nq_rms_finish(red, n, eps);
 }
 
+/* The gated RMSNorm of one warp's 256-element unit (lane: elements e0 .. e0 + 7 of a row of n): v the raw values, z
+ * the gate's; RMSNorm over each group of `group` columns (group / 8 lanes), times w (or the lane's wpre), times
+ * silu(z); the results back into v and to xr. Shared by nq_unit and the GDN rule kernel's cluster epilogue. */
+static __device__ __forceinline__ void nq_gated(float v[8], const float zv[8], const float *w, const float *wpre, int group, float eps,
+                                                int64_t e0, int64_t n, float *xr) {
+    double sq = 0.0;
+#pragma unroll
+    for (int k = 0; k < 8; k++) sq += (double)v[k] * (double)v[k];
+    for (int off = 1; off < group / 8; off <<= 1) sq += shfl_xor(sq, off);
+    const float gscale = __fdiv_rn(1.0f, sqrtf(__fadd_rn((float)(sq / group), eps)));
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        const int64_t e = e0 + k;
+        if (e < n) {
+            const float z = zv[k];
+            const float sz = __fdiv_rn(z, __fadd_rn(1.0f, expf(-z)));
+            v[k] = __fmul_rn(__fmul_rn(__fmul_rn(v[k], gscale), wpre ? wpre[k] : w[e % group]), sz);
+            xr[e] = v[k];
+        }
+    }
+}
+/* One warp's 256-element unit `unit` of row r (lane: elements e0 .. e0 + 7, values v) into every format in fmts. */
+static __device__ __forceinline__ void nq_formats(const float v[8], const struct cu_act_mut &out, uint32_t fmts, int64_t r, int64_t unit,
+                                                  int64_t e0, int lane) {
+    const int64_t n = out.n;
+    if ((fmts & BK_ACT_BIT(BK_ACT_Q8_K)) && out.k_qs) {
+        const int64_t ns = n / QK_K, s = unit;
+        quant_q8_K_sb(v, out.k_qs + r * n + s * QK_K, out.k_d + r * ns + s, out.k_bs + r * (n / 16) + s * 16, lane);
+    }
+    if ((fmts & (BK_ACT_BIT(BK_ACT_Q8_0) | BK_ACT_BIT(BK_ACT_Q8_1))) && out.o_qs) /* every lane takes part in the shuffles */
+        quant_q8_0_lane(v, out.o_qs + r * n + e0, out.o_d + r * (n / 32) + e0 / 32, lane, e0 < n,
+                        (fmts & BK_ACT_BIT(BK_ACT_Q8_1)) && out.o_s ? out.o_s + r * (n / 32) + e0 / 32 : NULL);
+    if ((fmts & BK_ACT_BIT(BK_ACT_F16)) && out.h)
+        for (int k = 0; k < 8; k++) if (e0 + k < n) out.h[r * n + e0 + k] = fp32_to_fp16(v[k]);
+    if ((fmts & BK_ACT_BIT(BK_ACT_BF16)) && out.bf)
+        for (int k = 0; k < 8; k++) if (e0 + k < n) out.bf[r * n + e0 + k] = fp32_to_bf16(v[k]);
+}
+
 /* One warp: 256-element unit `unit` of row r (lane l: elements 8l .. 8l+7): its f32 values (normed with scale /
  * gated / as they are) to out.x, then into every format in fmts. */
 template <bool CG = false>
@@ -138,35 +176,8 @@ static __device__ void nq_unit(int mode, const float *in0, const float *in1, int
         }
         v[k] = val;
     }
-    if (mode == CU_NQ_GATED) {
-        /* RMSNorm over each group of `group` columns (group / 8 lanes), times w, times silu(z) */
-        double sq = 0.0;
-#pragma unroll
-        for (int k = 0; k < 8; k++) sq += (double)v[k] * (double)v[k];
-        for (int off = 1; off < group / 8; off <<= 1) sq += shfl_xor(sq, off);
-        const float gscale = __fdiv_rn(1.0f, sqrtf(__fadd_rn((float)(sq / group), eps)));
-#pragma unroll
-        for (int k = 0; k < 8; k++) {
-            const int64_t e = e0 + k;
-            if (e < n) {
-                const float z = zv[k];
-                const float sz = __fdiv_rn(z, __fadd_rn(1.0f, expf(-z)));
-                v[k] = __fmul_rn(__fmul_rn(__fmul_rn(v[k], gscale), wpre ? wpre[k] : w[e % group]), sz);
-                xr[e] = v[k];
-            }
-        }
-    }
-    if ((fmts & BK_ACT_BIT(BK_ACT_Q8_K)) && out.k_qs) {
-        const int64_t ns = n / QK_K, s = unit;
-        quant_q8_K_sb(v, out.k_qs + r * n + s * QK_K, out.k_d + r * ns + s, out.k_bs + r * (n / 16) + s * 16, lane);
-    }
-    if ((fmts & (BK_ACT_BIT(BK_ACT_Q8_0) | BK_ACT_BIT(BK_ACT_Q8_1))) && out.o_qs) /* every lane takes part in the shuffles */
-        quant_q8_0_lane(v, out.o_qs + r * n + e0, out.o_d + r * (n / 32) + e0 / 32, lane, e0 < n,
-                        (fmts & BK_ACT_BIT(BK_ACT_Q8_1)) && out.o_s ? out.o_s + r * (n / 32) + e0 / 32 : NULL);
-    if ((fmts & BK_ACT_BIT(BK_ACT_F16)) && out.h)
-        for (int k = 0; k < 8; k++) if (e0 + k < n) out.h[r * n + e0 + k] = fp32_to_fp16(v[k]);
-    if ((fmts & BK_ACT_BIT(BK_ACT_BF16)) && out.bf)
-        for (int k = 0; k < 8; k++) if (e0 + k < n) out.bf[r * n + e0 + k] = fp32_to_bf16(v[k]);
+    if (mode == CU_NQ_GATED) nq_gated(v, zv, w, wpre, group, eps, e0, n, xr);
+    nq_formats(v, out, fmts, r, unit, e0, lane);
 }
 
 /* ---- the norm + quantize of a launch's outputs, inside it (cu_nq_fuse) ----
