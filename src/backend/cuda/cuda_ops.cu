@@ -884,12 +884,16 @@ void cu_launch_gdn(const struct cu_batch_dev *b, const struct cu_gdn_args *a, gp
 #if defined(VLLMC_HIP_ARCH_GFX11)
     gpu_launch(gdn_rule_kernel<1>, grid, dim3(4 * GDN_ROWS), 0, s, *b, *a);
 #else
+#if !defined(VLLMC_HIP) /* (HIP: no clusters; the backend never asks for one there) */
     if (a->nq_cluster) { /* a cluster: the heads of a 256-column unit, all of their CTAs in y */
         cu_gdn_cluster_launches++;
         const dim3 cl(256 / a->d_v, grid.y, 1);
         if (r2) gpu_launch_cluster(gdn_rule_kernel<2, true>, grid, dim3(4 * GDN_ROWS), 0, s, cl, *b, *a);
         else gpu_launch_cluster(gdn_rule_kernel<1, true>, grid, dim3(4 * GDN_ROWS), 0, s, cl, *b, *a);
-    } else if (r2) gpu_launch(gdn_rule_kernel<2>, grid, dim3(4 * GDN_ROWS), 0, s, *b, *a);
+        return;
+    }
+#endif
+    if (r2) gpu_launch(gdn_rule_kernel<2>, grid, dim3(4 * GDN_ROWS), 0, s, *b, *a);
     else gpu_launch(gdn_rule_kernel<1>, grid, dim3(4 * GDN_ROWS), 0, s, *b, *a);
 #endif
 }
