@@ -673,22 +673,38 @@ static void test_gdn(bool bf, int rows) {
 }
 
 /* The GDN's gated RMSNorm + quantize by clusters inside the rule kernel (BACKEND_CUDA_FUSE_GATED_CLUSTER) against the
- * separate launch: the same prefill, then decode steps of two sequences (a token a CTA) and of one, on two state caches
- * filled alike; every output byte (f32, Q8_K, Q8_0) and the state must be the same. d_v 128 (a cluster of 2 heads) and 64
- * (4 heads), the rule kernel's 1 and 2 rows a thread, f32 and bf16 states. */
-static void test_gdn_cluster(int DV, int NV, int rows, bool bf) {
+ * separate launch, on two state caches filled alike: a prefill of NS sequences (their lengths 21 or 40 for the first,
+ * 9, 3, 4, ... for the others), then decode steps of one token for each sequence (a token a CTA), the last of them for
+ * the first sequence alone. Every output byte (f32, Q8_K, Q8_0) and the state must be the same. d_v 128 (a cluster of
+ * 2 heads) and 64 (4 heads), the rule kernel's 1 and 2 rows a thread, f32 and bf16 states, 2 and 16 sequences. */
+#define GDNC_MAX_SEQ 16
+struct gdnc_batch { struct bk_batch b; struct bk_seq seqs[GDNC_MAX_SEQ]; int32_t tok[128], pos[128], sidx[128], lrows[128], bt[GDNC_MAX_SEQ]; };
+/* n[s] tokens of sequence s (s < ns) from position p[s]; sequence s in state slot ns - 1 - s */
+static void gdnc_batch_make(struct gdnc_batch *t, int ns, const int *n, const int *p) {
+    memset(t, 0, sizeof(*t));
+    int k = 0, used = 0;
+    for (int s = 0; s < ns; s++) {
+        t->bt[s] = s;
+        t->seqs[s] = (struct bk_seq){&t->bt[s], 1, ns - 1 - s};
+        for (int i = 0; i < n[s]; i++, k++) { t->pos[k] = p[s] + i; t->sidx[k] = s; t->tok[k] = (int32_t)(test_rand_u64() % 100); t->lrows[k] = k; }
+        if (n[s]) used = s + 1;
+    }
+    t->b.n_tokens = k; t->b.token_ids = t->tok; t->b.pos = t->pos; t->b.seq_idx = t->sidx;
+    t->b.n_seqs = used; t->b.seqs = t->seqs; t->b.n_logits = k; t->b.logit_rows = t->lrows;
+}
+static void test_gdn_cluster(int DV, int NV, int rows, bool bf, int NS) {
     const int old_rows = backend_cuda_set_gdn_rows(rows);
     const int NK = NV / 2, DK = 128, DC = 4;
     const int64_t KD = NK * DK, VD = (int64_t)NV * DV, C = 2 * KD + VD, LD = C + VD + 2 * NV;
     struct bk_rs_cache rs[2];
     float *conv[2], *ssm[2];
     for (int k = 0; k < 2; k++) {
-        rs[k] = (struct bk_rs_cache){1, 2, C * (DC - 1), VD * DK, NULL, NULL, bf};
-        conv[k] = dev_put(NULL, (size_t)(2 * rs[k].conv_floats) * 4);
-        ssm[k] = dev_put(NULL, 2 * bk_rs_ssm_bytes(&rs[k]));
+        rs[k] = (struct bk_rs_cache){1, NS, C * (DC - 1), VD * DK, NULL, NULL, bf};
+        conv[k] = dev_put(NULL, (size_t)(NS * rs[k].conv_floats) * 4);
+        ssm[k] = dev_put(NULL, (size_t)NS * bk_rs_ssm_bytes(&rs[k]));
         rs[k].conv = &conv[k]; rs[k].ssm = (void **)&ssm[k];
     }
-    const size_t sbytes = 2 * bk_rs_ssm_bytes(&rs[0]), cbytes = (size_t)(2 * rs[0].conv_floats) * 4;
+    const size_t sbytes = (size_t)NS * bk_rs_ssm_bytes(&rs[0]), cbytes = (size_t)(NS * rs[0].conv_floats) * 4;
     float *cw = rand_buf((size_t)(C * DC), 0.5f), *dtb = rand_buf((size_t)NV, 1.0f), *sa = rand_buf((size_t)NV, 0.5f);
     float *nw = rand_buf((size_t)DV, 1.0f);
     for (int i = 0; i < NV; i++) sa[i] = -fabsf(sa[i]);
@@ -698,17 +714,23 @@ static void test_gdn_cluster(int DV, int NV, int rows, bool bf) {
     const struct bk_gdn_params p = {NK, NV, DK, DV, DC, 1e-6f, 0};
     const uint32_t fmts = BK_ACT_BIT(BK_ACT_F32) | BK_ACT_BIT(BK_ACT_Q8_K) | BK_ACT_BIT(BK_ACT_Q8_0);
     struct bk_act ga[2];
-    for (int k = 0; k < 2; k++) CHECK(bk_act_alloc(gpu, 64, VD, fmts, &ga[k]) == VLLMC_OK);
-    const int64_t work = bk_gdn_work_floats(&p, 64, 1);
+    for (int k = 0; k < 2; k++) CHECK(bk_act_alloc(gpu, 128, VD, fmts, &ga[k]) == VLLMC_OK);
+    const int64_t work = bk_gdn_work_floats(&p, 128, 1);
     float *gwork = dev_put(NULL, (size_t)work * 4);
     const size_t ab[3] = {(size_t)VD * 4, bk_act_row_bytes(BK_ACT_Q8_K, VD), bk_act_row_bytes(BK_ACT_Q8_0, VD)};
     const int af[3] = {BK_ACT_F32, BK_ACT_Q8_K, BK_ACT_Q8_0};
     size_t bad = 0, total = 0;
     uint64_t fused = 0;
+    int len[GDNC_MAX_SEQ];
+    for (int s = 0; s < NS; s++) len[s] = s == 0 ? (bf ? 40 : 21) : s == 1 ? 9 : 2 + s % 5;
     for (int step = 0; step < 4; step++) {
-        struct tbatch tb;
-        if (step == 0) batch_two_seqs(&tb, bf ? 40 : 21, 0, 9, 0, 100);
-        else batch_two_seqs(&tb, 1, 20 + step, step == 3 ? 0 : 1, 8 + step, 100);
+        int n[GDNC_MAX_SEQ], p0[GDNC_MAX_SEQ];
+        for (int s = 0; s < NS; s++) {
+            n[s] = step == 0 ? len[s] : step == 3 && s > 0 ? 0 : 1;
+            p0[s] = step == 0 ? 0 : len[s] + step - 1;
+        }
+        struct gdnc_batch tb;
+        gdnc_batch_make(&tb, NS, n, p0);
         CHECK(gpu->ops->batch_set(gpu, &tb.b) == VLLMC_OK);
         const int T = tb.b.n_tokens;
         float *in = rand_buf((size_t)(T * LD), 1.0f), *gin = dev_put(in, (size_t)(T * LD) * 4);
@@ -718,26 +740,26 @@ static void test_gdn_cluster(int DV, int NV, int rows, bool bf) {
             CHECK(gpu->ops->gdn(gpu, &rs[k], &p, &gw, gin, LD, gwork, &ga[k]) == VLLMC_OK);
         }
         for (int f = 0; f < 3; f++) {
-            const size_t n = ab[f] * (size_t)T;
-            uint8_t *h0 = malloc(n), *h1 = malloc(n);
-            dev_get(h0, f ? ga[0].q[af[f]] : ga[0].x, n);
-            dev_get(h1, f ? ga[1].q[af[f]] : ga[1].x, n);
-            for (size_t i = 0; i < n; i++) bad += h0[i] != h1[i];
-            total += n;
+            const size_t nb = ab[f] * (size_t)T;
+            uint8_t *h0 = malloc(nb), *h1 = malloc(nb);
+            dev_get(h0, f ? ga[0].q[af[f]] : ga[0].x, nb);
+            dev_get(h1, f ? ga[1].q[af[f]] : ga[1].x, nb);
+            for (size_t i = 0; i < nb; i++) bad += h0[i] != h1[i];
+            total += nb;
             free(h0); free(h1);
         }
         fused += backend_cuda_gdn_cluster_launches() - l0; /* (the copies above ran the step's launches) */
         uint8_t *s0 = malloc(sbytes + cbytes), *s1 = malloc(sbytes + cbytes);
         dev_get(s0, ssm[0], sbytes); dev_get(s1, ssm[1], sbytes);
         dev_get(s0 + sbytes, conv[0], cbytes); dev_get(s1 + sbytes, conv[1], cbytes);
-        CHECK_MSG(memcmp(s0, s1, sbytes + cbytes) == 0, "gdn cluster norm (d_v %d, %d rows a thread%s) step %d: the state differs", DV,
-                  rows, bf ? ", bf16" : "", step);
+        CHECK_MSG(memcmp(s0, s1, sbytes + cbytes) == 0, "gdn cluster norm (d_v %d, %d rows a thread%s, %d sequences) step %d: the state differs",
+                  DV, rows, bf ? ", bf16" : "", NS, step);
         free(s0); free(s1); free(in);
         gpu->ops->free(gpu, gin);
     }
     backend_cuda_set_fuse_nq(gpu, 0);
-    printf("gdn gated norm by clusters (d_v %d, %d heads, rows a thread %d%s): %llu launches took it, %zu of %zu bytes differ from "
-           "the separate launch\n", DV, NV, rows, bf ? ", bf16 state" : "", (unsigned long long)fused, bad, total);
+    printf("gdn gated norm by clusters (d_v %d, %d heads, rows a thread %d%s, %d sequences): %llu launches took it, %zu of %zu bytes "
+           "differ from the separate launch\n", DV, NV, rows, bf ? ", bf16 state" : "", NS, (unsigned long long)fused, bad, total);
     CHECK_MSG(fused == 3, "gdn cluster norm: %llu of the 3 decode steps took it", (unsigned long long)fused);
     CHECK_MSG(bad == 0, "gdn cluster norm: %zu bytes differ", bad);
     for (int k = 0; k < 2; k++) { bk_act_free(gpu, &ga[k]); gpu->ops->free(gpu, conv[k]); gpu->ops->free(gpu, ssm[k]); }
@@ -2324,11 +2346,13 @@ int main(int argc, char **argv) {
         test_gdn(true, 1);
     }
     if (want("gdn_cluster")) {
-        test_gdn_cluster(128, 4, -1, false);
-        test_gdn_cluster(128, 32, 2, false);
-        test_gdn_cluster(128, 8, -1, true);
-        test_gdn_cluster(64, 8, 1, false);
-        test_gdn_cluster(64, 8, 2, true);
+        test_gdn_cluster(128, 4, -1, false, 2);
+        test_gdn_cluster(128, 32, 2, false, 2);
+        test_gdn_cluster(128, 8, -1, true, 2);
+        test_gdn_cluster(64, 8, 1, false, 2);
+        test_gdn_cluster(64, 8, 2, true, 2);
+        test_gdn_cluster(128, 32, -1, false, 16);
+        test_gdn_cluster(128, 32, -1, true, 16);
     }
     if (want("moe")) test_moe();
     if (want("sample")) test_sample();
