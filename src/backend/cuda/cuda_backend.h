@@ -201,8 +201,8 @@ uint64_t backend_cuda_nq_launches(void);
  *   BACKEND_CUDA_FUSE_NORM_MIX     the RMSNorm of the residual a MoE op added to, into its mix
  *   BACKEND_CUDA_FUSE_MOE_MIX      (any step, CUDA only) the MoE mix into the column-split down launch
  *   BACKEND_CUDA_FUSE_ATTN_COMBINE the decode attention's combine into its split launch (the last split of a head)
- *   BACKEND_CUDA_FUSE_GATED_CLUSTER (CUDA; any decode step, recorded or not) the GDN's gated RMSNorm into the rule
- *                                  kernel by clusters of CTAs: no counters, the bits of the separate launch
+ *   BACKEND_CUDA_FUSE_GATED_CLUSTER (CUDA; decode steps of up to 16 tokens, recorded or not) the GDN's gated RMSNorm
+ *                                  into the rule kernel by clusters of CTAs: no counters, the bits of the separate launch
  * Default BACKEND_CUDA_FUSE_GATED_CLUSTER alone (the others measured slower: BENCHMARKS.md); VLLMC_CUDA_FUSE_NQ=mask sets
  * it at backend creation. Drops the captured graphs, so the
  * next steps are captured with the kernel choices in force then (e.g. backend_cuda_set_matvec_stream). */
