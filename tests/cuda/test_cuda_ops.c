@@ -737,11 +737,20 @@ static void test_gdn_cluster(int DV, int NV, int rows, bool bf, int NS) {
         float *in = rand_buf((size_t)(T * LD), 1.0f), *gin = dev_put(in, (size_t)(T * LD) * 4);
         const uint64_t l0 = backend_cuda_gdn_cluster_launches();
         for (int k = 0; k < 2; k++) {
+            /* the whole buffers poisoned first, alike: a byte the cluster path leaves unwritten keeps the poison where
+             * the separate launch wrote a value; rows past T stay poisoned on both sides */
+            for (int f = 0; f < 3; f++) {
+                const size_t nb = ab[f] * (size_t)ga[k].max_rows;
+                uint8_t *poison = malloc(nb);
+                memset(poison, 0xa5, nb);
+                CHECK(gpu->ops->copy_to_device(gpu, f ? ga[k].q[af[f]] : ga[k].x, poison, nb) == VLLMC_OK);
+                free(poison);
+            }
             backend_cuda_set_fuse_nq(gpu, k ? BACKEND_CUDA_FUSE_GATED_CLUSTER : 0);
             CHECK(gpu->ops->gdn(gpu, &rs[k], &p, &gw, gin, LD, gwork, &ga[k]) == VLLMC_OK);
         }
-        for (int f = 0; f < 3; f++) {
-            const size_t nb = ab[f] * (size_t)T;
+        for (int f = 0; f < 3; f++) { /* the whole buffers: CUDA splits a format's parts over max_rows (quants, scales, sums) */
+            const size_t nb = ab[f] * (size_t)ga[0].max_rows;
             uint8_t *h0 = malloc(nb), *h1 = malloc(nb);
             dev_get(h0, f ? ga[0].q[af[f]] : ga[0].x, nb);
             dev_get(h1, f ? ga[1].q[af[f]] : ga[1].x, nb);

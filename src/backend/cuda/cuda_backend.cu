@@ -1723,31 +1723,31 @@ static vllmc_status cu_gdn(struct backend *be, struct bk_rs_cache *rs, const str
     /* a decode step of several sequences: the rule kernel takes its tokens in parallel (each its own state) */
     r.a.per_token = !chunked && c->n_tokens > 1 && decode_batch(c);
     out->n_rows = c->n_tokens;
-    /* gated RMSNorm with z (in[:, conv_dim:]) fused into the quantize; in a recorded step, into the rule kernel */
+    /* gated RMSNorm with z (in[:, conv_dim:]) fused into the quantize, or into the rule kernel: by clusters (a CTA a token,
+     * the heads of a 256-column unit in one cluster: at d_v 64 or 128, 256 / d_v heads of d_v / (32 R) CTAs, 8 / R <= 8
+     * CTAs), or in a recorded step by completion counters */
     rec_nq q;
     memset(&q, 0, sizeof(q));
     q.in1 = in + conv_dim; q.w = w->norm; q.ld = ld_in; q.n_rows = out->n_rows; q.out = cu_act_split(out); q.eps = p->eps;
     q.mode = CU_NQ_GATED; q.fmts = out->fmts; q.group = p->d_v;
 #if !defined(VLLMC_HIP)
-    /* by clusters inside the rule kernel: a CTA a token, the heads of a 256-column unit in one cluster (<= 8 CTAs) */
-    if (!chunked && !runs && (c->fuse_nq & BACKEND_CUDA_FUSE_GATED_CLUSTER) && (r.a.per_token || c->n_tokens == 1) &&
-        c->n_tokens <= CU_GDN_CL_MAX_TOKENS && w->norm &&
-        value_dim % 256 == 0 && 256 % p->d_v == 0 && p->n_v_head % (256 / p->d_v) == 0) {
-        /* (d_v 64 or 128: a cluster is 256 / d_v heads of d_v / (32 R) CTAs, 8 / R <= 8 CTAs) */
+    const bool by_cluster = !chunked && !runs && (c->fuse_nq & BACKEND_CUDA_FUSE_GATED_CLUSTER) && (r.a.per_token || c->n_tokens == 1) &&
+                            c->n_tokens <= CU_GDN_CL_MAX_TOKENS && w->norm && value_dim % 256 == 0 && 256 % p->d_v == 0 &&
+                            p->n_v_head % (256 / p->d_v) == 0;
+#else
+    const bool by_cluster = false; /* (no clusters) */
+#endif
+    const bool by_counters = !by_cluster && !chunked && (c->fuse_nq & BACKEND_CUDA_FUSE_GATED) && c->recording && c->nq_cnt &&
+                             cu_nq_fuse_counters(CU_NQ_GATED, value_dim, 1) <= CU_NQ_FUSE_COUNTERS;
+    if (by_cluster || by_counters) {
         struct cu_nq_fuse *f = &r.a.nq;
         f->in1 = q.in1; f->w = q.w; f->out = q.out; f->ld = q.ld; f->eps = q.eps;
         f->mode = CU_NQ_GATED; f->group = q.group; f->fmts = q.fmts;
-        r.a.nq_cluster = 1;
-        c->stats.fused_nq++;
-        return submit(c, CU_OP_GDN, &r, sizeof(r));
-    }
-#endif
-    if (!chunked && (c->fuse_nq & BACKEND_CUDA_FUSE_GATED) && c->recording && c->nq_cnt &&
-        cu_nq_fuse_counters(CU_NQ_GATED, value_dim, 1) <= CU_NQ_FUSE_COUNTERS) {
-        struct cu_nq_fuse *f = &r.a.nq;
-        f->in1 = q.in1; f->w = q.w; f->cnt = c->nq_cnt; f->out = q.out; f->ld = q.ld; f->eps = q.eps;
-        f->mode = CU_NQ_GATED; f->group = q.group; f->fmts = q.fmts; f->n_feed = 1; f->on = 1;
-        r.a.per_token = 0; /* the fused norm counts the head's CTAs over all tokens */
+        if (by_cluster) r.a.nq_cluster = 1;
+        else {
+            f->cnt = c->nq_cnt; f->n_feed = 1; f->on = 1;
+            r.a.per_token = 0; /* the fused norm counts the head's CTAs over all tokens */
+        }
         c->stats.fused_nq++;
         return submit(c, CU_OP_GDN, &r, sizeof(r));
     }
