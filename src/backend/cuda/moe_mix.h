@@ -26,4 +26,54 @@ static __device__ __forceinline__ void moe_mix_col(const float *Y, const float *
     if (res) res[t * n + c] = __fadd_rn(res[t * n + c], o);
 }
 
+/* moe_mix_col for columns c0 + i * stride (i < C, those below n) of row t, the same ops in the same order, with every
+ * slot's loads of a group of 8 issued before its adds (one L2 round trip a group, where a column a call waits for its
+ * own); xs[c] = the column's new residual res[t][c] (res non-NULL). The MoE mix with the norm after it (cuda_moe.cu
+ * moe_mix_row_kernel). */
+template <int C>
+static __device__ __forceinline__ void moe_mix_cols(const float *Y, const float *wts, int k, const float *Ys, const float *glog,
+                                                    int64_t n, float *out, float *res, int64_t t, int64_t c0, int64_t stride,
+                                                    float *xs) {
+    bool on[C];
+    float o[C];
+#pragma unroll
+    for (int i = 0; i < C; i++) { on[i] = c0 + i * stride < n; o[i] = 0.f; }
+    for (int j0 = 0; j0 < k; j0 += 8) {
+        float y[8][C];
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+#pragma unroll
+            for (int i = 0; i < C; i++) y[j][i] = j0 + j < k && on[i] ? Y[(t * k + j0 + j) * n + c0 + i * stride] : 0.f;
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            if (j0 + j >= k) break;
+            const float wj = wts[t * k + j0 + j];
+#pragma unroll
+            for (int i = 0; i < C; i++) {
+                const float v = __fmul_rn(wj, y[j][i]);
+                o[i] = j0 + j == 0 ? v : __fadd_rn(o[i], v);
+            }
+        }
+    }
+    float g = 1.0f;
+    if (Ys && glog) g = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-glog[t])));
+    float sv[C], rv[C];
+#pragma unroll
+    for (int i = 0; i < C; i++) {
+        const int64_t c = c0 + i * stride;
+        sv[i] = Ys && on[i] ? Ys[t * n + c] : 0.f;
+        rv[i] = on[i] ? res[t * n + c] : 0.f;
+    }
+#pragma unroll
+    for (int i = 0; i < C; i++) {
+        if (!on[i]) continue;
+        const int64_t c = c0 + i * stride;
+        if (Ys) o[i] = __fadd_rn(o[i], __fmul_rn(g, sv[i]));
+        out[t * n + c] = o[i];
+        const float x = __fadd_rn(rv[i], o[i]);
+        res[t * n + c] = x;
+        xs[c] = x;
+    }
+}
+
 #endif

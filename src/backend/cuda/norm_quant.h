@@ -120,13 +120,15 @@ static __device__ __forceinline__ void nq_formats(const float v[8], const struct
 }
 
 /* One warp: 256-element unit `unit` of row r (lane l: elements 8l .. 8l+7): its f32 values (normed with scale /
- * gated / as they are) to out.x, then into every format in fmts. */
+ * gated / as they are) to out.x, then into every format in fmts. RMSNORM: xin, where given, is the row's input (e.g. in
+ * shared memory) in place of in0's row r. */
 template <bool CG = false>
 static __device__ void nq_unit(int mode, const float *in0, const float *in1, int64_t ld, const float *w, float eps, int group,
                                float scale, const struct cu_act_mut &out, uint32_t fmts, int64_t r, int64_t unit, int lane,
-                               const float *wpre = NULL) {
+                               const float *wpre = NULL, const float *xin = NULL) {
     const int64_t n = out.n, e0 = unit * 256 + lane * 8;
     float *xr = out.x + r * n;
+    const float *x0 = mode == CU_NQ_RMSNORM ? (xin ? xin : in0 + r * n) : NULL;
     float v[8];
     /* GATED: the gate z with the values (one L2 round trip for both, not a second one after the group's sum) */
     float zv[8];
@@ -135,12 +137,12 @@ static __device__ void nq_unit(int mode, const float *in0, const float *in1, int
         for (int k = 0; k < 8; k++) zv[k] = e0 + k < n ? ldf<CG>(in1 + r * ld + e0 + k) : 0.f;
     /* whole 8-element pieces with aligned rows: 16-byte loads and stores (the same values) */
     const bool vec = e0 + 8 <= n && al16(xr + e0) &&
-                     (mode == CU_NQ_RMSNORM ? al16(in0 + r * n + e0) && (!w || al16(w + e0))
+                     (mode == CU_NQ_RMSNORM ? al16(x0 + e0) && (!w || al16(w + e0))
                       : mode == CU_NQ_SWIGLU ? al16(in0 + r * ld + e0) && al16(in1 + r * ld + e0) : true);
     if (vec) {
         if (mode == CU_NQ_RMSNORM) {
             float a[8], b[8];
-            ld8<CG>(in0 + r * n + e0, a);
+            ld8<CG>(x0 + e0, a);
             if (wpre) for (int k = 0; k < 8; k++) b[k] = wpre[k];
             else if (w) ld8(w + e0, b);
 #pragma unroll
@@ -163,7 +165,7 @@ static __device__ void nq_unit(int mode, const float *in0, const float *in1, int
         float val = 0.f;
         if (e < n) {
             if (mode == CU_NQ_RMSNORM) {
-                val = __fmul_rn(ldf<CG>(in0 + r * n + e), scale);
+                val = __fmul_rn(ldf<CG>(x0 + e), scale);
                 if (w) val = __fmul_rn(val, wpre ? wpre[k] : w[e]);
                 xr[e] = val;
             } else if (mode == CU_NQ_SWIGLU) {
