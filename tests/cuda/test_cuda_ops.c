@@ -989,10 +989,11 @@ static void test_mix_row(void) {
             const size_t sx = (size_t)(T * NE) * 4, sl = (size_t)(T * V) * 4;
             const size_t fk = nq_act_bytes(&f, BK_ACT_Q8_K), f0 = nq_act_bytes(&f, BK_ACT_Q8_0), nb = 4 * sx + 2 * fk + 2 * f0 + sl;
             float *wnorm2 = rand_buf((size_t)NE, 1.0f), *wn2 = dev_put(wnorm2, (size_t)NE * 4);
-            uint8_t *res[2][2];
-            uint64_t took[2], took_pre[2];
-            for (int on = 0; on < 2; on++) {
+            uint8_t *res[3][2];
+            uint64_t took[3], took_pre[3];
+            for (int on = 0; on < 3; on++) { /* off, on (a CTA a row), on (a cluster a row: backend_cuda_set_mix_cl) */
                 backend_cuda_set_fuse_nq(gpu, on ? BACKEND_CUDA_FUSE_NORM_MIX_ROW | BACKEND_CUDA_FUSE_NORM_ROUTER : 0);
+                const int old_cl = backend_cuda_set_mix_cl(on == 2);
                 const uint64_t l0 = backend_cuda_mix_row_launches(), p0 = backend_cuda_router_pre_launches();
                 for (int rep = 0; rep < 2; rep++) {
                     /* f's buffers poisoned first: a byte the fused launch leaves unwritten keeps it */
@@ -1034,29 +1035,30 @@ static void test_mix_row(void) {
                 }
                 took[on] = backend_cuda_mix_row_launches() - l0;
                 took_pre[on] = backend_cuda_router_pre_launches() - p0;
+                backend_cuda_set_mix_cl(old_cl);
             }
             backend_cuda_set_fuse_nq(gpu, 0);
             size_t bad = 0, rep_bad = 0;
             for (size_t i = 0; i < nb; i++) {
-                bad += res[1][0][i] != res[0][0][i];
-                bad += res[1][1][i] != res[0][0][i];
+                for (int on = 1; on < 3; on++) bad += (res[on][0][i] != res[0][0][i]) + (res[on][1][i] != res[0][0][i]);
                 rep_bad += res[0][1][i] != res[0][0][i];
             }
             printf("moe norms in its launches (%s / %s / %s experts%s, %lld columns, %d rows): %llu mix launches and %llu router "
                    "launches took them, %zu of %zu bytes differ from the separate launches\n", quant_traits(tset[ts][0])->name,
                    quant_traits(tset[ts][1])->name, quant_traits(tset[ts][2])->name, shared ? ", shared expert" : "", (long long)NE, T,
-                   (unsigned long long)took[1], (unsigned long long)took_pre[1], bad, 2 * nb);
-            CHECK_MSG(took[0] == 0 && took[1] >= 1, "moe mix + norm: %llu / %llu launches took it (want 0 off, >= 1 on)",
-                      (unsigned long long)took[0], (unsigned long long)took[1]);
+                   (unsigned long long)(took[1] + took[2]), (unsigned long long)(took_pre[1] + took_pre[2]), bad, 4 * nb);
+            CHECK_MSG(took[0] == 0 && took[1] >= 1 && took[2] >= 1, "moe mix + norm: %llu / %llu / %llu launches took it (want 0 off, >= 1 on)",
+                      (unsigned long long)took[0], (unsigned long long)took[1], (unsigned long long)took[2]);
             /* the router kernel with the norm: one row, rows of at most 2,048 columns (F32R_K), CUDA */
             const int mma = backend_cuda_set_matvec_mma(0); /* (< 0: HIP, which has no such kernel) */
             backend_cuda_set_matvec_mma(mma);
             const bool pre_ok = T == 1 && NE <= 2048 && mma >= 0;
-            CHECK_MSG(took_pre[0] == 0 && (took_pre[1] >= 1) == pre_ok, "moe norm in the router launch: %llu / %llu launches took it (want 0 off, %s on)",
+            CHECK_MSG(took_pre[0] == 0 && (took_pre[1] >= 1) == pre_ok && (took_pre[2] >= 1) == pre_ok,
+                      "moe norm in the router launch: %llu / %llu launches took it (want 0 off, %s on)",
                       (unsigned long long)took_pre[0], (unsigned long long)took_pre[1], pre_ok ? ">= 1" : "0");
             CHECK_MSG(rep_bad == 0, "moe mix + norm: the separate launches differ between capture and replay (%zu bytes)", rep_bad);
             CHECK_MSG(bad == 0, "moe mix + norm: %zu bytes differ from the separate launches", bad);
-            for (int i = 0; i < 4; i++) free(res[i / 2][i % 2]);
+            for (int i = 0; i < 6; i++) free(res[i / 2][i % 2]);
             bk_act_free(gpu, &a); bk_act_free(gpu, &f);
             gpu->ops->free(gpu, o); gpu->ops->free(gpu, x); gpu->ops->free(gpu, logits); gpu->ops->free(gpu, wn2);
             free(x0); free(wnorm2);

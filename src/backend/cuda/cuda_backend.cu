@@ -2233,6 +2233,7 @@ extern "C" vllmc_status backend_cuda_create(const struct backend_cuda_opts *o, s
     if ((env = getenv("VLLMC_CUDA_MOE_RS"))) backend_cuda_set_moe_route_sort(atoi(env));
     if ((env = getenv("VLLMC_CUDA_MOE_PRE"))) backend_cuda_set_moe_pre(atoi(env)); /* the down launch routes before its wait */
     if ((env = getenv("VLLMC_CUDA_F32R"))) backend_cuda_set_f32r(atoi(env)); /* F32 rows (the MoE router) on mm_kernel_f32r */
+    if ((env = getenv("VLLMC_CUDA_MIX_CL"))) backend_cuda_set_mix_cl(atoi(env)); /* the mix + norm by a cluster a row */
     if ((env = getenv("VLLMC_CUDA_MOE_GROUP"))) backend_cuda_set_moe_group(atoi(env)); /* MoE ops of N rows or more with the
                                                                                     entries grouped by expert; 0 off */
     c->batch_invariant = o && o->batch_invariant;

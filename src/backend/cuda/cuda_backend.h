@@ -242,6 +242,9 @@ int backend_cuda_set_moe_pre(int on);
  * dependency wait; the same bits; the CUDA default), 0: on mm_kernel_rows. Returns the previous setting, or -1 where
  * the kernel is not built (HIP). backend_cuda_f32r_launches counts its launches. */
 int backend_cuda_set_f32r(int on);
+/* BACKEND_CUDA_FUSE_NORM_MIX_ROW's form: 1 a cluster of n / 256 CTAs a row (CUDA; rows of 256-column units, at most 8),
+ * 0 one CTA a row; returns the previous setting (the same bits either way) */
+int backend_cuda_set_mix_cl(int on);
 uint64_t backend_cuda_f32r_launches(void);
 /* Down launches that took the routing before the wait so far, process-wide. */
 uint64_t backend_cuda_moe_pre_launches(void);
