@@ -34,6 +34,25 @@ static void set_batch(struct tbatch *t) {
     CHECK(ref->ops->batch_set(ref, &t->b) == VLLMC_OK);
     CHECK(gpu->ops->batch_set(gpu, &t->b) == VLLMC_OK);
 }
+/* A decode step of T (<= 16) sequences of one token each on the GPU (sequence i: block i, position 3 + i). */
+static void gpu_batch_single_tokens(int T) {
+    struct bk_seq seqs[16];
+    int32_t bt[16], tok[16], pos[16], sidx[16], lrows[16];
+    CHECK(T >= 1 && T <= 16);
+    for (int i = 0; i < T; i++) {
+        bt[i] = i; seqs[i] = (struct bk_seq){&bt[i], 1, -1};
+        tok[i] = i; pos[i] = 3 + i; sidx[i] = i; lrows[i] = i;
+    }
+    const struct bk_batch b = {T, tok, pos, sidx, T, seqs, T, lrows, NULL};
+    CHECK(gpu->ops->batch_set(gpu, &b) == VLLMC_OK);
+}
+/* n bytes of 0xa5 into device buffer p: an output byte a launch leaves unwritten keeps them */
+static void poison_bytes(void *p, size_t n) {
+    uint8_t *h = malloc(n);
+    memset(h, 0xa5, n);
+    CHECK(gpu->ops->copy_to_device(gpu, p, h, n) == VLLMC_OK);
+    free(h);
+}
 
 /* Compare a GPU act's quantized formats (split layout) with the CPU's blocks. */
 static void check_act_quant(const struct bk_act *ra, const struct bk_act *ga, int64_t rows, const char *what) {
@@ -739,13 +758,7 @@ static void test_gdn_cluster(int DV, int NV, int rows, bool bf, int NS) {
         for (int k = 0; k < 2; k++) {
             /* the whole buffers poisoned first, alike: a byte the cluster path leaves unwritten keeps the poison where
              * the separate launch wrote a value; rows past T stay poisoned on both sides */
-            for (int f = 0; f < 3; f++) {
-                const size_t nb = ab[f] * (size_t)ga[k].max_rows;
-                uint8_t *poison = malloc(nb);
-                memset(poison, 0xa5, nb);
-                CHECK(gpu->ops->copy_to_device(gpu, f ? ga[k].q[af[f]] : ga[k].x, poison, nb) == VLLMC_OK);
-                free(poison);
-            }
+            for (int f = 0; f < 3; f++) poison_bytes(f ? ga[k].q[af[f]] : ga[k].x, ab[f] * (size_t)ga[k].max_rows);
             backend_cuda_set_fuse_nq(gpu, k ? BACKEND_CUDA_FUSE_GATED_CLUSTER : 0);
             CHECK(gpu->ops->gdn(gpu, &rs[k], &p, &gw, gin, LD, gwork, &ga[k]) == VLLMC_OK);
         }
@@ -996,26 +1009,13 @@ static void test_mix_row(void) {
                 const int old_cl = backend_cuda_set_mix_cl(on == 2);
                 const uint64_t l0 = backend_cuda_mix_row_launches(), p0 = backend_cuda_router_pre_launches();
                 for (int rep = 0; rep < 2; rep++) {
-                    /* f's buffers poisoned first: a byte the fused launch leaves unwritten keeps it */
-                    const size_t pb = sx > fk ? (sx > f0 ? sx : f0) : (fk > f0 ? fk : f0);
-                    uint8_t *poison = malloc(pb);
-                    memset(poison, 0xa5, pb);
-                    CHECK(gpu->ops->copy_to_device(gpu, f.x, poison, sx) == VLLMC_OK);
-                    CHECK(gpu->ops->copy_to_device(gpu, f.q[BK_ACT_Q8_K], poison, fk) == VLLMC_OK);
-                    CHECK(gpu->ops->copy_to_device(gpu, f.q[BK_ACT_Q8_0], poison, f0) == VLLMC_OK);
-                    CHECK(gpu->ops->copy_to_device(gpu, a.x, poison, sx) == VLLMC_OK);
-                    CHECK(gpu->ops->copy_to_device(gpu, a.q[BK_ACT_Q8_K], poison, fk) == VLLMC_OK);
-                    CHECK(gpu->ops->copy_to_device(gpu, a.q[BK_ACT_Q8_0], poison, f0) == VLLMC_OK);
-                    free(poison);
+                    /* every output poisoned first (the same bytes each run): one the fused launches leave unwritten
+                       keeps the poison where the separate ones wrote values */
+                    poison_bytes(f.x, sx); poison_bytes(f.q[BK_ACT_Q8_K], fk); poison_bytes(f.q[BK_ACT_Q8_0], f0);
+                    poison_bytes(a.x, sx); poison_bytes(a.q[BK_ACT_Q8_K], fk); poison_bytes(a.q[BK_ACT_Q8_0], f0);
+                    poison_bytes(o, sx); poison_bytes(logits, sl);
                     CHECK(gpu->ops->copy_to_device(gpu, x, x0, sx) == VLLMC_OK);
-                    struct bk_seq seqs[4];
-                    int32_t bt[4], tok[4], pos[4], sidx[4], lrows[4];
-                    for (int i = 0; i < T; i++) {
-                        bt[i] = i; seqs[i] = (struct bk_seq){&bt[i], 1, -1};
-                        tok[i] = i; pos[i] = 3 + i; sidx[i] = i; lrows[i] = i;
-                    }
-                    const struct bk_batch b = {T, tok, pos, sidx, T, seqs, T, lrows, NULL};
-                    CHECK(gpu->ops->batch_set(gpu, &b) == VLLMC_OK);
+                    gpu_batch_single_tokens(T);
                     CHECK(gpu->ops->rmsnorm_quantize(gpu, x, wn2, 1e-6f, T, &a) == VLLMC_OK);
                     CHECK_MSG(gpu->ops->moe(gpu, &a, &gw, &mp, o) == VLLMC_OK, "%s", vllmc_last_error());
                     CHECK(gpu->ops->add(gpu, x, o, T, NE) == VLLMC_OK);
@@ -1732,14 +1732,7 @@ static uint8_t *nq_run(struct nq_step *t, size_t *n) {
     const int T = (int)t->T;
     CHECK(gpu->ops->copy_to_device(gpu, t->a.x, t->a0, (size_t)(T * t->E) * 4) == VLLMC_OK);
     CHECK(gpu->ops->copy_to_device(gpu, t->x, t->x0, (size_t)(T * t->E) * 4) == VLLMC_OK);
-    struct bk_seq seqs[16];
-    int32_t bt[16], tok[16], pos[16], sidx[16], lrows[16];
-    for (int i = 0; i < T; i++) {
-        bt[i] = i; seqs[i] = (struct bk_seq){&bt[i], 1, -1};
-        tok[i] = i; pos[i] = 3 + i; sidx[i] = i; lrows[i] = i;
-    }
-    const struct bk_batch b = {T, tok, pos, sidx, T, seqs, T, lrows, NULL};
-    CHECK(gpu->ops->batch_set(gpu, &b) == VLLMC_OK);
+    gpu_batch_single_tokens(T);
     t->a.n_rows = T;
     CHECK(gpu->ops->quantize(gpu, &t->a) == VLLMC_OK);
     const struct bk_matmul_out mo = {.w = &t->wo, .y = t->o};
@@ -1881,9 +1874,6 @@ static void test_swi_cluster(void) {
         CHECK(gpu->ops->alloc(gpu, (size_t)F * 4, (void **)&t.u) == VLLMC_OK);
         CHECK(gpu->ops->alloc(gpu, (size_t)V * 4, (void **)&t.logits) == VLLMC_OK);
         t.wn = gw;
-        const size_t mb = nq_act_bytes(&t.m, BK_ACT_F32) > nq_act_bytes(&t.m, BK_ACT_Q8_K) ? nq_act_bytes(&t.m, BK_ACT_F32) : nq_act_bytes(&t.m, BK_ACT_Q8_K);
-        uint8_t *poison = malloc(mb + (size_t)F * 4);
-        memset(poison, 0xa5, mb + (size_t)F * 4);
         const unsigned masks[3] = {0, BACKEND_CUDA_FUSE_SWIGLU_CLUSTER, BACKEND_CUDA_FUSE_SWIGLU_CLUSTER | BACKEND_CUDA_FUSE_NORM_MATMUL};
         uint8_t *want = NULL;
         size_t n_ref = 0;
@@ -1892,11 +1882,12 @@ static void test_swi_cluster(void) {
             const uint64_t l0 = backend_cuda_swiglu_cluster_launches();
             size_t bad = 0, n = 0;
             for (int rep = 0; rep < 2; rep++) {
-                CHECK(gpu->ops->copy_to_device(gpu, t.m.x, poison, (size_t)F * 4) == VLLMC_OK);
-                CHECK(gpu->ops->copy_to_device(gpu, t.m.q[BK_ACT_Q8_K], poison, nq_act_bytes(&t.m, BK_ACT_Q8_K)) == VLLMC_OK);
-                CHECK(gpu->ops->copy_to_device(gpu, t.m.q[BK_ACT_Q8_0], poison, nq_act_bytes(&t.m, BK_ACT_Q8_0)) == VLLMC_OK);
-                CHECK(gpu->ops->copy_to_device(gpu, t.g, poison, (size_t)F * 4) == VLLMC_OK);
-                CHECK(gpu->ops->copy_to_device(gpu, t.u, poison, (size_t)F * 4) == VLLMC_OK);
+                poison_bytes(t.m.x, (size_t)F * 4);
+                poison_bytes(t.m.q[BK_ACT_Q8_K], nq_act_bytes(&t.m, BK_ACT_Q8_K));
+                poison_bytes(t.m.q[BK_ACT_Q8_0], nq_act_bytes(&t.m, BK_ACT_Q8_0));
+                poison_bytes(t.g, (size_t)F * 4);
+                poison_bytes(t.u, (size_t)F * 4);
+                poison_bytes(t.logits, (size_t)V * 4);
                 uint8_t *got = nq_run(&t, &n);
                 const size_t gb = (size_t)F * 4, all = n + 2 * gb;
                 got = realloc(got, all);
@@ -1915,7 +1906,7 @@ static void test_swi_cluster(void) {
                       (long long)F, masks[mi], (unsigned long long)took);
         }
         backend_cuda_set_fuse_nq(gpu, 0);
-        free(want); free(poison);
+        free(want);
         for (int k = 0; k < 4; k++) gpu->ops->weight_free(gpu, ws[k]);
         bk_act_free(gpu, &t.a); bk_act_free(gpu, &t.f); bk_act_free(gpu, &t.m);
         gpu->ops->free(gpu, t.o); gpu->ops->free(gpu, t.x); gpu->ops->free(gpu, t.g); gpu->ops->free(gpu, t.u);

@@ -194,6 +194,8 @@ def test_moe_norms_fold(stub_env, models):
         assert [n + fewer for n in got] == base, (mask, got, base)
     got = launches(run(stub_env, *args, extra=dict(log, VLLMC_CUDA_FUSE_NQ="448", VLLMC_CUDA_MIX_CL="1")))
     assert [n + 8 for n in got] == base, (got, base)
+    out = run(stub_env, *args, extra=dict(log, VLLMC_CUDA_FUSE_NQ="448", VLLMC_CUDA_MIX_CL="yes"))
+    assert "VLLMC_CUDA_MIX_CL=yes" in out and [n + 8 for n in launches(out)] == base, out[-1500:]
     out = run(stub_env, "bench", "-m", m, "--concurrency", "1,4", "-p", "16", "-g", "8", "-r", "1", extra={"VLLMC_CUDA_FUSE_NQ": "448"})
     assert re.search(r"^\| 4 \| 4 \|", out, re.M), out[-2000:]
 

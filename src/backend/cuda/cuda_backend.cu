@@ -1211,16 +1211,15 @@ static bool fuse_nq(cu_backend *c, int mode, const float *in0, const float *in1,
                     int64_t n_rows, struct bk_act *out) {
     uint32_t op = 0;
     void *args = c->fuse_nq && c->nq_cnt && n_rows >= 1 ? rec_back(c, 1, &op) : NULL;
-    const unsigned want = op == CU_OP_MOE ? BACKEND_CUDA_FUSE_NORM_MIX | BACKEND_CUDA_FUSE_NORM_MIX_ROW
-                          : mode == CU_NQ_RMSNORM ? BACKEND_CUDA_FUSE_NORM_MATMUL : BACKEND_CUDA_FUSE_SWIGLU | BACKEND_CUDA_FUSE_SWIGLU_CLUSTER;
-    if (!args || !(c->fuse_nq & want)) return false;
+    if (!args) return false;
     const int64_t n = out->n_cols;
     struct cu_nq_fuse *q = NULL;
     uint32_t feed = 0;
     bool row = false;
     if (op == CU_OP_MATMUL) {
         rec_matmul *m = (rec_matmul *)args;
-        /* the SwiGLU by clusters (one row; cu_launch_matmul takes the two launches where its kernel does not fit) */
+        /* the SwiGLU by clusters (one row; cu_launch_matmul takes the two launches where its kernel does not fit), else
+           by counters */
         row = mode == CU_NQ_SWIGLU && (c->fuse_nq & BACKEND_CUDA_FUSE_SWIGLU_CLUSTER) && n_rows == 1;
         if (!row && !(c->fuse_nq & (mode == CU_NQ_RMSNORM ? BACKEND_CUDA_FUSE_NORM_MATMUL : BACKEND_CUDA_FUSE_SWIGLU))) return false;
         if (m->a.nq.on || m->a.n_act != n_rows || (!row && cu_nq_fuse_counters(mode, n, n_rows) > CU_NQ_FUSE_COUNTERS)) return false;
@@ -2236,7 +2235,9 @@ extern "C" vllmc_status backend_cuda_create(const struct backend_cuda_opts *o, s
     if ((env = getenv("VLLMC_CUDA_MOE_RS"))) backend_cuda_set_moe_route_sort(atoi(env));
     if ((env = getenv("VLLMC_CUDA_MOE_PRE"))) backend_cuda_set_moe_pre(atoi(env)); /* the down launch routes before its wait */
     if ((env = getenv("VLLMC_CUDA_F32R"))) backend_cuda_set_f32r(atoi(env)); /* F32 rows (the MoE router) on mm_kernel_f32r */
-    if ((env = getenv("VLLMC_CUDA_MIX_CL"))) backend_cuda_set_mix_cl(atoi(env)); /* the mix + norm by a cluster a row */
+    if ((env = getenv("VLLMC_CUDA_MIX_CL")) && strcmp(env, "0") && strcmp(env, "1")) /* the mix + norm by a cluster a row */
+        LOG_WARN("VLLMC_CUDA_MIX_CL=%s: not 0 or 1; the mix + norm keeps a CTA a row", env);
+    else if (env) backend_cuda_set_mix_cl(env[0] == '1');
     if ((env = getenv("VLLMC_CUDA_MOE_GROUP"))) backend_cuda_set_moe_group(atoi(env)); /* MoE ops of N rows or more with the
                                                                                     entries grouped by expert; 0 off */
     c->batch_invariant = o && o->batch_invariant;

@@ -1122,17 +1122,18 @@ static __global__ void __launch_bounds__(32 * CU_MM_WARPS) mm_kernel_rows(const 
 uint64_t cu_f32r_launches;
 extern "C" uint64_t backend_cuda_f32r_launches(void) { return cu_f32r_launches; }
 #if !defined(VLLMC_HIP) /* (gfx11: a row's 64 words a lane and the activation's would pass LLVM 15's 128 VGPRs) */
+/* Row r's F32R_K elements of the lane (lane + 32 k) into w: mm_kernel_f32r's and mm_kernel_f32r_pre's. */
+static __device__ __forceinline__ void f32r_load(const struct cu_mm_args &P, int r, int lane, int n, float (&w)[F32R_K]) {
+    const cu_mm_seg &S = P.seg[mv_seg_row(P, r)];
+    const float *wr = (const float *)(S.w + mv_woff((size_t)(r - S.row0) * S.stride, S.stride, S.n_rows));
+#pragma unroll
+    for (int k = 0; k < F32R_K; k++) w[k] = lane + 32 * k < n ? gpu_ldg(wr + lane + 32 * k) : 0.f;
+}
 static __global__ void __launch_bounds__(32 * CU_MM_WARPS) mm_kernel_f32r(const struct cu_mm_args P) {
     const int lane = threadIdx.x % 32, n = (int)P.a.n, n_warps = (int)gridDim.x * CU_MM_WARPS;
     int g = (int)blockIdx.x * CU_MM_WARPS + (int)threadIdx.x / 32;
     float w[F32R_K];
-    auto load = [&](int r) {
-        const cu_mm_seg &S = P.seg[mv_seg_row(P, r)];
-        const float *wr = (const float *)(S.w + mv_woff((size_t)(r - S.row0) * S.stride, S.stride, S.n_rows));
-#pragma unroll
-        for (int k = 0; k < F32R_K; k++) w[k] = lane + 32 * k < n ? gpu_ldg(wr + lane + 32 * k) : 0.f;
-    };
-    if (g < P.total_rows) load(g);
+    if (g < P.total_rows) f32r_load(P, g, lane, n, w);
     gpu_pdl_wait();
     gpu_pdl_trigger();
     if (g >= P.total_rows) return;
@@ -1149,7 +1150,7 @@ static __global__ void __launch_bounds__(32 * CU_MM_WARPS) mm_kernel_f32r(const 
         mm_row_out(S, g - S.row0, 0, 1, &v, lane);
         g += n_warps;
         if (g >= P.total_rows) break;
-        load(g);
+        f32r_load(P, g, lane, n, w);
     }
 }
 /* Whether launch `a` can take mm_kernel_f32r: F32 segments only, one activation row of at most 32 * F32R_K columns
@@ -1177,13 +1178,7 @@ static __global__ void __launch_bounds__(32 * CU_MM_WARPS) mm_kernel_f32r_pre(co
     const int gw = (int)blockIdx.x * CU_MM_WARPS + wid;
     int g = gw;
     float w[F32R_K];
-    auto load = [&](int r) {
-        const cu_mm_seg &S = P.seg[mv_seg_row(P, r)];
-        const float *wr = (const float *)(S.w + mv_woff((size_t)(r - S.row0) * S.stride, S.stride, S.n_rows));
-#pragma unroll
-        for (int k = 0; k < F32R_K; k++) w[k] = lane + 32 * k < n ? gpu_ldg(wr + lane + 32 * k) : 0.f;
-    };
-    if (g < P.total_rows) load(g);
+    if (g < P.total_rows) f32r_load(P, g, lane, n, w);
     float wn[F32R_PRE_N]; /* the norm's weights of the thread's columns, before the wait as norm_quant_kernel's */
 #pragma unroll
     for (int k = 0; k < F32R_PRE_N; k++) {
@@ -1197,10 +1192,6 @@ static __global__ void __launch_bounds__(32 * CU_MM_WARPS) mm_kernel_f32r_pre(co
     for (int k = 0; k < F32R_PRE_N; k++) {
         const int c = (int)threadIdx.x + k * 32 * CU_MM_WARPS;
         xv[k] = c < n ? Q.in0[c] : 0.f;
-    }
-#pragma unroll
-    for (int k = 0; k < F32R_PRE_N; k++) {
-        const int c = (int)threadIdx.x + k * 32 * CU_MM_WARPS;
         if (c < n) xs[c] = xv[k];
     }
     __syncthreads();
@@ -1219,7 +1210,7 @@ static __global__ void __launch_bounds__(32 * CU_MM_WARPS) mm_kernel_f32r_pre(co
         v = fw_reduce32(v);
         const cu_mm_seg &S = P.seg[mv_seg_row(P, g)];
         mm_row_out(S, g - S.row0, 0, 1, &v, lane);
-        if (g + n_warps < P.total_rows) load(g + n_warps);
+        if (g + n_warps < P.total_rows) f32r_load(P, g + n_warps, lane, n, w);
     }
     const int units = (n + 255) / 256;
     for (int u = n_warps - 1 - gw; u < units; u += n_warps)
