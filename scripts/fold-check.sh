@@ -17,8 +17,8 @@ BIN=.carry/bin; mkdir -p "$BIN" /tmp/models
 export LD_LIBRARY_PATH=$PWD/.carry/lib:/usr/local/cuda/lib64
 f=/tmp/models/qwen35-4b.gguf; g=/tmp/models/qwen36-14b-a3b.gguf; h=/tmp/models/qwen36-35b-a3b.gguf
 ( python3 .carry/synth_gguf.py qwen35-4b "$f" > /tmp/synth4.txt 2>&1; python3 .carry/synth_gguf.py qwen36-14b-a3b "$g" > /tmp/synth14.txt 2>&1 ) &
-timeout 120 "$BIN/test_cuda_ops" mix_row swi_cluster > /tmp/ops.txt 2>&1; echo "test_cuda_ops mix_row swi_cluster rc=$? $(tail -1 /tmp/ops.txt) (at $(el) s)" | tee -a "$S"
-grep "moe norms\|swiglu + quantize\|FAIL" /tmp/ops.txt | cut -c1-200 | tee -a "$S"
+timeout 120 "$BIN/test_cuda_ops" mix_row swi_cluster gdn_cluster > /tmp/ops.txt 2>&1; echo "test_cuda_ops mix_row swi_cluster gdn_cluster rc=$? $(tail -1 /tmp/ops.txt) (at $(el) s)" | tee -a "$S"
+grep "moe norms\|swiglu + quantize\|gdn\|FAIL" /tmp/ops.txt | cut -c1-200 | tee -a "$S"
 b() { local n=$1 m=$2; shift 2
   env "$@" timeout 70 "$BIN/vllmc" bench -m "$m" -p 512 -g 256 -r 5 > /tmp/$n.txt 2>&1
   echo "$n: $(grep '^output tok/s' /tmp/$n.txt | head -1 | sed 's/ | TTFT.*//') (at $(el) s)" | tee -a "$S"
@@ -45,4 +45,5 @@ for tool in racecheck memcheck; do
   echo "$tool mix_row swi_cluster rc=$? $(grep -m1 'SUMMARY' /tmp/$tool.txt) (at $(el) s)" | tee -a "$S"
 done
 left $((BUDGET - 70)) && { wait; b 35b_def $h; left $((BUDGET - 35)) && b 35b_448 $h VLLMC_CUDA_FUSE_NQ=448; }
+mkdir -p "$OUT/logs"; cp /tmp/*.txt "$OUT/logs/" 2>/dev/null
 echo "===== summary"; cat "$S"
