@@ -1759,6 +1759,15 @@ static uint8_t *nq_run(struct nq_step *t, size_t *n) {
     dev_get(p, t->logits, sl);
     return out;
 }
+/* Free a step's buffers and its four weights. */
+static void nq_free(struct nq_step *t) {
+    struct bk_tensor *ws[4] = {&t->wo, &t->wg, &t->wu, &t->wh};
+    for (int k = 0; k < 4; k++) gpu->ops->weight_free(gpu, ws[k]);
+    bk_act_free(gpu, &t->a); bk_act_free(gpu, &t->f); bk_act_free(gpu, &t->m);
+    gpu->ops->free(gpu, t->o); gpu->ops->free(gpu, t->x); gpu->ops->free(gpu, t->g); gpu->ops->free(gpu, t->u);
+    gpu->ops->free(gpu, t->logits);
+    free(t->a0); free(t->x0);
+}
 static void test_nq_fused(void) {
     const int mmr0 = backend_cuda_set_matvec_mmr(0); /* the fused forms are the column-split kernel's epilogues: its
                                                         several-row form is what the unfused steps must use too */
@@ -1826,11 +1835,7 @@ static void test_nq_fused(void) {
                 CHECK_MSG(bad == 0, "norm + quantize in the matmul launch: %zu bytes differ", bad);
                 free(want);
             }
-            for (int k = 0; k < 4; k++) gpu->ops->weight_free(gpu, ws[k]);
-            bk_act_free(gpu, &t.a); bk_act_free(gpu, &t.f); bk_act_free(gpu, &t.m);
-            gpu->ops->free(gpu, t.o); gpu->ops->free(gpu, t.x); gpu->ops->free(gpu, t.g); gpu->ops->free(gpu, t.u);
-            gpu->ops->free(gpu, t.logits);
-            free(t.a0); free(t.x0);
+            nq_free(&t);
         }
     }
     gpu->ops->free(gpu, gw);
@@ -1907,11 +1912,7 @@ static void test_swi_cluster(void) {
         }
         backend_cuda_set_fuse_nq(gpu, 0);
         free(want);
-        for (int k = 0; k < 4; k++) gpu->ops->weight_free(gpu, ws[k]);
-        bk_act_free(gpu, &t.a); bk_act_free(gpu, &t.f); bk_act_free(gpu, &t.m);
-        gpu->ops->free(gpu, t.o); gpu->ops->free(gpu, t.x); gpu->ops->free(gpu, t.g); gpu->ops->free(gpu, t.u);
-        gpu->ops->free(gpu, t.logits);
-        free(t.a0); free(t.x0);
+        nq_free(&t);
     }
     gpu->ops->free(gpu, gw);
     free(wnorm);
