@@ -1843,81 +1843,6 @@ static void test_nq_fused(void) {
     backend_cuda_set_matvec_mmr(mmr0);
 }
 
-/* The SwiGLU + quantize in the gate + up launch by clusters of 16 CTAs (BACKEND_CUDA_FUSE_SWIGLU_CLUSTER; recorded one-row
- * steps, Q4_K gate / up of 2,560 columns): nq_run's step (Q4_K Wo, gate, up; Q6_K head) leaves the same bytes in x, f, m
- * (f32, Q8_K, Q8_0: m poisoned before each run), g, u and the logits as the separate launches, capture and replay, at
- * 4,096 and 9,216 FFN rows (16 and 36 clusters); with the RMSNorm's counters form beside it (bit 1) too. */
-static void test_swi_cluster(void) {
-    const int64_t E = 2560, V = 1000;
-    const uint32_t fmts = BK_ACT_BIT(BK_ACT_F32) | BK_ACT_BIT(BK_ACT_Q8_K) | BK_ACT_BIT(BK_ACT_Q8_0);
-    float *wnorm = rand_buf((size_t)E, 1.0f), *gw = dev_put(wnorm, (size_t)E * 4);
-    const int mma = backend_cuda_set_matvec_mma(0); /* (< 0: HIP, which has no such kernel: the two launches) */
-    backend_cuda_set_matvec_mma(mma);
-    for (int fi = 0; fi < 2; fi++) {
-        const int64_t F = fi ? 9216 : 4096;
-        struct nq_step t;
-        memset(&t, 0, sizeof(t));
-        t.T = 1; t.E = E; t.F = F; t.V = V;
-        struct bk_tensor *ws[4] = {&t.wo, &t.wg, &t.wu, &t.wh};
-        const int64_t shp[4][2] = {{E, E}, {E, F}, {E, F}, {F, V}};
-        const uint32_t ty[4] = {GGML_TYPE_Q4_K, GGML_TYPE_Q4_K, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K};
-        for (int k = 0; k < 4; k++) {
-            const size_t bytes = quant_row_size(ty[k], shp[k][0]) * (size_t)shp[k][1];
-            uint8_t *host = malloc(bytes);
-            fill_weight(ty[k], host, bytes);
-            CHECK(gpu->ops->weight_upload(gpu, host, ty[k], 2, shp[k], ws[k]) == VLLMC_OK);
-            free(host);
-        }
-        CHECK(bk_act_alloc(gpu, 1, E, fmts, &t.a) == VLLMC_OK);
-        CHECK(bk_act_alloc(gpu, 1, E, fmts, &t.f) == VLLMC_OK);
-        CHECK(bk_act_alloc(gpu, 1, F, fmts, &t.m) == VLLMC_OK);
-        t.a0 = rand_buf((size_t)E, 1.0f);
-        t.x0 = rand_buf((size_t)E, 4.0f);
-        CHECK(gpu->ops->alloc(gpu, (size_t)E * 4, (void **)&t.o) == VLLMC_OK);
-        CHECK(gpu->ops->alloc(gpu, (size_t)E * 4, (void **)&t.x) == VLLMC_OK);
-        CHECK(gpu->ops->alloc(gpu, (size_t)F * 4, (void **)&t.g) == VLLMC_OK);
-        CHECK(gpu->ops->alloc(gpu, (size_t)F * 4, (void **)&t.u) == VLLMC_OK);
-        CHECK(gpu->ops->alloc(gpu, (size_t)V * 4, (void **)&t.logits) == VLLMC_OK);
-        t.wn = gw;
-        const unsigned masks[3] = {0, BACKEND_CUDA_FUSE_SWIGLU_CLUSTER, BACKEND_CUDA_FUSE_SWIGLU_CLUSTER | BACKEND_CUDA_FUSE_NORM_MATMUL};
-        uint8_t *want = NULL;
-        size_t n_ref = 0;
-        for (int mi = 0; mi < 3; mi++) {
-            backend_cuda_set_fuse_nq(gpu, masks[mi]);
-            const uint64_t l0 = backend_cuda_swiglu_cluster_launches();
-            size_t bad = 0, n = 0;
-            for (int rep = 0; rep < 2; rep++) {
-                poison_bytes(t.m.x, (size_t)F * 4);
-                poison_bytes(t.m.q[BK_ACT_Q8_K], nq_act_bytes(&t.m, BK_ACT_Q8_K));
-                poison_bytes(t.m.q[BK_ACT_Q8_0], nq_act_bytes(&t.m, BK_ACT_Q8_0));
-                poison_bytes(t.g, (size_t)F * 4);
-                poison_bytes(t.u, (size_t)F * 4);
-                poison_bytes(t.logits, (size_t)V * 4);
-                uint8_t *got = nq_run(&t, &n);
-                const size_t gb = (size_t)F * 4, all = n + 2 * gb;
-                got = realloc(got, all);
-                dev_get(got + n, t.g, gb);
-                dev_get(got + n + gb, t.u, gb);
-                if (!want) { want = got; n_ref = all; continue; }
-                CHECK(all == n_ref);
-                for (size_t i = 0; i < all && i < n_ref; i++) bad += got[i] != want[i];
-                free(got);
-            }
-            const uint64_t took = backend_cuda_swiglu_cluster_launches() - l0;
-            printf("swiglu + quantize in the gate + up launch by clusters (%lld rows, mask %u): %llu launches took it, %zu of %zu bytes "
-                   "differ from the separate launches\n", (long long)F, masks[mi], (unsigned long long)took, bad, n_ref);
-            CHECK_MSG(bad == 0, "swiglu by clusters (%lld rows, mask %u): %zu bytes differ", (long long)F, masks[mi], bad);
-            CHECK_MSG(mi == 0 ? took == 0 : (took >= 1) == (mma >= 0), "swiglu by clusters (%lld rows, mask %u): %llu launches took it",
-                      (long long)F, masks[mi], (unsigned long long)took);
-        }
-        backend_cuda_set_fuse_nq(gpu, 0);
-        free(want);
-        nq_free(&t);
-    }
-    gpu->ops->free(gpu, gw);
-    free(wnorm);
-}
-
 /* The column-split mat-vec (the default backend, no batch invariance asked): a row's output is the same bits from
  * the one-row kernel and from the multi-row one, whichever of 11 rows it is (the second group of 8 included), for
  * Q4_K, Q6_K and a Q4_K + Q8_0 launch, at 2 and 4 super-blocks a warp. */
@@ -2550,7 +2475,6 @@ int main(int argc, char **argv) {
         test_alt_kernel(ALT_MMA_Q6R16_0);
     }
     if (want("nq_fused")) test_nq_fused();
-    if (want("swi_cluster")) test_swi_cluster();
     if (want("invariance")) test_invariance();
     if (want("gdn")) {
         test_gdn(false, -1);

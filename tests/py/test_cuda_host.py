@@ -200,22 +200,6 @@ def test_moe_norms_fold(stub_env, models):
     assert re.search(r"^\| 4 \| 4 \|", out, re.M), out[-2000:]
 
 
-def test_swiglu_cluster_fold(stub_env, models):
-    """qwen35-wide (4 dense FFNs, D 2,560, F 1,024, Q4_K gate / up): VLLMC_CUDA_FUSE_NQ bit 512 folds each SwiGLU + quantize
-    into its gate + up launch by clusters (one-row steps), 4 launches out of every captured step; eager steps and the
-    engine's batched steps keep the launch and run through. The GPU machine's test_cuda_ops swi_cluster checks the bits."""
-    m = models["qwen35-wide"]
-    args = ("bench", "-m", m, "-p", "16", "-g", "24", "-r", "1")
-    log = {"STUB_CUDA_LOG": "1"}
-    base = launches(run(stub_env, *args, extra=log))
-    got = launches(run(stub_env, *args, extra=dict(log, VLLMC_CUDA_FUSE_NQ="576")))
-    assert base and [n + 4 for n in got] == base, (got, base)
-    rep, cap = replays(run(stub_env, *args, "--enforce-eager", extra={"VLLMC_CUDA_FUSE_NQ": "576"}))
-    assert (rep, cap) == (0, 0)
-    out = run(stub_env, "bench", "-m", m, "--concurrency", "1,4", "-p", "16", "-g", "8", "-r", "1", extra={"VLLMC_CUDA_FUSE_NQ": "576"})
-    assert re.search(r"^\| 4 \| 4 \|", out, re.M), out[-2000:]
-
-
 SANITIZER = re.compile(r"ERROR: AddressSanitizer|ERROR: LeakSanitizer|runtime error:")
 
 

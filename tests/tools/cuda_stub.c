@@ -120,21 +120,6 @@ cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *n, const
     if (*n > 32) *n = 32;
     return cudaSuccess;
 }
-/* clusters: as many of a launch's cluster size as an H100's 132 SMs hold at the threads' occupancy above, in 8 GPCs */
-cudaError_t cudaOccupancyMaxActiveClusters(int *n, const void *fn, const cudaLaunchConfig_t *cfg) {
-    (void)fn;
-    *n = 0;
-    if (!cfg) return cudaErrorInvalidValue;
-    unsigned cl = 1;
-    for (unsigned i = 0; i < cfg->numAttrs; i++)
-        if (cfg->attrs[i].id == cudaLaunchAttributeClusterDimension)
-            cl = cfg->attrs[i].val.clusterDim.x * cfg->attrs[i].val.clusterDim.y * cfg->attrs[i].val.clusterDim.z;
-    const unsigned threads = cfg->blockDim.x * cfg->blockDim.y * cfg->blockDim.z;
-    if (threads == 0 || threads > 1024 || cl == 0 || cl > 16) return cudaErrorInvalidValue;
-    const int per_sm = (int)(2048 / threads), per_gpc = 16 * per_sm;
-    *n = 8 * (per_gpc / (int)cl);
-    return cudaSuccess;
-}
 cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
 cudaError_t cudaGetLastError(void) { return cudaSuccess; }
 cudaError_t cudaPeekAtLastError(void) { return cudaSuccess; }

@@ -1218,11 +1218,8 @@ static bool fuse_nq(cu_backend *c, int mode, const float *in0, const float *in1,
     bool row = false;
     if (op == CU_OP_MATMUL) {
         rec_matmul *m = (rec_matmul *)args;
-        /* the SwiGLU by clusters (one row; cu_launch_matmul takes the two launches where its kernel does not fit), else
-           by counters */
-        row = mode == CU_NQ_SWIGLU && (c->fuse_nq & BACKEND_CUDA_FUSE_SWIGLU_CLUSTER) && n_rows == 1;
-        if (!row && !(c->fuse_nq & (mode == CU_NQ_RMSNORM ? BACKEND_CUDA_FUSE_NORM_MATMUL : BACKEND_CUDA_FUSE_SWIGLU))) return false;
-        if (m->a.nq.on || m->a.n_act != n_rows || (!row && cu_nq_fuse_counters(mode, n, n_rows) > CU_NQ_FUSE_COUNTERS)) return false;
+        if (!(c->fuse_nq & (mode == CU_NQ_RMSNORM ? BACKEND_CUDA_FUSE_NORM_MATMUL : BACKEND_CUDA_FUSE_SWIGLU))) return false;
+        if (m->a.nq.on || m->a.n_act != n_rows || cu_nq_fuse_counters(mode, n, n_rows) > CU_NQ_FUSE_COUNTERS) return false;
         int n0 = 0, n1 = 0;
         for (int i = 0; i < m->a.n_seg; i++) {
             const struct cu_mm_seg *sg = &m->a.seg[i];

@@ -197,8 +197,6 @@ uint64_t backend_cuda_nq_launches(void);
 uint64_t backend_cuda_mix_row_launches(void);
 /* MoE router launches that formed their input row (BACKEND_CUDA_FUSE_NORM_ROUTER), process-wide */
 uint64_t backend_cuda_router_pre_launches(void);
-/* gate + up launches with the SwiGLU + quantize by clusters (BACKEND_CUDA_FUSE_SWIGLU_CLUSTER), process-wide */
-uint64_t backend_cuda_swiglu_cluster_launches(void);
 /* The norm + quantize that reads a launch's outputs moves into that launch (the CTA that completes a unit of the output
  * does it; same functions, same bits), in recorded steps, per bit of mask:
  *   BACKEND_CUDA_FUSE_NORM_MATMUL  the RMSNorm of the residual a matmul added to (measured slower once: BENCHMARKS.md)
@@ -214,16 +212,13 @@ uint64_t backend_cuda_swiglu_cluster_launches(void);
  *                                  NORM_MIX where both are set
  *   BACKEND_CUDA_FUSE_NORM_ROUTER  (CUDA; one-row steps) the RMSNorm + quantize that forms a MoE op's input, in its router's
  *                                  launch (every CTA norms the row itself): the bits of the two launches
- *   BACKEND_CUDA_FUSE_SWIGLU_CLUSTER (CUDA; one-row steps, Q4_K gate / up of 2,560 columns) the SwiGLU + quantize in the
- *                                  gate + up launch by clusters of 16 CTAs (a gate and an up half each): the same bits
  * Default BACKEND_CUDA_FUSE_GATED_CLUSTER alone (the others measured slower: BENCHMARKS.md); VLLMC_CUDA_FUSE_NQ=mask sets
  * it at backend creation. Drops the captured graphs, so the
  * next steps are captured with the kernel choices in force then (e.g. backend_cuda_set_matvec_stream). */
 enum {
     BACKEND_CUDA_FUSE_NORM_MATMUL = 1, BACKEND_CUDA_FUSE_SWIGLU = 2, BACKEND_CUDA_FUSE_GATED = 4, BACKEND_CUDA_FUSE_NORM_MIX = 8,
     BACKEND_CUDA_FUSE_MOE_MIX = 16, BACKEND_CUDA_FUSE_ATTN_COMBINE = 32, BACKEND_CUDA_FUSE_GATED_CLUSTER = 64,
-    BACKEND_CUDA_FUSE_NORM_MIX_ROW = 128, BACKEND_CUDA_FUSE_NORM_ROUTER = 256, BACKEND_CUDA_FUSE_SWIGLU_CLUSTER = 512,
-    BACKEND_CUDA_FUSE_ALL = 1023
+    BACKEND_CUDA_FUSE_NORM_MIX_ROW = 128, BACKEND_CUDA_FUSE_NORM_ROUTER = 256, BACKEND_CUDA_FUSE_ALL = 511
 };
 void backend_cuda_set_fuse_nq(struct backend *be, unsigned mask);
 /* MoE ops of up to max_rows rows with Q4_K / Q6_K experts on the column-split expert kernels (routing inside the

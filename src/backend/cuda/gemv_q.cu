@@ -14,9 +14,6 @@
 #include "backend/cuda/cuda_internal.h"
 #include "backend/cuda/act_quant.h"
 #include "backend/cuda/norm_quant.h"
-#if !defined(VLLMC_HIP)
-#include <cooperative_groups.h>
-#endif
 #include "backend/cuda/moe_mix.h"
 #include "backend/cuda/moe_sort.h"
 #include "backend/cuda/moe_route.h"
@@ -2755,110 +2752,6 @@ template <typename K> static int mm_resident(K *k, int threads, size_t smem = 0)
     return per * sms;
 }
 
-#if !defined(VLLMC_HIP)
-/* gate + up of a dense FFN with its SwiGLU + quantize by clusters (BACKEND_CUDA_FUSE_SWIGLU_CLUSTER: cu_mm_args.nq of mode
- * SWIGLU with nq.row; one activation row, segment 0 the gate and 1 the up, both Q4_K rows of 2,560 columns, ff % 256 == 0).
- * CTA p's warps 0-4 sum gate rows 16p .. 16p + 15 and warps 5-9 the same up rows, each warp as mm_kernel_mma<2, 16, 1>'s
- * (AP 4's terms, which AP 6 shares), so each row's sum is that kernel's; the CTA stores g and u (mv_out) and puts its 16
- * SwiGLU values (nq_unit's ops) into the shared memory of the first CTA of its cluster of 16 (one 256-column unit of the
- * act), whose warp 0 writes the unit after the cluster's barrier (f32 and every format: nq_formats). The bits of the
- * gate + up launch and the SwiGLU launch. The next round's rows go to L2 before the dependency wait (pf_next CTAs on). */
-#define SWI_CL 16
-static __global__ void __launch_bounds__(320, 2) mm_kernel_mma_swi(const struct cu_mm_args P) {
-    __shared__ float part[10][16];
-    __shared__ __align__(16) float cl_h[256];
-    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, half = wid >= 5 ? 1 : 0, w5 = wid - 5 * half;
-    const cu_mm_seg &S = P.seg[half];
-    const int r0 = (int)blockIdx.x * 16, rows = min(16, S.n_rows - r0), n_sb = (int)(P.a.n / QK_K);
-    const uint8_t *wb = S.w + mv_woff((size_t)r0 * S.stride, S.stride, S.n_rows);
-    gpu_cluster_arrive_relaxed(); /* (waited on before the first store into another CTA's shared memory) */
-    if ((threadIdx.x == 0 || threadIdx.x == 160) && P.pf_next > 0) { /* this half's rows of the CTA that takes this one's place */
-        const int r1 = ((int)blockIdx.x + P.pf_next) * 16;
-        if (r1 < S.n_rows) {
-            const uintptr_t a0 = (uintptr_t)(S.w + mv_woff((size_t)r1 * S.stride, S.stride, S.n_rows)), a1 = a0 + (size_t)min(16, S.n_rows - r1) * S.stride;
-            const uintptr_t b0 = (a0 + 15) & ~(uintptr_t)15, b1 = a1 & ~(uintptr_t)15;
-            if (b1 > b0) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(b0), "r"((uint32_t)(b1 - b0)) : "memory");
-        }
-    }
-    const mma_conv cv{false, r0, NULL, NULL};
-    float y0, y1;
-    mma_rows_q4_K<2, 16, 4>(P, S, wb, rows, n_sb, w5, lane, cv, NULL, y0, y1); /* (the dependency wait inside) */
-    const int g = lane >> 2;
-    if ((lane & 3) == 0) {
-        part[wid][g] = y0;
-        part[wid][g + 8] = y1;
-    }
-    gpu_cluster_wait();
-    __syncthreads();
-    if (threadIdx.x < 16) {
-        const int jj = (int)threadIdx.x;
-        float gv = part[0][jj], uv = part[5][jj];
-        for (int k = 1; k < 5; k++) {
-            gv = __fadd_rn(gv, part[k][jj]);
-            uv = __fadd_rn(uv, part[5 + k][jj]);
-        }
-        mv_out<1>(P, P.seg[0], 0, r0, jj, gv, 0.f, false, NULL, 0);
-        mv_out<1>(P, P.seg[1], 0, r0, jj, uv, 0.f, false, NULL, 0);
-        const float h = __fmul_rn(__fdiv_rn(gv, __fadd_rn(1.0f, expf(-gv))), uv); /* nq_unit's SWIGLU value */
-        cooperative_groups::this_cluster().map_shared_rank(cl_h, 0)[(blockIdx.x % SWI_CL) * 16 + jj] = h;
-    }
-    gpu_cluster_arrive();
-    gpu_cluster_wait();
-    if (blockIdx.x % SWI_CL != 0 || threadIdx.x >= 32) return;
-    const int64_t unit = blockIdx.x / SWI_CL, e0 = unit * 256 + lane * 8;
-    float v[8];
-#pragma unroll
-    for (int k = 0; k < 8; k++) v[k] = cl_h[lane * 8 + k];
-    st8(P.nq.out.x + e0, v);
-    nq_formats(v, P.nq.out, P.nq.fmts, 0, unit, e0, lane);
-}
-#endif
-uint64_t cu_swi_cl_launches;
-extern "C" uint64_t backend_cuda_swiglu_cluster_launches(void) { return cu_swi_cl_launches; }
-/* The launch of mm_kernel_mma_swi where args has its shape (one activation row, two Q4_K segments of ff % 256 == 0 rows of
- * 2,560 columns, y the SwiGLU's gate and up, no bias or residual, the act's f32 rows aligned) and a cluster of 16 of its
- * CTAs fits on this GPU; false: nothing launched. */
-static bool mm_launch_swi(const struct cu_mm_args *args, gpuStream_t s) {
-#if !defined(VLLMC_HIP)
-    const cu_nq_fuse &q = args->nq;
-    if (args->n_act != 1 || args->n_seg != 2 || args->a.n != 2560 || !args->a.k_qs || q.mode != CU_NQ_SWIGLU || args->row_order ||
-        args->conv.on || !q.out.x || ((uintptr_t)q.out.x & 15) || q.out.n != args->seg[0].n_rows)
-        return false;
-    int gate = -1;
-    for (int i = 0; i < 2; i++)
-        if (args->seg[i].y == q.in0 && args->seg[1 - i].y == q.in1) gate = i;
-    if (gate < 0) return false;
-    for (int i = 0; i < 2; i++) {
-        const cu_mm_seg &S = args->seg[i];
-        if (S.type != GGML_TYPE_Q4_K || S.n_rows != args->seg[0].n_rows || S.n_rows % 256 || S.bias || S.res || S.ld_y != q.ld) return false;
-    }
-    static int fits = -1; /* clusters of 16 (a non-portable size) of this kernel: whether one can be resident */
-    if (fits < 0) {
-        fits = 0;
-        if (cudaFuncSetAttribute(mm_kernel_mma_swi, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess) {
-            cudaLaunchConfig_t cfg = {};
-            cudaLaunchAttribute at[1];
-            at[0].id = cudaLaunchAttributeClusterDimension;
-            at[0].val.clusterDim.x = SWI_CL; at[0].val.clusterDim.y = 1; at[0].val.clusterDim.z = 1;
-            cfg.gridDim = dim3(SWI_CL); cfg.blockDim = dim3(320); cfg.attrs = at; cfg.numAttrs = 1;
-            int n = 0;
-            fits = cudaOccupancyMaxActiveClusters(&n, mm_kernel_mma_swi, &cfg) == cudaSuccess && n >= 1;
-        }
-        (void)cudaGetLastError();
-    }
-    if (!fits) return false;
-    struct cu_mm_args a = *args;
-    if (gate == 1) { a.seg[0] = args->seg[1]; a.seg[1] = args->seg[0]; }
-    a.seg[0].cta0 = a.seg[1].cta0 = 0;
-    a.pf_next = (cu_mm_cfg.mma & 2048) ? mm_resident(mm_kernel_mma_swi, 320) : 0;
-    if (a.pf_next == MM_RESIDENT_NONE) a.pf_next = 0;
-    gpu_launch_cluster(mm_kernel_mma_swi, dim3((unsigned)(a.seg[0].n_rows / 16)), dim3(320), 0, s, dim3(SWI_CL, 1, 1), a);
-    return true;
-#else
-    (void)args; (void)s;
-    return false;
-#endif
-}
 template <int U, int NA>
 static mm_cols_fn mm_cols_pick(int sbw, int kt) {
     if (sbw == 2) return kt == 1 ? mm_kernel_cols<2, 1, U, NA> : kt == 2 ? mm_kernel_cols<2, 2, U, NA> : mm_kernel_cols<2, 3, U, NA>;
@@ -4657,18 +4550,6 @@ extern "C" uint64_t backend_cuda_nq_launches(void) { return cu_nq_fused_launches
 
 void cu_launch_matmul(const struct cu_mm_args *args, gpuStream_t s) {
     if (args->n_act <= 0 || args->n_ctas <= 0) return;
-    if (args->nq.on && args->nq.row) { /* the SwiGLU by clusters (BACKEND_CUDA_FUSE_SWIGLU_CLUSTER), else the two launches */
-        if (mm_launch_swi(args, s)) {
-            cu_swi_cl_launches++;
-            return;
-        }
-        struct cu_mm_args a = *args;
-        a.nq.on = 0;
-        cu_launch_matmul(&a, s);
-        const cu_nq_fuse &q = args->nq;
-        cu_launch_norm_quant(q.mode, q.in0, q.in1, q.ld, q.w, q.eps, q.group, args->n_act, q.out, q.fmts, s);
-        return;
-    }
     if (mm_launch(args, s)) { /* the column-split or streaming kernel: the conv and the norm + quantize are in it */
         cu_nq_fused_launches += args->nq.on != 0;
         return;
