@@ -89,6 +89,16 @@ def test_decode_host_side(stub_env, models, shape):
     assert (rep, cap) == (0, 0)
 
 
+def test_bench_profile_keeps_pipelined_runs(stub_env, models):
+    """bench --profile times its runs as bench does (pipelined steps, their tokens checked against the step-by-step
+    warm-up) and then profiles one eager pass on a backend of its own."""
+    out = run(stub_env, "bench", "-m", models["qwen35"], "-p", "16", "-g", "24", "-r", "2", "--profile")
+    assert "under the step before: pipelined steps" in out, out[-2000:]
+    assert "profile of the decode steps" in out and re.search(r"wall TPOT of the timed runs [0-9.]+ ms", out), out[-2000:]
+    out = run(stub_env, "bench", "-m", models["qwen35"], "-p", "16", "-g", "24", "-r", "2", "--profile", "--no-pipeline")
+    assert "pipelined steps" not in out and "profile of the decode steps" in out, out[-2000:]
+
+
 def test_ws_host_side(stub_env, models):
     """The warp-streamed mat-vec's launcher (VLLMC_CUDA_WS, off by default) takes the decode's Q4_K / Q6_K launches of the
     real residual widths, with its long and short rings, recorded and eager; none without it."""
