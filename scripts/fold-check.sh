@@ -3,8 +3,9 @@
 # mix + norm, 256 the MoE router + norm; VLLMC_CUDA_MIX_CL=1 the mix's cluster form; BENCHMARKS.md "The norm folds
 # measured"). Binaries from .carry/bin.tar.xz (scripts/gpu-carry.sh), models made here with .carry/synth_gguf.py, the tiny
 # qwen35moe files from .carry/moe. In order of what decides most, each stage skipped past FOLD_BUDGET seconds (default
-# 540): the bits (test_cuda_ops mix_row gdn_cluster), qwen36-14b-a3b default (64) against the folds in turn, twice, with the greedy ids of each setting; graph == eager on the tiny models with the folds; the engine;
-# compute-sanitizer (racecheck, memcheck) over the two op tests; qwen36-35b-a3b once each. Summary in $OUT/summary.txt.
+# 540): the bits (test_cuda_ops mix_row gdn_cluster); qwen36-14b-a3b default (64) against the folds in turn, twice,
+# with the greedy ids of each setting; graph == eager on the tiny models with the folds; the engine; compute-sanitizer
+# (racecheck, memcheck) over test_cuda_ops mix_row; qwen36-35b-a3b once each. Summary in $OUT/summary.txt.
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu-out}; mkdir -p "$OUT"; S=$OUT/summary.txt; : > "$S"; T0=$(date +%s)
 BUDGET=${FOLD_BUDGET:-540}

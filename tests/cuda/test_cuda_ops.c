@@ -1054,8 +1054,9 @@ static void test_mix_row(void) {
             backend_cuda_set_matvec_mma(mma);
             const bool pre_ok = T == 1 && NE <= 2048 && mma >= 0;
             CHECK_MSG(took_pre[0] == 0 && (took_pre[1] >= 1) == pre_ok && (took_pre[2] >= 1) == pre_ok,
-                      "moe norm in the router launch: %llu / %llu launches took it (want 0 off, %s on)",
-                      (unsigned long long)took_pre[0], (unsigned long long)took_pre[1], pre_ok ? ">= 1" : "0");
+                      "moe norm in the router launch: %llu / %llu / %llu launches took it (want 0 off, %s on)",
+                      (unsigned long long)took_pre[0], (unsigned long long)took_pre[1], (unsigned long long)took_pre[2],
+                      pre_ok ? ">= 1" : "0");
             CHECK_MSG(rep_bad == 0, "moe mix + norm: the separate launches differ between capture and replay (%zu bytes)", rep_bad);
             CHECK_MSG(bad == 0, "moe mix + norm: %zu bytes differ from the separate launches", bad);
             for (int i = 0; i < 6; i++) free(res[i / 2][i % 2]);

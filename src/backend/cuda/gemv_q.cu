@@ -2751,7 +2751,6 @@ template <typename K> static int mm_resident(K *k, int threads, size_t smem = 0)
     if (i < 32) { pk[i] = (const void *)k; pt[i] = threads; ps[i] = smem; pn[i] = per * sms; }
     return per * sms;
 }
-
 template <int U, int NA>
 static mm_cols_fn mm_cols_pick(int sbw, int kt) {
     if (sbw == 2) return kt == 1 ? mm_kernel_cols<2, 1, U, NA> : kt == 2 ? mm_kernel_cols<2, 2, U, NA> : mm_kernel_cols<2, 3, U, NA>;
