@@ -957,120 +957,6 @@ static void test_moe(void) {
     test_moe_case('K', mx, mx, mx, 1, mx, mx, GGML_TYPE_Q8_0, 256, 512, 256, 12, 9, 4, 0);
 }
 
-/* The norm + quantize launches around a MoE op folded into its launches (recorded decode steps): a step of T sequences
- * of one token each, as a MoE layer's FFN runs,
- *   a = rmsnorm_quantize(x), o = moe(a), x += o (the fused add), f = rmsnorm_quantize(x), logits = Wh f (ends the step:
- *   captured, then replayed)
- * with BACKEND_CUDA_FUSE_NORM_ROUTER (the first norm in the router's launch; one row, CUDA's F32 router kernel: 2,048
- * columns) and BACKEND_CUDA_FUSE_NORM_MIX_ROW (the mix and the second norm in one launch, a CTA a row) leaves the same bytes
- * in x, a and f (f32, Q8_K, Q8_0) and the logits as the separate launches. T 1 and 3; Q4_K / Q6_K experts with a shared
- * expert (the column-split expert path) and Q8_0 / Q4_0 ones (the general path); 2,048 and 4,096 columns. */
-static size_t nq_act_bytes(const struct bk_act *a, int f);
-static void test_mix_row(void) {
-    const uint32_t fmts = BK_ACT_BIT(BK_ACT_F32) | BK_ACT_BIT(BK_ACT_Q8_K) | BK_ACT_BIT(BK_ACT_Q8_0);
-    const uint32_t q4 = GGML_TYPE_Q4_K, q6 = GGML_TYPE_Q6_K;
-    const uint32_t tset[2][3] = {{q4, q4, q6}, {GGML_TYPE_Q8_0, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0}};
-    for (int ts = 0; ts < 2; ts++) {
-        const int64_t NE = ts ? 4096 : 2048, NFF = 512, E = 32, V = 1000;
-        const int K = 8, shared = ts == 0;
-        struct moe_w router, ge, ue, de, gs, us, ds, sgate, wh;
-        memset(&gs, 0, sizeof(gs)); memset(&us, 0, sizeof(us)); memset(&ds, 0, sizeof(ds)); memset(&sgate, 0, sizeof(sgate));
-        make_moe_w(&router, GGML_TYPE_F32, 2, NE, E, 1);
-        make_moe_w(&ge, tset[ts][0], 3, NE, NFF, E);
-        make_moe_w(&ue, tset[ts][1], 3, NE, NFF, E);
-        make_moe_w(&de, tset[ts][2], 3, NFF, NE, E);
-        if (shared) {
-            make_moe_w(&gs, q4, 2, NE, NFF, 1);
-            make_moe_w(&us, q4, 2, NE, NFF, 1);
-            make_moe_w(&ds, q6, 2, NFF, NE, 1);
-            make_moe_w(&sgate, GGML_TYPE_F32, 1, NE, 1, 1);
-        }
-        make_moe_w(&wh, q6, 2, NE, V, 1);
-        const struct bk_moe_weights gw = {&router.g, &ge.g, &ue.g, &de.g, shared ? &gs.g : NULL, shared ? &us.g : NULL,
-                                          shared ? &ds.g : NULL, shared ? &sgate.g : NULL};
-        const struct bk_moe_params mp = {K, true};
-        float *wnorm = rand_buf((size_t)NE, 1.0f), *wn = dev_put(wnorm, (size_t)NE * 4);
-        for (int T = 1; T <= 3; T += 2) {
-            struct bk_act a, f;
-            CHECK(bk_act_alloc(gpu, T, NE, fmts, &a) == VLLMC_OK);
-            CHECK(bk_act_alloc(gpu, T, NE, fmts, &f) == VLLMC_OK);
-            float *x0 = rand_buf((size_t)(T * NE), 4.0f);
-            float *o, *x, *logits;
-            CHECK(gpu->ops->alloc(gpu, (size_t)(T * NE) * 4, (void **)&o) == VLLMC_OK);
-            CHECK(gpu->ops->alloc(gpu, (size_t)(T * NE) * 4, (void **)&x) == VLLMC_OK);
-            CHECK(gpu->ops->alloc(gpu, (size_t)(T * V) * 4, (void **)&logits) == VLLMC_OK);
-            const size_t sx = (size_t)(T * NE) * 4, sl = (size_t)(T * V) * 4;
-            const size_t fk = nq_act_bytes(&f, BK_ACT_Q8_K), f0 = nq_act_bytes(&f, BK_ACT_Q8_0), nb = 4 * sx + 2 * fk + 2 * f0 + sl;
-            float *wnorm2 = rand_buf((size_t)NE, 1.0f), *wn2 = dev_put(wnorm2, (size_t)NE * 4);
-            uint8_t *res[3][2];
-            uint64_t took[3], took_pre[3];
-            for (int on = 0; on < 3; on++) { /* off, on (a CTA a row), on (a cluster a row: backend_cuda_set_mix_cl) */
-                backend_cuda_set_fuse_nq(gpu, on ? BACKEND_CUDA_FUSE_NORM_MIX_ROW | BACKEND_CUDA_FUSE_NORM_ROUTER : 0);
-                const int old_cl = backend_cuda_set_mix_cl(on == 2);
-                const uint64_t l0 = backend_cuda_mix_row_launches(), p0 = backend_cuda_router_pre_launches();
-                for (int rep = 0; rep < 2; rep++) {
-                    /* every output poisoned first (the same bytes each run): one the fused launches leave unwritten
-                       keeps the poison where the separate ones wrote values */
-                    poison_bytes(f.x, sx); poison_bytes(f.q[BK_ACT_Q8_K], fk); poison_bytes(f.q[BK_ACT_Q8_0], f0);
-                    poison_bytes(a.x, sx); poison_bytes(a.q[BK_ACT_Q8_K], fk); poison_bytes(a.q[BK_ACT_Q8_0], f0);
-                    poison_bytes(o, sx); poison_bytes(logits, sl);
-                    CHECK(gpu->ops->copy_to_device(gpu, x, x0, sx) == VLLMC_OK);
-                    gpu_batch_single_tokens(T);
-                    CHECK(gpu->ops->rmsnorm_quantize(gpu, x, wn2, 1e-6f, T, &a) == VLLMC_OK);
-                    CHECK_MSG(gpu->ops->moe(gpu, &a, &gw, &mp, o) == VLLMC_OK, "%s", vllmc_last_error());
-                    CHECK(gpu->ops->add(gpu, x, o, T, NE) == VLLMC_OK);
-                    CHECK(gpu->ops->rmsnorm_quantize(gpu, x, wn, 1e-6f, T, &f) == VLLMC_OK);
-                    int32_t am[4];
-                    CHECK(gpu->ops->logits(gpu, &f, &wh.g, logits, am) == VLLMC_OK);
-                    uint8_t *p = res[on][rep] = malloc(nb);
-                    dev_get(p, x, sx); p += sx;
-                    dev_get(p, a.x, sx); p += sx;
-                    dev_get(p, o, sx); p += sx;
-                    dev_get(p, a.q[BK_ACT_Q8_K], fk); p += fk;
-                    dev_get(p, a.q[BK_ACT_Q8_0], f0); p += f0;
-                    dev_get(p, f.x, sx); p += sx;
-                    dev_get(p, f.q[BK_ACT_Q8_K], fk); p += fk;
-                    dev_get(p, f.q[BK_ACT_Q8_0], f0); p += f0;
-                    dev_get(p, logits, sl);
-                }
-                took[on] = backend_cuda_mix_row_launches() - l0;
-                took_pre[on] = backend_cuda_router_pre_launches() - p0;
-                backend_cuda_set_mix_cl(old_cl);
-            }
-            backend_cuda_set_fuse_nq(gpu, 0);
-            size_t bad = 0, rep_bad = 0;
-            for (size_t i = 0; i < nb; i++) {
-                for (int on = 1; on < 3; on++) bad += (res[on][0][i] != res[0][0][i]) + (res[on][1][i] != res[0][0][i]);
-                rep_bad += res[0][1][i] != res[0][0][i];
-            }
-            printf("moe norms in its launches (%s / %s / %s experts%s, %lld columns, %d rows): %llu mix launches and %llu router "
-                   "launches took them, %zu of %zu bytes differ from the separate launches\n", quant_traits(tset[ts][0])->name,
-                   quant_traits(tset[ts][1])->name, quant_traits(tset[ts][2])->name, shared ? ", shared expert" : "", (long long)NE, T,
-                   (unsigned long long)(took[1] + took[2]), (unsigned long long)(took_pre[1] + took_pre[2]), bad, 4 * nb);
-            CHECK_MSG(took[0] == 0 && took[1] >= 1 && took[2] >= 1, "moe mix + norm: %llu / %llu / %llu launches took it (want 0 off, >= 1 on)",
-                      (unsigned long long)took[0], (unsigned long long)took[1], (unsigned long long)took[2]);
-            /* the router kernel with the norm: one row, rows of at most 2,048 columns (F32R_K), CUDA */
-            const int mma = backend_cuda_set_matvec_mma(0); /* (< 0: HIP, which has no such kernel) */
-            backend_cuda_set_matvec_mma(mma);
-            const bool pre_ok = T == 1 && NE <= 2048 && mma >= 0;
-            CHECK_MSG(took_pre[0] == 0 && (took_pre[1] >= 1) == pre_ok && (took_pre[2] >= 1) == pre_ok,
-                      "moe norm in the router launch: %llu / %llu / %llu launches took it (want 0 off, %s on)",
-                      (unsigned long long)took_pre[0], (unsigned long long)took_pre[1], (unsigned long long)took_pre[2],
-                      pre_ok ? ">= 1" : "0");
-            CHECK_MSG(rep_bad == 0, "moe mix + norm: the separate launches differ between capture and replay (%zu bytes)", rep_bad);
-            CHECK_MSG(bad == 0, "moe mix + norm: %zu bytes differ from the separate launches", bad);
-            for (int i = 0; i < 6; i++) free(res[i / 2][i % 2]);
-            bk_act_free(gpu, &a); bk_act_free(gpu, &f);
-            gpu->ops->free(gpu, o); gpu->ops->free(gpu, x); gpu->ops->free(gpu, logits); gpu->ops->free(gpu, wn2);
-            free(x0); free(wnorm2);
-        }
-        gpu->ops->free(gpu, wn);
-        free(wnorm);
-        free_moe_w(&router); free_moe_w(&ge); free_moe_w(&ue); free_moe_w(&de);
-        free_moe_w(&gs); free_moe_w(&us); free_moe_w(&ds); free_moe_w(&sgate); free_moe_w(&wh);
-    }
-}
-
 /* KV dtypes: the stored elements byte for byte equal to the CPU's (f16, bf16, fp8 e4m3 with per-layer
  * scales and a per-channel key shift), for fresh random k/v spanning fp8 subnormals, normals and saturation, plus special values (NaN,
  * inf, +-448 and above, rounding ties); then the attention output (prefill, then decode) against the CPU's. */
@@ -2494,7 +2380,6 @@ int main(int argc, char **argv) {
         test_gdn_cluster(128, 8, -1, false, 20);
     }
     if (want("moe")) test_moe();
-    if (want("mix_row")) test_mix_row();
     if (want("sample")) test_sample();
     if (want("errors")) test_errors();
     ref->ops->destroy(ref);

@@ -188,28 +188,6 @@ def test_moe2_pass_takes_every_moe_op(stub_env, models):
     assert re.search(r"^\| 4 \| 4 \|", out, re.M), out[-2000:]
 
 
-def test_moe_norms_fold(stub_env, models):
-    """qwen35moe-wide (4 MoE layers, D 512): VLLMC_CUDA_FUSE_NQ bit 128 folds the norm after each MoE op (the next layer's
-    input norm, the last one's output norm) into its mix, bit 256 the norm before each into the router's launch: each
-    takes 4 launches out of every captured step, both 8 (the default is 64, the GDN's gated norm by clusters); the
-    cluster form of the mix (VLLMC_CUDA_MIX_CL=1) the same; the engine's batched steps run through with both. The GPU
-    machine's test_cuda_ops mix_row checks the bits."""
-    m = models["qwen35moe-wide"]
-    args = ("bench", "-m", m, "-p", "16", "-g", "24", "-r", "1")
-    log = {"STUB_CUDA_LOG": "1"}
-    base = launches(run(stub_env, *args, extra=log))
-    assert base, "no graph captured"
-    for mask, fewer in (("192", 4), ("320", 4), ("448", 8)):
-        got = launches(run(stub_env, *args, extra=dict(log, VLLMC_CUDA_FUSE_NQ=mask)))
-        assert [n + fewer for n in got] == base, (mask, got, base)
-    got = launches(run(stub_env, *args, extra=dict(log, VLLMC_CUDA_FUSE_NQ="448", VLLMC_CUDA_MIX_CL="1")))
-    assert [n + 8 for n in got] == base, (got, base)
-    out = run(stub_env, *args, extra=dict(log, VLLMC_CUDA_FUSE_NQ="448", VLLMC_CUDA_MIX_CL="yes"))
-    assert "VLLMC_CUDA_MIX_CL=yes" in out and [n + 8 for n in launches(out)] == base, out[-1500:]
-    out = run(stub_env, "bench", "-m", m, "--concurrency", "1,4", "-p", "16", "-g", "8", "-r", "1", extra={"VLLMC_CUDA_FUSE_NQ": "448"})
-    assert re.search(r"^\| 4 \| 4 \|", out, re.M), out[-2000:]
-
-
 SANITIZER = re.compile(r"ERROR: AddressSanitizer|ERROR: LeakSanitizer|runtime error:")
 
 

@@ -1215,7 +1215,6 @@ static bool fuse_nq(cu_backend *c, int mode, const float *in0, const float *in1,
     const int64_t n = out->n_cols;
     struct cu_nq_fuse *q = NULL;
     uint32_t feed = 0;
-    bool row = false;
     if (op == CU_OP_MATMUL) {
         rec_matmul *m = (rec_matmul *)args;
         if (!(c->fuse_nq & (mode == CU_NQ_RMSNORM ? BACKEND_CUDA_FUSE_NORM_MATMUL : BACKEND_CUDA_FUSE_SWIGLU))) return false;
@@ -1233,13 +1232,11 @@ static bool fuse_nq(cu_backend *c, int mode, const float *in0, const float *in1,
         }
         if (mode == CU_NQ_RMSNORM ? n0 != 1 : (mode != CU_NQ_SWIGLU || n0 != 1 || n1 != 1 || in0 == in1)) return false;
         q = &m->a.nq;
-    } else if (op == CU_OP_MOE) { /* the mix kernel: a CTA a row (NORM_MIX_ROW), else a counter per row */
+    } else if (op == CU_OP_MOE) { /* the mix kernel: a counter per row */
         rec_moe *r = (rec_moe *)args;
-        row = (c->fuse_nq & BACKEND_CUDA_FUSE_NORM_MIX_ROW) && !r->a.mix_cnt && !r->a.m2.on && n <= CU_MIX_ROW_MAX &&
-              n_rows <= 65535;
-        if (mode != CU_NQ_RMSNORM || r->a.nq.on || r->a.res != in0 || r->a.n_embd != n || r->a.T != n_rows ||
-            (!row && (!(c->fuse_nq & BACKEND_CUDA_FUSE_NORM_MIX) ||
-                      n_rows > CU_NQ_FUSE_COUNTERS / 2))) /* (the second half: the mix in the down launch) */
+        if (!(c->fuse_nq & BACKEND_CUDA_FUSE_NORM_MIX) || mode != CU_NQ_RMSNORM || r->a.nq.on || r->a.res != in0 ||
+            r->a.n_embd != n || r->a.T != n_rows ||
+            n_rows > CU_NQ_FUSE_COUNTERS / 2) /* (the second half: the mix in the down launch) */
             return false;
         q = &r->a.nq;
     } else {
@@ -1248,7 +1245,6 @@ static bool fuse_nq(cu_backend *c, int mode, const float *in0, const float *in1,
     memset(q, 0, sizeof(*q));
     q->in0 = in0; q->in1 = in1; q->w = w; q->cnt = c->nq_cnt; q->out = cu_act_split(out); q->ld = ld; q->eps = eps;
     q->mode = mode; q->group = 0; q->fmts = out->fmts; q->feed = feed; q->n_feed = mode == CU_NQ_RMSNORM ? 1 : 2; q->on = 1;
-    q->row = row;
     c->stats.fused_nq++;
     return true;
 }
@@ -1858,19 +1854,6 @@ static vllmc_status cu_moe(struct backend *be, const struct bk_act *in, const st
     rec_moe r;
     memset(&r, 0, sizeof(r));
     struct cu_moe_args *a = &r.a;
-    /* the one-row RMSNorm + quantize recorded just before, whose output is this op's input: into the router's launch */
-    if (c->recording && (c->fuse_nq & BACKEND_CUDA_FUSE_NORM_ROUTER) && T == 1 && in->x) {
-        uint32_t op = 0;
-        const rec_nq *q = (const rec_nq *)rec_back(c, 1, &op);
-        if (q && op == CU_OP_NQ && q->mode == CU_NQ_RMSNORM && q->n_rows == 1 && q->out.x == in->x && q->out.n == n_embd && q->w &&
-            q->in0 && q->in0 != in->x && (q->fmts & in->fmts) == in->fmts) {
-            struct cu_nq_fuse *f = &a->pre;
-            f->in0 = q->in0; f->w = q->w; f->out = q->out; f->ld = q->ld; f->eps = q->eps; f->mode = q->mode; f->fmts = q->fmts;
-            f->on = 1;
-            rec_drop(c, 1);
-            c->stats.fused_nq++;
-        }
-    }
     /* 1. router (+ shared-expert gate) */
     a->router.a = act_view(in);
     a->router.n_act = (int32_t)T;
@@ -2232,9 +2215,6 @@ extern "C" vllmc_status backend_cuda_create(const struct backend_cuda_opts *o, s
     if ((env = getenv("VLLMC_CUDA_MOE_RS"))) backend_cuda_set_moe_route_sort(atoi(env));
     if ((env = getenv("VLLMC_CUDA_MOE_PRE"))) backend_cuda_set_moe_pre(atoi(env)); /* the down launch routes before its wait */
     if ((env = getenv("VLLMC_CUDA_F32R"))) backend_cuda_set_f32r(atoi(env)); /* F32 rows (the MoE router) on mm_kernel_f32r */
-    if ((env = getenv("VLLMC_CUDA_MIX_CL")) && strcmp(env, "0") && strcmp(env, "1")) /* the mix + norm by a cluster a row */
-        LOG_WARN("VLLMC_CUDA_MIX_CL=%s: not 0 or 1; the mix + norm keeps a CTA a row", env);
-    else if (env) backend_cuda_set_mix_cl(env[0] == '1');
     if ((env = getenv("VLLMC_CUDA_MOE_GROUP"))) backend_cuda_set_moe_group(atoi(env)); /* MoE ops of N rows or more with the
                                                                                     entries grouped by expert; 0 off */
     c->batch_invariant = o && o->batch_invariant;

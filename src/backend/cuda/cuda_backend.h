@@ -193,10 +193,6 @@ uint64_t backend_cuda_ws_launches(void);
 /* Matmul launches so far (process-wide) that ran the norm + quantize of their outputs inside them (the RMSNorm after a
  * fused residual add, the SwiGLU after gate / up: backend_cuda_set_fuse_nq). */
 uint64_t backend_cuda_nq_launches(void);
-/* MoE mix launches that normed and quantized the row they completed (BACKEND_CUDA_FUSE_NORM_MIX_ROW), process-wide */
-uint64_t backend_cuda_mix_row_launches(void);
-/* MoE router launches that formed their input row (BACKEND_CUDA_FUSE_NORM_ROUTER), process-wide */
-uint64_t backend_cuda_router_pre_launches(void);
 /* The norm + quantize that reads a launch's outputs moves into that launch (the CTA that completes a unit of the output
  * does it; same functions, same bits), in recorded steps, per bit of mask:
  *   BACKEND_CUDA_FUSE_NORM_MATMUL  the RMSNorm of the residual a matmul added to (measured slower once: BENCHMARKS.md)
@@ -207,18 +203,13 @@ uint64_t backend_cuda_router_pre_launches(void);
  *   BACKEND_CUDA_FUSE_ATTN_COMBINE the decode attention's combine into its split launch (the last split of a head)
  *   BACKEND_CUDA_FUSE_GATED_CLUSTER (CUDA; decode steps of up to 16 tokens, recorded or not) the GDN's gated RMSNorm
  *                                  into the rule kernel by clusters of CTAs: no counters, the bits of the separate launch
- *   BACKEND_CUDA_FUSE_NORM_MIX_ROW the RMSNorm of the residual a MoE op added to, with its mix in one launch of a CTA a
- *                                  row (rows of up to 8,192 columns): no counters, the bits of the two launches; before
- *                                  NORM_MIX where both are set
- *   BACKEND_CUDA_FUSE_NORM_ROUTER  (CUDA; one-row steps) the RMSNorm + quantize that forms a MoE op's input, in its router's
- *                                  launch (every CTA norms the row itself): the bits of the two launches
  * Default BACKEND_CUDA_FUSE_GATED_CLUSTER alone (the others measured slower: BENCHMARKS.md); VLLMC_CUDA_FUSE_NQ=mask sets
  * it at backend creation. Drops the captured graphs, so the
  * next steps are captured with the kernel choices in force then (e.g. backend_cuda_set_matvec_stream). */
 enum {
     BACKEND_CUDA_FUSE_NORM_MATMUL = 1, BACKEND_CUDA_FUSE_SWIGLU = 2, BACKEND_CUDA_FUSE_GATED = 4, BACKEND_CUDA_FUSE_NORM_MIX = 8,
     BACKEND_CUDA_FUSE_MOE_MIX = 16, BACKEND_CUDA_FUSE_ATTN_COMBINE = 32, BACKEND_CUDA_FUSE_GATED_CLUSTER = 64,
-    BACKEND_CUDA_FUSE_NORM_MIX_ROW = 128, BACKEND_CUDA_FUSE_NORM_ROUTER = 256, BACKEND_CUDA_FUSE_ALL = 511
+    BACKEND_CUDA_FUSE_ALL = 127
 };
 void backend_cuda_set_fuse_nq(struct backend *be, unsigned mask);
 /* MoE ops of up to max_rows rows with Q4_K / Q6_K experts on the column-split expert kernels (routing inside the
@@ -242,9 +233,6 @@ int backend_cuda_set_moe_pre(int on);
  * dependency wait; the same bits; the CUDA default), 0: on mm_kernel_rows. Returns the previous setting, or -1 where
  * the kernel is not built (HIP). backend_cuda_f32r_launches counts its launches. */
 int backend_cuda_set_f32r(int on);
-/* BACKEND_CUDA_FUSE_NORM_MIX_ROW's form: 1 a cluster of n / 256 CTAs a row (CUDA; rows of 256-column units, at most 8),
- * 0 one CTA a row; returns the previous setting (the same bits either way) */
-int backend_cuda_set_mix_cl(int on);
 uint64_t backend_cuda_f32r_launches(void);
 /* Down launches that took the routing before the wait so far, process-wide. */
 uint64_t backend_cuda_moe_pre_launches(void);

@@ -147,11 +147,8 @@ struct cu_nq_fuse {
     int32_t on, mode, group;   /* cu_launch_norm_quant's mode (RMSNORM, SWIGLU, GATED) and group */
     uint32_t fmts;
     uint32_t feed;             /* matmul: bit i, segment i feeds the output */
-    int32_t n_feed;
-    int32_t row;               /* the MoE mix (RMSNORM): a CTA a row mixes the whole row and norms it (moe_mix_row_kernel;
-                                  BACKEND_CUDA_FUSE_NORM_MIX_ROW), no counters */
+    int32_t n_feed, pad;
 };
-#define CU_MIX_ROW_MAX 8192    /* its rows' width at most (the row in shared memory) */
 /* Counters a fused norm + quantize of mode over n output columns and n_act activation rows needs. */
 int64_t cu_nq_fuse_counters(int mode, int64_t n, int64_t n_act);
 #define CU_NQ_FUSE_COUNTERS 8192 /* the backend's counter array */
@@ -457,10 +454,7 @@ struct cu_moe_args {
     const float *Y, *Ys;
     float *out;
     float *res;                /* or NULL: also res[t][c] += out[t][c] (the residual add) */
-    struct cu_nq_fuse nq;      /* nq.on: the RMSNorm + quantize of res in the mix kernel's epilogue (a counter per row, or
-                                  nq.row: a CTA a row) */
-    struct cu_nq_fuse pre;     /* pre.on (T 1): the RMSNorm + quantize that forms the op's input row, in the router's launch
-                                  (cu_launch_router_pre; BACKEND_CUDA_FUSE_NORM_ROUTER) */
+    struct cu_nq_fuse nq;      /* nq.on: the RMSNorm + quantize of res in the mix kernel's epilogue (a counter per row) */
     unsigned *mix_cnt;         /* or NULL: where the column-split expert kernels run, the mix goes into the down launch
                                   (these counters, [T][ceil(n_embd / 256)]) and no mix kernel runs */
     int64_t n_embd;
@@ -505,9 +499,6 @@ struct cu_moe_cols_args {
     struct cu_moe_mix mix;     /* down: mix.on, the mix (and the norm + quantize after it) in its epilogue */
 };
 bool cu_launch_moe_cols(const struct cu_moe_args *a, gpuStream_t s);
-/* The router launch `args` with the one-row RMSNorm + quantize q that forms its activation in it (CUDA: mm_kernel_f32r_pre,
- * the bits of the two launches), else the norm's launch and then the router's. */
-void cu_launch_router_pre(const struct cu_mm_args *args, const struct cu_nq_fuse *q, gpuStream_t s);
 /* Entries grouped by expert (steps of many rows): route, sort the entries by expert (stable) into groups of up to
  * CU_MOE_GRP, then gate+up and down with each CTA loading its expert's rows once for the whole group; each entry's
  * sums are the column-split kernels', so the bits equal cu_launch_moe_cols's. Same types and shapes as that path, any

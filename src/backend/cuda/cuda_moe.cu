@@ -20,9 +20,6 @@
 #include "backend/cuda/moe_sort.h"
 #include "backend/cuda/moe_route.h"
 #include "quant/quant.h"
-#if !defined(VLLMC_HIP)
-#include <cooperative_groups.h>
-#endif
 
 /* One 32-lane group per row. Lane l owns experts l, l + 32, ... */
 static __global__ void __launch_bounds__(32) moe_route_kernel(const float *logits, int E, int k, int norm, int32_t *ids,
@@ -90,77 +87,6 @@ static __global__ void __launch_bounds__(256) moe_mix_kernel(const float *Y, con
     }
 }
 
-/* The mix with the RMSNorm + quantize of the residual row it completes (nq.row: BACKEND_CUDA_FUSE_NORM_MIX_ROW), a CTA
- * a row: the mix of every column (moe_mix_cols: moe_mix_col's ops; out, res), the new residual row kept in shared
- * memory, then the norm's scale and units as norm_quant_kernel forms them (nq_rms_scale, nq_unit). So the bits of the
- * two launches, in one: no counters, no fence, the row never read back through L2. */
-#define MIX_ROW_THREADS 512
-uint64_t cu_mix_row_launches;
-extern "C" uint64_t backend_cuda_mix_row_launches(void) { return cu_mix_row_launches; }
-static __global__ void __launch_bounds__(MIX_ROW_THREADS) moe_mix_row_kernel(const float *Y, const float *wts, int k, const float *Ys,
-                                                                          const float *glog, int64_t n, float *out, float *res,
-                                                                          const struct cu_nq_fuse nq) {
-    __shared__ __align__(16) float xs[CU_MIX_ROW_MAX];
-    __shared__ double red[NQ_WARPS];
-    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, W = (int)(blockDim.x >> 5);
-    const int64_t t = blockIdx.x, units = (n + 255) / 256;
-    /* the norm weights of the warp's first unit before the dependency wait (norm_quant_kernel's wv) */
-    float wv[8];
-    const int64_t e0 = (int64_t)wid * 256 + lane * 8;
-    const bool pre = nq.w && wid < units && e0 + 8 <= n;
-    if (pre)
-#pragma unroll
-        for (int q = 0; q < 8; q++) wv[q] = nq.w[e0 + q];
-    gpu_pdl_wait();
-    gpu_pdl_trigger();
-    for (int64_t c0 = threadIdx.x; c0 < n; c0 += 4 * (int64_t)blockDim.x)
-        moe_mix_cols<4>(Y, wts, k, Ys, glog, n, out, res, t, c0, blockDim.x, xs);
-    __syncthreads();
-    const float scale = nq_rms_scale(xs, n, nq.eps, red);
-    for (int64_t u = wid; u < units; u += W)
-        nq_unit(CU_NQ_RMSNORM, NULL, NULL, n, nq.w, nq.eps, 0, scale, nq.out, nq.fmts, t, u, lane, pre && u == wid ? wv : NULL, xs);
-}
-
-#if !defined(VLLMC_HIP)
-/* The same by a cluster of n / 256 CTAs a row (cu_mix_cl; n % 256 == 0, at most 8 CTAs): CTA b mixes columns 256b ..
- * 256b + 255 (moe_mix_cols: out, res), stores their new residual values into every CTA's copy of the row (distributed
- * shared memory), and after the cluster's barrier each CTA forms the norm's scale from its copy (nq_rms_scale) and its
- * warp 0 writes unit b (nq_unit). The barrier's first phase (a relaxed arrive at the start, waited on after the
- * dependency wait) makes sure every CTA runs before its shared memory is written. */
-#define MIX_CL_MAX 8
-static __global__ void __launch_bounds__(256) moe_mix_cl_kernel(const float *Y, const float *wts, int k, const float *Ys, const float *glog,
-                                                                int64_t n, float *out, float *res, const struct cu_nq_fuse nq) {
-    __shared__ __align__(16) float xs[256 * MIX_CL_MAX];
-    __shared__ double red[NQ_WARPS];
-    const int64_t t = blockIdx.y, b = blockIdx.x, c = b * 256 + threadIdx.x;
-    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nb = (int)(n / 256);
-    float wv[8];
-    const bool pre = nq.w && wid == 0;
-    if (pre)
-#pragma unroll
-        for (int q = 0; q < 8; q++) wv[q] = nq.w[b * 256 + lane * 8 + q];
-    gpu_cluster_arrive_relaxed();
-    gpu_pdl_wait();
-    gpu_pdl_trigger();
-    gpu_cluster_wait();
-    moe_mix_cols<1>(Y, wts, k, Ys, glog, n, out, res, t, c, 256, xs);
-    const float v = xs[c];
-    cooperative_groups::cluster_group cl = cooperative_groups::this_cluster();
-    for (int r = 0; r < nb; r++)
-        if (r != (int)b) cl.map_shared_rank(xs, (unsigned)r)[c] = v;
-    gpu_cluster_arrive();
-    gpu_cluster_wait();
-    const float scale = nq_rms_scale(xs, n, nq.eps, red);
-    if (wid == 0) nq_unit(CU_NQ_RMSNORM, NULL, NULL, n, nq.w, nq.eps, 0, scale, nq.out, nq.fmts, t, b, lane, pre ? wv : NULL, xs);
-}
-#endif
-int cu_mix_cl = 0;
-extern "C" int backend_cuda_set_mix_cl(int on) {
-    const int old = cu_mix_cl;
-    cu_mix_cl = on != 0;
-    return old;
-}
-
 /* The entries sorted by expert (moe_sort.h), one CTA of at least E threads. */
 static __global__ void __launch_bounds__(1024) moe_sort_kernel(const int32_t *ids, int n_ent, int E, int32_t *perm, int4 *grp,
                                                                int gmax) {
@@ -218,8 +144,7 @@ int cu_launch_moe_grouped(const struct cu_moe_args *a, gpuStream_t s) {
 
 int cu_launch_moe(const struct cu_moe_args *a, gpuStream_t s) {
     if (a->T <= 0) return CU_MOE_PATH_GENERAL;
-    if (a->pre.on) cu_launch_router_pre(&a->router, &a->pre, s);
-    else cu_launch_matmul(&a->router, s);
+    cu_launch_matmul(&a->router, s);
     /* a recorded decode step's tiled form (the moe2 pass checked it launches; a launch that fails is an error there) */
     if (a->m2.on && cu_moe2_launch(a, s, true)) return CU_MOE_PATH_TILED;
     int path = CU_MOE_PATH_GENERAL;
@@ -230,21 +155,6 @@ int cu_launch_moe(const struct cu_moe_args *a, gpuStream_t s) {
         path = g == 2 ? CU_MOE_PATH_GROUPED_RS : CU_MOE_PATH_GROUPED;
     } else {
         moe_experts(a, s, false);
-    }
-    if (a->nq.on && a->nq.row) {
-#if !defined(VLLMC_HIP)
-        if (cu_mix_cl && a->n_embd % 256 == 0 && a->n_embd / 256 <= MIX_CL_MAX) {
-            gpu_launch_cluster(moe_mix_cl_kernel, dim3((unsigned)(a->n_embd / 256), (unsigned)a->T), dim3(256), 0, s,
-                               dim3((unsigned)(a->n_embd / 256), 1, 1), a->Y, a->wts, a->k, a->shared ? a->Ys : NULL,
-                               a->sgate ? a->glog : NULL, a->n_embd, a->out, a->res, a->nq);
-            cu_mix_row_launches++;
-            return path;
-        }
-#endif
-        gpu_launch(moe_mix_row_kernel, dim3((unsigned)a->T), dim3(MIX_ROW_THREADS), 0, s, a->Y, a->wts, a->k, a->shared ? a->Ys : NULL,
-                   a->sgate ? a->glog : NULL, a->n_embd, a->out, a->res, a->nq);
-        cu_mix_row_launches++;
-        return path;
     }
     gpu_launch(moe_mix_kernel, dim3((unsigned)GPU_CEIL_DIV(a->n_embd, 256), (unsigned)a->T), dim3(256), 0, s,
         a->Y, a->wts, a->k, a->shared ? a->Ys : NULL, a->sgate ? a->glog : NULL, a->n_embd, a->out, a->res, a->nq);

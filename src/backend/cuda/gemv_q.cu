@@ -1119,7 +1119,7 @@ static __global__ void __launch_bounds__(32 * CU_MM_WARPS) mm_kernel_rows(const 
 uint64_t cu_f32r_launches;
 extern "C" uint64_t backend_cuda_f32r_launches(void) { return cu_f32r_launches; }
 #if !defined(VLLMC_HIP) /* (gfx11: a row's 64 words a lane and the activation's would pass LLVM 15's 128 VGPRs) */
-/* Row r's F32R_K elements of the lane (lane + 32 k) into w: mm_kernel_f32r's and mm_kernel_f32r_pre's. */
+/* Row r's F32R_K elements of the lane (lane + 32 k) into w (mm_kernel_f32r). */
 static __device__ __forceinline__ void f32r_load(const struct cu_mm_args &P, int r, int lane, int n, float (&w)[F32R_K]) {
     const cu_mm_seg &S = P.seg[mv_seg_row(P, r)];
     const float *wr = (const float *)(S.w + mv_woff((size_t)(r - S.row0) * S.stride, S.stride, S.n_rows));
@@ -1160,78 +1160,7 @@ static bool mm_f32r_ok(const struct cu_mm_args &a) {
         if (a.seg[i].type != GGML_TYPE_F32) return false;
     return true;
 }
-
-/* mm_kernel_f32r with the RMSNorm + quantize of its activation row in the same launch (the MoE router after the FFN
- * norm; BACKEND_CUDA_FUSE_NORM_ROUTER): every CTA copies the residual row (Q.in0) into shared memory, forms the norm's
- * scale as norm_quant_kernel does (nq_rms_scale: the same sums in any block shape) and the normed row (nq_unit's ops),
- * and its warps take their rows' sums from there; warp n_warps - 1 - u writes unit u of the act (f32 and every format:
- * nq_unit). So the bits of the two launches, one stage fewer: no launch between the norm and the router, and the row
- * is read once, not written and read back. */
-#define F32R_PRE_N (F32R_K / CU_MM_WARPS) /* columns a thread copies and norms */
-static __global__ void __launch_bounds__(32 * CU_MM_WARPS) mm_kernel_f32r_pre(const struct cu_mm_args P, const struct cu_nq_fuse Q) {
-    __shared__ __align__(16) float xs[32 * F32R_K], xn[32 * F32R_K];
-    __shared__ double red[NQ_WARPS];
-    const int lane = threadIdx.x % 32, wid = (int)threadIdx.x / 32, n = (int)P.a.n, n_warps = (int)gridDim.x * CU_MM_WARPS;
-    const int gw = (int)blockIdx.x * CU_MM_WARPS + wid;
-    int g = gw;
-    float w[F32R_K];
-    if (g < P.total_rows) f32r_load(P, g, lane, n, w);
-    float wn[F32R_PRE_N]; /* the norm's weights of the thread's columns, before the wait as norm_quant_kernel's */
-#pragma unroll
-    for (int k = 0; k < F32R_PRE_N; k++) {
-        const int c = (int)threadIdx.x + k * 32 * CU_MM_WARPS;
-        wn[k] = c < n ? Q.w[c] : 0.f;
-    }
-    gpu_pdl_wait();
-    gpu_pdl_trigger();
-    float xv[F32R_PRE_N];
-#pragma unroll
-    for (int k = 0; k < F32R_PRE_N; k++) {
-        const int c = (int)threadIdx.x + k * 32 * CU_MM_WARPS;
-        xv[k] = c < n ? Q.in0[c] : 0.f;
-        if (c < n) xs[c] = xv[k];
-    }
-    __syncthreads();
-    const float scale = nq_rms_scale(xs, n, Q.eps, red);
-#pragma unroll
-    for (int k = 0; k < F32R_PRE_N; k++) {
-        const int c = (int)threadIdx.x + k * 32 * CU_MM_WARPS;
-        if (c < n) xn[c] = __fmul_rn(__fmul_rn(xv[k], scale), wn[k]); /* nq_unit's RMSNORM value */
-    }
-    __syncthreads();
-    for (; g < P.total_rows; g += n_warps) {
-        float v = 0.f;
-#pragma unroll
-        for (int k = 0; k < F32R_K; k++)
-            if (lane + 32 * k < n) v = __fadd_rn(v, __fmul_rn(w[k], xn[lane + 32 * k]));
-        v = fw_reduce32(v);
-        const cu_mm_seg &S = P.seg[mv_seg_row(P, g)];
-        mm_row_out(S, g - S.row0, 0, 1, &v, lane);
-        if (g + n_warps < P.total_rows) f32r_load(P, g + n_warps, lane, n, w);
-    }
-    const int units = (n + 255) / 256;
-    for (int u = n_warps - 1 - gw; u < units; u += n_warps)
-        nq_unit(CU_NQ_RMSNORM, Q.in0, NULL, n, Q.w, Q.eps, 0, scale, Q.out, Q.fmts, 0, u, lane, NULL, xs);
-}
 #endif
-uint64_t cu_f32r_pre_launches;
-extern "C" uint64_t backend_cuda_router_pre_launches(void) { return cu_f32r_pre_launches; }
-
-/* The MoE router launch with the RMSNorm + quantize of its one activation row in it (mm_kernel_f32r_pre) where
- * mm_kernel_f32r takes the launch and the norm's output is the launch's activation; else the norm's launch, then the
- * router's. */
-void cu_launch_router_pre(const struct cu_mm_args *args, const struct cu_nq_fuse *q, gpuStream_t s) {
-#if !defined(VLLMC_HIP)
-    if (args->n_act == 1 && mm_f32r_ok(*args) && q->mode == CU_NQ_RMSNORM && q->w && q->in0 && args->a.x == q->out.x && args->a.n == q->out.n &&
-        q->out.n % 4 == 0 && ((uintptr_t)q->in0 & 15) == 0) { /* (nq_rms_scale's 16-byte sums, as the norm's own launch takes them) */
-        gpu_launch(mm_kernel_f32r_pre, dim3((unsigned)GPU_CEIL_DIV(args->total_rows, CU_MM_WARPS)), dim3(32 * CU_MM_WARPS), 0, s, *args, *q);
-        cu_f32r_pre_launches++;
-        return;
-    }
-#endif
-    cu_launch_norm_quant(q->mode, q->in0, q->in1, q->ld, q->w, q->eps, q->group, 1, q->out, q->fmts, s);
-    cu_launch_matmul(args, s);
-}
 
 /* Decode (one activation row), many rows (the LM head): a grid the size of what the GPU holds at once;
  * each warp walks the row tiles of all segments with a stride of the total warp count (no tail wave). 32-lane groups throughout. */

@@ -120,15 +120,14 @@ static __device__ __forceinline__ void nq_formats(const float v[8], const struct
 }
 
 /* One warp: 256-element unit `unit` of row r (lane l: elements 8l .. 8l+7): its f32 values (normed with scale /
- * gated / as they are) to out.x, then into every format in fmts. RMSNORM: xin, where given, is the row's input (e.g. in
- * shared memory) in place of in0's row r. */
+ * gated / as they are) to out.x, then into every format in fmts. */
 template <bool CG = false>
 static __device__ void nq_unit(int mode, const float *in0, const float *in1, int64_t ld, const float *w, float eps, int group,
                                float scale, const struct cu_act_mut &out, uint32_t fmts, int64_t r, int64_t unit, int lane,
-                               const float *wpre = NULL, const float *xin = NULL) {
+                               const float *wpre = NULL) {
     const int64_t n = out.n, e0 = unit * 256 + lane * 8;
     float *xr = out.x + r * n;
-    const float *x0 = mode == CU_NQ_RMSNORM ? (xin ? xin : in0 + r * n) : NULL;
+    const float *x0 = mode == CU_NQ_RMSNORM ? in0 + r * n : NULL;
     float v[8];
     /* GATED: the gate z with the values (one L2 round trip for both, not a second one after the group's sum) */
     float zv[8];
