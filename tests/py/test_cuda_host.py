@@ -188,6 +188,21 @@ def test_moe2_pass_takes_every_moe_op(stub_env, models):
     assert re.search(r"^\| 4 \| 4 \|", out, re.M), out[-2000:]
 
 
+def test_fuse_nq_unknown_bits_warn(stub_env, models):
+    """VLLMC_CUDA_FUSE_NQ with bits no fold has (128 / 256, the MoE norm folds, since removed) says so and takes the
+    rest: qwen35moe-wide's captured step has the default's launches."""
+    m = models["qwen35moe-wide"]
+    args = ("bench", "-m", m, "-p", "16", "-g", "24", "-r", "1")
+    log = {"STUB_CUDA_LOG": "1"}
+    base = launches(run(stub_env, *args, extra=log))
+    assert base, "no graph captured"
+    out = run(stub_env, *args, extra=dict(log, VLLMC_CUDA_FUSE_NQ="448"))
+    assert "VLLMC_CUDA_FUSE_NQ=448: bits above 127 are not folds; taking 64" in out, out[-1500:]
+    assert launches(out) == base, (launches(out), base)
+    out = run(stub_env, *args, extra=dict(log, VLLMC_CUDA_FUSE_NQ="64"))
+    assert "are not folds" not in out and launches(out) == base, out[-1500:]
+
+
 SANITIZER = re.compile(r"ERROR: AddressSanitizer|ERROR: LeakSanitizer|runtime error:")
 
 

@@ -2125,6 +2125,8 @@ extern "C" vllmc_status backend_cuda_create(const struct backend_cuda_opts *o, s
     }
     env = getenv("VLLMC_CUDA_FUSE_NQ"); /* BACKEND_CUDA_FUSE_* mask: the gated norm by clusters, the others off (measured) */
     c->fuse_nq = env ? (unsigned)strtoul(env, NULL, 0) & BACKEND_CUDA_FUSE_ALL : (unsigned)BACKEND_CUDA_FUSE_GATED_CLUSTER;
+    if (env && (strtoul(env, NULL, 0) & ~(unsigned long)BACKEND_CUDA_FUSE_ALL)) /* (bits 128 / 256 / 512: folds since removed) */
+        LOG_WARN("VLLMC_CUDA_FUSE_NQ=%s: bits above %d are not folds; taking %u", env, BACKEND_CUDA_FUSE_ALL, c->fuse_nq);
     if ((env = getenv("VLLMC_CUDA_MM"))) { /* "tr0,ks0,tr1,ks1,tr2,ks2[,p0,p1,p2]": mat-vec kernel choice (comparisons) */
         int v[9] = {0, 0, 0, 0, 0, 0, 0, 0, 0};
         const int nv = sscanf(env, "%d,%d,%d,%d,%d,%d,%d,%d,%d", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7], &v[8]);
