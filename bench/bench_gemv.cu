@@ -284,16 +284,14 @@ int main(int argc, char **argv) {
          * tiles from there), the column-split kernel (row groups by type, then 4 and 2), then tiles of tr rows split over ks warps, one CTA per tile group (p 0) or a
          * grid of p x the resident CTAs stepping over them, each with plain launches and with programmatic
          * dependent launch (the next launch prefetches its weights while one runs) */
-        const int cfgs[][3] = {{-1, -1, 0}, {-2, 1, 0}, {-4, 7, 0}, {-4, 15, 0}, {-3, 1, 0}, {-2, 4, 0}, {-2, 2, 0}, {1, 1, 0}, {4, 1, 0}, {2, 2, 0}, {4, 2, 0},
+        const int cfgs[][3] = {{-1, -1, 0}, {-2, 1, 0}, {-3, 1, 0}, {-2, 4, 0}, {-2, 2, 0}, {1, 1, 0}, {4, 1, 0}, {2, 2, 0}, {4, 2, 0},
                                {1, 1, 1}, {4, 1, 1}, {2, 2, 1}, {4, 2, 1}, {4, 2, 2}};
         const struct cu_mm_cfg keep = cu_mm_cfg;
         if (l2) {
             /* "l2": the default kernel with PDL, its weights cold (the copies in turn) and hot (one copy launched again
              * and again: from L2 where it fits) */
-            for (int ws : {0, 7, 15, 23}) { /* the default kernels, then the warp-streamed one's units of several row groups / one */
-                if (ws && getenv("BENCH_GEMV_NO_WS")) continue;
+            { /* the default kernels */
                 cu_mm_cfg = keep;
-                cu_mm_cfg.ws = ws;
                 gpu_pdl.on = true;
                 std::vector<float> tc, th;
                 for (int k = 0; k < reps; k++) {
@@ -320,7 +318,7 @@ int main(int argc, char **argv) {
                     e_max = std::max(e_max, e == e ? e : INFINITY);
                 }
                 printf("%-32s %-6s %-13s %8.2f MB  cold %8.2f us (%5.0f GB/s, %3.0f%% of read)  hot %8.2f us (%5.0f GB/s)\n", s.what,
-                       quant_traits(s.type)->name, ws == 0 ? "default" : ws == 7 ? "ws" : ws == 15 ? "ws one group" : "ws two groups",
+                       quant_traits(s.type)->name, "default",
                        set_bytes / 1e6, uc, set_bytes / (uc * 1e3), 100.0 * set_bytes / (uc * 1e3) / read_gbs, uh, set_bytes / (uh * 1e3));
                 printf("%-32s   max err / max |y| %.2g%s\n", "", e_max / std::max(y_max, 1e-30), e_max / std::max(y_max, 1e-30) < 1e-5 ? "" : " (OFF)");
             }
@@ -333,8 +331,7 @@ int main(int argc, char **argv) {
         for (const auto &cf : cfgs)
             for (int pdl = 0; pdl < 2; pdl++) {
                 cu_mm_cfg = keep;
-                for (int c = 0; c < 3; c++) cu_mm_cfg.cols[c] = cf[0] == -2 || cf[0] == -3 ? cf[1] : cf[0] == -4 ? 1 : 0;
-                cu_mm_cfg.ws = cf[0] == -4 ? cf[1] : 0;
+                for (int c = 0; c < 3; c++) cu_mm_cfg.cols[c] = cf[0] == -2 || cf[0] == -3 ? cf[1] : 0;
                 cu_mm_cfg.cols_lb = cf[0] == -3 ? 7 : 0;
                 if (cf[0] == -1) cu_mm_cfg.ks[0] = cu_mm_cfg.ks[1] = cu_mm_cfg.ks[2] = 0;
                 else if (cf[0] > 0)
@@ -375,7 +372,6 @@ int main(int argc, char **argv) {
                 if (cf[0] == -1) snprintf(name, sizeof(name), "%s", s.what);
                 else if (cf[0] == -2 && cf[1] == 1) snprintf(name, sizeof(name), "  column split (default)");
                 else if (cf[0] == -3) snprintf(name, sizeof(name), "  column split, bounded (cols_lb)");
-                else if (cf[0] == -4) snprintf(name, sizeof(name), "  warp-streamed, %s", cf[1] & 8 ? "one row group a unit" : "row groups a unit");
                 else if (cf[0] == -2) snprintf(name, sizeof(name), "  column split, %d row groups", cf[1]);
                 else snprintf(name, sizeof(name), "  tr %d ks %d p %d", cf[0], cf[1], cf[2]);
                 printf("%-32s %5s %6lld %7lld %5d %8.2f %9.2f %8.0f %.2g%s%s\n", name, quant_traits(s.type)->name, (long long)s.n_cols,

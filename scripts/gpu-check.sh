@@ -66,14 +66,12 @@
 # graph-replayed step's time to its kernels (scripts/trace_steps.py: the cost of a kernel is how far it moves the end
 # of the timeline); TRACE_ENV="VAR=v VAR2=w" adds a second trace with those variables. Stage var (not default) times the batch-1 decode of BENCH_MODELS once per VARIANTS entry
 # ("name:VAR=v,VAR2=w ..."; a comma before NAME= separates variables, other commas stay in the value; VAR_ARGS,
-# default -p 512 -g 256 -r 5): environment A/B runs on one machine; variants with the streaming mat-vec or the fused
-# norm + quantize are skipped when stage ops / nq found them wrong. Stage binvar
+# default -p 512 -g 256 -r 5): environment A/B runs on one machine; variants with the fused
+# norm + quantize are skipped when stage nq found it wrong. Stage binvar
 # (not default) does the same for the vllmc_<name> builds gpu-carry.sh's EXTRA_BUILDS put beside vllmc (compile-time
-# A/B, e.g. EXTRA_BUILDS="name:-DFLAG"; on BINVAR_MODELS, default BENCH_MODELS). Stage stream (not default) runs test_cuda_model on the tiny qwen35, the tiny
-# qwen35moe q4_k_m and the tiny dense q4_k_m files with the streaming mat-vec on (VLLMC_CUDA_MS=2,24576 and 1,4096).
+# A/B, e.g. EXTRA_BUILDS="name:-DFLAG"; on BINVAR_MODELS, default BENCH_MODELS).
 # Stage nq (not default) runs test_cuda_model on the tiny models with the norm + quantize inside the launch before it
-# the MoE mix in the down launch and the attention combine in its split launch (VLLMC_CUDA_FUSE_NQ=63, every part), alone
-# and with the streaming mat-vec, and
+# the MoE mix in the down launch and the attention combine in its split launch (VLLMC_CUDA_FUSE_NQ=63, every part), and
 # test_cuda_engine with them. Stage mega (not default) runs bench/bench_mega.cu (the persistent FFN chain against the
 # launch chain: bit parity, then us a layer; MEGA_ARGS="reps layers", MEGA_SAN=1 adds a memcheck run on 2 layers).
 # Stage mega2 (not default) runs the tiled chain inside the decode (MEGA2_CFGS, default "4 4,pj": ps 4, then with the output projection):
@@ -101,7 +99,7 @@ wait_models() { for i in $(seq 1 240); do [ -f /tmp/models/done ] && break; slee
 summary=()
 # each line also goes to $OUT/summary.txt as it is made: a call cut off by its time limit still brings back what ran
 note() { summary+=("$1"); echo "== $1"; echo "$1" >>"$OUT/summary.txt"; }
-# A/B of a kernel switch (stages ws, actpf): the 128 greedy ids `generate` gives on model file $1 with the environment
+# A/B of a kernel switch (stage actpf and others): the 128 greedy ids `generate` gives on model file $1 with the environment
 # "$2..." (VAR=value; none: the default), and the decode of model $2 (file $3) with variable $4 at each value of $5, $6
 # times in turn (logs $OUT/TAG_MODEL_VALUE_REP.txt, TAG = $1)
 greedy_ids() {
@@ -163,14 +161,14 @@ tiny_switch() {
     note "$tag $name test_cuda_model tiny rc=$rc: $(grep 'worst' "$log" | head -1 | cut -c1-120)$(grep -m1 FAIL "$log" | cut -c1-200)"
     ! model_broke "$log" $rc
 }
-# bench_gemv l2 5 with the environment $2... (tag $1; the warp-streamed rows skipped): its "cold" rows as notes
+# bench_gemv l2 5 with the environment $2... (tag $1): its "cold" rows as notes
 gemv_l2() {
     local tag=$1 rc log="$OUT/$1_gemv_$(echo "${*:2}" | tr -c 'A-Za-z0-9_\n' _).txt"; shift
-    env BENCH_GEMV_NO_WS=1 "$@" timeout 120 "$BIN/bench_gemv" l2 5 >"$log" 2>&1; rc=$?
+    env "$@" timeout 120 "$BIN/bench_gemv" l2 5 >"$log" 2>&1; rc=$?
     note "$tag bench_gemv l2 $* rc=$rc"
     while read -r l; do note "  $l"; done < <(grep 'cold\|(OFF)\|measured read' "$log" | sed 's/  */ /g')
 }
-# "VAR=v,VAR2=w" -> "VAR=v VAR2=w": a comma before NAME= separates variables, others stay in the value (VLLMC_CUDA_MS=1,24576)
+# "VAR=v,VAR2=w" -> "VAR=v VAR2=w": a comma before NAME= separates variables, others stay in the value (VLLMC_CUDA_LMH=3,65536)
 variant_envs() { echo "$1" | sed 's/,\([A-Z_][A-Z0-9_]*=\)/ \1/g'; }
 # trace_run BINARY MODEL_FILE NAME [VAR=v ...]: a 64-token decode of MODEL_FILE by BINARY (with those variables) under
 # Nsight Systems or, where there is none, the CUPTI tracer .carry/cupti_trace.so (tools/cupti_trace.c), its graph-replayed
@@ -230,9 +228,6 @@ if has ops; then
     note "test_cuda_ops rc=$rc: $(tail -1 "$OUT/test_cuda_ops.txt")"
     # a failure names its check and the seed that replays it (the log itself may not come back from the machine)
     [ $rc = 0 ] || note "  $(grep -m1 'seed' "$OUT/test_cuda_ops.txt"); $(grep -m3 '^FAIL' "$OUT/test_cuda_ops.txt" | cut -c1-300 | tr '\n' ' ')"
-    # the streaming mat-vec's own check (test_stream) did not pass: later stages leave it off (a hang there would
-    # cost the call)
-    [ "$(grep -c "^streaming mat-vec E .*: 0 of" "$OUT/test_cuda_ops.txt")" = 8 ] || STREAM_BAD=1
 fi
 
 if has prefill; then # the prefill paths: f16 dequant, GEMM matmuls, chunked GDN vs references
@@ -265,29 +260,14 @@ if has model; then
     done
 fi
 
-if has stream && [ -n "${STREAM_BAD:-}" ]; then note "stream: skipped (test_cuda_ops' streaming check did not pass)"; fi
-if has stream && [ -z "${STREAM_BAD:-}" ]; then # the streaming mat-vec (off by default until measured): graph == eager and
-    for cfg in 2,24576 1,4096; do                # CPU parity with it on; the first timeout ends the stage
-        for f in /tmp/models/qwen35-tiny.gguf .carry/moe/qwen35moe-tiny-q4_k_m.gguf .carry/models/*q4_k_m*.gguf; do
-            [ -f "$f" ] || continue
-            n=$(basename "$f" .gguf)
-            VLLMC_CUDA_MS=$cfg timeout 60 "$BIN/test_cuda_model" "$f" 30 16 >"$OUT/stream_${n}_$cfg.txt" 2>&1; rc=$?
-            note "stream $cfg test_cuda_model $n rc=$rc: $(grep 'worst' "$OUT/stream_${n}_$cfg.txt" | head -1 | sed 's/.*steps, //' | cut -c1-110)$(grep -m1 FAIL "$OUT/stream_${n}_$cfg.txt")"
-            [ $rc = 124 ] && { STREAM_BAD=1; break 2; }
-        done
-    done
-fi
-[ -n "${STREAM_BAD:-}" ] && unset VLLMC_CUDA_MS # the later stages without it
-
 if has nq; then # the norm + quantize inside the launch before it (off by default until measured): test_cuda_ops' check,
-    # then graph == eager and CPU parity on the tiny models with it on (and with the streaming mat-vec too)
+    # then graph == eager and CPU parity on the tiny models with it on
     nq_ok=$(grep -c "^norm + quantize in the matmul launch .* 0 of" "$OUT/test_cuda_ops.txt" 2>/dev/null)
     note "nq: test_cuda_ops clean configurations ${nq_ok:-0} of 6"
     [ "${nq_ok:-0}" = 6 ] || NQ_BAD=1
-    # NQ_CFGS: the masks to check (default every producer-side part, alone and with the streaming mat-vec); NQ_MODELS:
+    # NQ_CFGS: the masks to check (default every producer-side part); NQ_MODELS:
     # more files, e.g. /tmp/models/qwen35-4b.gguf
-    for cfg in ${NQ_CFGS:-VLLMC_CUDA_FUSE_NQ=63 VLLMC_CUDA_FUSE_NQ=63,VLLMC_CUDA_MS=2,24576}; do
-        [ -n "${STREAM_BAD:-}" ] && [[ $cfg == *MS=* ]] && continue
+    for cfg in ${NQ_CFGS:-VLLMC_CUDA_FUSE_NQ=63}; do
         for f in /tmp/models/qwen35-tiny.gguf .carry/moe/qwen35moe-tiny-q4_k_m.gguf .carry/models/*.gguf ${NQ_MODELS:-}; do
             [ -f "$f" ] || continue
             n=$(basename "$f" .gguf); tag=$(echo "$cfg" | tr -c 'A-Za-z0-9_\n' _)
@@ -732,7 +712,7 @@ fi
 if has trace; then # in-graph kernel costs of the decode (nsys, graph nodes traced): scripts/trace_steps.py
     wait_models
     tenv=${TRACE_ENV:-} # a second trace with these variables ("A=1 B=2,3"), unless the checks found them wrong
-    if [ -n "$tenv" ] && { { [ -n "${NQ_BAD:-}" ] && [[ $tenv == *FUSE_NQ=[1-9]* ]]; } || { [ -n "${STREAM_BAD:-}" ] && [[ $tenv == *CUDA_MS=[1-9]* ]]; }; }; then
+    if [ -n "$tenv" ] && [ -n "${NQ_BAD:-}" ] && [[ $tenv == *FUSE_NQ=[1-9]* ]]; then
         note "trace with $tenv: skipped (checks)"; tenv=""
     fi
     for m in ${TRACE_MODELS:-${BENCH_MODELS%% *}}; do
@@ -768,7 +748,6 @@ if has var; then # decode A/B of environment variants: VARIANTS="name:VAR=v,VAR2
         [ -s "$f" ] || { note "var $m: model not generated"; continue; }
         for v in ${VARIANTS:-default:X=1}; do
             name=${v%%:*}; envs=${v#*:}
-            if [ -n "${STREAM_BAD:-}" ] && [[ $envs == *VLLMC_CUDA_MS=[1-9]* ]]; then note "var $m $name: skipped (streaming check)"; continue; fi
             if [ -n "${NQ_BAD:-}" ] && [[ $envs == *VLLMC_CUDA_FUSE_NQ=[1-9]* ]]; then note "var $m $name: skipped (nq check)"; continue; fi
             # shellcheck disable=SC2046
             env $(variant_envs "$envs") timeout 150 "$BIN/vllmc" bench -m "$f" ${VAR_ARGS:--p 512 -g 256 -r 5} >"$OUT/var_${m}_$name.txt" 2>&1; rc=$?
@@ -808,48 +787,6 @@ if has mega2; then # the tiled persistent FFN in the decode: test_cuda_model on 
                 note "mega2 $m $cfg run $rep rc=$rc: $(grep '^output tok/s' "$OUT/mega2_${m}_${t}_$rep.txt" | head -1)$(grep -o '; .*a recorded step' <(sed 's/^dense FFNs as one tiled persistent launch (VLLMC_CUDA_MEGA2): /; tiled FFNs /' "$OUT/mega2_${m}_${t}_$rep.txt"))"
             done
         done
-    done
-fi
-
-if has ws; then # the warp-streamed mat-vec (VLLMC_CUDA_WS): its bits against the column-split kernel (test_cuda_ops ws), the
-    # launches alone (bench_gemv l2: cold and hot weights, default and warp-streamed), test_cuda_model with it on the tiny
-    # qwen35 and BENCH_MODELS (graph == eager: the residual and conv epilogue), the greedy ids of `generate` with it off and
-    # on (the same bits: the same ids), then the decode for each of WS_CFGS (default "0 7 15"), WS_REPS times in turn
-    timeout 120 "$BIN/test_cuda_ops" ws >"$OUT/ws_ops.txt" 2>&1; rc=$?
-    note "ws test_cuda_ops ws rc=$rc: $(grep -c ': 0 of' "$OUT/ws_ops.txt") launches with 0 outputs different; $(grep -m2 'FAIL' "$OUT/ws_ops.txt" | cut -c1-200 | tr '\n' ' ')"
-    [ $rc = 0 ] || WS_BAD=1
-    if [ "${WS_GEMV:-1}" = 1 ]; then
-        timeout 120 "$BIN/bench_gemv" l2 5 >"$OUT/ws_gemv.txt" 2>&1; rc=$?
-        note "ws bench_gemv l2 rc=$rc"
-        while read -r l; do note "  $l"; done < <(grep 'cold' "$OUT/ws_gemv.txt" | sed 's/  */ /g')
-    fi
-    if [ "${WS_NCU:-0}" = 1 ] && command -v ncu >/dev/null; then # where its warps stall (ffn_gate's shape, hot), against the default
-        for k in mm_kernel_ws mm_kernel_mma; do
-            timeout 180 ncu --kernel-name "regex:$k" --launch-skip 40 --launch-count 1 --metrics \
-                "regex:smsp__average_warps_issue_stalled_.*_per_issue_active.ratio,smsp__inst_executed.sum,gpu__time_duration.sum,smsp__warps_active.avg.per_cycle_active" \
-                "$BIN/bench_gemv" l2 3 >"$OUT/ws_ncu_$k.txt" 2>&1
-            note "ws ncu $k: $(grep -E 'duration|inst_executed|warps_active' "$OUT/ws_ncu_$k.txt" | awk '{print $1"="$NF}' | tr '\n' ' ')"
-            note "  stalls: $(grep stalled "$OUT/ws_ncu_$k.txt" | awk '{printf "%s %s\n", $NF, $1}' | sort -rn | head -6 | sed 's/smsp__average_warps_issue_stalled_//;s/_per_issue_active.ratio//' | tr '\n' ' ')"
-        done
-    fi
-    for ws in ${WS_MODEL_CFGS:-7}; do
-        VLLMC_CUDA_WS=$ws timeout 150 "$BIN/test_cuda_model" /tmp/models/qwen35-tiny.gguf 40 24 >"$OUT/ws_model_tiny_$ws.txt" 2>&1; rc=$?
-        note "ws $ws test_cuda_model tiny rc=$rc: $(grep 'worst' "$OUT/ws_model_tiny_$ws.txt" | head -1 | cut -c1-120); $(grep -o 'warp-streamed mat-vec launches [0-9]*' "$OUT/ws_model_tiny_$ws.txt")$(grep -m1 FAIL "$OUT/ws_model_tiny_$ws.txt" | cut -c1-200)"
-        [ $rc = 0 ] || WS_BAD=1
-    done
-    wait_models
-    for m in $BENCH_MODELS; do
-        f=/tmp/models/$m.gguf
-        [ -s "$f" ] || { note "ws $m: model not generated"; continue; }
-        if [ "${WS_MODEL:-1}" = 1 ]; then
-            VLLMC_CUDA_WS=7 timeout 240 "$BIN/test_cuda_model" "$f" 30 12 >"$OUT/ws_model_$m.txt" 2>&1; rc=$?
-            note "ws 7 test_cuda_model $m rc=$rc: $(grep 'worst' "$OUT/ws_model_$m.txt" | head -1 | sed 's/.*steps, //' | cut -c1-110); $(grep -o 'warp-streamed mat-vec launches [0-9]*' "$OUT/ws_model_$m.txt")$(grep -m1 FAIL "$OUT/ws_model_$m.txt" | cut -c1-200)"
-            [ $rc = 0 ] || WS_BAD=1
-        fi
-        ids_same ws "$m" "$f" VLLMC_CUDA_WS "7 15" || true
-        [ "${WS_SAN:-0}" = 1 ] && san_generate ws "$m" "$f" VLLMC_CUDA_WS=7
-        [ -n "${WS_BAD:-}" ] && { note "ws: a check failed, no timing"; continue; }
-        decode_ab ws "$m" "$f" VLLMC_CUDA_WS "${WS_CFGS:-0 7 15}" "${WS_REPS:-2}"
     done
 fi
 

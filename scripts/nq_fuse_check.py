@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # Host emulation of the norm + quantize inside a launch (norm_quant.h nq_fuse_finish, and the pieces each kernel
-# passes it: mm_kernel_cols, mm_kernel_stream, gdn_rule_kernel, moe_mix_kernel; the MoE mix in the down launch,
+# passes it: mm_kernel_cols, gdn_rule_kernel, moe_mix_kernel; the MoE mix in the down launch,
 # moe_mix_tail, and the row's norm after it): for the decode shapes, with CTAs
 # finishing in random orders, every unit of every activation-row group is completed exactly once, by the CTA whose
 # add reaches its total, after every CTA writing its columns has counted, and every counter is back at zero. Keep it
@@ -73,20 +73,6 @@ def cols(segs, feed, mode, n, n_act, n_sb):
                     ctas.append((g, na, pcs))
         run(ctas, mode, n, bin(feed).count('1'), groups, counters(mode, n, n_act))
 
-def stream(segs, feed, mode, n, rpc):
-    """mm_kernel_stream: runs of rpc concatenated rows, one activation row."""
-    row0 = [sum(segs[:i]) for i in range(len(segs))]; total = sum(segs)
-    ctas = []
-    for R0 in range(0, total, rpc):
-        R1 = min(total, R0 + rpc); g = R0; pcs = []
-        while g < R1:
-            si = max(i for i in range(len(segs)) if g >= row0[i])
-            k = min(R1 - g, row0[si] + segs[si] - g)
-            if feed >> si & 1: pcs.append((g - row0[si], k))
-            g += k
-        ctas.append((0, 1, pcs))
-    run(ctas, mode, n, bin(feed).count('1'), 1, counters(mode, n, 1))
-
 def rule(n_v_head, d_v, T):
     """gdn_rule_kernel: grid (n_v_head, d_v / 32), columns m d_v + 32 y, every token of the step."""
     n = n_v_head * d_v
@@ -139,10 +125,6 @@ for n_act in (1, 3, 8, 11, 64):
         cols([E], 1, RMS, E, n_act, E // 256)            # o-proj / down with the fused add: RMSNORM of the residual
         cols([F, F], 3, SWI, F, n_act, E // 256)         # gate / up
         cols([E, 37], 1, RMS, E, n_act, E // 256)        # a second segment that does not feed
-for E, F in ((2560, 9216), (2048, 6144), (256, 768)):
-    for rpc in (4, 8, 20, 37, 78, 256):
-        stream([E], 1, RMS, E, rpc)
-        stream([F, F], 3, SWI, F, rpc)
 for nv, dv in ((32, 128), (16, 128), (4, 64), (2, 64)):
     for T in (1, 3):
         rule(nv, dv, T)

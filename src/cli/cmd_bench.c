@@ -477,7 +477,7 @@ int cmd_bench(int argc, char **argv) {
     const double abytes = (double)model_active_weight_bytes(m); /* bytes a decode token reads (top-k experts) */
     uint64_t peak = 0;
     double dram_bps = 0; /* the device's nominal DRAM bandwidth (CUDA; 0: unknown, no roofline fraction) */
-    uint64_t replays = 0, captures = 0, tiled_ffn = 0, tiled_pj = 0, tiled_moe = 0, ws_launches = 0;
+    uint64_t replays = 0, captures = 0, tiled_ffn = 0, tiled_pj = 0, tiled_moe = 0;
     double host_us = 0, wait_us = 0; /* a replayed step's host time before its graph runs, and its wait after */
 #ifdef VLLMC_CUDA
     if (!o.cpu) {
@@ -490,7 +490,6 @@ int cmd_bench(int argc, char **argv) {
         tiled_ffn = cs.mega2_ffn; /* (VLLMC_CUDA_MEGA2: FFNs as one tiled launch, summed over the recorded steps) */
         tiled_pj = cs.mega2_pj;
         tiled_moe = cs.moe2; /* (VLLMC_CUDA_MOE2: MoE ops as the router and one tiled launch) */
-        ws_launches = backend_cuda_ws_launches(); /* (VLLMC_CUDA_WS: launches issued or captured, the process's) */
         if (cs.host_steps) {
             host_us = cs.host_ns / 1e3 / (double)cs.host_steps;
             wait_us = cs.wait_ns / 1e3 / (double)cs.host_steps;
@@ -523,8 +522,6 @@ int cmd_bench(int argc, char **argv) {
         if (tiled_moe && replays + captures)
             printf("MoE ops as the router and one tiled persistent launch (VLLMC_CUDA_MOE2): %.1f a recorded step\n",
                    (double)tiled_moe / (double)(replays + captures));
-        if (ws_launches)
-            printf("mat-vec launches on the warp-streamed kernel (VLLMC_CUDA_WS): %llu issued or captured\n", (unsigned long long)ws_launches);
         if (replays)
             printf("a replayed step's host time: %.1f us from the batch to its graph's launch (%s), %.1f us waiting for its "
                    "token\n", host_us, pipe ? "under the step before: pipelined steps, tokens checked against a step-by-step run"

@@ -1047,133 +1047,6 @@ static void test_kv_dtypes(void) {
     }
 }
 
-/* A one-row launch of three matrices (types[k], nout[k] rows of E columns, random blocks; a bias on the second) on a
- * random activation quantized on the GPU: the shape test_stream and test_ws run through their kernels. */
-struct mv3 {
-    int64_t E, nout[3];
-    float *x, *bias, *gbias, *y[3];
-    struct bk_act a;
-    struct bk_tensor w[3];
-    struct bk_matmul_out mo[3];
-};
-static void mv3_open(struct mv3 *m, int64_t E, const uint32_t types[3], const int64_t nout[3]) {
-    m->E = E;
-    m->x = rand_buf((size_t)E, 1.0f);
-    CHECK(bk_act_alloc(gpu, 1, E, BK_ACT_BIT(BK_ACT_Q8_K) | BK_ACT_BIT(BK_ACT_Q8_0), &m->a) == VLLMC_OK);
-    CHECK(gpu->ops->copy_to_device(gpu, m->a.x, m->x, (size_t)E * 4) == VLLMC_OK);
-    m->a.n_rows = 1;
-    CHECK(gpu->ops->quantize(gpu, &m->a) == VLLMC_OK);
-    m->bias = rand_buf(64, 0.1f);
-    m->gbias = dev_put(m->bias, 64 * 4);
-    for (int k = 0; k < 3; k++) {
-        m->nout[k] = nout[k];
-        const size_t bytes = quant_row_size(types[k], E) * (size_t)nout[k];
-        uint8_t *host = malloc(bytes);
-        fill_weight(types[k], host, bytes);
-        const int64_t ne[2] = {E, nout[k]};
-        CHECK(gpu->ops->weight_upload(gpu, host, types[k], 2, ne, &m->w[k]) == VLLMC_OK);
-        free(host);
-        CHECK(gpu->ops->alloc(gpu, (size_t)nout[k] * 4, (void **)&m->y[k]) == VLLMC_OK);
-        m->mo[k] = (struct bk_matmul_out){.w = &m->w[k], .y = m->y[k], .bias = k == 1 ? m->gbias : NULL};
-    }
-}
-/* Runs the launch; ref NULL: its outputs into fresh host buffers (out[k]); else the outputs (poisoned first, so every
- * one must be written) that differ from ref's bits. */
-static size_t mv3_run(struct mv3 *m, float *out[3], float *const ref[3]) {
-    size_t bad = 0;
-    if (ref)
-        for (int k = 0; k < 3; k++) {
-            float *poison = nan_buf((size_t)m->nout[k]);
-            CHECK(gpu->ops->copy_to_device(gpu, m->y[k], poison, (size_t)m->nout[k] * 4) == VLLMC_OK);
-            free(poison);
-        }
-    CHECK(gpu->ops->matmul(gpu, &m->a, 3, m->mo) == VLLMC_OK);
-    for (int k = 0; k < 3; k++) {
-        float *h = malloc((size_t)m->nout[k] * 4);
-        CHECK(gpu->ops->copy_to_host(gpu, h, m->y[k], (size_t)m->nout[k] * 4) == VLLMC_OK);
-        if (ref) {
-            bad += n_diff(h, ref[k], (size_t)m->nout[k]);
-            free(h);
-        } else {
-            out[k] = h;
-        }
-    }
-    return bad;
-}
-static void mv3_close(struct mv3 *m) {
-    for (int k = 0; k < 3; k++) {
-        gpu->ops->free(gpu, m->y[k]);
-        gpu->ops->weight_free(gpu, &m->w[k]);
-    }
-    free(m->x); free(m->bias);
-    gpu->ops->free(gpu, m->gbias);
-    bk_act_free(gpu, &m->a);
-}
-
-/* The streaming mat-vec against the column-split kernel it replaces: the same bits for launches of Q4_K and Q6_K
- * segments of odd row counts (bias on one), and with a Q8_0 segment beside them (a launch of its own), at 2 and 4
- * super-blocks a warp, at two pipeline shapes; and that it ran. */
-static void test_stream(void) {
-    for (int64_t E = 2560, mix = 0; E <= 9216; mix = !mix, E += mix ? 0 : 6656) {
-        const uint32_t types[3] = {GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, mix ? GGML_TYPE_Q8_0 : GGML_TYPE_Q4_K};
-        const int64_t nout[3] = {2088, 37, 301};
-        struct mv3 m;
-        mv3_open(&m, E, types, nout);
-        float *ref[3];
-        const int old = backend_cuda_set_matvec_stream(0, 0);
-        mv3_run(&m, ref, NULL);
-        const int shapes[2][2] = {{2, 24 * 1024}, {1, 4 * 1024}};
-        for (int sh = 0; sh < 2; sh++) {
-            backend_cuda_set_matvec_stream(shapes[sh][0], shapes[sh][1]);
-            const uint64_t l0 = backend_cuda_stream_launches();
-            const size_t bad = mv3_run(&m, NULL, ref);
-            CHECK_MSG(backend_cuda_stream_launches() == l0 + 1, "streaming mat-vec E %lld: not launched", (long long)E);
-            printf("streaming mat-vec E %lld%s (%d CTAs an SM, %d-byte stages): %zu of %lld outputs differ from the column-split kernel\n",
-                   (long long)E, mix ? " with Q8_0" : "", shapes[sh][0], shapes[sh][1], bad, (long long)(nout[0] + nout[1] + nout[2]));
-            CHECK_MSG(bad == 0, "streaming mat-vec E %lld: %zu outputs differ from the column-split kernel", (long long)E, bad);
-        }
-        backend_cuda_set_matvec_stream(old, 24 * 1024);
-        for (int k = 0; k < 3; k++) free(ref[k]);
-        mv3_close(&m);
-    }
-}
-
-/* The warp-streamed mat-vec against the column-split kernel it replaces: the same bits for launches of Q4_K (with a
- * Q8_0 segment beside them, and without) and Q6_K segments of odd row counts (bias on one), at 2 and 4 super-blocks a
- * unit (2,560 / 4,096 and 9,216 columns), with units of a column-split CTA's row groups, of one and of two, and a
- * launch of more tiles than its warps' lanes hold (the outputs stored by the summing lanes); and that it ran. Its
- * residual and conv epilogue (recorded steps only) are checked by test_cuda_model's graph == eager with VLLMC_CUDA_WS
- * set. */
-static void test_ws(void) {
-    const int64_t cols[3] = {2560, 4096, 9216};
-    for (int ci = 0; ci < 3; ci++)
-        for (int set = 0; set < 4; set++) {
-            const int64_t E = cols[ci];
-            if (set == 3 && E != 2560) continue;
-            const uint32_t q = set == 1 ? GGML_TYPE_Q6_K : GGML_TYPE_Q4_K;
-            const uint32_t types[3] = {q, q, set == 2 ? GGML_TYPE_Q8_0 : q};
-            const int64_t nout[3] = {set == 3 ? 70001 : 2088, 37, 301};
-            struct mv3 m;
-            mv3_open(&m, E, types, nout);
-            float *ref[3];
-            const int old = backend_cuda_set_matvec_ws(0);
-            mv3_run(&m, ref, NULL);
-            for (int form = 0; form < 3; form++) {
-                backend_cuda_set_matvec_ws(7 | (form == 1 ? 8 : form == 2 ? 16 : 0));
-                const uint64_t l0 = backend_cuda_ws_launches();
-                const size_t bad = mv3_run(&m, NULL, ref);
-                CHECK_MSG(backend_cuda_ws_launches() == l0 + 1, "warp-streamed mat-vec E %lld set %d: not launched", (long long)E, set);
-                printf("warp-streamed mat-vec E %lld %s%s (%s units): %zu of %lld outputs differ from the column-split kernel\n",
-                       (long long)E, quant_traits(q)->name, set == 2 ? " with Q8_0" : set == 3 ? ", 70,001 rows" : "",
-                       form == 1 ? "one-row-group" : form == 2 ? "two-row-group" : "row-group", bad, (long long)(nout[0] + nout[1] + nout[2]));
-                CHECK_MSG(bad == 0, "warp-streamed mat-vec E %lld set %d: %zu outputs differ from the column-split kernel", (long long)E, set, bad);
-            }
-            backend_cuda_set_matvec_ws(old);
-            for (int k = 0; k < 3; k++) free(ref[k]);
-            mv3_close(&m);
-        }
-}
-
 /* n NaNs into device floats y, so the next launch must write every output. */
 static void poison_dev(float *y, int64_t n) {
     float *poison = nan_buf((size_t)n);
@@ -1688,8 +1561,7 @@ static void test_nq_fused(void) {
             CHECK(gpu->ops->alloc(gpu, (size_t)(T * F) * 4, (void **)&t.u) == VLLMC_OK);
             CHECK(gpu->ops->alloc(gpu, (size_t)(T * V) * 4, (void **)&t.logits) == VLLMC_OK);
             t.wn = gw;
-            for (int st = 0; st < (T == 1 ? 2 : 1); st++) {
-                const int old = backend_cuda_set_matvec_stream(st ? 2 : 0, st ? 24 * 1024 : 0);
+            {
                 size_t n_ref = 0, n = 0;
                 backend_cuda_set_fuse_nq(gpu, 0);
                 uint8_t *want = NULL;
@@ -1712,11 +1584,10 @@ static void test_nq_fused(void) {
                 }
                 const uint64_t fused = backend_cuda_nq_launches() - l0;
                 backend_cuda_set_fuse_nq(gpu, 0);
-                backend_cuda_set_matvec_stream(old, 24 * 1024);
-                printf("norm + quantize in the matmul launch (%s / %s / %s, %d rows%s): %llu launches took it, %zu of %zu bytes differ "
+                printf("norm + quantize in the matmul launch (%s / %s / %s, %d rows): %llu launches took it, %zu of %zu bytes differ "
                        "from the separate launches\n",
                        quant_traits(tset[ts][0])->name, quant_traits(tset[ts][1])->name, quant_traits(tset[ts][2])->name, T,
-                       st ? ", streaming" : "", (unsigned long long)fused, bad, n_ref);
+                       (unsigned long long)fused, bad, n_ref);
                 CHECK_MSG(fused == 2, "norm + quantize in the matmul launch: %llu launches took it (want 2: a capture of the step)",
                           (unsigned long long)fused);
                 CHECK_MSG(bad == 0, "norm + quantize in the matmul launch: %zu bytes differ", bad);
@@ -2342,8 +2213,6 @@ int main(int argc, char **argv) {
         test_mmr();
         test_mmq_two_backends();
     }
-    if (want("stream")) test_stream();
-    if (want("ws")) test_ws();
     if (want("cols_lb")) test_cols_lb();
     if (want("colx")) test_colx();
     if (want("lmh")) test_lmh();

@@ -2143,32 +2143,10 @@ extern "C" vllmc_status backend_cuda_create(const struct backend_cuda_opts *o, s
     if ((env = getenv("VLLMC_CUDA_MMV_ROWS"))) cu_mm_cfg.cols_rows = atoi(env); /* 0: multi-row steps as before (comparisons) */
     if ((env = getenv("VLLMC_CUDA_MMV_INVARIANT"))) cu_mm_cfg.cols_invariant = atoi(env) != 0; /* 1: the column-split kernels
                                                                                              under batch invariance too */
-    if ((env = getenv("VLLMC_CUDA_MS"))) { /* "cps[,bytes]": the streaming mat-vec's CTAs an SM (0 off) and stage bytes */
-        int v[2] = {0, 0};
-        const int nv = sscanf(env, "%d,%d", &v[0], &v[1]);
-        if (nv >= 1) backend_cuda_set_matvec_stream(v[0], nv == 2 ? v[1] : 0);
-    }
-    if ((env = getenv("VLLMC_CUDA_WS"))) { /* "mask[,warps[,min_rows]]": the warp-streamed mat-vec's classes, its warps an SM at most, the
-                                              launches it takes from this many rows (comparisons; measured slower) */
-        long v[3] = {0, 16, 0};
-        const long lo[3] = {0, 1, 0}, hi[3] = {31, 16, 1L << 30};
-        const char *p = env;
-        int nv = 0;
-        bool ok = true;
-        for (; nv < 3 && ok; nv++) {
-            char *e;
-            v[nv] = strtol(p, &e, 10);
-            ok = e != p && v[nv] >= lo[nv] && v[nv] <= hi[nv] && (*e == '\0' || *e == ',');
-            if (!ok || *e == '\0') break;
-            p = e + 1;
-        }
-        if (!ok || nv == 3) LOG_WARN("VLLMC_CUDA_WS=%s: not mask (0..31)[,warps (1..16)[,min_rows]]; the warp-streamed mat-vec stays off", env);
-        else {
-            backend_cuda_set_matvec_ws((int)v[0]);
-            cu_mm_cfg.ws_warps = (int32_t)v[1];
-            cu_mm_cfg.ws_min_rows = (int32_t)v[2];
-        }
-    }
+    /* the streaming and warp-streamed mat-vecs were removed (measured slower in every form: BENCHMARKS.md) */
+    static const char *const gone[] = {"VLLMC_CUDA_MS", "VLLMC_CUDA_WS"};
+    for (size_t i = 0; i < sizeof(gone) / sizeof(gone[0]); i++)
+        if ((env = getenv(gone[i]))) LOG_WARN("%s=%s: that mat-vec form was removed (measured slower); ignored", gone[i], env);
     if ((env = getenv("VLLMC_CUDA_NQ_EARLY"))) cu_mm_cfg.nq_early = atoi(env) != 0; /* (comparisons) */
     if ((env = getenv("VLLMC_CUDA_COLS_SBW2")) && atoi(env) >= 1 && atoi(env) <= 16) cu_mm_cfg.cols_sbw2 = atoi(env);
     if ((env = getenv("VLLMC_CUDA_COLS_LB"))) cu_mm_cfg.cols_lb = atoi(env) & 31; /* (comparisons) */
@@ -2409,17 +2387,6 @@ extern "C" int backend_cuda_set_matvec_lb(int mask) {
 }
 extern "C" void backend_cuda_get_matvec_cols(int cols[3]) {
     for (int i = 0; i < 3; i++) cols[i] = cu_mm_cfg.cols[i];
-}
-extern "C" int backend_cuda_set_matvec_stream(int cps, int stage_bytes) {
-    const int old = cu_mm_cfg.stream_cps;
-    cu_mm_cfg.stream_cps = cps < 0 ? 0 : cps;
-    if (stage_bytes > 0) cu_mm_cfg.stream_bytes = stage_bytes < 1024 ? 1024 : stage_bytes > 48 * 1024 ? 48 * 1024 : stage_bytes;
-    return old;
-}
-extern "C" int backend_cuda_set_matvec_ws(int mask) {
-    const int old = cu_mm_cfg.ws;
-    cu_mm_cfg.ws = mask & 31;
-    return old;
 }
 extern "C" void backend_cuda_set_decode_rows(int max_rows) { cu_mm_cfg.dec_rows = max_rows < 0 ? 0 : max_rows; }
 extern "C" int backend_cuda_set_moe_cols(int max_rows) {

@@ -175,21 +175,6 @@ uint64_t backend_cuda_gdn_cluster_launches(void);
  * (weight row, activation row), the same bits as the multi-row kernel); 0 (default): off. Process-wide;
  * VLLMC_CUDA_DEC=N sets it at backend creation. Not yet measured: for comparisons. */
 void backend_cuda_set_decode_rows(int max_rows);
-/* One activation row whose weights are all Q4_K / Q6_K: the streaming mat-vec (weights through a shared-memory
- * pipeline of asynchronous copies, the column-split kernel's sums and bits) with cps CTAs an SM, stages of about
- * stage_bytes (0: unchanged); cps 0: off (the column-split kernel). Returns the previous cps. Process-wide;
- * VLLMC_CUDA_MS="cps[,bytes]" sets it at backend creation. CUDA only (HIP keeps the column-split kernel). */
-int backend_cuda_set_matvec_stream(int cps, int stage_bytes);
-/* Launches of the streaming mat-vec so far, process-wide. */
-uint64_t backend_cuda_stream_launches(void);
-/* One activation row whose K-quant weights are all Q4_K or all Q6_K: the warp-streamed mat-vec (each warp walks whole
- * tiles of rows through a ring of units in its registers, the next asked for as one is summed; the column-split
- * kernel's sums and bits), a bit per class: 1 Q4_K rows of up to 16 super-blocks, 2 longer Q4_K rows, 4 Q6_K rows; 8
- * units of one row group, 16 Q4_K units of two; 0: off (measured slower in every form: BENCHMARKS.md). Returns the
- * previous mask. Process-wide; VLLMC_CUDA_WS="mask[,warps[,min_rows]]" sets it at backend creation. */
-int backend_cuda_set_matvec_ws(int mask);
-/* Launches of the warp-streamed mat-vec so far, process-wide. */
-uint64_t backend_cuda_ws_launches(void);
 /* Matmul launches so far (process-wide) that ran the norm + quantize of their outputs inside them (the RMSNorm after a
  * fused residual add, the SwiGLU after gate / up: backend_cuda_set_fuse_nq). */
 uint64_t backend_cuda_nq_launches(void);
@@ -205,7 +190,7 @@ uint64_t backend_cuda_nq_launches(void);
  *                                  into the rule kernel by clusters of CTAs: no counters, the bits of the separate launch
  * Default BACKEND_CUDA_FUSE_GATED_CLUSTER alone (the others measured slower: BENCHMARKS.md); VLLMC_CUDA_FUSE_NQ=mask sets
  * it at backend creation. Drops the captured graphs, so the
- * next steps are captured with the kernel choices in force then (e.g. backend_cuda_set_matvec_stream). */
+ * next steps are captured with the kernel choices in force then (e.g. backend_cuda_set_matvec_lb). */
 enum {
     BACKEND_CUDA_FUSE_NORM_MATMUL = 1, BACKEND_CUDA_FUSE_SWIGLU = 2, BACKEND_CUDA_FUSE_GATED = 4, BACKEND_CUDA_FUSE_NORM_MIX = 8,
     BACKEND_CUDA_FUSE_MOE_MIX = 16, BACKEND_CUDA_FUSE_ATTN_COMBINE = 32, BACKEND_CUDA_FUSE_GATED_CLUSTER = 64,

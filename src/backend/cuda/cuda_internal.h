@@ -198,9 +198,6 @@ struct cu_mm_cfg {
                                   under batch invariance only with cols_invariant); 0 off */
     int32_t moe_group_rows;    /* MoE ops of at least this many rows (that the column-split launches do not take): the
                                   entries grouped by expert (cu_launch_moe_grouped); 0 off */
-    int32_t stream_cps;        /* one activation row, Q4_K / Q6_K rows only: the streaming mat-vec (mm_kernel_stream) in
-                                  place of the column-split kernel, stream_cps CTAs an SM; 0 off */
-    int32_t stream_bytes;      /* its pipeline stage: about this many bytes of weight rows */
     int32_t nq_early;          /* 1: the norm + quantize kernel lets the next launch start before its own wait */
     int32_t cols_sbw2;         /* the column-split kernel gives a warp 2 super-blocks for rows of up to this many (16:
                                   up to 8 warps a CTA), else 4 (VLLMC_CUDA_COLS_SBW2, comparisons) */
@@ -227,12 +224,7 @@ struct cu_mm_cfg {
     int32_t mmr_small_sb;      /* ... but rows of fewer super-blocks than this only from mmr_small_rows activation rows */
     int32_t mmr_small_rows;
     int32_t moe_rs_rows;       /* grouped MoE ops of up to this many rows: the routing and the sort in one CTA
-                                  (cu_launch_moe_route_sort); 0: a launch each */    int32_t ws;                /* one activation row, K-quant segments of one type: the warp-streamed mat-vec (mm_kernel_ws:
-                                  the column-split kernel's bits) a bit per class: 1 Q4_K rows of up to cols_sbw2
-                                  super-blocks, 2 longer Q4_K rows, 4 Q6_K rows; 8 units of one row group, 16 Q4_K units of
-                                  two (comparisons); 0 none. Measured slower in every form: off */
-    int32_t ws_warps;          /* its warps an SM at most (1..16; 0: 16) */
-    int32_t ws_min_rows;       /* ... for launches of at least this many rows (all segments) */
+                                  (cu_launch_moe_route_sort); 0: a launch each */
     int32_t mmr_rt;            /* mm_kernel_mmrs: 16-row tiles a CTA (1, 2 or 4; the same bits), where a launch keeps at
                                   least mmr_rt_ctas CTAs (else fewer tiles a CTA); 0 / 1: one (default until measured) */
     int32_t mmr_rt_ctas;

@@ -2703,6 +2703,7 @@ static void mm_select(const struct cu_mm_args *args, const int *order, int n, st
         out->seg[out->n_seg++] = sg;
     }
 }
+#if !defined(VLLMC_HIP) /* (its callers are CUDA only) */
 /* The segments in mask, in their order. */
 static void mm_subset(const struct cu_mm_args *args, unsigned mask, struct cu_mm_args *out) {
     int order[CU_MM_MAX_SEG], n = 0;
@@ -2710,6 +2711,7 @@ static void mm_subset(const struct cu_mm_args *args, unsigned mask, struct cu_mm
         if (mask >> i & 1) order[n++] = i;
     mm_select(args, order, n, out);
 }
+#endif
 
 uint64_t cu_colx_launches;
 extern "C" uint64_t backend_cuda_colx_launches(void) { return cu_colx_launches; }
@@ -2765,7 +2767,7 @@ extern "C" uint64_t backend_cuda_cols_pf_launches(void) { return cu_cols_pf_laun
 
 /* The column-split kernel (NA = MV_NA for several activation rows) when every segment is Q4_K, Q6_K, Q8_0 or
  * F32 (one of them K-quant) and a row of 256-column super-blocks fits 16 warps; false (nothing launched) otherwise. */
-static bool mm_launch_cols(const struct cu_mm_args *args, gpuStream_t s, bool other_only = false) {
+static bool mm_launch_cols(const struct cu_mm_args *args, gpuStream_t s) {
     const int64_t n = args->a.n;
     if (n % QK_K != 0) return false;
     int kt = 0; /* the K-quant types present: 1 Q4_K, 2 Q6_K */
@@ -2776,8 +2778,6 @@ static bool mm_launch_cols(const struct cu_mm_args *args, gpuStream_t s, bool ot
         else if (t != GGML_TYPE_Q8_0 && t != GGML_TYPE_F32) return false;
     }
     const int n_sb = (int)(n / QK_K), sbw = n_sb <= cu_mm_cfg.cols_sbw2 ? 2 : 4, w = (n_sb + sbw - 1) / sbw;
-    if (!kt && other_only) kt = 1; /* Q8_0 / F32 segments only (the streaming launch's others): every CTA takes the
-                                      other rows' path, the K-quant instance is never entered */
     if (!kt || w > 16) return false;
     if (args->conv.on && args->seg[args->conv.seg].type != GGML_TYPE_Q4_K && args->seg[args->conv.seg].type != GGML_TYPE_Q6_K)
         return false; /* the Q8_0 / F32 rows' path has no conv epilogue */
@@ -2802,7 +2802,7 @@ static bool mm_launch_cols(const struct cu_mm_args *args, gpuStream_t s, bool ot
 #if !defined(VLLMC_HIP)
     /* the LM head through a ring of row tiles in shared memory (mm_kernel_lmh: the bits of the column-split instance
      * below, U 2; cu_lmh_ns, off by default) */
-    if (!other_only && !mr && U == 2 && sbw == 2 && mm_lmh_ok(a, (int)args->n_act) && mm_lmh_launch(a, s)) return true;
+    if (!mr && U == 2 && sbw == 2 && mm_lmh_ok(a, (int)args->n_act) && mm_lmh_launch(a, s)) return true;
 #endif
     /* one super-block a thread where every K-quant row is Q4_K (one activation row, no fused norm; the same bits as the
      * column-split kernel). Off by default (cu_mm_cfg.sbt 0; VLLMC_CUDA_SBT=16 for rows of up to 16 super-blocks and
@@ -2957,135 +2957,7 @@ static bool mm_launch_cols(const struct cu_mm_args *args, gpuStream_t s, bool ot
     return true;
 }
 
-/* ---- streaming mat-vec: one activation row, Q4_K / Q6_K rows ----
- * Each CTA takes a run of consecutive rows (of the concatenated segments) and streams their bytes through a pipeline
- * of MS_NS shared-memory stages filled by asynchronous copies (gpu_cp16): the first MS_NS - 1 stages are issued before
- * the dependency wait, so the weights of a launch are on their way while the kernels before it finish, and each stage
- * is refilled as soon as it is consumed, so a CTA keeps ~(MS_NS - 1) stages of bytes in flight without holding them in
- * registers. The lanes split the columns as in the column-split kernel (mm_kernel_cols: super-blocks over the warps,
- * 64-element chunks over the lanes) and hold their activation chunk in registers for the whole run; a row's sum is
- * formed with the column-split kernel's ops in its order (k4_term / q6_term, the butterfly over the super-blocks of a
- * warp, then the warps in order), so the two kernels give the same bits. */
-#define MS_NS 4
-/* Shared memory a CTA may take, and the default CTAs an SM (cu_mm_cfg.stream_cps): HIP targets have no asynchronous
- * copies (gpu_cp16 copies in place, so the pipeline only orders) and 64 KB of LDS a workgroup; off there by default. */
-#if defined(VLLMC_HIP)
-#define MS_SMEM_MAX (64 * 1024)
-#define MS_CPS 0
-#else
-#define MS_SMEM_MAX (200 * 1024)
-#define MS_CPS 0 /* off until measured on the GPU (BENCHMARKS.md "Streaming mat-vec") */
-#endif
-struct ms_chunk { int seg, row, cnt; }; /* rows row .. row + cnt - 1 of segment seg */
-/* The chunk that starts at concatenated row g: at most sr rows, not past end nor its segment. */
-static __device__ __forceinline__ ms_chunk ms_next(const struct cu_mm_args &P, int g, int end, int sr) {
-    const int si = mv_seg_row(P, g);
-    const cu_mm_seg &S = P.seg[si];
-    return ms_chunk{si, g - S.row0, min(sr, min(end, S.row0 + S.n_rows) - g)};
-}
-static __device__ __forceinline__ void ms_issue(const struct cu_mm_args &P, const ms_chunk &k, uint8_t *buf) {
-    const cu_mm_seg &S = P.seg[k.seg];
-    const uint8_t *src = S.w + (size_t)k.row * S.stride;
-    const int n16 = (int)((uint64_t)k.cnt * S.stride / 16);
-    for (int i = threadIdx.x; i < n16; i += blockDim.x) gpu_cp16(buf + 16 * (size_t)i, src + 16 * (size_t)i);
-}
-/* The row's term over the lane's super-block chunk. Every lane of the warp calls it (the terms reduce over 4 lanes by
- * shuffles): where the lane is off or the row past the chunk (!ok) its weights are zeros, as in mm_kernel_cols. q4
- * is the same for the whole CTA. */
-template <int KT>
-static __device__ __forceinline__ float ms_term(bool q4, const uint8_t *wr, bool ok, int n_sb, int sb, int c, const k4_sel &ks,
-                                                const mv_act &v4, const mv_act &v6) {
-    const uint4 z = make_uint4(0, 0, 0, 0);
-    if (KT == 1 || (KT == 3 && q4)) return k4_term(ok ? k4_load<true>(wr, n_sb, sb, c) : k4_w{z, z, 0, 0, 0, 0}, ks, v4);
-    return q6_term(ok ? q6_load<true>(wr, n_sb, sb, c) : q6_w{z, z, z, z, 0, 0}, c & 1, v6);
-}
-
-/* grid: CTAs of rpc rows each (the last may have fewer); sr rows a stage (a multiple of 8 / SBW); dynamic shared memory:
- * MS_NS stages of sr x the widest stride, then the warps' partial sums [W][rpc]. KT as in mm_kernel_cols. */
-template <int SBW, int KT>
-static __global__ void __launch_bounds__(512) mm_kernel_stream(const struct cu_mm_args P, int rpc, int sr, int stage_bytes) {
-    constexpr int RW = 8 / SBW;
-    extern __shared__ float4 ms_smem4[];
-    uint8_t *const sm = (uint8_t *)ms_smem4;
-    float *const part = (float *)(sm + (size_t)MS_NS * stage_bytes);
-    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, W = blockDim.x >> 5;
-    const int R0 = (int)blockIdx.x * rpc, R1 = min(P.total_rows, R0 + rpc);
-    int gi = R0; /* the next row to issue */
-#pragma unroll
-    for (int st = 0; st < MS_NS - 1; st++) {
-        if (gi < R1) {
-            const ms_chunk k = ms_next(P, gi, R1, sr);
-            ms_issue(P, k, sm + (size_t)st * stage_bytes);
-            gi += k.cnt;
-        }
-        gpu_cp_commit();
-    }
-    nq_fuse_prefetch(P.nq, blockIdx.x, gridDim.x);
-    gpu_pdl_wait();
-    gpu_pdl_trigger();
-    const int n_sb = (int)(P.a.n / QK_K);
-    const int c = lane & 3, sbl = (lane >> 2) % SBW, rr = lane / (4 * SBW);
-    const int sb = wid * SBW + sbl;
-    const bool on = sb < n_sb;
-    mv_act v4, v6;
-    if (KT & 1) { if (on) mv_act_load(P.a, false, sb, c, v4); else mv_act_zero(v4); }
-    if (KT & 2) { if (on) mv_act_load(P.a, true, sb, c, v6); else mv_act_zero(v6); }
-    const k4_sel ks = k4_sel_make(c);
-    int st = 0;
-    for (int gc = R0; gc < R1;) {
-        const ms_chunk k = ms_next(P, gc, R1, sr);
-        gpu_cp_wait_group<MS_NS - 2>(); /* this thread's copies of the chunk have landed */
-        __syncthreads();                 /* everyone's have, and the stage refilled below is no longer read */
-        if (gi < R1) {
-            const ms_chunk kn = ms_next(P, gi, R1, sr);
-            ms_issue(P, kn, sm + (size_t)((st + MS_NS - 1) % MS_NS) * stage_bytes);
-            gi += kn.cnt;
-        }
-        gpu_cp_commit();
-        const cu_mm_seg &S = P.seg[k.seg];
-        const bool q4 = S.type == GGML_TYPE_Q4_K;
-        const uint8_t *wb = sm + (size_t)(st % MS_NS) * stage_bytes;
-        for (int u = 0; u * RW < k.cnt; u++) {
-            const int row = u * RW + rr;
-            float t = ms_term<KT>(q4, wb + (size_t)row * S.stride, on && row < k.cnt, n_sb, sb, c, ks, v4, v6);
-#pragma unroll
-            for (int o = 4; o < 4 * SBW; o <<= 1) t = __fadd_rn(t, shfl_xor(t, o));
-            if ((lane & (4 * SBW - 1)) == 0 && row < k.cnt) part[wid * rpc + (gc - R0) + row] = t;
-        }
-        gc += k.cnt;
-        st++;
-    }
-    __syncthreads();
-    for (int i = threadIdx.x; i < R1 - R0; i += blockDim.x) {
-        float y = part[i];
-        for (int w = 1; w < W; w++) y = __fadd_rn(y, part[w * rpc + i]);
-        const ms_chunk k = ms_next(P, R0 + i, R1, 1);
-        const cu_mm_seg &S = P.seg[k.seg];
-        if (S.bias) y = __fadd_rn(y, S.bias[k.row]);
-        S.y[k.row] = y;
-        if (S.res) S.res[k.row] = __fadd_rn(S.res[k.row], y);
-        if (P.conv.on && k.seg == P.conv.seg) {
-            float pre[CU_CONV_PRE];
-            int slot;
-            mm_conv_load(P.conv, 0, k.row, pre, &slot);
-            mm_conv_store(P.conv, 0, k.row, pre, slot, y);
-        }
-    }
-    if (P.nq.on) { /* the run's rows of each feeding segment (at most one piece a segment) */
-        nq_cols pc[CU_MM_MAX_SEG];
-        int np = 0;
-        for (int g = R0; g < R1;) {
-            const ms_chunk k = ms_next(P, g, R1, R1 - g);
-            if (P.nq.feed >> k.seg & 1) pc[np++] = nq_cols{k.row, k.cnt};
-            g += k.cnt;
-        }
-        if (np) nq_fuse_finish(P.nq, pc, np, 0, 0, 1);
-    }
-}
-
-uint64_t cu_stream_launches;
-extern "C" uint64_t backend_cuda_stream_launches(void) { return cu_stream_launches; }
-
+#if !defined(VLLMC_HIP) /* (its callers are CUDA only) */
 /* The device's SMs (queried once; 132, an H200's, if the query fails). */
 static int mm_sm_count(void) {
     static int sms = 0;
@@ -3095,312 +2967,7 @@ static int mm_sm_count(void) {
     }
     return sms;
 }
-
-/* The streaming kernel when every segment is Q4_K / Q6_K, one activation row, and a row of 256-column super-blocks
- * fits 16 warps; false (nothing launched) otherwise. */
-static bool mm_launch(const struct cu_mm_args *args, gpuStream_t s);
-static bool mm_launch_stream(const struct cu_mm_args *args, gpuStream_t s) {
-    const int64_t n = args->a.n;
-    if (cu_mm_cfg.stream_cps <= 0 || args->n_act != 1 || n % QK_K != 0) return false;
-    for (int i = 0; i < args->n_seg; i++) { /* the others go to the column-split kernel's Q8_0 / F32 path */
-        const int t = args->seg[i].type;
-        if (t != GGML_TYPE_Q4_K && t != GGML_TYPE_Q6_K && t != GGML_TYPE_Q8_0 && t != GGML_TYPE_F32) return false;
-    }
-    int kt = 0;
-    uint64_t stride = 0;
-    unsigned kq = 0; /* the K-quant segments */
-    for (int i = 0; i < args->n_seg; i++) {
-        const int t = args->seg[i].type;
-        if (t == GGML_TYPE_Q4_K) kt |= 1;
-        else if (t == GGML_TYPE_Q6_K) kt |= 2;
-        else continue;
-        kq |= 1u << i;
-        stride = max(stride, args->seg[i].stride);
-    }
-    if (!kq || (args->conv.on && !(kq >> args->conv.seg & 1))) return false;
-    if (args->nq.on && (args->nq.feed & ~kq)) return false; /* a feeding segment would be in the other launch */
-    struct cu_mm_args k;
-    mm_subset(args, kq, &k);
-    const int n_sb = (int)(n / QK_K), sbw = n_sb <= cu_mm_cfg.cols_sbw2 ? 2 : 4, w = (n_sb + sbw - 1) / sbw, rw = 8 / sbw;
-    if (w > 16 || stride == 0) return false;
-    const int sms = mm_sm_count();
-    /* stage: the rows of about stream_bytes, a multiple of rw (at least rw); run: an even share of the rows over
-     * stream_cps CTAs an SM, at most 256 rows (the partial sums' shared memory) */
-    int sr = (int)(cu_mm_cfg.stream_bytes / (int64_t)stride) / rw * rw;
-    sr = max(rw, min(sr, 64));
-    const int stage_bytes = (int)((uint64_t)sr * stride);
-    const int total = k.total_rows;
-    int rpc = (int)GPU_CEIL_DIV(total, sms * cu_mm_cfg.stream_cps);
-    rpc = min(256, max(rpc, rw));
-    const int ctas = (int)GPU_CEIL_DIV(total, rpc);
-    const int smem = MS_NS * stage_bytes + 4 * w * rpc;
-    if (smem > MS_SMEM_MAX) return false;
-    if (kq != (1u << args->n_seg) - 1) {
-        /* other types beside (a GDN in-proj's Q8_0 / F32 gates): those segments in a launch of their own first (no
-         * conv there) on the column-split kernel, whose rows sum as they do in the mixed launch (and at any row
-         * count), then the K-quant ones here */
-        struct cu_mm_args o;
-        mm_subset(args, ~kq, &o);
-        o.conv.on = 0;
-        o.nq.on = 0;
-        if (!mm_launch_cols(&o, s, true)) (void)mm_launch(&o, s);
-    }
-    typedef void (*fn_t)(const struct cu_mm_args, int, int, int);
-    const fn_t kern = sbw == 2 ? (kt == 1 ? mm_kernel_stream<2, 1> : kt == 2 ? mm_kernel_stream<2, 2> : mm_kernel_stream<2, 3>)
-                               : (kt == 1 ? mm_kernel_stream<4, 1> : kt == 2 ? mm_kernel_stream<4, 2> : mm_kernel_stream<4, 3>);
-    static int attr_set[2][4];
-    if (!attr_set[sbw == 4][kt]) { /* once an instance: shared memory past 48 KB */
-        (void)gpuFuncSetMaxDynamicSmem((const void *)kern, MS_SMEM_MAX);
-        attr_set[sbw == 4][kt] = 1;
-    }
-    gpu_launch(kern, dim3((unsigned)ctas), dim3(32 * w), (size_t)smem, s, k, rpc, sr, stage_bytes);
-    cu_stream_launches++;
-    return true;
-}
-
-/* ---- the warp-streamed mat-vec: one activation row, the K-quant segments all Q4_K or all Q6_K ----
- * The column-split kernel holds a CTA's rows in registers and ends, so a launch of more CTAs than are resident runs in
- * rounds: a round asks for its weights only when the round before has summed and left, and pays their DRAM round trip
- * and its sums in series (~3.5 us a round, BENCHMARKS.md "A norm + quantize folded into the mat-vec"). Here a warp owns
- * a run of whole tiles of RW x U rows (RW = 8 / SBW; U row groups, as a column-split CTA holds them) and walks their
- * units (a unit: the tile's rows x SBW super-blocks in the column-split lane split, lane (rr, sbl, c) holding chunk c
- * of super-block sbl of rows u x RW + rr) through a ring of D units in its registers: the first D asked for before the
- * dependency wait, each slot asked for again as soon as it is summed, and no barrier follows the activation's staging.
- * A unit's U terms share one activation load. A unit is one warp of the column-split kernel (the same terms, the
- * butterfly over its SBW super-blocks) and a row's units are added in order, as that kernel adds its warps' parts, so
- * the two kernels give the same bits. Q8_0 / F32 segments (the GDN's beta / alpha rows) take the first CTAs of the
- * grid through the column-split kernel's path for them. Where a launch adds into the residual or runs the GDN conv,
- * each output has a lane of its warp (lane = tile x RW x U + row) that loads the residual value after the wait and the
- * conv's state before it, as the column-split kernel's epilogue threads do.
- * Measured slower than the column-split / tensor-core kernels in every form, alone and in the decode (BENCHMARKS.md "The
- * warp-streamed mat-vec": a unit of one row group is a latency chain too few warps cannot hide; units of several take
- * the registers that would hold bytes in flight), so off (cu_mm_cfg.ws 0). */
-#define WS_MAX_WARPS 16
-#define WS_MAX_COLS 16384
-#define WS_OTHER_ROWS 16
-static __device__ __forceinline__ k4s_w ws_load(const k4s_w *, const uint8_t *wr, bool ok, int n_sb, int sb, int c) {
-    const uint4 z = make_uint4(0, 0, 0, 0);
-    return ok ? k4s_load(wr, n_sb, sb, c) : k4s_w{z, z, 0};
-}
-static __device__ __forceinline__ q6_w ws_load(const q6_w *, const uint8_t *wr, bool ok, int n_sb, int sb, int c) {
-    const uint4 z = make_uint4(0, 0, 0, 0);
-    return ok ? q6_load(wr, n_sb, sb, c) : q6_w{z, z, z, z, 0, 0};
-}
-static __device__ __forceinline__ float ws_term(const k4s_w &w, const k4_sel &ks, const mv_act &v, int lane, int) {
-    return k4s_term(w, ks, v, lane);
-}
-static __device__ __forceinline__ float ws_term(const q6_w &w, const k4_sel &, const mv_act &v, int, int c) {
-    return q6_term<true>(w, c & 1, v);
-}
-/* The K-quant segment (0 .. n_kseg - 1) that tile t belongs to, by selects over the parameters (no indexed loads). */
-struct ws_seg { const uint8_t *w; const float *bias; float *y, *res; uint64_t stride; int tile0, n_rows, si; };
-static __device__ __forceinline__ ws_seg ws_seg_of(const struct cu_mm_args &P, int n_kseg, int t) {
-    ws_seg g{P.seg[0].w, P.seg[0].bias, P.seg[0].y, P.seg[0].res, P.seg[0].stride, P.seg[0].tile0, P.seg[0].n_rows, 0};
-#pragma unroll
-    for (int i = 1; i < CU_MM_MAX_SEG; i++)
-        if (i < n_kseg && t >= P.seg[i].tile0)
-            g = ws_seg{P.seg[i].w, P.seg[i].bias, P.seg[i].y, P.seg[i].res, P.seg[i].stride, P.seg[i].tile0, P.seg[i].n_rows, i};
-    return g;
-}
-/* grid: n_oc CTAs of the other segments' rows (WS_OTHER_ROWS a CTA), then the warps of tpw tiles each (n_tiles in
- * all; a tile RW x U rows: U row groups, as a column-split CTA holds them); dynamic shared memory: the Q8_K activation
- * (n quants, n / 16 sums, n / 256 scales). */
-#define WS_WARPS(U) ((U) > 1 ? 12 : WS_MAX_WARPS) /* warps a CTA at most: 12 give the units of several row groups 168
-                                                       registers a thread, where 16 (128) spill */
-template <int SBW, typename T, int U, int D, bool LO>
-static __global__ void __launch_bounds__(32 * WS_WARPS(U), 1) mm_kernel_ws(const struct cu_mm_args P, int n_kseg, int n_oc, int tpw,
-                                                                          int n_tiles) {
-    constexpr int RW = 8 / SBW, RT = RW * U;
-    extern __shared__ float4 ws_smem4[];
-    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, W = blockDim.x >> 5;
-    if ((int)blockIdx.x < n_oc) {
-        int si = n_kseg;
-#pragma unroll
-        for (int i = 1; i < CU_MM_MAX_SEG; i++)
-            if (i > n_kseg && i < P.n_seg && (int)blockIdx.x >= P.seg[i].cta0) si = i;
-        const cu_mm_seg &S = P.seg[si];
-        const int r0 = ((int)blockIdx.x - S.cta0) * WS_OTHER_ROWS, rows = min(WS_OTHER_ROWS, S.n_rows - r0);
-        mv_other_cta(P, S, S.w + (size_t)r0 * S.stride, r0, rows, 0, 1, lane, wid, W);
-        return;
-    }
-    const int n = (int)P.a.n, n_sb = n / QK_K, PP = (n_sb + SBW - 1) / SBW;
-    const int c = lane & 3, sbl = (lane >> 2) % SBW, rr = lane / (4 * SBW);
-    const int t0 = (((int)blockIdx.x - n_oc) * W + wid) * tpw, t1 = min(n_tiles, t0 + tpw);
-    const int nu = max(0, t1 - t0) * PP;
-    /* the load cursor: tile lt, pass lp; the lane's row u * RW + rr of that tile: lw + u * lstep, valid below lrows.
-     * load_next asks for the cursor's unit into a ring slot and moves the cursor on */
-    int lt = t0, lp = 0, lrows = 0;
-    const uint8_t *lw = P.seg[0].w;
-    size_t lstep = 0;
-    auto load_next = [&](T (&slot)[U]) {
-        if (lp == 0) {
-            const ws_seg g = ws_seg_of(P, n_kseg, lt);
-            const int row = (lt - g.tile0) * RT + rr;
-            lrows = g.n_rows - row;
-            lw = g.w + (size_t)(lrows > 0 ? row : 0) * g.stride;
-            lstep = (size_t)RW * g.stride;
-        }
-        const int sb = lp * SBW + sbl;
-#pragma unroll
-        for (int u = 0; u < U; u++) slot[u] = ws_load((const T *)nullptr, lw + u * lstep, u * RW < lrows && sb < n_sb, n_sb, sb, c);
-        if (++lp == PP) { lp = 0; lt++; }
-    };
-    T ring[D][U];
-#pragma unroll
-    for (int j = 0; j < D; j++) {
-        if (j < nu) {
-            load_next(ring[j]);
-        } else {
-#pragma unroll
-            for (int u = 0; u < U; u++) ring[j][u] = ws_load((const T *)nullptr, lw, false, n_sb, 0, c);
-        }
-    }
-    /* LO: each output has a lane, o = (tile - t0) x RT + u x RW + rr (the launcher ensures tpw x RT <= 32) */
-    const int ot = t0 + lane / RT;
-    const ws_seg og = ws_seg_of(P, n_kseg, LO ? ot : t0);
-    const int orow = (ot - og.tile0) * RT + lane % RT;
-    const bool ook = LO && ot < t1 && orow < og.n_rows;
-    const bool oconv = LO && P.conv.on && ook && og.si == P.conv.seg;
-    float pre[LO ? CU_CONV_PRE : 1];
-    int cslot = 0;
-    if (LO && oconv) mm_conv_load(P.conv, 0, orow, pre, &cslot);
-    gpu_pdl_wait();
-    gpu_pdl_trigger();
-    int8_t *sq = (int8_t *)ws_smem4;
-    int16_t *sbs = (int16_t *)(sq + n);
-    float *sd = (float *)(sq + n + n / 8);
-    for (int i = threadIdx.x; i < n / 16; i += blockDim.x) ((int4 *)sq)[i] = ((const int4 *)P.a.k_qs)[i];
-    for (int i = threadIdx.x; i < n / 64; i += blockDim.x) ((int2 *)sbs)[i] = ((const int2 *)P.a.k_bs)[i];
-    for (int i = threadIdx.x; i < n / QK_K; i += blockDim.x) sd[i] = P.a.k_d[i];
-    const float resv = LO && ook && og.res ? og.res[orow] : 0.f;
-    __syncthreads();
-    cu_act_view sa = P.a;
-    sa.k_qs = sq; sa.k_bs = sbs; sa.k_d = sd;
-    const k4_sel ks = k4_sel_make(c);
-    int ct = t0, cp = 0; /* the consume cursor */
-    float acc[U];
-#pragma unroll
-    for (int u = 0; u < U; u++) acc[u] = 0.f;
-#pragma unroll 1
-    for (int base = 0; base < nu; base += D) {
-#pragma unroll
-        for (int j = 0; j < D; j++) {
-            if (base + j < nu) {
-                const int sb = cp * SBW + sbl;
-                mv_act v;
-                if (sb < n_sb) mv_act_load(sa, sizeof(T) == sizeof(q6_w), sb, c, v);
-                else mv_act_zero(v);
-                float t[U];
-#pragma unroll
-                for (int u = 0; u < U; u++) t[u] = ws_term(ring[j][u], ks, v, lane, c);
-#pragma unroll
-                for (int u = 0; u < U; u++) {
-#pragma unroll
-                    for (int o = 4; o < 4 * SBW; o <<= 1) t[u] = __fadd_rn(t[u], shfl_xor(t[u], o));
-                    acc[u] = cp == 0 ? t[u] : __fadd_rn(acc[u], t[u]);
-                }
-                if (base + j + D < nu) load_next(ring[j]); /* the slot's next unit */
-                if (cp == PP - 1) { /* tile ct summed: row u x RW + rr's sum in acc[u] of lane rr x 4 x SBW */
-                    if (LO) {
-                        const int ou = (lane % RT) / RW, src = (lane % RW) * 4 * SBW;
-                        float y = 0.f;
-#pragma unroll
-                        for (int u = 0; u < U; u++) {
-                            const float yu = shfl_idx(acc[u], src);
-                            if (u == ou) y = yu;
-                        }
-                        if (ook && lane / RT == ct - t0) {
-                            if (og.bias) y = __fadd_rn(y, og.bias[orow]);
-                            og.y[orow] = y;
-                            if (og.res) og.res[orow] = __fadd_rn(resv, y);
-                            if (LO && oconv) mm_conv_store(P.conv, 0, orow, pre, cslot, y);
-                        }
-                    } else if ((lane & (4 * SBW - 1)) == 0) {
-                        const ws_seg g = ws_seg_of(P, n_kseg, ct);
-#pragma unroll
-                        for (int u = 0; u < U; u++) {
-                            const int row = (ct - g.tile0) * RT + u * RW + rr;
-                            if (row < g.n_rows) g.y[row] = g.bias ? __fadd_rn(acc[u], g.bias[row]) : acc[u];
-                        }
-                    }
-                    cp = 0;
-                    ct++;
-                } else {
-                    cp++;
-                }
-            }
-        }
-    }
-}
-
-uint64_t cu_ws_launches;
-extern "C" uint64_t backend_cuda_ws_launches(void) { return cu_ws_launches; }
-
-/* The warp-streamed kernel where cu_mm_cfg.ws takes the launch (bit 1 Q4_K rows of up to cols_sbw2 super-blocks, 2
- * longer Q4_K rows, 4 Q6_K rows; 8 units of one row group, 16 Q4_K units of two): one activation row, its K-quant
- * segments of one type, no fused norm; false (nothing launched) otherwise. */
-static bool mm_launch_ws(const struct cu_mm_args *args, gpuStream_t s) {
-    const int64_t n = args->a.n;
-    if (!cu_mm_cfg.ws || args->n_act != 1 || args->nq.on || n % QK_K != 0 || n > WS_MAX_COLS || args->total_rows < cu_mm_cfg.ws_min_rows)
-        return false;
-    int kt = 0;
-    unsigned kq = 0;
-    bool res = false;
-    for (int i = 0; i < args->n_seg; i++) {
-        const cu_mm_seg &g = args->seg[i];
-        if (g.type == GGML_TYPE_Q4_K) kt |= 1;
-        else if (g.type == GGML_TYPE_Q6_K) kt |= 2;
-        else if (g.type == GGML_TYPE_Q8_0 || g.type == GGML_TYPE_F32) continue;
-        else return false;
-        kq |= 1u << i;
-        if (g.res && g.res == g.y) return false; /* (the column-split kernel reads such a residual after its store) */
-        res = res || g.res;
-    }
-    const int n_sb = (int)(n / QK_K), sbw = n_sb <= cu_mm_cfg.cols_sbw2 ? 2 : 4, rw = 8 / sbw;
-    const int cls = kt == 1 ? (sbw == 2 ? 1 : 2) : kt == 2 ? 4 : 0;
-    if (!(cu_mm_cfg.ws & cls)) return false;
-    if (args->conv.on && !(kq >> args->conv.seg & 1)) return false;
-    int order[CU_MM_MAX_SEG], no = 0, n_kseg = 0;
-    for (int pass = 0; pass < 2; pass++)
-        for (int i = 0; i < args->n_seg; i++)
-            if ((kq >> i & 1) == (pass == 0)) order[no++] = i;
-    for (int i = 0; i < args->n_seg; i++) n_kseg += kq >> i & 1;
-    struct cu_mm_args a;
-    mm_select(args, order, no, &a);
-    int n_oc = 0;
-    for (int i = n_kseg; i < a.n_seg; i++) {
-        a.seg[i].tile0 = INT_MAX;
-        a.seg[i].cta0 = n_oc;
-        n_oc += (int)GPU_CEIL_DIV(a.seg[i].n_rows, WS_OTHER_ROWS);
-    }
-    const int sms = mm_sm_count();
-    const int sms_ws = max(1, sms - n_oc);
-    const int wmax = cu_mm_cfg.ws_warps >= 1 && cu_mm_cfg.ws_warps <= WS_MAX_WARPS ? cu_mm_cfg.ws_warps : WS_MAX_WARPS;
-    /* a unit: U row groups of RW rows (4 Q4_K, 2 Q6_K: a column-split CTA's rows), so each unit's U terms share one
-     * activation load and run side by side; a ring of 2 units (bit 8: 1 row group, rings of 6 / 3 units) */
-    const bool one = cu_mm_cfg.ws & 8, two = !one && kt == 1 && (cu_mm_cfg.ws & 16); /* bit 16: Q4_K units of 2 row groups, rings of 4 */
-    const int U = one ? 1 : kt == 1 && !two ? 4 : 2, rt = rw * U, wcap = min(wmax, WS_WARPS(U));
-    int n_tiles = 0;
-    for (int i = 0; i < n_kseg; i++) {
-        a.seg[i].tile0 = n_tiles;
-        n_tiles += (int)GPU_CEIL_DIV(a.seg[i].n_rows, rt);
-    }
-    const int tpw = (int)GPU_CEIL_DIV(n_tiles, sms_ws * wcap);
-    if ((res || a.conv.on) && tpw * rt > 32) return false;
-    const int warps = (int)GPU_CEIL_DIV(n_tiles, tpw), wc = (int)GPU_CEIL_DIV(warps, sms_ws), ctas = (int)GPU_CEIL_DIV(warps, wc);
-    const size_t smem = ((size_t)n + (size_t)n / 8 + (size_t)n / 64 + 15) & ~(size_t)15;
-    typedef void (*fn_t)(const struct cu_mm_args, int, int, int, int);
-    const bool lo = res || a.conv.on;
-#define WS_PICK(S, T, U, D) (lo ? mm_kernel_ws<S, T, U, D, true> : mm_kernel_ws<S, T, U, D, false>)
-    const fn_t kern = kt == 1 ? (sbw == 2 ? (one ? WS_PICK(2, k4s_w, 1, 6) : two ? WS_PICK(2, k4s_w, 2, 4) : WS_PICK(2, k4s_w, 4, 2))
-                                          : (one ? WS_PICK(4, k4s_w, 1, 6) : two ? WS_PICK(4, k4s_w, 2, 4) : WS_PICK(4, k4s_w, 4, 2)))
-                              : (sbw == 2 ? (one ? WS_PICK(2, q6_w, 1, 3) : WS_PICK(2, q6_w, 2, 2))
-                                          : (one ? WS_PICK(4, q6_w, 1, 3) : WS_PICK(4, q6_w, 2, 2)));
-#undef WS_PICK
-    gpu_launch(kern, dim3((unsigned)(n_oc + ctas)), dim3(32 * wc), smem, s, a, n_kseg, n_oc, tpw, n_tiles);
-    cu_ws_launches++;
-    return true;
-}
+#endif
 
 /* Prefill: one warp per (weight row, group of NA activation rows); the groups of one weight slice run
  * next to each other so its bytes come from L2 after the first. */
@@ -4466,11 +4033,11 @@ static bool mm_launch_mmr(const struct cu_mm_args *args, gpuStream_t s) {
 #else
 #define MM_F32R 1
 #endif
-struct cu_mm_cfg cu_mm_cfg = {{8192, 65536}, {1, 4, 4}, {0, 2, 1}, {0, 0, 0}, 0, {1, 1, 1}, 64, 0, 3, 1, MS_CPS, 24 * 1024, 0, 16, MM_COLS_LB, 0, 16384, MM_MMA, MM_MMR, 10, 8, 32, 0, 16, 0, 1, 132, MM_MMQ, 132 * (VLLMC_MMQ_MINB4 > 2 ? VLLMC_MMQ_MINB4 : 2), 1, 1, 4, 0, MM_COLX, MM_F32R};
+struct cu_mm_cfg cu_mm_cfg = {{8192, 65536}, {1, 4, 4}, {0, 2, 1}, {0, 0, 0}, 0, {1, 1, 1}, 64, 0, 3, 1, 0, 16, MM_COLS_LB, 0, 16384, MM_MMA, MM_MMR, 10, 8, 32, 1, 132, MM_MMQ, 132 * (VLLMC_MMQ_MINB4 > 2 ? VLLMC_MMQ_MINB4 : 2), 1, 1, 4, 0, MM_COLX, MM_F32R};
 
 static bool mm_launch_dec(const struct cu_mm_args *args, gpuStream_t s);
 
-/* True when the column-split or streaming kernel took the launch (a cu_mm_conv and a cu_nq_fuse in its epilogue). */
+/* True when the column-split kernel took the launch (a cu_mm_conv and a cu_nq_fuse in its epilogue). */
 static bool mm_launch(const struct cu_mm_args *args, gpuStream_t s);
 
 uint64_t cu_nq_fused_launches;
@@ -4478,7 +4045,7 @@ extern "C" uint64_t backend_cuda_nq_launches(void) { return cu_nq_fused_launches
 
 void cu_launch_matmul(const struct cu_mm_args *args, gpuStream_t s) {
     if (args->n_act <= 0 || args->n_ctas <= 0) return;
-    if (mm_launch(args, s)) { /* the column-split or streaming kernel: the conv and the norm + quantize are in it */
+    if (mm_launch(args, s)) { /* the column-split kernel: the conv and the norm + quantize are in it */
         cu_nq_fused_launches += args->nq.on != 0;
         return;
     }
@@ -4532,7 +4099,7 @@ static bool mm_launch(const struct cu_mm_args *args, gpuStream_t s) {
             if (!tile_order) tr = 1;
         }
         if ((inv_cols || (!args->row_order && cu_mm_cfg.cols[cls])) &&
-            (mm_launch_ws(args, s) || mm_launch_stream(args, s) || mm_launch_cols(args, s) || mm_launch_colx(args, s)))
+            (mm_launch_cols(args, s) || mm_launch_colx(args, s)))
             return true;
         if (ks == 1 || ks == 2 || ks == 4) {
             struct cu_mm_args a = *args;
