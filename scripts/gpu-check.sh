@@ -83,6 +83,8 @@
 # (VLLMC_CUDA_MMA bits 32 / 64; ACTPF_GEMV, ACTPF_CFGS, ACTPF_REPS, ACTPF_MODELS (default BENCH_MODELS), ACTPF_SAN=1 a
 # memcheck run). Stage moepre (not default)
 # does the same for the MoE down launch routing before its wait (VLLMC_CUDA_MOE_PRE=1; MOEPRE_REPS, MOEPRE_SAN=1).
+# Stage presplit (not default) checks and times the decode attention's prologue inside its split launch
+# (VLLMC_CUDA_ATTN_PRE_SPLIT=1; PRESPLIT_MODELS, PRESPLIT_REPS: see the stage).
 # Stage mmx (not default) checks and times the tensor-core mat-vec with more rows a CTA in shared memory (VLLMC_CUDA_MMA
 # bits 128 / 256; MMX_GEMV, MMX_CFGS, MMX_REPS, MMX_MODELS; MMX_CHECKS=0 skips the checks before the timings).
 set -uo pipefail
@@ -1051,6 +1053,36 @@ if has mmx; then # the tensor-core mat-vec with 16 / 8 more rows a CTA in shared
                 note "mmx $m $name run $rep rc=$rc: $(grep '^output tok/s' "$OUT/mmx_${m}_${name}_$rep.txt" | head -1)"
             done
         done
+    done
+fi
+
+if has presplit; then # the decode attention's q / k norm + RoPE + KV store inside its split launch
+    # (VLLMC_CUDA_ATTN_PRE_SPLIT=1, off until measured): graph == eager (its bits against the separate launches) and CPU
+    # parity on the tiny qwen35 and qwen35moe, the engine with it (alone = together = eager: decode steps of several
+    # sequences), a memcheck generate, the greedy ids of PRESPLIT_MODELS (default BENCH_MODELS) against the default, then
+    # their decode off and on, PRESPLIT_REPS (default 2) times in turn
+    tiny_switch presplit on VLLMC_CUDA_ATTN_PRE_SPLIT=1 || PS_BAD=1
+    for f in .carry/moe/qwen35moe-tiny-q4_k_m.gguf; do
+        [ -f "$f" ] || continue
+        VLLMC_CUDA_ATTN_PRE_SPLIT=1 timeout 150 "$BIN/test_cuda_model" "$f" 40 24 >"$OUT/presplit_model_moe.txt" 2>&1; rc=$?
+        note "presplit test_cuda_model $(basename "$f" .gguf) rc=$rc: $(grep 'worst' "$OUT/presplit_model_moe.txt" | head -1 | cut -c1-120); $(grep -o 'prologue inside the split launch [0-9]*' "$OUT/presplit_model_moe.txt")$(grep -m1 FAIL "$OUT/presplit_model_moe.txt" | cut -c1-200)"
+        model_broke "$OUT/presplit_model_moe.txt" $rc && PS_BAD=1
+    done
+    for f in /tmp/models/qwen35-tiny.gguf .carry/moe/*q4_k_m*.gguf; do
+        [ -f "$f" ] || continue
+        n=$(basename "$f" .gguf)
+        VLLMC_CUDA_ATTN_PRE_SPLIT=1 timeout 120 "$BIN/test_cuda_engine" "$f" 64 12 >"$OUT/presplit_engine_$n.txt" 2>&1; rc=$?
+        [ $rc = 0 ] || PS_BAD=1
+        note "presplit test_cuda_engine $n rc=$rc: $(grep -m1 'together' "$OUT/presplit_engine_$n.txt" | sed 's/test_cuda_engine: //' | cut -c1-150)$(grep -m1 FAIL "$OUT/presplit_engine_$n.txt")"
+    done
+    san_generate presplit tiny /tmp/models/qwen35-tiny.gguf VLLMC_CUDA_ATTN_PRE_SPLIT=1
+    wait_models
+    for m in ${PRESPLIT_MODELS:-$BENCH_MODELS}; do
+        f=/tmp/models/$m.gguf
+        [ -s "$f" ] || { note "presplit $m: model not generated"; continue; }
+        ids_same presplit "$m" "$f" VLLMC_CUDA_ATTN_PRE_SPLIT 1 || PS_BAD=1
+        [ -n "${PS_BAD:-}" ] && { note "presplit: a check failed, no timing"; continue; }
+        decode_ab presplit "$m" "$f" VLLMC_CUDA_ATTN_PRE_SPLIT "0 1" "${PRESPLIT_REPS:-2}"
     done
 fi
 

@@ -112,6 +112,26 @@ def test_removed_matvec_switches_warn(stub_env, models):
         assert launches(out) == base, (var, launches(out), base)
 
 
+def test_attn_pre_split_host_side(stub_env, models):
+    """VLLMC_CUDA_ATTN_PRE_SPLIT=1 (off by default) moves the decode attention's q / k norm + RoPE + KV store into its
+    split launch: each captured decode step of the tiny qwen35 shapes (one attention layer) has one launch fewer, and so
+    does the step of four sequences; any value but 0 / 1 says so and keeps the launch."""
+    log = {"STUB_CUDA_LOG": "1"}
+    for shape in ("qwen35-wide", "qwen35moe-wide"):
+        args = ("bench", "-m", models[shape], "-p", "16", "-g", "24", "-r", "1")
+        base = launches(run(stub_env, *args, extra=log))
+        assert base, "no graph captured"
+        on = launches(run(stub_env, *args, extra=dict(log, VLLMC_CUDA_ATTN_PRE_SPLIT="1")))
+        assert on == [n - 1 for n in base], (shape, on, base)
+        out = run(stub_env, *args, extra=dict(log, VLLMC_CUDA_ATTN_PRE_SPLIT="yes"))
+        assert "VLLMC_CUDA_ATTN_PRE_SPLIT=yes: not 0 or 1" in out and launches(out) == base, out[-1500:]
+        cargs = ("bench", "-m", models[shape], "-p", "16", "-g", "16", "-r", "1", "--concurrency", "4")
+        base = launches(run(stub_env, *cargs, extra=log))
+        on = launches(run(stub_env, *cargs, extra=dict(log, VLLMC_CUDA_ATTN_PRE_SPLIT="1")))
+        # (which smaller steps get captured depends on when requests finish; the step of all four is always there)
+        assert base and on and max(on) == max(base) - 1, (shape, on, base)
+
+
 def test_engine_host_side(stub_env, models):
     """The engine's batched, pipelined steps (bench --concurrency) run through on both hybrid kinds, with the GDN's runs
     side by side (the default) and without them (VLLMC_CUDA_GDN_RUNS=0), on prompts of 16 (every run short) and 40 tokens

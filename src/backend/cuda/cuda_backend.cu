@@ -114,6 +114,9 @@ struct cu_backend {
     std::vector<size_t> rec_offs; /* offsets of this step's records (the fusions look back a few) */
     bool fuse_attn;            /* recorded steps: q / k norm + RoPE + KV store, and sigmoid gate + quantize, into the
                                   attention's launches */
+    bool attn_pre_split;       /* ... and in decode steps (every token its sequence's only one) the q / k norm + RoPE + KV
+                                  store inside the split launch (cu_attn_args.pre_split; VLLMC_CUDA_ATTN_PRE_SPLIT=1: off
+                                  until measured) */
     FILE *hash_log;            /* VLLMC_CUDA_HASH_LOG (eager): each op's output hash (hash_out) */
     bool fuse_conv;            /* recorded decode steps: the GDN conv into the matmul that writes its input */
     unsigned fuse_nq;          /* BACKEND_CUDA_FUSE_*: a norm + quantize into the launch that writes its input (cu_nq_fuse),
@@ -1492,8 +1495,12 @@ static void fuse_attn_pre(cu_backend *c, struct cu_attn_args *a) {
     a->kx = nk->x; a->ld_kx = nk->ld_x; a->kw = nk->w; a->k_eps = nk->eps;
     a->rope_mode = rq->mode; a->n_rot = rq->n_rot; a->ff = rq->ff; a->freq_scale = rq->scale;
     a->theta_scale = powf(rq->base, -2.0f / (float)rq->n_rot); /* as cu_launch_rope */
+    /* the split launch takes that work too where no token of the step reads another's key (cu_launch_attention checks
+       the head size) */
+    a->pre_split = c->attn_pre_split && decode_batch(c) && (hd == 128 || hd == 256);
     rec_drop(c, 4);
     c->stats.fused_attn++;
+    c->stats.fused_attn_split += a->pre_split != 0;
 }
 
 static vllmc_status cu_attention(struct backend *be, struct bk_kv_cache *kv, const struct bk_attn_params *p, const float *q,
@@ -2097,6 +2104,10 @@ extern "C" vllmc_status backend_cuda_create(const struct backend_cuda_opts *o, s
     c->fuse_attn = env_on("VLLMC_CUDA_FUSE_ATTN");
     c->fuse_conv = env_on("VLLMC_CUDA_FUSE_CONV");
     const char *env;
+    if ((env = getenv("VLLMC_CUDA_ATTN_PRE_SPLIT"))) { /* off until measured */
+        if (!strcmp(env, "1")) c->attn_pre_split = true;
+        else if (strcmp(env, "0")) LOG_WARN("VLLMC_CUDA_ATTN_PRE_SPLIT=%s: not 0 or 1; the attention prologue keeps its launch", env);
+    }
     if (c->eager && (env = getenv("VLLMC_CUDA_HASH_LOG")) && *env) {
         if ((c->hash_log = fopen(env, "a"))) fprintf(c->hash_log, "== backend\n");
         else LOG_WARN("VLLMC_CUDA_HASH_LOG: cannot open %s for appending: no op hashes", env);

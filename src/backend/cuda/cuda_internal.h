@@ -309,8 +309,10 @@ struct cu_attn_args {
     /* Decode steps, fused at recording (cuda_backend.cu fuse_attn_pre / _gate / _quant): pre = 1 replaces the KV store by one launch
      * that forms q and k from their norm inputs (RMSNorm of row (t, h) of qx / kx, row stride ld_qx / ld_kx, weights
      * qw / kw, then RoPE), writes them to q / k and stores k and v into the cache: the ops of rmsnorm_kernel and
-     * rope_kernel in their order, so the bits are those of the separate launches. */
-    int32_t pre, rope_mode, n_rot, pad0;
+     * rope_kernel in their order, so the bits are those of the separate launches. pre_split (with pre; heads of 128 or
+     * 256; a decode step, every token its sequence's only one): that work inside the split launch instead, no launch of
+     * its own (attn_split_kernel's PRE: the same ops, so the same bits). */
+    int32_t pre, rope_mode, n_rot, pre_split;
     const float *qx, *kx, *qw, *kw, *ff;
     int64_t ld_qx, ld_kx;
     float q_eps, k_eps, theta_scale, freq_scale;

@@ -187,6 +187,41 @@ static __device__ __forceinline__ void rms_row(const float *xr, const float *w, 
     }
 }
 
+/* rms_row of two rows of n at once, each with the ops of rms_row in its order (the bits of two rms_row calls by the
+ * same block), so that their loads, butterflies and barriers overlap. red: 64 doubles. */
+static __device__ __forceinline__ void rms_row2(const float *x0, const float *w0, float e0, float *y0, const float *x1, const float *w1,
+                                                float e1, float *y1, int64_t n, double *red) {
+    double s0 = 0.0, s1 = 0.0;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+        const float a = x0[i], b = x1[i];
+        s0 += (double)__fmul_rn(a, a);
+        s1 += (double)__fmul_rn(b, b);
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+        s0 += shfl_xor(s0, off);
+        s1 += shfl_xor(s1, off);
+    }
+    if (threadIdx.x % 32 == 0) {
+        red[threadIdx.x / 32] = s0;
+        red[32 + threadIdx.x / 32] = s1;
+    }
+    __syncthreads();
+    double t0 = 0.0, t1 = 0.0;
+    for (int g = 0; g < (int)(blockDim.x / 32); g++) {
+        t0 += red[g];
+        t1 += red[32 + g];
+    }
+    const float c0 = __fdiv_rn(1.0f, sqrtf((float)(t0 / (double)n + (double)e0)));
+    const float c1 = __fdiv_rn(1.0f, sqrtf((float)(t1 / (double)n + (double)e1)));
+    __syncthreads(); /* (as rms_row: red may be used again once this returns) */
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+        const float v0 = __fmul_rn(x0[i], c0), v1 = __fmul_rn(x1[i], c1);
+        y0[i] = w0 ? __fmul_rn(v0, w0[i]) : v0;
+        y1[i] = w1 ? __fmul_rn(v1, w1[i]) : v1;
+    }
+}
+
 static __global__ void rmsnorm_kernel(const float *x, int64_t ld_x, const float *w, float eps, int64_t n, float *out,
                                       int64_t ld_out) {
     gpu_pdl_wait();
@@ -452,12 +487,57 @@ static __device__ void attn_combine_head(const struct cu_attn_args &a, int j, in
                         (a.qfmts & BK_ACT_BIT(BK_ACT_Q8_1)) && a.qo.o_s ? a.qo.o_s + t * (n / 32) + e0 / 32 : NULL);
 }
 
+/* attn_pre_kernel's work for query head j of token t inside a split CTA (attn_split_kernel's PRE; 32 x ATT_WARPS threads,
+ * the prologue kernel's block for these heads, so rms_row's sums and the bits are the same): the head, normed and
+ * rotated, into qs; with newest (the split holds position n_ctx - 1) the key head kvh into ks too, stored with its
+ * value into the cache at kbase, which this CTA then reads back. The q / k rows the prologue kernel writes are written
+ * once: q by split 0's CTA of the head, k by the key head's first query head's CTA of the newest split. */
+static __device__ void attn_split_pre(const struct cu_batch_dev &b, const struct cu_attn_args &a, int t, int j, int kvh, int split,
+                                      bool newest, size_t kbase, float c0, float s0, float *qs, float *ks) {
+    __shared__ double red[64];
+    const int hd = a.head_dim, half = a.n_rot / 2, G = a.n_head / a.n_kv_head;
+    const int32_t pos = b.pos[t];
+    const float *xq = a.qx + ((int64_t)t * a.n_head + j) * a.ld_qx;
+    const float *xk = a.kx + ((int64_t)t * a.n_kv_head + kvh) * a.ld_kx;
+    float vv[2] = {0.f, 0.f}; /* the key head's v values of the thread's first two columns, loaded with x */
+    if (newest) {
+#pragma unroll
+        for (int k = 0; k < 2; k++) {
+            const int i = threadIdx.x + k * blockDim.x;
+            if (i < hd) vv[k] = a.v[t * a.ld_v + kvh * hd + i];
+        }
+        rms_row2(xq, a.qw, a.q_eps, qs, xk, a.kw, a.k_eps, ks, hd, red);
+    } else {
+        rms_row(xq, a.qw, a.q_eps, hd, qs, red);
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < half; i += blockDim.x) {
+        float c = c0, s = s0;
+        if (i != (int)threadIdx.x) rope_cs(pos, i, a.theta_scale, a.freq_scale, a.ff, c, s);
+        rope_pair(qs, i, half, a.rope_mode, c, s);
+        if (newest) rope_pair(ks, i, half, a.rope_mode, c, s);
+    }
+    __syncthreads();
+    float *yq = split == 0 ? (float *)a.q + (int64_t)t * a.ld_q + (int64_t)j * hd : NULL;
+    float *yk = newest && j % G == 0 ? (float *)a.k + (int64_t)t * a.ld_k + (int64_t)kvh * hd : NULL;
+    for (int i = threadIdx.x, k = 0; i < hd; i += blockDim.x, k++) {
+        if (yq) yq[i] = qs[i];
+        if (newest) {
+            const float kx = ks[i];
+            if (yk) yk[i] = kx;
+            kv_store_kv(a, kbase + i, kvh * hd + i, kx, k < 2 ? vv[k] : a.v[t * a.ld_v + kvh * hd + i]);
+        }
+    }
+    if (newest) __syncthreads(); /* the newest key and value are in the cache: the CTA's loads below see its own stores */
+}
+
 /* One CTA per (split, head, token of the launch's group); lane l owns dims [l*D, l*D + D) (D = head_dim / 32);
  * each warp walks every ATT_WARPS-th position of the split, P positions per round (all their rows loaded before
  * the math: one memory round trip a round), with an online softmax; the CTA then merges its warps' partials (in
  * warp order) and writes one partial (acc[head_dim], m, l) per split. The split boundaries depend only on `chunk`
  * (fixed per KV cache), so a row's result does not depend on the other rows of the batch. */
-template <int D, int P, bool COMB = false> /* COMB: the combine in this launch (a.comb_cnt; instances of their own) */
+template <int D, int P, bool COMB = false, bool PRE = false> /* COMB: the combine in this launch (a.comb_cnt; instances of
+                                                                  their own); PRE: the prologue too (a.pre_split) */
 static __global__ void __launch_bounds__(32 * ATT_WARPS) attn_split_kernel(struct cu_batch_dev b, struct cu_attn_args a) {
     __shared__ float sm[ATT_WARPS][32 * D + 2];
     const int split = blockIdx.x, j = blockIdx.y, tg = blockIdx.z, t = a.t0 + tg;
@@ -469,6 +549,17 @@ static __global__ void __launch_bounds__(32 * ATT_WARPS) attn_split_kernel(struc
     const int32_t n_ctx = b.pos[t] + 1;
     const int32_t *bt = b.bt + b.seqinfo[4 * b.seq[t]];
     const int t0 = split * a.chunk, t1 = min(n_ctx, t0 + a.chunk);
+    /* PRE: attn_pre_kernel's work in this launch (a decode step, every token its sequence's only one): each CTA forms its
+     * query head, and the CTAs of the split that holds the newest position (t1 == n_ctx) its key head too and store
+     * that key and value into the cache (the G CTAs of a key head store the same bytes) before they read it back. Before
+     * the wait, as there: the thread's first rotation and the key's cache slot. */
+    float c0 = 1.f, s0 = 0.f;
+    size_t kbase = 0;
+    const bool newest = PRE && t0 < t1 && t1 == n_ctx;
+    if (PRE) {
+        if ((int)threadIdx.x < a.n_rot / 2) rope_cs(b.pos[t], threadIdx.x, a.theta_scale, a.freq_scale, a.ff, c0, s0);
+        if (newest) kbase = kv_slot_index(b, a, t, kvh);
+    }
     {
         const int es = kv_elem_bytes(a.dtype), lines = (hd * es + 127) / 128;
         for (int i = threadIdx.x; i < 2 * lines * (t1 - t0); i += blockDim.x) {
@@ -480,10 +571,12 @@ static __global__ void __launch_bounds__(32 * ATT_WARPS) attn_split_kernel(struc
     gpu_pdl_wait();
     gpu_pdl_trigger();
     if (t0 >= t1) return; /* past this row's context: the combine does not read this split */
+    __shared__ float pre_q[PRE ? 32 * D : 1], pre_k[PRE ? 32 * D : 1];
+    if constexpr (PRE) attn_split_pre(b, a, t, j, kvh, split, newest, kbase, c0, s0, pre_q, pre_k);
     const bool f16 = a.dtype == BK_KV_F16;
     const float score_mul = __fmul_rn(a.k_scale, a.scale);
     float q[D], acc[D];
-    const float *qp = a.q + (int64_t)t * a.ld_q + (int64_t)j * hd + lane * D;
+    const float *qp = PRE ? pre_q + lane * D : a.q + (int64_t)t * a.ld_q + (int64_t)j * hd + lane * D;
 #pragma unroll
     for (int e = 0; e < D; e++) {
         acc[e] = 0.f;
@@ -585,8 +678,15 @@ void cu_launch_kv_store(const struct cu_batch_dev *b, const struct cu_attn_args 
     gpu_launch(kv_store_kernel, dim3(b->n_tokens), dim3(256), 0, s, *b, *a);
 }
 
+uint64_t cu_attn_pre_split_launches;
+extern "C" uint64_t backend_cuda_attn_pre_split_launches(void) { return cu_attn_pre_split_launches; }
+
 void cu_launch_attention(const struct cu_batch_dev *b, const struct cu_attn_args *args, gpuStream_t s) {
-    if (args->pre) /* rmsnorm_kernel's block size for these rows, so its sums */
+    /* the prologue inside the split launch: heads of 128 or 256 (the prologue kernel's 128 threads, the split's) */
+    const bool ps = args->pre && args->pre_split && (args->head_dim == 128 || args->head_dim == 256) && 32 * ATT_WARPS == 128;
+    if (ps)
+        cu_attn_pre_split_launches++;
+    else if (args->pre) /* rmsnorm_kernel's block size for these rows, so its sums */
         gpu_launch(attn_pre_kernel, dim3(args->n_head + args->n_kv_head, b->n_tokens), dim3(args->head_dim >= 1024 ? 256 : 128), 0, s,
                    *b, *args);
     else
@@ -599,6 +699,17 @@ void cu_launch_attention(const struct cu_batch_dev *b, const struct cu_attn_args
         const dim3 g(a.n_split, a.n_head, nt);
         /* 2 positions a warp a round: 4 measured the same and 8 slower (BENCHMARKS.md, "Fewer launches a step") */
         const dim3 blk(32 * ATT_WARPS);
+        if (ps) {
+            if (a.comb_cnt) {
+                if (a.head_dim == 128) gpu_launch(attn_split_kernel<4, ATT_P, true, true>, g, blk, 0, s, *b, a);
+                else gpu_launch(attn_split_kernel<8, ATT_P, true, true>, g, blk, 0, s, *b, a);
+                continue; /* combined there */
+            }
+            if (a.head_dim == 128) gpu_launch(attn_split_kernel<4, ATT_P, false, true>, g, blk, 0, s, *b, a);
+            else gpu_launch(attn_split_kernel<8, ATT_P, false, true>, g, blk, 0, s, *b, a);
+            gpu_launch(attn_combine_kernel, dim3(a.n_head, nt), dim3(a.head_dim < 256 ? a.head_dim : 256), 0, s, *b, a);
+            continue;
+        }
         if (a.comb_cnt) {
             switch (a.head_dim) {
             case 32: gpu_launch(attn_split_kernel<1, ATT_P, true>, g, blk, 0, s, *b, a); break;
