@@ -1060,8 +1060,11 @@ if has presplit; then # the decode attention's q / k norm + RoPE + KV store insi
     # (VLLMC_CUDA_ATTN_PRE_SPLIT=1, off until measured): graph == eager (its bits against the separate launches) and CPU
     # parity on the tiny qwen35 and qwen35moe, the engine with it (alone = together = eager: decode steps of several
     # sequences), a memcheck generate, the greedy ids of PRESPLIT_MODELS (default BENCH_MODELS) against the default, then
-    # their decode off and on, PRESPLIT_REPS (default 2) times in turn
+    # their decode off and on, PRESPLIT_REPS (default 2) times in turn, and once more with the attention combine in the
+    # split launch as well (VLLMC_CUDA_FUSE_NQ=96: the default's bit 64 and bit 32), one launch an attention layer
     tiny_switch presplit on VLLMC_CUDA_ATTN_PRE_SPLIT=1 || PS_BAD=1
+    # with the combine in the split launch too (VLLMC_CUDA_FUSE_NQ bit 32, off: level or slower alone): one launch a layer
+    tiny_switch presplit comb VLLMC_CUDA_ATTN_PRE_SPLIT=1 VLLMC_CUDA_FUSE_NQ=96 || PS_COMB_BAD=1
     for f in .carry/moe/qwen35moe-tiny-q4_k_m.gguf; do
         [ -f "$f" ] || continue
         VLLMC_CUDA_ATTN_PRE_SPLIT=1 timeout 150 "$BIN/test_cuda_model" "$f" 40 24 >"$OUT/presplit_model_moe.txt" 2>&1; rc=$?
@@ -1083,6 +1086,11 @@ if has presplit; then # the decode attention's q / k norm + RoPE + KV store insi
         ids_same presplit "$m" "$f" VLLMC_CUDA_ATTN_PRE_SPLIT 1 || PS_BAD=1
         [ -n "${PS_BAD:-}" ] && { note "presplit: a check failed, no timing"; continue; }
         decode_ab presplit "$m" "$f" VLLMC_CUDA_ATTN_PRE_SPLIT "0 1" "${PRESPLIT_REPS:-2}"
+        [ -n "${PS_COMB_BAD:-}" ] && { note "presplit comb: its check failed, no timing"; continue; }
+        # shellcheck disable=SC2086
+        VLLMC_CUDA_ATTN_PRE_SPLIT=1 VLLMC_CUDA_FUSE_NQ=96 timeout 150 "$BIN/vllmc" bench -m "$f" ${VAR_ARGS:--p 512 -g 256 -r 5} \
+            >"$OUT/presplit_${m}_comb.txt" 2>&1; rc=$?
+        note "presplit $m with the combine in the split (FUSE_NQ=96) rc=$rc: $(grep '^output tok/s' "$OUT/presplit_${m}_comb.txt" | head -1)"
     done
 fi
 

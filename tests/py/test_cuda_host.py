@@ -114,8 +114,9 @@ def test_removed_matvec_switches_warn(stub_env, models):
 
 def test_attn_pre_split_host_side(stub_env, models):
     """VLLMC_CUDA_ATTN_PRE_SPLIT=1 (off by default) moves the decode attention's q / k norm + RoPE + KV store into its
-    split launch: each captured decode step of the tiny qwen35 shapes (one attention layer) has one launch fewer, and so
-    does the step of four sequences; any value but 0 / 1 says so and keeps the launch."""
+    split launch: each captured decode step of the tiny qwen35 shapes (one attention layer) has one launch fewer (two
+    with the combine in the split launch too), and so does the step of four sequences; any value but 0 / 1 says so and
+    keeps the launch."""
     log = {"STUB_CUDA_LOG": "1"}
     for shape in ("qwen35-wide", "qwen35moe-wide"):
         args = ("bench", "-m", models[shape], "-p", "16", "-g", "24", "-r", "1")
@@ -123,6 +124,9 @@ def test_attn_pre_split_host_side(stub_env, models):
         assert base, "no graph captured"
         on = launches(run(stub_env, *args, extra=dict(log, VLLMC_CUDA_ATTN_PRE_SPLIT="1")))
         assert on == [n - 1 for n in base], (shape, on, base)
+        # with the combine in the split launch as well (FUSE_NQ bit 32): one launch an attention layer
+        one = launches(run(stub_env, *args, extra=dict(log, VLLMC_CUDA_ATTN_PRE_SPLIT="1", VLLMC_CUDA_FUSE_NQ="96")))
+        assert one == [n - 2 for n in base], (shape, one, base)
         out = run(stub_env, *args, extra=dict(log, VLLMC_CUDA_ATTN_PRE_SPLIT="yes"))
         assert "VLLMC_CUDA_ATTN_PRE_SPLIT=yes: not 0 or 1" in out and launches(out) == base, out[-1500:]
         cargs = ("bench", "-m", models[shape], "-p", "16", "-g", "16", "-r", "1", "--concurrency", "4")
