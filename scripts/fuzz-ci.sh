@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every libFuzzer target in build/fuzz/fuzz/ (built by `make fuzz`) for a bounded time on a
-# scratch copy of its seed corpus fuzz/corpus/<name>/ (the repo corpus is never modified).
+# scratch copy of its seed corpus fuzz/corpus/<name>/ and of the grown one fuzz/corpus/grown/<name>.tar.gz (the repo
+# corpus is never modified).
 # usage: scripts/fuzz-ci.sh [TOTAL_SECONDS]    (default 60, split evenly over the targets)
 # Exits non-zero when a target crashes, leaks or times out; the reproducer is copied to
 # build/fuzz/crashes/<name>/.
@@ -22,6 +23,8 @@ for t in "${targets[@]}"; do
     name=$(basename "$t"); short=${name#fuzz_}
     corpus="$work/$short"; mkdir -p "$corpus"
     [ -d "fuzz/corpus/$short" ] && cp -r "fuzz/corpus/$short/." "$corpus/"
+    # and the corpus grown by longer runs (fuzz/corpus/grown/NAME.tar.gz: merged with -merge=1, the seeds above left out)
+    [ -f "fuzz/corpus/grown/$short.tar.gz" ] && tar -xzf "fuzz/corpus/grown/$short.tar.gz" -C "$corpus"
     art="$work/artifacts-$short/"; mkdir -p "$art"
     echo "fuzz-ci: $name for ${per}s on $(ls "$corpus" | wc -l) seeds"
     ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1} UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
