@@ -189,10 +189,13 @@ int main(int argc, char **argv) {
         CHECK_MSG(cs.fused_attn > 0, "no decode attention was fused");
     /* VLLMC_CUDA_ATTN_PRE_SPLIT=1 (off by default): that prologue inside the split launch; graph == eager above then holds
      * its bits against the separate norm, RoPE and KV store launches */
-    printf("test_cuda_model: of them, with the prologue inside the split launch %llu\n", (unsigned long long)cs.fused_attn_split);
+    printf("test_cuda_model: of them, with the prologue inside the split launch %llu (launched or captured %llu)\n",
+           (unsigned long long)cs.fused_attn_split, (unsigned long long)backend_cuda_attn_pre_split_launches());
     const char *ps = getenv("VLLMC_CUDA_ATTN_PRE_SPLIT");
-    if (ps && !strcmp(ps, "1") && env_on("VLLMC_CUDA_FUSE_ATTN") && !strncmp(x[1].m->hp.arch, "qwen35", 6))
+    if (ps && !strcmp(ps, "1") && env_on("VLLMC_CUDA_FUSE_ATTN") && !strncmp(x[1].m->hp.arch, "qwen35", 6)) {
         CHECK_MSG(cs.fused_attn_split > 0, "no decode attention took its prologue into the split launch");
+        CHECK_MSG(backend_cuda_attn_pre_split_launches() > 0, "recorded with the prologue in the split, but no such launch ran");
+    }
     /* the GDN conv moves into the in-proj matmul's epilogue where the conv channels' weights are Q4_K / Q6_K */
     const struct gguf_tensor *qkv = gguf_find_tensor(x[1].m->gguf, "blk.0.attn_qkv.weight");
     printf("test_cuda_model: GDN convs fused into the in-proj matmul %llu; MoE ops on the column-split kernels %llu, grouped by expert %llu\n",

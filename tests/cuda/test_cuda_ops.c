@@ -1561,38 +1561,36 @@ static void test_nq_fused(void) {
             CHECK(gpu->ops->alloc(gpu, (size_t)(T * F) * 4, (void **)&t.u) == VLLMC_OK);
             CHECK(gpu->ops->alloc(gpu, (size_t)(T * V) * 4, (void **)&t.logits) == VLLMC_OK);
             t.wn = gw;
-            {
-                size_t n_ref = 0, n = 0;
-                backend_cuda_set_fuse_nq(gpu, 0);
-                uint8_t *want = NULL;
-                for (int rep = 0; rep < 2; rep++) {
-                    uint8_t *got = nq_run(&t, &n_ref);
-                    if (!want) want = got;
-                    else {
-                        CHECK_MSG(memcmp(got, want, n_ref) == 0, "unfused step differs between capture and replay");
-                        free(got);
-                    }
-                }
-                backend_cuda_set_fuse_nq(gpu, BACKEND_CUDA_FUSE_NORM_MATMUL | BACKEND_CUDA_FUSE_SWIGLU);
-                const uint64_t l0 = backend_cuda_nq_launches();
-                size_t bad = 0;
-                for (int rep = 0; rep < 2; rep++) {
-                    uint8_t *got = nq_run(&t, &n);
-                    CHECK(n == n_ref);
-                    for (size_t i = 0; i < n && i < n_ref; i++) bad += got[i] != want[i];
+            size_t n_ref = 0, n = 0;
+            backend_cuda_set_fuse_nq(gpu, 0);
+            uint8_t *want = NULL;
+            for (int rep = 0; rep < 2; rep++) {
+                uint8_t *got = nq_run(&t, &n_ref);
+                if (!want) want = got;
+                else {
+                    CHECK_MSG(memcmp(got, want, n_ref) == 0, "unfused step differs between capture and replay");
                     free(got);
                 }
-                const uint64_t fused = backend_cuda_nq_launches() - l0;
-                backend_cuda_set_fuse_nq(gpu, 0);
-                printf("norm + quantize in the matmul launch (%s / %s / %s, %d rows): %llu launches took it, %zu of %zu bytes differ "
-                       "from the separate launches\n",
-                       quant_traits(tset[ts][0])->name, quant_traits(tset[ts][1])->name, quant_traits(tset[ts][2])->name, T,
-                       (unsigned long long)fused, bad, n_ref);
-                CHECK_MSG(fused == 2, "norm + quantize in the matmul launch: %llu launches took it (want 2: a capture of the step)",
-                          (unsigned long long)fused);
-                CHECK_MSG(bad == 0, "norm + quantize in the matmul launch: %zu bytes differ", bad);
-                free(want);
             }
+            backend_cuda_set_fuse_nq(gpu, BACKEND_CUDA_FUSE_NORM_MATMUL | BACKEND_CUDA_FUSE_SWIGLU);
+            const uint64_t l0 = backend_cuda_nq_launches();
+            size_t bad = 0;
+            for (int rep = 0; rep < 2; rep++) {
+                uint8_t *got = nq_run(&t, &n);
+                CHECK(n == n_ref);
+                for (size_t i = 0; i < n && i < n_ref; i++) bad += got[i] != want[i];
+                free(got);
+            }
+            const uint64_t fused = backend_cuda_nq_launches() - l0;
+            backend_cuda_set_fuse_nq(gpu, 0);
+            printf("norm + quantize in the matmul launch (%s / %s / %s, %d rows): %llu launches took it, %zu of %zu bytes differ "
+                   "from the separate launches\n",
+                   quant_traits(tset[ts][0])->name, quant_traits(tset[ts][1])->name, quant_traits(tset[ts][2])->name, T,
+                   (unsigned long long)fused, bad, n_ref);
+            CHECK_MSG(fused == 2, "norm + quantize in the matmul launch: %llu launches took it (want 2: a capture of the step)",
+                      (unsigned long long)fused);
+            CHECK_MSG(bad == 0, "norm + quantize in the matmul launch: %zu bytes differ", bad);
+            free(want);
             nq_free(&t);
         }
     }

@@ -345,6 +345,37 @@ static __global__ void kv_store_kernel(struct cu_batch_dev b, struct cu_attn_arg
     }
 }
 
+/* The decode prologue's pieces, shared by attn_pre_kernel and the split launch's PRE form (attn_split_pre), so the two
+ * give the same bits. Key head kvh of token t: the v values of the thread's first two columns (loaded with x). */
+static __device__ __forceinline__ void attn_v_first(const struct cu_attn_args &a, int t, int kvh, float vv[2]) {
+#pragma unroll
+    for (int k = 0; k < 2; k++) {
+        const int i = threadIdx.x + k * blockDim.x;
+        vv[k] = i < a.head_dim ? a.v[t * a.ld_v + kvh * a.head_dim + i] : 0.f;
+    }
+}
+/* RoPE of the head y0 (and y1, or NULL) in shared memory at position pos: the thread's first pair by (c0, s0). */
+static __device__ __forceinline__ void attn_rope_rows(const struct cu_attn_args &a, int32_t pos, float c0, float s0, float *y0, float *y1) {
+    const int half = a.n_rot / 2;
+    for (int i = threadIdx.x; i < half; i += blockDim.x) {
+        float c = c0, s = s0;
+        if (i != (int)threadIdx.x) rope_cs(pos, i, a.theta_scale, a.freq_scale, a.ff, c, s);
+        rope_pair(y0, i, half, a.rope_mode, c, s);
+        if (y1) rope_pair(y1, i, half, a.rope_mode, c, s);
+    }
+}
+/* Key head kvh of token t, formed in ys: into the cache at kbase with its value (vv: attn_v_first), and to the row yk
+ * (or NULL). */
+static __device__ __forceinline__ void attn_key_out(const struct cu_attn_args &a, int t, int kvh, size_t kbase, const float *ys,
+                                                    const float vv[2], float *yk) {
+    const int hd = a.head_dim;
+    for (int i = threadIdx.x, k = 0; i < hd; i += blockDim.x, k++) {
+        const float kx = ys[i];
+        if (yk) yk[i] = kx;
+        kv_store_kv(a, kbase + i, kvh * hd + i, kx, k < 2 ? vv[k] : a.v[t * a.ld_v + kvh * hd + i]);
+    }
+}
+
 /* Fused decode prologue (a.pre): CTA (h, t) forms query head h (h < n_head) or key head h - n_head of token t:
  * RMSNorm as rmsnorm_kernel (same block size, same sums), RoPE as rope_kernel, and for a key head the store of
  * its k and v rows into the cache as kv_store_kernel. The head is formed in shared memory; before the dependency wait
@@ -367,26 +398,15 @@ static __global__ void attn_pre_kernel(struct cu_batch_dev b, struct cu_attn_arg
     const float *xr = isk ? a.kx + ((int64_t)t * a.n_kv_head + hh) * a.ld_kx : a.qx + ((int64_t)t * a.n_head + hh) * a.ld_qx;
     const float *w = isk ? a.kw : a.qw;
     float *yr = isk ? (float *)a.k + (int64_t)t * a.ld_k + (int64_t)hh * hd : (float *)a.q + (int64_t)t * a.ld_q + (int64_t)hh * hd;
-    float vv[2] = {0.f, 0.f}; /* a key head's v values of the thread's first two columns, loaded with x */
-    if (isk)
-#pragma unroll
-        for (int k = 0; k < 2; k++) {
-            const int i = threadIdx.x + k * blockDim.x;
-            if (i < hd) vv[k] = a.v[t * a.ld_v + hh * hd + i];
-        }
+    float vv[2] = {0.f, 0.f};
+    if (isk) attn_v_first(a, t, hh, vv);
     rms_row(xr, w, isk ? a.k_eps : a.q_eps, hd, ys, red);
     __syncthreads();
-    for (int i = threadIdx.x; i < half; i += blockDim.x) {
-        float c = c0, s = s0;
-        if (i != (int)threadIdx.x) rope_cs(pos, i, a.theta_scale, a.freq_scale, a.ff, c, s);
-        rope_pair(ys, i, half, a.rope_mode, c, s);
-    }
+    attn_rope_rows(a, pos, c0, s0, ys, NULL);
     __syncthreads();
-    for (int i = threadIdx.x, k = 0; i < hd; i += blockDim.x, k++) {
-        const float kx = ys[i];
-        yr[i] = kx;
-        if (isk) kv_store_kv(a, base + i, hh * hd + i, kx, k < 2 ? vv[k] : a.v[t * a.ld_v + hh * hd + i]);
-    }
+    if (isk) attn_key_out(a, t, hh, base, ys, vv, yr);
+    else
+        for (int i = threadIdx.x; i < hd; i += blockDim.x) yr[i] = ys[i];
 }
 
 /* The combine of token t = a.t0 + tg, head j, by a CTA of any size (>= 32 threads, one-dimensional): the maximum of the
@@ -494,41 +514,26 @@ static __device__ void attn_combine_head(const struct cu_attn_args &a, int j, in
  * once: q by split 0's CTA of the head, k by the key head's first query head's CTA of the newest split. */
 static __device__ void attn_split_pre(const struct cu_batch_dev &b, const struct cu_attn_args &a, int t, int j, int kvh, int split,
                                       bool newest, size_t kbase, float c0, float s0, float *qs, float *ks) {
+    static_assert(32 * ATT_WARPS == 128, "the prologue kernel's block for heads of 128 / 256: rms_row's sums");
     __shared__ double red[64];
-    const int hd = a.head_dim, half = a.n_rot / 2, G = a.n_head / a.n_kv_head;
-    const int32_t pos = b.pos[t];
+    const int hd = a.head_dim;
     const float *xq = a.qx + ((int64_t)t * a.n_head + j) * a.ld_qx;
-    const float *xk = a.kx + ((int64_t)t * a.n_kv_head + kvh) * a.ld_kx;
-    float vv[2] = {0.f, 0.f}; /* the key head's v values of the thread's first two columns, loaded with x */
+    float vv[2] = {0.f, 0.f};
     if (newest) {
-#pragma unroll
-        for (int k = 0; k < 2; k++) {
-            const int i = threadIdx.x + k * blockDim.x;
-            if (i < hd) vv[k] = a.v[t * a.ld_v + kvh * hd + i];
-        }
-        rms_row2(xq, a.qw, a.q_eps, qs, xk, a.kw, a.k_eps, ks, hd, red);
+        attn_v_first(a, t, kvh, vv);
+        rms_row2(xq, a.qw, a.q_eps, qs, a.kx + ((int64_t)t * a.n_kv_head + kvh) * a.ld_kx, a.kw, a.k_eps, ks, hd, red);
     } else {
         rms_row(xq, a.qw, a.q_eps, hd, qs, red);
     }
     __syncthreads();
-    for (int i = threadIdx.x; i < half; i += blockDim.x) {
-        float c = c0, s = s0;
-        if (i != (int)threadIdx.x) rope_cs(pos, i, a.theta_scale, a.freq_scale, a.ff, c, s);
-        rope_pair(qs, i, half, a.rope_mode, c, s);
-        if (newest) rope_pair(ks, i, half, a.rope_mode, c, s);
-    }
+    attn_rope_rows(a, b.pos[t], c0, s0, qs, newest ? ks : NULL);
     __syncthreads();
-    float *yq = split == 0 ? (float *)a.q + (int64_t)t * a.ld_q + (int64_t)j * hd : NULL;
-    float *yk = newest && j % G == 0 ? (float *)a.k + (int64_t)t * a.ld_k + (int64_t)kvh * hd : NULL;
-    for (int i = threadIdx.x, k = 0; i < hd; i += blockDim.x, k++) {
-        if (yq) yq[i] = qs[i];
-        if (newest) {
-            const float kx = ks[i];
-            if (yk) yk[i] = kx;
-            kv_store_kv(a, kbase + i, kvh * hd + i, kx, k < 2 ? vv[k] : a.v[t * a.ld_v + kvh * hd + i]);
-        }
+    if (split == 0)
+        for (int i = threadIdx.x; i < hd; i += blockDim.x) ((float *)a.q)[(int64_t)t * a.ld_q + (int64_t)j * hd + i] = qs[i];
+    if (newest) {
+        attn_key_out(a, t, kvh, kbase, ks, vv, j % (a.n_head / a.n_kv_head) == 0 ? (float *)a.k + (int64_t)t * a.ld_k + (int64_t)kvh * hd : NULL);
+        __syncthreads(); /* the newest key and value are in the cache: the CTA's loads below see its own stores */
     }
-    if (newest) __syncthreads(); /* the newest key and value are in the cache: the CTA's loads below see its own stores */
 }
 
 /* One CTA per (split, head, token of the launch's group); lane l owns dims [l*D, l*D + D) (D = head_dim / 32);
@@ -683,7 +688,7 @@ extern "C" uint64_t backend_cuda_attn_pre_split_launches(void) { return cu_attn_
 
 void cu_launch_attention(const struct cu_batch_dev *b, const struct cu_attn_args *args, gpuStream_t s) {
     /* the prologue inside the split launch: heads of 128 or 256 (the prologue kernel's 128 threads, the split's) */
-    const bool ps = args->pre && args->pre_split && (args->head_dim == 128 || args->head_dim == 256) && 32 * ATT_WARPS == 128;
+    const bool ps = args->pre && args->pre_split && (args->head_dim == 128 || args->head_dim == 256);
     if (ps)
         cu_attn_pre_split_launches++;
     else if (args->pre) /* rmsnorm_kernel's block size for these rows, so its sums */
