@@ -85,6 +85,8 @@
 # does the same for the MoE down launch routing before its wait (VLLMC_CUDA_MOE_PRE=1; MOEPRE_REPS, MOEPRE_SAN=1).
 # Stage presplit (not default) checks and times the decode attention's prologue inside its split launch
 # (VLLMC_CUDA_ATTN_PRE_SPLIT=1; PRESPLIT_MODELS, PRESPLIT_REPS: see the stage).
+# Stage defer (not default) checks and times the FFN's RMSNorm deferred into the output projection's launch and the gate /
+# up mat-vec (VLLMC_CUDA_DEFER_NORM=1; DEFER_MODELS, DEFER_REPS: see the stage).
 # Stage mmx (not default) checks and times the tensor-core mat-vec with more rows a CTA in shared memory (VLLMC_CUDA_MMA
 # bits 128 / 256; MMX_GEMV, MMX_CFGS, MMX_REPS, MMX_MODELS; MMX_CHECKS=0 skips the checks before the timings).
 set -uo pipefail
@@ -1091,6 +1093,44 @@ if has presplit; then # the decode attention's q / k norm + RoPE + KV store insi
         VLLMC_CUDA_ATTN_PRE_SPLIT=1 VLLMC_CUDA_FUSE_NQ=96 timeout 150 "$BIN/vllmc" bench -m "$f" ${VAR_ARGS:--p 512 -g 256 -r 5} \
             >"$OUT/presplit_${m}_comb.txt" 2>&1; rc=$?
         note "presplit $m with the combine in the split (FUSE_NQ=96) rc=$rc: $(grep '^output tok/s' "$OUT/presplit_${m}_comb.txt" | head -1)"
+    done
+fi
+
+if has defer; then # the FFN's RMSNorm deferred (VLLMC_CUDA_DEFER_NORM=1, off until measured): the writer and the reader
+    # against their references (test_cuda_ops kd: bytes and bits) and under memcheck, the tiny qwen35's CPU parity and
+    # graph == eager with it, the engine with it (alone = together = eager), a memcheck generate; then on DEFER_MODELS
+    # (default the dense ones of BENCH_MODELS) how many of the 128 greedy ids match the default's (the activation's
+    # quantization changes: a scale every 16 values, so ids may part late), and the decode off and on, DEFER_REPS
+    # (default 2) times in turn
+    timeout 200 "$BIN/test_cuda_ops" kd >"$OUT/defer_ops.txt" 2>&1; rc=$?
+    [ $rc = 0 ] || DF_BAD=1
+    note "defer test_cuda_ops kd rc=$rc: $(grep -c '^kd ' "$OUT/defer_ops.txt") lines, $(tail -1 "$OUT/defer_ops.txt" | cut -c1-100)"
+    while read -r l; do note "  $l"; done < <(grep '^kd \|FAIL' "$OUT/defer_ops.txt" | head -12 | cut -c1-230)
+    if command -v compute-sanitizer >/dev/null; then
+        timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN/test_cuda_ops" kd >"$OUT/defer_ops_san.txt" 2>&1; rc=$?
+        note "defer test_cuda_ops kd under memcheck rc=$rc: $(grep -m1 'ERROR SUMMARY' "$OUT/defer_ops_san.txt")"
+    fi
+    tiny_switch defer on VLLMC_CUDA_DEFER_NORM=1 || DF_BAD=1
+    note "defer tiny: $(grep -o 'deferred norms [0-9]*[^;]*' "$OUT/defer_model_tiny_on.txt" | head -1)"
+    VLLMC_CUDA_DEFER_NORM=1 timeout 120 "$BIN/test_cuda_engine" /tmp/models/qwen35-tiny.gguf 64 12 >"$OUT/defer_engine.txt" 2>&1; rc=$?
+    [ $rc = 0 ] || DF_BAD=1
+    note "defer test_cuda_engine tiny rc=$rc: $(grep -m1 'together' "$OUT/defer_engine.txt" | sed 's/test_cuda_engine: //' | cut -c1-150)$(grep -m1 FAIL "$OUT/defer_engine.txt")"
+    san_generate defer tiny /tmp/models/qwen35-tiny.gguf VLLMC_CUDA_DEFER_NORM=1
+    wait_models
+    for m in ${DEFER_MODELS:-$(echo "$BENCH_MODELS" | tr ' ' '\n' | grep -v a3b)}; do
+        f=/tmp/models/$m.gguf
+        [ -s "$f" ] || { note "defer $m: model not generated"; continue; }
+        ref=$(greedy_ids "$f"); got=$(greedy_ids "$f" VLLMC_CUDA_DEFER_NORM=1)
+        same=$(python3 -c 'import sys,json
+a,b=(json.loads(x) if x.strip().startswith("[") else x.split() for x in sys.argv[1:3])
+n=0
+for x,y in zip(a,b):
+    if x!=y: break
+    n+=1
+print(f"{n} of {len(a)}")' "$ref" "$got" 2>/dev/null)
+        note "defer $m greedy ids: the first ${same:-?} the default's"
+        [ -n "${DF_BAD:-}" ] && { note "defer: a check failed, no timing"; continue; }
+        decode_ab defer "$m" "$f" VLLMC_CUDA_DEFER_NORM "0 1" "${DEFER_REPS:-2}"
     done
 fi
 

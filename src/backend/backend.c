@@ -28,12 +28,14 @@ uint64_t bk_act_row_bytes(int fmt, int64_t n_cols) {
     case BK_ACT_Q8_0: return n_cols % QK8_0 ? 0 : (uint64_t)(n_cols / QK8_0) * sizeof(block_q8_0);
     case BK_ACT_Q8_1: return n_cols % QK8_1 ? 0 : (uint64_t)(n_cols / QK8_1) * sizeof(block_q8_1);
     case BK_ACT_Q8_K: return n_cols % QK_K ? 0 : (uint64_t)(n_cols / QK_K) * sizeof(block_q8_K);
+    /* the quants, then a float scale, an int16 sum and a float sum of squares every 16 (each array 16-aligned) */
+    case BK_ACT_Q8_KD: return n_cols % QK_K ? 0 : (uint64_t)n_cols + (uint64_t)(n_cols / 16) * 10 + 48;
     default: return 0;
     }
 }
 
 const char *bk_act_fmt_name(int fmt) {
-    static const char *names[BK_ACT_NFMT] = {"F32", "F16", "Q8_0", "Q8_1", "Q8_K", "BF16"};
+    static const char *names[BK_ACT_NFMT] = {"F32", "F16", "Q8_0", "Q8_1", "Q8_K", "BF16", "Q8_KD"};
     return fmt >= 0 && fmt < BK_ACT_NFMT ? names[fmt] : "?";
 }
 

@@ -39,6 +39,9 @@ enum bk_act_fmt {
     BK_ACT_Q8_1 = 3, /* blocks of 32 with sums (Q4_1, Q5_1) */
     BK_ACT_Q8_K = 4, /* super-blocks of 256 (k-quants, IQ types) */
     BK_ACT_BF16 = 5, /* bf16 rows (BF16 weights) */
+    BK_ACT_Q8_KD = 6, /* deferred RMSNorm (CUDA decode, Q4_K readers): x * norm weight quantized with a scale every 16
+                         values, the row's sums of squares every 16 beside them; the readers apply the RMS scale to
+                         their sums (bk_act.kd_eps). Filled only by matmul_add_defer. */
     BK_ACT_NFMT
 };
 #define BK_ACT_BIT(f) (1u << (f))
@@ -60,6 +63,7 @@ struct bk_act {
     int64_t max_rows;
     int64_t n_rows;            /* rows currently valid (set by the op that fills it) */
     uint32_t fmts;             /* formats kept up to date by rmsnorm_quantize / quantize */
+    float kd_eps;              /* BK_ACT_Q8_KD: the RMSNorm's epsilon its readers apply */
 };
 
 /* One output of a fused matmul: y[r][o] = sum_i w[o][i] * act[r][i] (+ bias[o]).
@@ -312,6 +316,16 @@ struct backend_ops {
     vllmc_status (*copy_within)(struct backend *be, void *dst, const void *src, size_t n);
     /* Free and total bytes of the memory this backend allocates from (the GPU's; the host's on CPU). */
     vllmc_status (*mem_info)(struct backend *be, uint64_t *free_bytes, uint64_t *total_bytes);
+    /* The residual add and the next RMSNorm in the launch that forms the residual, the RMS scale deferred to the
+     * readers: x += act . w^T (one weight of n_embd rows), then out (fmts = BK_ACT_BIT(BK_ACT_Q8_KD)) gets x * norm_w
+     * quantized with a scale every 16 values and the row's sums of squares every 16. defer_norm_ok says whether
+     * this backend takes that form for producer w and the readers of out (matmul of those weights), at n_rows rows:
+     * the model asks before each such step, recorded or eager alike, and otherwise runs matmul, add and
+     * rmsnorm_quantize. Both NULL in backends without the form. */
+    bool (*defer_norm_ok)(struct backend *be, const struct bk_tensor *w, const struct bk_tensor *const *readers, int n_readers,
+                          int64_t n_rows);
+    vllmc_status (*matmul_add_defer)(struct backend *be, const struct bk_act *act, const struct bk_tensor *w, float *x,
+                                     const float *norm_w, float eps, struct bk_act *out);
 };
 
 /* A backend instance. Backends embed this as their first member. */

@@ -231,6 +231,8 @@ static vllmc_status qwen35_reserve(struct model *m, int32_t max_tokens, int32_t 
         f_ffn_in |= L->fmts_ffn_in;
         f_ffn_down |= L->fmts_ffn_down;
     }
+    /* the deferred-norm form of the FFN's input, where the backend has it (qwen35_forward asks step by step) */
+    if (!d->moe && be->ops->defer_norm_ok && be->ops->matmul_add_defer && hp->n_embd % 256 == 0) f_ffn_in |= BK_ACT_BIT(BK_ACT_Q8_KD);
     const struct bk_gdn_params gp = qwen35_gdn_params(m, d, 0);
     const int64_t work = bk_gdn_work_floats(&gp, max_tokens, be->n_threads);
     vllmc_status st;
@@ -292,8 +294,6 @@ static vllmc_status qwen35_forward(struct model *m, const struct bk_batch *b, st
             const struct bk_gdn_weights gw = {L->conv.data, L->dt_bias.data, L->ssm_a.data, L->ssm_norm.data};
             s->gdn_out.fmts = L->fmts_mix_out | BK_ACT_BIT(BK_ACT_F32);
             TRY(op->gdn(be, kv->rs, &gp, &gw, s->proj, d->ld_proj, s->gdn_work, &s->gdn_out));
-            const struct bk_matmul_out out = {.w = &L->ssm_out, .y = s->o};
-            TRY(op->matmul(be, &s->gdn_out, 1, &out));
         } else {
             const struct bk_matmul_out qkv[3] = {{.w = &L->wq, .y = s->qg}, {.w = &L->wk, .y = s->k}, {.w = &L->wv, .y = s->v}};
             TRY(op->matmul(be, &s->mix_in, 3, qkv));
@@ -309,13 +309,23 @@ static vllmc_status qwen35_forward(struct model *m, const struct bk_batch *b, st
             s->attn_out.n_rows = T;
             s->attn_out.fmts = L->fmts_mix_out | BK_ACT_BIT(BK_ACT_F32);
             TRY(op->quantize(be, &s->attn_out));
-            const struct bk_matmul_out wo = {.w = &L->wo, .y = s->o};
-            TRY(op->matmul(be, &s->attn_out, 1, &wo));
         }
-        TRY(op->add(be, s->x, s->o, T, E));
-        /* feed-forward (post_attention_norm is the pre-FFN norm) */
-        s->ffn_in.fmts = L->fmts_ffn_in | BK_ACT_BIT(BK_ACT_F32);
-        TRY(op->rmsnorm_quantize(be, s->x, L->post_norm.data, eps, T, &s->ffn_in));
+        /* the mixer's output projection, its residual add, then the feed-forward's norm (post_attention_norm); in a
+         * one-row step on a backend with the deferred form, all three in the projection's launch, the RMS scale
+         * applied by the gate / up mat-vec (backend.h matmul_add_defer) */
+        const struct bk_tensor *proj = L->recurrent ? &L->ssm_out : &L->wo;
+        const struct bk_act *proj_in = L->recurrent ? &s->gdn_out : &s->attn_out;
+        const struct bk_tensor *gu_w[2] = {&L->ffn_gate, &L->ffn_up};
+        if (!d->moe && s->ffn_in.q[BK_ACT_Q8_KD] && op->defer_norm_ok(be, proj, gu_w, 2, T)) {
+            s->ffn_in.fmts = BK_ACT_BIT(BK_ACT_Q8_KD);
+            TRY(op->matmul_add_defer(be, proj_in, proj, s->x, L->post_norm.data, eps, &s->ffn_in));
+        } else {
+            const struct bk_matmul_out po = {.w = proj, .y = s->o};
+            TRY(op->matmul(be, proj_in, 1, &po));
+            TRY(op->add(be, s->x, s->o, T, E));
+            s->ffn_in.fmts = L->fmts_ffn_in | BK_ACT_BIT(BK_ACT_F32);
+            TRY(op->rmsnorm_quantize(be, s->x, L->post_norm.data, eps, T, &s->ffn_in));
+        }
         if (!d->moe) {
             const struct bk_matmul_out gu[2] = {{.w = &L->ffn_gate, .y = s->gate}, {.w = &L->ffn_up, .y = s->up}};
             TRY(op->matmul(be, &s->ffn_in, 2, gu));

@@ -1,6 +1,8 @@
 /* Scalar reference dot products of every supported weight type with its activation type
  * (GGUF-QUANTS.md 4.5). The oracle the SIMD paths must match bit-for-bit: integer parts exact in
  * int32, fp32 combination in the fixed order described in dot_impl.h. */
+#include <math.h>
+#include <string.h>
 #include "dot_impl.h"
 
 /* ---- 32-element block types: term of block b goes to p[b % 8], then dot_reduce8 ---- */
@@ -213,4 +215,79 @@ float vec_dot_ref(uint32_t wtype, int64_t n, const void *w, const void *a) {
     vec_dot_fn f = dot_ref_get(wtype);
     VLLMC_ASSERT(f != NULL);
     return f(n, w, a);
+}
+
+/* ---- the deferred-norm activation (BK_ACT_Q8_KD, backend.h): the CUDA decode's writer and reader, replayed ---- */
+void quantize_row_q8_kd_ref(const float *x, const float *w, int64_t n, int8_t *qs, float *d, int16_t *bs, float *ssq) {
+    for (int64_t g = 0; g < n / 16; g++) {
+        float v[16], s[16], amax = 0.0f;
+        for (int i = 0; i < 16; i++) {
+            v[i] = x[16 * g + i] * w[16 * g + i];
+            s[i] = x[16 * g + i] * x[16 * g + i];
+            amax = fmaxf(amax, fabsf(v[i]));
+        }
+        for (int k = 8; k >= 1; k >>= 1) { /* the butterfly over 16 lanes: lane i adds lane i ^ k, both get the sum */
+            float t[16];
+            for (int i = 0; i < 16; i++) t[i] = s[i] + s[i ^ k];
+            memcpy(s, t, sizeof(s));
+        }
+        const float is = amax > 0.0f ? 127.0f / amax : 0.0f;
+        int sum = 0;
+        for (int i = 0; i < 16; i++) {
+            const int q = (int)nearbyintf(v[i] * is);
+            qs[16 * g + i] = (int8_t)q;
+            sum += q;
+        }
+        d[g] = amax / 127.0f;
+        bs[g] = (int16_t)sum;
+        ssq[g] = s[0];
+    }
+}
+
+float q8_kd_rms_ref(const float *ssq, int64_t n, float eps) {
+    const int64_t G = n / 16;
+    float l[32];
+    for (int i = 0; i < 32; i++) {
+        l[i] = i < G ? ssq[i] : 0.0f;
+        for (int k = 1; k < 8; k++) l[i] = l[i] + (i + 32 * k < G ? ssq[i + 32 * k] : 0.0f);
+    }
+    for (int k = 16; k >= 1; k >>= 1) {
+        float t[32];
+        for (int i = 0; i < 32; i++) t[i] = l[i] + l[i ^ k];
+        memcpy(l, t, sizeof(l));
+    }
+    return 1.0f / sqrtf(l[0] / (float)n + eps);
+}
+
+float q8_kd_dot_q4_K_ref(int64_t n, const void *vw, const int8_t *qs, const float *d, const int16_t *bs) {
+    const block_q4_K *w = vw;
+    const int64_t n_sb = n / QK_K;
+    float y = 0.0f, pair = 0.0f;
+    for (int64_t sb = 0; sb < n_sb; sb++) {
+        const block_q4_K *x = &w[sb];
+        const int8_t *a = qs + sb * QK_K;
+        const float *da = d + sb * 16;
+        const int16_t *b = bs + sb * 16;
+        float I[4], M[4];
+        for (int c = 0; c < 4; c++) { /* the 4 lanes of a row: chunk c, sub-blocks 2c (low nibbles) and 2c + 1 (high) */
+            int sc0, m0, sc1, m1, h[4] = {0, 0, 0, 0};
+            dot_scale_min_k4(2 * c, x->scales, &sc0, &m0);
+            dot_scale_min_k4(2 * c + 1, x->scales, &sc1, &m1);
+            for (int i = 0; i < 32; i++) {
+                h[i / 16] += (x->qs[32 * c + i] & 15) * a[64 * c + i];
+                h[2 + i / 16] += (x->qs[32 * c + i] >> 4) * a[64 * c + 32 + i];
+            }
+            const float *g = da + 4 * c;
+            const int16_t *s = b + 4 * c;
+            I[c] = (g[0] * (float)(sc0 * h[0]) + g[1] * (float)(sc0 * h[1])) + (g[2] * (float)(sc1 * h[2]) + g[3] * (float)(sc1 * h[3]));
+            M[c] = (g[0] * (float)(m0 * s[0]) + g[1] * (float)(m0 * s[1])) + (g[2] * (float)(m1 * s[2]) + g[3] * (float)(m1 * s[3]));
+        }
+        const float It = (I[0] + I[1]) + (I[2] + I[3]), Mt = (M[0] + M[1]) + (M[2] + M[3]);
+        const float t = fp16_to_fp32(x->d) * It - fp16_to_fp32(x->dmin) * Mt;
+        /* the kernel: each warp adds its two super-blocks' terms, then the warps' sums in order */
+        if (sb % 2 == 0) pair = t;
+        else y = sb == 1 ? pair + t : y + (pair + t);
+    }
+    if (n_sb % 2) y = n_sb == 1 ? pair + 0.0f : y + (pair + 0.0f); /* the last warp's second term is a zero */
+    return y;
 }

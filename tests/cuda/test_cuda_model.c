@@ -196,6 +196,18 @@ int main(int argc, char **argv) {
         CHECK_MSG(cs.fused_attn_split > 0, "no decode attention took its prologue into the split launch");
         CHECK_MSG(backend_cuda_attn_pre_split_launches() > 0, "recorded with the prologue in the split, but no such launch ran");
     }
+    /* VLLMC_CUDA_DEFER_NORM=1 (off by default): the dense FFN's norm deferred into the output projection's launch and the
+     * gate / up mat-vec where their weights are Q4_K rows the 16-row kernel takes; graph == eager above holds for it
+     * (both take that form), the CPU bound for its other quantization */
+    printf("test_cuda_model: deferred norms %llu (writer launches %llu, reader launches %llu)\n", (unsigned long long)cs.deferred_norms,
+           (unsigned long long)backend_cuda_kd_launches(0), (unsigned long long)backend_cuda_kd_launches(1));
+    const char *dn = getenv("VLLMC_CUDA_DEFER_NORM");
+    if (dn && !strcmp(dn, "1") && !strcmp(x[1].m->hp.arch, "qwen35") && x[1].m->hp.n_embd % 256 == 0) {
+        const struct gguf_tensor *gt = gguf_find_tensor(x[1].m->gguf, "blk.0.ffn_gate.weight");
+        const struct gguf_tensor *pt = gguf_find_tensor(x[1].m->gguf, "blk.0.ssm_out.weight");
+        if (gt && pt && gt->type == GGML_TYPE_Q4_K && pt->type == GGML_TYPE_Q4_K)
+            CHECK_MSG(cs.deferred_norms > 0 && backend_cuda_kd_launches(1) > 0, "no FFN norm was deferred");
+    }
     /* the GDN conv moves into the in-proj matmul's epilogue where the conv channels' weights are Q4_K / Q6_K */
     const struct gguf_tensor *qkv = gguf_find_tensor(x[1].m->gguf, "blk.0.attn_qkv.weight");
     printf("test_cuda_model: GDN convs fused into the in-proj matmul %llu; MoE ops on the column-split kernels %llu, grouped by expert %llu\n",

@@ -2151,6 +2151,113 @@ static void test_sample(void) {
     }
 }
 
+/* The deferred-norm form (BK_ACT_Q8_KD; VLLMC_CUDA_DEFER_NORM=1). The writer (matmul_add_defer: a Q4_K mat-vec adding
+ * into the residual, then x * w quantized 16 at a time in its epilogue) against matmul + add on the GPU (the residual's
+ * bits) and quantize_row_q8_kd_ref of that residual (every byte); the reader (a Q4_K matmul of two segments reading
+ * it, as gate + up do) against q8_kd_dot_q4_K_ref x q8_kd_rms_ref (the same integer sums and float ops: the bits), and
+ * against the CPU's RMSNorm + Q8_K matmul within the two quantizations' difference; rows of 1 to 16 super-blocks, a
+ * part-filled last CTA of the reader. Counted, so it cannot pass untaken; a reader weight the kernel does not take is
+ * refused with an error. */
+static size_t kd_align(size_t o) { return (o + 15) & ~(size_t)15; }
+static void test_kd(void) {
+    if (!gpu->ops->matmul_add_defer) return;
+    const struct { int64_t K, E, F; } cs[] = {{4096, 2560, 1000}, {1024, 256, 33}, {2560, 768, 300}, {256, 4096, 77}};
+    const float eps = 1e-6f;
+    for (size_t ci = 0; ci < sizeof(cs) / sizeof(cs[0]); ci++) {
+        const int64_t K = cs[ci].K, E = cs[ci].E, F = cs[ci].F, G = E / 16;
+        struct bk_act a;
+        float *xa = act_row_rand(K, BK_ACT_BIT(BK_ACT_Q8_K), &a);
+        struct pair_w wp, wg, wu;
+        make_weight(&wp, GGML_TYPE_Q4_K, K, E);
+        make_weight(&wg, GGML_TYPE_Q4_K, E, F);
+        make_weight(&wu, GGML_TYPE_Q4_K, E, F);
+        float *x0 = rand_buf((size_t)E, 1.0f), *nw = rand_buf((size_t)E, 1.0f);
+        x0[5] = 0.f;
+        for (int64_t i = 16; i < 32; i++) x0[i] = 0.f; /* a group of zeros: scale 0 */
+        float *gx1 = dev_put(x0, (size_t)E * 4), *gx2 = dev_put(x0, (size_t)E * 4), *gnw = dev_put(nw, (size_t)E * 4);
+        float *go = dev_put(NULL, (size_t)E * 4);
+        /* the residual as matmul + add form it */
+        const struct bk_matmul_out mo = {.w = &wp.g, .y = go};
+        CHECK(gpu->ops->matmul(gpu, &a, 1, &mo) == VLLMC_OK);
+        CHECK(gpu->ops->add(gpu, gx1, go, 1, E) == VLLMC_OK);
+        struct bk_act kd;
+        CHECK(bk_act_alloc(gpu, 1, E, BK_ACT_BIT(BK_ACT_Q8_KD), &kd) == VLLMC_OK);
+        const size_t kd_bytes = (size_t)bk_act_row_bytes(BK_ACT_Q8_KD, E);
+        uint8_t *poison = malloc(kd_bytes);
+        memset(poison, 0xA5, kd_bytes);
+        CHECK(gpu->ops->copy_to_device(gpu, kd.q[BK_ACT_Q8_KD], poison, kd_bytes) == VLLMC_OK);
+        kd.fmts = BK_ACT_BIT(BK_ACT_Q8_KD);
+        const uint64_t w0 = backend_cuda_kd_launches(0), r0 = backend_cuda_kd_launches(1);
+        CHECK(gpu->ops->matmul_add_defer(gpu, &a, &wp.g, gx2, gnw, eps, &kd) == VLLMC_OK);
+        CHECK_MSG(backend_cuda_kd_launches(0) == w0 + 1, "kd %lld: the writer not taken", (long long)E);
+        float *x1 = malloc((size_t)E * 4), *x2 = malloc((size_t)E * 4);
+        dev_get(x1, gx1, (size_t)E * 4);
+        dev_get(x2, gx2, (size_t)E * 4);
+        const size_t bad_x = n_diff(x2, x1, (size_t)E);
+        /* the GPU's layout (cu_act_split): quants, then scales, sums, sums of squares, each from a 16-byte boundary of
+         * the buffer (which is 256-aligned) */
+        uint8_t *h = malloc(kd_bytes);
+        dev_get(h, kd.q[BK_ACT_Q8_KD], kd_bytes);
+        const size_t od = kd_align((size_t)E), ob = kd_align(od + (size_t)G * 4), os = kd_align(ob + (size_t)G * 2);
+        int8_t *rq = malloc((size_t)E);
+        float *rd = malloc((size_t)G * 4), *rs = malloc((size_t)G * 4);
+        int16_t *rb = malloc((size_t)G * 2);
+        quantize_row_q8_kd_ref(x2, nw, E, rq, rd, rb, rs);
+        const int bad_q = memcmp(h, rq, (size_t)E) != 0, bad_d = memcmp(h + od, rd, (size_t)G * 4) != 0,
+                  bad_b = memcmp(h + ob, rb, (size_t)G * 2) != 0, bad_s = memcmp(h + os, rs, (size_t)G * 4) != 0;
+        printf("kd writer K %lld -> %lld rows: residual %zu of %lld differ from matmul + add; quants %s, scales %s, sums %s, "
+               "sums of squares %s against quantize_row_q8_kd_ref\n", (long long)K, (long long)E, bad_x, (long long)E,
+               bad_q ? "DIFFER" : "equal", bad_d ? "DIFFER" : "equal", bad_b ? "DIFFER" : "equal", bad_s ? "DIFFER" : "equal");
+        CHECK_MSG(bad_x == 0 && !bad_q && !bad_d && !bad_b && !bad_s, "kd writer %lld rows", (long long)E);
+        /* the reader: gate + up */
+        float *gy = dev_put(NULL, (size_t)(2 * F) * 4);
+        poison_dev(gy, 2 * F);
+        const struct bk_matmul_out gu[2] = {{.w = &wg.g, .y = gy}, {.w = &wu.g, .y = gy + F}};
+        CHECK(gpu->ops->matmul(gpu, &kd, 2, gu) == VLLMC_OK);
+        CHECK_MSG(backend_cuda_kd_launches(1) == r0 + 1, "kd %lld: the reader not taken", (long long)E);
+        float *y = malloc((size_t)(2 * F) * 4), *want = malloc((size_t)(2 * F) * 4);
+        dev_get(y, gy, (size_t)(2 * F) * 4);
+        const float rms = q8_kd_rms_ref(rs, E, eps);
+        const size_t rbytes = quant_row_size(GGML_TYPE_Q4_K, E);
+        for (int64_t o = 0; o < 2 * F; o++) {
+            const uint8_t *wr = (o < F ? wg.host : wu.host) + (size_t)(o % F) * rbytes;
+            want[o] = q8_kd_dot_q4_K_ref(E, wr, rq, rd, rb) * rms;
+        }
+        const size_t bad_y = n_diff(y, want, (size_t)(2 * F));
+        const double rel_y = max_rel(y, want, (size_t)(2 * F), -1e-3);
+        /* against the standard path on the CPU: RMSNorm + Q8_K, the same weights */
+        struct bk_act ra;
+        CHECK(bk_act_alloc(ref, 1, E, BK_ACT_BIT(BK_ACT_Q8_K), &ra) == VLLMC_OK);
+        float *rx = ref_put(x2, (size_t)E * 4), *ry = ref_put(NULL, (size_t)(2 * F) * 4);
+        ra.fmts = BK_ACT_BIT(BK_ACT_Q8_K) | BK_ACT_BIT(BK_ACT_F32);
+        CHECK(ref->ops->rmsnorm_quantize(ref, rx, nw, eps, 1, &ra) == VLLMC_OK);
+        const struct bk_matmul_out rgu[2] = {{.w = &wg.r, .y = ry}, {.w = &wu.r, .y = ry + F}};
+        CHECK(ref->ops->matmul(ref, &ra, 2, rgu) == VLLMC_OK);
+        const double rel_std = max_abs_over_max(y, ry, (size_t)(2 * F));
+        printf("kd reader %lld -> 2 x %lld rows: %zu of %lld outputs differ from q8_kd_dot_q4_K_ref x rms (max rel %.3g); against "
+               "the CPU's RMSNorm + Q8_K path max |d| / max %.3g\n", (long long)E, (long long)F, bad_y, (long long)(2 * F), rel_y,
+               rel_std);
+        CHECK_MSG(bad_y == 0, "kd reader %lld: %zu outputs differ from the reference's bits", (long long)E, bad_y);
+        CHECK_MSG(rel_std < 2e-2, "kd reader %lld: %.3g from the standard path", (long long)E, rel_std);
+        /* a weight the reader's kernel does not take: refused */
+        if (ci == 0) {
+            struct pair_w w6;
+            make_weight(&w6, GGML_TYPE_Q6_K, E, 16);
+            const struct bk_matmul_out o6 = {.w = &w6.g, .y = gy};
+            CHECK(gpu->ops->matmul(gpu, &kd, 1, &o6) == VLLMC_ERR_UNSUPPORTED);
+            free_weight(&w6);
+        }
+        free(y); free(want); free(x1); free(x2); free(h); free(rq); free(rd); free(rs); free(rb); free(poison); free(x0); free(nw);
+        free(xa);
+        ref->ops->free(ref, rx); ref->ops->free(ref, ry);
+        bk_act_free(ref, &ra);
+        gpu->ops->free(gpu, gx1); gpu->ops->free(gpu, gx2); gpu->ops->free(gpu, gnw); gpu->ops->free(gpu, go); gpu->ops->free(gpu, gy);
+        bk_act_free(gpu, &kd);
+        bk_act_free(gpu, &a);
+        free_weight(&wp); free_weight(&wg); free_weight(&wu);
+    }
+}
+
 static void test_errors(void) {
     struct bk_tensor t;
     const int64_t ne[2] = {100, 4};
@@ -2249,6 +2356,7 @@ int main(int argc, char **argv) {
     if (want("moe")) test_moe();
     if (want("sample")) test_sample();
     if (want("errors")) test_errors();
+    if (want("kd")) test_kd();
     ref->ops->destroy(ref);
     gpu->ops->destroy(gpu);
     return test_finish("test_cuda_ops");

@@ -136,6 +136,28 @@ def test_attn_pre_split_host_side(stub_env, models):
         assert base and on and max(on) == max(base) - 1, (shape, on, base)
 
 
+def test_defer_norm_host_side(stub_env, models):
+    """VLLMC_CUDA_DEFER_NORM=1 (off by default) forms the FFN's RMSNorm input in the launch of the mixer's output
+    projection (matmul_add_defer, BK_ACT_Q8_KD) and applies the RMS scale in the gate / up mat-vec: each captured
+    batch-1 step of qwen35-wide (4 dense layers, D 2,560, Q4_K projections and gate / up) has one launch fewer a layer,
+    and so does its eager step; the MoE shape and steps of several sequences keep their launches; a bad value warns."""
+    log = {"STUB_CUDA_LOG": "1"}
+    m = models["qwen35-wide"]
+    args = ("bench", "-m", m, "-p", "16", "-g", "24", "-r", "1")
+    base = launches(run(stub_env, *args, extra=log))
+    assert base, "no graph captured"
+    on = launches(run(stub_env, *args, extra=dict(log, VLLMC_CUDA_DEFER_NORM="1")))
+    assert on == [n - 4 for n in base], (on, base)
+    out = run(stub_env, *args, extra=dict(log, VLLMC_CUDA_DEFER_NORM="yes"))
+    assert "VLLMC_CUDA_DEFER_NORM=yes: not 0 or 1" in out and launches(out) == base, out[-1500:]
+    mo = ("bench", "-m", models["qwen35moe-wide"], "-p", "16", "-g", "24", "-r", "1")
+    assert launches(run(stub_env, *mo, extra=dict(log, VLLMC_CUDA_DEFER_NORM="1"))) == launches(run(stub_env, *mo, extra=log))
+    cargs = ("bench", "-m", m, "-p", "16", "-g", "16", "-r", "1", "--concurrency", "4")
+    base = launches(run(stub_env, *cargs, extra=log))
+    on = launches(run(stub_env, *cargs, extra=dict(log, VLLMC_CUDA_DEFER_NORM="1")))
+    assert base and on and max(on) == max(base), (on, base)
+
+
 def test_engine_host_side(stub_env, models):
     """The engine's batched, pipelined steps (bench --concurrency) run through on both hybrid kinds, with the GDN's runs
     side by side (the default) and without them (VLLMC_CUDA_GDN_RUNS=0), on prompts of 16 (every run short) and 40 tokens

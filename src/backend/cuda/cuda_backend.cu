@@ -117,6 +117,8 @@ struct cu_backend {
     bool attn_pre_split;       /* ... and in decode steps (every token its sequence's only one) the q / k norm + RoPE + KV
                                   store inside the split launch (cu_attn_args.pre_split; VLLMC_CUDA_ATTN_PRE_SPLIT=1: off
                                   until measured) */
+    bool defer_norm;           /* the FFN's RMSNorm deferred into the launch forming the residual and its readers
+                                  (matmul_add_defer, BK_ACT_Q8_KD; VLLMC_CUDA_DEFER_NORM=1: off until measured) */
     FILE *hash_log;            /* VLLMC_CUDA_HASH_LOG (eager): each op's output hash (hash_out) */
     bool fuse_conv;            /* recorded decode steps: the GDN conv into the matmul that writes its input */
     unsigned fuse_nq;          /* BACKEND_CUDA_FUSE_*: a norm + quantize into the launch that writes its input (cu_nq_fuse),
@@ -1198,7 +1200,7 @@ static bool fuse_attn_quant(cu_backend *c, const struct bk_act *act) {
 
 static vllmc_status check_fmts(const struct bk_act *a, const char *what) {
     const uint32_t ok = BK_ACT_BIT(BK_ACT_F32) | BK_ACT_BIT(BK_ACT_Q8_K) | BK_ACT_BIT(BK_ACT_Q8_0) | BK_ACT_BIT(BK_ACT_Q8_1) |
-                        BK_ACT_BIT(BK_ACT_F16) | BK_ACT_BIT(BK_ACT_BF16);
+                        BK_ACT_BIT(BK_ACT_F16) | BK_ACT_BIT(BK_ACT_BF16) | BK_ACT_BIT(BK_ACT_Q8_KD);
     if (a->fmts & ~ok) return vllmc_errorf(VLLMC_ERR_UNSUPPORTED, "%s: activation formats 0x%x not supported on CUDA", what, a->fmts);
     for (int f = 1; f < BK_ACT_NFMT; f++)
         if ((a->fmts & BK_ACT_BIT(f)) && !a->q[f])
@@ -1298,6 +1300,10 @@ static struct cu_act_view act_view(const struct bk_act *a) {
     memset(&v, 0, sizeof(v));
     v.x = m.x; v.k_qs = m.k_qs; v.k_d = m.k_d; v.k_bs = m.k_bs; v.n = m.n;
     v.o_qs = m.o_qs; v.o_d = m.o_d; v.o_s = m.o_s;
+    if ((a->fmts & BK_ACT_BIT(BK_ACT_Q8_KD)) && m.kd_qs) { /* the deferred-norm form is what the act holds */
+        v.k_qs = m.kd_qs; v.k_bs = m.kd_bs; v.k_d = NULL;
+        v.kd_d = m.kd_d; v.kd_ssq = m.kd_ssq; v.kd_eps = a->kd_eps; v.kd = 1;
+    }
     return v;
 }
 
@@ -1308,6 +1314,13 @@ static vllmc_status check_mm(const struct bk_act *act, const struct bk_tensor *w
                             (long long)w->ne[0], (long long)act->n_cols);
     if (!cu_matmul_type(w->type))
         return vllmc_errorf(VLLMC_ERR_UNSUPPORTED, "matmul: weight type %s has no CUDA kernel", quant_traits(w->type)->name);
+    if (act->fmts & BK_ACT_BIT(BK_ACT_Q8_KD)) {
+        if (!act->q[BK_ACT_Q8_KD] || !cu_mm_kd_takes((int)w->type, w->ne[0], (int)act->n_rows))
+            return vllmc_errorf(VLLMC_ERR_UNSUPPORTED, "matmul: the deferred-norm activation has no kernel for weight %s (%s, %lld rows)",
+                                w->name ? w->name : "?", quant_traits(w->type)->name, (long long)act->n_rows);
+        if (w->ne[1] * w->ne[2] * w->ne[3] > INT32_MAX) return vllmc_errorf(VLLMC_ERR_UNSUPPORTED, "matmul: too many rows");
+        return VLLMC_OK;
+    }
     const int f = bk_act_fmt_for_weight(w->type);
     if (f < 0 || !(act->fmts & BK_ACT_BIT(f)) || !act->q[f])
         return vllmc_errorf(VLLMC_ERR_INVALID, "matmul: activation lacks format %s", bk_act_fmt_name(f));
@@ -1421,6 +1434,50 @@ static vllmc_status cu_matmul(struct backend *be, const struct bk_act *act, int 
         if (st) return st;
     }
     return VLLMC_OK;
+}
+
+/* The deferred-norm form (backend.h matmul_add_defer): on when VLLMC_CUDA_DEFER_NORM=1, for one activation row where the
+ * writer's and every reader's launch take mm_kernel_mma's 16-row Q4_K instances (cu_mm_kd_takes), and not under batch
+ * invariance (whose one-row launches sum in the several-row kernels' order). */
+static bool cu_defer_norm_ok(struct backend *be, const struct bk_tensor *w, const struct bk_tensor *const *readers, int n_readers,
+                             int64_t n_rows) {
+    cu_backend *c = cub(be);
+    if (!c->defer_norm || c->batch_invariant || n_rows != 1 || !w || w->ne[2] != 1 || w->ne[1] % 16 ||
+        !cu_mm_kd_takes((int)w->type, w->ne[0], 1))
+        return false;
+    for (int i = 0; i < n_readers; i++)
+        if (!readers[i] || readers[i]->ne[0] != w->ne[1] || !cu_mm_kd_takes((int)readers[i]->type, readers[i]->ne[0], 1)) return false;
+    return true;
+}
+
+static vllmc_status cu_matmul_add_defer(struct backend *be, const struct bk_act *act, const struct bk_tensor *w, float *x,
+                                        const float *norm_w, float eps, struct bk_act *out) {
+    cu_backend *c = cub(be);
+    vllmc_status st = check_mm(act, w);
+    if (st) return st;
+    if (!x || !norm_w || !out || act->n_rows != 1 || out->n_cols != w->ne[1] || out->max_rows < 1 || !out->q[BK_ACT_Q8_KD] ||
+        out->fmts != BK_ACT_BIT(BK_ACT_Q8_KD) || w->ne[1] % 16 || !cu_mm_kd_takes((int)w->type, w->ne[0], 1))
+        return vllmc_errorf(VLLMC_ERR_INVALID, "matmul_add_defer: needs one activation row, a Q4_K weight the 16-row mat-vec "
+                                               "takes and an output holding only BK_ACT_Q8_KD of its rows");
+    if (act->q[BK_ACT_F32] == x || out->x == x) return vllmc_errorf(VLLMC_ERR_INVALID, "matmul_add_defer: the residual aliases an input");
+    const struct cu_act_mut m = cu_act_split(out);
+    rec_matmul r;
+    memset(&r, 0, sizeof(r));
+    r.a.a = act_view(act);
+    r.a.n_act = 1;
+    r.a.mmq_ws = c->mmq_ws; r.a.mmq_cnt = c->mmq_cnt;
+    struct cu_mm_seg *sg = &r.a.seg[r.a.n_seg++];
+    sg->w = (const uint8_t *)w->data; sg->y = out->x; sg->ld_y = w->ne[1]; sg->res = x; /* y itself into the out's f32 rows */
+    sg->stride = cu_weight_row_stride(w->type, w->ne[0]);
+    sg->type = (int32_t)w->type; sg->n_rows = (int32_t)w->ne[1];
+    r.a.total_rows = sg->n_rows;
+    r.a.total_tiles = (int32_t)GPU_CEIL_DIV(sg->n_rows, 4);
+    r.a.n_ctas = (int)GPU_CEIL_DIV(w->ne[1], CU_MM_WARPS);
+    r.a.kdq.qs = m.kd_qs; r.a.kdq.d = m.kd_d; r.a.kdq.bs = m.kd_bs; r.a.kdq.ssq = m.kd_ssq; r.a.kdq.nw = norm_w; r.a.kdq.on = 1;
+    out->n_rows = 1;
+    out->kd_eps = eps;
+    c->stats.deferred_norms++;
+    return submit(c, CU_OP_MATMUL, &r, sizeof(r));
 }
 
 /* In a recorded step, y += x right after the matmul (one weight) or moe op that wrote x, of n_rows rows of
@@ -2072,6 +2129,8 @@ static const struct backend_ops cu_ops = {
     cu_sigmoid_mul,
     cu_copy_within,
     cu_mem_info,
+    cu_defer_norm_ok,
+    cu_matmul_add_defer,
 };
 
 /* An on-by-default switch from the environment: off only when set to "0". */
@@ -2107,6 +2166,10 @@ extern "C" vllmc_status backend_cuda_create(const struct backend_cuda_opts *o, s
     if ((env = getenv("VLLMC_CUDA_ATTN_PRE_SPLIT"))) { /* off until measured */
         if (!strcmp(env, "1")) c->attn_pre_split = true;
         else if (strcmp(env, "0")) LOG_WARN("VLLMC_CUDA_ATTN_PRE_SPLIT=%s: not 0 or 1; the attention prologue keeps its launch", env);
+    }
+    if ((env = getenv("VLLMC_CUDA_DEFER_NORM"))) { /* off until measured */
+        if (!strcmp(env, "1")) c->defer_norm = true;
+        else if (strcmp(env, "0")) LOG_WARN("VLLMC_CUDA_DEFER_NORM=%s: not 0 or 1; the FFN norms keep their launches", env);
     }
     if (c->eager && (env = getenv("VLLMC_CUDA_HASH_LOG")) && *env) {
         if ((c->hash_log = fopen(env, "a"))) fprintf(c->hash_log, "== backend\n");

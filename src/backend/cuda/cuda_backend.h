@@ -38,6 +38,7 @@ struct backend_cuda_stats {
     uint64_t fused_adds;              /* residual adds recorded into a matmul / moe epilogue */
     uint64_t fused_attn;              /* decode attentions recorded with their q / k norm + RoPE + KV store in one launch */
     uint64_t fused_attn_split;        /* ... of them, with that work inside the split launch (VLLMC_CUDA_ATTN_PRE_SPLIT=1) */
+    uint64_t deferred_norms;          /* FFN RMSNorms deferred into the residual's launch and their readers (VLLMC_CUDA_DEFER_NORM=1) */
     uint64_t moe_cols;                /* MoE ops issued (or captured) with the column-split expert kernels */
     uint64_t moe_grouped;             /* MoE ops issued (or captured) with the entries grouped by expert */
     uint64_t moe_mix_down;            /* ... with the column-split kernels and the mix in the down launch (no mix kernel) */
@@ -167,6 +168,8 @@ uint64_t backend_cuda_mmx_launches(void);
 /* Decode attentions whose q / k norm + RoPE + KV store ran inside the split launch (VLLMC_CUDA_ATTN_PRE_SPLIT=1),
  * launched or captured so far, process-wide. */
 uint64_t backend_cuda_attn_pre_split_launches(void);
+/* Launches (or captures) of the deferred-norm form's writer (read 0) and readers (read 1). */
+uint64_t backend_cuda_kd_launches(int read);
 /* The Gated DeltaNet rule kernel's value rows a thread: 1, 2, or -1 (the default: 2 for a decode step of several
  * sequences with a bf16 state, where the per-CTA norms and barriers set the kernel's time; else 1); the same bits
  * either way. Returns the previous value.

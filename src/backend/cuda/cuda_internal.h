@@ -82,9 +82,28 @@ struct cu_act_view {
                                   and a Q4_K launch of the tensor-core mat-vec takes its AP 3 instance, CTA b reading copy
                                   b % copies (bench_gemv's measurement of the activation's L2 lines read by every CTA at
                                   once; the backend's views have one); else one */
-    int32_t pad_;
+    int32_t kd;                /* 1: the deferred-norm form (BK_ACT_Q8_KD): k_qs / k_bs its quants and 16-value sums, kd_d
+                                  its scale every 16 values (k_d NULL), kd_ssq the row's sums of squares every 16; only
+                                  mm_kernel_mma's AP 7 instance reads it (cu_mm_kd_takes) */
     int64_t copy_bytes;
+    const float *kd_d, *kd_ssq;
+    float kd_eps;              /* the RMSNorm's epsilon, applied with the sums of squares in the reader's epilogue */
+    int32_t pad_;
 };
+/* The deferred-norm form's writer: the tensor-core mat-vec launch that adds its outputs into the residual also writes
+ * x * nw of its 16 rows as one group (cu_mm_args.kdq; BK_ACT_Q8_KD, backend.h): quants, scale, quant sum, and the sum
+ * of the 16 residual values' squares. */
+struct cu_mm_kdq {
+    int8_t *qs;
+    float *d;
+    int16_t *bs;
+    float *ssq;
+    const float *nw;
+    int32_t on, pad;
+};
+/* Whether a one-row launch of weight type `type` and rows of n columns takes mm_kernel_mma's 16-row Q4_K instance, the
+ * only one with the deferred-norm form's writer and reader (false on HIP). */
+bool cu_mm_kd_takes(int type, int64_t n, int n_act);
 struct cu_act_mut {
     float *x;
     int8_t *k_qs;
@@ -95,6 +114,10 @@ struct cu_act_mut {
     uint16_t *o_s;             /* Q8_1's s a block (d * the block's quant sum), or NULL */
     uint16_t *h;               /* F16 rows */
     uint16_t *bf;              /* BF16 rows */
+    int8_t *kd_qs;             /* BK_ACT_Q8_KD: quants [rows][n], then scales, quant sums, sums of squares [rows][n / 16] */
+    float *kd_d;
+    int16_t *kd_bs;
+    float *kd_ssq;
     int64_t n;
 };
 /* Split pointers of an act's format buffers (NULL for formats not allocated). */
@@ -171,6 +194,8 @@ struct cu_mm_args {
     unsigned *mmq_cnt;
     int32_t pf_next;           /* mm_kernel_mma's AP 6: the CTAs resident at once (its instance's occupancy x the SMs), so
                                   CTA b + pf_next is the one that takes CTA b's place in the next round */
+    struct cu_mm_kdq kdq;      /* kdq.on: the deferred-norm form of the residual written in the epilogue (one segment of
+                                  Q4_K rows with a residual, one activation row) */
 };
 #define CU_MMQ_WS_FLOATS (4 << 20) /* 16 MB */
 #define CU_MMQ_TILES 16384         /* a launch's tiles at most */

@@ -225,6 +225,13 @@ struct cu_act_mut cu_act_split(const struct bk_act *a) {
     }
     m.h = (uint16_t *)a->q[BK_ACT_F16];
     m.bf = (uint16_t *)a->q[BK_ACT_BF16];
+    if (a->q[BK_ACT_Q8_KD]) { /* each array 16-aligned (bk_act_row_bytes keeps 48 bytes a row for it) */
+        const int64_t G = R * (n / 16);
+        m.kd_qs = (int8_t *)a->q[BK_ACT_Q8_KD];
+        m.kd_d = (float *)(((uintptr_t)(m.kd_qs + R * n) + 15) & ~(uintptr_t)15);
+        m.kd_bs = (int16_t *)(((uintptr_t)(m.kd_d + G) + 15) & ~(uintptr_t)15);
+        m.kd_ssq = (float *)(((uintptr_t)(m.kd_bs + G) + 15) & ~(uintptr_t)15);
+    }
     return m;
 }
 
@@ -1626,13 +1633,15 @@ static __device__ __forceinline__ void mv_other_cta(const struct cu_mm_args &P, 
 /* Output j of the CTA's rows r0 .. for activation row ar: the row's sum y, plus the bias; stored; added to the
  * residual (resv: the value mv_res_load took early, where mv_res_early); the conv's epilogue (pre, slot). */
 template <int NA>
-static __device__ __forceinline__ void mv_out(const struct cu_mm_args &P, const cu_mm_seg &S, int ar, int r0, int j, float y, float resv,
-                                              bool conv, const float *pre, int slot) {
+static __device__ __forceinline__ float mv_out(const struct cu_mm_args &P, const cu_mm_seg &S, int ar, int r0, int j, float y, float resv,
+                                               bool conv, const float *pre, int slot) {
     const int64_t o = (int64_t)ar * S.ld_y + r0 + j;
     if (S.bias) y = __fadd_rn(y, S.bias[r0 + j]);
     S.y[o] = y;
-    if (S.res) S.res[o] = __fadd_rn(mv_res_early<NA>(S) ? resv : S.res[o], y);
+    float r = 0.f; /* the residual as written (the deferred-norm writer's input) */
+    if (S.res) S.res[o] = r = __fadd_rn(mv_res_early<NA>(S) ? resv : S.res[o], y);
     if (conv) mm_conv_store(P.conv, ar, r0 + j, pre, slot, y);
+    return r;
 }
 
 /* A column-split CTA's outputs: each row's warp parts (part[warp][activation row][row]) added in warp order, then
@@ -2346,6 +2355,88 @@ static __device__ __forceinline__ void mma_q4k_act(const int8_t *qs, const int16
     bsv = *(const int2 *)(bs + i * 16 + 4 * c);
     da = d[i];
 }
+/* The deferred-norm form (BK_ACT_Q8_KD: a scale every 16 activation values, the RMS scale applied after the row's sum):
+ * the same MMAs as mma_q4k_sb's SUB form, their sums kept apart by half sub-block (MMAs t 0, 1 take bytes 0-15 of the
+ * lane's chunk, elements 0-15 of sub-blocks 2c and 2c + 1; t 2, 3 elements 16-31), so each integer sum meets its own
+ * scale. A row's lane term: the four groups' (sub-block 2c's halves, then 2c + 1's) scale x sub-block scale x sum, and
+ * the same for the mins against the 16-value sums, added in that order in pairs, reduced over the row's 4 lanes, then
+ * d x I - dmin x M (q8_kd_dot_q4_K_ref in quantize_ref.c forms it the same way). */
+static __device__ __forceinline__ float k4_term_kd(const k4_sel &ks, uint32_t s0, uint32_t s1, uint32_t s2, uint32_t dm, int la, int lb,
+                                                   int ha, int hb, const int2 &bs, const float4 &da) {
+    const uint32_t X = k4_scales(ks, s0, s1, s2);
+    const int sc0 = (int)(X & 0xff), sc1 = (int)((X >> 8) & 0xff), m0 = (int)((X >> 16) & 0xff), m1 = (int)(X >> 24);
+    const int b0 = (int)(int16_t)(bs.x & 0xffff), b1 = (int)(int16_t)(bs.x >> 16), b2 = (int)(int16_t)(bs.y & 0xffff),
+              b3 = (int)(int16_t)(bs.y >> 16);
+    float I = __fadd_rn(__fadd_rn(__fmul_rn(da.x, (float)(sc0 * la)), __fmul_rn(da.y, (float)(sc0 * lb))),
+                        __fadd_rn(__fmul_rn(da.z, (float)(sc1 * ha)), __fmul_rn(da.w, (float)(sc1 * hb))));
+    float M = __fadd_rn(__fadd_rn(__fmul_rn(da.x, (float)(m0 * b0)), __fmul_rn(da.y, (float)(m0 * b1))),
+                        __fadd_rn(__fmul_rn(da.z, (float)(m1 * b2)), __fmul_rn(da.w, (float)(m1 * b3))));
+    I = __fadd_rn(I, shfl_xor(I, 1)); I = __fadd_rn(I, shfl_xor(I, 2));
+    M = __fadd_rn(M, shfl_xor(M, 1)); M = __fadd_rn(M, shfl_xor(M, 2));
+    return __fsub_rn(__fmul_rn(fp16_to_fp32((uint16_t)(dm & 0xffff)), I), __fmul_rn(fp16_to_fp32((uint16_t)(dm >> 16)), M));
+}
+template <bool R16>
+static __device__ __forceinline__ void mma_q4k_sb_kd(const uint4 &q0a, const uint4 &q0b, const uint4 &q1a, const uint4 &q1b, uint32_t sw0,
+                                                     uint32_t sw1, const uint4 &x0, const uint4 &x1, const int2 &bs, const float4 &da,
+                                                     const k4_sel &ks, int b, float &t0, float &t1) {
+    const uint32_t X[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+    const uint32_t Q0[8] = {q0a.x, q0a.y, q0a.z, q0a.w, q0b.x, q0b.y, q0b.z, q0b.w};
+    const uint32_t Q1[8] = {q1a.x, q1a.y, q1a.z, q1a.w, q1b.x, q1b.y, q1b.z, q1b.w};
+    int clo[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}}, chi[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
+#pragma unroll
+    for (int t = 0; t < 4; t++) {
+        const uint32_t mh = 0xF0F0F0F0u;
+        mma_u8s8(clo[t >> 1], Q0[2 * t], R16 ? Q1[2 * t] : 0u, Q0[2 * t + 1], R16 ? Q1[2 * t + 1] : 0u, X[2 * t], X[2 * t + 1]);
+        mma_u8s8(chi[t >> 1], Q0[2 * t] & mh, R16 ? Q1[2 * t] & mh : 0u, Q0[2 * t + 1] & mh, R16 ? Q1[2 * t + 1] & mh : 0u, X[2 * t],
+                 X[2 * t + 1]);
+    }
+    t0 = k4_term_kd(ks, shfl_idx(sw0, b), shfl_idx(sw0, b + 1), shfl_idx(sw0, b + 2), shfl_idx(sw0, b + 3), clo[0][0] - chi[0][0],
+                    clo[1][0] - chi[1][0], chi[0][1] >> 4, chi[1][1] >> 4, bs, da);
+    if (R16)
+        t1 = k4_term_kd(ks, shfl_idx(sw1, b), shfl_idx(sw1, b + 1), shfl_idx(sw1, b + 2), shfl_idx(sw1, b + 3), clo[0][2] - chi[0][2],
+                        clo[1][2] - chi[1][2], chi[0][3] >> 4, chi[1][3] >> 4, bs, da);
+}
+/* The deferred-norm writer, in warp 0 after the epilogue: lane j < 16 holds residual row r0 + j as just written (xr) and
+ * its norm weight (nwv); the 16 rows are one group: v = xr x nw, d = max |v| / 127, quants v x (127 / max |v|) rounded
+ * to nearest even, their sum, and the sum of xr^2 by the butterfly over the 16 lanes (quantize_row_q8_kd_ref's order). */
+static __device__ __forceinline__ void mma_kd_write(const struct cu_mm_kdq &K, int r0, float xr, float nwv, int lane) {
+    const bool on = lane < 16;
+    const float v = on ? __fmul_rn(xr, nwv) : 0.f;
+    float amax = fabsf(v), s2 = on ? __fmul_rn(xr, xr) : 0.f;
+#pragma unroll
+    for (int k = 8; k >= 1; k >>= 1) {
+        amax = fmaxf(amax, shfl_xor(amax, k));
+        s2 = __fadd_rn(s2, shfl_xor(s2, k));
+    }
+    const float is = amax > 0.f ? __fdiv_rn(127.f, amax) : 0.f;
+    const int q = __float2int_rn(__fmul_rn(v, is));
+    int qsum = q;
+#pragma unroll
+    for (int k = 8; k >= 1; k >>= 1) qsum += shfl_xor(qsum, k);
+    if (on) K.qs[r0 + lane] = (int8_t)q;
+    if (lane == 0) {
+        K.d[r0 / 16] = __fdiv_rn(amax, 127.f);
+        K.bs[r0 / 16] = (int16_t)qsum;
+        K.ssq[r0 / 16] = s2;
+    }
+}
+/* The reader's RMS scale from the row's sums of squares every 16 (G of them, n columns): lane l adds groups l, l + 32, ..
+ * in turn (8 at most: rows of up to 4,096 columns), then the butterfly over the warp; 1 / sqrt(sum / n + eps) in every
+ * lane (q8_kd_rms_ref's order). The loads are issued right after the dependency wait, the sum taken in the epilogue. */
+struct kd_rms_part { float v[8]; };
+static __device__ __forceinline__ void kd_rms_load(const cu_act_view &a, int lane, kd_rms_part &p) {
+    const int G = (int)(a.n / 16);
+#pragma unroll
+    for (int k = 0; k < 8; k++) p.v[k] = lane + 32 * k < G ? a.kd_ssq[lane + 32 * k] : 0.f;
+}
+static __device__ __forceinline__ float kd_rms(const cu_act_view &a, const kd_rms_part &p) {
+    float s = p.v[0];
+#pragma unroll
+    for (int k = 1; k < 8; k++) s = __fadd_rn(s, p.v[k]);
+#pragma unroll
+    for (int k = 16; k >= 1; k >>= 1) s = __fadd_rn(s, shfl_xor(s, k));
+    return __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(s, (float)a.n), a.kd_eps)));
+}
 /* The activation lines of the warp's super-blocks after its first (sb0 + 1 .. sb0 + SBW - 1: the quants' two 128-byte
  * lines, the 16-element sums' line and the scale's), asked into L1 by lanes 0 .. 4 (SBW - 1) - 1 right after the
  * dependency wait. The loop over a warp's super-blocks loads each one's activation after the previous one's terms (the
@@ -2408,7 +2499,7 @@ template <int SBW> static __device__ __forceinline__ float mma_sb_sum(const floa
 template <int SBW, int RT, int AP>
 static __device__ __forceinline__ void mma_rows_q4_K(const struct cu_mm_args &P, const cu_mm_seg &S, const uint8_t *wb, int rows,
                                                      int n_sb, int wid, int lane, const mma_conv &cv, uint8_t *stg, float &y0,
-                                                     float &y1, unsigned long long *tl = NULL) {
+                                                     float &y1, unsigned long long *tl = NULL, kd_rms_part *rmsp = NULL) {
     const int g = lane >> 2, c = lane & 3;
     const k4s_w zw{make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0), 0};
     k4s_w w0[SBW], w1[SBW]; /* rows g and g + 8 */
@@ -2423,8 +2514,10 @@ static __device__ __forceinline__ void mma_rows_q4_K(const struct cu_mm_args &P,
     gpu_pdl_trigger();
     if constexpr (AP == 2) mma_act_stage<SBW>(P.a, wid * SBW, n_sb, lane, stg);
     if constexpr (AP == 1) mma_act_prefetch<SBW>(P.a, wid * SBW, n_sb, lane);
-    if constexpr (AP == 6)
+    if constexpr (AP == 6 || AP == 7)
         if (threadIdx.x == 0) mma_next_l2<RT>(P);
+    if constexpr (AP == 7)
+        if (wid == 0) kd_rms_load(P.a, lane, *rmsp);
     TL_MARK(tl, 1);
     const k4_sel ks = k4_sel_make(c);
     const int b = lane & ~3;
@@ -2461,6 +2554,18 @@ static __device__ __forceinline__ void mma_rows_q4_K(const struct cu_mm_args &P,
             const int64_t ao = (int64_t)(blockIdx.x % (unsigned)P.a.copies) * P.a.copy_bytes;
             mma_q4k_act((const int8_t *)((const char *)P.a.k_qs + ao), (const int16_t *)((const char *)P.a.k_bs + ao),
                         (const float *)((const char *)P.a.k_d + ao), sb, g, c, x0, x1, bs, da);
+        } else if (AP == 7) { /* the deferred-norm form: a scale every 16 values */
+            float4 d4 = make_float4(0.f, 0.f, 0.f, 0.f);
+            if (on) {
+                if ((g >> 1) == c) {
+                    const uint4 *xp = (const uint4 *)(P.a.k_qs + (int64_t)sb * QK_K + 32 * g);
+                    x0 = xp[0]; x1 = xp[1];
+                }
+                bs = *(const int2 *)(P.a.k_bs + (int64_t)sb * 16 + 4 * c);
+                d4 = *(const float4 *)(P.a.kd_d + (int64_t)sb * 16 + 4 * c);
+            }
+            mma_q4k_sb_kd<RT == 16>(w0[s].q0, w0[s].q1, w1[s].q0, w1[s].q1, w0[s].sw, w1[s].sw, x0, x1, bs, d4, ks, b, t0[s], t1[s]);
+            continue;
         } else if (on) mma_q4k_act(P.a.k_qs, P.a.k_bs, P.a.k_d, sb, g, c, x0, x1, bs, da);
         mma_q4k_sb<RT == 16, AP == 4 || AP == 6>(w0[s].q0, w0[s].q1, w1[s].q0, w1[s].q1, w0[s].sw, w1[s].sw, x0, x1, bs, da, ks, b, t0[s], t1[s]);
     }
@@ -2589,6 +2694,10 @@ static __global__ void __launch_bounds__(LBT, LBM) mm_kernel_mma(const struct cu
     }
     const mma_conv cv{conv, r0, conv_pre, conv_slot};
     float y0, y1 = 0.f;
+    /* the deferred-norm writer's norm weights, before the wait (weights: no launch writes them) */
+    constexpr bool KDW = RT == 16 && KT == 1;
+    const float nwv = KDW && P.kdq.on && (int)threadIdx.x < rows ? P.kdq.nw[r0 + (int)threadIdx.x] : 0.f;
+    kd_rms_part rmsp;
     unsigned long long *tl = NULL;
 #ifdef VLLMC_MV_TIMELINE
     unsigned long long tlv[10] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0}; /* (Q6_K rows stamp no wait: 0) */
@@ -2597,7 +2706,7 @@ static __global__ void __launch_bounds__(LBT, LBM) mm_kernel_mma(const struct cu
 #endif
     extern __shared__ __align__(16) uint8_t mma_stage[];
     uint8_t *stg = AP == 2 ? mma_stage + (size_t)wid * (SBW - 1) * MMA_STAGE_SB : NULL;
-    if (KT == 1 || (KT == 3 && S.type == GGML_TYPE_Q4_K)) mma_rows_q4_K<SBW, RT, AP>(P, S, wb, rows, n_sb, wid, lane, cv, stg, y0, y1, tl);
+    if (KT == 1 || (KT == 3 && S.type == GGML_TYPE_Q4_K)) mma_rows_q4_K<SBW, RT, AP>(P, S, wb, rows, n_sb, wid, lane, cv, stg, y0, y1, tl, &rmsp);
     else mma_rows_q6_K<SBW, RT, AP>(P, S, wb, rows, n_sb, wid, lane, cv, stg, y0, y1);
     TL_MARK(tl, 2);
     const float resv = mv_res_load<1>(S, r0, rows);
@@ -2607,11 +2716,18 @@ static __global__ void __launch_bounds__(LBT, LBM) mm_kernel_mma(const struct cu
         if (RT == 16) part[wid][g + 8] = y1;
     }
     __syncthreads();
+    float rms = 1.f;
+    if constexpr (AP == 7)
+        if (wid == 0) rms = kd_rms(P.a, rmsp);
+    float xr = 0.f; /* (RT <= 32 rows: thread j < rows is lane j of warp 0) */
     for (int j = threadIdx.x; j < rows; j += blockDim.x) {
         float y = part[0][j];
         for (int k = 1; k < W; k++) y = __fadd_rn(y, part[k][j]);
-        mv_out<1>(P, S, 0, r0, j, y, resv, conv, conv_pre[j], conv_slot[j]);
+        if constexpr (AP == 7) y = __fmul_rn(y, rms);
+        xr = mv_out<1>(P, S, 0, r0, j, y, resv, conv, conv_pre[j], conv_slot[j]);
     }
+    if constexpr (KDW)
+        if (P.kdq.on && wid == 0) mma_kd_write(P.kdq, r0, xr, nwv, lane);
 #ifdef VLLMC_MV_TIMELINE
     TL_MARK(tl, 3);
     tl_store(tl);
@@ -4043,8 +4159,53 @@ static bool mm_launch(const struct cu_mm_args *args, gpuStream_t s);
 uint64_t cu_nq_fused_launches;
 extern "C" uint64_t backend_cuda_nq_launches(void) { return cu_nq_fused_launches; }
 
+/* The deferred-norm form (BK_ACT_Q8_KD): its writer (kdq.on) and its readers (a.kd) take mm_kernel_mma's 16-row Q4_K
+ * instances only: one activation row, Q4_K rows of up to cols_sbw2 super-blocks, the tensor-core mat-vec on for them
+ * (cu_mm_cfg.mma bit 1). The host checks cu_mm_kd_takes before it records such a launch. */
+bool cu_mm_kd_takes(int type, int64_t n, int n_act) {
+#if defined(VLLMC_HIP)
+    (void)type; (void)n; (void)n_act;
+    return false;
+#else
+    return n_act == 1 && type == GGML_TYPE_Q4_K && n > 0 && n % QK_K == 0 && n / QK_K <= cu_mm_cfg.cols_sbw2 && n / QK_K <= 16 &&
+           (cu_mm_cfg.mma & 1) != 0;
+#endif
+}
+uint64_t cu_kd_write_launches, cu_kd_read_launches;
+extern "C" uint64_t backend_cuda_kd_launches(int read) { return read ? cu_kd_read_launches : cu_kd_write_launches; }
+#if !defined(VLLMC_HIP)
+static void mm_launch_kd(const struct cu_mm_args *args, gpuStream_t s) {
+    struct cu_mm_args a = *args;
+    int ctas = 0;
+    for (int i = 0; i < a.n_seg; i++) {
+        a.seg[i].cta0 = ctas;
+        ctas += (int)GPU_CEIL_DIV(a.seg[i].n_rows, 16);
+    }
+    const int n_sb = (int)(a.a.n / QK_K), w = (n_sb + 1) / 2;
+    /* the reader: AP 7 (AP 6's next-round prefetch and low-nibble subtraction, the 16-value scales); the writer alone:
+     * the instance the launch would take without it */
+    const int ap = a.a.kd ? 7 : (cu_mm_cfg.mma & 2048) ? 6 : (cu_mm_cfg.mma & 512) ? 4 : 0;
+    const mm_cols_fn k = ap == 7 ? mm_kernel_mma<2, 16, 1, 512, 1, 7> : ap ? mma_ap<2, 16, 1>(ap) : mm_kernel_mma<2, 16, 1>;
+    if (ap >= 6) a.pf_next = mm_resident(k, 32 * w);
+    gpu_launch(k, dim3((unsigned)ctas), dim3(32 * w), 0, s, a);
+    cu_mma_launches++;
+    cu_kd_read_launches += a.a.kd != 0;
+    cu_kd_write_launches += a.kdq.on != 0;
+}
+#endif
+
 void cu_launch_matmul(const struct cu_mm_args *args, gpuStream_t s) {
     if (args->n_act <= 0 || args->n_ctas <= 0) return;
+#if !defined(VLLMC_HIP)
+    if (args->a.kd || args->kdq.on) { /* (the norm + quantize a record pass may have put in the launch: right after) */
+        mm_launch_kd(args, s);
+        if (args->nq.on) {
+            const cu_nq_fuse &q = args->nq;
+            cu_launch_norm_quant(q.mode, q.in0, q.in1, q.ld, q.w, q.eps, q.group, args->n_act, q.out, q.fmts, s);
+        }
+        return;
+    }
+#endif
     if (mm_launch(args, s)) { /* the column-split kernel: the conv and the norm + quantize are in it */
         cu_nq_fused_launches += args->nq.on != 0;
         return;
