@@ -4185,7 +4185,10 @@ static void mm_launch_kd(const struct cu_mm_args *args, gpuStream_t s) {
     /* the reader: AP 7 (AP 6's next-round prefetch and low-nibble subtraction, the 16-value scales); the writer alone:
      * the instance the launch would take without it */
     const int ap = a.a.kd ? 7 : (cu_mm_cfg.mma & 2048) ? 6 : (cu_mm_cfg.mma & 512) ? 4 : 0;
-    const mm_cols_fn k = ap == 7 ? mm_kernel_mma<2, 16, 1, 512, 1, 7> : ap ? mma_ap<2, 16, 1>(ap) : mm_kernel_mma<2, 16, 1>;
+    /* (the reader at 2,560 columns: bounded to the 4 CTAs an SM of 160 threads the writer's instance has, 96 registers,
+     * where it would take 101 and fit 3) */
+    const mm_cols_fn k = ap == 7 ? (w == 5 ? mm_kernel_mma<2, 16, 1, 160, 4, 7> : mm_kernel_mma<2, 16, 1, 512, 1, 7>)
+                         : ap ? mma_ap<2, 16, 1>(ap) : mm_kernel_mma<2, 16, 1>;
     if (ap >= 6) a.pf_next = mm_resident(k, 32 * w);
     gpu_launch(k, dim3((unsigned)ctas), dim3(32 * w), 0, s, a);
     cu_mma_launches++;
