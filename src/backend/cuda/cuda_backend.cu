@@ -2167,6 +2167,10 @@ extern "C" vllmc_status backend_cuda_create(const struct backend_cuda_opts *o, s
         if (!strcmp(env, "1")) c->attn_pre_split = true;
         else if (strcmp(env, "0")) LOG_WARN("VLLMC_CUDA_ATTN_PRE_SPLIT=%s: not 0 or 1; the attention prologue keeps its launch", env);
     }
+    if ((env = getenv("VLLMC_CUDA_KD_ABL"))) {
+        cu_kd_abl = atoi(env) & 7;
+        if (cu_kd_abl & 5) LOG_WARN("VLLMC_CUDA_KD_ABL=%d: a timing measurement of the deferred norm; the results are wrong", cu_kd_abl);
+    }
     if ((env = getenv("VLLMC_CUDA_DEFER_NORM"))) { /* off until measured */
         if (!strcmp(env, "1")) c->defer_norm = true;
         else if (strcmp(env, "0")) LOG_WARN("VLLMC_CUDA_DEFER_NORM=%s: not 0 or 1; the FFN norms keep their launches", env);

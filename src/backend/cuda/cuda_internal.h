@@ -99,8 +99,13 @@ struct cu_mm_kdq {
     int16_t *bs;
     float *ssq;
     const float *nw;
-    int32_t on, pad;
+    int32_t on, skip;          /* skip: the quantization left out (cu_kd_abl bit 1, a timing measurement: wrong results) */
 };
+/* VLLMC_CUDA_KD_ABL (timing measurements of the deferred-norm form, not for use: bits 1 and 4 give wrong results): bit 1
+ * the writer leaves its quantization out, bit 2 the reader at 2,560 columns takes the unbounded instance (101
+ * registers, 3 CTAs an SM), bit 4 the reader takes the plain AP 6 instance over the same buffers (no 16-value scales,
+ * no RMS scale). */
+extern int cu_kd_abl;
 /* Whether a one-row launch of weight type `type` and rows of n columns takes mm_kernel_mma's 16-row Q4_K instance, the
  * only one with the deferred-norm form's writer and reader (false on HIP). */
 bool cu_mm_kd_takes(int type, int64_t n, int n_act);

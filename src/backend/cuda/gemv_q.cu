@@ -2727,7 +2727,7 @@ static __global__ void __launch_bounds__(LBT, LBM) mm_kernel_mma(const struct cu
         xr = mv_out<1>(P, S, 0, r0, j, y, resv, conv, conv_pre[j], conv_slot[j]);
     }
     if constexpr (KDW)
-        if (P.kdq.on && wid == 0) mma_kd_write(P.kdq, r0, xr, nwv, lane);
+        if (P.kdq.on && !P.kdq.skip && wid == 0) mma_kd_write(P.kdq, r0, xr, nwv, lane);
 #ifdef VLLMC_MV_TIMELINE
     TL_MARK(tl, 3);
     tl_store(tl);
@@ -4172,6 +4172,7 @@ bool cu_mm_kd_takes(int type, int64_t n, int n_act) {
 #endif
 }
 uint64_t cu_kd_write_launches, cu_kd_read_launches;
+int cu_kd_abl;
 extern "C" uint64_t backend_cuda_kd_launches(int read) { return read ? cu_kd_read_launches : cu_kd_write_launches; }
 #if !defined(VLLMC_HIP)
 static void mm_launch_kd(const struct cu_mm_args *args, gpuStream_t s) {
@@ -4184,10 +4185,12 @@ static void mm_launch_kd(const struct cu_mm_args *args, gpuStream_t s) {
     const int n_sb = (int)(a.a.n / QK_K), w = (n_sb + 1) / 2;
     /* the reader: AP 7 (AP 6's next-round prefetch and low-nibble subtraction, the 16-value scales); the writer alone:
      * the instance the launch would take without it */
-    const int ap = a.a.kd ? 7 : (cu_mm_cfg.mma & 2048) ? 6 : (cu_mm_cfg.mma & 512) ? 4 : 0;
+    const int ap = a.a.kd && !(cu_kd_abl & 4) ? 7 : (cu_mm_cfg.mma & 2048) ? 6 : (cu_mm_cfg.mma & 512) ? 4 : 0;
+    if (a.a.kd && (cu_kd_abl & 4)) a.a.k_d = a.a.kd_d; /* (the measurement: scales read one a super-block) */
+    a.kdq.skip = (cu_kd_abl & 1) != 0;
     /* (the reader at 2,560 columns: bounded to the 4 CTAs an SM of 160 threads the writer's instance has, 96 registers,
      * where it would take 101 and fit 3) */
-    const mm_cols_fn k = ap == 7 ? (w == 5 ? mm_kernel_mma<2, 16, 1, 160, 4, 7> : mm_kernel_mma<2, 16, 1, 512, 1, 7>)
+    const mm_cols_fn k = ap == 7 ? (w == 5 && !(cu_kd_abl & 2) ? mm_kernel_mma<2, 16, 1, 160, 4, 7> : mm_kernel_mma<2, 16, 1, 512, 1, 7>)
                          : ap ? mma_ap<2, 16, 1>(ap) : mm_kernel_mma<2, 16, 1>;
     if (ap >= 6) a.pf_next = mm_resident(k, 32 * w);
     gpu_launch(k, dim3((unsigned)ctas), dim3(32 * w), 0, s, a);
