@@ -86,7 +86,7 @@
 # Stage presplit (not default) checks and times the decode attention's prologue inside its split launch
 # (VLLMC_CUDA_ATTN_PRE_SPLIT=1; PRESPLIT_MODELS, PRESPLIT_REPS: see the stage).
 # Stage defer (not default) checks and times the FFN's RMSNorm deferred into the output projection's launch and the gate /
-# up mat-vec (VLLMC_CUDA_DEFER_NORM=1; DEFER_MODELS, DEFER_REPS: see the stage).
+# up mat-vec (VLLMC_CUDA_DEFER_NORM=1; DEFER_MODELS, DEFER_REPS, DEFER_ABL: see the stage).
 # Stage mmx (not default) checks and times the tensor-core mat-vec with more rows a CTA in shared memory (VLLMC_CUDA_MMA
 # bits 128 / 256; MMX_GEMV, MMX_CFGS, MMX_REPS, MMX_MODELS; MMX_CHECKS=0 skips the checks before the timings).
 set -uo pipefail
@@ -1131,6 +1131,17 @@ print(f"{n} of {len(a)}")' "$ref" "$got" 2>/dev/null)
         note "defer $m greedy ids: the first ${same:-?} the default's"
         [ -n "${DF_BAD:-}" ] && { note "defer: a check failed, no timing"; continue; }
         decode_ab defer "$m" "$f" VLLMC_CUDA_DEFER_NORM "0 1" "${DEFER_REPS:-2}"
+        # DEFER_ABL="1 4 5 2": the timing ablations with it on (VLLMC_CUDA_KD_ABL: 1 the writer without its quantization,
+        # 4 the reader on the plain instance, 5 both - the stage gone and no work in its place -, 2 the reader unbounded;
+        # 1, 4 and 5 give wrong results), DEFER_REPS times in turn
+        for rep in $(seq 1 "${DEFER_REPS:-2}"); do
+            for v in ${DEFER_ABL:-}; do
+                # shellcheck disable=SC2086
+                VLLMC_CUDA_DEFER_NORM=1 VLLMC_CUDA_KD_ABL=$v timeout 150 "$BIN/vllmc" bench -m "$f" ${VAR_ARGS:--p 512 -g 256 -r 5} \
+                    >"$OUT/defer_${m}_abl${v}_$rep.txt" 2>&1; rc=$?
+                note "defer $m VLLMC_CUDA_KD_ABL=$v run $rep rc=$rc: $(grep '^output tok/s' "$OUT/defer_${m}_abl${v}_$rep.txt" | head -1)"
+            done
+        done
     done
 fi
 
