@@ -2260,6 +2260,24 @@ static void test_kd(void) {
             const struct bk_matmul_out o6 = {.w = &w6.g, .y = gy};
             CHECK(gpu->ops->matmul(gpu, &kd, 1, &o6) == VLLMC_ERR_UNSUPPORTED);
             free_weight(&w6);
+            /* bad input to the writer: refused with an error, the residual and the act unchanged */
+            uint8_t *kb = malloc(kd_bytes), *ka = malloc(kd_bytes);
+            float *xb = malloc((size_t)E * 4), *xa2 = malloc((size_t)E * 4);
+            dev_get(kb, kd.q[BK_ACT_Q8_KD], kd_bytes);
+            dev_get(xb, gx2, (size_t)E * 4);
+            kd.fmts = BK_ACT_BIT(BK_ACT_Q8_KD) | BK_ACT_BIT(BK_ACT_F32); /* the out must hold the deferred form only */
+            CHECK(gpu->ops->matmul_add_defer(gpu, &a, &wp.g, gx2, gnw, eps, &kd) == VLLMC_ERR_INVALID);
+            kd.fmts = BK_ACT_BIT(BK_ACT_Q8_KD);
+            CHECK(gpu->ops->matmul_add_defer(gpu, &a, &wp.g, a.x, gnw, eps, &kd) == VLLMC_ERR_INVALID); /* residual = input */
+            CHECK(gpu->ops->matmul_add_defer(gpu, &a, &wg.g, gx2, gnw, eps, &kd) == VLLMC_ERR_INVALID); /* rows of another width */
+            a.n_rows = 0;
+            CHECK(gpu->ops->matmul_add_defer(gpu, &a, &wp.g, gx2, gnw, eps, &kd) == VLLMC_ERR_INVALID);
+            a.n_rows = 1;
+            CHECK(gpu->ops->quantize(gpu, &kd) == VLLMC_ERR_UNSUPPORTED); /* no other op fills the form */
+            dev_get(ka, kd.q[BK_ACT_Q8_KD], kd_bytes);
+            dev_get(xa2, gx2, (size_t)E * 4);
+            CHECK_MSG(!memcmp(ka, kb, kd_bytes) && !memcmp(xa2, xb, (size_t)E * 4), "kd: a refused call wrote");
+            free(kb); free(ka); free(xb); free(xa2);
         }
         free(y); free(want); free(x1); free(x2); free(h); free(rq); free(rd); free(rs); free(rb); free(poison); free(x0); free(nw);
         free(xa);

@@ -1200,7 +1200,9 @@ static bool fuse_attn_quant(cu_backend *c, const struct bk_act *act) {
 
 static vllmc_status check_fmts(const struct bk_act *a, const char *what) {
     const uint32_t ok = BK_ACT_BIT(BK_ACT_F32) | BK_ACT_BIT(BK_ACT_Q8_K) | BK_ACT_BIT(BK_ACT_Q8_0) | BK_ACT_BIT(BK_ACT_Q8_1) |
-                        BK_ACT_BIT(BK_ACT_F16) | BK_ACT_BIT(BK_ACT_BF16) | BK_ACT_BIT(BK_ACT_Q8_KD);
+                        BK_ACT_BIT(BK_ACT_F16) | BK_ACT_BIT(BK_ACT_BF16);
+    if (a->fmts & BK_ACT_BIT(BK_ACT_Q8_KD))
+        return vllmc_errorf(VLLMC_ERR_UNSUPPORTED, "%s: the deferred-norm form (BK_ACT_Q8_KD) is filled only by matmul_add_defer", what);
     if (a->fmts & ~ok) return vllmc_errorf(VLLMC_ERR_UNSUPPORTED, "%s: activation formats 0x%x not supported on CUDA", what, a->fmts);
     for (int f = 1; f < BK_ACT_NFMT; f++)
         if ((a->fmts & BK_ACT_BIT(f)) && !a->q[f])
@@ -1385,6 +1387,28 @@ static vllmc_status submit_gemm(cu_backend *c, const struct bk_act *act, const s
     return submit(c, CU_OP_GEMM, &g, sizeof(g));
 }
 
+/* A matmul record of act's rows with no segment yet, and one segment more (its CTAs after the others') */
+static void mm_rec_init(const cu_backend *c, const struct bk_act *act, rec_matmul *r) {
+    memset(r, 0, sizeof(*r));
+    r->a.a = act_view(act);
+    r->a.n_act = (int32_t)act->n_rows;
+    r->a.row_order = c->batch_invariant;
+    r->a.mmq_ws = c->mmq_ws; r->a.mmq_cnt = c->mmq_cnt;
+}
+static struct cu_mm_seg *mm_rec_seg(rec_matmul *r, const struct bk_matmul_out *o) {
+    const struct bk_tensor *w = o->w;
+    struct cu_mm_seg *s = &r->a.seg[r->a.n_seg++];
+    s->w = (const uint8_t *)w->data; s->bias = o->bias; s->y = o->y;
+    s->ld_y = o->ld_y ? o->ld_y : w->ne[1];
+    s->stride = cu_weight_row_stride(w->type, w->ne[0]);
+    s->type = (int32_t)w->type; s->n_rows = (int32_t)w->ne[1]; s->cta0 = r->a.n_ctas; s->row0 = r->a.total_rows;
+    s->tile0 = r->a.total_tiles;
+    r->a.n_ctas += (int)GPU_CEIL_DIV(w->ne[1], CU_MM_WARPS);
+    r->a.total_rows += s->n_rows;
+    r->a.total_tiles += (int32_t)GPU_CEIL_DIV(s->n_rows, 4);
+    return s;
+}
+
 static vllmc_status cu_matmul(struct backend *be, const struct bk_act *act, int n_out, const struct bk_matmul_out *outs) {
     cu_backend *c = cub(be);
     if (n_out < 0 || act->n_rows < 0 || act->n_rows > act->max_rows) return vllmc_errorf(VLLMC_ERR_INVALID, "matmul: bad counts");
@@ -1411,25 +1435,8 @@ static vllmc_status cu_matmul(struct backend *be, const struct bk_act *act, int 
     }
     for (int i0 = 0; i0 < n_out; i0 += CU_MM_MAX_SEG) {
         rec_matmul r;
-        memset(&r, 0, sizeof(r));
-        r.a.a = act_view(act);
-        r.a.n_act = (int32_t)act->n_rows;
-        r.a.row_order = c->batch_invariant;
-        r.a.mmq_ws = c->mmq_ws; r.a.mmq_cnt = c->mmq_cnt;
-        int ctas = 0;
-        for (int i = i0; i < VLLMC_MIN(n_out, i0 + CU_MM_MAX_SEG); i++) {
-            const struct bk_tensor *w = outs[i].w;
-            struct cu_mm_seg *s = &r.a.seg[r.a.n_seg++];
-            s->w = (const uint8_t *)w->data; s->bias = outs[i].bias; s->y = outs[i].y;
-            s->ld_y = outs[i].ld_y ? outs[i].ld_y : w->ne[1];
-            s->stride = cu_weight_row_stride(w->type, w->ne[0]);
-            s->type = (int32_t)w->type; s->n_rows = (int32_t)w->ne[1]; s->cta0 = ctas; s->row0 = r.a.total_rows;
-            s->tile0 = r.a.total_tiles;
-            ctas += (int)GPU_CEIL_DIV(w->ne[1], CU_MM_WARPS);
-            r.a.total_rows += s->n_rows;
-            r.a.total_tiles += (int32_t)GPU_CEIL_DIV(s->n_rows, 4);
-        }
-        r.a.n_ctas = ctas;
+        mm_rec_init(c, act, &r);
+        for (int i = i0; i < VLLMC_MIN(n_out, i0 + CU_MM_MAX_SEG); i++) mm_rec_seg(&r, &outs[i]);
         vllmc_status st = submit(c, CU_OP_MATMUL, &r, sizeof(r));
         if (st) return st;
     }
@@ -1462,17 +1469,9 @@ static vllmc_status cu_matmul_add_defer(struct backend *be, const struct bk_act 
     if (act->q[BK_ACT_F32] == x || out->x == x) return vllmc_errorf(VLLMC_ERR_INVALID, "matmul_add_defer: the residual aliases an input");
     const struct cu_act_mut m = cu_act_split(out);
     rec_matmul r;
-    memset(&r, 0, sizeof(r));
-    r.a.a = act_view(act);
-    r.a.n_act = 1;
-    r.a.mmq_ws = c->mmq_ws; r.a.mmq_cnt = c->mmq_cnt;
-    struct cu_mm_seg *sg = &r.a.seg[r.a.n_seg++];
-    sg->w = (const uint8_t *)w->data; sg->y = out->x; sg->ld_y = w->ne[1]; sg->res = x; /* y itself into the out's f32 rows */
-    sg->stride = cu_weight_row_stride(w->type, w->ne[0]);
-    sg->type = (int32_t)w->type; sg->n_rows = (int32_t)w->ne[1];
-    r.a.total_rows = sg->n_rows;
-    r.a.total_tiles = (int32_t)GPU_CEIL_DIV(sg->n_rows, 4);
-    r.a.n_ctas = (int)GPU_CEIL_DIV(w->ne[1], CU_MM_WARPS);
+    mm_rec_init(c, act, &r);
+    const struct bk_matmul_out o = {w, NULL, out->x, 0}; /* y itself into the out's f32 rows */
+    mm_rec_seg(&r, &o)->res = x;
     r.a.kdq.qs = m.kd_qs; r.a.kdq.d = m.kd_d; r.a.kdq.bs = m.kd_bs; r.a.kdq.ssq = m.kd_ssq; r.a.kdq.nw = norm_w; r.a.kdq.on = 1;
     out->n_rows = 1;
     out->kd_eps = eps;

@@ -2346,13 +2346,17 @@ static __device__ __forceinline__ void mma_q4k_sb(const uint4 &q0a, const uint4 
 /* Lane (g, c)'s Q4_K activation side of super-block i of (qs, bs, d): sub-block g's 32 quants where its chunk holds them
  * (g / 2 == c; x0, x1 stay as they are in the other lanes), the 16-element sums of sub-blocks 2c, 2c + 1 (bsv), the
  * scale (da). Shared by mm_kernel_mma's activation forms and mm_kernel_mmx; the Q6_K twin is mma_q6k_act. */
-static __device__ __forceinline__ void mma_q4k_act(const int8_t *qs, const int16_t *bs, const float *d, int64_t i, int g, int c, uint4 &x0,
-                                                   uint4 &x1, int2 &bsv, float &da) {
+static __device__ __forceinline__ void mma_q4k_quants(const int8_t *qs, const int16_t *bs, int64_t i, int g, int c, uint4 &x0, uint4 &x1,
+                                                      int2 &bsv) {
     if ((g >> 1) == c) {
         const uint4 *xp = (const uint4 *)(qs + i * QK_K + 32 * g);
         x0 = xp[0]; x1 = xp[1];
     }
     bsv = *(const int2 *)(bs + i * 16 + 4 * c);
+}
+static __device__ __forceinline__ void mma_q4k_act(const int8_t *qs, const int16_t *bs, const float *d, int64_t i, int g, int c, uint4 &x0,
+                                                   uint4 &x1, int2 &bsv, float &da) {
+    mma_q4k_quants(qs, bs, i, g, c, x0, x1, bsv);
     da = d[i];
 }
 /* The deferred-norm form (BK_ACT_Q8_KD: a scale every 16 activation values, the RMS scale applied after the row's sum):
@@ -2360,7 +2364,7 @@ static __device__ __forceinline__ void mma_q4k_act(const int8_t *qs, const int16
  * lane's chunk, elements 0-15 of sub-blocks 2c and 2c + 1; t 2, 3 elements 16-31), so each integer sum meets its own
  * scale. A row's lane term: the four groups' (sub-block 2c's halves, then 2c + 1's) scale x sub-block scale x sum, and
  * the same for the mins against the 16-value sums, added in that order in pairs, reduced over the row's 4 lanes, then
- * d x I - dmin x M (q8_kd_dot_q4_K_ref in quantize_ref.c forms it the same way). */
+ * d x I - dmin x M (q8_kd_dot_q4_K_ref in dot_ref.c forms it the same way). */
 static __device__ __forceinline__ float k4_term_kd(const k4_sel &ks, uint32_t s0, uint32_t s1, uint32_t s2, uint32_t dm, int la, int lb,
                                                    int ha, int hb, const int2 &bs, const float4 &da) {
     const uint32_t X = k4_scales(ks, s0, s1, s2);
@@ -2557,12 +2561,8 @@ static __device__ __forceinline__ void mma_rows_q4_K(const struct cu_mm_args &P,
         } else if (AP == 7) { /* the deferred-norm form: a scale every 16 values */
             float4 d4 = make_float4(0.f, 0.f, 0.f, 0.f);
             if (on) {
-                if ((g >> 1) == c) {
-                    const uint4 *xp = (const uint4 *)(P.a.k_qs + (int64_t)sb * QK_K + 32 * g);
-                    x0 = xp[0]; x1 = xp[1];
-                }
-                bs = *(const int2 *)(P.a.k_bs + (int64_t)sb * 16 + 4 * c);
-                d4 = *(const float4 *)(P.a.kd_d + (int64_t)sb * 16 + 4 * c);
+                mma_q4k_quants(P.a.k_qs, P.a.k_bs, sb, g, c, x0, x1, bs);
+                d4 = *(const float4 *)(P.a.kd_d + (int64_t)sb * 16 + 4 * c); /* groups 4c .. 4c + 3 */
             }
             mma_q4k_sb_kd<RT == 16>(w0[s].q0, w0[s].q1, w1[s].q0, w1[s].q1, w0[s].sw, w1[s].sw, x0, x1, bs, d4, ks, b, t0[s], t1[s]);
             continue;
