@@ -502,6 +502,91 @@ static void test_probes(void) {
     }
 }
 
+/* The deferred-norm activation (BK_ACT_Q8_KD: Q8_K's quants of x * w with a scale every 16 values) and its CPU
+ * references, which the GPU's writer and reader equal bit for bit (test_cuda_ops kd). Each reference is held to a bound
+ * that follows from its definition, so no draw can fail a correct one:
+ *   - the quantizer: |q d - x w| <= d / 2 per element (d = max |x w| / 127 of the group; the float 127 / max the
+ *     kernel multiplies by is 1 / d to an ulp), |q| <= 127, the sums the quants' sums, the sums of squares the group's
+ *     sum of x^2 to float rounding;
+ *   - the RMS scale: 1 / sqrt(mean(x^2) + eps) to float rounding;
+ *   - the Q4_K dot: the sum over elements of the dequantized weight times q d, to float rounding of the sum of the
+ *     terms' magnitudes (the integer sums are exact; only the float terms round);
+ * so against the exact product of the unquantized norm the error is at most the quantization bound
+ * rms x sum |w| d / 2 plus rounding. (A comparison with the standard path's error, which the test on the GPU used, can
+ * fail a correct implementation: both errors are sums of the activation's rounding errors over rows of a common
+ * offset, and the standard path's is near zero in some draws.) */
+static void test_q8_kd(void) {
+    enum { NMAX = 4096, F = 24 };
+    static float x[NMAX], nw[NMAX], wd[NMAX], d[NMAX / 16], ssq[NMAX / 16];
+    static int8_t q[NMAX];
+    static int16_t bs[NMAX / 16];
+    static uint8_t w[F * (NMAX / QK_K) * sizeof(block_q4_K)];
+    const float eps = 1e-6f;
+    int bad_q = 0, bad_s = 0, bad_r = 0, bad_dot = 0, bad_end = 0, cases = 0;
+    double worst_q = 0, worst_dot = 0, worst_end = 0;
+    for (int trial = 0; trial < 60; trial++) {
+        const int64_t n = QK_K * (1 + (int64_t)rnd(NMAX / QK_K)), G = n / 16;
+        const float sc = 0.01f + 10.0f * test_rand_uniform();
+        for (int64_t i = 0; i < n; i++) {
+            x[i] = sc * test_rand_normal() * (rnd(16) == 0 ? 20.0f : 1.0f); /* some outliers */
+            nw[i] = test_rand_normal();
+        }
+        if (trial % 3 == 0) for (int64_t i = 16; i < 32; i++) x[i] = 0.0f;  /* a group of zeros: scale 0 */
+        if (trial % 5 == 1) x[rnd((uint32_t)n)] = 0.0f;
+        quantize_row_q8_kd_ref(x, nw, n, q, d, bs, ssq);
+        for (int64_t g = 0; g < G; g++) {
+            int sum = 0;
+            double s2 = 0, s2a = 0;
+            for (int64_t i = 16 * g; i < 16 * g + 16; i++) {
+                const double v = (double)x[i] * nw[i], e = fabs((double)q[i] * d[g] - v);
+                const double b = 0.5 * d[g] * (1.0 + 1e-4) + 1e-6 * fabs(v);
+                if (e > b || q[i] == -128) bad_q++;
+                if (d[g] > 0) worst_q = fmax(worst_q, e / (0.5 * d[g]));
+                sum += q[i];
+                s2 += (double)x[i] * x[i];
+                s2a += fabs((double)x[i] * x[i]);
+            }
+            if (sum != bs[g] || fabs(ssq[g] - s2) > 1e-5 * s2a + 1e-30) bad_s++;
+        }
+        double s2 = 0;
+        for (int64_t i = 0; i < n; i++) s2 += (double)x[i] * x[i];
+        const double rmsd = 1.0 / sqrt(s2 / (double)n + eps);
+        const float rms = q8_kd_rms_ref(ssq, n, eps);
+        if (fabs(rms - rmsd) > 1e-5 * rmsd) bad_r++;
+        make_weights(GGML_TYPE_Q4_K, w, n * F, false);
+        const size_t rb = quant_row_size(GGML_TYPE_Q4_K, n);
+        for (int o = 0; o < F; o++) {
+            const uint8_t *row = w + (size_t)o * rb;
+            dequantize_row(GGML_TYPE_Q4_K, row, wd, n);
+            double dq = 0, dq_abs = 0, ex = 0, ex_abs = 0, qb = 0;
+            for (int64_t i = 0; i < n; i++) {
+                const double t = (double)wd[i] * q[i] * d[i / 16], v = (double)x[i] * nw[i];
+                dq += t;
+                dq_abs += fabs(t);
+                ex += (double)wd[i] * v * rmsd;
+                ex_abs += fabs((double)wd[i] * v * rmsd);
+                qb += fabs((double)wd[i]) * (0.5 * d[i / 16] * (1.0 + 1e-4) + 1e-6 * fabs(v));
+            }
+            const float y = q8_kd_dot_q4_K_ref(n, row, q, d, bs);
+            const double e_dot = fabs((double)y - dq);
+            if (e_dot > 1e-5 * dq_abs + 1e-30) bad_dot++;
+            if (dq_abs > 0) worst_dot = fmax(worst_dot, e_dot / dq_abs);
+            /* end to end, against the exact product of the unquantized norm */
+            const double e_end = fabs((double)y * rms - ex), b_end = rmsd * qb * (1.0 + 1e-5) + 1e-5 * (rmsd * dq_abs + ex_abs) + 1e-30;
+            if (e_end > b_end) bad_end++;
+            worst_end = fmax(worst_end, e_end / b_end);
+            cases++;
+        }
+    }
+    printf("q8_kd: quantizer worst |q d - x w| / (d / 2) %.6f (%d over), sums %d bad, rms %d bad; Q4_K dot worst |err| / "
+           "sum |terms| %.3g (%d over); end to end worst error / bound %.3f (%d of %d over)\n",
+           worst_q, bad_q, bad_s, bad_r, worst_dot, bad_dot, worst_end, bad_end, cases);
+    CHECK_MSG(bad_q == 0 && bad_s == 0 && bad_r == 0, "q8_kd quantizer: %d quants, %d group sums, %d rms scales out of bound", bad_q,
+              bad_s, bad_r);
+    CHECK_MSG(bad_dot == 0, "q8_kd_dot_q4_K_ref: %d rows off the dequantized product by more than float rounding", bad_dot);
+    CHECK_MSG(bad_end == 0, "q8_kd end to end: %d rows past the quantization bound", bad_end);
+}
+
 int main(void) {
     test_seed_auto("test_quant_dot");
     printf("test_quant_dot: active ISA %s (avx2 %s, avx512vnni %s)\n", quant_simd_name(),
@@ -510,6 +595,7 @@ int main(void) {
     CHECK(quant_get_vec_dot(GGML_TYPE_IQ2_XXS) == NULL);
     CHECK(quant_get_vec_dot_isa(GGML_TYPE_Q4_K, 99) == NULL);
     test_act_quant();
+    test_q8_kd();
     test_probes();
     for (size_t k = 0; k < ARRAY_LEN(k_types); k++) {
         uint32_t t = k_types[k];

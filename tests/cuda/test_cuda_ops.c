@@ -2233,25 +2233,40 @@ static void test_kd(void) {
         CHECK(ref->ops->rmsnorm_quantize(ref, rx, nw, eps, 1, &ra) == VLLMC_OK);
         const struct bk_matmul_out rgu[2] = {{.w = &wg.r, .y = ry}, {.w = &wu.r, .y = ry + F}};
         CHECK(ref->ops->matmul(ref, &ra, 2, rgu) == VLLMC_OK);
-        /* both forms against the exact product (double, the weights dequantized, the norm unquantized): the deferred
-         * form's finer scales must not be less accurate than the standard path's */
+        /* both forms against the exact product (double, the weights dequantized, the norm unquantized). The deferred
+         * form's outputs are the references' bits (above), so its error is held to the bound those references keep
+         * (test_quant_dot's q8_kd): the quantization's rms x sum |w| d / 2 a row, plus float rounding. The standard path's
+         * error is printed beside it, not compared: the two are sums of rounding errors over rows sharing an offset, and
+         * the standard path's is near zero in some draws (a 1.5x ratio of the two failed about one run in 80 when these
+         * draws were replayed on the CPU). */
         double ss = 0;
         for (int64_t i = 0; i < E; i++) ss += (double)x2[i] * x2[i];
         const double rmsd = 1.0 / sqrt(ss / (double)E + eps);
         float *ye = malloc((size_t)(2 * F) * 4), *wrow = malloc((size_t)E * 4);
+        size_t over = 0;
+        double worst_b = 0;
         for (int64_t o = 0; o < 2 * F; o++) {
             dequantize_row(GGML_TYPE_Q4_K, (o < F ? wg.host : wu.host) + (size_t)(o % F) * rbytes, wrow, E);
-            double acc = 0;
-            for (int64_t i = 0; i < E; i++) acc += (double)wrow[i] * ((double)x2[i] * rmsd * nw[i]);
+            double acc = 0, qb = 0, dq_abs = 0, ex_abs = 0;
+            for (int64_t i = 0; i < E; i++) {
+                const double v = (double)x2[i] * nw[i];
+                acc += (double)wrow[i] * (v * rmsd);
+                ex_abs += fabs((double)wrow[i] * v * rmsd);
+                dq_abs += fabs((double)wrow[i] * rq[i] * rd[i / 16]);
+                qb += fabs((double)wrow[i]) * (0.5 * rd[i / 16] * (1.0 + 1e-4) + 1e-6 * fabs(v));
+            }
             ye[o] = (float)acc;
+            const double b = rmsd * qb * (1.0 + 1e-5) + 1e-5 * (rmsd * dq_abs + ex_abs) + 1e-30, e = fabs((double)y[o] - acc);
+            over += !(e <= b);
+            worst_b = fmax(worst_b, e / b);
         }
         const double e_kd = max_abs_over_max(y, ye, (size_t)(2 * F)), e_std = max_abs_over_max(ry, ye, (size_t)(2 * F));
         printf("kd reader %lld -> 2 x %lld rows: %zu of %lld outputs differ from q8_kd_dot_q4_K_ref x rms (max rel %.3g); against "
-               "the exact product max |d| / max %.3g (the CPU's RMSNorm + Q8_K path: %.3g)\n", (long long)E, (long long)F, bad_y,
-               (long long)(2 * F), rel_y, e_kd, e_std);
+               "the exact product max |d| / max %.3g (the CPU's RMSNorm + Q8_K path: %.3g), worst error / quantization bound %.3f\n",
+               (long long)E, (long long)F, bad_y, (long long)(2 * F), rel_y, e_kd, e_std, worst_b);
         CHECK_MSG(bad_y == 0, "kd reader %lld: %zu outputs differ from the reference's bits", (long long)E, bad_y);
-        CHECK_MSG(e_kd <= 1.5 * e_std + 1e-4, "kd reader %lld: %.3g from the exact product, the standard path %.3g", (long long)E, e_kd,
-                  e_std);
+        CHECK_MSG(over == 0, "kd reader %lld: %zu of %lld outputs past the quantization bound (worst %.3g of it)", (long long)E, over,
+                  (long long)(2 * F), worst_b);
         free(ye); free(wrow);
         /* a weight the reader's kernel does not take: refused */
         if (ci == 0) {
