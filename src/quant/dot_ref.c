@@ -246,6 +246,7 @@ void quantize_row_q8_kd_ref(const float *x, const float *w, int64_t n, int8_t *q
 
 float q8_kd_rms_ref(const float *ssq, int64_t n, float eps) {
     const int64_t G = n / 16;
+    VLLMC_ASSERT(G <= 32 * 8); /* the kernel's 8 groups a lane (kd_rms_load) */
     float l[32];
     for (int i = 0; i < 32; i++) {
         l[i] = i < G ? ssq[i] : 0.0f;

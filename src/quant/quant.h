@@ -65,7 +65,8 @@ void quantize_row_q8_K(const float *x, void *dst, int64_t n);
  * at a time (d = max |v| / 127, quants v * (127 / max |v|) rounded to nearest even, their sum), with each group's sum
  * of x^2 in the writer's butterfly order; q8_kd_rms_ref: the readers' 1 / sqrt(sum / n + eps) in their order;
  * q8_kd_dot_q4_K_ref: a Q4_K row against it (integer sums per group, the float terms in the tensor-core mat-vec's
- * order; without the RMS scale). The oracles of test_cuda_ops' kd case. */
+ * order; without the RMS scale). The oracles of test_cuda_ops' kd case. n <= 4,096 (the readers' bound, cu_mm_kd_takes:
+ * q8_kd_rms_ref takes at most 8 groups a lane, as the kernel does). */
 void quantize_row_q8_kd_ref(const float *x, const float *w, int64_t n, int8_t *qs, float *d, int16_t *bs, float *ssq);
 float q8_kd_rms_ref(const float *ssq, int64_t n, float eps);
 float q8_kd_dot_q4_K_ref(int64_t n, const void *w, const int8_t *qs, const float *d, const int16_t *bs);

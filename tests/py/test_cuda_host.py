@@ -139,8 +139,8 @@ def test_attn_pre_split_host_side(stub_env, models):
 def test_defer_norm_host_side(stub_env, models):
     """VLLMC_CUDA_DEFER_NORM=1 (off by default) forms the FFN's RMSNorm input in the launch of the mixer's output
     projection (matmul_add_defer, BK_ACT_Q8_KD) and applies the RMS scale in the gate / up mat-vec: each captured
-    batch-1 step of qwen35-wide (4 dense layers, D 2,560, Q4_K projections and gate / up) has one launch fewer a layer,
-    and so does its eager step; the MoE shape and steps of several sequences keep their launches; a bad value warns."""
+    batch-1 step of qwen35-wide (4 dense layers, D 2,560, Q4_K projections and gate / up) has one launch fewer a layer;
+    the MoE shape and steps of several sequences keep their launches; a bad value warns."""
     log = {"STUB_CUDA_LOG": "1"}
     m = models["qwen35-wide"]
     args = ("bench", "-m", m, "-p", "16", "-g", "24", "-r", "1")
